@@ -1,0 +1,150 @@
+//! The one backend trait that the heap, LSM and RocksDB backends implement.
+//!
+//! Backends are byte-level: they store entries in Flink's working-state layout (`crate::layout`), keyed by
+//! the full entry key `KG | K | [lenK] | NS | [lenNS]` (plus `UK` for map entries), and know nothing of the
+//! user's types. The typed state API (`crate::state`) sits on top and does all (de)serialization.
+//!
+//! A snapshot has a synchronous part ([`StateBackend::snapshot`], which must be cheap: it pins a consistent
+//! view) and an asynchronous part (reading the returned [`BackendSnapshot`], possibly on another thread
+//! while the backend keeps taking writes). The savepoint encoder reads only [`BackendSnapshot`], so every
+//! backend produces the same savepoint bytes for the same logical state.
+
+pub mod heap;
+
+use crate::error::Result;
+use crate::keygroup::{KeyGroup, KeyGroupRange};
+use crate::meta::StateMetaInfo;
+use crate::serializer::SerializerSnapshot;
+
+/// Index of a registered state in a backend, in registration order. The savepoint header lists states in
+/// this order.
+pub type StateId = usize;
+
+/// What a backend is created with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// The job's max parallelism (number of key groups).
+    pub max_parallelism: u32,
+    /// The key groups this instance owns.
+    pub key_group_range: KeyGroupRange,
+    /// Snapshot of the key serializer.
+    pub key_serializer: SerializerSnapshot,
+}
+
+/// A source of sorted entries handed to a backend for bulk loading (a lending iterator).
+pub trait EntrySource {
+    /// The next `(entry key, value)`, or `None` at the end.
+    fn next_entry(&mut self) -> Result<Option<(&[u8], &[u8])>>;
+}
+
+/// The byte-level keyed-state backend contract.
+///
+/// All keys passed in are full entry keys whose key-group prefix equals `kg`, and `kg` lies in the backend's
+/// key-group range (callers check it). Values are Flink's working-state value bytes.
+pub trait StateBackend: Send {
+    /// A short name: `heap`, `lsm`, `rocksdb`.
+    fn backend_name(&self) -> &'static str;
+
+    /// The configuration the backend was created with.
+    fn config(&self) -> &BackendConfig;
+
+    /// Registers a state, or updates the meta information of a state already registered (or restored) under
+    /// the same name and kind, and returns its id. The caller has checked serializer compatibility and
+    /// migrated values where needed; the backend rejects a different kind for an existing name.
+    fn register_state(&mut self, meta: StateMetaInfo) -> Result<StateId>;
+
+    /// The meta information of every state, registered or restored, in id order.
+    fn states(&self) -> &[StateMetaInfo];
+
+    /// The value of an entry (value, reducing, aggregating and list states; for lists the joined elements).
+    fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>>;
+
+    /// Sets the value of an entry.
+    fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()>;
+
+    /// Removes an entry (no error if absent).
+    fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()>;
+
+    /// Appends serialized list elements (`e1 , e2 ...` already joined with `0x2C`) to a list entry, without
+    /// reading it: a merge operand on the LSM backend.
+    fn append(&mut self, state: StateId, kg: KeyGroup, key: &[u8], elements: &[u8]) -> Result<()>;
+
+    /// The value of a map entry `key_ns | user_key` (`nullflag | V`).
+    fn map_get(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+    ) -> Result<Option<&[u8]>>;
+
+    /// Sets a map entry.
+    fn map_put(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+        value: &[u8],
+    ) -> Result<()>;
+
+    /// Removes a map entry (no error if absent).
+    fn map_remove(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8], user_key: &[u8])
+        -> Result<()>;
+
+    /// Visits the entries of one map in ascending user-key byte order, until `f` returns `false`.
+    fn map_scan(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()>;
+
+    /// Removes every entry of one map.
+    fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()>;
+
+    /// Visits every entry of a state, key group by key group, until `f` returns `false`. Entry keys are full
+    /// (with the user key for maps); order within a key group is unspecified.
+    fn scan_state(
+        &mut self,
+        state: StateId,
+        f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
+    ) -> Result<()>;
+
+    /// Replaces every value of a state by `f(value)` (serializer migration); `None` deletes the entry.
+    fn transform_values(
+        &mut self,
+        state: StateId,
+        f: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
+    ) -> Result<()>;
+
+    /// Loads sorted entries of one state and key group (restore), replacing nothing: the key group is expected
+    /// to hold no entries of that state yet.
+    fn bulk_load(&mut self, state: StateId, kg: KeyGroup, entries: &mut dyn EntrySource) -> Result<()>;
+
+    /// The number of stored entries over all states (map entries count one each).
+    fn num_entries(&mut self) -> Result<u64>;
+
+    /// The synchronous part of a snapshot: pins the current state and returns a view that can be read (on any
+    /// thread) while this backend keeps changing.
+    fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>>;
+}
+
+/// A consistent, immutable view of a backend at one point, for the savepoint encoder.
+pub trait BackendSnapshot: Send + Sync {
+    /// The configuration of the backend it was taken from.
+    fn config(&self) -> &BackendConfig;
+
+    /// The states at snapshot time, in id order.
+    fn states(&self) -> &[StateMetaInfo];
+
+    /// Visits the entries of `state` in key group `kg` in ascending byte order of entry keys. Map states give
+    /// one entry per user key; empty lists and maps give nothing. Stops at the first error from `f`.
+    fn visit(
+        &self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()>;
+}

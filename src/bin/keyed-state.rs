@@ -1,0 +1,3 @@
+//! The `keyed-state` command line: demo, inspect, dump, verify, key-group.
+
+fn main() {}

@@ -1,0 +1,140 @@
+//! The crate's error type for state access, backends, snapshots and restore.
+
+use crate::keygroup::{KeyGroup, KeyGroupError, KeyGroupRange};
+use crate::meta::StateKind;
+use crate::serializer::{SerializerError, SerializerSnapshot};
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in keyed state, each variant naming what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O operation failed.
+    #[error("I/O error during {context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A value could not be (de)serialized.
+    #[error("state '{state}': {source}")]
+    Serializer {
+        /// The state (or `<key>` / `<namespace>`).
+        state: String,
+        /// The underlying error.
+        #[source]
+        source: SerializerError,
+    },
+    /// Key-group arithmetic on invalid arguments.
+    #[error(transparent)]
+    KeyGroup(#[from] KeyGroupError),
+    /// A state name is registered twice with a different kind or type.
+    #[error("state '{name}' is already registered as {existing}, cannot register it as {requested}")]
+    StateKindMismatch {
+        /// The state name.
+        name: String,
+        /// The kind it has.
+        existing: StateKind,
+        /// The kind requested.
+        requested: StateKind,
+    },
+    /// A state name is registered twice with different serializers in one backend.
+    #[error("state '{name}' is already registered with {role} serializer {existing}, not {requested}")]
+    StateTypeMismatch {
+        /// The state name.
+        name: String,
+        /// Which serializer differs (value, namespace).
+        role: &'static str,
+        /// The serializer it has.
+        existing: Box<SerializerSnapshot>,
+        /// The serializer requested.
+        requested: Box<SerializerSnapshot>,
+    },
+    /// A serializer cannot read what the previous serializer wrote.
+    #[error("state '{state}': incompatible {role} serializer: restored data was written by {previous}, the new serializer is {new}: {reason}")]
+    IncompatibleSerializer {
+        /// The state (or `<key>`).
+        state: String,
+        /// Which serializer (key, namespace, value).
+        role: &'static str,
+        /// The serializer that wrote the data.
+        previous: Box<SerializerSnapshot>,
+        /// The serializer given now.
+        new: Box<SerializerSnapshot>,
+        /// Why they are incompatible.
+        reason: String,
+    },
+    /// The max parallelism of a savepoint differs from the backend's.
+    #[error("max parallelism mismatch: the savepoint was written with max parallelism {savepoint}, the backend uses {backend}")]
+    MaxParallelismMismatch {
+        /// The savepoint's.
+        savepoint: u32,
+        /// The backend's.
+        backend: u32,
+    },
+    /// A key falls in a key group outside the backend's range.
+    #[error("key group {key_group} is outside this backend's key-group range {range}")]
+    KeyGroupOutOfRange {
+        /// The key group.
+        key_group: KeyGroup,
+        /// The backend's range.
+        range: KeyGroupRange,
+    },
+    /// A state operation was used before setting a current key.
+    #[error("no current key is set")]
+    NoCurrentKey,
+    /// An unknown state id or name.
+    #[error("unknown state {0}")]
+    UnknownState(String),
+    /// A state operation does not apply to the state's kind.
+    #[error("state '{name}' is a {kind} state; {operation} does not apply")]
+    WrongKind {
+        /// The state.
+        name: String,
+        /// Its kind.
+        kind: StateKind,
+        /// The operation attempted.
+        operation: &'static str,
+    },
+    /// Stored bytes are damaged or do not follow the format.
+    #[error("corrupt data in {location}: {detail}")]
+    Corruption {
+        /// Where (file, block, state).
+        location: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A savepoint could not be read or written.
+    #[error(transparent)]
+    Savepoint(#[from] crate::savepoint::SavepointError),
+    /// The LSM engine failed.
+    #[error(transparent)]
+    Lsm(#[from] crate::lsm::LsmError),
+    /// A snapshot or backend was used after it was closed or cancelled.
+    #[error("{0} was closed or cancelled")]
+    Closed(&'static str),
+    /// An invalid argument.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// An I/O error with context.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A serializer error for a state.
+    pub fn serializer(state: impl Into<String>, source: SerializerError) -> Self {
+        Error::Serializer {
+            state: state.into(),
+            source,
+        }
+    }
+}

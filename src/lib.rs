@@ -1,0 +1,21 @@
+//! keyed-state: a pure-Rust keyed state store for stream processors.
+//!
+//! Key groups are assigned exactly as Apache Flink assigns them ([`keygroup`]); typed keyed state
+//! ([`state`]) lives in a backend behind one trait ([`backend::StateBackend`]); every backend feeds the same
+//! savepoint encoder ([`savepoint`]), so a savepoint taken on one backend restores on another, at any
+//! parallelism. Entry bytes follow Flink's RocksDB working-state layout exactly ([`layout`]).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod error;
+pub mod keygroup;
+pub mod layout;
+pub mod lsm;
+pub mod meta;
+pub mod savepoint;
+pub mod serializer;
+pub mod state;
+
+pub use error::{Error, Result};

@@ -1,0 +1,109 @@
+//! Internal keys: a user key plus an 8-byte trailer `(seqno << 8) | kind`, big-endian.
+//!
+//! Internal keys order by user key ascending (bytewise), then by trailer *descending*, so the newest version
+//! of a user key comes first. Because user keys are not prefix-free, internal keys must be compared with
+//! [`compare`], never bytewise.
+
+use std::cmp::Ordering;
+
+/// Length of the trailer appended to every user key.
+pub const TRAILER_LEN: usize = 8;
+/// The largest sequence number (56 bits).
+pub const MAX_SEQNO: u64 = (1 << 56) - 1;
+
+/// What an internal key records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum ValueKind {
+    /// A point tombstone.
+    Delete = 0,
+    /// A full value.
+    Put = 1,
+    /// A merge operand.
+    Merge = 2,
+    /// A range tombstone: the user key is the range start, the value the exclusive end.
+    RangeDelete = 3,
+}
+
+impl ValueKind {
+    /// The kind for a trailer byte, if valid.
+    pub fn from_u8(b: u8) -> Option<Self> {
+        Some(match b {
+            0 => ValueKind::Delete,
+            1 => ValueKind::Put,
+            2 => ValueKind::Merge,
+            3 => ValueKind::RangeDelete,
+            _ => return None,
+        })
+    }
+}
+
+/// Appends `user_key | trailer(seqno, kind)` to `out`.
+#[inline]
+pub fn encode(out: &mut Vec<u8>, user_key: &[u8], seqno: u64, kind: ValueKind) {
+    out.extend_from_slice(user_key);
+    out.extend_from_slice(&trailer(seqno, kind).to_be_bytes());
+}
+
+/// The trailer value `(seqno << 8) | kind`.
+#[inline]
+pub fn trailer(seqno: u64, kind: ValueKind) -> u64 {
+    (seqno.min(MAX_SEQNO) << 8) | kind as u64
+}
+
+/// A decoded internal key borrowing its user key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParsedKey<'a> {
+    /// The user key.
+    pub user_key: &'a [u8],
+    /// The sequence number.
+    pub seqno: u64,
+    /// The kind.
+    pub kind: ValueKind,
+}
+
+/// Splits an internal key; `None` if it is shorter than the trailer or has an unknown kind.
+#[inline]
+pub fn parse(ikey: &[u8]) -> Option<ParsedKey<'_>> {
+    let split = ikey.len().checked_sub(TRAILER_LEN)?;
+    let (user_key, t) = ikey.split_at(split);
+    let t = u64::from_be_bytes(t.try_into().ok()?);
+    Some(ParsedKey {
+        user_key,
+        seqno: t >> 8,
+        kind: ValueKind::from_u8(t as u8)?,
+    })
+}
+
+/// The user key part of an internal key (the whole slice if it is too short to have a trailer).
+#[inline]
+pub fn user_key(ikey: &[u8]) -> &[u8] {
+    &ikey[..ikey.len().saturating_sub(TRAILER_LEN)]
+}
+
+/// Orders internal keys: user key ascending, then trailer descending (newest first).
+#[inline]
+pub fn compare(a: &[u8], b: &[u8]) -> Ordering {
+    let (ua, ta) = a.split_at(a.len().saturating_sub(TRAILER_LEN));
+    let (ub, tb) = b.split_at(b.len().saturating_sub(TRAILER_LEN));
+    ua.cmp(ub).then_with(|| tb.cmp(ta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_first_and_prefix_safe() {
+        let mut a = Vec::new();
+        encode(&mut a, b"k", 5, ValueKind::Put);
+        let mut b = Vec::new();
+        encode(&mut b, b"k", 9, ValueKind::Merge);
+        assert_eq!(compare(&b, &a), Ordering::Less);
+        let mut c = Vec::new();
+        encode(&mut c, b"ka", 1, ValueKind::Put);
+        assert_eq!(compare(&a, &c), Ordering::Less);
+        let p = parse(&b).unwrap();
+        assert_eq!((p.user_key, p.seqno, p.kind), (&b"k"[..], 9, ValueKind::Merge));
+    }
+}

@@ -1,0 +1,243 @@
+//! Built-in serializers for primitive types, byte-compatible with Flink's where Flink has one.
+
+use super::{Compatibility, KeySerializer, SerializerError, SerializerSnapshot, TypeSerializer};
+use crate::keygroup::{java_int_hash, java_long_hash, java_string_hash};
+
+/// Flink's `LongSerializer` snapshot identifier.
+pub const LONG_SNAPSHOT_ID: &str =
+    "org.apache.flink.api.common.typeutils.base.LongSerializer$LongSerializerSnapshot";
+/// Flink's `IntSerializer` snapshot identifier.
+pub const INT_SNAPSHOT_ID: &str =
+    "org.apache.flink.api.common.typeutils.base.IntSerializer$IntSerializerSnapshot";
+/// Flink's `StringSerializer` snapshot identifier.
+pub const STRING_SNAPSHOT_ID: &str =
+    "org.apache.flink.api.common.typeutils.base.StringSerializer$StringSerializerSnapshot";
+/// Flink's `VoidNamespaceSerializer` snapshot identifier.
+pub const VOID_NAMESPACE_SNAPSHOT_ID: &str =
+    "org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot";
+/// Version of Flink's `SimpleTypeSerializerSnapshot`s.
+pub const SIMPLE_SNAPSHOT_VERSION: u32 = 3;
+
+pub(crate) fn take<'a>(
+    input: &mut &'a [u8],
+    n: usize,
+    what: &'static str,
+) -> Result<&'a [u8], SerializerError> {
+    if input.len() < n {
+        return Err(SerializerError::Truncated {
+            what,
+            needed: n - input.len(),
+        });
+    }
+    let (head, tail) = input.split_at(n);
+    *input = tail;
+    Ok(head)
+}
+
+fn simple_compat(id: &str, previous: &SerializerSnapshot) -> Compatibility {
+    if previous.identifier == id {
+        Compatibility::CompatibleAsIs
+    } else {
+        Compatibility::Incompatible(format!(
+            "{id} cannot read bytes written by {}",
+            previous.identifier
+        ))
+    }
+}
+
+/// `i64` as 8 bytes big-endian (Flink's `LongSerializer`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LongSerializer;
+
+impl TypeSerializer for LongSerializer {
+    type Value = i64;
+    #[inline]
+    fn serialize(&self, value: &i64, out: &mut Vec<u8>) -> Result<(), SerializerError> {
+        out.extend_from_slice(&value.to_be_bytes());
+        Ok(())
+    }
+    #[inline]
+    fn deserialize(&self, input: &mut &[u8]) -> Result<i64, SerializerError> {
+        let b = take(input, 8, "i64")?;
+        Ok(i64::from_be_bytes(b.try_into().unwrap_or([0; 8])))
+    }
+    fn fixed_length(&self) -> Option<usize> {
+        Some(8)
+    }
+    fn snapshot(&self) -> SerializerSnapshot {
+        SerializerSnapshot::simple(LONG_SNAPSHOT_ID, SIMPLE_SNAPSHOT_VERSION)
+    }
+    fn compatibility(&self, previous: &SerializerSnapshot) -> Compatibility {
+        simple_compat(LONG_SNAPSHOT_ID, previous)
+    }
+}
+
+impl KeySerializer for LongSerializer {
+    #[inline]
+    fn key_hash(&self, key: &i64, _serialized: &[u8]) -> i32 {
+        java_long_hash(*key)
+    }
+}
+
+/// `i32` as 4 bytes big-endian (Flink's `IntSerializer`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IntSerializer;
+
+impl TypeSerializer for IntSerializer {
+    type Value = i32;
+    #[inline]
+    fn serialize(&self, value: &i32, out: &mut Vec<u8>) -> Result<(), SerializerError> {
+        out.extend_from_slice(&value.to_be_bytes());
+        Ok(())
+    }
+    #[inline]
+    fn deserialize(&self, input: &mut &[u8]) -> Result<i32, SerializerError> {
+        let b = take(input, 4, "i32")?;
+        Ok(i32::from_be_bytes(b.try_into().unwrap_or([0; 4])))
+    }
+    fn fixed_length(&self) -> Option<usize> {
+        Some(4)
+    }
+    fn snapshot(&self) -> SerializerSnapshot {
+        SerializerSnapshot::simple(INT_SNAPSHOT_ID, SIMPLE_SNAPSHOT_VERSION)
+    }
+    fn compatibility(&self, previous: &SerializerSnapshot) -> Compatibility {
+        simple_compat(INT_SNAPSHOT_ID, previous)
+    }
+}
+
+impl KeySerializer for IntSerializer {
+    #[inline]
+    fn key_hash(&self, key: &i32, _serialized: &[u8]) -> i32 {
+        java_int_hash(*key)
+    }
+}
+
+/// `String` as Flink's `StringValue.writeString`: varint(UTF-16 length + 1), then each UTF-16 unit as a varint.
+///
+/// Flink's `null` (a single `00` byte) has no Rust counterpart and is rejected on read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StringSerializer;
+
+#[inline]
+fn write_varint_u32(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn read_varint_u32(input: &mut &[u8], what: &'static str) -> Result<u32, SerializerError> {
+    let mut result: u32 = 0;
+    let mut shift = 0u32;
+    loop {
+        let b = take(input, 1, what)?[0];
+        if shift >= 32 {
+            return Err(SerializerError::Invalid {
+                what,
+                detail: "varint longer than 5 bytes".into(),
+            });
+        }
+        result |= ((b & 0x7f) as u32) << shift;
+        if b & 0x80 == 0 {
+            return Ok(result);
+        }
+        shift += 7;
+    }
+}
+
+impl TypeSerializer for StringSerializer {
+    type Value = String;
+    fn serialize(&self, value: &String, out: &mut Vec<u8>) -> Result<(), SerializerError> {
+        if value.is_ascii() {
+            // Fast path: one UTF-16 unit per byte, each < 0x80.
+            write_varint_u32(out, value.len() as u32 + 1);
+            out.extend_from_slice(value.as_bytes());
+            return Ok(());
+        }
+        let units = value.encode_utf16().count();
+        write_varint_u32(out, units as u32 + 1);
+        for c in value.encode_utf16() {
+            write_varint_u32(out, c as u32);
+        }
+        Ok(())
+    }
+    fn deserialize(&self, input: &mut &[u8]) -> Result<String, SerializerError> {
+        let len = read_varint_u32(input, "string length")?;
+        if len == 0 {
+            return Err(SerializerError::Invalid {
+                what: "string",
+                detail: "null string (length 0) has no Rust value".into(),
+            });
+        }
+        let units = (len - 1) as usize;
+        // Fast path: ASCII bytes.
+        if input.len() >= units && input[..units].iter().all(|b| *b < 0x80) {
+            let s = take(input, units, "string")?;
+            return Ok(String::from_utf8(s.to_vec()).unwrap_or_default());
+        }
+        let mut buf: Vec<u16> = Vec::with_capacity(units.min(input.len()));
+        for _ in 0..units {
+            let c = read_varint_u32(input, "string char")?;
+            if c > 0xffff {
+                return Err(SerializerError::Invalid {
+                    what: "string",
+                    detail: format!("UTF-16 unit {c:#x} out of range"),
+                });
+            }
+            buf.push(c as u16);
+        }
+        String::from_utf16(&buf).map_err(|e| SerializerError::Invalid {
+            what: "string",
+            detail: e.to_string(),
+        })
+    }
+    fn fixed_length(&self) -> Option<usize> {
+        None
+    }
+    fn snapshot(&self) -> SerializerSnapshot {
+        SerializerSnapshot::simple(STRING_SNAPSHOT_ID, SIMPLE_SNAPSHOT_VERSION)
+    }
+    fn compatibility(&self, previous: &SerializerSnapshot) -> Compatibility {
+        simple_compat(STRING_SNAPSHOT_ID, previous)
+    }
+}
+
+impl KeySerializer for StringSerializer {
+    fn key_hash(&self, key: &String, _serialized: &[u8]) -> i32 {
+        java_string_hash(key)
+    }
+}
+
+/// The namespace of states that have none (Flink's `VoidNamespace`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VoidNamespace;
+
+/// Flink's `VoidNamespaceSerializer`: writes one `00` byte, yet reports a fixed length of 0 (kept as in Flink:
+/// it decides whether composite keys carry length bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VoidNamespaceSerializer;
+
+impl TypeSerializer for VoidNamespaceSerializer {
+    type Value = VoidNamespace;
+    #[inline]
+    fn serialize(&self, _value: &VoidNamespace, out: &mut Vec<u8>) -> Result<(), SerializerError> {
+        out.push(0);
+        Ok(())
+    }
+    #[inline]
+    fn deserialize(&self, input: &mut &[u8]) -> Result<VoidNamespace, SerializerError> {
+        take(input, 1, "void namespace")?;
+        Ok(VoidNamespace)
+    }
+    fn fixed_length(&self) -> Option<usize> {
+        Some(0)
+    }
+    fn snapshot(&self) -> SerializerSnapshot {
+        SerializerSnapshot::simple(VOID_NAMESPACE_SNAPSHOT_ID, SIMPLE_SNAPSHOT_VERSION)
+    }
+    fn compatibility(&self, previous: &SerializerSnapshot) -> Compatibility {
+        simple_compat(VOID_NAMESPACE_SNAPSHOT_ID, previous)
+    }
+}

@@ -1,0 +1,1 @@
+//! Composite serializers (list, map, option) built from element serializers.
