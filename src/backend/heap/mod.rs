@@ -1,0 +1,450 @@
+//! The heap backend: in-memory tables per state and key group, with cheap consistent snapshots.
+//!
+//! Every state has one table per key group of the backend's range. Value, list, reducing and aggregating
+//! states use a hash table from entry key to value bytes; map states use an ordered table with one entry per
+//! user key (so a map is a key range, exactly as on the LSM backend). Entries are stored as the working-state
+//! bytes of `crate::layout`, so a snapshot hands them to the savepoint encoder unchanged.
+//!
+//! A snapshot clones every table (O(states × key groups), independent of the state size); the tables are
+//! copy-on-write or persistent ([`table`]), so writes after the snapshot never disturb it. Any number of
+//! snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
+
+pub mod bytes;
+pub mod table;
+
+use std::sync::Arc;
+
+use self::bytes::SmallBytes;
+use self::table::{CowTables, KgTable, OrderedTable, TableFamily};
+use super::{BackendConfig, BackendSnapshot, EntrySource, StateBackend, StateId};
+use crate::error::{Error, Result};
+use crate::keygroup::{key_group_prefix_len, KeyGroup};
+use crate::meta::{StateKind, StateMetaInfo};
+
+/// The tables of one state: one per key group of the backend's range.
+enum StateTables<F: TableFamily> {
+    Kv(Vec<F::Kv>),
+    Ordered(Vec<F::Ordered>),
+}
+
+impl<F: TableFamily> Clone for StateTables<F> {
+    fn clone(&self) -> Self {
+        match self {
+            StateTables::Kv(t) => StateTables::Kv(t.clone()),
+            StateTables::Ordered(t) => StateTables::Ordered(t.clone()),
+        }
+    }
+}
+
+impl<F: TableFamily> StateTables<F> {
+    fn new(kind: StateKind, groups: usize) -> Self {
+        if kind == StateKind::Map {
+            StateTables::Ordered((0..groups).map(|_| F::Ordered::default()).collect())
+        } else {
+            StateTables::Kv((0..groups).map(|_| F::Kv::default()).collect())
+        }
+    }
+}
+
+/// The heap backend, generic over its table implementation (copy-on-write by default; see
+/// `design/heap-backend.md` for the measurement behind the default).
+pub struct HeapBackend<F: TableFamily = CowTables> {
+    config: BackendConfig,
+    prefix_len: usize,
+    states: Vec<StateMetaInfo>,
+    tables: Vec<StateTables<F>>,
+}
+
+impl HeapBackend<CowTables> {
+    /// A heap backend with copy-on-write tables.
+    pub fn new(config: BackendConfig) -> Result<Self> {
+        Self::with_tables(config)
+    }
+}
+
+impl<F: TableFamily> HeapBackend<F> {
+    /// A heap backend with the table family `F`.
+    pub fn with_tables(config: BackendConfig) -> Result<Self> {
+        crate::keygroup::check_max_parallelism(config.max_parallelism)?;
+        let range = config.key_group_range;
+        if !range.is_empty() && range.end() as u32 >= config.max_parallelism {
+            return Err(Error::InvalidArgument(format!(
+                "key-group range {range} does not fit max parallelism {}",
+                config.max_parallelism
+            )));
+        }
+        Ok(HeapBackend {
+            prefix_len: key_group_prefix_len(config.max_parallelism),
+            config,
+            states: Vec::new(),
+            tables: Vec::new(),
+        })
+    }
+
+    #[inline]
+    fn group_index(&self, kg: KeyGroup) -> Result<usize> {
+        self.config
+            .key_group_range
+            .index_of(kg)
+            .ok_or(Error::KeyGroupOutOfRange {
+                key_group: kg,
+                range: self.config.key_group_range,
+            })
+    }
+
+    #[inline]
+    fn kv(&mut self, state: StateId, kg: KeyGroup, op: &'static str) -> Result<&mut F::Kv> {
+        let g = self.group_index(kg)?;
+        if !matches!(self.tables.get(state), Some(StateTables::Kv(_))) {
+            return Err(self.wrong_kind(state, op));
+        }
+        match self.tables.get_mut(state) {
+            Some(StateTables::Kv(t)) => Ok(&mut t[g]),
+            _ => Err(Error::UnknownState(format!("id {state}"))),
+        }
+    }
+
+    #[inline]
+    fn kv_ref(&self, state: StateId, kg: KeyGroup, op: &'static str) -> Result<&F::Kv> {
+        let g = self.group_index(kg)?;
+        match self.tables.get(state) {
+            Some(StateTables::Kv(t)) => Ok(&t[g]),
+            Some(StateTables::Ordered(_)) => Err(self.wrong_kind(state, op)),
+            None => Err(Error::UnknownState(format!("id {state}"))),
+        }
+    }
+
+    #[inline]
+    fn ordered(&mut self, state: StateId, kg: KeyGroup, op: &'static str) -> Result<&mut F::Ordered> {
+        let g = self.group_index(kg)?;
+        if !matches!(self.tables.get(state), Some(StateTables::Ordered(_))) {
+            return Err(self.wrong_kind(state, op));
+        }
+        match self.tables.get_mut(state) {
+            Some(StateTables::Ordered(t)) => Ok(&mut t[g]),
+            _ => Err(Error::UnknownState(format!("id {state}"))),
+        }
+    }
+
+    fn wrong_kind(&self, state: StateId, op: &'static str) -> Error {
+        match self.states.get(state) {
+            Some(m) => Error::WrongKind {
+                name: m.name.clone(),
+                kind: m.kind,
+                operation: op,
+            },
+            None => Error::UnknownState(format!("id {state}")),
+        }
+    }
+}
+
+impl<F: TableFamily> StateBackend for HeapBackend<F> {
+    fn backend_name(&self) -> &'static str {
+        "heap"
+    }
+
+    fn config(&self) -> &BackendConfig {
+        &self.config
+    }
+
+    fn register_state(&mut self, meta: StateMetaInfo) -> Result<StateId> {
+        if let Some(id) = self.states.iter().position(|s| s.name == meta.name) {
+            let existing = &self.states[id];
+            if existing.kind != meta.kind {
+                return Err(Error::StateKindMismatch {
+                    name: meta.name,
+                    existing: existing.kind,
+                    requested: meta.kind,
+                });
+            }
+            self.states[id] = meta;
+            return Ok(id);
+        }
+        let groups = self.config.key_group_range.len();
+        self.tables.push(StateTables::new(meta.kind, groups));
+        self.states.push(meta);
+        Ok(self.states.len() - 1)
+    }
+
+    fn states(&self) -> &[StateMetaInfo] {
+        &self.states
+    }
+
+    #[inline]
+    fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
+        Ok(self.kv_ref(state, kg, "get")?.get(key).map(SmallBytes::as_slice))
+    }
+
+    #[inline]
+    fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
+        let t = self.kv(state, kg, "put")?;
+        match t.get_mut(key) {
+            Some(v) => v.set(value),
+            None => t.insert(SmallBytes::new(key), SmallBytes::new(value)),
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()> {
+        self.kv(state, kg, "delete")?.remove(key);
+        Ok(())
+    }
+
+    fn append(&mut self, state: StateId, kg: KeyGroup, key: &[u8], elements: &[u8]) -> Result<()> {
+        if elements.is_empty() {
+            return Ok(());
+        }
+        let t = self.kv(state, kg, "append")?;
+        match t.get_mut(key) {
+            Some(v) if !v.as_slice().is_empty() => {
+                v.extend(&[&[crate::layout::LIST_DELIMITER], elements])
+            }
+            Some(v) => v.set(elements),
+            None => t.insert(SmallBytes::new(key), SmallBytes::new(elements)),
+        }
+        Ok(())
+    }
+
+    fn map_get(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+    ) -> Result<Option<&[u8]>> {
+        let mut buf = Vec::with_capacity(key_ns.len() + user_key.len());
+        buf.extend_from_slice(key_ns);
+        buf.extend_from_slice(user_key);
+        let t: &F::Ordered = self.ordered(state, kg, "map_get")?;
+        Ok(t.get(&buf).map(SmallBytes::as_slice))
+    }
+
+    fn map_put(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        let mut buf = Vec::with_capacity(key_ns.len() + user_key.len());
+        buf.extend_from_slice(key_ns);
+        buf.extend_from_slice(user_key);
+        self.ordered(state, kg, "map_put")?.insert(&buf, value);
+        Ok(())
+    }
+
+    fn map_remove(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+    ) -> Result<()> {
+        let mut buf = Vec::with_capacity(key_ns.len() + user_key.len());
+        buf.extend_from_slice(key_ns);
+        buf.extend_from_slice(user_key);
+        self.ordered(state, kg, "map_remove")?.remove(&buf);
+        Ok(())
+    }
+
+    fn map_scan(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let t: &F::Ordered = self.ordered(state, kg, "map_scan")?;
+        t.scan_from(key_ns, &mut |k, v| match k.strip_prefix(key_ns) {
+            Some(user_key) => f(user_key, v),
+            None => false,
+        });
+        Ok(())
+    }
+
+    fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()> {
+        self.ordered(state, kg, "map_clear")?.remove_prefix(key_ns);
+        Ok(())
+    }
+
+    fn scan_state(
+        &mut self,
+        state: StateId,
+        f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let range = self.config.key_group_range;
+        let mut go = true;
+        match self.tables.get(state) {
+            Some(StateTables::Kv(groups)) => {
+                for (kg, t) in range.iter().zip(groups) {
+                    t.for_each(&mut |k, v| {
+                        if go {
+                            go = f(kg, k.as_slice(), v.as_slice());
+                        }
+                    });
+                    if !go {
+                        break;
+                    }
+                }
+            }
+            Some(StateTables::Ordered(groups)) => {
+                for (kg, t) in range.iter().zip(groups) {
+                    t.scan_from(&[], &mut |k, v| {
+                        go = f(kg, k, v);
+                        go
+                    });
+                    if !go {
+                        break;
+                    }
+                }
+            }
+            None => return Err(Error::UnknownState(format!("id {state}"))),
+        }
+        Ok(())
+    }
+
+    fn transform_values(
+        &mut self,
+        state: StateId,
+        f: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
+    ) -> Result<()> {
+        let mut failure: Option<Error> = None;
+        let mut apply = |v: &mut SmallBytes| -> bool {
+            if failure.is_some() {
+                return true;
+            }
+            match f(v.as_slice()) {
+                Ok(Some(new)) => {
+                    v.set(&new);
+                    true
+                }
+                Ok(None) => false,
+                Err(e) => {
+                    failure = Some(e);
+                    true
+                }
+            }
+        };
+        match self.tables.get_mut(state) {
+            Some(StateTables::Kv(groups)) => {
+                for t in groups {
+                    t.retain(&mut |_, v| apply(v));
+                }
+            }
+            Some(StateTables::Ordered(groups)) => {
+                for t in groups {
+                    t.retain(&mut |_, v| apply(v));
+                }
+            }
+            None => return Err(Error::UnknownState(format!("id {state}"))),
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn bulk_load(&mut self, state: StateId, kg: KeyGroup, entries: &mut dyn EntrySource) -> Result<()> {
+        let g = self.group_index(kg)?;
+        match self.tables.get_mut(state) {
+            Some(StateTables::Kv(groups)) => {
+                let t = &mut groups[g];
+                while let Some((k, v)) = entries.next_entry()? {
+                    t.insert(SmallBytes::new(k), SmallBytes::new(v));
+                }
+            }
+            Some(StateTables::Ordered(groups)) => {
+                let t = &mut groups[g];
+                while let Some((k, v)) = entries.next_entry()? {
+                    t.insert(k, v);
+                }
+            }
+            None => return Err(Error::UnknownState(format!("id {state}"))),
+        }
+        Ok(())
+    }
+
+    fn num_entries(&mut self) -> Result<u64> {
+        let mut n = 0u64;
+        for t in &self.tables {
+            match t {
+                StateTables::Kv(groups) => n += groups.iter().map(|g| g.len() as u64).sum::<u64>(),
+                StateTables::Ordered(groups) => {
+                    n += groups.iter().map(|g| g.len() as u64).sum::<u64>()
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
+        Ok(Box::new(HeapSnapshot::<F> {
+            config: self.config.clone(),
+            prefix_len: self.prefix_len,
+            states: self.states.clone(),
+            tables: Arc::new(self.tables.clone()),
+        }))
+    }
+}
+
+/// A point-in-time view of a [`HeapBackend`]: clones of its tables.
+pub struct HeapSnapshot<F: TableFamily> {
+    config: BackendConfig,
+    #[allow(dead_code)]
+    prefix_len: usize,
+    states: Vec<StateMetaInfo>,
+    tables: Arc<Vec<StateTables<F>>>,
+}
+
+impl<F: TableFamily> BackendSnapshot for HeapSnapshot<F> {
+    fn config(&self) -> &BackendConfig {
+        &self.config
+    }
+
+    fn states(&self) -> &[StateMetaInfo] {
+        &self.states
+    }
+
+    fn visit(
+        &self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let Some(g) = self.config.key_group_range.index_of(kg) else {
+            return Ok(());
+        };
+        match self.tables.get(state) {
+            Some(StateTables::Kv(groups)) => {
+                // Hash tables are unordered: collect references and sort by key bytes.
+                let t = &groups[g];
+                let keep_empty = self.states.get(state).map(|m| m.kind) == Some(StateKind::Timers);
+                // Empty values are never stored by the state API (empty lists are absent); skip defensively.
+                let mut entries: Vec<(&[u8], &[u8])> = t
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                    .filter(|(_, v)| keep_empty || !v.is_empty())
+                    .collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (k, v) in entries {
+                    f(k, v)?;
+                }
+                Ok(())
+            }
+            Some(StateTables::Ordered(groups)) => {
+                let mut result = Ok(());
+                groups[g].scan_from(&[], &mut |k, v| match f(k, v) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        result = Err(e);
+                        false
+                    }
+                });
+                result
+            }
+            None => Err(Error::UnknownState(format!("id {state}"))),
+        }
+    }
+}
