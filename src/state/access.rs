@@ -1,0 +1,607 @@
+//! Accessors: short-lived views of one state at the current key and one namespace.
+//!
+//! `store.value(&h)` / `store.value_in(&h, &ns)` serialize the namespace once and borrow the store; every
+//! method then applies to (current key, namespace).
+
+use super::descriptor::*;
+use super::store::KeyedStateStore;
+use crate::error::{Error, Result};
+use crate::keygroup::KeyGroup;
+use crate::layout::{LIST_DELIMITER, MAP_VALUE_NULL, MAP_VALUE_PRESENT};
+use crate::serializer::{KeySerializer, TypeSerializer, VoidNamespace, VoidNamespaceSerializer};
+
+fn ser_err(name: &str) -> impl Fn(crate::serializer::SerializerError) -> Error + '_ {
+    move |e| Error::serializer(name, e)
+}
+
+/// Decodes a joined list value (`e1 , e2 , ...`) with the element serializer.
+pub(crate) fn decode_list<E: TypeSerializer>(name: &str, el: &E, bytes: &[u8]) -> Result<Vec<E::Value>> {
+    let mut out = Vec::new();
+    let mut input = bytes;
+    while !input.is_empty() {
+        out.push(el.deserialize(&mut input).map_err(ser_err(name))?);
+        if let Some((d, rest)) = input.split_first() {
+            if *d != LIST_DELIMITER {
+                return Err(Error::Corruption {
+                    location: format!("list state '{name}'"),
+                    detail: format!("expected delimiter 0x2c between elements, found {d:#04x}"),
+                });
+            }
+            input = rest;
+            if input.is_empty() {
+                return Err(Error::Corruption {
+                    location: format!("list state '{name}'"),
+                    detail: "trailing delimiter".into(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Serializes elements joined with `0x2C` into `out` (cleared first).
+fn encode_list<E: TypeSerializer>(name: &str, el: &E, items: &[E::Value], out: &mut Vec<u8>) -> Result<()> {
+    out.clear();
+    for (i, v) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(LIST_DELIMITER);
+        }
+        el.serialize(v, out).map_err(ser_err(name))?;
+    }
+    Ok(())
+}
+
+impl<K: KeySerializer> KeyedStateStore<K> {
+    /// The value state `h` at the current key (void namespace).
+    #[inline]
+    pub fn value<'a, V: TypeSerializer>(
+        &'a mut self,
+        h: &'a ValueState<V, VoidNamespaceSerializer>,
+    ) -> Result<ValueAccess<'a, K, V, VoidNamespaceSerializer>> {
+        self.value_in(h, &VoidNamespace)
+    }
+
+    /// The value state `h` at the current key in namespace `ns`.
+    #[inline]
+    pub fn value_in<'a, V: TypeSerializer, N: TypeSerializer>(
+        &'a mut self,
+        h: &'a ValueState<V, N>,
+        ns: &N::Value,
+    ) -> Result<ValueAccess<'a, K, V, N>> {
+        let kg = self.build_key_ns(&h.core, ns)?;
+        Ok(ValueAccess { store: self, h, kg })
+    }
+
+    /// The list state `h` at the current key (void namespace).
+    pub fn list<'a, E: TypeSerializer>(
+        &'a mut self,
+        h: &'a ListState<E, VoidNamespaceSerializer>,
+    ) -> Result<ListAccess<'a, K, E, VoidNamespaceSerializer>> {
+        self.list_in(h, &VoidNamespace)
+    }
+
+    /// The list state `h` at the current key in namespace `ns`.
+    pub fn list_in<'a, E: TypeSerializer, N: TypeSerializer>(
+        &'a mut self,
+        h: &'a ListState<E, N>,
+        ns: &N::Value,
+    ) -> Result<ListAccess<'a, K, E, N>> {
+        let kg = self.build_key_ns(&h.core, ns)?;
+        Ok(ListAccess { store: self, h, kg })
+    }
+
+    /// The map state `h` at the current key (void namespace).
+    pub fn map<'a, UK: TypeSerializer, UV: TypeSerializer>(
+        &'a mut self,
+        h: &'a MapState<UK, UV, VoidNamespaceSerializer>,
+    ) -> Result<MapAccess<'a, K, UK, UV, VoidNamespaceSerializer>> {
+        self.map_in(h, &VoidNamespace)
+    }
+
+    /// The map state `h` at the current key in namespace `ns`.
+    pub fn map_in<'a, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>(
+        &'a mut self,
+        h: &'a MapState<UK, UV, N>,
+        ns: &N::Value,
+    ) -> Result<MapAccess<'a, K, UK, UV, N>> {
+        let kg = self.build_key_ns(&h.core, ns)?;
+        Ok(MapAccess { store: self, h, kg })
+    }
+
+    /// The reducing state `h` at the current key (void namespace).
+    pub fn reducing<'a, V: TypeSerializer>(
+        &'a mut self,
+        h: &'a ReducingState<V, VoidNamespaceSerializer>,
+    ) -> Result<ReducingAccess<'a, K, V, VoidNamespaceSerializer>> {
+        self.reducing_in(h, &VoidNamespace)
+    }
+
+    /// The reducing state `h` at the current key in namespace `ns`.
+    pub fn reducing_in<'a, V: TypeSerializer, N: TypeSerializer>(
+        &'a mut self,
+        h: &'a ReducingState<V, N>,
+        ns: &N::Value,
+    ) -> Result<ReducingAccess<'a, K, V, N>> {
+        let kg = self.build_key_ns(&h.core, ns)?;
+        Ok(ReducingAccess { store: self, h, kg })
+    }
+
+    /// The aggregating state `h` at the current key (void namespace).
+    pub fn aggregating<'a, F, A>(
+        &'a mut self,
+        h: &'a AggregatingState<F, A, VoidNamespaceSerializer>,
+    ) -> Result<AggregatingAccess<'a, K, F, A, VoidNamespaceSerializer>>
+    where
+        F: AggregateFunction,
+        A: TypeSerializer<Value = F::Acc>,
+    {
+        self.aggregating_in(h, &VoidNamespace)
+    }
+
+    /// The aggregating state `h` at the current key in namespace `ns`.
+    pub fn aggregating_in<'a, F, A, N>(
+        &'a mut self,
+        h: &'a AggregatingState<F, A, N>,
+        ns: &N::Value,
+    ) -> Result<AggregatingAccess<'a, K, F, A, N>>
+    where
+        F: AggregateFunction,
+        A: TypeSerializer<Value = F::Acc>,
+        N: TypeSerializer,
+    {
+        let kg = self.build_key_ns(&h.core, ns)?;
+        Ok(AggregatingAccess { store: self, h, kg })
+    }
+
+    /// Merges the list state's `sources` namespaces into `target` at the current key and deletes the
+    /// sources (window merging). Elements are moved as bytes, in source order, after the target's.
+    pub fn merge_list_namespaces<E: TypeSerializer, N: TypeSerializer>(
+        &mut self,
+        h: &ListState<E, N>,
+        target: &N::Value,
+        sources: &[N::Value],
+    ) -> Result<()> {
+        let mut moved: Vec<u8> = Vec::new();
+        for s in sources {
+            let kg = self.build_key_ns(&h.core, s)?;
+            let id = h.core.id;
+            if let Some(v) = self.backend.get(id, kg, &self.key_ns)? {
+                if !v.is_empty() {
+                    if !moved.is_empty() {
+                        moved.push(LIST_DELIMITER);
+                    }
+                    moved.extend_from_slice(v);
+                }
+            }
+            self.backend.delete(id, kg, &self.key_ns)?;
+        }
+        let kg = self.build_key_ns(&h.core, target)?;
+        if !moved.is_empty() {
+            self.backend.append(h.core.id, kg, &self.key_ns, &moved)?;
+        }
+        Ok(())
+    }
+
+    /// Merges the reducing state's `sources` namespaces into `target` with the reduce function and deletes
+    /// the sources.
+    pub fn merge_reducing_namespaces<V: TypeSerializer, N: TypeSerializer>(
+        &mut self,
+        h: &ReducingState<V, N>,
+        target: &N::Value,
+        sources: &[N::Value],
+    ) -> Result<()> {
+        let mut acc: Option<V::Value> = None;
+        for s in sources.iter().chain(std::iter::once(target)) {
+            let kg = self.build_key_ns(&h.core, s)?;
+            if let Some(bytes) = self.backend.get(h.core.id, kg, &self.key_ns)? {
+                let v = crate::serializer::from_bytes(&*h.serializer, bytes).map_err(ser_err(&h.core.name))?;
+                acc = Some(match acc {
+                    Some(a) => (h.reduce)(&a, &v),
+                    None => v,
+                });
+            }
+            self.backend.delete(h.core.id, kg, &self.key_ns)?;
+        }
+        if let Some(a) = acc {
+            let kg = self.build_key_ns(&h.core, target)?;
+            self.scratch.clear();
+            h.serializer.serialize(&a, &mut self.scratch).map_err(ser_err(&h.core.name))?;
+            self.backend.put(h.core.id, kg, &self.key_ns, &self.scratch)?;
+        }
+        Ok(())
+    }
+
+    /// Merges the aggregating state's `sources` namespaces into `target` (merging accumulators) and deletes
+    /// the sources.
+    pub fn merge_aggregating_namespaces<F, A, N>(
+        &mut self,
+        h: &AggregatingState<F, A, N>,
+        target: &N::Value,
+        sources: &[N::Value],
+    ) -> Result<()>
+    where
+        F: AggregateFunction,
+        A: TypeSerializer<Value = F::Acc>,
+        N: TypeSerializer,
+    {
+        let mut acc: Option<F::Acc> = None;
+        for s in sources.iter().chain(std::iter::once(target)) {
+            let kg = self.build_key_ns(&h.core, s)?;
+            if let Some(bytes) = self.backend.get(h.core.id, kg, &self.key_ns)? {
+                let v = crate::serializer::from_bytes(&*h.accumulator, bytes).map_err(ser_err(&h.core.name))?;
+                acc = Some(match acc {
+                    Some(a) => h.function.merge(a, v),
+                    None => v,
+                });
+            }
+            self.backend.delete(h.core.id, kg, &self.key_ns)?;
+        }
+        if let Some(a) = acc {
+            let kg = self.build_key_ns(&h.core, target)?;
+            self.scratch.clear();
+            h.accumulator.serialize(&a, &mut self.scratch).map_err(ser_err(&h.core.name))?;
+            self.backend.put(h.core.id, kg, &self.key_ns, &self.scratch)?;
+        }
+        Ok(())
+    }
+}
+
+/// A value state at (current key, namespace).
+pub struct ValueAccess<'a, K: KeySerializer, V: TypeSerializer, N: TypeSerializer> {
+    store: &'a mut KeyedStateStore<K>,
+    h: &'a ValueState<V, N>,
+    kg: KeyGroup,
+}
+
+impl<K: KeySerializer, V: TypeSerializer, N: TypeSerializer> ValueAccess<'_, K, V, N> {
+    /// The value, or the descriptor's default (a fresh copy) when there is none.
+    #[inline]
+    pub fn get(&mut self) -> Result<Option<V::Value>> {
+        let s = &mut *self.store;
+        match s.backend.get(self.h.core.id, self.kg, &s.key_ns)? {
+            Some(bytes) => crate::serializer::from_bytes(&*self.h.serializer, bytes)
+                .map(Some)
+                .map_err(ser_err(&self.h.core.name)),
+            None => Ok(self.h.default.as_deref().cloned()),
+        }
+    }
+
+    /// Sets the value.
+    #[inline]
+    pub fn update(&mut self, value: &V::Value) -> Result<()> {
+        let s = &mut *self.store;
+        s.scratch.clear();
+        self.h
+            .serializer
+            .serialize(value, &mut s.scratch)
+            .map_err(ser_err(&self.h.core.name))?;
+        s.backend.put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+    }
+
+    /// Sets the value, or clears it for `None` (Flink's `update(null)`).
+    pub fn set(&mut self, value: Option<&V::Value>) -> Result<()> {
+        match value {
+            Some(v) => self.update(v),
+            None => self.clear(),
+        }
+    }
+
+    /// Removes the value.
+    pub fn clear(&mut self) -> Result<()> {
+        let s = &mut *self.store;
+        s.backend.delete(self.h.core.id, self.kg, &s.key_ns)
+    }
+}
+
+/// A list state at (current key, namespace).
+pub struct ListAccess<'a, K: KeySerializer, E: TypeSerializer, N: TypeSerializer> {
+    store: &'a mut KeyedStateStore<K>,
+    h: &'a ListState<E, N>,
+    kg: KeyGroup,
+}
+
+impl<K: KeySerializer, E: TypeSerializer, N: TypeSerializer> ListAccess<'_, K, E, N> {
+    /// The elements in insertion order, or `None` when the list is empty (an empty list is absent).
+    pub fn get(&mut self) -> Result<Option<Vec<E::Value>>> {
+        let s = &mut *self.store;
+        match s.backend.get(self.h.core.id, self.kg, &s.key_ns)? {
+            Some(bytes) if !bytes.is_empty() => decode_list(&self.h.core.name, &*self.h.element, bytes).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Appends one element without reading the list.
+    pub fn add(&mut self, value: &E::Value) -> Result<()> {
+        let s = &mut *self.store;
+        s.scratch.clear();
+        self.h
+            .element
+            .serialize(value, &mut s.scratch)
+            .map_err(ser_err(&self.h.core.name))?;
+        s.backend.append(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+    }
+
+    /// Appends elements in order; an empty slice changes nothing.
+    pub fn add_all(&mut self, values: &[E::Value]) -> Result<()> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        let s = &mut *self.store;
+        encode_list(&self.h.core.name, &*self.h.element, values, &mut s.scratch)?;
+        s.backend.append(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+    }
+
+    /// Replaces the list; an empty slice clears it.
+    pub fn update(&mut self, values: &[E::Value]) -> Result<()> {
+        let s = &mut *self.store;
+        if values.is_empty() {
+            return s.backend.delete(self.h.core.id, self.kg, &s.key_ns);
+        }
+        encode_list(&self.h.core.name, &*self.h.element, values, &mut s.scratch)?;
+        s.backend.put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+    }
+
+    /// Removes the list.
+    pub fn clear(&mut self) -> Result<()> {
+        let s = &mut *self.store;
+        s.backend.delete(self.h.core.id, self.kg, &s.key_ns)
+    }
+}
+
+/// A map state at (current key, namespace). Iteration is in ascending order of serialized user keys.
+pub struct MapAccess<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> {
+    store: &'a mut KeyedStateStore<K>,
+    h: &'a MapState<UK, UV, N>,
+    kg: KeyGroup,
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> MapAccess<'_, K, UK, UV, N> {
+    fn user_key_bytes(&mut self, key: &UK::Value) -> Result<()> {
+        let s = &mut *self.store;
+        s.scratch2.clear();
+        self.h
+            .user_key
+            .serialize(key, &mut s.scratch2)
+            .map_err(ser_err(&self.h.core.name))
+    }
+
+    fn decode_value(&self, bytes: &[u8]) -> Result<Option<UV::Value>> {
+        match bytes.split_first() {
+            Some((&MAP_VALUE_PRESENT, rest)) => crate::serializer::from_bytes(&*self.h.user_value, rest)
+                .map(Some)
+                .map_err(ser_err(&self.h.core.name)),
+            Some((&MAP_VALUE_NULL, _)) => Ok(None),
+            _ => Err(Error::Corruption {
+                location: format!("map state '{}'", self.h.core.name),
+                detail: "map value without a valid null flag".into(),
+            }),
+        }
+    }
+
+    /// The value for `key`, if present (a null value, as Flink can store, reads as `None`).
+    pub fn get(&mut self, key: &UK::Value) -> Result<Option<UV::Value>> {
+        self.user_key_bytes(key)?;
+        let s = &mut *self.store;
+        let found = s
+            .backend
+            .map_get(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)?
+            .map(|b| b.to_vec());
+        match found {
+            Some(b) => self.decode_value(&b),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether `key` has an entry.
+    pub fn contains(&mut self, key: &UK::Value) -> Result<bool> {
+        self.user_key_bytes(key)?;
+        let s = &mut *self.store;
+        Ok(s.backend.map_get(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)?.is_some())
+    }
+
+    /// Sets the value for `key`.
+    pub fn put(&mut self, key: &UK::Value, value: &UV::Value) -> Result<()> {
+        self.user_key_bytes(key)?;
+        let s = &mut *self.store;
+        s.scratch.clear();
+        s.scratch.push(MAP_VALUE_PRESENT);
+        self.h
+            .user_value
+            .serialize(value, &mut s.scratch)
+            .map_err(ser_err(&self.h.core.name))?;
+        s.backend
+            .map_put(self.h.core.id, self.kg, &s.key_ns, &s.scratch2, &s.scratch)
+    }
+
+    /// Sets every entry of `entries`.
+    pub fn put_all(&mut self, entries: &[(UK::Value, UV::Value)]) -> Result<()> {
+        for (k, v) in entries {
+            self.put(k, v)?;
+        }
+        Ok(())
+    }
+
+    /// Removes `key`.
+    pub fn remove(&mut self, key: &UK::Value) -> Result<()> {
+        self.user_key_bytes(key)?;
+        let s = &mut *self.store;
+        s.backend.map_remove(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)
+    }
+
+    /// Whether the map has no entry.
+    pub fn is_empty(&mut self) -> Result<bool> {
+        let s = &mut *self.store;
+        let mut empty = true;
+        s.backend.map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |_, _| {
+            empty = false;
+            false
+        })?;
+        Ok(empty)
+    }
+
+    fn raw_entries(&mut self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let s = &mut *self.store;
+        let mut out = Vec::new();
+        s.backend.map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// All entries in user-key order (null values are skipped).
+    pub fn entries(&mut self) -> Result<Vec<(UK::Value, UV::Value)>> {
+        let raw = self.raw_entries()?;
+        let mut out = Vec::with_capacity(raw.len());
+        for (k, v) in raw {
+            let key = crate::serializer::from_bytes(&*self.h.user_key, &k).map_err(ser_err(&self.h.core.name))?;
+            if let Some(value) = self.decode_value(&v)? {
+                out.push((key, value));
+            }
+        }
+        Ok(out)
+    }
+
+    /// All user keys in order.
+    pub fn keys(&mut self) -> Result<Vec<UK::Value>> {
+        let raw = self.raw_entries()?;
+        raw.iter()
+            .map(|(k, _)| crate::serializer::from_bytes(&*self.h.user_key, k).map_err(ser_err(&self.h.core.name)))
+            .collect()
+    }
+
+    /// All values in user-key order (null values are skipped).
+    pub fn values(&mut self) -> Result<Vec<UV::Value>> {
+        Ok(self.entries()?.into_iter().map(|(_, v)| v).collect())
+    }
+
+    /// Visits every entry in order; `f` may change the value and returns whether to keep the entry (Flink's
+    /// iterator `remove` and `Entry.setValue`).
+    pub fn retain(&mut self, mut f: impl FnMut(&UK::Value, &mut UV::Value) -> bool) -> Result<()> {
+        for (k, mut v) in self.entries()? {
+            let before = {
+                self.store.scratch.clear();
+                self.h
+                    .user_value
+                    .serialize(&v, &mut self.store.scratch)
+                    .map_err(ser_err(&self.h.core.name))?;
+                self.store.scratch.clone()
+            };
+            if f(&k, &mut v) {
+                let mut after = Vec::with_capacity(before.len());
+                self.h.user_value.serialize(&v, &mut after).map_err(ser_err(&self.h.core.name))?;
+                if after != before {
+                    self.put(&k, &v)?;
+                }
+            } else {
+                self.remove(&k)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every entry.
+    pub fn clear(&mut self) -> Result<()> {
+        let s = &mut *self.store;
+        s.backend.map_clear(self.h.core.id, self.kg, &s.key_ns)
+    }
+}
+
+/// A reducing state at (current key, namespace).
+pub struct ReducingAccess<'a, K: KeySerializer, V: TypeSerializer, N: TypeSerializer> {
+    store: &'a mut KeyedStateStore<K>,
+    h: &'a ReducingState<V, N>,
+    kg: KeyGroup,
+}
+
+impl<K: KeySerializer, V: TypeSerializer, N: TypeSerializer> ReducingAccess<'_, K, V, N> {
+    /// The reduced value, if any was added.
+    pub fn get(&mut self) -> Result<Option<V::Value>> {
+        let s = &mut *self.store;
+        match s.backend.get(self.h.core.id, self.kg, &s.key_ns)? {
+            Some(bytes) => crate::serializer::from_bytes(&*self.h.serializer, bytes)
+                .map(Some)
+                .map_err(ser_err(&self.h.core.name)),
+            None => Ok(None),
+        }
+    }
+
+    /// Folds `value` into the state with the reduce function.
+    pub fn add(&mut self, value: &V::Value) -> Result<()> {
+        let next = match self.get()? {
+            Some(current) => (self.h.reduce)(&current, value),
+            None => value.clone(),
+        };
+        let s = &mut *self.store;
+        s.scratch.clear();
+        self.h
+            .serializer
+            .serialize(&next, &mut s.scratch)
+            .map_err(ser_err(&self.h.core.name))?;
+        s.backend.put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+    }
+
+    /// Removes the value.
+    pub fn clear(&mut self) -> Result<()> {
+        let s = &mut *self.store;
+        s.backend.delete(self.h.core.id, self.kg, &s.key_ns)
+    }
+}
+
+/// An aggregating state at (current key, namespace).
+pub struct AggregatingAccess<'a, K, F, A, N>
+where
+    K: KeySerializer,
+    F: AggregateFunction,
+    A: TypeSerializer<Value = F::Acc>,
+    N: TypeSerializer,
+{
+    store: &'a mut KeyedStateStore<K>,
+    h: &'a AggregatingState<F, A, N>,
+    kg: KeyGroup,
+}
+
+impl<K, F, A, N> AggregatingAccess<'_, K, F, A, N>
+where
+    K: KeySerializer,
+    F: AggregateFunction,
+    A: TypeSerializer<Value = F::Acc>,
+    N: TypeSerializer,
+{
+    fn accumulator(&mut self) -> Result<Option<F::Acc>> {
+        let s = &mut *self.store;
+        match s.backend.get(self.h.core.id, self.kg, &s.key_ns)? {
+            Some(bytes) => crate::serializer::from_bytes(&*self.h.accumulator, bytes)
+                .map(Some)
+                .map_err(ser_err(&self.h.core.name)),
+            None => Ok(None),
+        }
+    }
+
+    /// The aggregation result, if anything was added.
+    pub fn get(&mut self) -> Result<Option<F::Out>> {
+        Ok(self.accumulator()?.map(|a| self.h.function.get_result(&a)))
+    }
+
+    /// Adds one input to the accumulator.
+    pub fn add(&mut self, value: &F::In) -> Result<()> {
+        let acc = match self.accumulator()? {
+            Some(a) => a,
+            None => self.h.function.create_accumulator(),
+        };
+        let acc = self.h.function.add(value, acc);
+        let s = &mut *self.store;
+        s.scratch.clear();
+        self.h
+            .accumulator
+            .serialize(&acc, &mut s.scratch)
+            .map_err(ser_err(&self.h.core.name))?;
+        s.backend.put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+    }
+
+    /// Removes the accumulator.
+    pub fn clear(&mut self) -> Result<()> {
+        let s = &mut *self.store;
+        s.backend.delete(self.h.core.id, self.kg, &s.key_ns)
+    }
+}

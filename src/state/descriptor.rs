@@ -1,0 +1,389 @@
+//! State descriptors (what to register) and the typed handles that registration returns.
+
+use std::sync::Arc;
+
+use crate::backend::StateId;
+use crate::meta::{StateKind, StateMetaInfo};
+use crate::serializer::{SerializerSnapshot, TypeSerializer, VoidNamespaceSerializer};
+
+/// Flink's `ListSerializerSnapshot` identifier: the state serializer snapshot of list states.
+pub const LIST_STATE_SNAPSHOT_ID: &str = "org.apache.flink.api.common.typeutils.base.ListSerializerSnapshot";
+/// Flink's `MapSerializerSnapshot` identifier: the state serializer snapshot of map states.
+pub const MAP_STATE_SNAPSHOT_ID: &str = "org.apache.flink.api.common.typeutils.base.MapSerializerSnapshot";
+/// Version of Flink's composite snapshots for lists and maps.
+pub const COMPOSITE_STATE_SNAPSHOT_VERSION: u32 = 3;
+
+/// Combines two values of a reducing state (Flink's `ReduceFunction`).
+pub type ReduceFn<V> = Arc<dyn Fn(&V, &V) -> V + Send + Sync>;
+
+/// An aggregation with an accumulator (Flink's `AggregateFunction`).
+pub trait AggregateFunction: Send + Sync + 'static {
+    /// Input values.
+    type In;
+    /// The accumulator, stored in the state.
+    type Acc;
+    /// The result returned by `get`.
+    type Out;
+    /// A fresh accumulator.
+    fn create_accumulator(&self) -> Self::Acc;
+    /// Adds one input to the accumulator.
+    fn add(&self, value: &Self::In, acc: Self::Acc) -> Self::Acc;
+    /// The result for an accumulator.
+    fn get_result(&self, acc: &Self::Acc) -> Self::Out;
+    /// Merges two accumulators (namespace merging).
+    fn merge(&self, a: Self::Acc, b: Self::Acc) -> Self::Acc;
+}
+
+/// Describes a `ValueState<V>` in namespaces of `N`.
+pub struct ValueStateDescriptor<V: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
+    pub(crate) name: String,
+    pub(crate) serializer: V,
+    pub(crate) namespace: N,
+    pub(crate) default: Option<V::Value>,
+}
+
+impl<V: TypeSerializer> ValueStateDescriptor<V> {
+    /// A value state without namespaces.
+    pub fn new(name: impl Into<String>, serializer: V) -> Self {
+        ValueStateDescriptor {
+            name: name.into(),
+            serializer,
+            namespace: VoidNamespaceSerializer,
+            default: None,
+        }
+    }
+}
+
+impl<V: TypeSerializer, N: TypeSerializer> ValueStateDescriptor<V, N> {
+    /// The same state in namespaces serialized by `namespace`.
+    pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> ValueStateDescriptor<V, N2> {
+        ValueStateDescriptor {
+            name: self.name,
+            serializer: self.serializer,
+            namespace,
+            default: self.default,
+        }
+    }
+
+    /// The value returned when the state holds none (copied on each access).
+    pub fn with_default(mut self, default: V::Value) -> Self {
+        self.default = Some(default);
+        self
+    }
+}
+
+/// Describes a `ListState<E>`.
+pub struct ListStateDescriptor<E: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
+    pub(crate) name: String,
+    pub(crate) element: E,
+    pub(crate) namespace: N,
+}
+
+impl<E: TypeSerializer> ListStateDescriptor<E> {
+    /// A list state without namespaces.
+    pub fn new(name: impl Into<String>, element: E) -> Self {
+        ListStateDescriptor {
+            name: name.into(),
+            element,
+            namespace: VoidNamespaceSerializer,
+        }
+    }
+}
+
+impl<E: TypeSerializer, N: TypeSerializer> ListStateDescriptor<E, N> {
+    /// The same state in namespaces serialized by `namespace`.
+    pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> ListStateDescriptor<E, N2> {
+        ListStateDescriptor {
+            name: self.name,
+            element: self.element,
+            namespace,
+        }
+    }
+}
+
+/// Describes a `MapState<UK, UV>`.
+pub struct MapStateDescriptor<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer>
+{
+    pub(crate) name: String,
+    pub(crate) user_key: UK,
+    pub(crate) user_value: UV,
+    pub(crate) namespace: N,
+}
+
+impl<UK: TypeSerializer, UV: TypeSerializer> MapStateDescriptor<UK, UV> {
+    /// A map state without namespaces.
+    pub fn new(name: impl Into<String>, user_key: UK, user_value: UV) -> Self {
+        MapStateDescriptor {
+            name: name.into(),
+            user_key,
+            user_value,
+            namespace: VoidNamespaceSerializer,
+        }
+    }
+}
+
+impl<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> MapStateDescriptor<UK, UV, N> {
+    /// The same state in namespaces serialized by `namespace`.
+    pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> MapStateDescriptor<UK, UV, N2> {
+        MapStateDescriptor {
+            name: self.name,
+            user_key: self.user_key,
+            user_value: self.user_value,
+            namespace,
+        }
+    }
+}
+
+/// Describes a `ReducingState<V>`.
+pub struct ReducingStateDescriptor<V: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
+    pub(crate) name: String,
+    pub(crate) serializer: V,
+    pub(crate) namespace: N,
+    pub(crate) reduce: ReduceFn<V::Value>,
+}
+
+impl<V: TypeSerializer> ReducingStateDescriptor<V> {
+    /// A reducing state without namespaces, folding added values with `reduce`.
+    pub fn new(
+        name: impl Into<String>,
+        serializer: V,
+        reduce: impl Fn(&V::Value, &V::Value) -> V::Value + Send + Sync + 'static,
+    ) -> Self {
+        ReducingStateDescriptor {
+            name: name.into(),
+            serializer,
+            namespace: VoidNamespaceSerializer,
+            reduce: Arc::new(reduce),
+        }
+    }
+}
+
+impl<V: TypeSerializer, N: TypeSerializer> ReducingStateDescriptor<V, N> {
+    /// The same state in namespaces serialized by `namespace`.
+    pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> ReducingStateDescriptor<V, N2> {
+        ReducingStateDescriptor {
+            name: self.name,
+            serializer: self.serializer,
+            namespace,
+            reduce: self.reduce,
+        }
+    }
+}
+
+/// Describes an `AggregatingState<IN, OUT>` with accumulators serialized by `A`.
+pub struct AggregatingStateDescriptor<F, A, N = VoidNamespaceSerializer>
+where
+    F: AggregateFunction,
+    A: TypeSerializer<Value = F::Acc>,
+    N: TypeSerializer,
+{
+    pub(crate) name: String,
+    pub(crate) function: F,
+    pub(crate) accumulator: A,
+    pub(crate) namespace: N,
+}
+
+impl<F, A> AggregatingStateDescriptor<F, A>
+where
+    F: AggregateFunction,
+    A: TypeSerializer<Value = F::Acc>,
+{
+    /// An aggregating state without namespaces.
+    pub fn new(name: impl Into<String>, function: F, accumulator: A) -> Self {
+        AggregatingStateDescriptor {
+            name: name.into(),
+            function,
+            accumulator,
+            namespace: VoidNamespaceSerializer,
+        }
+    }
+}
+
+impl<F, A, N> AggregatingStateDescriptor<F, A, N>
+where
+    F: AggregateFunction,
+    A: TypeSerializer<Value = F::Acc>,
+    N: TypeSerializer,
+{
+    /// The same state in namespaces serialized by `namespace`.
+    pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> AggregatingStateDescriptor<F, A, N2> {
+        AggregatingStateDescriptor {
+            name: self.name,
+            function: self.function,
+            accumulator: self.accumulator,
+            namespace,
+        }
+    }
+}
+
+/// What every handle knows: id, name, namespace serializer (internal).
+#[doc(hidden)]
+pub struct HandleCore<N> {
+    pub(crate) id: StateId,
+    pub(crate) name: Arc<str>,
+    pub(crate) namespace: Arc<N>,
+    /// Whether entry keys carry length bytes (key and namespace serializers both variable-length).
+    pub(crate) ambiguous: bool,
+}
+
+impl<N> Clone for HandleCore<N> {
+    fn clone(&self) -> Self {
+        HandleCore {
+            id: self.id,
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            ambiguous: self.ambiguous,
+        }
+    }
+}
+
+/// A registered value state. Cheap to clone.
+pub struct ValueState<V: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
+    pub(crate) core: HandleCore<N>,
+    pub(crate) serializer: Arc<V>,
+    pub(crate) default: Option<Arc<V::Value>>,
+}
+
+/// A registered list state. Cheap to clone.
+pub struct ListState<E: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
+    pub(crate) core: HandleCore<N>,
+    pub(crate) element: Arc<E>,
+}
+
+/// A registered map state. Cheap to clone.
+pub struct MapState<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
+    pub(crate) core: HandleCore<N>,
+    pub(crate) user_key: Arc<UK>,
+    pub(crate) user_value: Arc<UV>,
+}
+
+/// A registered reducing state. Cheap to clone.
+pub struct ReducingState<V: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
+    pub(crate) core: HandleCore<N>,
+    pub(crate) serializer: Arc<V>,
+    pub(crate) reduce: ReduceFn<V::Value>,
+}
+
+/// A registered aggregating state. Cheap to clone.
+pub struct AggregatingState<F, A, N = VoidNamespaceSerializer>
+where
+    F: AggregateFunction,
+    A: TypeSerializer<Value = F::Acc>,
+    N: TypeSerializer,
+{
+    pub(crate) core: HandleCore<N>,
+    pub(crate) function: Arc<F>,
+    pub(crate) accumulator: Arc<A>,
+}
+
+impl<V: TypeSerializer, N: TypeSerializer> Clone for ValueState<V, N> {
+    fn clone(&self) -> Self {
+        ValueState {
+            core: self.core.clone(),
+            serializer: self.serializer.clone(),
+            default: self.default.clone(),
+        }
+    }
+}
+impl<E: TypeSerializer, N: TypeSerializer> Clone for ListState<E, N> {
+    fn clone(&self) -> Self {
+        ListState {
+            core: self.core.clone(),
+            element: self.element.clone(),
+        }
+    }
+}
+impl<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Clone for MapState<UK, UV, N> {
+    fn clone(&self) -> Self {
+        MapState {
+            core: self.core.clone(),
+            user_key: self.user_key.clone(),
+            user_value: self.user_value.clone(),
+        }
+    }
+}
+impl<V: TypeSerializer, N: TypeSerializer> Clone for ReducingState<V, N> {
+    fn clone(&self) -> Self {
+        ReducingState {
+            core: self.core.clone(),
+            serializer: self.serializer.clone(),
+            reduce: self.reduce.clone(),
+        }
+    }
+}
+impl<F, A, N> Clone for AggregatingState<F, A, N>
+where
+    F: AggregateFunction,
+    A: TypeSerializer<Value = F::Acc>,
+    N: TypeSerializer,
+{
+    fn clone(&self) -> Self {
+        AggregatingState {
+            core: self.core.clone(),
+            function: self.function.clone(),
+            accumulator: self.accumulator.clone(),
+        }
+    }
+}
+
+/// Anything registered: gives its id, name and namespace serializer (used by key iteration and merging).
+pub trait StateHandle {
+    /// The namespace serializer type.
+    type Namespace: TypeSerializer;
+    /// The state's id in its backend.
+    fn id(&self) -> StateId;
+    /// The state's name.
+    fn name(&self) -> &str;
+    /// The state's kind.
+    fn kind(&self) -> StateKind;
+    #[doc(hidden)]
+    fn core(&self) -> &HandleCore<Self::Namespace>;
+}
+
+macro_rules! impl_handle {
+    ($kind:expr, $t:ident < $($g:ident),* >, $n:ident $(where $($bounds:tt)*)?) => {
+        impl<$($g),*> StateHandle for $t<$($g),*> $(where $($bounds)*)? {
+            type Namespace = $n;
+            fn id(&self) -> StateId { self.core.id }
+            fn name(&self) -> &str { &self.core.name }
+            fn kind(&self) -> StateKind { $kind }
+            fn core(&self) -> &HandleCore<$n> { &self.core }
+        }
+    };
+}
+
+impl_handle!(StateKind::Value, ValueState<V, N>, N where V: TypeSerializer, N: TypeSerializer);
+impl_handle!(StateKind::List, ListState<E, N>, N where E: TypeSerializer, N: TypeSerializer);
+impl_handle!(StateKind::Map, MapState<UK, UV, N>, N where UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer);
+impl_handle!(StateKind::Reducing, ReducingState<V, N>, N where V: TypeSerializer, N: TypeSerializer);
+impl_handle!(StateKind::Aggregating, AggregatingState<F, A, N>, N where F: AggregateFunction, A: TypeSerializer<Value = F::Acc>, N: TypeSerializer);
+
+/// The list-state serializer snapshot over an element snapshot (Flink's `ListSerializerSnapshot`).
+pub fn list_state_snapshot(element: SerializerSnapshot) -> SerializerSnapshot {
+    SerializerSnapshot::composite(LIST_STATE_SNAPSHOT_ID, COMPOSITE_STATE_SNAPSHOT_VERSION, vec![element])
+}
+
+/// The map-state serializer snapshot over user key and value snapshots (Flink's `MapSerializerSnapshot`).
+pub fn map_state_snapshot(user_key: SerializerSnapshot, user_value: SerializerSnapshot) -> SerializerSnapshot {
+    SerializerSnapshot::composite(
+        MAP_STATE_SNAPSHOT_ID,
+        COMPOSITE_STATE_SNAPSHOT_VERSION,
+        vec![user_key, user_value],
+    )
+}
+
+/// Builds the meta information recorded for a state.
+pub(crate) fn meta(
+    name: &str,
+    kind: StateKind,
+    namespace: SerializerSnapshot,
+    value: SerializerSnapshot,
+) -> StateMetaInfo {
+    StateMetaInfo {
+        name: name.to_string(),
+        kind,
+        namespace_serializer: namespace,
+        value_serializer: value,
+        ttl: None,
+    }
+}

@@ -1,0 +1,11 @@
+//! Runs the conformance suite against every backend.
+
+mod conformance;
+
+use keyed_state::backend::heap::table::PersistentTables;
+use keyed_state::backend::heap::HeapBackend;
+
+conformance_suite!(heap_cow, |cfg| Box::new(HeapBackend::new(cfg).expect("heap backend")));
+conformance_suite!(heap_persistent, |cfg| Box::new(
+    HeapBackend::<PersistentTables>::with_tables(cfg).expect("heap backend")
+));

@@ -1,0 +1,490 @@
+//! The conformance suite: Flink's keyed-state behaviour (`flink-semantics.md` §1), written once against
+//! `StateBackend` and run against every backend by `conformance_suite!`.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use keyed_state::backend::{BackendConfig, StateBackend};
+use keyed_state::keygroup::KeyGroupRange;
+use keyed_state::serializer::{IntSerializer, LongSerializer, StringSerializer};
+use keyed_state::state::*;
+use keyed_state::Error;
+
+/// Creates a backend for a configuration.
+pub type Factory = dyn Fn(BackendConfig) -> Box<dyn StateBackend>;
+
+pub fn store_long(f: &Factory, max_p: u32, range: KeyGroupRange) -> KeyedStateStore<LongSerializer> {
+    let cfg = KeyedStateStore::config_for(&LongSerializer, max_p, range);
+    KeyedStateStore::new(f(cfg), LongSerializer).expect("store")
+}
+
+pub fn store_string(f: &Factory) -> KeyedStateStore<StringSerializer> {
+    let cfg = KeyedStateStore::config_for(&StringSerializer, 128, KeyGroupRange::all(128));
+    KeyedStateStore::new(f(cfg), StringSerializer).expect("store")
+}
+
+pub fn store_int(f: &Factory) -> KeyedStateStore<IntSerializer> {
+    let cfg = KeyedStateStore::config_for(&IntSerializer, 10, KeyGroupRange::all(10));
+    KeyedStateStore::new(f(cfg), IntSerializer).expect("store")
+}
+
+pub fn value_default_update_clear(f: &Factory) {
+    // testValueStateNullUpdate / testValueStateDefaultValue
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer).with_default(42))
+        .unwrap();
+    s.set_current_key(&1).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(42));
+    s.value(&v).unwrap().update(&1).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(1));
+    s.set_current_key(&2).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(42));
+    s.set_current_key(&1).unwrap();
+    s.value(&v).unwrap().clear().unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(42));
+    s.value(&v).unwrap().update(&17).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(17));
+    s.value(&v).unwrap().set(None).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(42));
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn multiple_value_states_are_independent(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let a = s.register_value(ValueStateDescriptor::new("a", StringSerializer)).unwrap();
+    let b = s.register_value(ValueStateDescriptor::new("b", IntSerializer)).unwrap();
+    s.set_current_key(&7).unwrap();
+    s.value(&a).unwrap().update(&"x".to_string()).unwrap();
+    assert_eq!(s.value(&b).unwrap().get().unwrap(), None);
+    s.value(&b).unwrap().update(&5).unwrap();
+    assert_eq!(s.value(&a).unwrap().get().unwrap(), Some("x".to_string()));
+    assert_eq!(s.value(&b).unwrap().get().unwrap(), Some(5));
+}
+
+pub fn num_entries_counts_and_clear_removes(f: &Factory) {
+    // testNumStateEntries
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s.register_value(ValueStateDescriptor::new("v", StringSerializer)).unwrap();
+    assert_eq!(s.num_entries().unwrap(), 0);
+    s.set_current_key(&0).unwrap();
+    s.value(&v).unwrap().update(&"a".into()).unwrap();
+    s.value(&v).unwrap().update(&"b".into()).unwrap();
+    assert_eq!(s.num_entries().unwrap(), 1);
+    s.set_current_key(&42).unwrap();
+    s.value(&v).unwrap().update(&"c".into()).unwrap();
+    assert_eq!(s.num_entries().unwrap(), 2);
+    s.value(&v).unwrap().clear().unwrap();
+    assert_eq!(s.num_entries().unwrap(), 1);
+    s.set_current_key(&0).unwrap();
+    s.value(&v).unwrap().clear().unwrap();
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn list_state_api_matrix(f: &Factory) {
+    // testListStateAPIs
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let l = s.register_list(ListStateDescriptor::new("l", LongSerializer)).unwrap();
+    s.set_current_key(&1).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), None);
+    s.list(&l).unwrap().add(&17).unwrap();
+    s.list(&l).unwrap().add(&11).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![17, 11]));
+    s.list(&l).unwrap().update(&[]).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), None);
+    s.list(&l).unwrap().update(&[10, 16]).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![10, 16]));
+    s.set_current_key(&2).unwrap();
+    s.list(&l).unwrap().add_all(&[]).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), None);
+    s.list(&l).unwrap().add_all(&[3, 4]).unwrap();
+    s.list(&l).unwrap().add_all(&[]).unwrap();
+    s.list(&l).unwrap().add_all(&[5, 6]).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![3, 4, 5, 6]));
+    s.list(&l).unwrap().update(&[1, 2]).unwrap();
+    for x in [3, 2, 1] {
+        s.list(&l).unwrap().add(&x).unwrap();
+    }
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![1, 2, 3, 2, 1]));
+    for k in [1, 2] {
+        s.set_current_key(&k).unwrap();
+        s.list(&l).unwrap().clear().unwrap();
+    }
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn list_keeps_insertion_order_of_strings(f: &Factory) {
+    let mut s = store_string(f);
+    let l = s.register_list(ListStateDescriptor::new("l", StringSerializer)).unwrap();
+    s.set_current_key(&"k1".to_string()).unwrap();
+    let items: Vec<String> = (0..50).map(|i| format!("item-{i},with,commas")).collect();
+    for it in &items {
+        s.list(&l).unwrap().add(it).unwrap();
+    }
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(items));
+}
+
+/// The five key patterns of `testListStateMerging` (values 11..55 spread over namespaces 1, 2, 3).
+fn merge_patterns() -> Vec<Vec<(i32, i64)>> {
+    vec![
+        vec![(1, 11), (2, 22), (3, 33), (1, 44), (3, 55)],
+        vec![(1, 11), (1, 22), (3, 33), (3, 44), (1, 55)],
+        vec![],
+        vec![(1, 11), (1, 22), (1, 33), (1, 44), (1, 55)],
+        vec![(3, 11), (3, 22), (3, 33), (3, 44), (3, 55)],
+    ]
+}
+
+pub fn list_namespace_merge_deletes_sources(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let l = s
+        .register_list(ListStateDescriptor::new("l", LongSerializer).with_namespace(IntSerializer))
+        .unwrap();
+    for (key, pattern) in merge_patterns().into_iter().enumerate() {
+        s.set_current_key(&(key as i64)).unwrap();
+        for (ns, v) in &pattern {
+            s.list_in(&l, ns).unwrap().add(v).unwrap();
+        }
+        s.merge_list_namespaces(&l, &1, &[2, 3]).unwrap();
+        let got = s.list_in(&l, &1).unwrap().get().unwrap();
+        if pattern.is_empty() {
+            assert_eq!(got, None);
+        } else {
+            let mut got = got.unwrap();
+            got.sort();
+            assert_eq!(got, vec![11, 22, 33, 44, 55]);
+        }
+        assert_eq!(s.list_in(&l, &2).unwrap().get().unwrap(), None);
+        assert_eq!(s.list_in(&l, &3).unwrap().get().unwrap(), None);
+    }
+    for key in 0..5i64 {
+        s.set_current_key(&key).unwrap();
+        s.list_in(&l, &1).unwrap().clear().unwrap();
+    }
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn reducing_and_aggregating_merge_to_165(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let r = s
+        .register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| a + b).with_namespace(IntSerializer))
+        .unwrap();
+    let a = s
+        .register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer).with_namespace(IntSerializer))
+        .unwrap();
+    for (key, pattern) in merge_patterns().into_iter().enumerate() {
+        s.set_current_key(&(key as i64)).unwrap();
+        for (ns, v) in &pattern {
+            s.reducing_in(&r, ns).unwrap().add(v).unwrap();
+            s.aggregating_in(&a, ns).unwrap().add(v).unwrap();
+        }
+        s.merge_reducing_namespaces(&r, &1, &[2, 3]).unwrap();
+        s.merge_aggregating_namespaces(&a, &1, &[2, 3]).unwrap();
+        let expect = if pattern.is_empty() { None } else { Some(165) };
+        assert_eq!(s.reducing_in(&r, &1).unwrap().get().unwrap(), expect);
+        assert_eq!(s.aggregating_in(&a, &1).unwrap().get().unwrap(), expect.map(|x| format!("sum={x}")));
+        s.reducing_in(&r, &1).unwrap().clear().unwrap();
+        s.aggregating_in(&a, &1).unwrap().clear().unwrap();
+    }
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+/// Sums i64 inputs; the result is a string, to show IN, ACC and OUT may differ.
+pub struct SumAgg;
+impl AggregateFunction for SumAgg {
+    type In = i64;
+    type Acc = i64;
+    type Out = String;
+    fn create_accumulator(&self) -> i64 {
+        0
+    }
+    fn add(&self, v: &i64, acc: i64) -> i64 {
+        acc + v
+    }
+    fn get_result(&self, acc: &i64) -> String {
+        format!("sum={acc}")
+    }
+    fn merge(&self, a: i64, b: i64) -> i64 {
+        a + b
+    }
+}
+
+pub fn reducing_add_get_clear(f: &Factory) {
+    // testReducingStateAddAndGet
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let r = s.register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| a + b)).unwrap();
+    s.set_current_key(&1).unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), None);
+    s.reducing(&r).unwrap().add(&17).unwrap();
+    s.reducing(&r).unwrap().add(&11).unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), Some(28));
+    s.set_current_key(&2).unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), None);
+    s.set_current_key(&1).unwrap();
+    s.reducing(&r).unwrap().clear().unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), None);
+    s.reducing(&r).unwrap().add(&9).unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), Some(9));
+    s.reducing(&r).unwrap().clear().unwrap();
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn map_state_crud_and_retain(f: &Factory) {
+    // testMapState
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let m = s.register_map(MapStateDescriptor::new("m", IntSerializer, StringSerializer)).unwrap();
+    s.set_current_key(&1).unwrap();
+    assert!(s.map(&m).unwrap().is_empty().unwrap());
+    assert_eq!(s.map(&m).unwrap().entries().unwrap(), vec![]);
+    s.map(&m).unwrap().put(&1, &"1".into()).unwrap();
+    s.set_current_key(&2).unwrap();
+    s.map(&m).unwrap().put_all(&[(2, "2".into()), (102, "102".into())]).unwrap();
+    s.set_current_key(&3).unwrap();
+    s.map(&m)
+        .unwrap()
+        .put_all(&[(103, "103".into()), (1031, "1031".into()), (1032, "1032".into())])
+        .unwrap();
+    assert_eq!(s.map(&m).unwrap().get(&1031).unwrap(), Some("1031".into()));
+    assert!(s.map(&m).unwrap().contains(&103).unwrap());
+    assert!(!s.map(&m).unwrap().contains(&104).unwrap());
+    // Iterator remove of values whose length != 4, setValue on the rest.
+    s.map(&m)
+        .unwrap()
+        .retain(|_, v| {
+            if v.len() != 4 {
+                return false;
+            }
+            v.push_str("_updated");
+            true
+        })
+        .unwrap();
+    assert_eq!(
+        s.map(&m).unwrap().entries().unwrap(),
+        vec![(1031, "1031_updated".to_string()), (1032, "1032_updated".to_string())]
+    );
+    s.set_current_key(&1).unwrap();
+    s.map(&m).unwrap().clear().unwrap();
+    assert!(s.map(&m).unwrap().is_empty().unwrap());
+    s.set_current_key(&2).unwrap();
+    s.map(&m).unwrap().remove(&102).unwrap();
+    assert_eq!(s.map(&m).unwrap().keys().unwrap(), vec![2]);
+    assert_eq!(s.map(&m).unwrap().values().unwrap(), vec!["2".to_string()]);
+    assert_eq!(s.num_entries().unwrap(), 3);
+}
+
+pub fn map_iterates_in_ascending_key_order(f: &Factory) {
+    // testMapStateIteratorArbitraryAccess (non-negative Int keys: byte order = numeric order)
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let m = s.register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer)).unwrap();
+    s.set_current_key(&9).unwrap();
+    let mut keys: Vec<i32> = (0..4096).collect();
+    keys.reverse();
+    for k in &keys {
+        s.map(&m).unwrap().put(k, &(*k as i64 * 2)).unwrap();
+    }
+    let got = s.map(&m).unwrap().keys().unwrap();
+    assert_eq!(got, (0..4096).collect::<Vec<_>>());
+    assert!(!s.map(&m).unwrap().is_empty().unwrap());
+    for k in 0..4096 {
+        s.map(&m).unwrap().remove(&k).unwrap();
+    }
+    assert!(s.map(&m).unwrap().is_empty().unwrap());
+}
+
+pub fn maps_of_neighbouring_keys_do_not_mix(f: &Factory) {
+    // String keys and String namespaces: ambiguous layout with length bytes; prefix scans must be exact.
+    let mut s = store_string(f);
+    let m = s
+        .register_map(MapStateDescriptor::new("m", StringSerializer, LongSerializer).with_namespace(StringSerializer))
+        .unwrap();
+    let keys = ["a", "ab", "", "a\u{0}"];
+    let nss = ["", "x", "xy"];
+    for k in keys {
+        s.set_current_key(&k.to_string()).unwrap();
+        for (i, ns) in nss.iter().enumerate() {
+            s.map_in(&m, &ns.to_string()).unwrap().put(&format!("{k}/{ns}"), &(i as i64)).unwrap();
+        }
+    }
+    for k in keys {
+        s.set_current_key(&k.to_string()).unwrap();
+        for (i, ns) in nss.iter().enumerate() {
+            assert_eq!(
+                s.map_in(&m, &ns.to_string()).unwrap().entries().unwrap(),
+                vec![(format!("{k}/{ns}"), i as i64)]
+            );
+        }
+    }
+}
+
+pub fn keys_per_namespace(f: &Factory) {
+    // testGetKeys / testGetKeysAndNamespaces
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer).with_namespace(StringSerializer))
+        .unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer).with_namespace(StringSerializer))
+        .unwrap();
+    for k in 0..2000i64 {
+        let ns = if k < 1000 { "ns1" } else { "ns2" }.to_string();
+        s.set_current_key(&k).unwrap();
+        s.value_in(&v, &ns).unwrap().update(&k).unwrap();
+        for uk in 0..3 {
+            s.map_in(&m, &ns).unwrap().put(&uk, &k).unwrap();
+        }
+    }
+    let mut k1 = s.keys(&v, &"ns1".to_string()).unwrap();
+    k1.sort();
+    assert_eq!(k1, (0..1000).collect::<Vec<_>>());
+    let mut k2 = s.keys(&m, &"ns2".to_string()).unwrap();
+    k2.sort();
+    assert_eq!(k2, (1000..2000).collect::<Vec<_>>());
+    let pairs = s.keys_and_namespaces(&v).unwrap();
+    assert_eq!(pairs.len(), 2000);
+    let uniq: std::collections::BTreeSet<_> = pairs.into_iter().collect();
+    assert_eq!(uniq.len(), 2000);
+}
+
+pub fn apply_to_all_keys_tolerates_changes(f: &Factory) {
+    // testConcurrentModificationWithApplyToAllKeys
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let l = s.register_list(ListStateDescriptor::new("l", StringSerializer)).unwrap();
+    for k in 0..100i64 {
+        s.set_current_key(&k).unwrap();
+        s.list(&l).unwrap().add(&format!("Hello{k}")).unwrap();
+    }
+    let l2 = l.clone();
+    s.apply_to_all_keys(&l, &keyed_state::serializer::VoidNamespace, |st, k| {
+        assert_eq!(st.list(&l2)?.get()?, Some(vec![format!("Hello{k}")]));
+        st.list(&l2)?.clear()?;
+        assert_eq!(st.list(&l2)?.get()?, None);
+        st.list(&l2)?.add(&"x".to_string())?;
+        st.list(&l2)?.clear()?;
+        st.list(&l2)?.add(&format!("Hello_{k}"))?;
+        Ok(())
+    })
+    .unwrap();
+    for k in 0..100i64 {
+        s.set_current_key(&k).unwrap();
+        assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![format!("Hello_{k}")]));
+    }
+}
+
+pub fn registering_a_name_twice_checks_kind_and_type(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    s.register_value(ValueStateDescriptor::new("x", LongSerializer)).unwrap();
+    // Same kind and type: the same state.
+    s.register_value(ValueStateDescriptor::new("x", LongSerializer)).unwrap();
+    let e = s.register_list(ListStateDescriptor::new("x", LongSerializer)).err().unwrap();
+    assert!(matches!(e, Error::StateKindMismatch { .. }), "{e}");
+    let e = s.register_value(ValueStateDescriptor::new("x", StringSerializer)).err().unwrap();
+    assert!(matches!(e, Error::StateTypeMismatch { .. }), "{e}");
+    assert!(e.to_string().contains("'x'"));
+}
+
+pub fn key_outside_range_is_rejected(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::new(0, 63));
+    // Key 0 is in key group 94 (Flink's vector).
+    let e = s.set_current_key(&0).err().unwrap();
+    assert!(matches!(e, Error::KeyGroupOutOfRange { key_group: 94, .. }), "{e}");
+    let v = s.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    assert!(matches!(s.value(&v).err().unwrap(), Error::NoCurrentKey));
+}
+
+/// Collects a snapshot's entries as (state name, key, value), key group by key group.
+pub fn snapshot_entries(snap: &dyn keyed_state::backend::BackendSnapshot) -> BTreeMap<(String, Vec<u8>), Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for (id, meta) in snap.states().iter().enumerate() {
+        for kg in snap.config().key_group_range.iter() {
+            let mut last: Option<Vec<u8>> = None;
+            snap.visit(id, kg, &mut |k, v| {
+                if let Some(prev) = &last {
+                    assert!(prev.as_slice() < k, "entries must be sorted");
+                }
+                last = Some(k.to_vec());
+                out.insert((meta.name.clone(), k.to_vec()), v.to_vec());
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
+    out
+}
+
+pub fn snapshot_is_isolated_from_later_writes(f: &Factory) {
+    // testAsyncSnapshot / testParallelAsyncSnapshots: snapshots see exactly the state at their point.
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    let l = s.register_list(ListStateDescriptor::new("l", LongSerializer)).unwrap();
+    let m = s.register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer)).unwrap();
+    for k in 0..10i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&k).unwrap();
+        s.list(&l).unwrap().add(&k).unwrap();
+        s.map(&m).unwrap().put(&1, &k).unwrap();
+    }
+    let snap1 = s.snapshot().unwrap();
+    let before = snapshot_entries(&*snap1);
+    for k in 0..20i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&(k + 1)).unwrap();
+        s.list(&l).unwrap().add(&(k + 100)).unwrap();
+        s.map(&m).unwrap().put(&2, &k).unwrap();
+        s.map(&m).unwrap().remove(&1).unwrap();
+    }
+    let snap2 = s.snapshot().unwrap();
+    // Encode snapshot 1 on another thread while the store keeps writing.
+    let handle = std::thread::spawn(move || snapshot_entries(&*snap1));
+    for k in 0..20i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().clear().unwrap();
+    }
+    let after1 = handle.join().unwrap();
+    assert_eq!(before, after1);
+    assert_eq!(before.len(), 30);
+    let e2 = snapshot_entries(&*snap2);
+    assert_eq!(e2.len(), 60);
+    s.set_current_key(&3).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), None);
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![3, 103]));
+}
+
+/// Instantiates every conformance test for one backend factory.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($modname:ident, $factory:expr) => {
+        mod $modname {
+            #[allow(unused_imports)]
+            use super::*;
+            use super::conformance as c;
+            fn factory() -> Box<c::Factory> {
+                Box::new($factory)
+            }
+            macro_rules! t {
+                ($name:ident) => {
+                    #[test]
+                    fn $name() {
+                        c::$name(&*factory());
+                    }
+                };
+            }
+            t!(value_default_update_clear);
+            t!(multiple_value_states_are_independent);
+            t!(num_entries_counts_and_clear_removes);
+            t!(list_state_api_matrix);
+            t!(list_keeps_insertion_order_of_strings);
+            t!(list_namespace_merge_deletes_sources);
+            t!(reducing_and_aggregating_merge_to_165);
+            t!(reducing_add_get_clear);
+            t!(map_state_crud_and_retain);
+            t!(map_iterates_in_ascending_key_order);
+            t!(maps_of_neighbouring_keys_do_not_mix);
+            t!(keys_per_namespace);
+            t!(apply_to_all_keys_tolerates_changes);
+            t!(registering_a_name_twice_checks_kind_and_type);
+            t!(key_outside_range_is_rejected);
+            t!(snapshot_is_isolated_from_later_writes);
+        }
+    };
+}
