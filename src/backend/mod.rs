@@ -31,12 +31,6 @@ pub struct BackendConfig {
     pub key_serializer: SerializerSnapshot,
 }
 
-/// A source of sorted entries handed to a backend for bulk loading (a lending iterator).
-pub trait EntrySource {
-    /// The next `(entry key, value)`, or `None` at the end.
-    fn next_entry(&mut self) -> Result<Option<(&[u8], &[u8])>>;
-}
-
 /// The byte-level keyed-state backend contract.
 ///
 /// All keys passed in are full entry keys whose key-group prefix equals `kg`, and `kg` lies in the backend's
@@ -119,9 +113,13 @@ pub trait StateBackend: Send {
         f: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
     ) -> Result<()>;
 
-    /// Loads sorted entries of one state and key group (restore), replacing nothing: the key group is expected
-    /// to hold no entries of that state yet.
-    fn bulk_load(&mut self, state: StateId, kg: KeyGroup, entries: &mut dyn EntrySource) -> Result<()>;
+    /// Loads one restored entry. During a restore, entries of each (state, key group) arrive in ascending key
+    /// order, key group by key group, into (state, key group) pairs that hold nothing yet, so a backend may
+    /// write them as sorted runs instead of one put at a time. [`finish_load`](Self::finish_load) ends a restore.
+    fn load_entry(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()>;
+
+    /// Makes every entry given to [`load_entry`](Self::load_entry) visible.
+    fn finish_load(&mut self) -> Result<()>;
 
     /// The number of stored entries over all states (map entries count one each).
     fn num_entries(&mut self) -> Result<u64>;

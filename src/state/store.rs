@@ -27,8 +27,65 @@ pub struct KeyedStateStore<K: KeySerializer> {
     /// Scratch buffers for serialized values and user keys.
     pub(crate) scratch: Vec<u8>,
     pub(crate) scratch2: Vec<u8>,
-    /// Per state id: the meta registered through this store (`None` = restored, not registered yet).
-    registered: Vec<Option<StateMetaInfo>>,
+    /// Per state id: the registration made through this store (`None` = restored, not registered yet).
+    registered: Vec<Option<Registered>>,
+}
+
+type CompatFn = Arc<dyn Fn(&SerializerSnapshot) -> Compatibility + Send + Sync>;
+type MigrateFn = Arc<dyn Fn(&SerializerSnapshot, &[u8]) -> Result<Vec<u8>> + Send + Sync>;
+
+/// A state registered through the store: its meta and type-erased checks against restored serializers.
+#[derive(Clone)]
+pub(crate) struct Registered {
+    pub(crate) meta: StateMetaInfo,
+    ns_compat: CompatFn,
+    value_compat: CompatFn,
+    migrate: MigrateFn,
+}
+
+/// What must happen to a restored state's values for a registration to use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RestorePlan {
+    /// Use the bytes as they are.
+    AsIs,
+    /// Rewrite every value with the registration's migration.
+    Migrate,
+}
+
+impl Registered {
+    /// Checks a restored state against this registration (kind, namespace, value serializers).
+    pub(crate) fn check(&self, restored: &StateMetaInfo) -> Result<RestorePlan> {
+        let meta = &self.meta;
+        if restored.kind != meta.kind {
+            return Err(Error::StateKindMismatch {
+                name: meta.name.clone(),
+                existing: restored.kind,
+                requested: meta.kind,
+            });
+        }
+        let nc = (self.ns_compat)(&restored.namespace_serializer);
+        if !nc.is_compatible_as_is() {
+            return Err(incompatible(&meta.name, "namespace", &restored.namespace_serializer, &meta.namespace_serializer, nc));
+        }
+        match (self.value_compat)(&restored.value_serializer) {
+            Compatibility::CompatibleAsIs | Compatibility::CompatibleWithReconfiguredSerializer => Ok(RestorePlan::AsIs),
+            Compatibility::CompatibleAfterMigration => Ok(RestorePlan::Migrate),
+            vc @ Compatibility::Incompatible(_) => Err(incompatible(
+                &meta.name,
+                "value",
+                &restored.value_serializer,
+                &meta.value_serializer,
+                vc,
+            )),
+        }
+    }
+
+    /// Rewrites the values of backend state `id` from the restored serializer `previous`.
+    pub(crate) fn migrate(&self, backend: &mut dyn StateBackend, id: StateId, previous: &SerializerSnapshot) -> Result<()> {
+        let m = self.migrate.clone();
+        let prev = previous.clone();
+        backend.transform_values(id, &mut |bytes| m(&prev, bytes).map(Some))
+    }
 }
 
 impl<K: KeySerializer> KeyedStateStore<K> {
@@ -164,29 +221,24 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     // ---------------------------------------------------------------- registration
 
-    fn core<N: TypeSerializer>(&self, id: StateId, name: &str, namespace: N) -> HandleCore<N> {
+    fn core<N: TypeSerializer>(&self, id: StateId, name: &str, namespace: Arc<N>) -> HandleCore<N> {
         let key_len = self.key_serializer.fixed_length();
         HandleCore {
             id,
             name: Arc::from(name),
             ambiguous: is_ambiguous_key_possible(key_len, namespace.fixed_length()),
-            namespace: Arc::new(namespace),
+            namespace,
         }
     }
 
-    /// Registers `meta`, checking it against a state of the same name registered before (must be identical)
-    /// or restored (namespace compatible as is; value compatible, or migrated with `migrate`).
-    fn register_meta(
-        &mut self,
-        meta: StateMetaInfo,
-        ns_compat: &dyn Fn(&SerializerSnapshot) -> Compatibility,
-        value_compat: &dyn Fn(&SerializerSnapshot) -> Compatibility,
-        migrate: &dyn Fn(&SerializerSnapshot, &[u8]) -> Result<Vec<u8>>,
-    ) -> Result<StateId> {
+    /// Registers `reg`, checking it against a state of the same name registered before (must be identical)
+    /// or restored (namespace compatible as is; value compatible, or migrated).
+    fn register_meta(&mut self, reg: Registered) -> Result<StateId> {
+        let meta = reg.meta.clone();
         let existing = self.backend.states().iter().position(|s| s.name == meta.name);
         let Some(id) = existing else {
-            let id = self.backend.register_state(meta.clone())?;
-            self.track(id, meta);
+            let id = self.backend.register_state(meta)?;
+            self.track(id, reg);
             return Ok(id);
         };
         let old = self.backend.states()[id].clone();
@@ -197,53 +249,41 @@ impl<K: KeySerializer> KeyedStateStore<K> {
                 requested: meta.kind,
             });
         }
-        if let Some(Some(reg)) = self.registered.get(id) {
+        if let Some(Some(prev)) = self.registered.get(id) {
             // Registered through this store before: must be the same type.
-            if reg.value_serializer != meta.value_serializer {
+            let prev = &prev.meta;
+            if prev.value_serializer != meta.value_serializer {
                 return Err(Error::StateTypeMismatch {
                     name: meta.name,
                     role: "value",
-                    existing: Box::new(reg.value_serializer.clone()),
+                    existing: Box::new(prev.value_serializer.clone()),
                     requested: Box::new(meta.value_serializer),
                 });
             }
-            if reg.namespace_serializer != meta.namespace_serializer {
+            if prev.namespace_serializer != meta.namespace_serializer {
                 return Err(Error::StateTypeMismatch {
                     name: meta.name,
                     role: "namespace",
-                    existing: Box::new(reg.namespace_serializer.clone()),
+                    existing: Box::new(prev.namespace_serializer.clone()),
                     requested: Box::new(meta.namespace_serializer),
                 });
             }
             return Ok(id);
         }
         // Restored and not registered yet: check compatibility, migrate if needed.
-        let nc = ns_compat(&old.namespace_serializer);
-        if !nc.is_compatible_as_is() {
-            return Err(incompatible(&meta.name, "namespace", &old.namespace_serializer, &meta.namespace_serializer, nc));
+        if reg.check(&old)? == RestorePlan::Migrate {
+            reg.migrate(self.backend.as_mut(), id, &old.value_serializer)?;
         }
-        let vc = value_compat(&old.value_serializer);
-        match vc {
-            Compatibility::CompatibleAsIs | Compatibility::CompatibleWithReconfiguredSerializer => {}
-            Compatibility::CompatibleAfterMigration => {
-                let prev = old.value_serializer.clone();
-                self.backend
-                    .transform_values(id, &mut |bytes| migrate(&prev, bytes).map(Some))?;
-            }
-            Compatibility::Incompatible(_) => {
-                return Err(incompatible(&meta.name, "value", &old.value_serializer, &meta.value_serializer, vc));
-            }
-        }
-        let id = self.backend.register_state(meta.clone())?;
-        self.track(id, meta);
+        let id = self.backend.register_state(meta)?;
+        self.track(id, reg);
         Ok(id)
     }
 
-    fn track(&mut self, id: StateId, meta: StateMetaInfo) {
+    fn track(&mut self, id: StateId, reg: Registered) {
         if self.registered.len() <= id {
             self.registered.resize(id + 1, None);
         }
-        self.registered[id] = Some(meta);
+        self.registered[id] = Some(reg);
     }
 
     /// Notes states that appeared in the backend (e.g. after a restore) as not registered yet.
@@ -254,15 +294,9 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         }
     }
 
-    /// Whether the state with this id has been registered through this store (not only restored).
-    pub(crate) fn is_registered(&self, id: StateId) -> bool {
-        matches!(self.registered.get(id), Some(Some(_)))
-    }
-
-    /// Checks a new serializer set against a restored state without registering it (used by restore to
-    /// check everything before loading anything).
-    pub(crate) fn registered_meta(&self, name: &str) -> Option<&StateMetaInfo> {
-        self.registered.iter().flatten().find(|m| m.name == name)
+    /// The registration of the state named `name`, if it was registered through this store.
+    pub(crate) fn registration(&self, name: &str) -> Option<&Registered> {
+        self.registered.iter().flatten().find(|r| r.meta.name == name)
     }
 
     /// Registers a value state.
@@ -270,17 +304,18 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         &mut self,
         d: ValueStateDescriptor<V, N>,
     ) -> Result<ValueState<V, N>> {
-        let meta = meta(&d.name, StateKind::Value, d.namespace.snapshot(), d.serializer.snapshot());
-        let ser = &d.serializer;
-        let id = self.register_meta(
-            meta,
-            &|old| d.namespace.compatibility(old),
-            &|old| ser.compatibility(old),
-            &|prev, bytes| migrate_whole(&d.name, ser, prev, bytes),
-        )?;
+        let ser = Arc::new(d.serializer);
+        let ns = Arc::new(d.namespace);
+        let reg = Registered {
+            meta: meta(&d.name, StateKind::Value, ns.snapshot(), ser.snapshot()),
+            ns_compat: ns_compat(&ns),
+            value_compat: { let s = ser.clone(); Arc::new(move |old| s.compatibility(old)) },
+            migrate: { let s = ser.clone(); let n = d.name.clone(); Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b)) },
+        };
+        let id = self.register_meta(reg)?;
         Ok(ValueState {
-            core: self.core(id, &d.name, d.namespace),
-            serializer: Arc::new(d.serializer),
+            core: self.core(id, &d.name, ns),
+            serializer: ser,
             default: d.default.map(Arc::new),
         })
     }
@@ -290,20 +325,28 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         &mut self,
         d: ListStateDescriptor<E, N>,
     ) -> Result<ListState<E, N>> {
-        let meta = meta(&d.name, StateKind::List, d.namespace.snapshot(), list_state_snapshot(d.element.snapshot()));
-        let el = &d.element;
-        let id = self.register_meta(
-            meta,
-            &|old| d.namespace.compatibility(old),
-            &|old| nested_compat(old, LIST_STATE_SNAPSHOT_ID, 0, |s| el.compatibility(s)),
-            &|prev, bytes| {
-                let prev_el = prev.nested.first().cloned().unwrap_or_else(|| prev.clone());
-                migrate_list(&d.name, el, &prev_el, bytes)
+        let el = Arc::new(d.element);
+        let ns = Arc::new(d.namespace);
+        let reg = Registered {
+            meta: meta(&d.name, StateKind::List, ns.snapshot(), list_state_snapshot(el.snapshot())),
+            ns_compat: ns_compat(&ns),
+            value_compat: {
+                let e = el.clone();
+                Arc::new(move |old| nested_compat(old, LIST_STATE_SNAPSHOT_ID, 0, |s| e.compatibility(s)))
             },
-        )?;
+            migrate: {
+                let e = el.clone();
+                let n = d.name.clone();
+                Arc::new(move |prev, b| {
+                    let prev_el = prev.nested.first().cloned().unwrap_or_else(|| prev.clone());
+                    migrate_list(&n, &*e, &prev_el, b)
+                })
+            },
+        };
+        let id = self.register_meta(reg)?;
         Ok(ListState {
-            core: self.core(id, &d.name, d.namespace),
-            element: Arc::new(d.element),
+            core: self.core(id, &d.name, ns),
+            element: el,
         })
     }
 
@@ -312,36 +355,42 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         &mut self,
         d: MapStateDescriptor<UK, UV, N>,
     ) -> Result<MapState<UK, UV, N>> {
-        let meta = meta(
-            &d.name,
-            StateKind::Map,
-            d.namespace.snapshot(),
-            map_state_snapshot(d.user_key.snapshot(), d.user_value.snapshot()),
-        );
-        let (uk, uv) = (&d.user_key, &d.user_value);
-        let id = self.register_meta(
-            meta,
-            &|old| d.namespace.compatibility(old),
-            &|old| {
-                // The user key is part of the entry key: it may never be migrated (as in Flink).
-                let kc = nested_compat(old, MAP_STATE_SNAPSHOT_ID, 0, |s| uk.compatibility(s));
-                if !kc.is_compatible_as_is() {
-                    return match kc {
+        let uk = Arc::new(d.user_key);
+        let uv = Arc::new(d.user_value);
+        let ns = Arc::new(d.namespace);
+        let reg = Registered {
+            meta: meta(&d.name, StateKind::Map, ns.snapshot(), map_state_snapshot(uk.snapshot(), uv.snapshot())),
+            ns_compat: ns_compat(&ns),
+            value_compat: {
+                let (uk, uv) = (uk.clone(), uv.clone());
+                Arc::new(move |old| {
+                    // The user key is part of the entry key: it may never be migrated (as in Flink).
+                    let kc = nested_compat(old, MAP_STATE_SNAPSHOT_ID, 0, |s| uk.compatibility(s));
+                    match kc {
+                        Compatibility::CompatibleAsIs | Compatibility::CompatibleWithReconfiguredSerializer => {
+                            nested_compat(old, MAP_STATE_SNAPSHOT_ID, 1, |s| uv.compatibility(s))
+                        }
                         Compatibility::Incompatible(r) => Compatibility::Incompatible(r),
-                        _ => Compatibility::Incompatible("map user-key serializer would need migration".into()),
-                    };
-                }
-                nested_compat(old, MAP_STATE_SNAPSHOT_ID, 1, |s| uv.compatibility(s))
+                        Compatibility::CompatibleAfterMigration => Compatibility::Incompatible(
+                            "the map user-key serializer would need migration; user keys are never migrated".into(),
+                        ),
+                    }
+                })
             },
-            &|prev, bytes| {
-                let prev_v = prev.nested.get(1).cloned().unwrap_or_else(|| prev.clone());
-                migrate_map_value(&d.name, uv, &prev_v, bytes)
+            migrate: {
+                let uv = uv.clone();
+                let n = d.name.clone();
+                Arc::new(move |prev, b| {
+                    let prev_v = prev.nested.get(1).cloned().unwrap_or_else(|| prev.clone());
+                    migrate_map_value(&n, &*uv, &prev_v, b)
+                })
             },
-        )?;
+        };
+        let id = self.register_meta(reg)?;
         Ok(MapState {
-            core: self.core(id, &d.name, d.namespace),
-            user_key: Arc::new(d.user_key),
-            user_value: Arc::new(d.user_value),
+            core: self.core(id, &d.name, ns),
+            user_key: uk,
+            user_value: uv,
         })
     }
 
@@ -350,17 +399,18 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         &mut self,
         d: ReducingStateDescriptor<V, N>,
     ) -> Result<ReducingState<V, N>> {
-        let meta = meta(&d.name, StateKind::Reducing, d.namespace.snapshot(), d.serializer.snapshot());
-        let ser = &d.serializer;
-        let id = self.register_meta(
-            meta,
-            &|old| d.namespace.compatibility(old),
-            &|old| ser.compatibility(old),
-            &|prev, bytes| migrate_whole(&d.name, ser, prev, bytes),
-        )?;
+        let ser = Arc::new(d.serializer);
+        let ns = Arc::new(d.namespace);
+        let reg = Registered {
+            meta: meta(&d.name, StateKind::Reducing, ns.snapshot(), ser.snapshot()),
+            ns_compat: ns_compat(&ns),
+            value_compat: { let s = ser.clone(); Arc::new(move |old| s.compatibility(old)) },
+            migrate: { let s = ser.clone(); let n = d.name.clone(); Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b)) },
+        };
+        let id = self.register_meta(reg)?;
         Ok(ReducingState {
-            core: self.core(id, &d.name, d.namespace),
-            serializer: Arc::new(d.serializer),
+            core: self.core(id, &d.name, ns),
+            serializer: ser,
             reduce: d.reduce,
         })
     }
@@ -375,18 +425,19 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         A: TypeSerializer<Value = F::Acc>,
         N: TypeSerializer,
     {
-        let meta = meta(&d.name, StateKind::Aggregating, d.namespace.snapshot(), d.accumulator.snapshot());
-        let ser = &d.accumulator;
-        let id = self.register_meta(
-            meta,
-            &|old| d.namespace.compatibility(old),
-            &|old| ser.compatibility(old),
-            &|prev, bytes| migrate_whole(&d.name, ser, prev, bytes),
-        )?;
+        let ser = Arc::new(d.accumulator);
+        let ns = Arc::new(d.namespace);
+        let reg = Registered {
+            meta: meta(&d.name, StateKind::Aggregating, ns.snapshot(), ser.snapshot()),
+            ns_compat: ns_compat(&ns),
+            value_compat: { let s = ser.clone(); Arc::new(move |old| s.compatibility(old)) },
+            migrate: { let s = ser.clone(); let n = d.name.clone(); Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b)) },
+        };
+        let id = self.register_meta(reg)?;
         Ok(AggregatingState {
-            core: self.core(id, &d.name, d.namespace),
+            core: self.core(id, &d.name, ns),
             function: Arc::new(d.function),
-            accumulator: Arc::new(d.accumulator),
+            accumulator: ser,
         })
     }
 
@@ -488,7 +539,12 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     }
 }
 
-fn incompatible(
+fn ns_compat<N: TypeSerializer>(ns: &Arc<N>) -> CompatFn {
+    let ns = ns.clone();
+    Arc::new(move |old| ns.compatibility(old))
+}
+
+pub(crate) fn incompatible(
     state: &str,
     role: &'static str,
     previous: &SerializerSnapshot,

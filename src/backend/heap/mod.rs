@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use self::bytes::SmallBytes;
 use self::table::{CowTables, KgTable, OrderedTable, TableFamily};
-use super::{BackendConfig, BackendSnapshot, EntrySource, StateBackend, StateId};
+use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::{key_group_prefix_len, KeyGroup};
 use crate::meta::{StateKind, StateMetaInfo};
@@ -346,23 +346,17 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
         }
     }
 
-    fn bulk_load(&mut self, state: StateId, kg: KeyGroup, entries: &mut dyn EntrySource) -> Result<()> {
+    fn load_entry(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         let g = self.group_index(kg)?;
         match self.tables.get_mut(state) {
-            Some(StateTables::Kv(groups)) => {
-                let t = &mut groups[g];
-                while let Some((k, v)) = entries.next_entry()? {
-                    t.insert(SmallBytes::new(k), SmallBytes::new(v));
-                }
-            }
-            Some(StateTables::Ordered(groups)) => {
-                let t = &mut groups[g];
-                while let Some((k, v)) = entries.next_entry()? {
-                    t.insert(k, v);
-                }
-            }
+            Some(StateTables::Kv(groups)) => groups[g].insert(SmallBytes::new(key), SmallBytes::new(value)),
+            Some(StateTables::Ordered(groups)) => groups[g].insert(key, value),
             None => return Err(Error::UnknownState(format!("id {state}"))),
         }
+        Ok(())
+    }
+
+    fn finish_load(&mut self) -> Result<()> {
         Ok(())
     }
 
