@@ -182,6 +182,11 @@ fn flink_string_rules() {
     assert!(from_bytes(&s, &unhex("02ffff07")).is_err());
     // A huge declared length with little input fails without allocating it.
     assert!(from_bytes(&s, &unhex("ffffffff07")).is_err());
+    // A length varint overflowing 32 bits is invalid rather than silently truncated.
+    assert!(matches!(
+        from_bytes(&s, &unhex("ffffffff1f")),
+        Err(SerializerError::Invalid { .. })
+    ));
 }
 
 #[test]

@@ -143,10 +143,11 @@ fn read_varint_u32(input: &mut &[u8], what: &'static str) -> Result<u32, Seriali
     let mut shift = 0u32;
     loop {
         let b = take(input, 1, what)?[0];
-        if shift >= 32 {
+        // The fifth byte may only carry the top 4 bits of a u32; anything more is not a Java int.
+        if shift >= 32 || (shift == 28 && b > 0x0f) {
             return Err(SerializerError::Invalid {
                 what,
-                detail: "varint longer than 5 bytes".into(),
+                detail: "varint does not fit 32 bits".into(),
             });
         }
         result |= ((b & 0x7f) as u32) << shift;

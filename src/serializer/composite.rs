@@ -1,11 +1,5 @@
 //! Composite serializers built from element serializers: [`ListSerializer`], [`MapSerializer`],
 //! [`OptionSerializer`] and [`TtlSerializer`].
-//!
-//! Their compatibility follows Flink's `CompositeTypeSerializerSnapshot`: the previous snapshot must have the
-//! same identifier and as many nested snapshots; then any incompatible element makes the whole incompatible,
-//! any element needing migration makes the whole need migration, any reconfigured element makes the whole
-//! reconfigured, and otherwise the whole is compatible as is. Migration reads element by element through
-//! [`TypeSerializer::deserialize_previous`] of the elements that need it.
 
 use std::collections::BTreeMap;
 
@@ -35,7 +29,14 @@ pub const MAP_OUTER_VERSION: u32 = 1;
 /// Flink's *outer* snapshot version of `TtlSerializerSnapshot` (see [`LIST_OUTER_VERSION`]).
 pub const TTL_OUTER_VERSION: u32 = 2;
 
-/// Combines element compatibilities as Flink's `CompositeTypeSerializerSnapshot` does.
+/// Combines element compatibilities as Flink's `CompositeTypeSerializerSnapshot` does (used by every
+/// composite here; usable by user composites).
+///
+/// The previous snapshot must have the same identifier and as many nested snapshots. Then any incompatible
+/// element makes the whole incompatible (the reason names the element), any element needing migration makes
+/// the whole need migration, any reconfigured element makes the whole reconfigured, and otherwise the whole
+/// is compatible as is. Migration then reads element by element, through
+/// [`TypeSerializer::deserialize_previous`] for the elements that need it.
 ///
 /// `elements` pairs each element's name with its compatibility against the previous nested snapshot. Returns
 /// [`Compatibility::Incompatible`] naming both serializers when the identifiers or the nested counts differ.

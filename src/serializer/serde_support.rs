@@ -1,32 +1,4 @@
 //! Serializers for user types through serde: [`SerdeSerializer`].
-//!
-//! Values are encoded with [postcard](https://docs.rs/postcard) (its 1.x wire format is stable and
-//! specified): compact (varint integers, no field names) and deterministic for deterministic types. Use
-//! `BTreeMap`/`BTreeSet` rather than `HashMap`/`HashSet` inside state types, or the bytes depend on hash order.
-//!
-//! # Schema versions and migration
-//!
-//! The snapshot of a `SerdeSerializer` names the user's type ([`SERDE_SNAPSHOT_PREFIX`] + type name) and
-//! carries the user's schema version as its version. When the type changes incompatibly, bump the version
-//! and register how to read each older version:
-//!
-//! ```
-//! use keyed_state::serializer::{Compatibility, SerdeSerializer, TypeSerializer};
-//! #[derive(serde::Serialize, serde::Deserialize, Clone)]
-//! struct V1 { count: u32 }
-//! #[derive(serde::Serialize, serde::Deserialize, Clone)]
-//! struct V2 { count: u64, label: String }
-//!
-//! let old = SerdeSerializer::<V1>::new("Counter", 1);
-//! let new = SerdeSerializer::<V2>::new("Counter", 2)
-//!     .with_serde_migration::<V1>(1, |v| V2 { count: v.count.into(), label: String::new() });
-//! assert_eq!(new.compatibility(&old.snapshot()), Compatibility::CompatibleAfterMigration);
-//! ```
-//!
-//! Versions with a registered migration answer [`Compatibility::CompatibleAfterMigration`] and are read by
-//! [`TypeSerializer::deserialize_previous`]; the same version answers [`Compatibility::CompatibleAsIs`];
-//! anything else (another type name, a newer version, a version without migration) is
-//! [`Compatibility::Incompatible`].
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -44,7 +16,37 @@ pub const SERDE_SNAPSHOT_PREFIX: &str = "keyed-state/serde-postcard:";
 pub type MigrationFn<T> = dyn Fn(&mut &[u8]) -> Result<T, SerializerError> + Send + Sync;
 
 /// A serializer for any `T: Serialize + DeserializeOwned`, encoded with postcard, with a user-given type
-/// name and schema version and optional migrations from older versions (see the [module docs](self)).
+/// name and schema version and optional migrations from older versions.
+///
+/// Values are encoded with [postcard](https://docs.rs/postcard) (its 1.x wire format is stable and
+/// specified): compact (varint integers, no field names) and deterministic for deterministic types. Use
+/// `BTreeMap`/`BTreeSet` rather than `HashMap`/`HashSet` inside state types, or the bytes depend on hash order.
+/// Decoding never panics and pre-allocates at most what the remaining input can fill (serde's cautious size
+/// hints), but self-recursive types (`Box<Tree>`) are decoded recursively without a depth limit.
+///
+/// # Schema versions and migration
+///
+/// The snapshot of a `SerdeSerializer` names the user's type ([`SERDE_SNAPSHOT_PREFIX`] + type name) and
+/// carries the user's schema version as its version. When the type changes incompatibly, bump the version
+/// and register how to read each older version:
+///
+/// ```
+/// use keyed_state::serializer::{Compatibility, SerdeSerializer, TypeSerializer};
+/// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+/// struct V1 { count: u32 }
+/// #[derive(serde::Serialize, serde::Deserialize, Clone)]
+/// struct V2 { count: u64, label: String }
+///
+/// let old = SerdeSerializer::<V1>::new("Counter", 1);
+/// let new = SerdeSerializer::<V2>::new("Counter", 2)
+///     .with_serde_migration::<V1>(1, |v| V2 { count: v.count.into(), label: String::new() });
+/// assert_eq!(new.compatibility(&old.snapshot()), Compatibility::CompatibleAfterMigration);
+/// ```
+///
+/// Versions with a registered migration answer [`Compatibility::CompatibleAfterMigration`] and are read by
+/// [`TypeSerializer::deserialize_previous`]; the same version answers [`Compatibility::CompatibleAsIs`];
+/// anything else (another type name, a newer version, a version without migration) is
+/// [`Compatibility::Incompatible`].
 pub struct SerdeSerializer<T> {
     type_name: Arc<str>,
     version: u32,
