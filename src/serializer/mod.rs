@@ -6,7 +6,11 @@
 //!
 //! The built-in serializers for `i32`, `i64` and `String` encode byte for byte as Flink's `IntSerializer`,
 //! `LongSerializer` and `StringSerializer`, and use Flink's snapshot class names as identifiers, so that
-//! reading and writing Flink's own savepoints is a matter of framing.
+//! reading and writing Flink's own savepoints is a matter of framing. So do [`DoubleSerializer`],
+//! [`BooleanSerializer`], [`BytesSerializer`] (`byte[]`), [`ListSerializer`], [`MapSerializer`] and
+//! [`TtlSerializer`] (Flink's `TtlValue`); [`OptionSerializer`] has no Flink counterpart. User types go
+//! through serde with [`SerdeSerializer`] (schema versions and migrations), or implement [`TypeSerializer`]
+//! by hand. [`dynamic`] decodes bytes of the built-ins to JSON from a snapshot alone.
 
 mod builtin;
 mod composite;
@@ -17,7 +21,7 @@ mod snapshot;
 pub use builtin::*;
 pub use composite::*;
 pub use serde_support::*;
-pub use snapshot::{SerializerSnapshot, SnapshotDecodeError};
+pub use snapshot::{SerializerSnapshot, SnapshotDecodeError, MAX_SNAPSHOT_DEPTH};
 
 /// Errors from serializing or deserializing one value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
