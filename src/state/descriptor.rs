@@ -6,12 +6,7 @@ use crate::backend::StateId;
 use crate::meta::{StateKind, StateMetaInfo};
 use crate::serializer::{SerializerSnapshot, TypeSerializer, VoidNamespaceSerializer};
 
-/// Flink's `ListSerializerSnapshot` identifier: the state serializer snapshot of list states.
-pub const LIST_STATE_SNAPSHOT_ID: &str = "org.apache.flink.api.common.typeutils.base.ListSerializerSnapshot";
-/// Flink's `MapSerializerSnapshot` identifier: the state serializer snapshot of map states.
-pub const MAP_STATE_SNAPSHOT_ID: &str = "org.apache.flink.api.common.typeutils.base.MapSerializerSnapshot";
-/// Version of Flink's composite snapshots for lists and maps.
-pub const COMPOSITE_STATE_SNAPSHOT_VERSION: u32 = 3;
+pub use crate::serializer::{COMPOSITE_SNAPSHOT_VERSION, LIST_SNAPSHOT_ID, MAP_SNAPSHOT_ID};
 
 /// Combines two values of a reducing state (Flink's `ReduceFunction`).
 pub type ReduceFn<V> = Arc<dyn Fn(&V, &V) -> V + Send + Sync>;
@@ -360,14 +355,14 @@ impl_handle!(StateKind::Aggregating, AggregatingState<F, A, N>, N where F: Aggre
 
 /// The list-state serializer snapshot over an element snapshot (Flink's `ListSerializerSnapshot`).
 pub fn list_state_snapshot(element: SerializerSnapshot) -> SerializerSnapshot {
-    SerializerSnapshot::composite(LIST_STATE_SNAPSHOT_ID, COMPOSITE_STATE_SNAPSHOT_VERSION, vec![element])
+    SerializerSnapshot::composite(LIST_SNAPSHOT_ID, COMPOSITE_SNAPSHOT_VERSION, vec![element])
 }
 
 /// The map-state serializer snapshot over user key and value snapshots (Flink's `MapSerializerSnapshot`).
 pub fn map_state_snapshot(user_key: SerializerSnapshot, user_value: SerializerSnapshot) -> SerializerSnapshot {
     SerializerSnapshot::composite(
-        MAP_STATE_SNAPSHOT_ID,
-        COMPOSITE_STATE_SNAPSHOT_VERSION,
+        MAP_SNAPSHOT_ID,
+        COMPOSITE_SNAPSHOT_VERSION,
         vec![user_key, user_value],
     )
 }

@@ -21,7 +21,7 @@
 
 mod access;
 mod descriptor;
-mod store;
+pub(crate) mod store;
 
 pub use access::*;
 pub use descriptor::*;

@@ -332,7 +332,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             ns_compat: ns_compat(&ns),
             value_compat: {
                 let e = el.clone();
-                Arc::new(move |old| nested_compat(old, LIST_STATE_SNAPSHOT_ID, 0, |s| e.compatibility(s)))
+                Arc::new(move |old| nested_compat(old, LIST_SNAPSHOT_ID, 0, |s| e.compatibility(s)))
             },
             migrate: {
                 let e = el.clone();
@@ -365,10 +365,10 @@ impl<K: KeySerializer> KeyedStateStore<K> {
                 let (uk, uv) = (uk.clone(), uv.clone());
                 Arc::new(move |old| {
                     // The user key is part of the entry key: it may never be migrated (as in Flink).
-                    let kc = nested_compat(old, MAP_STATE_SNAPSHOT_ID, 0, |s| uk.compatibility(s));
+                    let kc = nested_compat(old, MAP_SNAPSHOT_ID, 0, |s| uk.compatibility(s));
                     match kc {
                         Compatibility::CompatibleAsIs | Compatibility::CompatibleWithReconfiguredSerializer => {
-                            nested_compat(old, MAP_STATE_SNAPSHOT_ID, 1, |s| uv.compatibility(s))
+                            nested_compat(old, MAP_SNAPSHOT_ID, 1, |s| uv.compatibility(s))
                         }
                         Compatibility::Incompatible(r) => Compatibility::Incompatible(r),
                         Compatibility::CompatibleAfterMigration => Compatibility::Incompatible(
