@@ -9,13 +9,16 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod demo;
 pub mod error;
 pub mod keygroup;
 pub mod layout;
 pub mod lsm;
 pub mod meta;
+pub mod restore;
 pub mod savepoint;
 pub mod serializer;
 pub mod state;
+pub mod tools;
 
 pub use error::{Error, Result};

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::meta::StateMetaInfo;
 use crate::savepoint::SavepointReader;
-use crate::serializer::{KeySerializer, TypeSerializer};
+use crate::serializer::KeySerializer;
 use crate::state::store::{incompatible, RestorePlan};
 use crate::state::KeyedStateStore;
 

@@ -94,11 +94,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
+            // The reader of our output went away (e.g. `| head`): not an error.
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            eprintln!("error: {e}");
+            let message = e.to_string();
+            eprintln!("error: {message}");
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
-                eprintln!("  caused by: {s}");
+                let text = s.to_string();
+                if !message.contains(&text) {
+                    eprintln!("  caused by: {text}");
+                }
                 source = s.source();
             }
             ExitCode::FAILURE
