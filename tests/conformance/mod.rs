@@ -485,6 +485,246 @@ macro_rules! conformance_suite {
             t!(registering_a_name_twice_checks_kind_and_type);
             t!(key_outside_range_is_rejected);
             t!(snapshot_is_isolated_from_later_writes);
+            t!(two_snapshots_restore_their_own_point);
+            t!(every_kind_survives_savepoint_and_restore);
+            t!(restored_untouched_state_is_snapshotted_again);
+            t!(empty_backend_savepoint_restores);
+            t!(restore_rejects_wrong_key_serializer_and_max_parallelism);
+            t!(restore_rejects_incompatible_value_serializer_before_loading);
+            t!(value_serializer_migrates_on_restore);
         }
     };
+}
+
+// ------------------------------------------------------------------ savepoints and restore
+
+use keyed_state::savepoint::{encode, Compression, SavepointReader, WriteOptions};
+
+/// Encodes a store's snapshot into an in-memory savepoint.
+pub fn savepoint_of<K: keyed_state::serializer::KeySerializer>(s: &mut KeyedStateStore<K>) -> SavepointReader {
+    let snap = s.snapshot().unwrap();
+    savepoint_of_snapshot(&*snap)
+}
+
+pub fn savepoint_of_snapshot(snap: &dyn keyed_state::backend::BackendSnapshot) -> SavepointReader {
+    let mut bytes = Vec::new();
+    encode(snap, &WriteOptions { compression: Compression::None }, &mut bytes).unwrap();
+    SavepointReader::from_bytes(bytes).unwrap()
+}
+
+pub fn two_snapshots_restore_their_own_point(f: &Factory) {
+    // testValueState: snapshot 1, more writes, snapshot 2; each restores its own contents.
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s.register_value(ValueStateDescriptor::new("v", StringSerializer)).unwrap();
+    for (k, x) in [(1, "1"), (2, "2")] {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&x.to_string()).unwrap();
+    }
+    let snap1 = s.snapshot().unwrap();
+    for (k, x) in [(1, "u1"), (2, "u2"), (3, "u3")] {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&x.to_string()).unwrap();
+    }
+    let snap2 = s.snapshot().unwrap();
+    let (sp1, sp2) = (savepoint_of_snapshot(&*snap1), savepoint_of_snapshot(&*snap2));
+    for (sp, expect) in [(sp1, [Some("1"), Some("2"), None]), (sp2, [Some("u1"), Some("u2"), Some("u3")])] {
+        let mut r = store_long(f, 128, KeyGroupRange::all(128));
+        let v = r.register_value(ValueStateDescriptor::new("v", StringSerializer)).unwrap();
+        r.restore(&[sp]).unwrap();
+        for (k, e) in [1i64, 2, 3].iter().zip(expect) {
+            r.set_current_key(k).unwrap();
+            assert_eq!(r.value(&v).unwrap().get().unwrap(), e.map(String::from));
+        }
+    }
+}
+
+pub fn every_kind_survives_savepoint_and_restore(f: &Factory) {
+    let mut s = store_string(f);
+    let v = s.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("l", StringSerializer).with_namespace(IntSerializer))
+        .unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new("m", StringSerializer, LongSerializer).with_namespace(StringSerializer))
+        .unwrap();
+    let r = s.register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| *a.max(b))).unwrap();
+    let a = s.register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer)).unwrap();
+    for i in 0..200i64 {
+        let key = format!("user-{i}");
+        s.set_current_key(&key).unwrap();
+        s.value(&v).unwrap().update(&i).unwrap();
+        s.list_in(&l, &((i % 3) as i32)).unwrap().add_all(&[format!("a{i}"), format!("b{i}")]).unwrap();
+        s.map_in(&m, &"ns".to_string()).unwrap().put(&format!("k{i}"), &i).unwrap();
+        s.map_in(&m, &"empty".to_string()).unwrap().put(&"gone".into(), &1).unwrap();
+        s.map_in(&m, &"empty".to_string()).unwrap().remove(&"gone".into()).unwrap();
+        s.reducing(&r).unwrap().add(&i).unwrap();
+        s.aggregating(&a).unwrap().add(&i).unwrap();
+    }
+    let sp = savepoint_of(&mut s);
+    let mut t = store_string(f);
+    t.restore(&[sp]).unwrap();
+    let v = t.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    let l = t
+        .register_list(ListStateDescriptor::new("l", StringSerializer).with_namespace(IntSerializer))
+        .unwrap();
+    let m = t
+        .register_map(MapStateDescriptor::new("m", StringSerializer, LongSerializer).with_namespace(StringSerializer))
+        .unwrap();
+    let r = t.register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| *a.max(b))).unwrap();
+    let a = t.register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer)).unwrap();
+    for i in 0..200i64 {
+        t.set_current_key(&format!("user-{i}")).unwrap();
+        assert_eq!(t.value(&v).unwrap().get().unwrap(), Some(i));
+        assert_eq!(t.list_in(&l, &((i % 3) as i32)).unwrap().get().unwrap(), Some(vec![format!("a{i}"), format!("b{i}")]));
+        assert_eq!(t.list_in(&l, &(((i + 1) % 3) as i32)).unwrap().get().unwrap(), None);
+        assert_eq!(t.map_in(&m, &"ns".to_string()).unwrap().entries().unwrap(), vec![(format!("k{i}"), i)]);
+        assert!(t.map_in(&m, &"empty".to_string()).unwrap().is_empty().unwrap());
+        assert_eq!(t.reducing(&r).unwrap().get().unwrap(), Some(i));
+        assert_eq!(t.aggregating(&a).unwrap().get().unwrap(), Some(format!("sum={i}")));
+    }
+    assert_eq!(t.num_entries().unwrap(), s.num_entries().unwrap());
+}
+
+pub fn restored_untouched_state_is_snapshotted_again(f: &Factory) {
+    // testSnapshotNonAccessedState
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let m = s.register_map(MapStateDescriptor::new("m", IntSerializer, StringSerializer)).unwrap();
+    s.set_current_key(&5).unwrap();
+    for i in 0..3 {
+        s.map(&m).unwrap().put(&i, &format!("v{i}")).unwrap();
+    }
+    let sp = savepoint_of(&mut s);
+    let mut t = store_long(f, 128, KeyGroupRange::all(128));
+    t.restore(&[sp]).unwrap();
+    let sp2 = savepoint_of(&mut t); // never registered, never touched
+    let mut u = store_long(f, 128, KeyGroupRange::all(128));
+    u.restore(&[sp2]).unwrap();
+    let m = u.register_map(MapStateDescriptor::new("m", IntSerializer, StringSerializer)).unwrap();
+    u.set_current_key(&5).unwrap();
+    assert_eq!(u.map(&m).unwrap().entries().unwrap().len(), 3);
+}
+
+pub fn empty_backend_savepoint_restores(f: &Factory) {
+    // testEmptyStateCheckpointing
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let sp = savepoint_of(&mut s);
+    assert_eq!(sp.key_groups().len(), 0);
+    let mut t = store_long(f, 128, KeyGroupRange::all(128));
+    let summary = t.restore(&[sp]).unwrap();
+    assert_eq!(summary.entries, 0);
+    assert_eq!(t.num_entries().unwrap(), 0);
+}
+
+pub fn restore_rejects_wrong_key_serializer_and_max_parallelism(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    s.set_current_key(&1).unwrap();
+    s.value(&v).unwrap().update(&1).unwrap();
+    let bytes = {
+        let snap = s.snapshot().unwrap();
+        let mut b = Vec::new();
+        encode(&*snap, &WriteOptions::default(), &mut b).unwrap();
+        b
+    };
+    let mut t = store_string(f);
+    let e = t.restore(&[SavepointReader::from_bytes(bytes.clone()).unwrap()]).err().unwrap();
+    assert!(matches!(e, Error::IncompatibleSerializer { role: "key", .. }), "{e}");
+    let mut u = store_long(f, 256, KeyGroupRange::all(256));
+    let e = u.restore(&[SavepointReader::from_bytes(bytes).unwrap()]).err().unwrap();
+    assert!(matches!(e, Error::MaxParallelismMismatch { savepoint: 128, backend: 256 }), "{e}");
+    assert_eq!(u.num_entries().unwrap(), 0);
+}
+
+pub fn restore_rejects_incompatible_value_serializer_before_loading(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s.register_value(ValueStateDescriptor::new("name", StringSerializer)).unwrap();
+    let c = s.register_value(ValueStateDescriptor::new("count", LongSerializer)).unwrap();
+    s.set_current_key(&1).unwrap();
+    s.value(&v).unwrap().update(&"x".into()).unwrap();
+    s.value(&c).unwrap().update(&7).unwrap();
+    let snap = s.snapshot().unwrap();
+    // Registered before the restore: checked before anything loads.
+    let mut t = store_long(f, 128, KeyGroupRange::all(128));
+    t.register_value(ValueStateDescriptor::new("name", LongSerializer)).unwrap();
+    let e = t.restore(&[savepoint_of_snapshot(&*snap)]).err().unwrap();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::IncompatibleSerializer { role: "value", .. }), "{msg}");
+    assert!(msg.contains("'name'") && msg.contains("StringSerializer") && msg.contains("LongSerializer"), "{msg}");
+    assert_eq!(t.num_entries().unwrap(), 0, "nothing may load when a check fails");
+    // Registered after the restore: checked at registration.
+    let mut u = store_long(f, 128, KeyGroupRange::all(128));
+    u.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
+    let e = u.register_value(ValueStateDescriptor::new("name", IntSerializer)).err().unwrap();
+    assert!(matches!(e, Error::IncompatibleSerializer { .. }), "{e}");
+    let e = u.register_list(ListStateDescriptor::new("count", LongSerializer)).err().unwrap();
+    assert!(matches!(e, Error::StateKindMismatch { .. }), "{e}");
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+pub struct ProfileV1 {
+    pub name: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+pub struct ProfileV2 {
+    pub name: String,
+    pub visits: u64,
+}
+
+pub fn value_serializer_migrates_on_restore(f: &Factory) {
+    use keyed_state::serializer::SerdeSerializer;
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v1 = SerdeSerializer::<ProfileV1>::new("Profile", 1);
+    let p = s.register_value(ValueStateDescriptor::new("profile", v1.clone())).unwrap();
+    let l = s.register_list(ListStateDescriptor::new("history", v1.clone())).unwrap();
+    let m = s.register_map(MapStateDescriptor::new("by-page", IntSerializer, v1)).unwrap();
+    for k in 0..50i64 {
+        s.set_current_key(&k).unwrap();
+        let prof = ProfileV1 { name: format!("u{k}") };
+        s.value(&p).unwrap().update(&prof).unwrap();
+        s.list(&l).unwrap().add_all(&[prof.clone(), prof.clone()]).unwrap();
+        s.map(&m).unwrap().put(&(k as i32), &prof).unwrap();
+    }
+    let snap = s.snapshot().unwrap();
+    let v2 = || {
+        SerdeSerializer::<ProfileV2>::new("Profile", 2)
+            .with_serde_migration::<ProfileV1>(1, |old| ProfileV2 { name: old.name, visits: 0 })
+    };
+    for register_first in [true, false] {
+        let mut t = store_long(f, 128, KeyGroupRange::all(128));
+        let handles = |t: &mut KeyedStateStore<LongSerializer>| {
+            (
+                t.register_value(ValueStateDescriptor::new("profile", v2())).unwrap(),
+                t.register_list(ListStateDescriptor::new("history", v2())).unwrap(),
+                t.register_map(MapStateDescriptor::new("by-page", IntSerializer, v2())).unwrap(),
+            )
+        };
+        let (p2, l2, m2) = if register_first {
+            let h = handles(&mut t);
+            let summary = t.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
+            assert_eq!(summary.migrated_states.len(), 3);
+            h
+        } else {
+            t.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
+            handles(&mut t)
+        };
+        for k in 0..50i64 {
+            t.set_current_key(&k).unwrap();
+            let want = ProfileV2 { name: format!("u{k}"), visits: 0 };
+            assert_eq!(t.value(&p2).unwrap().get().unwrap(), Some(want.clone()));
+            assert_eq!(t.list(&l2).unwrap().get().unwrap(), Some(vec![want.clone(), want.clone()]));
+            assert_eq!(t.map(&m2).unwrap().get(&(k as i32)).unwrap(), Some(want));
+        }
+        // The migrated state snapshots with the new serializer.
+        let sp = savepoint_of(&mut t);
+        assert_eq!(sp.header().states[0].value_serializer.version, 2);
+    }
+    // A serializer that cannot read version 1 is incompatible.
+    let mut u = store_long(f, 128, KeyGroupRange::all(128));
+    u.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
+    let e = u
+        .register_value(ValueStateDescriptor::new("profile", SerdeSerializer::<ProfileV2>::new("Profile", 2)))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::IncompatibleSerializer { .. }), "{e}");
 }
