@@ -1,0 +1,133 @@
+//! Our entry bytes are Flink's: for the logical state in `flink-interop/fixtures/expected.json`, the entries
+//! our savepoint holds equal the canonical entries Flink 2.3.0 wrote (`DUMP.txt` of the canonical
+//! savepoints of both Flink backends), TTL timestamps aside. Timer entries are checked against our timer
+//! key layout (timers are a reserved state kind in format v1).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use keyed_state::backend::heap::HeapBackend;
+use keyed_state::keygroup::key_group_range_for_operator;
+use keyed_state::layout::timer_key;
+use keyed_state::serializer::{LongSerializer, StringSerializer, TtlSerializer, TtlValue};
+use keyed_state::state::*;
+use serde_json::Value;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/flink-interop/fixtures");
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// (state name, key hex) → value hex, from a DUMP.txt of a canonical savepoint.
+fn flink_entries(fixture: &str) -> BTreeMap<(String, String), String> {
+    let path = format!("{FIXTURES}/{fixture}/DUMP.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e} (shared/ must sit beside the repo)"));
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix('[') else { continue };
+        let Some((head, kv)) = rest.split_once("] key=") else { continue };
+        let name = head.split_once(' ').map(|(_, n)| n).unwrap_or(head).to_string();
+        let (key, value) = kv.split_once(" value=").unwrap_or((kv, ""));
+        let prev = out.insert((name, key.to_string()), value.to_string());
+        assert!(prev.is_none(), "duplicate entry in {fixture}");
+    }
+    out
+}
+
+/// Our entries for the logical state of expected.json, from heap stores at parallelism 2.
+fn our_entries() -> BTreeMap<(String, String), String> {
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{FIXTURES}/expected.json")).expect("expected.json"),
+    )
+    .expect("json");
+    let max_p = expected["max_parallelism"].as_u64().unwrap() as u32;
+    let keys = expected["keys"].as_object().unwrap();
+    let mut out = BTreeMap::new();
+    for subtask in 0..2 {
+        let range = key_group_range_for_operator(max_p, 2, subtask).unwrap();
+        let cfg = KeyedStateStore::config_for(&LongSerializer, max_p, range);
+        let mut s = KeyedStateStore::new(Box::new(HeapBackend::new(cfg).unwrap()), LongSerializer).unwrap();
+        let sum = s.register_value(ValueStateDescriptor::new("sum", LongSerializer)).unwrap();
+        let list = s.register_list(ListStateDescriptor::new("list", LongSerializer)).unwrap();
+        let map = s.register_map(MapStateDescriptor::new("map", StringSerializer, LongSerializer)).unwrap();
+        let name = s.register_value(ValueStateDescriptor::new("name", StringSerializer)).unwrap();
+        let ttl = s
+            .register_value(ValueStateDescriptor::new("ttl-value", TtlSerializer::new(LongSerializer)))
+            .unwrap();
+        let mut timers: Vec<(String, Vec<u8>)> = Vec::new();
+        for (k, st) in keys {
+            let key: i64 = k.parse().unwrap();
+            if st["subtask"].as_u64().unwrap() != subtask as u64 {
+                continue;
+            }
+            s.set_current_key(&key).unwrap();
+            assert_eq!(s.current_key_group().unwrap() as u64, st["key_group"].as_u64().unwrap());
+            s.value(&sum).unwrap().update(&st["sum"].as_i64().unwrap()).unwrap();
+            for v in st["list"].as_array().unwrap() {
+                s.list(&list).unwrap().add(&v.as_i64().unwrap()).unwrap();
+            }
+            for (uk, uv) in st["map"].as_object().unwrap() {
+                s.map(&map).unwrap().put(uk, &uv.as_i64().unwrap()).unwrap();
+            }
+            if let Some(n) = st["name"].as_str() {
+                s.value(&name).unwrap().update(&n.to_string()).unwrap();
+            }
+            let tv = TtlValue::new(st["ttl_value"].as_i64().unwrap(), 0);
+            s.value(&ttl).unwrap().update(&tv).unwrap();
+            let kg = s.current_key_group().unwrap();
+            let kb = key.to_be_bytes();
+            let mut t = Vec::new();
+            timer_key(&mut t, kg, 1, st["event_timer"].as_i64().unwrap(), &kb, &[0]);
+            timers.push(("_timer_state/event_user-timers".into(), t));
+            if let Some(p) = st["processing_timer"].as_i64() {
+                let mut t = Vec::new();
+                timer_key(&mut t, kg, 1, p, &kb, &[0]);
+                timers.push(("_timer_state/processing_user-timers".into(), t));
+            }
+        }
+        let snap = s.snapshot().unwrap();
+        for (id, meta) in snap.states().iter().enumerate() {
+            for kg in range.iter() {
+                snap.visit(id, kg, &mut |k, v| {
+                    out.insert((meta.name.clone(), hex(k)), hex(v));
+                    Ok(())
+                })
+                .unwrap();
+            }
+        }
+        for (n, t) in timers {
+            out.insert((n, hex(&t)), String::new());
+        }
+    }
+    out
+}
+
+fn check(fixture: &str) {
+    let flink = flink_entries(fixture);
+    let ours = our_entries();
+    assert_eq!(flink.len(), 752, "{fixture}: Flink's dump has 752 canonical entries");
+    let fk: BTreeSet<_> = flink.keys().collect();
+    let ok: BTreeSet<_> = ours.keys().collect();
+    assert_eq!(fk, ok, "{fixture}: the same entry keys");
+    for (k, fv) in &flink {
+        let ov = &ours[k];
+        if k.0 == "ttl-value" {
+            // i64 BE last-access timestamp (wall clock in the fixture), then the value.
+            assert_eq!(fv.len(), ov.len(), "{k:?}");
+            assert_eq!(fv[16..], ov[16..], "{fixture}: ttl-value {k:?} value after the timestamp");
+        } else {
+            assert_eq!(fv, ov, "{fixture}: entry {k:?}");
+        }
+    }
+}
+
+#[test]
+fn entries_equal_flink_heap_canonical_savepoint() {
+    check("hashmap-canonical-savepoint");
+}
+
+#[test]
+fn entries_equal_flink_rocksdb_canonical_savepoint() {
+    check("rocksdb-canonical-savepoint");
+}
