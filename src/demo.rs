@@ -93,9 +93,15 @@ pub const DEMO_MAX_PARALLELISM: u32 = 128;
 pub fn register(store: &mut KeyedStateStore<LongSerializer>) -> Result<DemoStates> {
     Ok(DemoStates {
         clicks: store.register_value(ValueStateDescriptor::new("clicks", LongSerializer))?,
-        impressions: store.register_value(ValueStateDescriptor::new("impressions", LongSerializer))?,
-        recent_pages: store.register_list(ListStateDescriptor::new("recent-pages", StringSerializer))?,
-        page_clicks: store.register_map(MapStateDescriptor::new("page-clicks", StringSerializer, LongSerializer))?,
+        impressions: store
+            .register_value(ValueStateDescriptor::new("impressions", LongSerializer))?,
+        recent_pages: store
+            .register_list(ListStateDescriptor::new("recent-pages", StringSerializer))?,
+        page_clicks: store.register_map(MapStateDescriptor::new(
+            "page-clicks",
+            StringSerializer,
+            LongSerializer,
+        ))?,
         hourly: store.register_reducing(
             ReducingStateDescriptor::new("clicks-per-hour", LongSerializer, |a, b| a + b)
                 .with_namespace(LongSerializer),
@@ -111,11 +117,19 @@ pub fn store(backend: Box<dyn StateBackend>) -> Result<KeyedStateStore<LongSeria
 
 /// The backend configuration of the demo (one instance owning all key groups).
 pub fn config() -> crate::backend::BackendConfig {
-    KeyedStateStore::config_for(&LongSerializer, DEMO_MAX_PARALLELISM, KeyGroupRange::all(DEMO_MAX_PARALLELISM))
+    KeyedStateStore::config_for(
+        &LongSerializer,
+        DEMO_MAX_PARALLELISM,
+        KeyGroupRange::all(DEMO_MAX_PARALLELISM),
+    )
 }
 
 /// Processes one event.
-pub fn process(store: &mut KeyedStateStore<LongSerializer>, s: &DemoStates, e: &Event) -> Result<()> {
+pub fn process(
+    store: &mut KeyedStateStore<LongSerializer>,
+    s: &DemoStates,
+    e: &Event,
+) -> Result<()> {
     store.set_current_key(&e.user)?;
     if e.click {
         let mut v = store.value(&s.clicks)?;

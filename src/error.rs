@@ -32,7 +32,9 @@ pub enum Error {
     #[error(transparent)]
     KeyGroup(#[from] KeyGroupError),
     /// A state name is registered twice with a different kind or type.
-    #[error("state '{name}' is already registered as {existing}, cannot register it as {requested}")]
+    #[error(
+        "state '{name}' is already registered as {existing}, cannot register it as {requested}"
+    )]
     StateKindMismatch {
         /// The state name.
         name: String,
@@ -42,7 +44,9 @@ pub enum Error {
         requested: StateKind,
     },
     /// A state name is registered twice with different serializers in one backend.
-    #[error("state '{name}' is already registered with {role} serializer {existing}, not {requested}")]
+    #[error(
+        "state '{name}' is already registered with {role} serializer {existing}, not {requested}"
+    )]
     StateTypeMismatch {
         /// The state name.
         name: String,

@@ -89,12 +89,16 @@ fn bit_mix(mut h: i32) -> i32 {
 ///
 /// `max_parallelism` must be in `1..=32768` (checked by [`check_max_parallelism`]); the result is below it.
 pub fn key_group_for_hash(hash: i32, max_parallelism: u32) -> KeyGroup {
-    debug_assert!(max_parallelism >= 1 && max_parallelism <= UPPER_BOUND_MAX_PARALLELISM);
+    debug_assert!((1..=UPPER_BOUND_MAX_PARALLELISM).contains(&max_parallelism));
     (murmur_hash(hash) as u32 % max_parallelism.max(1)) as KeyGroup
 }
 
 /// `computeOperatorIndexForKeyGroup`: which of `parallelism` instances owns `key_group`.
-pub fn operator_index_for_key_group(max_parallelism: u32, parallelism: u32, key_group: KeyGroup) -> u32 {
+pub fn operator_index_for_key_group(
+    max_parallelism: u32,
+    parallelism: u32,
+    key_group: KeyGroup,
+) -> u32 {
     // Flink computes this in i32; with max_parallelism <= 32768 the product fits.
     (key_group as u32 * parallelism) / max_parallelism.max(1)
 }
@@ -115,7 +119,8 @@ pub fn key_group_range_for_operator(
     if index >= parallelism {
         return Err(KeyGroupError::InvalidOperatorIndex { index, parallelism });
     }
-    let start = (index * max_parallelism + parallelism - 1) / parallelism;
+    // Flink: (i*maxP + p - 1) / p, i.e. a ceiling division.
+    let start = (index * max_parallelism).div_ceil(parallelism);
     let end = ((index + 1) * max_parallelism - 1) / parallelism;
     Ok(KeyGroupRange::new(start as KeyGroup, end as KeyGroup))
 }
@@ -124,9 +129,10 @@ pub fn key_group_range_for_operator(
 pub fn default_max_parallelism(parallelism: u32) -> u32 {
     let x = parallelism.saturating_add(parallelism / 2);
     let rounded = x.max(1).checked_next_power_of_two().unwrap_or(u32::MAX);
-    rounded
-        .max(DEFAULT_LOWER_BOUND_MAX_PARALLELISM)
-        .min(UPPER_BOUND_MAX_PARALLELISM)
+    rounded.clamp(
+        DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
+        UPPER_BOUND_MAX_PARALLELISM,
+    )
 }
 
 /// `computeRequiredBytesInKeyGroupPrefix`: 2 bytes when `max_parallelism > 128`, else 1.

@@ -21,7 +21,10 @@ pub const MAP_VALUE_PRESENT: u8 = 0x00;
 pub const MAP_VALUE_NULL: u8 = 0x01;
 
 /// Whether composite keys carry length bytes: true only when both serializers are variable-length.
-pub fn is_ambiguous_key_possible(key_fixed_len: Option<usize>, ns_fixed_len: Option<usize>) -> bool {
+pub fn is_ambiguous_key_possible(
+    key_fixed_len: Option<usize>,
+    ns_fixed_len: Option<usize>,
+) -> bool {
     key_fixed_len.is_none() && ns_fixed_len.is_none()
 }
 
@@ -256,7 +259,10 @@ mod tests {
         let mut b = CompositeKeyBuilder::new(1, false);
         b.set_key(1, &39i64.to_be_bytes());
         assert_eq!(b.set_namespace(&[0]), &hex("01000000000000002700")[..]);
-        assert_eq!(b.with_user_key(&hex("036530")), &hex("01000000000000002700036530")[..]);
+        assert_eq!(
+            b.with_user_key(&hex("036530")),
+            &hex("01000000000000002700036530")[..]
+        );
         let map_key = hex("01000000000000002700036530");
         let parts = split_entry_key(&map_key, 1, Some(8), Some(1), true).unwrap();
         assert_eq!(parts.key_group, 1);

@@ -53,7 +53,13 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             }
             let compat = self.key_serializer().compatibility(&h.key_serializer);
             if !compat.is_compatible_as_is() {
-                return Err(incompatible("<key>", "key", &h.key_serializer, &self.key_serializer().snapshot(), compat));
+                return Err(incompatible(
+                    "<key>",
+                    "key",
+                    &h.key_serializer,
+                    &self.key_serializer().snapshot(),
+                    compat,
+                ));
             }
         }
 
@@ -139,7 +145,9 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             if plan != RestorePlan::Migrate {
                 continue;
             }
-            let Some(&i) = by_name.get(&name) else { continue };
+            let Some(&i) = by_name.get(&name) else {
+                continue;
+            };
             let previous = restored[i].value_serializer.clone();
             let id = self
                 .backend

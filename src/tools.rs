@@ -47,9 +47,17 @@ fn decode_front(snapshot: &SerializerSnapshot, input: &mut &[u8]) -> Option<Valu
 }
 
 /// The JSON object `dump --json` prints for one entry.
-pub fn entry_json(key_serializer: &SerializerSnapshot, max_parallelism: u32, meta: &StateMetaInfo, key: &[u8], value: &[u8]) -> Value {
+pub fn entry_json(
+    key_serializer: &SerializerSnapshot,
+    max_parallelism: u32,
+    meta: &StateMetaInfo,
+    key: &[u8],
+    value: &[u8],
+) -> Value {
     let prefix_len = key_group_prefix_len(max_parallelism);
-    let kg = read_key_group_prefix(key, prefix_len).map(|k| k as i64).unwrap_or(-1);
+    let kg = read_key_group_prefix(key, prefix_len)
+        .map(|k| k as i64)
+        .unwrap_or(-1);
     let mut rest = key.get(prefix_len..).unwrap_or(&[]);
     let mut obj = serde_json::Map::new();
     obj.insert("state".into(), json!(meta.name));
@@ -63,11 +71,17 @@ pub fn entry_json(key_serializer: &SerializerSnapshot, max_parallelism: u32, met
             .map(|b| (u64::from_be_bytes(b) as i64) ^ i64::MIN);
         rest = rest.get(8..).unwrap_or(&[]);
         let k = decode_front(key_serializer, &mut rest);
-        obj.insert("timestamp".into(), ts.map(|t| json!(t)).unwrap_or(Value::Null));
+        obj.insert(
+            "timestamp".into(),
+            ts.map(|t| json!(t)).unwrap_or(Value::Null),
+        );
         match k {
             Some(k) => {
                 obj.insert("key".into(), k);
-                obj.insert("namespace".into(), decode_exact(&meta.namespace_serializer, rest));
+                obj.insert(
+                    "namespace".into(),
+                    decode_exact(&meta.namespace_serializer, rest),
+                );
             }
             None => {
                 obj.insert("key".into(), hex_value(rest));
@@ -164,7 +178,13 @@ pub fn dump_json(reader: &SavepointReader, out: &mut dyn Write) -> Result<u64> {
                 location: format!("key group {}", block.key_group),
                 detail: format!("state index {state} not in the header"),
             })?;
-            let line = entry_json(&header.key_serializer, header.max_parallelism, meta, key, value);
+            let line = entry_json(
+                &header.key_serializer,
+                header.max_parallelism,
+                meta,
+                key,
+                value,
+            );
             writeln!(out, "{line}").map_err(|e| Error::io("writing dump output", e))?;
             n += 1;
             Ok(())
@@ -207,7 +227,11 @@ pub fn inspect(reader: &SavepointReader) -> Result<String> {
         let _ = writeln!(s, "      namespace serializer: {}", m.namespace_serializer);
         let _ = writeln!(s, "      value serializer:     {}", m.value_serializer);
         if let Some(t) = &m.ttl {
-            let _ = writeln!(s, "      ttl:                  {} ms, {:?}, {:?}", t.ttl_millis, t.update_type, t.visibility);
+            let _ = writeln!(
+                s,
+                "      ttl:                  {} ms, {:?}, {:?}",
+                t.ttl_millis, t.update_type, t.visibility
+            );
         }
         let _ = writeln!(s, "      entries:              {}", entries[i]);
         let _ = writeln!(s, "      key+value bytes:      {}", bytes[i]);
@@ -231,7 +255,13 @@ pub fn dump_text(reader: &SavepointReader, out: &mut dyn Write) -> Result<u64> {
                 location: format!("key group {}", block.key_group),
                 detail: format!("state index {state} not in the header"),
             })?;
-            let v = entry_json(&header.key_serializer, header.max_parallelism, meta, key, value);
+            let v = entry_json(
+                &header.key_serializer,
+                header.max_parallelism,
+                meta,
+                key,
+                value,
+            );
             let field = |name: &str| v.get(name).map(|x| x.to_string()).unwrap_or_default();
             let mut line = format!(
                 "{}\t{}\t{}\t{}",

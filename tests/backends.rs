@@ -5,7 +5,9 @@ mod conformance;
 use keyed_state::backend::heap::table::PersistentTables;
 use keyed_state::backend::heap::HeapBackend;
 
-conformance_suite!(heap_cow, |cfg| Box::new(HeapBackend::new(cfg).expect("heap backend")));
+conformance_suite!(heap_cow, |cfg| Box::new(
+    HeapBackend::new(cfg).expect("heap backend")
+));
 conformance_suite!(heap_persistent, |cfg| Box::new(
     HeapBackend::<PersistentTables>::with_tables(cfg).expect("heap backend")
 ));

@@ -12,7 +12,10 @@ use keyed_state::serializer::{LongSerializer, StringSerializer, TtlSerializer, T
 use keyed_state::state::*;
 use serde_json::Value;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/flink-interop/fixtures");
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/flink-interop/fixtures"
+);
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -21,13 +24,22 @@ fn hex(bytes: &[u8]) -> String {
 /// (state name, key hex) → value hex, from a DUMP.txt of a canonical savepoint.
 fn flink_entries(fixture: &str) -> BTreeMap<(String, String), String> {
     let path = format!("{FIXTURES}/{fixture}/DUMP.txt");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {path}: {e} (shared/ must sit beside the repo)"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e} (shared/ must sit beside the repo)"));
     let mut out = BTreeMap::new();
     for line in text.lines() {
         let line = line.trim();
-        let Some(rest) = line.strip_prefix('[') else { continue };
-        let Some((head, kv)) = rest.split_once("] key=") else { continue };
-        let name = head.split_once(' ').map(|(_, n)| n).unwrap_or(head).to_string();
+        let Some(rest) = line.strip_prefix('[') else {
+            continue;
+        };
+        let Some((head, kv)) = rest.split_once("] key=") else {
+            continue;
+        };
+        let name = head
+            .split_once(' ')
+            .map(|(_, n)| n)
+            .unwrap_or(head)
+            .to_string();
         let (key, value) = kv.split_once(" value=").unwrap_or((kv, ""));
         let prev = out.insert((name, key.to_string()), value.to_string());
         assert!(prev.is_none(), "duplicate entry in {fixture}");
@@ -47,13 +59,29 @@ fn our_entries() -> BTreeMap<(String, String), String> {
     for subtask in 0..2 {
         let range = key_group_range_for_operator(max_p, 2, subtask).unwrap();
         let cfg = KeyedStateStore::config_for(&LongSerializer, max_p, range);
-        let mut s = KeyedStateStore::new(Box::new(HeapBackend::new(cfg).unwrap()), LongSerializer).unwrap();
-        let sum = s.register_value(ValueStateDescriptor::new("sum", LongSerializer)).unwrap();
-        let list = s.register_list(ListStateDescriptor::new("list", LongSerializer)).unwrap();
-        let map = s.register_map(MapStateDescriptor::new("map", StringSerializer, LongSerializer)).unwrap();
-        let name = s.register_value(ValueStateDescriptor::new("name", StringSerializer)).unwrap();
+        let mut s =
+            KeyedStateStore::new(Box::new(HeapBackend::new(cfg).unwrap()), LongSerializer).unwrap();
+        let sum = s
+            .register_value(ValueStateDescriptor::new("sum", LongSerializer))
+            .unwrap();
+        let list = s
+            .register_list(ListStateDescriptor::new("list", LongSerializer))
+            .unwrap();
+        let map = s
+            .register_map(MapStateDescriptor::new(
+                "map",
+                StringSerializer,
+                LongSerializer,
+            ))
+            .unwrap();
+        let name = s
+            .register_value(ValueStateDescriptor::new("name", StringSerializer))
+            .unwrap();
         let ttl = s
-            .register_value(ValueStateDescriptor::new("ttl-value", TtlSerializer::new(LongSerializer)))
+            .register_value(ValueStateDescriptor::new(
+                "ttl-value",
+                TtlSerializer::new(LongSerializer),
+            ))
             .unwrap();
         let mut timers: Vec<(String, Vec<u8>)> = Vec::new();
         for (k, st) in keys {
@@ -62,8 +90,14 @@ fn our_entries() -> BTreeMap<(String, String), String> {
                 continue;
             }
             s.set_current_key(&key).unwrap();
-            assert_eq!(s.current_key_group().unwrap() as u64, st["key_group"].as_u64().unwrap());
-            s.value(&sum).unwrap().update(&st["sum"].as_i64().unwrap()).unwrap();
+            assert_eq!(
+                s.current_key_group().unwrap() as u64,
+                st["key_group"].as_u64().unwrap()
+            );
+            s.value(&sum)
+                .unwrap()
+                .update(&st["sum"].as_i64().unwrap())
+                .unwrap();
             for v in st["list"].as_array().unwrap() {
                 s.list(&list).unwrap().add(&v.as_i64().unwrap()).unwrap();
             }
@@ -78,7 +112,14 @@ fn our_entries() -> BTreeMap<(String, String), String> {
             let kg = s.current_key_group().unwrap();
             let kb = key.to_be_bytes();
             let mut t = Vec::new();
-            timer_key(&mut t, kg, 1, st["event_timer"].as_i64().unwrap(), &kb, &[0]);
+            timer_key(
+                &mut t,
+                kg,
+                1,
+                st["event_timer"].as_i64().unwrap(),
+                &kb,
+                &[0],
+            );
             timers.push(("_timer_state/event_user-timers".into(), t));
             if let Some(p) = st["processing_timer"].as_i64() {
                 let mut t = Vec::new();
@@ -106,7 +147,11 @@ fn our_entries() -> BTreeMap<(String, String), String> {
 fn check(fixture: &str) {
     let flink = flink_entries(fixture);
     let ours = our_entries();
-    assert_eq!(flink.len(), 752, "{fixture}: Flink's dump has 752 canonical entries");
+    assert_eq!(
+        flink.len(),
+        752,
+        "{fixture}: Flink's dump has 752 canonical entries"
+    );
     let fk: BTreeSet<_> = flink.keys().collect();
     let ok: BTreeSet<_> = ours.keys().collect();
     assert_eq!(fk, ok, "{fixture}: the same entry keys");
@@ -115,7 +160,11 @@ fn check(fixture: &str) {
         if k.0 == "ttl-value" {
             // i64 BE last-access timestamp (wall clock in the fixture), then the value.
             assert_eq!(fv.len(), ov.len(), "{k:?}");
-            assert_eq!(fv[16..], ov[16..], "{fixture}: ttl-value {k:?} value after the timestamp");
+            assert_eq!(
+                fv[16..],
+                ov[16..],
+                "{fixture}: ttl-value {k:?} value after the timestamp"
+            );
         } else {
             assert_eq!(fv, ov, "{fixture}: entry {k:?}");
         }

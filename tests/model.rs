@@ -87,17 +87,36 @@ impl Job {
                     store.restore(restore_from).unwrap();
                 }
                 let value = store
-                    .register_value(ValueStateDescriptor::new("value", LongSerializer).with_namespace(IntSerializer))
+                    .register_value(
+                        ValueStateDescriptor::new("value", LongSerializer)
+                            .with_namespace(IntSerializer),
+                    )
                     .unwrap();
-                let list = store.register_list(ListStateDescriptor::new("list", StringSerializer)).unwrap();
-                let map = store.register_map(MapStateDescriptor::new("map", IntSerializer, LongSerializer)).unwrap();
+                let list = store
+                    .register_list(ListStateDescriptor::new("list", StringSerializer))
+                    .unwrap();
+                let map = store
+                    .register_map(MapStateDescriptor::new(
+                        "map",
+                        IntSerializer,
+                        LongSerializer,
+                    ))
+                    .unwrap();
                 if before {
                     store.restore(restore_from).unwrap();
                 }
-                Instance { store, value, list, map }
+                Instance {
+                    store,
+                    value,
+                    list,
+                    map,
+                }
             })
             .collect();
-        Job { persistent, instances }
+        Job {
+            persistent,
+            instances,
+        }
     }
 
     fn route(&mut self, key: i64) -> &mut Instance {
@@ -110,15 +129,27 @@ impl Job {
     }
 
     fn savepoints(&mut self) -> Vec<SavepointReader> {
-        self.instances.iter_mut().map(|i| conformance::savepoint_of(&mut i.store)).collect()
+        self.instances
+            .iter_mut()
+            .map(|i| conformance::savepoint_of(&mut i.store))
+            .collect()
     }
 
     fn check(&mut self, model: &Model) {
         for key in 0..40i64 {
             let inst = self.route(key);
             for ns in 0..3 {
-                let got = inst.store.value_in(&inst.value, &ns).unwrap().get().unwrap();
-                assert_eq!(got, model.values.get(&(key, ns)).copied(), "value {key}/{ns}");
+                let got = inst
+                    .store
+                    .value_in(&inst.value, &ns)
+                    .unwrap()
+                    .get()
+                    .unwrap();
+                assert_eq!(
+                    got,
+                    model.values.get(&(key, ns)).copied(),
+                    "value {key}/{ns}"
+                );
             }
             let got = inst.store.list(&inst.list).unwrap().get().unwrap();
             let want = model.lists.get(&key).filter(|l| !l.is_empty()).cloned();
@@ -189,7 +220,8 @@ fn run(ops: Vec<Op>, persistent: bool) {
                     .map(|i| {
                         let snap = i.store.snapshot().unwrap();
                         let mut b = Vec::new();
-                        keyed_state::savepoint::encode(&*snap, &Default::default(), &mut b).unwrap();
+                        keyed_state::savepoint::encode(&*snap, &Default::default(), &mut b)
+                            .unwrap();
                         b
                     })
                     .collect();
@@ -197,7 +229,10 @@ fn run(ops: Vec<Op>, persistent: bool) {
             }
             Op::Restore(p) => {
                 if let Some((bytes, m)) = &latest {
-                    let sps: Vec<_> = bytes.iter().map(|b| SavepointReader::from_bytes(b.clone()).unwrap()).collect();
+                    let sps: Vec<_> = bytes
+                        .iter()
+                        .map(|b| SavepointReader::from_bytes(b.clone()).unwrap())
+                        .collect();
                     job = Job::new(p, job.persistent, &sps);
                     model = m.clone();
                 }

@@ -5,7 +5,9 @@
 mod conformance;
 
 use keyed_state::backend::heap::HeapBackend;
-use keyed_state::keygroup::{key_group_for_hash, key_group_range_for_operator, java_long_hash, KeyGroupRange};
+use keyed_state::keygroup::{
+    java_long_hash, key_group_for_hash, key_group_range_for_operator, KeyGroupRange,
+};
 use keyed_state::savepoint::SavepointReader;
 use keyed_state::serializer::{LongSerializer, StringSerializer};
 use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
@@ -31,7 +33,12 @@ fn rescale(from: u32, to: u32) {
         let range = key_group_range_for_operator(MAX_P, from, i).unwrap();
         let mut s = store(range);
         for kg in range.iter() {
-            let st = s.register_value(ValueStateDescriptor::new(format!("state-{kg}"), StringSerializer)).unwrap();
+            let st = s
+                .register_value(ValueStateDescriptor::new(
+                    format!("state-{kg}"),
+                    StringSerializer,
+                ))
+                .unwrap();
             s.set_current_key(&key_for(kg)).unwrap();
             s.value(&st).unwrap().update(&format!("{i}:{kg}")).unwrap();
         }
@@ -42,14 +49,30 @@ fn rescale(from: u32, to: u32) {
         let range = key_group_range_for_operator(MAX_P, to, j).unwrap();
         let mut t = store(range);
         let summary = t.restore(&savepoints).unwrap();
-        assert_eq!(summary.entries as usize, range.len(), "instance {j} of {to}");
+        assert_eq!(
+            summary.entries as usize,
+            range.len(),
+            "instance {j} of {to}"
+        );
         for kg in range.iter() {
             let owner = (0..from)
-                .find(|i| key_group_range_for_operator(MAX_P, from, *i).unwrap().contains(kg))
+                .find(|i| {
+                    key_group_range_for_operator(MAX_P, from, *i)
+                        .unwrap()
+                        .contains(kg)
+                })
                 .unwrap();
-            let st = t.register_value(ValueStateDescriptor::new(format!("state-{kg}"), StringSerializer)).unwrap();
+            let st = t
+                .register_value(ValueStateDescriptor::new(
+                    format!("state-{kg}"),
+                    StringSerializer,
+                ))
+                .unwrap();
             t.set_current_key(&key_for(kg)).unwrap();
-            assert_eq!(t.value(&st).unwrap().get().unwrap(), Some(format!("{owner}:{kg}")));
+            assert_eq!(
+                t.value(&st).unwrap().get().unwrap(),
+                Some(format!("{owner}:{kg}"))
+            );
             seen += 1;
         }
         assert_eq!(t.num_entries().unwrap() as usize, range.len());

@@ -83,8 +83,13 @@ pub trait StateBackend: Send {
     ) -> Result<()>;
 
     /// Removes a map entry (no error if absent).
-    fn map_remove(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8], user_key: &[u8])
-        -> Result<()>;
+    fn map_remove(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+    ) -> Result<()>;
 
     /// Visits the entries of one map in ascending user-key byte order, until `f` returns `false`.
     fn map_scan(

@@ -1,7 +1,7 @@
 //! The `keyed-state` command line: demo, inspect, dump, verify, key-group.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -16,7 +16,11 @@ use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
 use keyed_state::{demo, tools, Error};
 
 #[derive(Parser)]
-#[command(name = "keyed-state", version, about = "A keyed state store for stream processors: demo and savepoint tools")]
+#[command(
+    name = "keyed-state",
+    version,
+    about = "A keyed state store for stream processors: demo and savepoint tools"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -114,7 +118,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn open(path: &PathBuf) -> Result<SavepointReader, Error> {
+fn open(path: &Path) -> Result<SavepointReader, Error> {
     Ok(SavepointReader::open(path)?)
 }
 
@@ -140,7 +144,8 @@ fn run(command: Command) -> Result<(), Error> {
             } else {
                 tools::dump_text(&reader, &mut out)?;
             }
-            out.flush().map_err(|e| Error::io("writing dump output", e))?;
+            out.flush()
+                .map_err(|e| Error::io("writing dump output", e))?;
             Ok(())
         }
         Command::Verify { savepoint } => {
@@ -185,7 +190,10 @@ fn run(command: Command) -> Result<(), Error> {
                 };
                 let kg = key_group_for_hash(hash, max_parallelism);
                 let line = match parallelism {
-                    Some(p) => format!("{key}\t{kg}\t{}", operator_index_for_key_group(max_parallelism, p, kg)),
+                    Some(p) => format!(
+                        "{key}\t{kg}\t{}",
+                        operator_index_for_key_group(max_parallelism, p, kg)
+                    ),
                     None => format!("{key}\t{kg}"),
                 };
                 writeln!(out, "{line}").map_err(|e| Error::io("writing output", e))?;
@@ -195,7 +203,7 @@ fn run(command: Command) -> Result<(), Error> {
     }
 }
 
-fn run_demo(backend: BackendKind, records: u64, seed: u64, path: &PathBuf) -> Result<(), Error> {
+fn run_demo(backend: BackendKind, records: u64, seed: u64, path: &Path) -> Result<(), Error> {
     let config = demo::config();
     let backend: Box<dyn StateBackend> = match backend {
         BackendKind::Heap => Box::new(HeapBackend::new(config)?),
@@ -206,8 +214,10 @@ fn run_demo(backend: BackendKind, records: u64, seed: u64, path: &PathBuf) -> Re
 
     let bar = indicatif::ProgressBar::new(records);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} events ({per_sec})")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} events ({per_sec})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let start = Instant::now();
     let mut clicks = 0u64;
@@ -228,7 +238,10 @@ fn run_demo(backend: BackendKind, records: u64, seed: u64, path: &PathBuf) -> Re
     let write_secs = snap_start.elapsed().as_secs_f64() - sync_secs;
 
     println!("backend:        {name}");
-    println!("events:         {records} ({clicks} clicks, {} impressions), seed {seed}", records - clicks);
+    println!(
+        "events:         {records} ({clicks} clicks, {} impressions), seed {seed}",
+        records - clicks
+    );
     println!(
         "processing:     {:.2} s, {:.0} events/s",
         process_secs,

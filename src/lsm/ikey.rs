@@ -104,6 +104,9 @@ mod tests {
         encode(&mut c, b"ka", 1, ValueKind::Put);
         assert_eq!(compare(&a, &c), Ordering::Less);
         let p = parse(&b).unwrap();
-        assert_eq!((p.user_key, p.seqno, p.kind), (&b"k"[..], 9, ValueKind::Merge));
+        assert_eq!(
+            (p.user_key, p.seqno, p.kind),
+            (&b"k"[..], 9, ValueKind::Merge)
+        );
     }
 }

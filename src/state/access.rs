@@ -15,7 +15,11 @@ fn ser_err(name: &str) -> impl Fn(crate::serializer::SerializerError) -> Error +
 }
 
 /// Decodes a joined list value (`e1 , e2 , ...`) with the element serializer.
-pub(crate) fn decode_list<E: TypeSerializer>(name: &str, el: &E, bytes: &[u8]) -> Result<Vec<E::Value>> {
+pub(crate) fn decode_list<E: TypeSerializer>(
+    name: &str,
+    el: &E,
+    bytes: &[u8],
+) -> Result<Vec<E::Value>> {
     let mut out = Vec::new();
     let mut input = bytes;
     while !input.is_empty() {
@@ -40,7 +44,12 @@ pub(crate) fn decode_list<E: TypeSerializer>(name: &str, el: &E, bytes: &[u8]) -
 }
 
 /// Serializes elements joined with `0x2C` into `out` (cleared first).
-fn encode_list<E: TypeSerializer>(name: &str, el: &E, items: &[E::Value], out: &mut Vec<u8>) -> Result<()> {
+fn encode_list<E: TypeSerializer>(
+    name: &str,
+    el: &E,
+    items: &[E::Value],
+    out: &mut Vec<u8>,
+) -> Result<()> {
     out.clear();
     for (i, v) in items.iter().enumerate() {
         if i > 0 {
@@ -194,7 +203,8 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         for s in sources.iter().chain(std::iter::once(target)) {
             let kg = self.build_key_ns(&h.core, s)?;
             if let Some(bytes) = self.backend.get(h.core.id, kg, &self.key_ns)? {
-                let v = crate::serializer::from_bytes(&*h.serializer, bytes).map_err(ser_err(&h.core.name))?;
+                let v = crate::serializer::from_bytes(&*h.serializer, bytes)
+                    .map_err(ser_err(&h.core.name))?;
                 acc = Some(match acc {
                     Some(a) => (h.reduce)(&a, &v),
                     None => v,
@@ -205,8 +215,11 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         if let Some(a) = acc {
             let kg = self.build_key_ns(&h.core, target)?;
             self.scratch.clear();
-            h.serializer.serialize(&a, &mut self.scratch).map_err(ser_err(&h.core.name))?;
-            self.backend.put(h.core.id, kg, &self.key_ns, &self.scratch)?;
+            h.serializer
+                .serialize(&a, &mut self.scratch)
+                .map_err(ser_err(&h.core.name))?;
+            self.backend
+                .put(h.core.id, kg, &self.key_ns, &self.scratch)?;
         }
         Ok(())
     }
@@ -228,7 +241,8 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         for s in sources.iter().chain(std::iter::once(target)) {
             let kg = self.build_key_ns(&h.core, s)?;
             if let Some(bytes) = self.backend.get(h.core.id, kg, &self.key_ns)? {
-                let v = crate::serializer::from_bytes(&*h.accumulator, bytes).map_err(ser_err(&h.core.name))?;
+                let v = crate::serializer::from_bytes(&*h.accumulator, bytes)
+                    .map_err(ser_err(&h.core.name))?;
                 acc = Some(match acc {
                     Some(a) => h.function.merge(a, v),
                     None => v,
@@ -239,8 +253,11 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         if let Some(a) = acc {
             let kg = self.build_key_ns(&h.core, target)?;
             self.scratch.clear();
-            h.accumulator.serialize(&a, &mut self.scratch).map_err(ser_err(&h.core.name))?;
-            self.backend.put(h.core.id, kg, &self.key_ns, &self.scratch)?;
+            h.accumulator
+                .serialize(&a, &mut self.scratch)
+                .map_err(ser_err(&h.core.name))?;
+            self.backend
+                .put(h.core.id, kg, &self.key_ns, &self.scratch)?;
         }
         Ok(())
     }
@@ -275,7 +292,8 @@ impl<K: KeySerializer, V: TypeSerializer, N: TypeSerializer> ValueAccess<'_, K, 
             .serializer
             .serialize(value, &mut s.scratch)
             .map_err(ser_err(&self.h.core.name))?;
-        s.backend.put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+        s.backend
+            .put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
     }
 
     /// Sets the value, or clears it for `None` (Flink's `update(null)`).
@@ -305,7 +323,9 @@ impl<K: KeySerializer, E: TypeSerializer, N: TypeSerializer> ListAccess<'_, K, E
     pub fn get(&mut self) -> Result<Option<Vec<E::Value>>> {
         let s = &mut *self.store;
         match s.backend.get(self.h.core.id, self.kg, &s.key_ns)? {
-            Some(bytes) if !bytes.is_empty() => decode_list(&self.h.core.name, &*self.h.element, bytes).map(Some),
+            Some(bytes) if !bytes.is_empty() => {
+                decode_list(&self.h.core.name, &*self.h.element, bytes).map(Some)
+            }
             _ => Ok(None),
         }
     }
@@ -318,7 +338,8 @@ impl<K: KeySerializer, E: TypeSerializer, N: TypeSerializer> ListAccess<'_, K, E
             .element
             .serialize(value, &mut s.scratch)
             .map_err(ser_err(&self.h.core.name))?;
-        s.backend.append(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+        s.backend
+            .append(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
     }
 
     /// Appends elements in order; an empty slice changes nothing.
@@ -328,7 +349,8 @@ impl<K: KeySerializer, E: TypeSerializer, N: TypeSerializer> ListAccess<'_, K, E
         }
         let s = &mut *self.store;
         encode_list(&self.h.core.name, &*self.h.element, values, &mut s.scratch)?;
-        s.backend.append(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+        s.backend
+            .append(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
     }
 
     /// Replaces the list; an empty slice clears it.
@@ -338,7 +360,8 @@ impl<K: KeySerializer, E: TypeSerializer, N: TypeSerializer> ListAccess<'_, K, E
             return s.backend.delete(self.h.core.id, self.kg, &s.key_ns);
         }
         encode_list(&self.h.core.name, &*self.h.element, values, &mut s.scratch)?;
-        s.backend.put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+        s.backend
+            .put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
     }
 
     /// Removes the list.
@@ -349,13 +372,21 @@ impl<K: KeySerializer, E: TypeSerializer, N: TypeSerializer> ListAccess<'_, K, E
 }
 
 /// A map state at (current key, namespace). Iteration is in ascending order of serialized user keys.
-pub struct MapAccess<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> {
+pub struct MapAccess<
+    'a,
+    K: KeySerializer,
+    UK: TypeSerializer,
+    UV: TypeSerializer,
+    N: TypeSerializer,
+> {
     store: &'a mut KeyedStateStore<K>,
     h: &'a MapState<UK, UV, N>,
     kg: KeyGroup,
 }
 
-impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> MapAccess<'_, K, UK, UV, N> {
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>
+    MapAccess<'_, K, UK, UV, N>
+{
     fn user_key_bytes(&mut self, key: &UK::Value) -> Result<()> {
         let s = &mut *self.store;
         s.scratch2.clear();
@@ -367,9 +398,11 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
 
     fn decode_value(&self, bytes: &[u8]) -> Result<Option<UV::Value>> {
         match bytes.split_first() {
-            Some((&MAP_VALUE_PRESENT, rest)) => crate::serializer::from_bytes(&*self.h.user_value, rest)
-                .map(Some)
-                .map_err(ser_err(&self.h.core.name)),
+            Some((&MAP_VALUE_PRESENT, rest)) => {
+                crate::serializer::from_bytes(&*self.h.user_value, rest)
+                    .map(Some)
+                    .map_err(ser_err(&self.h.core.name))
+            }
             Some((&MAP_VALUE_NULL, _)) => Ok(None),
             _ => Err(Error::Corruption {
                 location: format!("map state '{}'", self.h.core.name),
@@ -396,7 +429,9 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
     pub fn contains(&mut self, key: &UK::Value) -> Result<bool> {
         self.user_key_bytes(key)?;
         let s = &mut *self.store;
-        Ok(s.backend.map_get(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)?.is_some())
+        Ok(s.backend
+            .map_get(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)?
+            .is_some())
     }
 
     /// Sets the value for `key`.
@@ -425,27 +460,30 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
     pub fn remove(&mut self, key: &UK::Value) -> Result<()> {
         self.user_key_bytes(key)?;
         let s = &mut *self.store;
-        s.backend.map_remove(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)
+        s.backend
+            .map_remove(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)
     }
 
     /// Whether the map has no entry.
     pub fn is_empty(&mut self) -> Result<bool> {
         let s = &mut *self.store;
         let mut empty = true;
-        s.backend.map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |_, _| {
-            empty = false;
-            false
-        })?;
+        s.backend
+            .map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |_, _| {
+                empty = false;
+                false
+            })?;
         Ok(empty)
     }
 
     fn raw_entries(&mut self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let s = &mut *self.store;
         let mut out = Vec::new();
-        s.backend.map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |k, v| {
-            out.push((k.to_vec(), v.to_vec()));
-            true
-        })?;
+        s.backend
+            .map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                true
+            })?;
         Ok(out)
     }
 
@@ -454,7 +492,8 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
         let raw = self.raw_entries()?;
         let mut out = Vec::with_capacity(raw.len());
         for (k, v) in raw {
-            let key = crate::serializer::from_bytes(&*self.h.user_key, &k).map_err(ser_err(&self.h.core.name))?;
+            let key = crate::serializer::from_bytes(&*self.h.user_key, &k)
+                .map_err(ser_err(&self.h.core.name))?;
             if let Some(value) = self.decode_value(&v)? {
                 out.push((key, value));
             }
@@ -466,7 +505,10 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
     pub fn keys(&mut self) -> Result<Vec<UK::Value>> {
         let raw = self.raw_entries()?;
         raw.iter()
-            .map(|(k, _)| crate::serializer::from_bytes(&*self.h.user_key, k).map_err(ser_err(&self.h.core.name)))
+            .map(|(k, _)| {
+                crate::serializer::from_bytes(&*self.h.user_key, k)
+                    .map_err(ser_err(&self.h.core.name))
+            })
             .collect()
     }
 
@@ -489,7 +531,10 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
             };
             if f(&k, &mut v) {
                 let mut after = Vec::with_capacity(before.len());
-                self.h.user_value.serialize(&v, &mut after).map_err(ser_err(&self.h.core.name))?;
+                self.h
+                    .user_value
+                    .serialize(&v, &mut after)
+                    .map_err(ser_err(&self.h.core.name))?;
                 if after != before {
                     self.put(&k, &v)?;
                 }
@@ -538,7 +583,8 @@ impl<K: KeySerializer, V: TypeSerializer, N: TypeSerializer> ReducingAccess<'_, 
             .serializer
             .serialize(&next, &mut s.scratch)
             .map_err(ser_err(&self.h.core.name))?;
-        s.backend.put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+        s.backend
+            .put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
     }
 
     /// Removes the value.
@@ -596,7 +642,8 @@ where
             .accumulator
             .serialize(&acc, &mut s.scratch)
             .map_err(ser_err(&self.h.core.name))?;
-        s.backend.put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
+        s.backend
+            .put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
     }
 
     /// Removes the accumulator.

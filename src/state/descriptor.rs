@@ -97,8 +97,11 @@ impl<E: TypeSerializer, N: TypeSerializer> ListStateDescriptor<E, N> {
 }
 
 /// Describes a `MapState<UK, UV>`.
-pub struct MapStateDescriptor<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer>
-{
+pub struct MapStateDescriptor<
+    UK: TypeSerializer,
+    UV: TypeSerializer,
+    N: TypeSerializer = VoidNamespaceSerializer,
+> {
     pub(crate) name: String,
     pub(crate) user_key: UK,
     pub(crate) user_value: UV,
@@ -119,7 +122,10 @@ impl<UK: TypeSerializer, UV: TypeSerializer> MapStateDescriptor<UK, UV> {
 
 impl<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> MapStateDescriptor<UK, UV, N> {
     /// The same state in namespaces serialized by `namespace`.
-    pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> MapStateDescriptor<UK, UV, N2> {
+    pub fn with_namespace<N2: TypeSerializer>(
+        self,
+        namespace: N2,
+    ) -> MapStateDescriptor<UK, UV, N2> {
         MapStateDescriptor {
             name: self.name,
             user_key: self.user_key,
@@ -155,7 +161,10 @@ impl<V: TypeSerializer> ReducingStateDescriptor<V> {
 
 impl<V: TypeSerializer, N: TypeSerializer> ReducingStateDescriptor<V, N> {
     /// The same state in namespaces serialized by `namespace`.
-    pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> ReducingStateDescriptor<V, N2> {
+    pub fn with_namespace<N2: TypeSerializer>(
+        self,
+        namespace: N2,
+    ) -> ReducingStateDescriptor<V, N2> {
         ReducingStateDescriptor {
             name: self.name,
             serializer: self.serializer,
@@ -201,7 +210,10 @@ where
     N: TypeSerializer,
 {
     /// The same state in namespaces serialized by `namespace`.
-    pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> AggregatingStateDescriptor<F, A, N2> {
+    pub fn with_namespace<N2: TypeSerializer>(
+        self,
+        namespace: N2,
+    ) -> AggregatingStateDescriptor<F, A, N2> {
         AggregatingStateDescriptor {
             name: self.name,
             function: self.function,
@@ -246,7 +258,11 @@ pub struct ListState<E: TypeSerializer, N: TypeSerializer = VoidNamespaceSeriali
 }
 
 /// A registered map state. Cheap to clone.
-pub struct MapState<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
+pub struct MapState<
+    UK: TypeSerializer,
+    UV: TypeSerializer,
+    N: TypeSerializer = VoidNamespaceSerializer,
+> {
     pub(crate) core: HandleCore<N>,
     pub(crate) user_key: Arc<UK>,
     pub(crate) user_value: Arc<UV>,
@@ -359,7 +375,10 @@ pub fn list_state_snapshot(element: SerializerSnapshot) -> SerializerSnapshot {
 }
 
 /// The map-state serializer snapshot over user key and value snapshots (Flink's `MapSerializerSnapshot`).
-pub fn map_state_snapshot(user_key: SerializerSnapshot, user_value: SerializerSnapshot) -> SerializerSnapshot {
+pub fn map_state_snapshot(
+    user_key: SerializerSnapshot,
+    user_value: SerializerSnapshot,
+) -> SerializerSnapshot {
     SerializerSnapshot::composite(
         MAP_SNAPSHOT_ID,
         COMPOSITE_SNAPSHOT_VERSION,

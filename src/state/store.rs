@@ -65,10 +65,18 @@ impl Registered {
         }
         let nc = (self.ns_compat)(&restored.namespace_serializer);
         if !nc.is_compatible_as_is() {
-            return Err(incompatible(&meta.name, "namespace", &restored.namespace_serializer, &meta.namespace_serializer, nc));
+            return Err(incompatible(
+                &meta.name,
+                "namespace",
+                &restored.namespace_serializer,
+                &meta.namespace_serializer,
+                nc,
+            ));
         }
         match (self.value_compat)(&restored.value_serializer) {
-            Compatibility::CompatibleAsIs | Compatibility::CompatibleWithReconfiguredSerializer => Ok(RestorePlan::AsIs),
+            Compatibility::CompatibleAsIs | Compatibility::CompatibleWithReconfiguredSerializer => {
+                Ok(RestorePlan::AsIs)
+            }
             Compatibility::CompatibleAfterMigration => Ok(RestorePlan::Migrate),
             vc @ Compatibility::Incompatible(_) => Err(incompatible(
                 &meta.name,
@@ -81,7 +89,12 @@ impl Registered {
     }
 
     /// Rewrites the values of backend state `id` from the restored serializer `previous`.
-    pub(crate) fn migrate(&self, backend: &mut dyn StateBackend, id: StateId, previous: &SerializerSnapshot) -> Result<()> {
+    pub(crate) fn migrate(
+        &self,
+        backend: &mut dyn StateBackend,
+        id: StateId,
+        previous: &SerializerSnapshot,
+    ) -> Result<()> {
         let m = self.migrate.clone();
         let prev = previous.clone();
         backend.transform_values(id, &mut |bytes| m(&prev, bytes).map(Some))
@@ -95,7 +108,13 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         let config = backend.config().clone();
         let compat = key_serializer.compatibility(&config.key_serializer);
         if !compat.is_compatible_as_is() {
-            return Err(incompatible("<key>", "key", &config.key_serializer, &key_serializer.snapshot(), compat));
+            return Err(incompatible(
+                "<key>",
+                "key",
+                &config.key_serializer,
+                &key_serializer.snapshot(),
+                compat,
+            ));
         }
         let registered = vec![None; backend.states().len()];
         Ok(KeyedStateStore {
@@ -112,7 +131,11 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     }
 
     /// The backend configuration for a store with this key serializer.
-    pub fn config_for(key_serializer: &K, max_parallelism: u32, key_group_range: KeyGroupRange) -> BackendConfig {
+    pub fn config_for(
+        key_serializer: &K,
+        max_parallelism: u32,
+        key_group_range: KeyGroupRange,
+    ) -> BackendConfig {
         BackendConfig {
             max_parallelism,
             key_group_range,
@@ -155,7 +178,10 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             .serialize(key, &mut self.current_key)
             .map_err(|e| Error::serializer("<key>", e))?;
         let cfg = self.backend.config();
-        let kg = key_group_for_hash(self.key_serializer.key_hash(key, &self.current_key), cfg.max_parallelism);
+        let kg = key_group_for_hash(
+            self.key_serializer.key_hash(key, &self.current_key),
+            cfg.max_parallelism,
+        );
         if !cfg.key_group_range.contains(kg) {
             self.current_kg = None;
             return Err(Error::KeyGroupOutOfRange {
@@ -184,7 +210,11 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     /// Builds `KG | K | [lenK] | NS | [lenNS]` for the current key into `self.key_ns`.
     #[inline]
-    pub(crate) fn build_key_ns<N: TypeSerializer>(&mut self, core: &HandleCore<N>, ns: &N::Value) -> Result<KeyGroup> {
+    pub(crate) fn build_key_ns<N: TypeSerializer>(
+        &mut self,
+        core: &HandleCore<N>,
+        ns: &N::Value,
+    ) -> Result<KeyGroup> {
         let kg = self.current_kg.ok_or(Error::NoCurrentKey)?;
         self.key_ns.clear();
         crate::keygroup::write_key_group_prefix(&mut self.key_ns, kg, self.prefix_len);
@@ -235,7 +265,11 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     /// or restored (namespace compatible as is; value compatible, or migrated).
     fn register_meta(&mut self, reg: Registered) -> Result<StateId> {
         let meta = reg.meta.clone();
-        let existing = self.backend.states().iter().position(|s| s.name == meta.name);
+        let existing = self
+            .backend
+            .states()
+            .iter()
+            .position(|s| s.name == meta.name);
         let Some(id) = existing else {
             let id = self.backend.register_state(meta)?;
             self.track(id, reg);
@@ -296,7 +330,10 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     /// The registration of the state named `name`, if it was registered through this store.
     pub(crate) fn registration(&self, name: &str) -> Option<&Registered> {
-        self.registered.iter().flatten().find(|r| r.meta.name == name)
+        self.registered
+            .iter()
+            .flatten()
+            .find(|r| r.meta.name == name)
     }
 
     /// Registers a value state.
@@ -309,8 +346,15 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         let reg = Registered {
             meta: meta(&d.name, StateKind::Value, ns.snapshot(), ser.snapshot()),
             ns_compat: ns_compat(&ns),
-            value_compat: { let s = ser.clone(); Arc::new(move |old| s.compatibility(old)) },
-            migrate: { let s = ser.clone(); let n = d.name.clone(); Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b)) },
+            value_compat: {
+                let s = ser.clone();
+                Arc::new(move |old| s.compatibility(old))
+            },
+            migrate: {
+                let s = ser.clone();
+                let n = d.name.clone();
+                Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b))
+            },
         };
         let id = self.register_meta(reg)?;
         Ok(ValueState {
@@ -328,7 +372,12 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         let el = Arc::new(d.element);
         let ns = Arc::new(d.namespace);
         let reg = Registered {
-            meta: meta(&d.name, StateKind::List, ns.snapshot(), list_state_snapshot(el.snapshot())),
+            meta: meta(
+                &d.name,
+                StateKind::List,
+                ns.snapshot(),
+                list_state_snapshot(el.snapshot()),
+            ),
             ns_compat: ns_compat(&ns),
             value_compat: {
                 let e = el.clone();
@@ -359,7 +408,12 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         let uv = Arc::new(d.user_value);
         let ns = Arc::new(d.namespace);
         let reg = Registered {
-            meta: meta(&d.name, StateKind::Map, ns.snapshot(), map_state_snapshot(uk.snapshot(), uv.snapshot())),
+            meta: meta(
+                &d.name,
+                StateKind::Map,
+                ns.snapshot(),
+                map_state_snapshot(uk.snapshot(), uv.snapshot()),
+            ),
             ns_compat: ns_compat(&ns),
             value_compat: {
                 let (uk, uv) = (uk.clone(), uv.clone());
@@ -404,8 +458,15 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         let reg = Registered {
             meta: meta(&d.name, StateKind::Reducing, ns.snapshot(), ser.snapshot()),
             ns_compat: ns_compat(&ns),
-            value_compat: { let s = ser.clone(); Arc::new(move |old| s.compatibility(old)) },
-            migrate: { let s = ser.clone(); let n = d.name.clone(); Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b)) },
+            value_compat: {
+                let s = ser.clone();
+                Arc::new(move |old| s.compatibility(old))
+            },
+            migrate: {
+                let s = ser.clone();
+                let n = d.name.clone();
+                Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b))
+            },
         };
         let id = self.register_meta(reg)?;
         Ok(ReducingState {
@@ -428,10 +489,22 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         let ser = Arc::new(d.accumulator);
         let ns = Arc::new(d.namespace);
         let reg = Registered {
-            meta: meta(&d.name, StateKind::Aggregating, ns.snapshot(), ser.snapshot()),
+            meta: meta(
+                &d.name,
+                StateKind::Aggregating,
+                ns.snapshot(),
+                ser.snapshot(),
+            ),
             ns_compat: ns_compat(&ns),
-            value_compat: { let s = ser.clone(); Arc::new(move |old| s.compatibility(old)) },
-            migrate: { let s = ser.clone(); let n = d.name.clone(); Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b)) },
+            value_compat: {
+                let s = ser.clone();
+                Arc::new(move |old| s.compatibility(old))
+            },
+            migrate: {
+                let s = ser.clone();
+                let n = d.name.clone();
+                Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b))
+            },
         };
         let id = self.register_meta(reg)?;
         Ok(AggregatingState {
@@ -444,7 +517,11 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     // ---------------------------------------------------------------- key iteration
 
     /// Parses an entry key of `core`'s state into (key bytes, namespace bytes) with the current serializers.
-    fn split<'a, N: TypeSerializer>(&self, core: &HandleCore<N>, entry_key: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
+    fn split<'a, N: TypeSerializer>(
+        &self,
+        core: &HandleCore<N>,
+        entry_key: &'a [u8],
+    ) -> Option<(&'a [u8], &'a [u8])> {
         let rest = entry_key.get(self.prefix_len..)?;
         let mut input = rest;
         self.key_serializer.deserialize(&mut input).ok()?;
@@ -484,7 +561,10 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         }
         found
             .iter()
-            .map(|k| crate::serializer::from_bytes(&self.key_serializer, k).map_err(|e| Error::serializer("<key>", e)))
+            .map(|k| {
+                crate::serializer::from_bytes(&self.key_serializer, k)
+                    .map_err(|e| Error::serializer("<key>", e))
+            })
             .collect()
     }
 
@@ -503,15 +583,19 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         for k in &raw {
             let (key, ns) = self.split(&core, k).ok_or_else(|| Error::Corruption {
                 location: format!("state '{}'", core.name),
-                detail: format!("entry key {k:02x?} does not parse with the registered serializers"),
+                detail: format!(
+                    "entry key {k:02x?} does not parse with the registered serializers"
+                ),
             })?;
             pairs.insert((key.to_vec(), ns.to_vec()));
         }
         pairs
             .into_iter()
             .map(|(k, n)| {
-                let key = crate::serializer::from_bytes(&self.key_serializer, &k).map_err(|e| Error::serializer("<key>", e))?;
-                let ns = crate::serializer::from_bytes(&*core.namespace, &n).map_err(|e| Error::serializer(&*core.name, e))?;
+                let key = crate::serializer::from_bytes(&self.key_serializer, &k)
+                    .map_err(|e| Error::serializer("<key>", e))?;
+                let ns = crate::serializer::from_bytes(&*core.namespace, &n)
+                    .map_err(|e| Error::serializer(&*core.name, e))?;
                 Ok((key, ns))
             })
             .collect()
@@ -553,7 +637,9 @@ pub(crate) fn incompatible(
 ) -> Error {
     let reason = match compat {
         Compatibility::Incompatible(r) => r,
-        Compatibility::CompatibleAfterMigration => format!("{role} serializers can be reconfigured but never migrated"),
+        Compatibility::CompatibleAfterMigration => {
+            format!("{role} serializers can be reconfigured but never migrated")
+        }
         _ => String::new(),
     };
     Error::IncompatibleSerializer {
@@ -573,31 +659,53 @@ fn nested_compat(
     check: impl Fn(&SerializerSnapshot) -> Compatibility,
 ) -> Compatibility {
     if old.identifier != expected_id {
-        return Compatibility::Incompatible(format!("expected {expected_id}, found {}", old.identifier));
+        return Compatibility::Incompatible(format!(
+            "expected {expected_id}, found {}",
+            old.identifier
+        ));
     }
     match old.nested.get(index) {
         Some(n) => check(n),
-        None => Compatibility::Incompatible(format!("{} has no nested serializer {index}", old.identifier)),
+        None => Compatibility::Incompatible(format!(
+            "{} has no nested serializer {index}",
+            old.identifier
+        )),
     }
 }
 
-fn migrate_whole<S: TypeSerializer>(name: &str, ser: &S, prev: &SerializerSnapshot, bytes: &[u8]) -> Result<Vec<u8>> {
+fn migrate_whole<S: TypeSerializer>(
+    name: &str,
+    ser: &S,
+    prev: &SerializerSnapshot,
+    bytes: &[u8],
+) -> Result<Vec<u8>> {
     let mut input = bytes;
-    let v = ser.deserialize_previous(prev, &mut input).map_err(|e| Error::serializer(name, e))?;
+    let v = ser
+        .deserialize_previous(prev, &mut input)
+        .map_err(|e| Error::serializer(name, e))?;
     let mut out = Vec::with_capacity(bytes.len());
-    ser.serialize(&v, &mut out).map_err(|e| Error::serializer(name, e))?;
+    ser.serialize(&v, &mut out)
+        .map_err(|e| Error::serializer(name, e))?;
     Ok(out)
 }
 
-fn migrate_list<S: TypeSerializer>(name: &str, ser: &S, prev: &SerializerSnapshot, bytes: &[u8]) -> Result<Vec<u8>> {
+fn migrate_list<S: TypeSerializer>(
+    name: &str,
+    ser: &S,
+    prev: &SerializerSnapshot,
+    bytes: &[u8],
+) -> Result<Vec<u8>> {
     let mut input = bytes;
     let mut out = Vec::with_capacity(bytes.len());
     while !input.is_empty() {
-        let v = ser.deserialize_previous(prev, &mut input).map_err(|e| Error::serializer(name, e))?;
+        let v = ser
+            .deserialize_previous(prev, &mut input)
+            .map_err(|e| Error::serializer(name, e))?;
         if !out.is_empty() {
             out.push(LIST_DELIMITER);
         }
-        ser.serialize(&v, &mut out).map_err(|e| Error::serializer(name, e))?;
+        ser.serialize(&v, &mut out)
+            .map_err(|e| Error::serializer(name, e))?;
         if !input.is_empty() {
             input = &input[1..];
         }
@@ -605,13 +713,21 @@ fn migrate_list<S: TypeSerializer>(name: &str, ser: &S, prev: &SerializerSnapsho
     Ok(out)
 }
 
-fn migrate_map_value<S: TypeSerializer>(name: &str, ser: &S, prev: &SerializerSnapshot, bytes: &[u8]) -> Result<Vec<u8>> {
+fn migrate_map_value<S: TypeSerializer>(
+    name: &str,
+    ser: &S,
+    prev: &SerializerSnapshot,
+    bytes: &[u8],
+) -> Result<Vec<u8>> {
     match bytes.split_first() {
         Some((&crate::layout::MAP_VALUE_PRESENT, rest)) => {
             let mut out = vec![crate::layout::MAP_VALUE_PRESENT];
             let mut input = rest;
-            let v = ser.deserialize_previous(prev, &mut input).map_err(|e| Error::serializer(name, e))?;
-            ser.serialize(&v, &mut out).map_err(|e| Error::serializer(name, e))?;
+            let v = ser
+                .deserialize_previous(prev, &mut input)
+                .map_err(|e| Error::serializer(name, e))?;
+            ser.serialize(&v, &mut out)
+                .map_err(|e| Error::serializer(name, e))?;
             Ok(out)
         }
         _ => Ok(bytes.to_vec()),

@@ -14,7 +14,11 @@ use keyed_state::Error;
 /// Creates a backend for a configuration.
 pub type Factory = dyn Fn(BackendConfig) -> Box<dyn StateBackend>;
 
-pub fn store_long(f: &Factory, max_p: u32, range: KeyGroupRange) -> KeyedStateStore<LongSerializer> {
+pub fn store_long(
+    f: &Factory,
+    max_p: u32,
+    range: KeyGroupRange,
+) -> KeyedStateStore<LongSerializer> {
     let cfg = KeyedStateStore::config_for(&LongSerializer, max_p, range);
     KeyedStateStore::new(f(cfg), LongSerializer).expect("store")
 }
@@ -53,8 +57,12 @@ pub fn value_default_update_clear(f: &Factory) {
 
 pub fn multiple_value_states_are_independent(f: &Factory) {
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let a = s.register_value(ValueStateDescriptor::new("a", StringSerializer)).unwrap();
-    let b = s.register_value(ValueStateDescriptor::new("b", IntSerializer)).unwrap();
+    let a = s
+        .register_value(ValueStateDescriptor::new("a", StringSerializer))
+        .unwrap();
+    let b = s
+        .register_value(ValueStateDescriptor::new("b", IntSerializer))
+        .unwrap();
     s.set_current_key(&7).unwrap();
     s.value(&a).unwrap().update(&"x".to_string()).unwrap();
     assert_eq!(s.value(&b).unwrap().get().unwrap(), None);
@@ -66,7 +74,9 @@ pub fn multiple_value_states_are_independent(f: &Factory) {
 pub fn num_entries_counts_and_clear_removes(f: &Factory) {
     // testNumStateEntries
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let v = s.register_value(ValueStateDescriptor::new("v", StringSerializer)).unwrap();
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", StringSerializer))
+        .unwrap();
     assert_eq!(s.num_entries().unwrap(), 0);
     s.set_current_key(&0).unwrap();
     s.value(&v).unwrap().update(&"a".into()).unwrap();
@@ -85,7 +95,9 @@ pub fn num_entries_counts_and_clear_removes(f: &Factory) {
 pub fn list_state_api_matrix(f: &Factory) {
     // testListStateAPIs
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let l = s.register_list(ListStateDescriptor::new("l", LongSerializer)).unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("l", LongSerializer))
+        .unwrap();
     s.set_current_key(&1).unwrap();
     assert_eq!(s.list(&l).unwrap().get().unwrap(), None);
     s.list(&l).unwrap().add(&17).unwrap();
@@ -106,7 +118,10 @@ pub fn list_state_api_matrix(f: &Factory) {
     for x in [3, 2, 1] {
         s.list(&l).unwrap().add(&x).unwrap();
     }
-    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![1, 2, 3, 2, 1]));
+    assert_eq!(
+        s.list(&l).unwrap().get().unwrap(),
+        Some(vec![1, 2, 3, 2, 1])
+    );
     for k in [1, 2] {
         s.set_current_key(&k).unwrap();
         s.list(&l).unwrap().clear().unwrap();
@@ -116,7 +131,9 @@ pub fn list_state_api_matrix(f: &Factory) {
 
 pub fn list_keeps_insertion_order_of_strings(f: &Factory) {
     let mut s = store_string(f);
-    let l = s.register_list(ListStateDescriptor::new("l", StringSerializer)).unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("l", StringSerializer))
+        .unwrap();
     s.set_current_key(&"k1".to_string()).unwrap();
     let items: Vec<String> = (0..50).map(|i| format!("item-{i},with,commas")).collect();
     for it in &items {
@@ -168,10 +185,16 @@ pub fn list_namespace_merge_deletes_sources(f: &Factory) {
 pub fn reducing_and_aggregating_merge_to_165(f: &Factory) {
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
     let r = s
-        .register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| a + b).with_namespace(IntSerializer))
+        .register_reducing(
+            ReducingStateDescriptor::new("r", LongSerializer, |a, b| a + b)
+                .with_namespace(IntSerializer),
+        )
         .unwrap();
     let a = s
-        .register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer).with_namespace(IntSerializer))
+        .register_aggregating(
+            AggregatingStateDescriptor::new("a", SumAgg, LongSerializer)
+                .with_namespace(IntSerializer),
+        )
         .unwrap();
     for (key, pattern) in merge_patterns().into_iter().enumerate() {
         s.set_current_key(&(key as i64)).unwrap();
@@ -183,7 +206,10 @@ pub fn reducing_and_aggregating_merge_to_165(f: &Factory) {
         s.merge_aggregating_namespaces(&a, &1, &[2, 3]).unwrap();
         let expect = if pattern.is_empty() { None } else { Some(165) };
         assert_eq!(s.reducing_in(&r, &1).unwrap().get().unwrap(), expect);
-        assert_eq!(s.aggregating_in(&a, &1).unwrap().get().unwrap(), expect.map(|x| format!("sum={x}")));
+        assert_eq!(
+            s.aggregating_in(&a, &1).unwrap().get().unwrap(),
+            expect.map(|x| format!("sum={x}"))
+        );
         s.reducing_in(&r, &1).unwrap().clear().unwrap();
         s.aggregating_in(&a, &1).unwrap().clear().unwrap();
     }
@@ -213,7 +239,11 @@ impl AggregateFunction for SumAgg {
 pub fn reducing_add_get_clear(f: &Factory) {
     // testReducingStateAddAndGet
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let r = s.register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| a + b)).unwrap();
+    let r = s
+        .register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| {
+            a + b
+        }))
+        .unwrap();
     s.set_current_key(&1).unwrap();
     assert_eq!(s.reducing(&r).unwrap().get().unwrap(), None);
     s.reducing(&r).unwrap().add(&17).unwrap();
@@ -233,17 +263,30 @@ pub fn reducing_add_get_clear(f: &Factory) {
 pub fn map_state_crud_and_retain(f: &Factory) {
     // testMapState
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let m = s.register_map(MapStateDescriptor::new("m", IntSerializer, StringSerializer)).unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new(
+            "m",
+            IntSerializer,
+            StringSerializer,
+        ))
+        .unwrap();
     s.set_current_key(&1).unwrap();
     assert!(s.map(&m).unwrap().is_empty().unwrap());
     assert_eq!(s.map(&m).unwrap().entries().unwrap(), vec![]);
     s.map(&m).unwrap().put(&1, &"1".into()).unwrap();
     s.set_current_key(&2).unwrap();
-    s.map(&m).unwrap().put_all(&[(2, "2".into()), (102, "102".into())]).unwrap();
+    s.map(&m)
+        .unwrap()
+        .put_all(&[(2, "2".into()), (102, "102".into())])
+        .unwrap();
     s.set_current_key(&3).unwrap();
     s.map(&m)
         .unwrap()
-        .put_all(&[(103, "103".into()), (1031, "1031".into()), (1032, "1032".into())])
+        .put_all(&[
+            (103, "103".into()),
+            (1031, "1031".into()),
+            (1032, "1032".into()),
+        ])
         .unwrap();
     assert_eq!(s.map(&m).unwrap().get(&1031).unwrap(), Some("1031".into()));
     assert!(s.map(&m).unwrap().contains(&103).unwrap());
@@ -261,7 +304,10 @@ pub fn map_state_crud_and_retain(f: &Factory) {
         .unwrap();
     assert_eq!(
         s.map(&m).unwrap().entries().unwrap(),
-        vec![(1031, "1031_updated".to_string()), (1032, "1032_updated".to_string())]
+        vec![
+            (1031, "1031_updated".to_string()),
+            (1032, "1032_updated".to_string())
+        ]
     );
     s.set_current_key(&1).unwrap();
     s.map(&m).unwrap().clear().unwrap();
@@ -276,7 +322,9 @@ pub fn map_state_crud_and_retain(f: &Factory) {
 pub fn map_iterates_in_ascending_key_order(f: &Factory) {
     // testMapStateIteratorArbitraryAccess (non-negative Int keys: byte order = numeric order)
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let m = s.register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer)).unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer))
+        .unwrap();
     s.set_current_key(&9).unwrap();
     let mut keys: Vec<i32> = (0..4096).collect();
     keys.reverse();
@@ -296,14 +344,20 @@ pub fn maps_of_neighbouring_keys_do_not_mix(f: &Factory) {
     // String keys and String namespaces: ambiguous layout with length bytes; prefix scans must be exact.
     let mut s = store_string(f);
     let m = s
-        .register_map(MapStateDescriptor::new("m", StringSerializer, LongSerializer).with_namespace(StringSerializer))
+        .register_map(
+            MapStateDescriptor::new("m", StringSerializer, LongSerializer)
+                .with_namespace(StringSerializer),
+        )
         .unwrap();
     let keys = ["a", "ab", "", "a\u{0}"];
     let nss = ["", "x", "xy"];
     for k in keys {
         s.set_current_key(&k.to_string()).unwrap();
         for (i, ns) in nss.iter().enumerate() {
-            s.map_in(&m, &ns.to_string()).unwrap().put(&format!("{k}/{ns}"), &(i as i64)).unwrap();
+            s.map_in(&m, &ns.to_string())
+                .unwrap()
+                .put(&format!("{k}/{ns}"), &(i as i64))
+                .unwrap();
         }
     }
     for k in keys {
@@ -321,10 +375,15 @@ pub fn keys_per_namespace(f: &Factory) {
     // testGetKeys / testGetKeysAndNamespaces
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
     let v = s
-        .register_value(ValueStateDescriptor::new("v", LongSerializer).with_namespace(StringSerializer))
+        .register_value(
+            ValueStateDescriptor::new("v", LongSerializer).with_namespace(StringSerializer),
+        )
         .unwrap();
     let m = s
-        .register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer).with_namespace(StringSerializer))
+        .register_map(
+            MapStateDescriptor::new("m", IntSerializer, LongSerializer)
+                .with_namespace(StringSerializer),
+        )
         .unwrap();
     for k in 0..2000i64 {
         let ns = if k < 1000 { "ns1" } else { "ns2" }.to_string();
@@ -349,7 +408,9 @@ pub fn keys_per_namespace(f: &Factory) {
 pub fn apply_to_all_keys_tolerates_changes(f: &Factory) {
     // testConcurrentModificationWithApplyToAllKeys
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let l = s.register_list(ListStateDescriptor::new("l", StringSerializer)).unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("l", StringSerializer))
+        .unwrap();
     for k in 0..100i64 {
         s.set_current_key(&k).unwrap();
         s.list(&l).unwrap().add(&format!("Hello{k}")).unwrap();
@@ -367,18 +428,29 @@ pub fn apply_to_all_keys_tolerates_changes(f: &Factory) {
     .unwrap();
     for k in 0..100i64 {
         s.set_current_key(&k).unwrap();
-        assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![format!("Hello_{k}")]));
+        assert_eq!(
+            s.list(&l).unwrap().get().unwrap(),
+            Some(vec![format!("Hello_{k}")])
+        );
     }
 }
 
 pub fn registering_a_name_twice_checks_kind_and_type(f: &Factory) {
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    s.register_value(ValueStateDescriptor::new("x", LongSerializer)).unwrap();
+    s.register_value(ValueStateDescriptor::new("x", LongSerializer))
+        .unwrap();
     // Same kind and type: the same state.
-    s.register_value(ValueStateDescriptor::new("x", LongSerializer)).unwrap();
-    let e = s.register_list(ListStateDescriptor::new("x", LongSerializer)).err().unwrap();
+    s.register_value(ValueStateDescriptor::new("x", LongSerializer))
+        .unwrap();
+    let e = s
+        .register_list(ListStateDescriptor::new("x", LongSerializer))
+        .err()
+        .unwrap();
     assert!(matches!(e, Error::StateKindMismatch { .. }), "{e}");
-    let e = s.register_value(ValueStateDescriptor::new("x", StringSerializer)).err().unwrap();
+    let e = s
+        .register_value(ValueStateDescriptor::new("x", StringSerializer))
+        .err()
+        .unwrap();
     assert!(matches!(e, Error::StateTypeMismatch { .. }), "{e}");
     assert!(e.to_string().contains("'x'"));
 }
@@ -387,13 +459,20 @@ pub fn key_outside_range_is_rejected(f: &Factory) {
     let mut s = store_long(f, 128, KeyGroupRange::new(0, 63));
     // Key 0 is in key group 94 (Flink's vector).
     let e = s.set_current_key(&0).err().unwrap();
-    assert!(matches!(e, Error::KeyGroupOutOfRange { key_group: 94, .. }), "{e}");
-    let v = s.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    assert!(
+        matches!(e, Error::KeyGroupOutOfRange { key_group: 94, .. }),
+        "{e}"
+    );
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
     assert!(matches!(s.value(&v).err().unwrap(), Error::NoCurrentKey));
 }
 
 /// Collects a snapshot's entries as (state name, key, value), key group by key group.
-pub fn snapshot_entries(snap: &dyn keyed_state::backend::BackendSnapshot) -> BTreeMap<(String, Vec<u8>), Vec<u8>> {
+pub fn snapshot_entries(
+    snap: &dyn keyed_state::backend::BackendSnapshot,
+) -> BTreeMap<(String, Vec<u8>), Vec<u8>> {
     let mut out = BTreeMap::new();
     for (id, meta) in snap.states().iter().enumerate() {
         for kg in snap.config().key_group_range.iter() {
@@ -415,9 +494,15 @@ pub fn snapshot_entries(snap: &dyn keyed_state::backend::BackendSnapshot) -> BTr
 pub fn snapshot_is_isolated_from_later_writes(f: &Factory) {
     // testAsyncSnapshot / testParallelAsyncSnapshots: snapshots see exactly the state at their point.
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let v = s.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
-    let l = s.register_list(ListStateDescriptor::new("l", LongSerializer)).unwrap();
-    let m = s.register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer)).unwrap();
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("l", LongSerializer))
+        .unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer))
+        .unwrap();
     for k in 0..10i64 {
         s.set_current_key(&k).unwrap();
         s.value(&v).unwrap().update(&k).unwrap();
@@ -455,9 +540,9 @@ pub fn snapshot_is_isolated_from_later_writes(f: &Factory) {
 macro_rules! conformance_suite {
     ($modname:ident, $factory:expr) => {
         mod $modname {
+            use super::conformance as c;
             #[allow(unused_imports)]
             use super::*;
-            use super::conformance as c;
             fn factory() -> Box<c::Factory> {
                 Box::new($factory)
             }
@@ -501,21 +586,32 @@ macro_rules! conformance_suite {
 use keyed_state::savepoint::{encode, Compression, SavepointReader, WriteOptions};
 
 /// Encodes a store's snapshot into an in-memory savepoint.
-pub fn savepoint_of<K: keyed_state::serializer::KeySerializer>(s: &mut KeyedStateStore<K>) -> SavepointReader {
+pub fn savepoint_of<K: keyed_state::serializer::KeySerializer>(
+    s: &mut KeyedStateStore<K>,
+) -> SavepointReader {
     let snap = s.snapshot().unwrap();
     savepoint_of_snapshot(&*snap)
 }
 
 pub fn savepoint_of_snapshot(snap: &dyn keyed_state::backend::BackendSnapshot) -> SavepointReader {
     let mut bytes = Vec::new();
-    encode(snap, &WriteOptions { compression: Compression::None }, &mut bytes).unwrap();
+    encode(
+        snap,
+        &WriteOptions {
+            compression: Compression::None,
+        },
+        &mut bytes,
+    )
+    .unwrap();
     SavepointReader::from_bytes(bytes).unwrap()
 }
 
 pub fn two_snapshots_restore_their_own_point(f: &Factory) {
     // testValueState: snapshot 1, more writes, snapshot 2; each restores its own contents.
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let v = s.register_value(ValueStateDescriptor::new("v", StringSerializer)).unwrap();
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", StringSerializer))
+        .unwrap();
     for (k, x) in [(1, "1"), (2, "2")] {
         s.set_current_key(&k).unwrap();
         s.value(&v).unwrap().update(&x.to_string()).unwrap();
@@ -526,10 +622,18 @@ pub fn two_snapshots_restore_their_own_point(f: &Factory) {
         s.value(&v).unwrap().update(&x.to_string()).unwrap();
     }
     let snap2 = s.snapshot().unwrap();
-    let (sp1, sp2) = (savepoint_of_snapshot(&*snap1), savepoint_of_snapshot(&*snap2));
-    for (sp, expect) in [(sp1, [Some("1"), Some("2"), None]), (sp2, [Some("u1"), Some("u2"), Some("u3")])] {
+    let (sp1, sp2) = (
+        savepoint_of_snapshot(&*snap1),
+        savepoint_of_snapshot(&*snap2),
+    );
+    for (sp, expect) in [
+        (sp1, [Some("1"), Some("2"), None]),
+        (sp2, [Some("u1"), Some("u2"), Some("u3")]),
+    ] {
         let mut r = store_long(f, 128, KeyGroupRange::all(128));
-        let v = r.register_value(ValueStateDescriptor::new("v", StringSerializer)).unwrap();
+        let v = r
+            .register_value(ValueStateDescriptor::new("v", StringSerializer))
+            .unwrap();
         r.restore(&[sp]).unwrap();
         for (k, e) in [1i64, 2, 3].iter().zip(expect) {
             r.set_current_key(k).unwrap();
@@ -540,47 +644,104 @@ pub fn two_snapshots_restore_their_own_point(f: &Factory) {
 
 pub fn every_kind_survives_savepoint_and_restore(f: &Factory) {
     let mut s = store_string(f);
-    let v = s.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
     let l = s
-        .register_list(ListStateDescriptor::new("l", StringSerializer).with_namespace(IntSerializer))
+        .register_list(
+            ListStateDescriptor::new("l", StringSerializer).with_namespace(IntSerializer),
+        )
         .unwrap();
     let m = s
-        .register_map(MapStateDescriptor::new("m", StringSerializer, LongSerializer).with_namespace(StringSerializer))
+        .register_map(
+            MapStateDescriptor::new("m", StringSerializer, LongSerializer)
+                .with_namespace(StringSerializer),
+        )
         .unwrap();
-    let r = s.register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| *a.max(b))).unwrap();
-    let a = s.register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer)).unwrap();
+    let r = s
+        .register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| {
+            *a.max(b)
+        }))
+        .unwrap();
+    let a = s
+        .register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer))
+        .unwrap();
     for i in 0..200i64 {
         let key = format!("user-{i}");
         s.set_current_key(&key).unwrap();
         s.value(&v).unwrap().update(&i).unwrap();
-        s.list_in(&l, &((i % 3) as i32)).unwrap().add_all(&[format!("a{i}"), format!("b{i}")]).unwrap();
-        s.map_in(&m, &"ns".to_string()).unwrap().put(&format!("k{i}"), &i).unwrap();
-        s.map_in(&m, &"empty".to_string()).unwrap().put(&"gone".into(), &1).unwrap();
-        s.map_in(&m, &"empty".to_string()).unwrap().remove(&"gone".into()).unwrap();
+        s.list_in(&l, &((i % 3) as i32))
+            .unwrap()
+            .add_all(&[format!("a{i}"), format!("b{i}")])
+            .unwrap();
+        s.map_in(&m, &"ns".to_string())
+            .unwrap()
+            .put(&format!("k{i}"), &i)
+            .unwrap();
+        s.map_in(&m, &"empty".to_string())
+            .unwrap()
+            .put(&"gone".into(), &1)
+            .unwrap();
+        s.map_in(&m, &"empty".to_string())
+            .unwrap()
+            .remove(&"gone".into())
+            .unwrap();
         s.reducing(&r).unwrap().add(&i).unwrap();
         s.aggregating(&a).unwrap().add(&i).unwrap();
     }
     let sp = savepoint_of(&mut s);
     let mut t = store_string(f);
     t.restore(&[sp]).unwrap();
-    let v = t.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    let v = t
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
     let l = t
-        .register_list(ListStateDescriptor::new("l", StringSerializer).with_namespace(IntSerializer))
+        .register_list(
+            ListStateDescriptor::new("l", StringSerializer).with_namespace(IntSerializer),
+        )
         .unwrap();
     let m = t
-        .register_map(MapStateDescriptor::new("m", StringSerializer, LongSerializer).with_namespace(StringSerializer))
+        .register_map(
+            MapStateDescriptor::new("m", StringSerializer, LongSerializer)
+                .with_namespace(StringSerializer),
+        )
         .unwrap();
-    let r = t.register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| *a.max(b))).unwrap();
-    let a = t.register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer)).unwrap();
+    let r = t
+        .register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| {
+            *a.max(b)
+        }))
+        .unwrap();
+    let a = t
+        .register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer))
+        .unwrap();
     for i in 0..200i64 {
         t.set_current_key(&format!("user-{i}")).unwrap();
         assert_eq!(t.value(&v).unwrap().get().unwrap(), Some(i));
-        assert_eq!(t.list_in(&l, &((i % 3) as i32)).unwrap().get().unwrap(), Some(vec![format!("a{i}"), format!("b{i}")]));
-        assert_eq!(t.list_in(&l, &(((i + 1) % 3) as i32)).unwrap().get().unwrap(), None);
-        assert_eq!(t.map_in(&m, &"ns".to_string()).unwrap().entries().unwrap(), vec![(format!("k{i}"), i)]);
-        assert!(t.map_in(&m, &"empty".to_string()).unwrap().is_empty().unwrap());
+        assert_eq!(
+            t.list_in(&l, &((i % 3) as i32)).unwrap().get().unwrap(),
+            Some(vec![format!("a{i}"), format!("b{i}")])
+        );
+        assert_eq!(
+            t.list_in(&l, &(((i + 1) % 3) as i32))
+                .unwrap()
+                .get()
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            t.map_in(&m, &"ns".to_string()).unwrap().entries().unwrap(),
+            vec![(format!("k{i}"), i)]
+        );
+        assert!(t
+            .map_in(&m, &"empty".to_string())
+            .unwrap()
+            .is_empty()
+            .unwrap());
         assert_eq!(t.reducing(&r).unwrap().get().unwrap(), Some(i));
-        assert_eq!(t.aggregating(&a).unwrap().get().unwrap(), Some(format!("sum={i}")));
+        assert_eq!(
+            t.aggregating(&a).unwrap().get().unwrap(),
+            Some(format!("sum={i}"))
+        );
     }
     assert_eq!(t.num_entries().unwrap(), s.num_entries().unwrap());
 }
@@ -588,7 +749,13 @@ pub fn every_kind_survives_savepoint_and_restore(f: &Factory) {
 pub fn restored_untouched_state_is_snapshotted_again(f: &Factory) {
     // testSnapshotNonAccessedState
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let m = s.register_map(MapStateDescriptor::new("m", IntSerializer, StringSerializer)).unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new(
+            "m",
+            IntSerializer,
+            StringSerializer,
+        ))
+        .unwrap();
     s.set_current_key(&5).unwrap();
     for i in 0..3 {
         s.map(&m).unwrap().put(&i, &format!("v{i}")).unwrap();
@@ -599,7 +766,13 @@ pub fn restored_untouched_state_is_snapshotted_again(f: &Factory) {
     let sp2 = savepoint_of(&mut t); // never registered, never touched
     let mut u = store_long(f, 128, KeyGroupRange::all(128));
     u.restore(&[sp2]).unwrap();
-    let m = u.register_map(MapStateDescriptor::new("m", IntSerializer, StringSerializer)).unwrap();
+    let m = u
+        .register_map(MapStateDescriptor::new(
+            "m",
+            IntSerializer,
+            StringSerializer,
+        ))
+        .unwrap();
     u.set_current_key(&5).unwrap();
     assert_eq!(u.map(&m).unwrap().entries().unwrap().len(), 3);
 }
@@ -617,7 +790,9 @@ pub fn empty_backend_savepoint_restores(f: &Factory) {
 
 pub fn restore_rejects_wrong_key_serializer_and_max_parallelism(f: &Factory) {
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let v = s.register_value(ValueStateDescriptor::new("v", LongSerializer)).unwrap();
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
     s.set_current_key(&1).unwrap();
     s.value(&v).unwrap().update(&1).unwrap();
     let bytes = {
@@ -627,36 +802,77 @@ pub fn restore_rejects_wrong_key_serializer_and_max_parallelism(f: &Factory) {
         b
     };
     let mut t = store_string(f);
-    let e = t.restore(&[SavepointReader::from_bytes(bytes.clone()).unwrap()]).err().unwrap();
-    assert!(matches!(e, Error::IncompatibleSerializer { role: "key", .. }), "{e}");
+    let e = t
+        .restore(&[SavepointReader::from_bytes(bytes.clone()).unwrap()])
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::IncompatibleSerializer { role: "key", .. }),
+        "{e}"
+    );
     let mut u = store_long(f, 256, KeyGroupRange::all(256));
-    let e = u.restore(&[SavepointReader::from_bytes(bytes).unwrap()]).err().unwrap();
-    assert!(matches!(e, Error::MaxParallelismMismatch { savepoint: 128, backend: 256 }), "{e}");
+    let e = u
+        .restore(&[SavepointReader::from_bytes(bytes).unwrap()])
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            e,
+            Error::MaxParallelismMismatch {
+                savepoint: 128,
+                backend: 256
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(u.num_entries().unwrap(), 0);
 }
 
 pub fn restore_rejects_incompatible_value_serializer_before_loading(f: &Factory) {
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
-    let v = s.register_value(ValueStateDescriptor::new("name", StringSerializer)).unwrap();
-    let c = s.register_value(ValueStateDescriptor::new("count", LongSerializer)).unwrap();
+    let v = s
+        .register_value(ValueStateDescriptor::new("name", StringSerializer))
+        .unwrap();
+    let c = s
+        .register_value(ValueStateDescriptor::new("count", LongSerializer))
+        .unwrap();
     s.set_current_key(&1).unwrap();
     s.value(&v).unwrap().update(&"x".into()).unwrap();
     s.value(&c).unwrap().update(&7).unwrap();
     let snap = s.snapshot().unwrap();
     // Registered before the restore: checked before anything loads.
     let mut t = store_long(f, 128, KeyGroupRange::all(128));
-    t.register_value(ValueStateDescriptor::new("name", LongSerializer)).unwrap();
+    t.register_value(ValueStateDescriptor::new("name", LongSerializer))
+        .unwrap();
     let e = t.restore(&[savepoint_of_snapshot(&*snap)]).err().unwrap();
     let msg = e.to_string();
-    assert!(matches!(e, Error::IncompatibleSerializer { role: "value", .. }), "{msg}");
-    assert!(msg.contains("'name'") && msg.contains("StringSerializer") && msg.contains("LongSerializer"), "{msg}");
-    assert_eq!(t.num_entries().unwrap(), 0, "nothing may load when a check fails");
+    assert!(
+        matches!(e, Error::IncompatibleSerializer { role: "value", .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("'name'")
+            && msg.contains("StringSerializer")
+            && msg.contains("LongSerializer"),
+        "{msg}"
+    );
+    assert_eq!(
+        t.num_entries().unwrap(),
+        0,
+        "nothing may load when a check fails"
+    );
     // Registered after the restore: checked at registration.
     let mut u = store_long(f, 128, KeyGroupRange::all(128));
     u.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
-    let e = u.register_value(ValueStateDescriptor::new("name", IntSerializer)).err().unwrap();
+    let e = u
+        .register_value(ValueStateDescriptor::new("name", IntSerializer))
+        .err()
+        .unwrap();
     assert!(matches!(e, Error::IncompatibleSerializer { .. }), "{e}");
-    let e = u.register_list(ListStateDescriptor::new("count", LongSerializer)).err().unwrap();
+    let e = u
+        .register_list(ListStateDescriptor::new("count", LongSerializer))
+        .err()
+        .unwrap();
     assert!(matches!(e, Error::StateKindMismatch { .. }), "{e}");
 }
 
@@ -675,28 +891,47 @@ pub fn value_serializer_migrates_on_restore(f: &Factory) {
     use keyed_state::serializer::SerdeSerializer;
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
     let v1 = SerdeSerializer::<ProfileV1>::new("Profile", 1);
-    let p = s.register_value(ValueStateDescriptor::new("profile", v1.clone())).unwrap();
-    let l = s.register_list(ListStateDescriptor::new("history", v1.clone())).unwrap();
-    let m = s.register_map(MapStateDescriptor::new("by-page", IntSerializer, v1)).unwrap();
+    let p = s
+        .register_value(ValueStateDescriptor::new("profile", v1.clone()))
+        .unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("history", v1.clone()))
+        .unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new("by-page", IntSerializer, v1))
+        .unwrap();
     for k in 0..50i64 {
         s.set_current_key(&k).unwrap();
-        let prof = ProfileV1 { name: format!("u{k}") };
+        let prof = ProfileV1 {
+            name: format!("u{k}"),
+        };
         s.value(&p).unwrap().update(&prof).unwrap();
-        s.list(&l).unwrap().add_all(&[prof.clone(), prof.clone()]).unwrap();
+        s.list(&l)
+            .unwrap()
+            .add_all(&[prof.clone(), prof.clone()])
+            .unwrap();
         s.map(&m).unwrap().put(&(k as i32), &prof).unwrap();
     }
     let snap = s.snapshot().unwrap();
     let v2 = || {
-        SerdeSerializer::<ProfileV2>::new("Profile", 2)
-            .with_serde_migration::<ProfileV1>(1, |old| ProfileV2 { name: old.name, visits: 0 })
+        SerdeSerializer::<ProfileV2>::new("Profile", 2).with_serde_migration::<ProfileV1>(
+            1,
+            |old| ProfileV2 {
+                name: old.name,
+                visits: 0,
+            },
+        )
     };
     for register_first in [true, false] {
         let mut t = store_long(f, 128, KeyGroupRange::all(128));
         let handles = |t: &mut KeyedStateStore<LongSerializer>| {
             (
-                t.register_value(ValueStateDescriptor::new("profile", v2())).unwrap(),
-                t.register_list(ListStateDescriptor::new("history", v2())).unwrap(),
-                t.register_map(MapStateDescriptor::new("by-page", IntSerializer, v2())).unwrap(),
+                t.register_value(ValueStateDescriptor::new("profile", v2()))
+                    .unwrap(),
+                t.register_list(ListStateDescriptor::new("history", v2()))
+                    .unwrap(),
+                t.register_map(MapStateDescriptor::new("by-page", IntSerializer, v2()))
+                    .unwrap(),
             )
         };
         let (p2, l2, m2) = if register_first {
@@ -710,9 +945,15 @@ pub fn value_serializer_migrates_on_restore(f: &Factory) {
         };
         for k in 0..50i64 {
             t.set_current_key(&k).unwrap();
-            let want = ProfileV2 { name: format!("u{k}"), visits: 0 };
+            let want = ProfileV2 {
+                name: format!("u{k}"),
+                visits: 0,
+            };
             assert_eq!(t.value(&p2).unwrap().get().unwrap(), Some(want.clone()));
-            assert_eq!(t.list(&l2).unwrap().get().unwrap(), Some(vec![want.clone(), want.clone()]));
+            assert_eq!(
+                t.list(&l2).unwrap().get().unwrap(),
+                Some(vec![want.clone(), want.clone()])
+            );
             assert_eq!(t.map(&m2).unwrap().get(&(k as i32)).unwrap(), Some(want));
         }
         // The migrated state snapshots with the new serializer.
@@ -723,7 +964,10 @@ pub fn value_serializer_migrates_on_restore(f: &Factory) {
     let mut u = store_long(f, 128, KeyGroupRange::all(128));
     u.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
     let e = u
-        .register_value(ValueStateDescriptor::new("profile", SerdeSerializer::<ProfileV2>::new("Profile", 2)))
+        .register_value(ValueStateDescriptor::new(
+            "profile",
+            SerdeSerializer::<ProfileV2>::new("Profile", 2),
+        ))
         .err()
         .unwrap();
     assert!(matches!(e, Error::IncompatibleSerializer { .. }), "{e}");

@@ -115,7 +115,12 @@ impl<F: TableFamily> HeapBackend<F> {
     }
 
     #[inline]
-    fn ordered(&mut self, state: StateId, kg: KeyGroup, op: &'static str) -> Result<&mut F::Ordered> {
+    fn ordered(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        op: &'static str,
+    ) -> Result<&mut F::Ordered> {
         let g = self.group_index(kg)?;
         if !matches!(self.tables.get(state), Some(StateTables::Ordered(_))) {
             return Err(self.wrong_kind(state, op));
@@ -172,7 +177,10 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
 
     #[inline]
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
-        Ok(self.kv_ref(state, kg, "get")?.get(key).map(SmallBytes::as_slice))
+        Ok(self
+            .kv_ref(state, kg, "get")?
+            .get(key)
+            .map(SmallBytes::as_slice))
     }
 
     #[inline]
@@ -349,7 +357,9 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
     fn load_entry(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         let g = self.group_index(kg)?;
         match self.tables.get_mut(state) {
-            Some(StateTables::Kv(groups)) => groups[g].insert(SmallBytes::new(key), SmallBytes::new(value)),
+            Some(StateTables::Kv(groups)) => {
+                groups[g].insert(SmallBytes::new(key), SmallBytes::new(value))
+            }
             Some(StateTables::Ordered(groups)) => groups[g].insert(key, value),
             None => return Err(Error::UnknownState(format!("id {state}"))),
         }

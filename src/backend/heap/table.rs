@@ -102,7 +102,9 @@ where
 }
 
 /// Persistent hash table (`imbl` HAMT): O(1) clones, path copying on writes.
-pub struct PersistentTable<K, V>(imbl::GenericHashMap<K, V, FastHasher, imbl::shared_ptr::DefaultSharedPtr>);
+pub struct PersistentTable<K, V>(
+    imbl::GenericHashMap<K, V, FastHasher, imbl::shared_ptr::DefaultSharedPtr>,
+);
 
 impl<K: Clone, V: Clone> Clone for PersistentTable<K, V> {
     fn clone(&self) -> Self {
@@ -170,6 +172,10 @@ pub trait OrderedTable: Clone + Default + Send + Sync {
     fn remove(&mut self, key: &[u8]) -> bool;
     /// Number of entries.
     fn len(&self) -> usize;
+    /// Whether empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Visits entries with keys `>= from` in ascending order until `f` returns false.
     fn scan_from(&self, from: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool);
     /// Removes every key starting with `prefix`.
