@@ -20,6 +20,8 @@ use keyed_state::serializer::{
 };
 
 type Entries = BTreeMap<Vec<u8>, Vec<u8>>;
+/// `(state index, key, value)` in savepoint order.
+type Decoded = Vec<(usize, Vec<u8>, Vec<u8>)>;
 
 /// A `BackendSnapshot` over a map `(state, kg) -> sorted entries`.
 struct MapSnapshot {
@@ -87,7 +89,7 @@ impl MapSnapshot {
     }
 
     /// Every entry as `(state, key, value)` in savepoint order.
-    fn expected(&self) -> Vec<(usize, Vec<u8>, Vec<u8>)> {
+    fn expected(&self) -> Decoded {
         let mut by_kg: BTreeMap<(KeyGroup, StateId), &Entries> = BTreeMap::new();
         for ((s, kg), e) in &self.data {
             by_kg.insert((*kg, *s), e);
@@ -201,7 +203,7 @@ fn encode_bytes(s: &MapSnapshot, options: &WriteOptions) -> Vec<u8> {
 }
 
 /// Reads every entry of every key group, in savepoint order.
-fn read_all(r: &SavepointReader) -> keyed_state::Result<Vec<(usize, Vec<u8>, Vec<u8>)>> {
+fn read_all(r: &SavepointReader) -> keyed_state::Result<Decoded> {
     let mut out = Vec::new();
     for kg in r.header().key_group_range.iter() {
         r.read_key_group(kg, &mut |s, k, v| {
@@ -615,13 +617,15 @@ fn thread_cpu_secs() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
+type FlatGroup = (Vec<u8>, Vec<(usize, usize, usize)>);
+
 /// A snapshot whose entries lie in one contiguous arena per key group (like an LSM block), so that the
 /// throughput test measures the encoder rather than cache misses on scattered heap allocations.
 struct FlatSnapshot {
     config: BackendConfig,
     states: Vec<StateMetaInfo>,
     /// Per key group: arena and `(key start, key end, value end)` per entry, sorted.
-    groups: Vec<(Vec<u8>, Vec<(usize, usize, usize)>)>,
+    groups: Vec<FlatGroup>,
 }
 
 impl BackendSnapshot for FlatSnapshot {
@@ -731,5 +735,38 @@ fn throughput() {
             mb / dec,
             mb / ver
         );
+    }
+}
+
+/// Writes seed savepoints for the fuzzer:
+/// `SAVEPOINT_FUZZ_SEEDS=fuzz/corpus/savepoint_decode cargo test --test savepoint_format -- --ignored fuzz_seeds`
+#[test]
+#[ignore]
+fn fuzz_seeds() {
+    let Some(dir) = std::env::var_os("SAVEPOINT_FUZZ_SEEDS") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut long = small_snapshot(128, 6);
+    let key = long.value_key(99);
+    long.insert(0, key, vec![3u8; MAX_FRAME_RAW_LEN + 10]);
+    let seeds = [
+        (
+            "empty",
+            MapSnapshot::new(128, KeyGroupRange::all(128), states()),
+        ),
+        ("small128", small_snapshot(128, 8)),
+        ("small4096", small_snapshot(4096, 8)),
+        ("long", long),
+    ];
+    for (name, s) in &seeds {
+        for (codec, options) in [("raw", WriteOptions::default()), ("lz4", lz4())] {
+            std::fs::write(
+                dir.join(format!("{name}-{codec}")),
+                encode_bytes(s, &options),
+            )
+            .unwrap();
+        }
     }
 }
