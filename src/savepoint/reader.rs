@@ -450,7 +450,7 @@ impl<'a> BlockCursor<'a> {
             }
         }
         self.next = payload_end + CHECKSUM_LEN;
-        self.frame_no += 1;
+        self.frame_no = self.frame_no.saturating_add(1);
         self.pos = 0;
         self.raw_bytes += raw_len as u64;
         Ok(())
