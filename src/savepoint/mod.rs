@@ -19,7 +19,7 @@ mod format;
 mod reader;
 mod writer;
 
-pub use reader::SavepointReader;
+pub use reader::{EntryVisitor, SavepointReader};
 pub use writer::{encode, write_savepoint};
 
 use crate::keygroup::{KeyGroup, KeyGroupRange};

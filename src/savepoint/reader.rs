@@ -3,8 +3,9 @@
 use std::path::Path;
 
 use super::format::{
-    decode_footer_and_index, decode_header, get_varint, Varint, CHECKSUM_LEN, CODEC_LZ4, CODEC_RAW,
-    END_OF_KEY_GROUP, END_OF_STATE, FRAME_HEADER_LEN, MIN_FILE_LEN, TIMER_TS_LEN,
+    checksum_ok, decode_footer_and_index, decode_header, get_varint, Varint, CHECKSUM_LEN,
+    CODEC_LZ4, CODEC_RAW, END_OF_KEY_GROUP, END_OF_STATE, FRAME_HEADER_LEN, MIN_FILE_LEN,
+    TIMER_TS_LEN,
 };
 use super::{
     Compression, KeyGroupBlock, SavepointError, SavepointHeader, VerifyReport, MAX_FRAME_RAW_LEN,
@@ -44,6 +45,12 @@ impl std::fmt::Debug for SavepointReader {
             .finish()
     }
 }
+
+/// The callback of [`SavepointReader::read_key_group`]: `(state index, entry key, value)`.
+pub type EntryVisitor<'a> = dyn FnMut(usize, &[u8], &[u8]) -> crate::Result<()> + 'a;
+
+/// [`EntryVisitor`] with any error type (the decoder is shared by `read_key_group` and `verify`).
+type Visitor<'a, E> = dyn FnMut(usize, &[u8], &[u8]) -> Result<(), E> + 'a;
 
 /// Counters of one decoded block.
 #[derive(Default)]
@@ -124,11 +131,7 @@ impl SavepointReader {
     /// Each frame's checksum is verified before any of its entries is passed on; the structure (end marks,
     /// state indexes, key order, key-group prefixes, entry count) is checked as it goes, so on an error `f`
     /// may already have seen the entries before the damage. Errors from `f` are returned as they are.
-    pub fn read_key_group(
-        &self,
-        kg: KeyGroup,
-        f: &mut dyn FnMut(usize, &[u8], &[u8]) -> crate::Result<()>,
-    ) -> crate::Result<()> {
+    pub fn read_key_group(&self, kg: KeyGroup, f: &mut EntryVisitor<'_>) -> crate::Result<()> {
         if !self.header.key_group_range.contains(kg) {
             return Err(SavepointError::KeyGroupNotInRange {
                 key_group: kg,
@@ -172,7 +175,7 @@ impl SavepointReader {
     fn decode_block<E: From<SavepointError>>(
         &self,
         block: &KeyGroupBlock,
-        f: &mut dyn FnMut(usize, &[u8], &[u8]) -> Result<(), E>,
+        f: &mut Visitor<'_, E>,
     ) -> Result<BlockStats, E> {
         let states = &self.header.states;
         let prefix_len = key_group_prefix_len(self.header.max_parallelism);
@@ -387,7 +390,7 @@ impl<'a> BlockCursor<'a> {
             .map(u64::from_be_bytes)
             .unwrap_or_default();
         let computed = xxhash_rust::xxh3::xxh3_64_with_seed(covered, at as u64);
-        if computed != stored_sum {
+        if !checksum_ok(stored_sum, computed) {
             return Err(SavepointError::FrameChecksum {
                 key_group: self.key_group,
                 frame: frame_no,
@@ -447,7 +450,7 @@ impl<'a> BlockCursor<'a> {
             }
         }
         self.next = payload_end + CHECKSUM_LEN;
-        self.frame_no += 1;
+        self.frame_no = self.frame_no.saturating_add(1);
         self.pos = 0;
         self.raw_bytes += raw_len as u64;
         Ok(())
