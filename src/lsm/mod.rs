@@ -7,6 +7,17 @@ pub mod io;
 pub mod slice;
 pub mod sst;
 
+pub mod batch;
+pub mod filter;
+pub(crate) mod manifest;
+pub(crate) mod memtable;
+pub mod merge;
+pub mod options;
+pub(crate) mod rangedel;
+pub mod snapshot;
+pub(crate) mod version;
+pub(crate) mod wal;
+
 /// Errors of the LSM engine.
 #[derive(Debug, thiserror::Error)]
 pub enum LsmError {
@@ -35,4 +46,24 @@ pub enum LsmError {
         /// What is wrong.
         detail: String,
     },
+    /// Merge operands were found but no merge operator is configured.
+    #[error("merge operands for a key but no merge operator is configured")]
+    NoMergeOperator,
+    /// The merge operator failed for a key.
+    #[error("merge operator {operator} failed for key {key:?}")]
+    MergeFailed {
+        /// The operator's name.
+        operator: String,
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// A background flush or compaction failed earlier; the database no longer accepts writes.
+    #[error("background work failed: {0}")]
+    Background(#[source] std::sync::Arc<LsmError>),
+    /// The database is closed.
+    #[error("database is closed")]
+    Closed,
+    /// An argument or option is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
 }
