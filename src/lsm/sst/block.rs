@@ -303,6 +303,7 @@ impl<'a> BlockIter<'a> {
     }
 
     /// Advances.
+    #[allow(clippy::should_implement_trait)] // fallible cursor step, not an Iterator
     pub fn next(&mut self) -> Result<(), String> {
         self.cursor.next(self.data)
     }

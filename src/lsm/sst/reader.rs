@@ -455,6 +455,7 @@ impl SstIter {
     }
 
     /// Advances to the next entry (no-op when not valid).
+    #[allow(clippy::should_implement_trait)] // fallible cursor step, not an Iterator
     pub fn next(&mut self) -> Result<(), LsmError> {
         if !self.valid {
             return Ok(());
