@@ -526,3 +526,70 @@ fn io_uring_path() {
     }
     write_with_mode(IoMode::IoUring);
 }
+
+/// Rough throughput numbers; run with `cargo test --release --test lsm_sst -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn perf_smoke() {
+    use std::time::Instant;
+    let dir = tempfile::tempdir().unwrap();
+    let n = 500_000u32;
+    for (name, compression) in [("raw", Compression::None), ("lz4", Compression::Lz4)] {
+        let path = dir.path().join(format!("{name}.sst"));
+        let t = Instant::now();
+        let opts = SstOptions {
+            compression,
+            ..SstOptions::default()
+        };
+        let mut w = SstWriter::create(&path, opts, None).unwrap();
+        let mut key = Vec::new();
+        for i in 0..n {
+            key.clear();
+            ikey::encode(
+                &mut key,
+                format!("key{:012}", u64::from(i) * 7919).as_bytes(),
+                1,
+                ValueKind::Put,
+            );
+            w.add(&key, format!("value-{i:08}-{}", "x".repeat(100)).as_bytes())
+                .unwrap();
+        }
+        let meta = w.finish().unwrap();
+        let write = t.elapsed();
+        let r = SstReader::open(&path, 1, BlockCache::new(256 << 20)).unwrap();
+        let t = Instant::now();
+        let mut it = r.iter();
+        it.seek_to_first().unwrap();
+        let mut c = 0u64;
+        while it.valid() {
+            c += it.value().len() as u64;
+            it.next().unwrap();
+        }
+        let scan = t.elapsed();
+        assert!(c > 0);
+        let t = Instant::now();
+        let lookups = 200_000u64;
+        let mut found = 0;
+        for j in 0..lookups {
+            let i = (j * 2_654_435_761) % u64::from(n);
+            key.clear();
+            ikey::encode(
+                &mut key,
+                format!("key{:012}", i * 7919).as_bytes(),
+                u64::MAX,
+                ValueKind::Put,
+            );
+            it.seek(&key).unwrap();
+            found += usize::from(it.valid());
+        }
+        let seek = t.elapsed();
+        assert_eq!(found as u64, lookups);
+        println!(
+            "{name}: {n} entries, {} bytes; write {:.0} ns/entry, scan {:.0} ns/entry, random seek {:.0} ns",
+            meta.file_size,
+            write.as_nanos() as f64 / f64::from(n),
+            scan.as_nanos() as f64 / f64::from(n),
+            seek.as_nanos() as f64 / lookups as f64
+        );
+    }
+}
