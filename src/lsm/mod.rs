@@ -8,7 +8,12 @@ pub mod slice;
 pub mod sst;
 
 pub mod batch;
+pub mod checkpoint;
+pub(crate) mod compaction;
+pub mod db;
 pub mod filter;
+pub(crate) mod flush;
+pub mod iter;
 pub(crate) mod manifest;
 pub(crate) mod memtable;
 pub mod merge;

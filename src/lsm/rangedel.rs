@@ -125,11 +125,6 @@ impl Fragments {
             0
         }
     }
-
-    /// Whether there is no tombstone at all.
-    pub fn is_empty(&self) -> bool {
-        self.frags.is_empty()
-    }
 }
 
 /// Collects a file's range tombstones into the [`PROP_RANGE_DELS`] property.
