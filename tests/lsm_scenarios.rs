@@ -1,0 +1,467 @@
+//! Behavioural scenarios of the LSM engine core.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use keyed_state::lsm::batch::WriteBatch;
+use keyed_state::lsm::db::Db;
+use keyed_state::lsm::filter::{
+    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision, FilterEntryKind,
+};
+use keyed_state::lsm::merge::ListAppendOperator;
+use keyed_state::lsm::options::{Options, ReadOptions};
+use keyed_state::lsm::sst::{Compression, SstOptions};
+use keyed_state::lsm::LsmError;
+
+fn small_opts() -> Options {
+    Options {
+        memtable_size: 16 << 10,
+        max_immutable_memtables: 2,
+        l0_compaction_trigger: 2,
+        l0_stop_writes_trigger: 8,
+        num_levels: 4,
+        level_base_size: 64 << 10,
+        level_multiplier: 4,
+        target_file_size: 16 << 10,
+        sst: SstOptions {
+            block_size: 1024,
+            compression: Compression::None,
+            ..SstOptions::default()
+        },
+        block_cache_size: 1 << 20,
+        merge_operator: Some(Arc::new(ListAppendOperator)),
+        ..Options::default()
+    }
+}
+
+fn get(db: &Db, k: &[u8]) -> Option<Vec<u8>> {
+    db.get(k).unwrap().map(|v| v.to_vec())
+}
+
+fn scan(db: &Db, ro: ReadOptions<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut it = db.iter(ro);
+    it.seek_to_first();
+    let mut out = Vec::new();
+    while it.valid() {
+        out.push((it.key().to_vec(), it.value().to_vec()));
+        it.next();
+    }
+    assert!(it.status().is_ok(), "{:?}", it.status());
+    out
+}
+
+fn sst_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sst"))
+        .count()
+}
+
+#[test]
+fn put_get_delete_and_overwrite_in_memtable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.put(b"a", b"2").unwrap();
+    db.put(b"b", b"3").unwrap();
+    db.delete(b"b").unwrap();
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"2"[..]));
+    assert_eq!(get(&db, b"b"), None);
+    assert_eq!(get(&db, b"c"), None);
+}
+
+#[test]
+fn write_batch_becomes_visible_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(dir.path(), small_opts()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut checks = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let all = scan(&db, ReadOptions::default());
+                if let Some((_, first)) = all.first() {
+                    assert_eq!(all.len(), 20);
+                    assert!(all.iter().all(|(_, v)| v == first), "torn batch");
+                }
+                checks += 1;
+            }
+            checks
+        })
+    };
+    for round in 0..300u32 {
+        let mut b = WriteBatch::new();
+        for i in 0..20u32 {
+            b.put(format!("key{i:02}").as_bytes(), &round.to_be_bytes());
+        }
+        db.write(&b).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+}
+
+#[test]
+fn merge_operands_survive_flush_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.merge(b"list", b"a").unwrap();
+    db.flush().unwrap();
+    db.merge(b"list", b"b").unwrap();
+    db.flush().unwrap();
+    db.merge(b"list", b"c").unwrap();
+    assert_eq!(get(&db, b"list").as_deref(), Some(&b"a,b,c"[..]));
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"list").as_deref(), Some(&b"a,b,c"[..]));
+    db.put(b"list", b"x").unwrap();
+    db.merge(b"list", b"y").unwrap();
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"list").as_deref(), Some(&b"x,y"[..]));
+    assert_eq!(scan(&db, ReadOptions::default()), vec![(b"list".to_vec(), b"x,y".to_vec())]);
+}
+
+#[test]
+fn list_with_many_operands_reads_linearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options { memtable_size: 64 << 20, ..small_opts() }).unwrap();
+    let n = 20_000;
+    for i in 0..n {
+        db.merge(b"l", format!("{i}").as_bytes()).unwrap();
+    }
+    let t = std::time::Instant::now();
+    let v = get(&db, b"l").unwrap();
+    let elapsed = t.elapsed();
+    assert_eq!(v.split(|b| *b == b',').count(), n);
+    assert!(elapsed < std::time::Duration::from_secs(2), "{elapsed:?}");
+}
+
+/// Drops list elements (and operands) starting with "old", as a TTL filter drops expired elements.
+struct DropOld;
+impl CompactionFilter for DropOld {
+    fn filter(&mut self, _key: &[u8], kind: FilterEntryKind, value: &[u8]) -> FilterDecision {
+        match kind {
+            FilterEntryKind::MergeOperand if value.starts_with(b"old") => FilterDecision::Remove,
+            FilterEntryKind::MergeOperand => FilterDecision::Keep,
+            FilterEntryKind::Value => {
+                let kept: Vec<&[u8]> = value.split(|b| *b == b',').filter(|e| !e.starts_with(b"old")).collect();
+                if kept.is_empty() {
+                    FilterDecision::Remove
+                } else {
+                    FilterDecision::Replace(kept.join(&b","[..]))
+                }
+            }
+        }
+    }
+}
+struct DropOldFactory;
+impl CompactionFilterFactory for DropOldFactory {
+    fn name(&self) -> &str {
+        "drop-old"
+    }
+    fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
+        Box::new(DropOld)
+    }
+}
+
+#[test]
+fn compaction_filter_drops_expired_list_elements() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        compaction_filter_factory: Some(Arc::new(DropOldFactory)),
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    // A merged value holding expired elements, plus separate operands (expired and live).
+    db.put(b"l", b"old0,new0").unwrap();
+    db.merge(b"l", b"old1").unwrap();
+    db.merge(b"l", b"new1").unwrap();
+    db.flush().unwrap();
+    db.merge(b"m", b"old2").unwrap();
+    db.merge(b"m", b"new2").unwrap();
+    db.merge(b"gone", b"old3").unwrap();
+    db.put(b"p", b"old4").unwrap();
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"old0,new0,old1,new1"[..]));
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"new0,new1"[..]));
+    assert_eq!(get(&db, b"m").as_deref(), Some(&b"new2"[..]));
+    assert_eq!(get(&db, b"gone"), None);
+    assert_eq!(get(&db, b"p"), None);
+}
+
+#[test]
+fn range_delete_hides_older_data_across_levels() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for i in 0..500u32 {
+        db.put(format!("k{i:04}").as_bytes(), b"deep").unwrap();
+    }
+    db.compact_all().unwrap();
+    for i in 0..500u32 {
+        if i % 2 == 0 {
+            db.put(format!("k{i:04}").as_bytes(), b"l0").unwrap();
+        }
+    }
+    db.flush().unwrap();
+    db.merge(b"k0150", b"m").unwrap();
+    db.delete_range(b"k0100", b"k0200").unwrap();
+    db.put(b"k0150", b"after").unwrap();
+    let check = |db: &Db| {
+        for i in 0..500u32 {
+            let k = format!("k{i:04}");
+            let want: Option<&[u8]> = if i == 150 {
+                Some(b"after")
+            } else if (100..200).contains(&i) {
+                None
+            } else if i % 2 == 0 {
+                Some(b"l0")
+            } else {
+                Some(b"deep")
+            };
+            assert_eq!(get(db, k.as_bytes()).as_deref(), want, "{k}");
+        }
+        let all = scan(db, ReadOptions::default());
+        assert_eq!(all.len(), 500 - 100 + 1);
+    };
+    check(&db);
+    db.flush().unwrap();
+    check(&db);
+    db.compact_all().unwrap();
+    check(&db);
+    db.close().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    check(&db);
+}
+
+#[test]
+fn obsolete_files_kept_while_iterator_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { auto_compaction: false, ..small_opts() };
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..200u32 {
+        db.put(format!("k{i:04}").as_bytes(), b"v1").unwrap();
+    }
+    db.flush().unwrap();
+    let before = sst_count(dir.path());
+    assert!(before > 0);
+    let mut it = db.iter(ReadOptions::default());
+    for i in 0..200u32 {
+        db.put(format!("k{i:04}").as_bytes(), b"v2").unwrap();
+    }
+    db.compact_all().unwrap();
+    // The iterator's files are still on disk and readable.
+    assert!(sst_count(dir.path()) > db.stats().level_files.iter().sum::<usize>());
+    it.seek_to_first();
+    let mut n = 0;
+    while it.valid() {
+        assert_eq!(it.value(), b"v1");
+        n += 1;
+        it.next();
+    }
+    assert_eq!(n, 200);
+    drop(it);
+    assert_eq!(sst_count(dir.path()), db.stats().level_files.iter().sum::<usize>());
+}
+
+#[test]
+fn snapshot_reads_survive_flush_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.merge(b"l", b"x").unwrap();
+    let snap = db.snapshot();
+    db.put(b"a", b"2").unwrap();
+    db.merge(b"l", b"y").unwrap();
+    db.delete_range(b"a", b"b").unwrap();
+    db.compact_all().unwrap();
+    assert_eq!(db.get_at(b"a", &snap).unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(db.get_at(b"l", &snap).unwrap().as_deref(), Some(&b"x"[..]));
+    assert_eq!(get(&db, b"a"), None);
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"x,y"[..]));
+    let at = scan(&db, ReadOptions { snapshot: Some(&snap), ..ReadOptions::default() });
+    assert_eq!(at, vec![(b"a".to_vec(), b"1".to_vec()), (b"l".to_vec(), b"x".to_vec())]);
+}
+
+#[test]
+fn prefix_scan_and_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for k in ["a1", "b1", "b2", "b3", "c1"] {
+        db.put(k.as_bytes(), k.as_bytes()).unwrap();
+    }
+    db.flush().unwrap();
+    db.put(b"b4", b"b4").unwrap();
+    let keys = |ro| scan(&db, ro).into_iter().map(|(k, _)| String::from_utf8(k).unwrap()).collect::<Vec<_>>();
+    assert_eq!(keys(ReadOptions { prefix: Some(b"b".to_vec()), ..Default::default() }), ["b1", "b2", "b3", "b4"]);
+    assert_eq!(
+        keys(ReadOptions { lower_bound: Some(b"b2".to_vec()), upper_bound: Some(b"c".to_vec()), ..Default::default() }),
+        ["b2", "b3", "b4"]
+    );
+    let mut it = db.iter(ReadOptions::default());
+    it.seek(b"b25");
+    assert_eq!(it.key(), b"b3");
+}
+
+#[test]
+fn get_from_uncompressed_sst_is_zero_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"k", &[7u8; 100]).unwrap();
+    db.flush().unwrap();
+    let v = db.get(b"k").unwrap().unwrap();
+    assert_eq!(&*v, &[7u8; 100][..]);
+    assert!(v.is_mapped());
+}
+
+#[test]
+fn checkpoint_opens_as_db() {
+    let dir = tempfile::tempdir().unwrap();
+    let cp = dir.path().join("cp");
+    let db = Db::open(dir.path().join("db"), small_opts()).unwrap();
+    for i in 0..1000u32 {
+        db.put(format!("k{i:04}").as_bytes(), format!("v{i}").as_bytes()).unwrap();
+    }
+    db.merge(b"l", b"a").unwrap();
+    let info = db.checkpoint(&cp).unwrap();
+    assert!(!info.files.is_empty());
+    assert!(info.manifest.exists());
+    // Writes after the checkpoint are not in it; compaction of the source does not disturb it.
+    db.put(b"k0000", b"changed").unwrap();
+    db.compact_all().unwrap();
+    let c = Db::open(&cp, small_opts()).unwrap();
+    assert_eq!(get(&c, b"k0000").as_deref(), Some(&b"v0"[..]));
+    assert_eq!(get(&c, b"k0999").as_deref(), Some(&b"v999"[..]));
+    assert_eq!(get(&c, b"l").as_deref(), Some(&b"a"[..]));
+    assert_eq!(scan(&c, ReadOptions::default()).len(), 1001);
+    assert_eq!(c.stats().last_seqno, info.seqno);
+}
+
+#[test]
+fn write_stall_when_l0_deep() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 4 << 10,
+        l0_compaction_trigger: 2,
+        l0_stop_writes_trigger: 3,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..5000u32 {
+        db.put(format!("k{:05}", i % 1500).as_bytes(), &[b'x'; 64]).unwrap();
+    }
+    let s = db.stats();
+    assert!(s.write_stalls > 0, "{s:?}");
+    assert!(s.level_files[0] <= 3 + 1, "{s:?}");
+    assert_eq!(get(&db, b"k01499").as_deref(), Some(&[b'x'; 64][..]));
+}
+
+#[test]
+fn leveled_compaction_keeps_levels_non_overlapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let mut model = std::collections::BTreeMap::new();
+    for round in 0..4u32 {
+        for i in 0..2000u32 {
+            let k = format!("k{:05}", (i * 7919 + round) % 3000).into_bytes();
+            let v = format!("{round}-{i}").into_bytes();
+            db.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+    }
+    db.flush().unwrap();
+    let s = db.stats();
+    assert!(s.compactions > 0, "{s:?}");
+    assert!(s.level_files[1..].iter().sum::<usize>() > 0, "{s:?}");
+    assert!(s.write_amplification() > 1.0);
+    assert_eq!(scan(&db, ReadOptions::default()), model.into_iter().collect::<Vec<_>>());
+}
+
+#[test]
+fn reopen_after_close_keeps_data_and_never_reuses_file_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.flush().unwrap();
+    db.put(b"b", b"2").unwrap();
+    db.close().unwrap();
+    let names = |p: &std::path::Path| {
+        std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let before = names(dir.path());
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(&db, b"b").as_deref(), Some(&b"2"[..]));
+    db.put(b"c", b"3").unwrap();
+    db.flush().unwrap();
+    let max_before = before
+        .iter()
+        .filter_map(|n| n.strip_suffix(".sst").and_then(|n| n.parse::<u64>().ok()))
+        .max()
+        .unwrap();
+    let after = names(dir.path());
+    let new_max = after
+        .iter()
+        .filter_map(|n| n.strip_suffix(".sst").and_then(|n| n.parse::<u64>().ok()))
+        .max()
+        .unwrap();
+    assert!(new_max > max_before);
+}
+
+#[test]
+fn wal_replays_unflushed_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { wal: true, ..small_opts() };
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        db.put(b"a", b"1").unwrap();
+        db.merge(b"l", b"x").unwrap();
+        db.delete_range(b"q", b"r").unwrap();
+        // Simulate a crash: no flush on close. Leak the handle (its threads stay idle).
+        std::mem::forget(db);
+    }
+    // A torn tail record is ignored.
+    let log = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, &[9, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(f);
+    let db = Db::open(dir.path(), opts).unwrap();
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"x"[..]));
+}
+
+#[test]
+fn manifest_corruption_is_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.close().unwrap();
+    let man = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("MANIFEST-"))
+        .unwrap();
+    let mut bytes = std::fs::read(&man).unwrap();
+    bytes[14] ^= 0xFF;
+    std::fs::write(&man, &bytes).unwrap();
+    match Db::open(dir.path(), small_opts()) {
+        Err(LsmError::Corruption { file, .. }) => assert!(file.contains("MANIFEST-"), "{file}"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("opened a corrupt manifest"),
+    }
+    std::fs::write(dir.path().join("CURRENT"), b"garbage").unwrap();
+    assert!(matches!(Db::open(dir.path(), small_opts()), Err(LsmError::Corruption { .. })));
+}
+
+#[test]
+fn merge_without_operator_is_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options { merge_operator: None, ..small_opts() }).unwrap();
+    db.merge(b"k", b"v").unwrap();
+    assert!(matches!(db.get(b"k"), Err(LsmError::NoMergeOperator)));
+}
