@@ -554,7 +554,14 @@ impl Db {
             levels[*level].push(f);
         }
         inner.last_seqno.fetch_max(last_seqno, Ordering::SeqCst);
-        inner.state.lock().version = Arc::new(Version::from_levels(levels));
+        let version = Version::from_levels(levels);
+        if let Some(num) = current {
+            version.check_invariants().map_err(|detail| LsmError::Corruption {
+                file: manifest::manifest_path(&dir, num).display().to_string(),
+                detail,
+            })?;
+        }
+        inner.state.lock().version = Arc::new(version);
         for p in orphans {
             let _ = std::fs::remove_file(p);
         }

@@ -120,7 +120,9 @@ impl Version {
                 l.push(Arc::clone(f));
             }
         }
-        Self::from_levels(levels)
+        let v = Self::from_levels(levels);
+        debug_assert_eq!(v.check_invariants(), Ok(()));
+        v
     }
 
     pub fn from_levels(mut levels: Vec<Vec<Arc<FileMeta>>>) -> Version {
@@ -142,6 +144,21 @@ impl Version {
             levels,
             range_dels: Arc::new(range_dels),
         }
+    }
+
+    /// Checks that levels 1+ are sorted and non-overlapping by user key.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (level, files) in self.levels.iter().enumerate().skip(1) {
+            for w in files.windows(2) {
+                if w[0].info.largest_user() >= w[1].info.smallest_user() {
+                    return Err(format!(
+                        "files {} and {} overlap in level {level}",
+                        w[0].info.number, w[1].info.number
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Total bytes per level.
