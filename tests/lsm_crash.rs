@@ -103,7 +103,9 @@ fn acknowledged_writes_survive_sigkill() {
         // Let it write for a random while (at least until a few writes were acknowledged).
         let wait = Duration::from_millis(rand::random_range(100..1500));
         let t = Instant::now();
-        while t.elapsed() < wait || (acked_count(dir.path()) < 5 && t.elapsed() < Duration::from_secs(20)) {
+        while t.elapsed() < wait
+            || (acked_count(dir.path()) < 5 && t.elapsed() < Duration::from_secs(20))
+        {
             std::thread::sleep(Duration::from_millis(10));
         }
         child.kill().unwrap(); // SIGKILL
@@ -124,15 +126,33 @@ fn acknowledged_writes_survive_sigkill() {
         it.seek_to_first();
         let mut present = 0u64;
         while it.valid() {
-            assert_eq!(it.key(), key(present).as_slice(), "iteration {iter}: unexpected key");
+            assert_eq!(
+                it.key(),
+                key(present).as_slice(),
+                "iteration {iter}: unexpected key"
+            );
             present += 1;
             it.next();
         }
-        assert!(present == n || present == n + 1, "iteration {iter}: {present} present, {n} acked");
+        assert!(
+            present == n || present == n + 1,
+            "iteration {iter}: {present} present, {n} acked"
+        );
         // The batch's merge operand is there exactly when its put is (atomic batches).
-        let list = db.get(b"list").unwrap().map(|v| v.to_vec()).unwrap_or_default();
+        let list = db
+            .get(b"list")
+            .unwrap()
+            .map(|v| v.to_vec())
+            .unwrap_or_default();
         let want: Vec<String> = (0..present).map(|i| i.to_string()).collect();
-        assert_eq!(String::from_utf8(list).unwrap(), want.join(","), "iteration {iter}");
-        eprintln!("iteration {iter}: {n} acked, {present} present, stats {:?}", db.stats().level_files);
+        assert_eq!(
+            String::from_utf8(list).unwrap(),
+            want.join(","),
+            "iteration {iter}"
+        );
+        eprintln!(
+            "iteration {iter}: {n} acked, {present} present, stats {:?}",
+            db.stats().level_files
+        );
     }
 }

@@ -107,7 +107,12 @@ fn scan(db: &Db, snapshot: Option<&Snapshot>, prefix: Option<Vec<u8>>) -> Vec<(V
 fn run(ops: Vec<Op>) {
     // tmpfs when available: the test exercises logic, not the disk's fsync latency.
     let shm = std::path::Path::new("/dev/shm");
-    let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.unwrap();
+    let dir = if shm.is_dir() {
+        tempfile::tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
+    }
+    .unwrap();
     let mut db = Some(Db::open(dir.path(), opts()).unwrap());
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
@@ -164,9 +169,17 @@ fn run(ops: Vec<Op>) {
                 if !snaps.is_empty() {
                     let (s, m) = &snaps[i % snaps.len()];
                     let got = scan(d, Some(s), None);
-                    assert_eq!(got, m.clone().into_iter().collect::<Vec<_>>(), "snapshot {}", s.seqno());
+                    assert_eq!(
+                        got,
+                        m.clone().into_iter().collect::<Vec<_>>(),
+                        "snapshot {}",
+                        s.seqno()
+                    );
                     for k in 0..KEYS {
-                        assert_eq!(d.get_at(&key(k), s).unwrap().map(|v| v.to_vec()), m.get(&key(k)).cloned());
+                        assert_eq!(
+                            d.get_at(&key(k), s).unwrap().map(|v| v.to_vec()),
+                            m.get(&key(k)).cloned()
+                        );
                     }
                 }
             }
@@ -176,7 +189,10 @@ fn run(ops: Vec<Op>) {
                 db = Some(Db::open(dir.path(), opts()).unwrap());
             }
             Op::Get(k) => {
-                assert_eq!(d.get(&key(k)).unwrap().map(|v| v.to_vec()), model.get(&key(k)).cloned());
+                assert_eq!(
+                    d.get(&key(k)).unwrap().map(|v| v.to_vec()),
+                    model.get(&key(k)).cloned()
+                );
             }
             Op::Scan(prefix) => {
                 let p = prefix.map(|p| format!("k{}", p % 3).into_bytes());
@@ -195,9 +211,15 @@ fn run(ops: Vec<Op>) {
         eprintln!("{:?}", d.stats());
     }
     for (s, m) in &snaps {
-        assert_eq!(scan(d, Some(s), None), m.clone().into_iter().collect::<Vec<_>>());
+        assert_eq!(
+            scan(d, Some(s), None),
+            m.clone().into_iter().collect::<Vec<_>>()
+        );
     }
-    assert_eq!(scan(d, None, None), model.clone().into_iter().collect::<Vec<_>>());
+    assert_eq!(
+        scan(d, None, None),
+        model.clone().into_iter().collect::<Vec<_>>()
+    );
     snaps.clear();
     db.take().unwrap().close().unwrap();
     let d = Db::open(dir.path(), opts()).unwrap();

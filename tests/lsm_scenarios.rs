@@ -6,7 +6,8 @@ use std::sync::Arc;
 use keyed_state::lsm::batch::WriteBatch;
 use keyed_state::lsm::db::Db;
 use keyed_state::lsm::filter::{
-    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision, FilterEntryKind,
+    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
+    FilterEntryKind,
 };
 use keyed_state::lsm::merge::ListAppendOperator;
 use keyed_state::lsm::options::{Options, ReadOptions};
@@ -53,7 +54,13 @@ fn scan(db: &Db, ro: ReadOptions<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
 fn sst_count(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sst"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sst")
+        })
         .count()
 }
 
@@ -117,13 +124,23 @@ fn merge_operands_survive_flush_and_compaction() {
     db.merge(b"list", b"y").unwrap();
     db.compact_all().unwrap();
     assert_eq!(get(&db, b"list").as_deref(), Some(&b"x,y"[..]));
-    assert_eq!(scan(&db, ReadOptions::default()), vec![(b"list".to_vec(), b"x,y".to_vec())]);
+    assert_eq!(
+        scan(&db, ReadOptions::default()),
+        vec![(b"list".to_vec(), b"x,y".to_vec())]
+    );
 }
 
 #[test]
 fn list_with_many_operands_reads_linearly() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), Options { memtable_size: 64 << 20, ..small_opts() }).unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            memtable_size: 64 << 20,
+            ..small_opts()
+        },
+    )
+    .unwrap();
     let n = 20_000;
     for i in 0..n {
         db.merge(b"l", format!("{i}").as_bytes()).unwrap();
@@ -143,7 +160,10 @@ impl CompactionFilter for DropOld {
             FilterEntryKind::MergeOperand if value.starts_with(b"old") => FilterDecision::Remove,
             FilterEntryKind::MergeOperand => FilterDecision::Keep,
             FilterEntryKind::Value => {
-                let kept: Vec<&[u8]> = value.split(|b| *b == b',').filter(|e| !e.starts_with(b"old")).collect();
+                let kept: Vec<&[u8]> = value
+                    .split(|b| *b == b',')
+                    .filter(|e| !e.starts_with(b"old"))
+                    .collect();
                 if kept.is_empty() {
                     FilterDecision::Remove
                 } else {
@@ -235,7 +255,10 @@ fn range_delete_hides_older_data_across_levels() {
 #[test]
 fn obsolete_files_kept_while_iterator_open() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = Options { auto_compaction: false, ..small_opts() };
+    let opts = Options {
+        auto_compaction: false,
+        ..small_opts()
+    };
     let db = Db::open(dir.path(), opts).unwrap();
     for i in 0..200u32 {
         db.put(format!("k{i:04}").as_bytes(), b"v1").unwrap();
@@ -259,7 +282,10 @@ fn obsolete_files_kept_while_iterator_open() {
     }
     assert_eq!(n, 200);
     drop(it);
-    assert_eq!(sst_count(dir.path()), db.stats().level_files.iter().sum::<usize>());
+    assert_eq!(
+        sst_count(dir.path()),
+        db.stats().level_files.iter().sum::<usize>()
+    );
 }
 
 #[test]
@@ -277,8 +303,20 @@ fn snapshot_reads_survive_flush_and_compaction() {
     assert_eq!(db.get_at(b"l", &snap).unwrap().as_deref(), Some(&b"x"[..]));
     assert_eq!(get(&db, b"a"), None);
     assert_eq!(get(&db, b"l").as_deref(), Some(&b"x,y"[..]));
-    let at = scan(&db, ReadOptions { snapshot: Some(&snap), ..ReadOptions::default() });
-    assert_eq!(at, vec![(b"a".to_vec(), b"1".to_vec()), (b"l".to_vec(), b"x".to_vec())]);
+    let at = scan(
+        &db,
+        ReadOptions {
+            snapshot: Some(&snap),
+            ..ReadOptions::default()
+        },
+    );
+    assert_eq!(
+        at,
+        vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"l".to_vec(), b"x".to_vec())
+        ]
+    );
 }
 
 #[test]
@@ -290,10 +328,25 @@ fn prefix_scan_and_bounds() {
     }
     db.flush().unwrap();
     db.put(b"b4", b"b4").unwrap();
-    let keys = |ro| scan(&db, ro).into_iter().map(|(k, _)| String::from_utf8(k).unwrap()).collect::<Vec<_>>();
-    assert_eq!(keys(ReadOptions { prefix: Some(b"b".to_vec()), ..Default::default() }), ["b1", "b2", "b3", "b4"]);
+    let keys = |ro| {
+        scan(&db, ro)
+            .into_iter()
+            .map(|(k, _)| String::from_utf8(k).unwrap())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
-        keys(ReadOptions { lower_bound: Some(b"b2".to_vec()), upper_bound: Some(b"c".to_vec()), ..Default::default() }),
+        keys(ReadOptions {
+            prefix: Some(b"b".to_vec()),
+            ..Default::default()
+        }),
+        ["b1", "b2", "b3", "b4"]
+    );
+    assert_eq!(
+        keys(ReadOptions {
+            lower_bound: Some(b"b2".to_vec()),
+            upper_bound: Some(b"c".to_vec()),
+            ..Default::default()
+        }),
         ["b2", "b3", "b4"]
     );
     let mut it = db.iter(ReadOptions::default());
@@ -318,7 +371,8 @@ fn checkpoint_opens_as_db() {
     let cp = dir.path().join("cp");
     let db = Db::open(dir.path().join("db"), small_opts()).unwrap();
     for i in 0..1000u32 {
-        db.put(format!("k{i:04}").as_bytes(), format!("v{i}").as_bytes()).unwrap();
+        db.put(format!("k{i:04}").as_bytes(), format!("v{i}").as_bytes())
+            .unwrap();
     }
     db.merge(b"l", b"a").unwrap();
     let info = db.checkpoint(&cp).unwrap();
@@ -346,7 +400,8 @@ fn write_stall_when_l0_deep() {
     };
     let db = Db::open(dir.path(), opts).unwrap();
     for i in 0..5000u32 {
-        db.put(format!("k{:05}", i % 1500).as_bytes(), &[b'x'; 64]).unwrap();
+        db.put(format!("k{:05}", i % 1500).as_bytes(), &[b'x'; 64])
+            .unwrap();
     }
     let s = db.stats();
     assert!(s.write_stalls > 0, "{s:?}");
@@ -372,7 +427,10 @@ fn leveled_compaction_keeps_levels_non_overlapping() {
     assert!(s.compactions > 0, "{s:?}");
     assert!(s.level_files[1..].iter().sum::<usize>() > 0, "{s:?}");
     assert!(s.write_amplification() > 1.0);
-    assert_eq!(scan(&db, ReadOptions::default()), model.into_iter().collect::<Vec<_>>());
+    assert_eq!(
+        scan(&db, ReadOptions::default()),
+        model.into_iter().collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -412,7 +470,10 @@ fn reopen_after_close_keeps_data_and_never_reuses_file_numbers() {
 #[test]
 fn wal_replays_unflushed_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = Options { wal: true, ..small_opts() };
+    let opts = Options {
+        wal: true,
+        ..small_opts()
+    };
     {
         let db = Db::open(dir.path(), opts.clone()).unwrap();
         db.put(b"a", b"1").unwrap();
@@ -444,7 +505,12 @@ fn manifest_corruption_is_typed_error() {
     let man = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("MANIFEST-"))
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("MANIFEST-")
+        })
         .unwrap();
     let mut bytes = std::fs::read(&man).unwrap();
     bytes[14] ^= 0xFF;
@@ -455,13 +521,23 @@ fn manifest_corruption_is_typed_error() {
         Ok(_) => panic!("opened a corrupt manifest"),
     }
     std::fs::write(dir.path().join("CURRENT"), b"garbage").unwrap();
-    assert!(matches!(Db::open(dir.path(), small_opts()), Err(LsmError::Corruption { .. })));
+    assert!(matches!(
+        Db::open(dir.path(), small_opts()),
+        Err(LsmError::Corruption { .. })
+    ));
 }
 
 #[test]
 fn merge_without_operator_is_typed_error() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), Options { merge_operator: None, ..small_opts() }).unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            merge_operator: None,
+            ..small_opts()
+        },
+    )
+    .unwrap();
     db.merge(b"k", b"v").unwrap();
     assert!(matches!(db.get(b"k"), Err(LsmError::NoMergeOperator)));
 }

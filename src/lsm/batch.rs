@@ -169,7 +169,10 @@ mod tests {
     #[test]
     fn roundtrip() {
         let mut b = WriteBatch::new();
-        b.put(b"a", b"1").delete(b"b").merge(b"c", b"x").delete_range(b"d", b"f");
+        b.put(b"a", b"1")
+            .delete(b"b")
+            .merge(b"c", b"x")
+            .delete_range(b"d", b"f");
         let enc = b.encode(42);
         let (s, d) = WriteBatch::decode(&enc).unwrap();
         assert_eq!(s, 42);

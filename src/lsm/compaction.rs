@@ -116,7 +116,8 @@ pub(crate) fn run_manual(db: &DbInner, range: Option<(&[u8], &[u8])>) -> Result<
             .rev()
             .find(|l| !version.levels[*l].is_empty())
             .unwrap_or(1);
-        let all: Vec<(usize, Arc<FileMeta>)> = version.files().map(|(l, f)| (l, Arc::clone(f))).collect();
+        let all: Vec<(usize, Arc<FileMeta>)> =
+            version.files().map(|(l, f)| (l, Arc::clone(f))).collect();
         if all.is_empty() {
             return Ok(());
         }
@@ -125,7 +126,10 @@ pub(crate) fn run_manual(db: &DbInner, range: Option<(&[u8], &[u8])>) -> Result<
     let num_levels = db.opts.num_levels;
     for level in 0..num_levels - 1 {
         let version = Arc::clone(&db.state.lock().version);
-        let deepest = (1..num_levels).rev().find(|l| !version.levels[*l].is_empty()).unwrap_or(0);
+        let deepest = (1..num_levels)
+            .rev()
+            .find(|l| !version.levels[*l].is_empty())
+            .unwrap_or(0);
         if level >= deepest && level > 0 {
             break;
         }
@@ -136,7 +140,9 @@ pub(crate) fn run_manual(db: &DbInner, range: Option<(&[u8], &[u8])>) -> Result<
         if level == 0 {
             inputs = version.levels[0].clone();
         }
-        let Some((a, b)) = key_range(&inputs) else { continue };
+        let Some((a, b)) = key_range(&inputs) else {
+            continue;
+        };
         let next = version.overlapping(level + 1, &a, &b);
         run(
             db,
@@ -154,17 +160,21 @@ pub(crate) fn run_manual(db: &DbInner, range: Option<(&[u8], &[u8])>) -> Result<
 
 fn run(db: &DbInner, version: &Version, c: Compaction) -> Result<()> {
     let out_level = c.level + 1;
-    let trivial = !c.manual
-        && c.next.is_empty()
-        && (c.level > 0 || c.inputs.len() == 1);
+    let trivial = !c.manual && c.next.is_empty() && (c.level > 0 || c.inputs.len() == 1);
     if trivial {
-        let deleted: Vec<(usize, Arc<FileMeta>)> = c.inputs.iter().map(|f| (c.level, Arc::clone(f))).collect();
-        let added: Vec<(usize, Arc<FileMeta>)> = c.inputs.iter().map(|f| (out_level, Arc::clone(f))).collect();
+        let deleted: Vec<(usize, Arc<FileMeta>)> =
+            c.inputs.iter().map(|f| (c.level, Arc::clone(f))).collect();
+        let added: Vec<(usize, Arc<FileMeta>)> = c
+            .inputs
+            .iter()
+            .map(|f| (out_level, Arc::clone(f)))
+            .collect();
         db.log_and_apply(VersionEdit::default(), &deleted, &added, false)?;
         db.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
         return Ok(());
     }
-    let mut all: Vec<(usize, Arc<FileMeta>)> = c.inputs.iter().map(|f| (c.level, Arc::clone(f))).collect();
+    let mut all: Vec<(usize, Arc<FileMeta>)> =
+        c.inputs.iter().map(|f| (c.level, Arc::clone(f))).collect();
     all.extend(c.next.iter().map(|f| (out_level, Arc::clone(f))));
     merge_into(db, version, &all, out_level, c.manual)
 }
@@ -193,7 +203,10 @@ fn merge_into(
         .all(|(_, f)| !f.info.overlaps(&lo, &hi));
     let mut snaps = db.snapshots.seqnos();
     snaps.sort_unstable();
-    let tombs: Vec<RangeTombstone> = files.iter().flat_map(|f| f.range_dels.iter().cloned()).collect();
+    let tombs: Vec<RangeTombstone> = files
+        .iter()
+        .flat_map(|f| f.range_dels.iter().cloned())
+        .collect();
     let mut filter = db.opts.compaction_filter_factory.as_ref().map(|f| {
         f.create(&CompactionFilterContext {
             output_level: out_level,
@@ -209,7 +222,10 @@ fn merge_into(
     };
     // Sort inputs newest first (L0 newest first, then by level) for the merging iterator's tie order.
     let mut ordered: Vec<&(usize, Arc<FileMeta>)> = inputs.iter().collect();
-    ordered.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.info.max_seqno.cmp(&a.1.info.max_seqno)));
+    ordered.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(b.1.info.max_seqno.cmp(&a.1.info.max_seqno))
+    });
     let children: Vec<Box<dyn InternalIterator>> = ordered
         .iter()
         .map(|(_, f)| Box::new(f.reader.iter()) as Box<dyn InternalIterator>)
@@ -250,10 +266,15 @@ fn merge_into(
     let new_files = out.finish()?;
     let read: u64 = files.iter().map(|f| f.info.size).sum();
     let written: u64 = new_files.iter().map(|f| f.info.size).sum();
-    let added: Vec<(usize, Arc<FileMeta>)> = new_files.into_iter().map(|f| (out_level, f)).collect();
+    let added: Vec<(usize, Arc<FileMeta>)> =
+        new_files.into_iter().map(|f| (out_level, f)).collect();
     db.log_and_apply(VersionEdit::default(), inputs, &added, false)?;
-    db.counters.compaction_read.fetch_add(read, Ordering::Relaxed);
-    db.counters.compaction_written.fetch_add(written, Ordering::Relaxed);
+    db.counters
+        .compaction_read
+        .fetch_add(read, Ordering::Relaxed);
+    db.counters
+        .compaction_written
+        .fetch_add(written, Ordering::Relaxed);
     db.counters.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
@@ -313,8 +334,10 @@ impl MergeCtx<'_> {
                 }
             }
         }
-        let points: Vec<&(u64, ValueKind, Vec<u8>)> =
-            entries.iter().filter(|e| e.1 != ValueKind::RangeDelete).collect();
+        let points: Vec<&(u64, ValueKind, Vec<u8>)> = entries
+            .iter()
+            .filter(|e| e.1 != ValueKind::RangeDelete)
+            .collect();
         let mut i = 0;
         while i < points.len() {
             let st = stripe(self.snaps, points[i].0);
@@ -326,21 +349,27 @@ impl MergeCtx<'_> {
             let mut operands: Vec<(u64, Vec<u8>)> = Vec::new();
             let mut base: Option<(u64, Option<Vec<u8>>)> = None;
             for (seq, kind, value) in points[i..j].iter().map(|e| (e.0, e.1, &e.2)) {
-                let covered = self.tombs.iter().any(|t| {
-                    t.seqno > seq && t.contains(key) && stripe(self.snaps, t.seqno) == st
-                });
+                let covered = self
+                    .tombs
+                    .iter()
+                    .any(|t| t.seqno > seq && t.contains(key) && stripe(self.snaps, t.seqno) == st);
                 if covered {
                     base = Some((seq, None));
                     break;
                 }
                 match kind {
                     ValueKind::Merge => {
-                        if let Some(v) = apply_filter(filter, key, FilterEntryKind::MergeOperand, value) {
+                        if let Some(v) =
+                            apply_filter(filter, key, FilterEntryKind::MergeOperand, value)
+                        {
                             operands.push((seq, v));
                         }
                     }
                     ValueKind::Put => {
-                        base = Some((seq, apply_filter(filter, key, FilterEntryKind::Value, value)));
+                        base = Some((
+                            seq,
+                            apply_filter(filter, key, FilterEntryKind::Value, value),
+                        ));
                         break;
                     }
                     _ => {
@@ -389,7 +418,7 @@ impl MergeCtx<'_> {
             }
             i = j;
         }
-        out.sort_by(|a, b| ikey::trailer(b.0, b.1).cmp(&ikey::trailer(a.0, a.1)));
+        out.sort_by_key(|e| std::cmp::Reverse(ikey::trailer(e.0, e.1)));
         Ok(out)
     }
 }

@@ -181,20 +181,28 @@ impl DbInner {
             if pop_imm && self.opts.wal {
                 // The oldest memtable still unflushed after this one; later switches only add newer ones.
                 let n = st.imm.len();
-                let oldest = if n >= 2 { st.imm[n - 2].wal_number } else { st.mem.wal_number };
+                let oldest = if n >= 2 {
+                    st.imm[n - 2].wal_number
+                } else {
+                    st.mem.wal_number
+                };
                 edit.log_number = Some(oldest);
             }
             st.version.apply(&del, added)
         };
-        let flushed_max = added.iter().map(|(_, f)| f.info.max_seqno).max().unwrap_or(0);
+        let flushed_max = added
+            .iter()
+            .map(|(_, f)| f.info.max_seqno)
+            .max()
+            .unwrap_or(0);
         edit.last_seqno = Some(self.last_seqno.load(Ordering::SeqCst).max(flushed_max));
         edit.next_file_number = Some(self.next_file.load(Ordering::SeqCst));
         edit.deleted = del.iter().map(|(l, n)| (*l as u32, *n)).collect();
-        edit.added = added.iter().map(|(l, f)| (*l as u32, f.info.clone())).collect();
-        man.writer
-            .as_mut()
-            .ok_or(LsmError::Closed)?
-            .append(&edit)?;
+        edit.added = added
+            .iter()
+            .map(|(l, f)| (*l as u32, f.info.clone()))
+            .collect();
+        man.writer.as_mut().ok_or(LsmError::Closed)?.append(&edit)?;
         {
             let mut st = self.state.lock();
             st.version = Arc::new(newv);
@@ -211,7 +219,11 @@ impl DbInner {
             }
         }
         self.cv.notify_all();
-        if man.writer.as_ref().is_some_and(|w| w.size > MANIFEST_ROLL_BYTES) {
+        if man
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.size > MANIFEST_ROLL_BYTES)
+        {
             self.roll_manifest(&mut man)?;
         }
         Ok(())
@@ -297,7 +309,11 @@ impl DbInner {
                     files.iter().filter(|f| f.info.overlaps(key, key)).collect()
                 } else {
                     let i = files.partition_point(|f| f.info.largest_user() < key);
-                    files.get(i).filter(|f| f.info.overlaps(key, key)).into_iter().collect()
+                    files
+                        .get(i)
+                        .filter(|f| f.info.overlaps(key, key))
+                        .into_iter()
+                        .collect()
                 };
                 for f in candidates {
                     if !f.reader.may_contain(key) {
@@ -347,7 +363,9 @@ impl DbInner {
         let added: Vec<(usize, Arc<FileMeta>)> = files.into_iter().map(|f| (0, f)).collect();
         let wal_on = self.opts.wal;
         self.log_and_apply(VersionEdit::default(), &[], &added, true)?;
-        self.counters.flush_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.counters
+            .flush_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         if wal_on && mem.wal_number != 0 {
             let p = wal::wal_path(&self.dir, mem.wal_number);
@@ -381,7 +399,9 @@ impl DbInner {
                     if st.shutting_down {
                         return;
                     }
-                    if st.bg_error.is_none() && compaction::needs_compaction(&st.version, &self.opts) {
+                    if st.bg_error.is_none()
+                        && compaction::needs_compaction(&st.version, &self.opts)
+                    {
                         break;
                     }
                     self.cv.wait(&mut st);
@@ -405,7 +425,8 @@ impl DbInner {
                 return Err(LsmError::Closed);
             }
             let l0_deep = self.opts.auto_compaction
-                && st.version.levels.first().map_or(0, |l| l.len()) >= self.opts.l0_stop_writes_trigger;
+                && st.version.levels.first().map_or(0, |l| l.len())
+                    >= self.opts.l0_stop_writes_trigger;
             let full = st.mem.approximate_bytes() >= self.opts.memtable_size;
             if !force_switch && l0_deep {
                 if !stalled {
@@ -451,7 +472,9 @@ impl Db {
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         let dir = path.as_ref().to_path_buf();
         if opts.num_levels < 2 {
-            return Err(LsmError::InvalidArgument("num_levels must be at least 2".into()));
+            return Err(LsmError::InvalidArgument(
+                "num_levels must be at least 2".into(),
+            ));
         }
         if !dir.exists() {
             if !opts.create_if_missing {
@@ -516,9 +539,9 @@ impl Db {
                 } else {
                     orphans.push(ent.path());
                 }
-            } else if name.ends_with(".sst") && !files.contains_key(&num) {
-                orphans.push(ent.path());
-            } else if name.starts_with("MANIFEST-") && Some(num) != current {
+            } else if (name.ends_with(".sst") && !files.contains_key(&num))
+                || (name.starts_with("MANIFEST-") && Some(num) != current)
+            {
                 orphans.push(ent.path());
             }
         }
@@ -536,9 +559,7 @@ impl Db {
             }),
             cv: Condvar::new(),
             writer: Mutex::new(WriterState { wal: None }),
-            manifest: Mutex::new(ManifestState {
-                writer: None,
-            }),
+            manifest: Mutex::new(ManifestState { writer: None }),
             compaction_lock: Mutex::new(vec![Vec::new(); opts.num_levels]),
             next_file: AtomicU64::new(next_file),
             last_seqno: AtomicU64::new(last_seqno),
@@ -556,10 +577,12 @@ impl Db {
         inner.last_seqno.fetch_max(last_seqno, Ordering::SeqCst);
         let version = Version::from_levels(levels);
         if let Some(num) = current {
-            version.check_invariants().map_err(|detail| LsmError::Corruption {
-                file: manifest::manifest_path(&dir, num).display().to_string(),
-                detail,
-            })?;
+            version
+                .check_invariants()
+                .map_err(|detail| LsmError::Corruption {
+                    file: manifest::manifest_path(&dir, num).display().to_string(),
+                    detail,
+                })?;
         }
         inner.state.lock().version = Arc::new(version);
         for p in orphans {
@@ -574,7 +597,9 @@ impl Db {
                     replay.add(seq + i as u64, op.kind, &op.key, &op.value);
                 }
                 let end = seq + b.ops.len() as u64;
-                inner.last_seqno.fetch_max(end.saturating_sub(1), Ordering::SeqCst);
+                inner
+                    .last_seqno
+                    .fetch_max(end.saturating_sub(1), Ordering::SeqCst);
             }
         }
         let mut added = Vec::new();
@@ -584,7 +609,11 @@ impl Db {
             }
         }
         // A fresh WAL and a fresh manifest holding the full state.
-        let wal_number = if inner.opts.wal { inner.new_file_number() } else { 0 };
+        let wal_number = if inner.opts.wal {
+            inner.new_file_number()
+        } else {
+            0
+        };
         {
             let mut st = inner.state.lock();
             let v = st.version.apply(&[], &added);
@@ -603,7 +632,8 @@ impl Db {
             let _ = std::fs::remove_file(wal::wal_path(&dir, *n));
         }
         if inner.opts.wal {
-            inner.writer.lock().wal = Some(WalWriter::create(&dir, wal_number, inner.opts.wal_sync)?);
+            inner.writer.lock().wal =
+                Some(WalWriter::create(&dir, wal_number, inner.opts.wal_sync)?);
         }
         let mut threads = Vec::new();
         let spawn = |name: &str, f: fn(Arc<DbInner>)| {

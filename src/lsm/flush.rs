@@ -76,7 +76,11 @@ impl<'a> Outputs<'a> {
 }
 
 /// Opens SST `number` of the database and builds its shared metadata.
-pub(crate) fn open_file(db: &DbInner, number: u64, size_hint: u64) -> Result<Arc<FileMeta>, LsmError> {
+pub(crate) fn open_file(
+    db: &DbInner,
+    number: u64,
+    size_hint: u64,
+) -> Result<Arc<FileMeta>, LsmError> {
     let path = sst_path(&db.dir, number);
     let reader = SstReader::open(&path, number, Arc::clone(&db.cache))?;
     let props = reader.properties();

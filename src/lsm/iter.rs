@@ -450,7 +450,8 @@ impl DbIter {
                             }
                             self.inner.next()?;
                         }
-                        let v = full_merge(self.merge_op.as_ref(), &uk, base.as_deref(), &operands)?;
+                        let v =
+                            full_merge(self.merge_op.as_ref(), &uk, base.as_deref(), &operands)?;
                         found = Some(ValueSlice::from_vec(v));
                     }
                     _ => {}

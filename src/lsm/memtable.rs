@@ -62,8 +62,10 @@ impl MemTable {
                 seqno,
             });
         }
-        self.bytes
-            .fetch_add(k.len() + value.len() + ENTRY_OVERHEAD, AtomicOrdering::Relaxed);
+        self.bytes.fetch_add(
+            k.len() + value.len() + ENTRY_OVERHEAD,
+            AtomicOrdering::Relaxed,
+        );
         self.max_seqno.fetch_max(seqno, AtomicOrdering::Relaxed);
         self.map.insert(MemKey(k), value.to_vec());
     }
@@ -128,7 +130,9 @@ impl MemTable {
 
     /// The first entry.
     pub fn first(&self) -> Option<(Vec<u8>, Vec<u8>)> {
-        self.map.front().map(|e| (e.key().0.clone(), e.value().clone()))
+        self.map
+            .front()
+            .map(|e| (e.key().0.clone(), e.value().clone()))
     }
 
     /// Calls `f` for every entry in internal-key order.
@@ -168,7 +172,10 @@ mod tests {
         });
         assert_eq!(
             seen,
-            vec![(2, ValueKind::Merge, b"m2".to_vec()), (1, ValueKind::Put, b"v1".to_vec())]
+            vec![
+                (2, ValueKind::Merge, b"m2".to_vec()),
+                (1, ValueKind::Put, b"v1".to_vec())
+            ]
         );
         assert!(m.approximate_bytes() > 0);
     }

@@ -8,7 +8,12 @@ pub trait MergeOperator: Send + Sync {
     /// A stable name, recorded nowhere yet but useful in diagnostics.
     fn name(&self) -> &str;
     /// Merges `operands` (oldest first) onto `existing` into a full value.
-    fn full_merge(&self, key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Option<Vec<u8>>;
+    fn full_merge(
+        &self,
+        key: &[u8],
+        existing: Option<&[u8]>,
+        operands: &[&[u8]],
+    ) -> Option<Vec<u8>>;
     /// Combines adjacent operands (oldest first) into one operand, if the operator is associative.
     fn partial_merge(&self, key: &[u8], operands: &[&[u8]]) -> Option<Vec<u8>>;
 }
@@ -22,7 +27,8 @@ pub struct ListAppendOperator;
 pub const LIST_DELIMITER: u8 = 0x2C;
 
 fn join(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
-    let cap = existing.map_or(0, |e| e.len() + 1) + operands.iter().map(|o| o.len() + 1).sum::<usize>();
+    let cap =
+        existing.map_or(0, |e| e.len() + 1) + operands.iter().map(|o| o.len() + 1).sum::<usize>();
     let mut out = Vec::with_capacity(cap);
     let mut first = true;
     if let Some(e) = existing {
@@ -43,7 +49,12 @@ impl MergeOperator for ListAppendOperator {
     fn name(&self) -> &str {
         "stringappendtest"
     }
-    fn full_merge(&self, _key: &[u8], existing: Option<&[u8]>, operands: &[&[u8]]) -> Option<Vec<u8>> {
+    fn full_merge(
+        &self,
+        _key: &[u8],
+        existing: Option<&[u8]>,
+        operands: &[&[u8]],
+    ) -> Option<Vec<u8>> {
         Some(join(existing, operands))
     }
     fn partial_merge(&self, _key: &[u8], operands: &[&[u8]]) -> Option<Vec<u8>> {

@@ -85,7 +85,10 @@ impl fmt::Debug for Options {
             .field("target_file_size", &self.target_file_size)
             .field("wal", &self.wal)
             .field("wal_sync", &self.wal_sync)
-            .field("merge_operator", &self.merge_operator.as_ref().map(|m| m.name().to_string()))
+            .field(
+                "merge_operator",
+                &self.merge_operator.as_ref().map(|m| m.name().to_string()),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -168,10 +168,28 @@ mod tests {
 
     #[test]
     fn fragments_agree_with_linear_scan() {
-        let ts = vec![t(b"a", b"m", 5), t(b"c", b"e", 9), t(b"k", b"z", 3), t(b"x", b"y", 20)];
+        let ts = vec![
+            t(b"a", b"m", 5),
+            t(b"c", b"e", 9),
+            t(b"k", b"z", 3),
+            t(b"x", b"y", 20),
+        ];
         for snap in [0, 4, 5, 9, 100] {
             let f = Fragments::build(&ts, snap);
-            for k in [&b"a"[..], b"b", b"c", b"d", b"e", b"l", b"m", b"n", b"x", b"y", b"z", b"0"] {
+            for k in [
+                &b"a"[..],
+                b"b",
+                b"c",
+                b"d",
+                b"e",
+                b"l",
+                b"m",
+                b"n",
+                b"x",
+                b"y",
+                b"z",
+                b"0",
+            ] {
                 assert_eq!(f.covering(k), max_covering(&ts, k, snap), "{k:?} {snap}");
             }
         }

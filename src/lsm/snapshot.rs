@@ -52,7 +52,9 @@ impl Snapshot {
 
 impl std::fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Snapshot").field("seqno", &self.seqno).finish()
+        f.debug_struct("Snapshot")
+            .field("seqno", &self.seqno)
+            .finish()
     }
 }
 

@@ -173,7 +173,12 @@ impl Version {
     pub fn overlapping(&self, level: usize, lo: &[u8], hi: &[u8]) -> Vec<Arc<FileMeta>> {
         self.levels
             .get(level)
-            .map(|l| l.iter().filter(|f| f.info.overlaps(lo, hi)).cloned().collect())
+            .map(|l| {
+                l.iter()
+                    .filter(|f| f.info.overlaps(lo, hi))
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
