@@ -14,7 +14,7 @@ pub mod db;
 pub mod filter;
 pub(crate) mod flush;
 pub mod iter;
-pub(crate) mod manifest;
+pub mod manifest;
 pub(crate) mod memtable;
 pub mod merge;
 pub mod options;
