@@ -20,6 +20,7 @@ enum Op {
     Merge(u8, u8),
     DeleteRange(u8, u8),
     Batch(Vec<(u8, u8)>),
+    Ingest(Vec<u8>, u8),
     Flush,
     CompactAll,
     CompactRange(u8, u8),
@@ -37,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (any::<u8>(), any::<u8>()).prop_map(|(k, v)| Op::Merge(k, v)),
         1 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::DeleteRange(a, b)),
         2 => prop::collection::vec((any::<u8>(), any::<u8>()), 1..8).prop_map(Op::Batch),
+        1 => (prop::collection::vec(any::<u8>(), 1..10), any::<u8>()).prop_map(|(k, v)| Op::Ingest(k, v)),
         1 => Just(Op::Flush),
         1 => Just(Op::CompactAll),
         1 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::CompactRange(a, b)),
@@ -157,6 +159,14 @@ fn run(ops: Vec<Op>) {
                     }
                 }
                 d.write(&b).unwrap();
+            }
+            Op::Ingest(keys, v) => {
+                let keys: std::collections::BTreeSet<Vec<u8>> = keys.into_iter().map(key).collect();
+                d.ingest_sorted(keys.iter().map(|k| (k.clone(), value(v))))
+                    .unwrap();
+                for k in keys {
+                    model.insert(k, value(v));
+                }
             }
             Op::Flush => d.flush().unwrap(),
             Op::CompactAll => d.compact_all().unwrap(),

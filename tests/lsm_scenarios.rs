@@ -540,4 +540,94 @@ fn merge_without_operator_is_typed_error() {
     .unwrap();
     db.merge(b"k", b"v").unwrap();
     assert!(matches!(db.get(b"k"), Err(LsmError::NoMergeOperator)));
+    // Compaction keeps the operands instead of failing the database.
+    db.compact_all().unwrap();
+    assert!(matches!(db.get(b"k"), Err(LsmError::NoMergeOperator)));
+    db.put(b"other", b"1").unwrap();
+}
+
+#[test]
+fn delete_range_drops_whole_files_inside_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        auto_compaction: false,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..3000u32 {
+        db.put(format!("k{i:05}").as_bytes(), &[b'v'; 32]).unwrap();
+    }
+    db.compact_all().unwrap();
+    let before = db.stats();
+    let files_before: usize = before.level_files.iter().sum();
+    assert!(files_before > 4, "{before:?}");
+    db.delete_range(b"k00100", b"k02900").unwrap();
+    let after = db.stats();
+    assert!(after.files_dropped_by_range_delete > 0, "{after:?}");
+    assert!(after.level_files.iter().sum::<usize>() < files_before);
+    assert_eq!(get(&db, b"k00099").as_deref(), Some(&[b'v'; 32][..]));
+    assert_eq!(get(&db, b"k00100"), None);
+    assert_eq!(get(&db, b"k02899"), None);
+    assert_eq!(get(&db, b"k02900").as_deref(), Some(&[b'v'; 32][..]));
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 200);
+    db.compact_all().unwrap();
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 200);
+}
+
+#[test]
+fn delete_range_keeps_files_a_snapshot_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for i in 0..3000u32 {
+        db.put(format!("k{i:05}").as_bytes(), b"v").unwrap();
+    }
+    db.compact_all().unwrap();
+    let snap = db.snapshot();
+    db.delete_range(b"k00000", b"k99999").unwrap();
+    assert_eq!(db.stats().files_dropped_by_range_delete, 0);
+    db.compact_all().unwrap();
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 0);
+    let old = scan(
+        &db,
+        ReadOptions {
+            snapshot: Some(&snap),
+            ..ReadOptions::default()
+        },
+    );
+    assert_eq!(old.len(), 3000);
+}
+
+#[test]
+fn ingest_sorted_places_non_overlapping_files_in_last_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"memtable").unwrap();
+    let info = db
+        .ingest_sorted(
+            (0..2000u32).map(|i| (format!("k{i:05}").into_bytes(), b"ingested".to_vec())),
+        )
+        .unwrap();
+    assert_eq!(info.entries, 2000);
+    assert!(info.files > 1);
+    assert_eq!(info.level, 3);
+    assert_eq!(get(&db, b"k01999").as_deref(), Some(&b"ingested"[..]));
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"memtable"[..]));
+    // Overlapping ingestion goes to L0 and shadows older values.
+    db.put(b"k00005", b"old").unwrap();
+    let info = db
+        .ingest_sorted(vec![
+            (b"k00005".to_vec(), b"new".to_vec()),
+            (b"k00006".to_vec(), b"new".to_vec()),
+        ])
+        .unwrap();
+    assert_eq!(info.level, 0);
+    assert_eq!(get(&db, b"k00005").as_deref(), Some(&b"new"[..]));
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"k00005").as_deref(), Some(&b"new"[..]));
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 2001);
+    let err = db.ingest_sorted(vec![(b"b".to_vec(), vec![]), (b"a".to_vec(), vec![])]);
+    assert!(matches!(err, Err(LsmError::InvalidArgument(_))));
+    db.close().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(get(&db, b"k00006").as_deref(), Some(&b"new"[..]));
 }

@@ -379,6 +379,19 @@ impl MergeCtx<'_> {
                 }
             }
             let newest_ops: Vec<Vec<u8>> = operands.iter().map(|o| o.1.clone()).collect();
+            if op.is_none() && !operands.is_empty() {
+                // No operator: keep operands (and the base) unmerged; reads report the missing operator.
+                for (s, v) in operands {
+                    out.push((s, ValueKind::Merge, v));
+                }
+                match base {
+                    Some((s, Some(v))) => out.push((s, ValueKind::Put, v)),
+                    Some((s, None)) => out.push((s, ValueKind::Delete, Vec::new())),
+                    None => {}
+                }
+                i = j;
+                continue;
+            }
             match base {
                 Some((bseq, bval)) => {
                     if let Some((oseq, _)) = operands.first() {

@@ -48,6 +48,8 @@ pub struct DbStats {
     pub trivial_moves: u64,
     /// Number of times a write waited for flush or compaction.
     pub write_stalls: u64,
+    /// Number of files dropped whole by `delete_range`.
+    pub files_dropped_by_range_delete: u64,
     /// Files per level.
     pub level_files: Vec<usize>,
     /// Bytes per level.
@@ -81,6 +83,7 @@ pub(crate) struct Counters {
     pub compactions: AtomicU64,
     pub trivial_moves: AtomicU64,
     pub stalls: AtomicU64,
+    pub files_dropped: AtomicU64,
 }
 
 /// Mutable in-memory state, guarded by `DbInner::state`.
@@ -96,7 +99,7 @@ pub(crate) struct State {
 }
 
 pub(crate) struct WriterState {
-    wal: Option<WalWriter>,
+    pub wal: Option<WalWriter>,
 }
 
 pub(crate) struct ManifestState {
@@ -110,7 +113,7 @@ pub(crate) struct DbInner {
     pub cache: Arc<BlockCache>,
     pub state: Mutex<State>,
     pub cv: Condvar,
-    writer: Mutex<WriterState>,
+    pub writer: Mutex<WriterState>,
     pub manifest: Mutex<ManifestState>,
     pub compaction_lock: Mutex<Vec<Vec<u8>>>,
     next_file: AtomicU64,
@@ -413,8 +416,61 @@ impl DbInner {
         }
     }
 
+    /// Waits until no immutable memtable is left.
+    pub fn wait_flushed(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(e) = &st.bg_error {
+                return Err(LsmError::Background(Arc::clone(e)));
+            }
+            if st.imm.is_empty() {
+                return Ok(());
+            }
+            if st.shutting_down {
+                return Err(LsmError::Closed);
+            }
+            self.cv.wait(&mut st);
+        }
+    }
+
+    /// Drops files that lie entirely inside `[start, end)` and hold only data older than the range
+    /// tombstone `seqno`, when no snapshot could still read them. Skipped if a compaction runs for longer
+    /// than 200 ms (the tombstone alone is correct; this only reclaims space early).
+    fn drop_files_in_range(&self, start: &[u8], end: &[u8], seqno: u64) -> Result<()> {
+        let Some(_c) = self
+            .compaction_lock
+            .try_lock_for(std::time::Duration::from_millis(200))
+        else {
+            return Ok(());
+        };
+        if self.snapshots.seqnos().iter().any(|s| *s < seqno) {
+            return Ok(());
+        }
+        let version = Arc::clone(&self.state.lock().version);
+        let doomed: Vec<(usize, Arc<FileMeta>)> = version
+            .files()
+            .filter(|(_, f)| {
+                f.info.smallest_user() >= start
+                    && f.info.largest_user() < end
+                    && f.info.max_seqno < seqno
+                    && f.range_dels
+                        .iter()
+                        .all(|t| t.start.as_slice() >= start && t.end.as_slice() <= end)
+            })
+            .map(|(l, f)| (l, Arc::clone(f)))
+            .collect();
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        self.log_and_apply(VersionEdit::default(), &doomed, &[], false)?;
+        self.counters
+            .files_dropped
+            .fetch_add(doomed.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Makes room in the memtable for a write, switching memtables and stalling as needed.
-    fn make_room(&self, w: &mut WriterState, force_switch: bool) -> Result<()> {
+    pub(crate) fn make_room(&self, w: &mut WriterState, force_switch: bool) -> Result<()> {
         let mut stalled = false;
         let mut st = self.state.lock();
         loop {
@@ -426,7 +482,10 @@ impl DbInner {
             }
             let l0_deep = self.opts.auto_compaction
                 && st.version.levels.first().map_or(0, |l| l.len())
-                    >= self.opts.l0_stop_writes_trigger;
+                    >= self
+                        .opts
+                        .l0_stop_writes_trigger
+                        .max(self.opts.l0_compaction_trigger);
             let full = st.mem.approximate_bytes() >= self.opts.memtable_size;
             if !force_switch && l0_deep {
                 if !stalled {
@@ -657,8 +716,13 @@ impl Db {
 
     /// Applies a batch atomically: all its updates get consecutive seqnos and become visible together.
     pub fn write(&self, batch: &WriteBatch) -> Result<()> {
+        self.write_seq(batch).map(|_| ())
+    }
+
+    /// Applies a batch and returns the seqno of its last update (0 for an empty batch).
+    fn write_seq(&self, batch: &WriteBatch) -> Result<u64> {
         if batch.is_empty() {
-            return self.inner.check_bg_error();
+            return self.inner.check_bg_error().map(|_| 0);
         }
         let inner = &self.inner;
         let mut w = inner.writer.lock();
@@ -675,10 +739,9 @@ impl Db {
             .counters
             .user_bytes
             .fetch_add(batch.approximate_size() as u64, Ordering::Relaxed);
-        inner
-            .last_seqno
-            .store(seq + batch.len() as u64 - 1, Ordering::SeqCst);
-        Ok(())
+        let last = seq + batch.len() as u64 - 1;
+        inner.last_seqno.store(last, Ordering::SeqCst);
+        Ok(last)
     }
 
     /// Sets `key` to `value`.
@@ -709,7 +772,8 @@ impl Db {
         }
         let mut b = WriteBatch::new();
         b.delete_range(start, end);
-        self.write(&b)
+        let seqno = self.write_seq(&b)?;
+        self.inner.drop_files_in_range(start, end, seqno)
     }
 
     /// Reads the latest value of `key` (zero-copy when it sits in an uncompressed SST block).
@@ -756,19 +820,7 @@ impl Db {
             let mut w = self.inner.writer.lock();
             self.inner.make_room(&mut w, true)?;
         }
-        let mut st = self.inner.state.lock();
-        loop {
-            if let Some(e) = &st.bg_error {
-                return Err(LsmError::Background(Arc::clone(e)));
-            }
-            if st.imm.is_empty() {
-                return Ok(());
-            }
-            if st.shutting_down {
-                return Err(LsmError::Closed);
-            }
-            self.inner.cv.wait(&mut st);
-        }
+        self.inner.wait_flushed()
     }
 
     /// Flushes, then compacts all files into the deepest level, and waits for it.
@@ -796,6 +848,7 @@ impl Db {
             compactions: c.compactions.load(Ordering::Relaxed),
             trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
             write_stalls: c.stalls.load(Ordering::Relaxed),
+            files_dropped_by_range_delete: c.files_dropped.load(Ordering::Relaxed),
             level_files: st.version.levels.iter().map(|l| l.len()).collect(),
             level_bytes: st.version.level_bytes(),
             memtable_bytes: st.mem.approximate_bytes()

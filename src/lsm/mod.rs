@@ -13,6 +13,7 @@ pub(crate) mod compaction;
 pub mod db;
 pub mod filter;
 pub(crate) mod flush;
+pub mod ingest;
 pub mod iter;
 pub mod manifest;
 pub(crate) mod memtable;
