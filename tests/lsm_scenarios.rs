@@ -631,3 +631,60 @@ fn ingest_sorted_places_non_overlapping_files_in_last_level() {
     let db = Db::open(dir.path(), small_opts()).unwrap();
     assert_eq!(get(&db, b"k00006").as_deref(), Some(&b"new"[..]));
 }
+
+#[test]
+fn db_and_iterators_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Db>();
+    send_sync::<keyed_state::lsm::snapshot::Snapshot>();
+    send::<keyed_state::lsm::iter::DbIter>();
+}
+
+/// Throughput smoke test; run with `cargo test --release --test lsm_scenarios perf_smoke -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn perf_smoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 4 << 20,
+        target_file_size: 4 << 20,
+        level_base_size: 16 << 20,
+        sst: SstOptions::default(),
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    let n = 500_000u64;
+    let key = |i: u64| format!("key{:012}", (i * 2_654_435_761) % n).into_bytes();
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        db.put(&key(i), &[b'v'; 100]).unwrap();
+    }
+    db.flush().unwrap();
+    let w = t.elapsed();
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        assert!(db.get(&key(i)).unwrap().is_some());
+    }
+    let r = t.elapsed();
+    let t = std::time::Instant::now();
+    let count = scan(&db, ReadOptions::default()).len();
+    let s = t.elapsed();
+    assert_eq!(count as u64, n);
+    for i in 0..n / 10 {
+        db.merge(b"list", &i.to_le_bytes()).unwrap();
+    }
+    let t = std::time::Instant::now();
+    let l = db.get(b"list").unwrap().unwrap().len();
+    let m = t.elapsed();
+    let st = db.stats();
+    eprintln!(
+        "puts {:.0}/s, gets {:.0}/s, scan {:.0}/s, list of {} operands ({l} B) read in {m:?}, write amp {:.2}, levels {:?}",
+        n as f64 / w.as_secs_f64(),
+        n as f64 / r.as_secs_f64(),
+        n as f64 / s.as_secs_f64(),
+        n / 10,
+        st.write_amplification(),
+        st.level_files
+    );
+}
