@@ -688,3 +688,17 @@ fn perf_smoke() {
         st.level_files
     );
 }
+
+#[test]
+fn background_error_surfaces_on_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Db::open(&path, small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    // The flush thread cannot create its SST any more.
+    std::fs::remove_dir_all(&path).unwrap();
+    assert!(matches!(db.flush(), Err(LsmError::Background(_))));
+    assert!(matches!(db.put(b"b", b"2"), Err(LsmError::Background(_))));
+    // Reads of what is in memory still work.
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
+}
