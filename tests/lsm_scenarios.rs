@@ -479,8 +479,13 @@ fn wal_replays_unflushed_writes() {
         db.put(b"a", b"1").unwrap();
         db.merge(b"l", b"x").unwrap();
         db.delete_range(b"q", b"r").unwrap();
-        // Simulate a crash: no flush on close. Leak the handle (its threads stay idle).
-        std::mem::forget(db);
+        // A second handle is refused while the first is open.
+        assert!(matches!(
+            Db::open(dir.path(), opts.clone()),
+            Err(LsmError::Locked(_))
+        ));
+        // Simulate a crash: no flush on close.
+        db.abandon();
     }
     // A torn tail record is ignored.
     let log = std::fs::read_dir(dir.path())

@@ -126,6 +126,26 @@ pub(crate) struct DbInner {
 pub struct Db {
     inner: Arc<DbInner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The `LOCK` file, exclusively `flock`ed while the database is open.
+    _lock: std::fs::File,
+}
+
+/// Takes an exclusive advisory lock on `dir/LOCK`, failing if another handle holds it.
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_err(&path, e))?;
+    // SAFETY: `flock` only reads the descriptor, which `file` owns and keeps open for the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(LsmError::Locked(path.display().to_string()));
+    }
+    Ok(file)
 }
 
 fn io_err(path: &Path, source: std::io::Error) -> LsmError {
@@ -541,6 +561,7 @@ impl Db {
             }
             std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
         }
+        let lock = lock_dir(&dir)?;
         let cache = BlockCache::new(opts.block_cache_size);
         // Replay the manifest.
         let current = manifest::read_current(&dir)?;
@@ -707,6 +728,7 @@ impl Db {
         Ok(Db {
             inner,
             threads: Mutex::new(threads),
+            _lock: lock,
         })
     }
 
@@ -866,6 +888,22 @@ impl Db {
     /// Flushes the memtables (without a WAL they would be lost), stops background threads and closes.
     pub fn close(self) -> Result<()> {
         self.shutdown()
+    }
+
+    /// Stops the background threads *without* flushing, as if the process died here: what survives is what
+    /// the manifest and (if on) the WAL hold. For crash tests.
+    pub fn abandon(self) {
+        {
+            let mut st = self.inner.state.lock();
+            if st.bg_error.is_none() {
+                st.bg_error = Some(Arc::new(LsmError::Closed));
+            }
+            st.shutting_down = true;
+        }
+        self.inner.cv.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
     }
 
     fn shutdown(&self) -> Result<()> {

@@ -69,6 +69,9 @@ pub enum LsmError {
     /// The database is closed.
     #[error("database is closed")]
     Closed,
+    /// Another handle holds the database's `LOCK` file.
+    #[error("database is locked by another handle: {0}")]
+    Locked(String),
     /// An argument or option is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
