@@ -61,8 +61,9 @@ fn value(v: u8) -> Vec<u8> {
     format!("v{v:03}-{}", "x".repeat(40)).into_bytes()
 }
 
-fn opts() -> Options {
+fn opts(wal: bool) -> Options {
     Options {
+        wal,
         memtable_size: 2 << 10,
         max_immutable_memtables: 2,
         l0_compaction_trigger: 2,
@@ -106,7 +107,7 @@ fn scan(db: &Db, snapshot: Option<&Snapshot>, prefix: Option<Vec<u8>>) -> Vec<(V
     out
 }
 
-fn run(ops: Vec<Op>) {
+fn run(ops: Vec<Op>, wal: bool) {
     // tmpfs when available: the test exercises logic, not the disk's fsync latency.
     let shm = std::path::Path::new("/dev/shm");
     let dir = if shm.is_dir() {
@@ -115,7 +116,7 @@ fn run(ops: Vec<Op>) {
         tempfile::tempdir()
     }
     .unwrap();
-    let mut db = Some(Db::open(dir.path(), opts()).unwrap());
+    let mut db = Some(Db::open(dir.path(), opts(wal)).unwrap());
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
     for op in ops {
@@ -195,8 +196,13 @@ fn run(ops: Vec<Op>) {
             }
             Op::Reopen => {
                 snaps.clear();
-                db.take().unwrap().close().unwrap();
-                db = Some(Db::open(dir.path(), opts()).unwrap());
+                if wal {
+                    // A crash: nothing is flushed, the WAL must bring back every write.
+                    db.take().unwrap().abandon();
+                } else {
+                    db.take().unwrap().close().unwrap();
+                }
+                db = Some(Db::open(dir.path(), opts(wal)).unwrap());
             }
             Op::Get(k) => {
                 assert_eq!(
@@ -232,13 +238,19 @@ fn run(ops: Vec<Op>) {
     );
     snaps.clear();
     db.take().unwrap().close().unwrap();
-    let d = Db::open(dir.path(), opts()).unwrap();
+    let d = Db::open(dir.path(), opts(wal)).unwrap();
     assert_eq!(scan(&d, None, None), model.into_iter().collect::<Vec<_>>());
 }
 
 proptest! {
     #[test]
     fn engine_matches_btreemap_model(ops in prop::collection::vec(op(), 1..80)) {
-        run(ops);
+        run(ops, false);
+    }
+
+    /// With the WAL on, `Reopen` is a crash (no flush) and every write must come back.
+    #[test]
+    fn engine_with_wal_survives_crashes(ops in prop::collection::vec(op(), 1..80)) {
+        run(ops, true);
     }
 }
