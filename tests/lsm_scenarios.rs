@@ -707,3 +707,58 @@ fn background_error_surfaces_on_next_write() {
     // Reads of what is in memory still work.
     assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
 }
+
+#[test]
+fn concurrent_writers_readers_and_background_work_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(dir.path(), small_opts()).unwrap());
+    let writers: Vec<_> = (0..3u32)
+        .map(|t| {
+            let db = Arc::clone(&db);
+            std::thread::spawn(move || {
+                for round in 0..40u32 {
+                    for i in 0..50u32 {
+                        let k = format!("t{t}-k{i:03}");
+                        db.put(k.as_bytes(), &round.to_be_bytes()).unwrap();
+                    }
+                    db.merge(
+                        format!("t{t}-list").as_bytes(),
+                        round.to_string().as_bytes(),
+                    )
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || {
+            let mut last = [0u32; 3];
+            for _ in 0..200 {
+                for (t, l) in last.iter_mut().enumerate() {
+                    if let Some(v) = db.get(format!("t{t}-k000").as_bytes()).unwrap() {
+                        let r = u32::from_be_bytes(v[..4].try_into().unwrap());
+                        assert!(r >= *l, "value went back in time");
+                        *l = r;
+                    }
+                }
+            }
+        })
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    reader.join().unwrap();
+    db.compact_all().unwrap();
+    for t in 0..3 {
+        for i in 0..50u32 {
+            let v = get(&db, format!("t{t}-k{i:03}").as_bytes()).unwrap();
+            assert_eq!(v, 39u32.to_be_bytes());
+        }
+        let want: Vec<String> = (0..40).map(|r: u32| r.to_string()).collect();
+        assert_eq!(
+            get(&db, format!("t{t}-list").as_bytes()).unwrap(),
+            want.join(",").into_bytes()
+        );
+    }
+}
