@@ -775,3 +775,26 @@ fn concurrent_writers_readers_and_background_work_agree() {
         );
     }
 }
+
+#[test]
+fn checkpoint_copies_when_hard_links_fail() {
+    // Across filesystems hard links fail (EXDEV) and files are copied instead.
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir_in(shm).unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"k", b"v").unwrap();
+    let info = db.checkpoint(target.path().join("cp")).unwrap();
+    assert_eq!(info.files.len(), 1);
+    let same_fs = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir.path()).unwrap().dev()
+            == std::fs::metadata(target.path()).unwrap().dev()
+    };
+    assert_eq!(info.files[0].linked, same_fs);
+    let c = Db::open(target.path().join("cp"), small_opts()).unwrap();
+    assert_eq!(get(&c, b"k").as_deref(), Some(&b"v"[..]));
+}
