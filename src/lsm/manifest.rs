@@ -1,4 +1,4 @@
-//! The manifest: an append-only log of checksummed [`VersionEdit`] records, and the `CURRENT` pointer.
+//! The manifest: an append-only log of checksummed version-edit records, and the `CURRENT` pointer.
 //!
 //! Record layout (little-endian):
 //!
