@@ -798,3 +798,25 @@ fn checkpoint_copies_when_hard_links_fail() {
     let c = Db::open(target.path().join("cp"), small_opts()).unwrap();
     assert_eq!(get(&c, b"k").as_deref(), Some(&b"v"[..]));
 }
+
+#[test]
+fn missing_sst_named_by_manifest_is_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.close().unwrap();
+    let sst = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "sst"))
+        .unwrap();
+    std::fs::remove_file(&sst).unwrap();
+    match Db::open(dir.path(), small_opts()) {
+        Err(e) => assert!(
+            e.to_string()
+                .contains(&*sst.file_name().unwrap().to_string_lossy()),
+            "{e}"
+        ),
+        Ok(_) => panic!("opened without a live file"),
+    }
+}

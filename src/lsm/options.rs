@@ -42,7 +42,8 @@ pub struct Options {
     pub compaction_filter_factory: Option<Arc<dyn CompactionFilterFactory>>,
     /// I/O mode for file copies (default auto).
     pub io_mode: IoMode,
-    /// Whether the background threads compact automatically (default true).
+    /// Whether the background thread compacts automatically (default true). Without it, writes never
+    /// stall on a deep L0; only `compact_all`/`compact_range` compact.
     pub auto_compaction: bool,
     /// Create the database if missing (default true).
     pub create_if_missing: bool,
