@@ -51,44 +51,61 @@ impl InternalIterator for SstIter {
     }
 }
 
-/// A cursor over a memtable (re-seeks the skiplist per step; entries are copied out).
+/// A cursor over a memtable. Entries are copied out in chunks (one skiplist seek per chunk), since the
+/// skiplist's own cursors borrow the map.
 pub(crate) struct MemIter {
     mem: Arc<MemTable>,
-    cur: Option<(MemKey, Vec<u8>)>,
+    buf: std::collections::VecDeque<(MemKey, Vec<u8>)>,
+    /// Whether the skiplist holds entries beyond `buf`.
+    more: bool,
 }
+
+/// Entries copied per skiplist seek.
+const MEM_CHUNK: usize = 64;
 
 impl MemIter {
     pub fn new(mem: Arc<MemTable>) -> Self {
-        Self { mem, cur: None }
+        Self {
+            mem,
+            buf: Default::default(),
+            more: false,
+        }
+    }
+
+    fn fill(&mut self, from: Option<&MemKey>, exclusive: bool) {
+        let chunk = self.mem.entries_from(from, exclusive, MEM_CHUNK);
+        self.more = chunk.len() == MEM_CHUNK;
+        self.buf = chunk.into();
     }
 }
 
 impl InternalIterator for MemIter {
     fn seek_to_first(&mut self) -> Result<(), LsmError> {
-        self.cur = self.mem.first().map(|(k, v)| (MemKey(k), v));
+        self.fill(None, false);
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<(), LsmError> {
-        self.cur = self
-            .mem
-            .entry_from(&MemKey(target.to_vec()), false)
-            .map(|(k, v)| (MemKey(k), v));
+        self.fill(Some(&MemKey(target.to_vec())), false);
         Ok(())
     }
     fn next(&mut self) -> Result<(), LsmError> {
-        if let Some((k, _)) = &self.cur {
-            self.cur = self.mem.entry_from(k, true).map(|(k, v)| (MemKey(k), v));
+        if self.buf.len() == 1 && self.more {
+            if let Some((last, _)) = self.buf.pop_front() {
+                self.fill(Some(&last), true);
+            }
+        } else {
+            self.buf.pop_front();
         }
         Ok(())
     }
     fn valid(&self) -> bool {
-        self.cur.is_some()
+        !self.buf.is_empty()
     }
     fn key(&self) -> &[u8] {
-        self.cur.as_ref().map_or(&[], |c| &c.0 .0)
+        self.buf.front().map_or(&[], |c| &c.0 .0)
     }
     fn value(&self) -> &[u8] {
-        self.cur.as_ref().map_or(&[], |c| &c.1)
+        self.buf.front().map_or(&[], |c| &c.1)
     }
 }
 
@@ -476,4 +493,39 @@ fn parse(k: &[u8]) -> Result<ikey::ParsedKey<'_>, LsmError> {
         file: String::from("<iterator>"),
         detail: format!("malformed internal key {k:?}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_iter_crosses_chunk_boundaries() {
+        let m = Arc::new(MemTable::new(0));
+        for i in 0..1000u32 {
+            m.add(
+                u64::from(i) + 1,
+                ValueKind::Put,
+                format!("k{i:04}").as_bytes(),
+                b"v",
+            );
+        }
+        let mut it = MemIter::new(Arc::clone(&m));
+        it.seek_to_first().unwrap();
+        let mut n = 0u32;
+        while it.valid() {
+            assert_eq!(ikey::user_key(it.key()), format!("k{n:04}").as_bytes());
+            n += 1;
+            it.next().unwrap();
+        }
+        assert_eq!(n, 1000);
+        it.seek(&lookup_key(b"k0500", u64::MAX).0).unwrap();
+        let mut n = 500u32;
+        while it.valid() {
+            assert_eq!(ikey::user_key(it.key()), format!("k{n:04}").as_bytes());
+            n += 1;
+            it.next().unwrap();
+        }
+        assert_eq!(n, 1000);
+    }
 }

@@ -116,23 +116,24 @@ impl MemTable {
         }
     }
 
-    /// The first entry at or after internal key `target` (strictly after if `exclusive`).
-    pub fn entry_from(&self, target: &MemKey, exclusive: bool) -> Option<(Vec<u8>, Vec<u8>)> {
-        let b = if exclusive {
-            Bound::Excluded(target)
-        } else {
-            Bound::Included(target)
+    /// Up to `limit` entries from internal key `target` on (strictly after it if `exclusive`; from the
+    /// start if `target` is `None`), copied out.
+    pub fn entries_from(
+        &self,
+        target: Option<&MemKey>,
+        exclusive: bool,
+        limit: usize,
+    ) -> Vec<(MemKey, Vec<u8>)> {
+        let lo = match target {
+            None => Bound::Unbounded,
+            Some(t) if exclusive => Bound::Excluded(t),
+            Some(t) => Bound::Included(t),
         };
         self.map
-            .lower_bound(b)
-            .map(|e| (e.key().0.clone(), e.value().clone()))
-    }
-
-    /// The first entry.
-    pub fn first(&self) -> Option<(Vec<u8>, Vec<u8>)> {
-        self.map
-            .front()
-            .map(|e| (e.key().0.clone(), e.value().clone()))
+            .range((lo, Bound::Unbounded))
+            .take(limit)
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect()
     }
 
     /// Calls `f` for every entry in internal-key order.
