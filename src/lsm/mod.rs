@@ -1,7 +1,28 @@
 //! The native LSM engine: a sorted key-value store with merge operands, compaction filters, snapshots and
 //! checkpoints. It knows nothing of state kinds or serializers; key groups reach it only as key prefixes.
 
+pub mod cache;
 pub mod ikey;
+pub mod io;
+pub mod slice;
+pub mod sst;
+
+pub mod batch;
+pub mod checkpoint;
+pub(crate) mod compaction;
+pub mod db;
+pub mod filter;
+pub(crate) mod flush;
+pub mod ingest;
+pub mod iter;
+pub mod manifest;
+pub(crate) mod memtable;
+pub mod merge;
+pub mod options;
+pub(crate) mod rangedel;
+pub mod snapshot;
+pub(crate) mod version;
+pub(crate) mod wal;
 
 /// Errors of the LSM engine.
 #[derive(Debug, thiserror::Error)]
@@ -23,4 +44,35 @@ pub enum LsmError {
         /// What is wrong.
         detail: String,
     },
+    /// An SST writer was used incorrectly (keys out of order, malformed internal key, ...).
+    #[error("invalid SST input for {file}: {detail}")]
+    SstInput {
+        /// The file being written.
+        file: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Merge operands were found but no merge operator is configured.
+    #[error("merge operands for a key but no merge operator is configured")]
+    NoMergeOperator,
+    /// The merge operator failed for a key.
+    #[error("merge operator {operator} failed for key {key:?}")]
+    MergeFailed {
+        /// The operator's name.
+        operator: String,
+        /// The key.
+        key: Vec<u8>,
+    },
+    /// A background flush or compaction failed earlier; the database no longer accepts writes.
+    #[error("background work failed: {0}")]
+    Background(#[source] std::sync::Arc<LsmError>),
+    /// The database is closed.
+    #[error("database is closed")]
+    Closed,
+    /// Another handle holds the database's `LOCK` file.
+    #[error("database is locked by another handle: {0}")]
+    Locked(String),
+    /// An argument or option is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
 }

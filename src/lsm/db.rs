@@ -1,0 +1,928 @@
+//! The database: write path, read path, background flush and compaction threads, open and recovery.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::batch::WriteBatch;
+use super::cache::BlockCache;
+use super::compaction;
+use super::flush;
+use super::ikey::{self, ValueKind};
+use super::iter::{full_merge, DbIter, IterParts};
+use super::manifest::{self, ManifestWriter};
+use super::memtable::{lookup_key, MemTable};
+use super::options::{Options, ReadOptions};
+use super::rangedel::max_covering;
+use super::slice::ValueSlice;
+use super::snapshot::{Snapshot, SnapshotList};
+use super::version::{FileMeta, Version, VersionEdit};
+use super::wal::{self, WalWriter};
+use super::LsmError;
+
+type Result<T> = std::result::Result<T, LsmError>;
+
+/// Roll the manifest over to a fresh one (a single full-state record) past this size.
+const MANIFEST_ROLL_BYTES: u64 = 4 << 20;
+
+/// Counters and sizes of a database.
+#[derive(Debug, Clone, Default)]
+pub struct DbStats {
+    /// Bytes of user keys and values accepted by writes.
+    pub user_bytes_written: u64,
+    /// Bytes of SST files written by flushes.
+    pub flush_bytes_written: u64,
+    /// Bytes of SST files read as compaction inputs.
+    pub compaction_bytes_read: u64,
+    /// Bytes of SST files written by compactions.
+    pub compaction_bytes_written: u64,
+    /// Number of flushes.
+    pub flushes: u64,
+    /// Number of (non-trivial) compactions.
+    pub compactions: u64,
+    /// Number of trivial moves.
+    pub trivial_moves: u64,
+    /// Number of times a write waited for flush or compaction.
+    pub write_stalls: u64,
+    /// Number of files dropped whole by `delete_range`.
+    pub files_dropped_by_range_delete: u64,
+    /// Files per level.
+    pub level_files: Vec<usize>,
+    /// Bytes per level.
+    pub level_bytes: Vec<u64>,
+    /// Bytes in the active and immutable memtables.
+    pub memtable_bytes: usize,
+    /// Number of immutable memtables waiting for flush.
+    pub immutable_memtables: usize,
+    /// The last sequence number.
+    pub last_seqno: u64,
+}
+
+impl DbStats {
+    /// (flush + compaction bytes written) / user bytes written.
+    pub fn write_amplification(&self) -> f64 {
+        if self.user_bytes_written == 0 {
+            return 0.0;
+        }
+        (self.flush_bytes_written + self.compaction_bytes_written) as f64
+            / self.user_bytes_written as f64
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub user_bytes: AtomicU64,
+    pub flush_bytes: AtomicU64,
+    pub compaction_read: AtomicU64,
+    pub compaction_written: AtomicU64,
+    pub flushes: AtomicU64,
+    pub compactions: AtomicU64,
+    pub trivial_moves: AtomicU64,
+    pub stalls: AtomicU64,
+    pub files_dropped: AtomicU64,
+}
+
+/// Mutable in-memory state, guarded by `DbInner::state`.
+pub(crate) struct State {
+    pub mem: Arc<MemTable>,
+    /// Immutable memtables, newest first.
+    pub imm: VecDeque<Arc<MemTable>>,
+    pub version: Arc<Version>,
+    pub bg_error: Option<Arc<LsmError>>,
+    pub shutting_down: bool,
+    /// Every write up to this seqno is in the version's files.
+    pub flushed_seqno: u64,
+}
+
+pub(crate) struct WriterState {
+    pub wal: Option<WalWriter>,
+}
+
+pub(crate) struct ManifestState {
+    pub writer: Option<ManifestWriter>,
+}
+
+/// Shared internals of a [`Db`].
+pub(crate) struct DbInner {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub cache: Arc<BlockCache>,
+    pub state: Mutex<State>,
+    pub cv: Condvar,
+    pub writer: Mutex<WriterState>,
+    pub manifest: Mutex<ManifestState>,
+    pub compaction_lock: Mutex<Vec<Vec<u8>>>,
+    next_file: AtomicU64,
+    pub last_seqno: AtomicU64,
+    pub snapshots: Arc<SnapshotList>,
+    pub counters: Counters,
+}
+
+/// An embedded LSM key-value store. `Send + Sync`: share it through an `Arc`.
+pub struct Db {
+    inner: Arc<DbInner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The `LOCK` file, exclusively `flock`ed while the database is open.
+    _lock: std::fs::File,
+}
+
+/// Takes an exclusive advisory lock on `dir/LOCK`, failing if another handle holds it.
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_err(&path, e))?;
+    // SAFETY: `flock` only reads the descriptor, which `file` owns and keeps open for the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(LsmError::Locked(path.display().to_string()));
+    }
+    Ok(file)
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> LsmError {
+    LsmError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+impl DbInner {
+    /// Allocates a never-reused file number.
+    pub fn new_file_number(&self) -> u64 {
+        self.next_file.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub fn check_bg_error(&self) -> Result<()> {
+        match &self.state.lock().bg_error {
+            Some(e) => Err(LsmError::Background(Arc::clone(e))),
+            None => Ok(()),
+        }
+    }
+
+    pub fn set_bg_error(&self, e: LsmError) {
+        let mut st = self.state.lock();
+        if st.bg_error.is_none() {
+            st.bg_error = Some(Arc::new(e));
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// The current memtables (newest first) and version.
+    pub fn super_version(&self) -> (Vec<Arc<MemTable>>, Arc<Version>) {
+        let st = self.state.lock();
+        let mut mems = Vec::with_capacity(1 + st.imm.len());
+        mems.push(Arc::clone(&st.mem));
+        mems.extend(st.imm.iter().cloned());
+        (mems, Arc::clone(&st.version))
+    }
+
+    /// Durably records `edit` (which adds `added` and deletes `deleted`) and installs the new version;
+    /// with `pop_imm` it also retires the oldest immutable memtable (a flush). Deleted files are marked
+    /// obsolete only once the edit is durable.
+    pub fn log_and_apply(
+        &self,
+        mut edit: VersionEdit,
+        deleted: &[(usize, Arc<FileMeta>)],
+        added: &[(usize, Arc<FileMeta>)],
+        pop_imm: bool,
+    ) -> Result<()> {
+        // All version changes hold the manifest lock, so the version cannot change underneath.
+        let mut man = self.manifest.lock();
+        let del: Vec<(usize, u64)> = deleted.iter().map(|(l, f)| (*l, f.info.number)).collect();
+        let newv = {
+            let st = self.state.lock();
+            if pop_imm && self.opts.wal {
+                // The oldest memtable still unflushed after this one; later switches only add newer ones.
+                let n = st.imm.len();
+                let oldest = if n >= 2 {
+                    st.imm[n - 2].wal_number
+                } else {
+                    st.mem.wal_number
+                };
+                edit.log_number = Some(oldest);
+            }
+            st.version.apply(&del, added)
+        };
+        let flushed_max = added
+            .iter()
+            .map(|(_, f)| f.info.max_seqno)
+            .max()
+            .unwrap_or(0);
+        edit.last_seqno = Some(self.last_seqno.load(Ordering::SeqCst).max(flushed_max));
+        edit.next_file_number = Some(self.next_file.load(Ordering::SeqCst));
+        edit.deleted = del.iter().map(|(l, n)| (*l as u32, *n)).collect();
+        edit.added = added
+            .iter()
+            .map(|(l, f)| (*l as u32, f.info.clone()))
+            .collect();
+        man.writer.as_mut().ok_or(LsmError::Closed)?.append(&edit)?;
+        {
+            let mut st = self.state.lock();
+            st.version = Arc::new(newv);
+            if pop_imm {
+                if let Some(m) = st.imm.pop_back() {
+                    st.flushed_seqno = st.flushed_seqno.max(m.max_seqno());
+                }
+            }
+        }
+        let readded: Vec<u64> = added.iter().map(|(_, f)| f.info.number).collect();
+        for (_, f) in deleted {
+            if !readded.contains(&f.info.number) {
+                f.mark_obsolete();
+            }
+        }
+        self.cv.notify_all();
+        if man
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.size > MANIFEST_ROLL_BYTES)
+        {
+            self.roll_manifest(&mut man)?;
+        }
+        Ok(())
+    }
+
+    /// A full-state edit of `version`.
+    pub fn snapshot_edit(&self, version: &Version, log_number: Option<u64>) -> VersionEdit {
+        VersionEdit {
+            next_file_number: Some(self.next_file.load(Ordering::SeqCst)),
+            last_seqno: Some(self.last_seqno.load(Ordering::SeqCst)),
+            log_number,
+            deleted: Vec::new(),
+            added: version
+                .files()
+                .map(|(l, f)| (l as u32, f.info.clone()))
+                .collect(),
+        }
+    }
+
+    fn roll_manifest(&self, man: &mut ManifestState) -> Result<()> {
+        let number = self.new_file_number();
+        let (version, log) = {
+            let st = self.state.lock();
+            let oldest_log = st.imm.back().map_or(st.mem.wal_number, |m| m.wal_number);
+            (Arc::clone(&st.version), oldest_log)
+        };
+        let base = self.snapshot_edit(&version, Some(log));
+        let old = man.writer.as_ref().map(|w| w.number);
+        man.writer = Some(ManifestWriter::create(&self.dir, number, &base)?);
+        if let Some(old) = old {
+            let _ = std::fs::remove_file(manifest::manifest_path(&self.dir, old));
+        }
+        Ok(())
+    }
+
+    /// Reads `key` as of `seqno`.
+    pub fn get_at_seqno(&self, key: &[u8], seqno: u64) -> Result<Option<ValueSlice>> {
+        let (mems, version) = self.super_version();
+        let mut rd = max_covering(version.range_dels.iter(), key, seqno);
+        for m in &mems {
+            rd = rd.max(m.with_range_dels(|t| max_covering(t, key, seqno)));
+        }
+        let mut operands: Vec<Vec<u8>> = Vec::new();
+        // Some(base) once a put, delete or covering range tombstone ends the search.
+        let mut base: Option<Option<ValueSlice>> = None;
+        let mut step = |s: u64, kind: ValueKind, value: &dyn Fn() -> ValueSlice| -> bool {
+            if kind == ValueKind::RangeDelete {
+                return true;
+            }
+            if s < rd {
+                base = Some(None);
+                return false;
+            }
+            match kind {
+                ValueKind::Put => {
+                    base = Some(Some(value()));
+                    false
+                }
+                ValueKind::Delete => {
+                    base = Some(None);
+                    false
+                }
+                _ => {
+                    operands.push(value().to_vec());
+                    true
+                }
+            }
+        };
+        let mut more = true;
+        for m in &mems {
+            m.for_each_version(key, seqno, |s, k, v| {
+                more = step(s, k, &|| ValueSlice::from_vec(v.to_vec()));
+                more
+            });
+            if !more {
+                break;
+            }
+        }
+        if more {
+            let lk = lookup_key(key, seqno);
+            'levels: for (level, files) in version.levels.iter().enumerate() {
+                let candidates: Vec<&Arc<FileMeta>> = if level == 0 {
+                    files.iter().filter(|f| f.info.overlaps(key, key)).collect()
+                } else {
+                    let i = files.partition_point(|f| f.info.largest_user() < key);
+                    files
+                        .get(i)
+                        .filter(|f| f.info.overlaps(key, key))
+                        .into_iter()
+                        .collect()
+                };
+                for f in candidates {
+                    if !f.reader.may_contain(key) {
+                        continue;
+                    }
+                    let mut it = f.reader.iter();
+                    it.seek(&lk.0)?;
+                    while it.valid() {
+                        let Some(p) = ikey::parse(it.key()) else {
+                            return Err(LsmError::Corruption {
+                                file: f.path.display().to_string(),
+                                detail: "malformed internal key".into(),
+                            });
+                        };
+                        if p.user_key != key {
+                            break;
+                        }
+                        if p.seqno <= seqno && !step(p.seqno, p.kind, &|| it.value_slice()) {
+                            break 'levels;
+                        }
+                        it.next()?;
+                    }
+                }
+            }
+        }
+        let base = base.flatten();
+        if operands.is_empty() {
+            return Ok(base);
+        }
+        let merged = full_merge(
+            self.opts.merge_operator.as_ref(),
+            key,
+            base.as_deref(),
+            &operands,
+        )?;
+        Ok(Some(ValueSlice::from_vec(merged)))
+    }
+
+    /// Flushes the oldest immutable memtable; returns false if there was none.
+    fn flush_one(&self) -> Result<bool> {
+        let mem = match self.state.lock().imm.back() {
+            Some(m) => Arc::clone(m),
+            None => return Ok(false),
+        };
+        let files = flush::write_memtable(self, &mem)?;
+        let bytes: u64 = files.iter().map(|f| f.info.size).sum();
+        let added: Vec<(usize, Arc<FileMeta>)> = files.into_iter().map(|f| (0, f)).collect();
+        let wal_on = self.opts.wal;
+        self.log_and_apply(VersionEdit::default(), &[], &added, true)?;
+        self.counters
+            .flush_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        if wal_on && mem.wal_number != 0 {
+            let p = wal::wal_path(&self.dir, mem.wal_number);
+            let _ = std::fs::remove_file(p);
+        }
+        Ok(true)
+    }
+
+    fn flush_thread(self: Arc<Self>) {
+        loop {
+            {
+                let mut st = self.state.lock();
+                while (st.imm.is_empty() || st.bg_error.is_some()) && !st.shutting_down {
+                    self.cv.wait(&mut st);
+                }
+                if st.shutting_down && (st.imm.is_empty() || st.bg_error.is_some()) {
+                    return;
+                }
+            }
+            if let Err(e) = self.flush_one() {
+                self.set_bg_error(e);
+            }
+        }
+    }
+
+    fn compaction_thread(self: Arc<Self>) {
+        loop {
+            {
+                let mut st = self.state.lock();
+                loop {
+                    if st.shutting_down {
+                        return;
+                    }
+                    if st.bg_error.is_none()
+                        && compaction::needs_compaction(&st.version, &self.opts)
+                    {
+                        break;
+                    }
+                    self.cv.wait(&mut st);
+                }
+            }
+            if let Err(e) = compaction::run_auto(&self) {
+                self.set_bg_error(e);
+            }
+        }
+    }
+
+    /// Waits until no immutable memtable is left.
+    pub fn wait_flushed(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(e) = &st.bg_error {
+                return Err(LsmError::Background(Arc::clone(e)));
+            }
+            if st.imm.is_empty() {
+                return Ok(());
+            }
+            if st.shutting_down {
+                return Err(LsmError::Closed);
+            }
+            self.cv.wait(&mut st);
+        }
+    }
+
+    /// Drops files that lie entirely inside `[start, end)` and hold only data older than the range
+    /// tombstone `seqno`, when no snapshot could still read them. Skipped if a compaction runs for longer
+    /// than 200 ms (the tombstone alone is correct; this only reclaims space early).
+    fn drop_files_in_range(&self, start: &[u8], end: &[u8], seqno: u64) -> Result<()> {
+        let Some(_c) = self
+            .compaction_lock
+            .try_lock_for(std::time::Duration::from_millis(200))
+        else {
+            return Ok(());
+        };
+        if self.snapshots.seqnos().iter().any(|s| *s < seqno) {
+            return Ok(());
+        }
+        let version = Arc::clone(&self.state.lock().version);
+        let doomed: Vec<(usize, Arc<FileMeta>)> = version
+            .files()
+            .filter(|(_, f)| {
+                f.info.smallest_user() >= start
+                    && f.info.largest_user() < end
+                    && f.info.max_seqno < seqno
+                    && f.range_dels
+                        .iter()
+                        .all(|t| t.start.as_slice() >= start && t.end.as_slice() <= end)
+            })
+            .map(|(l, f)| (l, Arc::clone(f)))
+            .collect();
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        self.log_and_apply(VersionEdit::default(), &doomed, &[], false)?;
+        self.counters
+            .files_dropped
+            .fetch_add(doomed.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes room in the memtable for a write, switching memtables and stalling as needed.
+    pub(crate) fn make_room(&self, w: &mut WriterState, force_switch: bool) -> Result<()> {
+        let mut stalled = false;
+        let mut st = self.state.lock();
+        loop {
+            if let Some(e) = &st.bg_error {
+                return Err(LsmError::Background(Arc::clone(e)));
+            }
+            if st.shutting_down {
+                return Err(LsmError::Closed);
+            }
+            let l0_deep = self.opts.auto_compaction
+                && st.version.levels.first().map_or(0, |l| l.len())
+                    >= self
+                        .opts
+                        .l0_stop_writes_trigger
+                        .max(self.opts.l0_compaction_trigger);
+            let full = st.mem.approximate_bytes() >= self.opts.memtable_size;
+            if !force_switch && l0_deep {
+                if !stalled {
+                    stalled = true;
+                    self.counters.stalls.fetch_add(1, Ordering::Relaxed);
+                }
+                self.cv.wait(&mut st);
+                continue;
+            }
+            if !(full || force_switch) {
+                return Ok(());
+            }
+            if !force_switch && st.imm.len() >= self.opts.max_immutable_memtables {
+                if !stalled {
+                    stalled = true;
+                    self.counters.stalls.fetch_add(1, Ordering::Relaxed);
+                }
+                self.cv.wait(&mut st);
+                continue;
+            }
+            if st.mem.is_empty() {
+                return Ok(());
+            }
+            // Switch: a new WAL and a new memtable.
+            let wal_number = if self.opts.wal {
+                let n = self.new_file_number();
+                w.wal = Some(WalWriter::create(&self.dir, n, self.opts.wal_sync)?);
+                n
+            } else {
+                0
+            };
+            let old = std::mem::replace(&mut st.mem, Arc::new(MemTable::new(wal_number)));
+            st.imm.push_front(old);
+            drop(st);
+            self.cv.notify_all();
+            return Ok(());
+        }
+    }
+}
+
+impl Db {
+    /// Opens (or creates) the database in `path`, replaying WAL files if any.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let dir = path.as_ref().to_path_buf();
+        if opts.num_levels < 2 {
+            return Err(LsmError::InvalidArgument(
+                "num_levels must be at least 2".into(),
+            ));
+        }
+        if !dir.exists() {
+            if !opts.create_if_missing {
+                return Err(io_err(&dir, std::io::ErrorKind::NotFound.into()));
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        }
+        let lock = lock_dir(&dir)?;
+        let cache = BlockCache::new(opts.block_cache_size);
+        // Replay the manifest.
+        let current = manifest::read_current(&dir)?;
+        let mut files: BTreeMap<u64, (usize, super::version::FileInfo)> = BTreeMap::new();
+        let (mut next_file, mut last_seqno, mut log_number) = (1u64, 0u64, 0u64);
+        if let Some(num) = current {
+            let mpath = manifest::manifest_path(&dir, num);
+            let bytes = std::fs::read(&mpath).map_err(|e| io_err(&mpath, e))?;
+            let name = mpath.display().to_string();
+            let edits = manifest::decode_manifest(&bytes, &name)?;
+            if edits.is_empty() {
+                return Err(LsmError::Corruption {
+                    file: name,
+                    detail: "manifest holds no record".into(),
+                });
+            }
+            for e in edits {
+                for (l, n) in &e.deleted {
+                    if files.get(n).is_some_and(|(fl, _)| *fl == *l as usize) {
+                        files.remove(n);
+                    }
+                }
+                for (l, f) in e.added {
+                    if l as usize >= opts.num_levels {
+                        return Err(LsmError::Corruption {
+                            file: name,
+                            detail: format!("file {} at level {l} beyond num_levels", f.number),
+                        });
+                    }
+                    files.insert(f.number, (l as usize, f));
+                }
+                next_file = next_file.max(e.next_file_number.unwrap_or(0));
+                last_seqno = last_seqno.max(e.last_seqno.unwrap_or(0));
+                log_number = log_number.max(e.log_number.unwrap_or(0));
+            }
+            next_file = next_file.max(num + 1);
+        }
+        // Scan the directory: never reuse a number seen on disk.
+        let mut logs = Vec::new();
+        let mut orphans = Vec::new();
+        let entries = std::fs::read_dir(&dir).map_err(|e| io_err(&dir, e))?;
+        for ent in entries {
+            let ent = ent.map_err(|e| io_err(&dir, e))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let num = name
+                .strip_suffix(".sst")
+                .or_else(|| name.strip_suffix(".log"))
+                .or_else(|| name.strip_prefix("MANIFEST-"))
+                .and_then(|n| n.parse::<u64>().ok());
+            let Some(num) = num else { continue };
+            next_file = next_file.max(num + 1);
+            if name.ends_with(".log") {
+                if num >= log_number {
+                    logs.push(num);
+                } else {
+                    orphans.push(ent.path());
+                }
+            } else if (name.ends_with(".sst") && !files.contains_key(&num))
+                || (name.starts_with("MANIFEST-") && Some(num) != current)
+            {
+                orphans.push(ent.path());
+            }
+        }
+        logs.sort_unstable();
+        let inner = Arc::new(DbInner {
+            dir: dir.clone(),
+            cache: Arc::clone(&cache),
+            state: Mutex::new(State {
+                mem: Arc::new(MemTable::new(0)),
+                imm: VecDeque::new(),
+                version: Arc::new(Version::empty(opts.num_levels)),
+                bg_error: None,
+                shutting_down: false,
+                flushed_seqno: 0,
+            }),
+            cv: Condvar::new(),
+            writer: Mutex::new(WriterState { wal: None }),
+            manifest: Mutex::new(ManifestState { writer: None }),
+            compaction_lock: Mutex::new(vec![Vec::new(); opts.num_levels]),
+            next_file: AtomicU64::new(next_file),
+            last_seqno: AtomicU64::new(last_seqno),
+            snapshots: Arc::new(SnapshotList::default()),
+            counters: Counters::default(),
+            opts,
+        });
+        // Open the live files.
+        let mut levels: Vec<Vec<Arc<FileMeta>>> = vec![Vec::new(); inner.opts.num_levels];
+        for (number, (level, info)) in &files {
+            let f = flush::open_file(&inner, *number, info.size)?;
+            last_seqno = last_seqno.max(f.info.max_seqno);
+            levels[*level].push(f);
+        }
+        inner.last_seqno.fetch_max(last_seqno, Ordering::SeqCst);
+        let version = Version::from_levels(levels);
+        if let Some(num) = current {
+            version
+                .check_invariants()
+                .map_err(|detail| LsmError::Corruption {
+                    file: manifest::manifest_path(&dir, num).display().to_string(),
+                    detail,
+                })?;
+        }
+        inner.state.lock().version = Arc::new(version);
+        for p in orphans {
+            let _ = std::fs::remove_file(p);
+        }
+        // Replay WAL files into a memtable and flush it to L0.
+        let replay = MemTable::new(0);
+        for n in &logs {
+            let (batches, _torn) = wal::read_wal(&wal::wal_path(&dir, *n))?;
+            for (seq, b) in batches {
+                for (i, op) in b.ops.iter().enumerate() {
+                    replay.add(seq + i as u64, op.kind, &op.key, &op.value);
+                }
+                let end = seq + b.ops.len() as u64;
+                inner
+                    .last_seqno
+                    .fetch_max(end.saturating_sub(1), Ordering::SeqCst);
+            }
+        }
+        let mut added = Vec::new();
+        if !replay.is_empty() {
+            for f in flush::write_memtable(&inner, &replay)? {
+                added.push((0usize, f));
+            }
+        }
+        // A fresh WAL and a fresh manifest holding the full state.
+        let wal_number = if inner.opts.wal {
+            inner.new_file_number()
+        } else {
+            0
+        };
+        {
+            let mut st = inner.state.lock();
+            let v = st.version.apply(&[], &added);
+            st.version = Arc::new(v);
+            st.mem = Arc::new(MemTable::new(wal_number));
+            st.flushed_seqno = inner.last_seqno.load(Ordering::SeqCst);
+        }
+        let version = Arc::clone(&inner.state.lock().version);
+        let man_number = inner.new_file_number();
+        let base = inner.snapshot_edit(&version, Some(wal_number));
+        inner.manifest.lock().writer = Some(ManifestWriter::create(&dir, man_number, &base)?);
+        if let Some(old) = current {
+            let _ = std::fs::remove_file(manifest::manifest_path(&dir, old));
+        }
+        for n in &logs {
+            let _ = std::fs::remove_file(wal::wal_path(&dir, *n));
+        }
+        if inner.opts.wal {
+            inner.writer.lock().wal =
+                Some(WalWriter::create(&dir, wal_number, inner.opts.wal_sync)?);
+        }
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: fn(Arc<DbInner>)| {
+            let i = Arc::clone(&inner);
+            std::thread::Builder::new()
+                .name(name.to_string())
+                .spawn(move || f(i))
+                .map_err(|e| io_err(&dir, e))
+        };
+        threads.push(spawn("lsm-flush", DbInner::flush_thread)?);
+        threads.push(spawn("lsm-compact", DbInner::compaction_thread)?);
+        Ok(Db {
+            inner,
+            threads: Mutex::new(threads),
+            _lock: lock,
+        })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<DbInner> {
+        &self.inner
+    }
+
+    /// Applies a batch atomically: all its updates get consecutive seqnos and become visible together.
+    pub fn write(&self, batch: &WriteBatch) -> Result<()> {
+        self.write_seq(batch).map(|_| ())
+    }
+
+    /// Applies a batch and returns the seqno of its last update (0 for an empty batch).
+    fn write_seq(&self, batch: &WriteBatch) -> Result<u64> {
+        if batch.is_empty() {
+            return self.inner.check_bg_error().map(|_| 0);
+        }
+        let inner = &self.inner;
+        let mut w = inner.writer.lock();
+        inner.make_room(&mut w, false)?;
+        let seq = inner.last_seqno.load(Ordering::SeqCst) + 1;
+        if let Some(wal) = &mut w.wal {
+            wal.append(&batch.encode(seq))?;
+        }
+        let mem = Arc::clone(&inner.state.lock().mem);
+        for (i, op) in batch.ops.iter().enumerate() {
+            mem.add(seq + i as u64, op.kind, &op.key, &op.value);
+        }
+        inner
+            .counters
+            .user_bytes
+            .fetch_add(batch.approximate_size() as u64, Ordering::Relaxed);
+        let last = seq + batch.len() as u64 - 1;
+        inner.last_seqno.store(last, Ordering::SeqCst);
+        Ok(last)
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write(&b)
+    }
+
+    /// Deletes `key`.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(&b)
+    }
+
+    /// Adds a merge operand for `key`.
+    pub fn merge(&self, key: &[u8], operand: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.merge(key, operand);
+        self.write(&b)
+    }
+
+    /// Deletes every key in `[start, end)` with one range tombstone.
+    pub fn delete_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        let mut b = WriteBatch::new();
+        b.delete_range(start, end);
+        let seqno = self.write_seq(&b)?;
+        self.inner.drop_files_in_range(start, end, seqno)
+    }
+
+    /// Reads the latest value of `key` (zero-copy when it sits in an uncompressed SST block).
+    pub fn get(&self, key: &[u8]) -> Result<Option<ValueSlice>> {
+        let seq = self.inner.last_seqno.load(Ordering::SeqCst);
+        self.inner.get_at_seqno(key, seq)
+    }
+
+    /// Reads `key` as of `snapshot`.
+    pub fn get_at(&self, key: &[u8], snapshot: &Snapshot) -> Result<Option<ValueSlice>> {
+        self.inner.get_at_seqno(key, snapshot.seqno())
+    }
+
+    /// A snapshot of the current state.
+    pub fn snapshot(&self) -> Snapshot {
+        // Register under the writer lock so no write is half-visible relative to the seqno.
+        let _w = self.inner.writer.lock();
+        let seq = self.inner.last_seqno.load(Ordering::SeqCst);
+        self.inner.snapshots.acquire(seq)
+    }
+
+    /// An iterator (unpositioned: call `seek` or `seek_to_first`).
+    pub fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
+        let (snapshot, hold) = match ro.snapshot {
+            Some(s) => (s.seqno(), Some(self.inner.snapshots.acquire(s.seqno()))),
+            None => (self.inner.last_seqno.load(Ordering::SeqCst), None),
+        };
+        let (mems, version) = self.inner.super_version();
+        DbIter::new(IterParts {
+            mems,
+            version,
+            snapshot,
+            merge_op: self.inner.opts.merge_operator.clone(),
+            lower: ro.lower_bound,
+            upper: ro.upper_bound,
+            prefix: ro.prefix,
+            hold,
+        })
+    }
+
+    /// Flushes all memtables to L0 and waits for it.
+    pub fn flush(&self) -> Result<()> {
+        {
+            let mut w = self.inner.writer.lock();
+            self.inner.make_room(&mut w, true)?;
+        }
+        self.inner.wait_flushed()
+    }
+
+    /// Flushes, then compacts all files into the deepest level, and waits for it.
+    pub fn compact_all(&self) -> Result<()> {
+        self.flush()?;
+        compaction::run_manual(&self.inner, None)
+    }
+
+    /// Flushes, then compacts the files overlapping `[start, end]` level by level, and waits for it.
+    pub fn compact_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        self.flush()?;
+        compaction::run_manual(&self.inner, Some((start, end)))
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> DbStats {
+        let c = &self.inner.counters;
+        let st = self.inner.state.lock();
+        DbStats {
+            user_bytes_written: c.user_bytes.load(Ordering::Relaxed),
+            flush_bytes_written: c.flush_bytes.load(Ordering::Relaxed),
+            compaction_bytes_read: c.compaction_read.load(Ordering::Relaxed),
+            compaction_bytes_written: c.compaction_written.load(Ordering::Relaxed),
+            flushes: c.flushes.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
+            trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
+            write_stalls: c.stalls.load(Ordering::Relaxed),
+            files_dropped_by_range_delete: c.files_dropped.load(Ordering::Relaxed),
+            level_files: st.version.levels.iter().map(|l| l.len()).collect(),
+            level_bytes: st.version.level_bytes(),
+            memtable_bytes: st.mem.approximate_bytes()
+                + st.imm.iter().map(|m| m.approximate_bytes()).sum::<usize>(),
+            immutable_memtables: st.imm.len(),
+            last_seqno: self.inner.last_seqno.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The directory of the database.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Flushes the memtables (without a WAL they would be lost), stops background threads and closes.
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    /// Stops the background threads *without* flushing, as if the process died here: what survives is what
+    /// the manifest and (if on) the WAL hold. For crash tests.
+    pub fn abandon(self) {
+        {
+            let mut st = self.inner.state.lock();
+            if st.bg_error.is_none() {
+                st.bg_error = Some(Arc::new(LsmError::Closed));
+            }
+            st.shutting_down = true;
+        }
+        self.inner.cv.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        let mut threads = self.threads.lock();
+        if threads.is_empty() {
+            return Ok(());
+        }
+        let res = self.flush();
+        self.inner.state.lock().shutting_down = true;
+        self.inner.cv.notify_all();
+        for t in threads.drain(..) {
+            let _ = t.join();
+        }
+        res
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

@@ -1,0 +1,108 @@
+//! Engine options.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::filter::CompactionFilterFactory;
+use super::io::IoMode;
+use super::merge::MergeOperator;
+use super::snapshot::Snapshot;
+use super::sst::SstOptions;
+
+/// Options of a [`Db`](super::db::Db).
+#[derive(Clone)]
+pub struct Options {
+    /// Memtable size at which it is switched to immutable and flushed (default 64 MiB).
+    pub memtable_size: usize,
+    /// Immutable memtables allowed before writes stall (default 2).
+    pub max_immutable_memtables: usize,
+    /// Number of L0 files that triggers an L0 compaction (default 4).
+    pub l0_compaction_trigger: usize,
+    /// Number of L0 files at which writes stall until compaction catches up (default 20).
+    pub l0_stop_writes_trigger: usize,
+    /// Number of levels, L0 included (default 7).
+    pub num_levels: usize,
+    /// Target total size of L1 in bytes (default 256 MiB).
+    pub level_base_size: u64,
+    /// Size ratio between adjacent levels (default 10).
+    pub level_multiplier: u64,
+    /// Target size of one SST written by flush or compaction (default 64 MiB).
+    pub target_file_size: u64,
+    /// SST writer options.
+    pub sst: SstOptions,
+    /// Block cache capacity in bytes (default 64 MiB).
+    pub block_cache_size: usize,
+    /// Whether writes are logged to a WAL (default off: durability comes from checkpoints).
+    pub wal: bool,
+    /// Whether every write syncs the WAL before it is acknowledged (default false).
+    pub wal_sync: bool,
+    /// The merge operator (default: none; merging then fails).
+    pub merge_operator: Option<Arc<dyn MergeOperator>>,
+    /// The compaction filter factory (default: none).
+    pub compaction_filter_factory: Option<Arc<dyn CompactionFilterFactory>>,
+    /// I/O mode for file copies (default auto).
+    pub io_mode: IoMode,
+    /// Whether the background thread compacts automatically (default true). Without it, writes never
+    /// stall on a deep L0; only `compact_all`/`compact_range` compact.
+    pub auto_compaction: bool,
+    /// Create the database if missing (default true).
+    pub create_if_missing: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            memtable_size: 64 << 20,
+            max_immutable_memtables: 2,
+            l0_compaction_trigger: 4,
+            l0_stop_writes_trigger: 20,
+            num_levels: 7,
+            level_base_size: 256 << 20,
+            level_multiplier: 10,
+            target_file_size: 64 << 20,
+            sst: SstOptions::default(),
+            block_cache_size: 64 << 20,
+            wal: false,
+            wal_sync: false,
+            merge_operator: None,
+            compaction_filter_factory: None,
+            io_mode: IoMode::Auto,
+            auto_compaction: true,
+            create_if_missing: true,
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("memtable_size", &self.memtable_size)
+            .field("max_immutable_memtables", &self.max_immutable_memtables)
+            .field("l0_compaction_trigger", &self.l0_compaction_trigger)
+            .field("l0_stop_writes_trigger", &self.l0_stop_writes_trigger)
+            .field("num_levels", &self.num_levels)
+            .field("level_base_size", &self.level_base_size)
+            .field("level_multiplier", &self.level_multiplier)
+            .field("target_file_size", &self.target_file_size)
+            .field("wal", &self.wal)
+            .field("wal_sync", &self.wal_sync)
+            .field(
+                "merge_operator",
+                &self.merge_operator.as_ref().map(|m| m.name().to_string()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options of one read or iterator.
+#[derive(Default, Clone)]
+pub struct ReadOptions<'a> {
+    /// Read as of this snapshot (default: latest).
+    pub snapshot: Option<&'a Snapshot>,
+    /// Inclusive lower bound of user keys.
+    pub lower_bound: Option<Vec<u8>>,
+    /// Exclusive upper bound of user keys.
+    pub upper_bound: Option<Vec<u8>>,
+    /// Only keys starting with this prefix.
+    pub prefix: Option<Vec<u8>>,
+}

@@ -1,0 +1,97 @@
+//! The whole-file bloom filter over user keys.
+//!
+//! ```text
+//! filter := bits: [u8; n] | num_probes: u8        (n >= 8; bit i is bits[i / 8] >> (i % 8) & 1)
+//! ```
+//! A key's 64-bit xxh3 hash `h` yields probe `j` (0-based) at `fastrange(h + j * delta, n * 8)` with
+//! `delta = h.rotate_left(21) | 1` (double hashing; `fastrange(x, m) = (x * m) >> 64` on 128 bits).
+
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Hash of a user key as stored in the filter.
+#[inline]
+pub fn key_hash(user_key: &[u8]) -> u64 {
+    xxh3_64(user_key)
+}
+
+#[inline]
+fn probe(h: u64, j: u64, nbits: u64) -> u64 {
+    let delta = h.rotate_left(21) | 1;
+    let x = h.wrapping_add(j.wrapping_mul(delta));
+    ((u128::from(x) * u128::from(nbits)) >> 64) as u64
+}
+
+/// Number of probes for `bits_per_key` (≈ bits · ln 2, clamped to 1..=30).
+pub fn num_probes(bits_per_key: u32) -> u8 {
+    ((bits_per_key as f64 * 0.69).round() as u32).clamp(1, 30) as u8
+}
+
+/// Builds the filter bytes for key hashes.
+pub fn build(hashes: &[u64], bits_per_key: u32) -> Vec<u8> {
+    let nbits = (hashes.len() as u64)
+        .saturating_mul(u64::from(bits_per_key))
+        .max(64)
+        .div_ceil(8)
+        * 8;
+    let k = num_probes(bits_per_key);
+    let mut out = vec![0u8; (nbits / 8) as usize + 1];
+    for &h in hashes {
+        for j in 0..u64::from(k) {
+            let bit = probe(h, j, nbits);
+            if let Some(b) = out.get_mut((bit / 8) as usize) {
+                *b |= 1 << (bit % 8);
+            }
+        }
+    }
+    if let Some(last) = out.last_mut() {
+        *last = k;
+    }
+    out
+}
+
+/// Validates filter bytes: at least 8 bit bytes and a probe count in 1..=30.
+pub fn validate(filter: &[u8]) -> Result<(), String> {
+    match filter.split_last() {
+        Some((&k, bits)) if bits.len() >= 8 && (1..=30).contains(&k) => Ok(()),
+        Some((&k, bits)) => Err(format!(
+            "filter block: {} bit bytes with {k} probes is malformed",
+            bits.len()
+        )),
+        None => Err("filter block is empty".into()),
+    }
+}
+
+/// Whether the (validated) filter may contain the key with hash `h`.
+#[inline]
+pub fn may_contain(filter: &[u8], h: u64) -> bool {
+    let Some((&k, bits)) = filter.split_last() else {
+        return true;
+    };
+    let nbits = bits.len() as u64 * 8;
+    if nbits == 0 {
+        return true;
+    }
+    (0..u64::from(k)).all(|j| {
+        let bit = probe(h, j, nbits);
+        bits.get((bit / 8) as usize)
+            .is_none_or(|b| b & (1 << (bit % 8)) != 0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_false_negatives_and_low_fp() {
+        let keys: Vec<Vec<u8>> = (0..10_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let hashes: Vec<u64> = keys.iter().map(|k| key_hash(k)).collect();
+        let f = build(&hashes, 10);
+        validate(&f).unwrap();
+        assert!(keys.iter().all(|k| may_contain(&f, key_hash(k))));
+        let fp = (10_000u32..110_000)
+            .filter(|i| may_contain(&f, key_hash(&i.to_be_bytes())))
+            .count();
+        assert!(fp < 2_000, "false positive rate {}%", fp as f64 / 1000.0);
+    }
+}

@@ -1,0 +1,291 @@
+//! Low-level encoding shared by the SST writer and reader: varints, block handles, block trailers
+//! (codec byte + xxh3 checksum) and the footer. See `design/sst-format.md`.
+
+use std::sync::Arc;
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Magic number closing every SST file (`"KSTSST\0\x01"` as little-endian bytes).
+pub const MAGIC: u64 = u64::from_le_bytes(*b"KSTSST\0\x01");
+/// Format version written by this code; the reader accepts exactly this version.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes after each block payload: codec (1) + xxh3-64 checksum (8).
+pub const BLOCK_TRAILER_LEN: usize = 9;
+/// Size of the fixed footer at the end of the file.
+pub const FOOTER_LEN: usize = 72;
+/// Codec byte of a raw block.
+pub const CODEC_NONE: u8 = 0;
+/// Codec byte of an LZ4 block (payload = uncompressed length u32 LE + LZ4 block).
+pub const CODEC_LZ4: u8 = 1;
+/// LZ4 cannot expand data by more than this factor; bounds the allocation for a decompressed block.
+const LZ4_MAX_RATIO: usize = 255;
+
+/// Appends `v` as a LEB128 varint.
+#[inline]
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Decodes a LEB128 varint at `pos`; returns the value and the position after it.
+#[inline]
+pub fn get_varint(data: &[u8], mut pos: usize) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    let mut shift = 0u32;
+    loop {
+        let b = *data.get(pos)?;
+        pos += 1;
+        if shift == 63 && b > 1 {
+            return None;
+        }
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some((v, pos));
+        }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
+    }
+}
+
+/// Decodes a varint that must fit a `usize`.
+#[inline]
+pub fn get_varint_usize(data: &[u8], pos: usize) -> Option<(usize, usize)> {
+    let (v, p) = get_varint(data, pos)?;
+    Some((usize::try_from(v).ok()?, p))
+}
+
+/// Reads a little-endian u32 at `pos`.
+#[inline]
+pub fn get_u32(data: &[u8], pos: usize) -> Option<u32> {
+    let b = data.get(pos..pos.checked_add(4)?)?;
+    Some(u32::from_le_bytes(b.try_into().ok()?))
+}
+
+/// Reads a little-endian u64 at `pos`.
+#[inline]
+pub fn get_u64(data: &[u8], pos: usize) -> Option<u64> {
+    let b = data.get(pos..pos.checked_add(8)?)?;
+    Some(u64::from_le_bytes(b.try_into().ok()?))
+}
+
+/// Where a block's payload lies in the file (its trailer follows it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockHandle {
+    /// Offset of the payload.
+    pub offset: u64,
+    /// Length of the payload (without the trailer).
+    pub size: u64,
+}
+
+impl BlockHandle {
+    /// Offset just after the block's trailer, if it does not overflow.
+    pub fn end(&self) -> Option<u64> {
+        self.offset
+            .checked_add(self.size)?
+            .checked_add(BLOCK_TRAILER_LEN as u64)
+    }
+
+    /// Appends the handle as two varints.
+    pub fn encode_varint(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.offset);
+        put_varint(out, self.size);
+    }
+
+    /// Decodes a handle written by [`BlockHandle::encode_varint`]; must consume all of `data`.
+    pub fn decode_varint(data: &[u8]) -> Option<Self> {
+        let (offset, p) = get_varint(data, 0)?;
+        let (size, p) = get_varint(data, p)?;
+        (p == data.len()).then_some(BlockHandle { offset, size })
+    }
+}
+
+/// The checksum of a block: xxh3-64 of the payload, seeded with the codec byte.
+#[inline]
+pub fn block_checksum(payload: &[u8], codec: u8) -> u64 {
+    xxh3_64_with_seed(payload, u64::from(codec))
+}
+
+/// The trailer bytes of a block.
+pub fn block_trailer(payload: &[u8], codec: u8) -> [u8; BLOCK_TRAILER_LEN] {
+    let mut t = [0u8; BLOCK_TRAILER_LEN];
+    t[0] = codec;
+    t[1..].copy_from_slice(&block_checksum(payload, codec).to_le_bytes());
+    t
+}
+
+/// Returns `(codec, payload range)` of the block at `handle` in `file`, checking bounds only.
+pub fn locate_block(file: &[u8], handle: BlockHandle) -> Result<(u8, usize, usize), String> {
+    let end = handle
+        .end()
+        .and_then(|e| usize::try_from(e).ok())
+        .filter(|&e| e <= file.len())
+        .ok_or_else(|| {
+            format!(
+                "block at offset {} size {} exceeds the file ({} bytes)",
+                handle.offset,
+                handle.size,
+                file.len()
+            )
+        })?;
+    let start = end - BLOCK_TRAILER_LEN - handle.size as usize;
+    let codec = file
+        .get(start + handle.size as usize)
+        .copied()
+        .unwrap_or(u8::MAX);
+    Ok((codec, start, start + handle.size as usize))
+}
+
+/// Verifies the checksum of the block at `handle` (before any decompression) and returns its codec and payload.
+pub fn checked_block(file: &[u8], handle: BlockHandle) -> Result<(u8, &[u8]), String> {
+    let (codec, start, end) = locate_block(file, handle)?;
+    let payload = file.get(start..end).unwrap_or(&[]);
+    let stored = get_u64(file, end + 1)
+        .ok_or_else(|| format!("block at offset {}: truncated trailer", handle.offset))?;
+    if block_checksum(payload, codec) != stored {
+        return Err(format!(
+            "block at offset {}: checksum mismatch",
+            handle.offset
+        ));
+    }
+    if codec != CODEC_NONE && codec != CODEC_LZ4 {
+        return Err(format!(
+            "block at offset {}: unknown codec {codec}",
+            handle.offset
+        ));
+    }
+    Ok((codec, payload))
+}
+
+/// Decompresses a verified LZ4 payload into a new shared buffer (allocated once, no copy afterwards).
+pub fn decompress_lz4(payload: &[u8], offset: u64) -> Result<Arc<[u8]>, String> {
+    let ulen = get_u32(payload, 0).ok_or_else(|| {
+        format!("block at offset {offset}: LZ4 payload shorter than its length prefix")
+    })? as usize;
+    let input = payload.get(4..).unwrap_or(&[]);
+    if ulen > input.len().saturating_mul(LZ4_MAX_RATIO).saturating_add(16) {
+        return Err(format!(
+            "block at offset {offset}: implausible uncompressed length {ulen} for {} compressed bytes",
+            input.len()
+        ));
+    }
+    let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, ulen).collect();
+    let buf = Arc::get_mut(&mut out).ok_or_else(|| "unshared buffer expected".to_string())?;
+    match lz4_flex::block::decompress_into(input, buf) {
+        Ok(n) if n == ulen => Ok(out),
+        Ok(n) => Err(format!(
+            "block at offset {offset}: LZ4 produced {n} bytes, expected {ulen}"
+        )),
+        Err(e) => Err(format!("block at offset {offset}: LZ4 error: {e}")),
+    }
+}
+
+/// The fixed footer at the end of an SST file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Footer {
+    /// The bloom filter block (size 0 = no filter).
+    pub filter: BlockHandle,
+    /// The properties block.
+    pub properties: BlockHandle,
+    /// The index block.
+    pub index: BlockHandle,
+}
+
+impl Footer {
+    /// Encodes the footer (72 bytes).
+    pub fn encode(&self) -> [u8; FOOTER_LEN] {
+        let mut f = [0u8; FOOTER_LEN];
+        let fields = [
+            self.filter.offset,
+            self.filter.size,
+            self.properties.offset,
+            self.properties.size,
+            self.index.offset,
+            self.index.size,
+        ];
+        for (i, v) in fields.iter().enumerate() {
+            f[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        f[48..52].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        // 52..56 reserved (zero).
+        let sum = xxh3_64_with_seed(&f[..56], 0);
+        f[56..64].copy_from_slice(&sum.to_le_bytes());
+        f[64..72].copy_from_slice(&MAGIC.to_le_bytes());
+        f
+    }
+
+    /// Decodes and validates the footer at the end of `file`.
+    pub fn decode(file: &[u8]) -> Result<Self, String> {
+        let start = file.len().checked_sub(FOOTER_LEN).ok_or_else(|| {
+            format!(
+                "file of {} bytes is too short for the {FOOTER_LEN}-byte footer",
+                file.len()
+            )
+        })?;
+        let f = file.get(start..).unwrap_or(&[]);
+        let field = |i: usize| get_u64(f, i * 8).unwrap_or(0);
+        if field(8) != MAGIC {
+            return Err("footer: bad magic (not an SST file, or truncated)".into());
+        }
+        if xxh3_64_with_seed(f.get(..56).unwrap_or(&[]), 0) != field(7) {
+            return Err("footer: checksum mismatch".into());
+        }
+        let version = get_u32(f, 48).unwrap_or(0);
+        if version != FORMAT_VERSION {
+            return Err(format!("footer: unsupported format version {version}"));
+        }
+        if get_u32(f, 52) != Some(0) {
+            return Err("footer: reserved bytes are not zero".into());
+        }
+        let h = |i: usize| BlockHandle {
+            offset: field(i),
+            size: field(i + 1),
+        };
+        Ok(Footer {
+            filter: h(0),
+            properties: h(2),
+            index: h(4),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints() {
+        for v in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            assert_eq!(get_varint(&b, 0), Some((v, b.len())));
+            assert_eq!(get_varint(&b[..b.len() - 1], 0), None);
+        }
+        assert_eq!(get_varint(&[0xff; 11], 0), None);
+        assert_eq!(
+            get_varint(
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
+                0
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn footer_roundtrip() {
+        let f = Footer {
+            filter: BlockHandle { offset: 1, size: 2 },
+            properties: BlockHandle { offset: 3, size: 4 },
+            index: BlockHandle { offset: 5, size: 6 },
+        };
+        let mut file = vec![7u8; 10];
+        file.extend_from_slice(&f.encode());
+        assert_eq!(Footer::decode(&file).unwrap(), f);
+        file[12] ^= 1;
+        assert!(Footer::decode(&file).is_err());
+    }
+}

@@ -1,0 +1,514 @@
+//! The SST reader and iterator.
+//!
+//! # Memory-map soundness
+//! Files are read through `memmap2::Mmap`. Mapping is sound only while nobody truncates or rewrites the file:
+//! a shrinking file turns reads of the map into `SIGBUS`, a rewritten one changes bytes under shared
+//! references. The engine guarantees both: SST files are written once under a fresh file number (names are
+//! never reused; [`crate::lsm::io::FileWriter`] creates with `O_EXCL`), never modified after `finish`, and
+//! deleted only by unlinking, which leaves existing maps valid. Checkpoints copy or hard-link, never rewrite.
+
+use std::cmp::Ordering;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+use super::block::BlockCursor;
+use super::format::{
+    checked_block, decompress_lz4, locate_block, BlockHandle, Footer, BLOCK_TRAILER_LEN,
+    CODEC_NONE, FOOTER_LEN,
+};
+use super::{bloom, properties, SstProperties};
+use crate::lsm::cache::BlockCache;
+use crate::lsm::ikey;
+use crate::lsm::slice::ValueSlice;
+use crate::lsm::LsmError;
+
+/// The bytes of an open file.
+enum Backing {
+    Map(Arc<Mmap>),
+    Mem(Arc<[u8]>),
+}
+
+impl Backing {
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Mem(b) => b,
+        }
+    }
+
+    fn view(&self, start: usize, end: usize) -> Option<ValueSlice> {
+        match self {
+            Backing::Map(m) => ValueSlice::from_map(Arc::clone(m), start..end),
+            Backing::Mem(b) => ValueSlice::from_shared(Arc::clone(b), start..end),
+        }
+    }
+}
+
+struct IndexEntry {
+    /// The last internal key of the data block.
+    last_key: Box<[u8]>,
+    handle: BlockHandle,
+}
+
+/// An open, immutable SST file.
+pub struct SstReader {
+    path: PathBuf,
+    file_number: u64,
+    backing: Backing,
+    properties: SstProperties,
+    index: Vec<IndexEntry>,
+    /// Byte range of the filter payload in the file, if the file has a filter.
+    filter: Option<(usize, usize)>,
+    cache: Arc<BlockCache>,
+    /// One bit per data block: its checksum was verified (raw blocks, served from the map).
+    verified: Box<[AtomicU64]>,
+}
+
+impl SstReader {
+    /// Maps the file and validates footer, index, filter and properties blocks (checksums and structure).
+    pub fn open(
+        path: &Path,
+        file_number: u64,
+        cache: Arc<BlockCache>,
+    ) -> Result<Arc<Self>, LsmError> {
+        let io = |source| LsmError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        if len < FOOTER_LEN as u64 {
+            return Err(corruption(
+                path,
+                format!("file of {len} bytes is too short for the {FOOTER_LEN}-byte footer"),
+            ));
+        }
+        // SAFETY: SST files are immutable once finished and never truncated, rewritten or reused under the
+        // same name while mapped (see the module documentation); the map is read-only.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Self::from_backing(Backing::Map(Arc::new(map)), path, file_number, cache)
+    }
+
+    /// Opens an SST image held in memory (for tests and fuzzing); `path` only names it in errors.
+    pub fn open_bytes(
+        bytes: Arc<[u8]>,
+        path: &Path,
+        file_number: u64,
+        cache: Arc<BlockCache>,
+    ) -> Result<Arc<Self>, LsmError> {
+        Self::from_backing(Backing::Mem(bytes), path, file_number, cache)
+    }
+
+    fn from_backing(
+        backing: Backing,
+        path: &Path,
+        file_number: u64,
+        cache: Arc<BlockCache>,
+    ) -> Result<Arc<Self>, LsmError> {
+        let err = |d: String| corruption(path, d);
+        let file = backing.bytes();
+        let footer = Footer::decode(file).map_err(err)?;
+        let meta_end = (file.len() - FOOTER_LEN) as u64;
+        for (name, h) in [
+            ("filter", footer.filter),
+            ("properties", footer.properties),
+            ("index", footer.index),
+        ] {
+            if (name != "filter" || h.size != 0) && h.end().is_none_or(|e| e > meta_end) {
+                return Err(err(format!(
+                    "footer: {name} block at offset {} size {} lies outside the file",
+                    h.offset, h.size
+                )));
+            }
+        }
+        // Properties.
+        let (codec, payload) =
+            checked_block(file, footer.properties).map_err(|e| err(format!("properties {e}")))?;
+        if codec != CODEC_NONE {
+            return Err(err("properties block: unexpected codec".into()));
+        }
+        let properties = properties::decode(payload).map_err(err)?;
+        // Filter.
+        let filter = if footer.filter.size == 0 {
+            None
+        } else {
+            let (codec, payload) =
+                checked_block(file, footer.filter).map_err(|e| err(format!("filter {e}")))?;
+            if codec != CODEC_NONE {
+                return Err(err("filter block: unexpected codec".into()));
+            }
+            bloom::validate(payload).map_err(err)?;
+            let start = footer.filter.offset as usize;
+            Some((start, start + payload.len()))
+        };
+        // Index.
+        let index_bytes =
+            read_block_bytes(file, footer.index).map_err(|e| err(format!("index {e}")))?;
+        let data_end = [footer.filter, footer.properties, footer.index]
+            .iter()
+            .filter(|h| h.size != 0 || h.offset != 0)
+            .map(|h| h.offset)
+            .min()
+            .unwrap_or(meta_end);
+        let index = decode_index(&index_bytes, data_end).map_err(err)?;
+        // Cross-checks between properties and index.
+        if (properties.entries == 0) != index.is_empty() {
+            return Err(err(format!(
+                "properties count {} entries but the index has {} blocks",
+                properties.entries,
+                index.len()
+            )));
+        }
+        if let Some(last) = index.last() {
+            if *last.last_key != properties.largest[..] {
+                return Err(err("properties: largest key differs from the index".into()));
+            }
+            if ikey::parse(&properties.smallest).is_none()
+                || ikey::compare(&properties.smallest, &properties.largest) == Ordering::Greater
+            {
+                return Err(err(
+                    "properties: smallest key is malformed or above the largest".into(),
+                ));
+            }
+        }
+        let verified = (0..index.len().div_ceil(64))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        Ok(Arc::new(SstReader {
+            path: path.to_path_buf(),
+            file_number,
+            backing,
+            properties,
+            index,
+            filter,
+            cache,
+            verified,
+        }))
+    }
+
+    /// The file's properties.
+    pub fn properties(&self) -> &SstProperties {
+        &self.properties
+    }
+
+    /// The file size in bytes.
+    pub fn file_size(&self) -> u64 {
+        self.backing.bytes().len() as u64
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file number (the block cache key).
+    pub fn file_number(&self) -> u64 {
+        self.file_number
+    }
+
+    /// Number of data blocks.
+    pub fn data_blocks(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The byte range of the whole file image in memory (used to check zero-copy views).
+    pub fn mapped_range(&self) -> std::ops::Range<usize> {
+        let b = self.backing.bytes();
+        let start = b.as_ptr() as usize;
+        start..start + b.len()
+    }
+
+    /// False only if no key with this user key is in the file (bloom filter over user keys).
+    pub fn may_contain(&self, user_key: &[u8]) -> bool {
+        match self.filter {
+            None => true,
+            Some((s, e)) => match self.backing.bytes().get(s..e) {
+                Some(f) => bloom::may_contain(f, bloom::key_hash(user_key)),
+                None => true,
+            },
+        }
+    }
+
+    /// An iterator over the file, initially not positioned.
+    pub fn iter(self: &Arc<Self>) -> SstIter {
+        SstIter {
+            reader: Arc::clone(self),
+            block_idx: 0,
+            block: ValueSlice::empty(),
+            cursor: BlockCursor::default(),
+            valid: false,
+        }
+    }
+
+    fn corruption(&self, detail: String) -> LsmError {
+        corruption(&self.path, detail)
+    }
+
+    /// The decompressed contents of data block `idx`: a view into the map for raw blocks, the cached block
+    /// otherwise. Checksums are verified before decompression (raw blocks once per reader).
+    fn data_block(&self, idx: usize) -> Result<ValueSlice, LsmError> {
+        let handle = self
+            .index
+            .get(idx)
+            .ok_or_else(|| self.corruption(format!("data block {idx} is not in the index")))?
+            .handle;
+        let file = self.backing.bytes();
+        let (codec, start, end) =
+            locate_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
+        if codec == CODEC_NONE {
+            let (word, bit) = (idx / 64, 1u64 << (idx % 64));
+            let flag = self.verified.get(word);
+            if flag.is_none_or(|f| f.load(AtomicOrdering::Relaxed) & bit == 0) {
+                checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
+                if let Some(f) = flag {
+                    f.fetch_or(bit, AtomicOrdering::Relaxed);
+                }
+            }
+            return self.backing.view(start, end).ok_or_else(|| {
+                self.corruption(format!("data block at offset {start} out of bounds"))
+            });
+        }
+        if let Some(block) = self.cache.get(self.file_number, handle.offset) {
+            let len = block.len();
+            return ValueSlice::from_shared(block, 0..len)
+                .ok_or_else(|| self.corruption("cached block view".into()));
+        }
+        let (_, payload) =
+            checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
+        let block = decompress_lz4(payload, handle.offset)
+            .map_err(|e| self.corruption(format!("data {e}")))?;
+        self.cache
+            .insert(self.file_number, handle.offset, Arc::clone(&block));
+        let len = block.len();
+        ValueSlice::from_shared(block, 0..len).ok_or_else(|| self.corruption("block view".into()))
+    }
+}
+
+impl std::fmt::Debug for SstReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SstReader")
+            .field("path", &self.path)
+            .field("file_number", &self.file_number)
+            .field("file_size", &self.file_size())
+            .field("data_blocks", &self.index.len())
+            .finish()
+    }
+}
+
+fn corruption(path: &Path, detail: String) -> LsmError {
+    LsmError::Corruption {
+        file: path.display().to_string(),
+        detail,
+    }
+}
+
+/// Verifies and (if needed) decompresses a metadata block into owned bytes.
+fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, String> {
+    let (codec, payload) = checked_block(file, handle)?;
+    if codec == CODEC_NONE {
+        Ok(payload.to_vec())
+    } else {
+        Ok(decompress_lz4(payload, handle.offset)?.to_vec())
+    }
+}
+
+/// Decodes the index block: last keys strictly ascending, handles ascending, non-overlapping, before `data_end`.
+fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, String> {
+    let mut cursor = BlockCursor::default();
+    cursor
+        .reset(bytes)
+        .map_err(|e| format!("index block: {e}"))?;
+    cursor
+        .seek_to_first(bytes)
+        .map_err(|e| format!("index block: {e}"))?;
+    let mut out: Vec<IndexEntry> = Vec::new();
+    let mut next_free = 0u64;
+    while cursor.valid() {
+        let i = out.len();
+        let key = cursor.key();
+        if ikey::parse(key).is_none() {
+            return Err(format!("index entry {i}: malformed internal key"));
+        }
+        if out
+            .last()
+            .is_some_and(|p| ikey::compare(&p.last_key, key) != Ordering::Less)
+        {
+            return Err(format!("index entry {i}: keys not ascending"));
+        }
+        let handle = bytes
+            .get(cursor.value_range())
+            .and_then(BlockHandle::decode_varint)
+            .ok_or_else(|| format!("index entry {i}: malformed block handle"))?;
+        match handle.end() {
+            Some(end) if handle.offset >= next_free && end <= data_end && handle.size > 0 => next_free = end,
+            _ => {
+                return Err(format!(
+                    "index entry {i}: block at offset {} size {} overlaps or lies outside the data area",
+                    handle.offset, handle.size
+                ))
+            }
+        }
+        out.push(IndexEntry {
+            last_key: key.into(),
+            handle,
+        });
+        cursor
+            .next(bytes)
+            .map_err(|e| format!("index block: {e}"))?;
+    }
+    Ok(out)
+}
+
+/// A cursor over an SST file in internal-key order. Owns an `Arc` of its reader; scanning does not allocate
+/// per entry (the key is rebuilt in a reused buffer, values are ranges of the current block).
+pub struct SstIter {
+    reader: Arc<SstReader>,
+    block_idx: usize,
+    block: ValueSlice,
+    cursor: BlockCursor,
+    valid: bool,
+}
+
+impl SstIter {
+    fn load_block(&mut self, idx: usize) -> Result<bool, LsmError> {
+        if idx >= self.reader.index.len() {
+            self.block = ValueSlice::empty();
+            return Ok(false);
+        }
+        self.block = self.reader.data_block(idx)?;
+        self.block_idx = idx;
+        self.cursor
+            .reset(&self.block)
+            .map_err(|e| self.block_err(e))?;
+        Ok(true)
+    }
+
+    fn block_err(&self, e: String) -> LsmError {
+        let off = self
+            .reader
+            .index
+            .get(self.block_idx)
+            .map_or(0, |i| i.handle.offset);
+        self.reader
+            .corruption(format!("data block at offset {off}: {e}"))
+    }
+
+    /// Moves forward over blocks until positioned at an entry or past the end.
+    fn settle(&mut self) -> Result<(), LsmError> {
+        while !self.cursor.valid() {
+            if !self.load_block(self.block_idx + 1)? {
+                self.valid = false;
+                return Ok(());
+            }
+            self.cursor
+                .seek_to_first(&self.block)
+                .map_err(|e| self.block_err(e))?;
+        }
+        self.valid = true;
+        Ok(())
+    }
+
+    fn guard(&mut self, r: Result<(), LsmError>) -> Result<(), LsmError> {
+        if r.is_err() {
+            self.valid = false;
+        }
+        r
+    }
+
+    /// Positions at the first entry.
+    pub fn seek_to_first(&mut self) -> Result<(), LsmError> {
+        let r = (|| {
+            self.valid = false;
+            if !self.load_block(0)? {
+                return Ok(());
+            }
+            self.cursor
+                .seek_to_first(&self.block)
+                .map_err(|e| self.block_err(e))?;
+            self.settle()
+        })();
+        self.guard(r)
+    }
+
+    /// Positions at the first entry `>= target_ikey` by `ikey::compare`.
+    pub fn seek(&mut self, target_ikey: &[u8]) -> Result<(), LsmError> {
+        let r = (|| {
+            self.valid = false;
+            let idx = self
+                .reader
+                .index
+                .partition_point(|e| ikey::compare(&e.last_key, target_ikey) == Ordering::Less);
+            if !self.load_block(idx)? {
+                return Ok(());
+            }
+            self.cursor
+                .seek(&self.block, target_ikey)
+                .map_err(|e| self.block_err(e))?;
+            self.settle()
+        })();
+        self.guard(r)
+    }
+
+    /// Advances to the next entry (no-op when not valid).
+    #[allow(clippy::should_implement_trait)] // fallible cursor step, not an Iterator
+    pub fn next(&mut self) -> Result<(), LsmError> {
+        if !self.valid {
+            return Ok(());
+        }
+        let r = (|| {
+            self.cursor
+                .next(&self.block)
+                .map_err(|e| self.block_err(e))?;
+            self.settle()
+        })();
+        self.guard(r)
+    }
+
+    /// Whether the cursor is at an entry.
+    #[inline]
+    pub fn valid(&self) -> bool {
+        self.valid
+    }
+
+    /// The current internal key (empty when not valid).
+    #[inline]
+    pub fn key(&self) -> &[u8] {
+        if self.valid {
+            self.cursor.key()
+        } else {
+            &[]
+        }
+    }
+
+    /// The current value (empty when not valid).
+    #[inline]
+    pub fn value(&self) -> &[u8] {
+        if self.valid {
+            self.block.get(self.cursor.value_range()).unwrap_or(&[])
+        } else {
+            &[]
+        }
+    }
+
+    /// The current value as a zero-copy view of the mapped file (raw block) or of the cached block.
+    pub fn value_slice(&self) -> ValueSlice {
+        if !self.valid {
+            return ValueSlice::empty();
+        }
+        self.block
+            .slice(self.cursor.value_range())
+            .unwrap_or_default()
+    }
+
+    /// The reader this iterator reads.
+    pub fn reader(&self) -> &Arc<SstReader> {
+        &self.reader
+    }
+}
+
+const _: () = assert!(BLOCK_TRAILER_LEN == 9);

@@ -1,0 +1,240 @@
+//! The SST writer.
+
+use std::path::{Path, PathBuf};
+
+use super::block::BlockBuilder;
+use super::format::{block_trailer, BlockHandle, Footer, CODEC_LZ4, CODEC_NONE};
+use super::{
+    bloom, properties, Compression, PropertiesCollector, SstMeta, SstOptions, SstProperties,
+};
+use crate::lsm::ikey::{self, ValueKind};
+use crate::lsm::io::{FileWriter, IoMode};
+use crate::lsm::LsmError;
+
+/// Largest `key + value` accepted in one entry (keeps block offsets within `u32`).
+pub const MAX_ENTRY_BYTES: usize = 1 << 30;
+/// Blocks smaller than this are never compressed.
+const MIN_COMPRESS_LEN: usize = 64;
+
+/// Writes one SST file: entries in strictly ascending internal-key order, then [`SstWriter::finish`].
+pub struct SstWriter {
+    path: PathBuf,
+    out: FileWriter,
+    options: SstOptions,
+    collector: Option<Box<dyn PropertiesCollector>>,
+    block: BlockBuilder,
+    index: BlockBuilder,
+    compress_buf: Vec<u8>,
+    handle_buf: Vec<u8>,
+    bloom_hashes: Vec<u64>,
+    props: SstProperties,
+}
+
+impl SstWriter {
+    /// Creates a new file at `path` (which must not exist), writing through [`IoMode::Auto`].
+    pub fn create(
+        path: &Path,
+        options: SstOptions,
+        collector: Option<Box<dyn PropertiesCollector>>,
+    ) -> Result<Self, LsmError> {
+        Self::create_with_mode(path, options, collector, IoMode::Auto)
+    }
+
+    /// Creates a new file at `path` (which must not exist), writing through the given I/O mode.
+    pub fn create_with_mode(
+        path: &Path,
+        mut options: SstOptions,
+        collector: Option<Box<dyn PropertiesCollector>>,
+        mode: IoMode,
+    ) -> Result<Self, LsmError> {
+        options.block_size = options.block_size.clamp(64, 64 << 20);
+        options.restart_interval = options.restart_interval.clamp(1, 1 << 16);
+        options.bloom_bits_per_key = options.bloom_bits_per_key.min(64);
+        let out = FileWriter::create(path, mode)?;
+        Ok(SstWriter {
+            path: path.to_path_buf(),
+            out,
+            block: BlockBuilder::new(options.restart_interval),
+            index: BlockBuilder::new(1),
+            options,
+            collector,
+            compress_buf: Vec::new(),
+            handle_buf: Vec::new(),
+            bloom_hashes: Vec::new(),
+            props: SstProperties {
+                min_seqno: u64::MAX,
+                ..SstProperties::default()
+            },
+        })
+    }
+
+    /// The I/O mode in use ([`IoMode::IoUring`] or [`IoMode::Plain`]).
+    pub fn io_mode(&self) -> IoMode {
+        self.out.mode()
+    }
+
+    fn input_err(&self, detail: String) -> LsmError {
+        LsmError::SstInput {
+            file: self.path.display().to_string(),
+            detail,
+        }
+    }
+
+    /// Appends an entry; keys must be strictly ascending by `ikey::compare`.
+    pub fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<(), LsmError> {
+        let Some(parsed) = ikey::parse(ikey) else {
+            return Err(self.input_err(format!("malformed internal key {:02x?}", ikey)));
+        };
+        if self.props.entries > 0 && ikey::compare(&self.props.largest, ikey).is_ge() {
+            return Err(self.input_err("keys are not strictly ascending".into()));
+        }
+        if ikey.len().saturating_add(value.len()) > MAX_ENTRY_BYTES {
+            return Err(self.input_err(format!(
+                "entry of {} bytes exceeds the limit of {MAX_ENTRY_BYTES}",
+                ikey.len() + value.len()
+            )));
+        }
+        if !self.block.is_empty()
+            && self.block.estimated_size() + ikey.len() + value.len() + 12 > self.options.block_size
+        {
+            self.flush_block()?;
+        }
+        self.block.add(ikey, value);
+        if self.options.bloom_bits_per_key > 0
+            && (self.props.entries == 0 || ikey::user_key(&self.props.largest) != parsed.user_key)
+        {
+            self.bloom_hashes.push(bloom::key_hash(parsed.user_key));
+        }
+        let p = &mut self.props;
+        if p.entries == 0 {
+            p.smallest = ikey.to_vec();
+        }
+        p.largest.clear();
+        p.largest.extend_from_slice(ikey);
+        p.entries += 1;
+        match parsed.kind {
+            ValueKind::Merge => p.merge_operands += 1,
+            ValueKind::Delete => p.tombstones += 1,
+            ValueKind::RangeDelete => p.range_tombstones += 1,
+            ValueKind::Put => {}
+        }
+        p.raw_key_bytes += ikey.len() as u64;
+        p.raw_value_bytes += value.len() as u64;
+        p.min_seqno = p.min_seqno.min(parsed.seqno);
+        p.max_seqno = p.max_seqno.max(parsed.seqno);
+        if let Some(c) = &mut self.collector {
+            c.add(ikey, value);
+        }
+        Ok(())
+    }
+
+    /// Estimated size of the file if finished now.
+    pub fn estimated_size(&self) -> u64 {
+        self.out.offset()
+            + self.block.estimated_size() as u64
+            + self.index.estimated_size() as u64
+            + self.bloom_hashes.len() as u64 * u64::from(self.options.bloom_bits_per_key) / 8
+            + 128
+    }
+
+    fn flush_block(&mut self) -> Result<(), LsmError> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let handle = write_block(
+            &mut self.out,
+            &mut self.compress_buf,
+            self.block.finish(),
+            self.options.compression,
+        )?;
+        self.handle_buf.clear();
+        handle.encode_varint(&mut self.handle_buf);
+        self.index.add(self.block.last_key(), &self.handle_buf);
+        self.block.reset();
+        Ok(())
+    }
+
+    /// Writes the last data block, filter, properties, index and footer, and fsyncs the file.
+    pub fn finish(mut self) -> Result<SstMeta, LsmError> {
+        self.flush_block()?;
+        let mut footer = Footer::default();
+        if self.options.bloom_bits_per_key > 0 {
+            let filter = bloom::build(&self.bloom_hashes, self.options.bloom_bits_per_key);
+            footer.filter = write_block(
+                &mut self.out,
+                &mut self.compress_buf,
+                &filter,
+                Compression::None,
+            )?;
+        }
+        if self.props.entries == 0 {
+            self.props.min_seqno = 0;
+        }
+        if let Some(c) = &mut self.collector {
+            self.props.user = c.finish();
+        }
+        let props = properties::encode(&self.props);
+        footer.properties = write_block(
+            &mut self.out,
+            &mut self.compress_buf,
+            &props,
+            Compression::None,
+        )?;
+        footer.index = write_block(
+            &mut self.out,
+            &mut self.compress_buf,
+            self.index.finish(),
+            self.options.compression,
+        )?;
+        self.out.write_all(&footer.encode())?;
+        let file_size = self.out.finish()?;
+        Ok(SstMeta {
+            file_size,
+            properties: self.props,
+        })
+    }
+
+    /// Abandons the file: closes and deletes it.
+    pub fn abandon(self) -> Result<(), LsmError> {
+        let path = self.path.clone();
+        drop(self);
+        std::fs::remove_file(&path).map_err(|source| LsmError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+/// Writes `raw` as one block (LZ4 if asked and it shrinks by at least 1/8, raw otherwise) plus its trailer.
+fn write_block(
+    out: &mut FileWriter,
+    buf: &mut Vec<u8>,
+    raw: &[u8],
+    compression: Compression,
+) -> Result<BlockHandle, LsmError> {
+    let offset = out.offset();
+    if compression == Compression::Lz4 && raw.len() >= MIN_COMPRESS_LEN {
+        buf.clear();
+        buf.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+        buf.resize(4 + lz4_flex::block::get_maximum_output_size(raw.len()), 0);
+        if let Some(dst) = buf.get_mut(4..) {
+            if let Ok(n) = lz4_flex::block::compress_into(raw, dst) {
+                buf.truncate(4 + n);
+                if buf.len() < raw.len() - raw.len() / 8 {
+                    out.write_all(buf)?;
+                    out.write_all(&block_trailer(buf, CODEC_LZ4))?;
+                    return Ok(BlockHandle {
+                        offset,
+                        size: buf.len() as u64,
+                    });
+                }
+            }
+        }
+    }
+    out.write_all(raw)?;
+    out.write_all(&block_trailer(raw, CODEC_NONE))?;
+    Ok(BlockHandle {
+        offset,
+        size: raw.len() as u64,
+    })
+}

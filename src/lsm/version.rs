@@ -1,0 +1,310 @@
+//! Versions: the immutable set of SST files per level, and edits that move from one version to the next.
+//!
+//! Files are shared between versions through `Arc<FileMeta>`. When an edit removes a file and the edit is
+//! durable in the manifest, the file is marked obsolete; it is deleted from disk when the last `Arc` drops,
+//! i.e. when no version (held by the current state, an iterator, a snapshot read or a checkpoint) still
+//! names it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::batch::Reader;
+use super::cache::BlockCache;
+use super::ikey;
+use super::rangedel::RangeTombstone;
+use super::sst::SstReader;
+
+/// The path of SST file `number` in `dir`.
+pub(crate) fn sst_path(dir: &std::path::Path, number: u64) -> PathBuf {
+    dir.join(format!("{number:06}.sst"))
+}
+
+/// What the manifest records about one SST file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileInfo {
+    pub number: u64,
+    pub size: u64,
+    /// Smallest internal key.
+    pub smallest: Vec<u8>,
+    /// Largest internal key.
+    pub largest: Vec<u8>,
+    pub min_seqno: u64,
+    pub max_seqno: u64,
+}
+
+impl FileInfo {
+    pub fn smallest_user(&self) -> &[u8] {
+        ikey::user_key(&self.smallest)
+    }
+    pub fn largest_user(&self) -> &[u8] {
+        ikey::user_key(&self.largest)
+    }
+    /// Whether the file's user-key range overlaps the closed range `[lo, hi]`.
+    pub fn overlaps(&self, lo: &[u8], hi: &[u8]) -> bool {
+        self.smallest_user() <= hi && lo <= self.largest_user()
+    }
+}
+
+/// An open SST file shared by versions.
+pub(crate) struct FileMeta {
+    pub info: FileInfo,
+    pub reader: Arc<SstReader>,
+    pub range_dels: Vec<RangeTombstone>,
+    pub path: PathBuf,
+    obsolete: AtomicBool,
+    cache: Arc<BlockCache>,
+}
+
+impl FileMeta {
+    pub fn new(
+        info: FileInfo,
+        reader: Arc<SstReader>,
+        range_dels: Vec<RangeTombstone>,
+        path: PathBuf,
+        cache: Arc<BlockCache>,
+    ) -> Self {
+        Self {
+            info,
+            reader,
+            range_dels,
+            path,
+            obsolete: AtomicBool::new(false),
+            cache,
+        }
+    }
+
+    /// Marks the file for deletion once unreferenced (only after the manifest stopped naming it).
+    pub fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for FileMeta {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            self.cache.erase_file(self.info.number);
+            // Best effort: a leftover file is not named by the manifest and is removed at the next open.
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// One immutable version of the tree.
+#[derive(Clone)]
+pub(crate) struct Version {
+    /// `levels[0]` newest first; deeper levels sorted by smallest key, non-overlapping.
+    pub levels: Vec<Vec<Arc<FileMeta>>>,
+    /// All range tombstones of all files.
+    pub range_dels: Arc<Vec<RangeTombstone>>,
+}
+
+impl Version {
+    pub fn empty(num_levels: usize) -> Self {
+        Self {
+            levels: vec![Vec::new(); num_levels],
+            range_dels: Arc::new(Vec::new()),
+        }
+    }
+
+    /// A new version: `self` without `deleted` (level, number) plus `added` (level, file).
+    pub fn apply(&self, deleted: &[(usize, u64)], added: &[(usize, Arc<FileMeta>)]) -> Version {
+        let mut levels = self.levels.clone();
+        for (level, number) in deleted {
+            if let Some(l) = levels.get_mut(*level) {
+                l.retain(|f| f.info.number != *number);
+            }
+        }
+        for (level, f) in added {
+            if let Some(l) = levels.get_mut(*level) {
+                l.push(Arc::clone(f));
+            }
+        }
+        let v = Self::from_levels(levels);
+        debug_assert_eq!(v.check_invariants(), Ok(()));
+        v
+    }
+
+    pub fn from_levels(mut levels: Vec<Vec<Arc<FileMeta>>>) -> Version {
+        for (i, l) in levels.iter_mut().enumerate() {
+            if i == 0 {
+                l.sort_by(|a, b| {
+                    (b.info.max_seqno, b.info.number).cmp(&(a.info.max_seqno, a.info.number))
+                });
+            } else {
+                l.sort_by(|a, b| ikey::compare(&a.info.smallest, &b.info.smallest));
+            }
+        }
+        let range_dels = levels
+            .iter()
+            .flatten()
+            .flat_map(|f| f.range_dels.iter().cloned())
+            .collect();
+        Version {
+            levels,
+            range_dels: Arc::new(range_dels),
+        }
+    }
+
+    /// Checks that levels 1+ are sorted and non-overlapping by user key.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (level, files) in self.levels.iter().enumerate().skip(1) {
+            for w in files.windows(2) {
+                if w[0].info.largest_user() >= w[1].info.smallest_user() {
+                    return Err(format!(
+                        "files {} and {} overlap in level {level}",
+                        w[0].info.number, w[1].info.number
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Total bytes per level.
+    pub fn level_bytes(&self) -> Vec<u64> {
+        self.levels
+            .iter()
+            .map(|l| l.iter().map(|f| f.info.size).sum())
+            .collect()
+    }
+
+    /// Files of `level` overlapping the user-key range `[lo, hi]`.
+    pub fn overlapping(&self, level: usize, lo: &[u8], hi: &[u8]) -> Vec<Arc<FileMeta>> {
+        self.levels
+            .get(level)
+            .map(|l| {
+                l.iter()
+                    .filter(|f| f.info.overlaps(lo, hi))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// All files.
+    pub fn files(&self) -> impl Iterator<Item = (usize, &Arc<FileMeta>)> {
+        self.levels
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| l.iter().map(move |f| (i, f)))
+    }
+}
+
+/// A change from one version to the next, as recorded in the manifest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct VersionEdit {
+    pub next_file_number: Option<u64>,
+    pub last_seqno: Option<u64>,
+    pub log_number: Option<u64>,
+    pub deleted: Vec<(u32, u64)>,
+    pub added: Vec<(u32, FileInfo)>,
+}
+
+const TAG_NEXT_FILE: u8 = 1;
+const TAG_LAST_SEQNO: u8 = 2;
+const TAG_LOG_NUMBER: u8 = 3;
+const TAG_DELETE: u8 = 4;
+const TAG_ADD: u8 = 5;
+
+impl VersionEdit {
+    /// Encodes the edit as tagged fields (little-endian), see `design/lsm-engine.md`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let u64f = |out: &mut Vec<u8>, tag: u8, v: Option<u64>| {
+            if let Some(v) = v {
+                out.push(tag);
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        };
+        u64f(&mut out, TAG_NEXT_FILE, self.next_file_number);
+        u64f(&mut out, TAG_LAST_SEQNO, self.last_seqno);
+        u64f(&mut out, TAG_LOG_NUMBER, self.log_number);
+        for (level, number) in &self.deleted {
+            out.push(TAG_DELETE);
+            out.extend_from_slice(&level.to_le_bytes());
+            out.extend_from_slice(&number.to_le_bytes());
+        }
+        for (level, f) in &self.added {
+            out.push(TAG_ADD);
+            out.extend_from_slice(&level.to_le_bytes());
+            for v in [f.number, f.size, f.min_seqno, f.max_seqno] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            for k in [&f.smallest, &f.largest] {
+                out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+                out.extend_from_slice(k);
+            }
+        }
+        out
+    }
+
+    /// Decodes [`VersionEdit::encode`]'s output; never panics on arbitrary bytes.
+    pub fn decode(bytes: &[u8]) -> Result<VersionEdit, String> {
+        let mut r = Reader { buf: bytes, pos: 0 };
+        let mut e = VersionEdit::default();
+        while !r.is_empty() {
+            match r.u8()? {
+                TAG_NEXT_FILE => e.next_file_number = Some(r.u64()?),
+                TAG_LAST_SEQNO => e.last_seqno = Some(r.u64()?),
+                TAG_LOG_NUMBER => e.log_number = Some(r.u64()?),
+                TAG_DELETE => {
+                    let level = r.u32()?;
+                    e.deleted.push((level, r.u64()?));
+                }
+                TAG_ADD => {
+                    let level = r.u32()?;
+                    let number = r.u64()?;
+                    let size = r.u64()?;
+                    let min_seqno = r.u64()?;
+                    let max_seqno = r.u64()?;
+                    let sl = r.u32()? as usize;
+                    let smallest = r.bytes(sl)?.to_vec();
+                    let ll = r.u32()? as usize;
+                    let largest = r.bytes(ll)?.to_vec();
+                    e.added.push((
+                        level,
+                        FileInfo {
+                            number,
+                            size,
+                            smallest,
+                            largest,
+                            min_seqno,
+                            max_seqno,
+                        },
+                    ));
+                }
+                t => return Err(format!("unknown tag {t} at offset {}", r.pos - 1)),
+            }
+        }
+        Ok(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_roundtrip() {
+        let e = VersionEdit {
+            next_file_number: Some(9),
+            last_seqno: Some(100),
+            log_number: None,
+            deleted: vec![(1, 4)],
+            added: vec![(
+                2,
+                FileInfo {
+                    number: 8,
+                    size: 1000,
+                    smallest: b"a\0\0\0\0\0\0\x01\x01".to_vec(),
+                    largest: b"z\0\0\0\0\0\0\x02\x01".to_vec(),
+                    min_seqno: 1,
+                    max_seqno: 2,
+                },
+            )],
+        };
+        assert_eq!(VersionEdit::decode(&e.encode()).unwrap(), e);
+        assert!(VersionEdit::decode(&[5, 1]).is_err());
+    }
+}

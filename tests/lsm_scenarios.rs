@@ -1,0 +1,822 @@
+//! Behavioural scenarios of the LSM engine core.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use keyed_state::lsm::batch::WriteBatch;
+use keyed_state::lsm::db::Db;
+use keyed_state::lsm::filter::{
+    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
+    FilterEntryKind,
+};
+use keyed_state::lsm::merge::ListAppendOperator;
+use keyed_state::lsm::options::{Options, ReadOptions};
+use keyed_state::lsm::sst::{Compression, SstOptions};
+use keyed_state::lsm::LsmError;
+
+fn small_opts() -> Options {
+    Options {
+        memtable_size: 16 << 10,
+        max_immutable_memtables: 2,
+        l0_compaction_trigger: 2,
+        l0_stop_writes_trigger: 8,
+        num_levels: 4,
+        level_base_size: 64 << 10,
+        level_multiplier: 4,
+        target_file_size: 16 << 10,
+        sst: SstOptions {
+            block_size: 1024,
+            compression: Compression::None,
+            ..SstOptions::default()
+        },
+        block_cache_size: 1 << 20,
+        merge_operator: Some(Arc::new(ListAppendOperator)),
+        ..Options::default()
+    }
+}
+
+fn get(db: &Db, k: &[u8]) -> Option<Vec<u8>> {
+    db.get(k).unwrap().map(|v| v.to_vec())
+}
+
+fn scan(db: &Db, ro: ReadOptions<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut it = db.iter(ro);
+    it.seek_to_first();
+    let mut out = Vec::new();
+    while it.valid() {
+        out.push((it.key().to_vec(), it.value().to_vec()));
+        it.next();
+    }
+    assert!(it.status().is_ok(), "{:?}", it.status());
+    out
+}
+
+fn sst_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sst")
+        })
+        .count()
+}
+
+#[test]
+fn put_get_delete_and_overwrite_in_memtable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.put(b"a", b"2").unwrap();
+    db.put(b"b", b"3").unwrap();
+    db.delete(b"b").unwrap();
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"2"[..]));
+    assert_eq!(get(&db, b"b"), None);
+    assert_eq!(get(&db, b"c"), None);
+}
+
+#[test]
+fn write_batch_becomes_visible_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(dir.path(), small_opts()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut checks = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let all = scan(&db, ReadOptions::default());
+                if let Some((_, first)) = all.first() {
+                    assert_eq!(all.len(), 20);
+                    assert!(all.iter().all(|(_, v)| v == first), "torn batch");
+                }
+                checks += 1;
+            }
+            checks
+        })
+    };
+    for round in 0..300u32 {
+        let mut b = WriteBatch::new();
+        for i in 0..20u32 {
+            b.put(format!("key{i:02}").as_bytes(), &round.to_be_bytes());
+        }
+        db.write(&b).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+}
+
+#[test]
+fn merge_operands_survive_flush_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.merge(b"list", b"a").unwrap();
+    db.flush().unwrap();
+    db.merge(b"list", b"b").unwrap();
+    db.flush().unwrap();
+    db.merge(b"list", b"c").unwrap();
+    assert_eq!(get(&db, b"list").as_deref(), Some(&b"a,b,c"[..]));
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"list").as_deref(), Some(&b"a,b,c"[..]));
+    db.put(b"list", b"x").unwrap();
+    db.merge(b"list", b"y").unwrap();
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"list").as_deref(), Some(&b"x,y"[..]));
+    assert_eq!(
+        scan(&db, ReadOptions::default()),
+        vec![(b"list".to_vec(), b"x,y".to_vec())]
+    );
+}
+
+#[test]
+fn list_with_many_operands_reads_linearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            memtable_size: 64 << 20,
+            ..small_opts()
+        },
+    )
+    .unwrap();
+    let n = 20_000;
+    for i in 0..n {
+        db.merge(b"l", format!("{i}").as_bytes()).unwrap();
+    }
+    let t = std::time::Instant::now();
+    let v = get(&db, b"l").unwrap();
+    let elapsed = t.elapsed();
+    assert_eq!(v.split(|b| *b == b',').count(), n);
+    assert!(elapsed < std::time::Duration::from_secs(2), "{elapsed:?}");
+}
+
+/// Drops list elements (and operands) starting with "old", as a TTL filter drops expired elements.
+struct DropOld;
+impl CompactionFilter for DropOld {
+    fn filter(&mut self, _key: &[u8], kind: FilterEntryKind, value: &[u8]) -> FilterDecision {
+        match kind {
+            FilterEntryKind::MergeOperand if value.starts_with(b"old") => FilterDecision::Remove,
+            FilterEntryKind::MergeOperand => FilterDecision::Keep,
+            FilterEntryKind::Value => {
+                let kept: Vec<&[u8]> = value
+                    .split(|b| *b == b',')
+                    .filter(|e| !e.starts_with(b"old"))
+                    .collect();
+                if kept.is_empty() {
+                    FilterDecision::Remove
+                } else {
+                    FilterDecision::Replace(kept.join(&b","[..]))
+                }
+            }
+        }
+    }
+}
+struct DropOldFactory;
+impl CompactionFilterFactory for DropOldFactory {
+    fn name(&self) -> &str {
+        "drop-old"
+    }
+    fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
+        Box::new(DropOld)
+    }
+}
+
+#[test]
+fn compaction_filter_drops_expired_list_elements() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        compaction_filter_factory: Some(Arc::new(DropOldFactory)),
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    // A merged value holding expired elements, plus separate operands (expired and live).
+    db.put(b"l", b"old0,new0").unwrap();
+    db.merge(b"l", b"old1").unwrap();
+    db.merge(b"l", b"new1").unwrap();
+    db.flush().unwrap();
+    db.merge(b"m", b"old2").unwrap();
+    db.merge(b"m", b"new2").unwrap();
+    db.merge(b"gone", b"old3").unwrap();
+    db.put(b"p", b"old4").unwrap();
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"old0,new0,old1,new1"[..]));
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"new0,new1"[..]));
+    assert_eq!(get(&db, b"m").as_deref(), Some(&b"new2"[..]));
+    assert_eq!(get(&db, b"gone"), None);
+    assert_eq!(get(&db, b"p"), None);
+}
+
+#[test]
+fn range_delete_hides_older_data_across_levels() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for i in 0..500u32 {
+        db.put(format!("k{i:04}").as_bytes(), b"deep").unwrap();
+    }
+    db.compact_all().unwrap();
+    for i in 0..500u32 {
+        if i % 2 == 0 {
+            db.put(format!("k{i:04}").as_bytes(), b"l0").unwrap();
+        }
+    }
+    db.flush().unwrap();
+    db.merge(b"k0150", b"m").unwrap();
+    db.delete_range(b"k0100", b"k0200").unwrap();
+    db.put(b"k0150", b"after").unwrap();
+    let check = |db: &Db| {
+        for i in 0..500u32 {
+            let k = format!("k{i:04}");
+            let want: Option<&[u8]> = if i == 150 {
+                Some(b"after")
+            } else if (100..200).contains(&i) {
+                None
+            } else if i % 2 == 0 {
+                Some(b"l0")
+            } else {
+                Some(b"deep")
+            };
+            assert_eq!(get(db, k.as_bytes()).as_deref(), want, "{k}");
+        }
+        let all = scan(db, ReadOptions::default());
+        assert_eq!(all.len(), 500 - 100 + 1);
+    };
+    check(&db);
+    db.flush().unwrap();
+    check(&db);
+    db.compact_all().unwrap();
+    check(&db);
+    db.close().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    check(&db);
+}
+
+#[test]
+fn obsolete_files_kept_while_iterator_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        auto_compaction: false,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..200u32 {
+        db.put(format!("k{i:04}").as_bytes(), b"v1").unwrap();
+    }
+    db.flush().unwrap();
+    let before = sst_count(dir.path());
+    assert!(before > 0);
+    let mut it = db.iter(ReadOptions::default());
+    for i in 0..200u32 {
+        db.put(format!("k{i:04}").as_bytes(), b"v2").unwrap();
+    }
+    db.compact_all().unwrap();
+    // The iterator's files are still on disk and readable.
+    assert!(sst_count(dir.path()) > db.stats().level_files.iter().sum::<usize>());
+    it.seek_to_first();
+    let mut n = 0;
+    while it.valid() {
+        assert_eq!(it.value(), b"v1");
+        n += 1;
+        it.next();
+    }
+    assert_eq!(n, 200);
+    drop(it);
+    assert_eq!(
+        sst_count(dir.path()),
+        db.stats().level_files.iter().sum::<usize>()
+    );
+}
+
+#[test]
+fn snapshot_reads_survive_flush_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.merge(b"l", b"x").unwrap();
+    let snap = db.snapshot();
+    db.put(b"a", b"2").unwrap();
+    db.merge(b"l", b"y").unwrap();
+    db.delete_range(b"a", b"b").unwrap();
+    db.compact_all().unwrap();
+    assert_eq!(db.get_at(b"a", &snap).unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(db.get_at(b"l", &snap).unwrap().as_deref(), Some(&b"x"[..]));
+    assert_eq!(get(&db, b"a"), None);
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"x,y"[..]));
+    let at = scan(
+        &db,
+        ReadOptions {
+            snapshot: Some(&snap),
+            ..ReadOptions::default()
+        },
+    );
+    assert_eq!(
+        at,
+        vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"l".to_vec(), b"x".to_vec())
+        ]
+    );
+}
+
+#[test]
+fn prefix_scan_and_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for k in ["a1", "b1", "b2", "b3", "c1"] {
+        db.put(k.as_bytes(), k.as_bytes()).unwrap();
+    }
+    db.flush().unwrap();
+    db.put(b"b4", b"b4").unwrap();
+    let keys = |ro| {
+        scan(&db, ro)
+            .into_iter()
+            .map(|(k, _)| String::from_utf8(k).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        keys(ReadOptions {
+            prefix: Some(b"b".to_vec()),
+            ..Default::default()
+        }),
+        ["b1", "b2", "b3", "b4"]
+    );
+    assert_eq!(
+        keys(ReadOptions {
+            lower_bound: Some(b"b2".to_vec()),
+            upper_bound: Some(b"c".to_vec()),
+            ..Default::default()
+        }),
+        ["b2", "b3", "b4"]
+    );
+    let mut it = db.iter(ReadOptions::default());
+    it.seek(b"b25");
+    assert_eq!(it.key(), b"b3");
+}
+
+#[test]
+fn get_from_uncompressed_sst_is_zero_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"k", &[7u8; 100]).unwrap();
+    db.flush().unwrap();
+    let v = db.get(b"k").unwrap().unwrap();
+    assert_eq!(&*v, &[7u8; 100][..]);
+    assert!(v.is_mapped());
+}
+
+#[test]
+fn checkpoint_opens_as_db() {
+    let dir = tempfile::tempdir().unwrap();
+    let cp = dir.path().join("cp");
+    let db = Db::open(dir.path().join("db"), small_opts()).unwrap();
+    for i in 0..1000u32 {
+        db.put(format!("k{i:04}").as_bytes(), format!("v{i}").as_bytes())
+            .unwrap();
+    }
+    db.merge(b"l", b"a").unwrap();
+    let info = db.checkpoint(&cp).unwrap();
+    assert!(!info.files.is_empty());
+    assert!(info.manifest.exists());
+    // Writes after the checkpoint are not in it; compaction of the source does not disturb it.
+    db.put(b"k0000", b"changed").unwrap();
+    db.compact_all().unwrap();
+    let c = Db::open(&cp, small_opts()).unwrap();
+    assert_eq!(get(&c, b"k0000").as_deref(), Some(&b"v0"[..]));
+    assert_eq!(get(&c, b"k0999").as_deref(), Some(&b"v999"[..]));
+    assert_eq!(get(&c, b"l").as_deref(), Some(&b"a"[..]));
+    assert_eq!(scan(&c, ReadOptions::default()).len(), 1001);
+    assert_eq!(c.stats().last_seqno, info.seqno);
+}
+
+#[test]
+fn write_stall_when_l0_deep() {
+    let dir = tempfile::tempdir().unwrap();
+    /// Makes every compaction slow, so L0 fills up faster than it drains.
+    struct SlowFactory;
+    impl CompactionFilterFactory for SlowFactory {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            Box::new(DropOld)
+        }
+    }
+    let opts = Options {
+        memtable_size: 4 << 10,
+        l0_compaction_trigger: 2,
+        l0_stop_writes_trigger: 3,
+        compaction_filter_factory: Some(Arc::new(SlowFactory)),
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..5000u32 {
+        db.put(format!("k{:05}", i % 1500).as_bytes(), &[b'x'; 64])
+            .unwrap();
+    }
+    let s = db.stats();
+    assert!(s.write_stalls > 0, "{s:?}");
+    // Writes stop at 3 L0 files; the (at most 2) memtables already queued may still land.
+    assert!(s.level_files[0] <= 3 + 2, "{s:?}");
+    assert_eq!(get(&db, b"k01499").as_deref(), Some(&[b'x'; 64][..]));
+}
+
+#[test]
+fn leveled_compaction_keeps_levels_non_overlapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let mut model = std::collections::BTreeMap::new();
+    for round in 0..4u32 {
+        for i in 0..2000u32 {
+            let k = format!("k{:05}", (i * 7919 + round) % 3000).into_bytes();
+            let v = format!("{round}-{i}").into_bytes();
+            db.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+    }
+    db.flush().unwrap();
+    let s = db.stats();
+    assert!(s.compactions > 0, "{s:?}");
+    assert!(s.level_files[1..].iter().sum::<usize>() > 0, "{s:?}");
+    assert!(s.write_amplification() > 1.0);
+    assert_eq!(
+        scan(&db, ReadOptions::default()),
+        model.into_iter().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn reopen_after_close_keeps_data_and_never_reuses_file_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.flush().unwrap();
+    db.put(b"b", b"2").unwrap();
+    db.close().unwrap();
+    let names = |p: &std::path::Path| {
+        std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let before = names(dir.path());
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(&db, b"b").as_deref(), Some(&b"2"[..]));
+    db.put(b"c", b"3").unwrap();
+    db.flush().unwrap();
+    let max_before = before
+        .iter()
+        .filter_map(|n| n.strip_suffix(".sst").and_then(|n| n.parse::<u64>().ok()))
+        .max()
+        .unwrap();
+    let after = names(dir.path());
+    let new_max = after
+        .iter()
+        .filter_map(|n| n.strip_suffix(".sst").and_then(|n| n.parse::<u64>().ok()))
+        .max()
+        .unwrap();
+    assert!(new_max > max_before);
+}
+
+#[test]
+fn wal_replays_unflushed_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        wal: true,
+        ..small_opts()
+    };
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        db.put(b"a", b"1").unwrap();
+        db.merge(b"l", b"x").unwrap();
+        db.delete_range(b"q", b"r").unwrap();
+        // A second handle is refused while the first is open.
+        assert!(matches!(
+            Db::open(dir.path(), opts.clone()),
+            Err(LsmError::Locked(_))
+        ));
+        // Simulate a crash: no flush on close.
+        db.abandon();
+    }
+    // A torn tail record is ignored.
+    let log = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, &[9, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(f);
+    let db = Db::open(dir.path(), opts).unwrap();
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"x"[..]));
+}
+
+#[test]
+fn manifest_corruption_is_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.close().unwrap();
+    let man = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("MANIFEST-")
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&man).unwrap();
+    bytes[14] ^= 0xFF;
+    std::fs::write(&man, &bytes).unwrap();
+    match Db::open(dir.path(), small_opts()) {
+        Err(LsmError::Corruption { file, .. }) => assert!(file.contains("MANIFEST-"), "{file}"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("opened a corrupt manifest"),
+    }
+    std::fs::write(dir.path().join("CURRENT"), b"garbage").unwrap();
+    assert!(matches!(
+        Db::open(dir.path(), small_opts()),
+        Err(LsmError::Corruption { .. })
+    ));
+}
+
+#[test]
+fn merge_without_operator_is_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            merge_operator: None,
+            ..small_opts()
+        },
+    )
+    .unwrap();
+    db.merge(b"k", b"v").unwrap();
+    assert!(matches!(db.get(b"k"), Err(LsmError::NoMergeOperator)));
+    // Compaction keeps the operands instead of failing the database.
+    db.compact_all().unwrap();
+    assert!(matches!(db.get(b"k"), Err(LsmError::NoMergeOperator)));
+    db.put(b"other", b"1").unwrap();
+}
+
+#[test]
+fn delete_range_drops_whole_files_inside_the_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        auto_compaction: false,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..3000u32 {
+        db.put(format!("k{i:05}").as_bytes(), &[b'v'; 32]).unwrap();
+    }
+    db.compact_all().unwrap();
+    let before = db.stats();
+    let files_before: usize = before.level_files.iter().sum();
+    assert!(files_before > 4, "{before:?}");
+    db.delete_range(b"k00100", b"k02900").unwrap();
+    let after = db.stats();
+    assert!(after.files_dropped_by_range_delete > 0, "{after:?}");
+    assert!(after.level_files.iter().sum::<usize>() < files_before);
+    assert_eq!(get(&db, b"k00099").as_deref(), Some(&[b'v'; 32][..]));
+    assert_eq!(get(&db, b"k00100"), None);
+    assert_eq!(get(&db, b"k02899"), None);
+    assert_eq!(get(&db, b"k02900").as_deref(), Some(&[b'v'; 32][..]));
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 200);
+    db.compact_all().unwrap();
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 200);
+}
+
+#[test]
+fn delete_range_keeps_files_a_snapshot_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for i in 0..3000u32 {
+        db.put(format!("k{i:05}").as_bytes(), b"v").unwrap();
+    }
+    db.compact_all().unwrap();
+    let snap = db.snapshot();
+    db.delete_range(b"k00000", b"k99999").unwrap();
+    assert_eq!(db.stats().files_dropped_by_range_delete, 0);
+    db.compact_all().unwrap();
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 0);
+    let old = scan(
+        &db,
+        ReadOptions {
+            snapshot: Some(&snap),
+            ..ReadOptions::default()
+        },
+    );
+    assert_eq!(old.len(), 3000);
+}
+
+#[test]
+fn ingest_sorted_places_non_overlapping_files_in_last_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"memtable").unwrap();
+    let info = db
+        .ingest_sorted(
+            (0..2000u32).map(|i| (format!("k{i:05}").into_bytes(), b"ingested".to_vec())),
+        )
+        .unwrap();
+    assert_eq!(info.entries, 2000);
+    assert!(info.files > 1);
+    assert_eq!(info.level, 3);
+    assert_eq!(get(&db, b"k01999").as_deref(), Some(&b"ingested"[..]));
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"memtable"[..]));
+    // Overlapping ingestion goes to L0 and shadows older values.
+    db.put(b"k00005", b"old").unwrap();
+    let info = db
+        .ingest_sorted(vec![
+            (b"k00005".to_vec(), b"new".to_vec()),
+            (b"k00006".to_vec(), b"new".to_vec()),
+        ])
+        .unwrap();
+    assert_eq!(info.level, 0);
+    assert_eq!(get(&db, b"k00005").as_deref(), Some(&b"new"[..]));
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"k00005").as_deref(), Some(&b"new"[..]));
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 2001);
+    let err = db.ingest_sorted(vec![(b"b".to_vec(), vec![]), (b"a".to_vec(), vec![])]);
+    assert!(matches!(err, Err(LsmError::InvalidArgument(_))));
+    db.close().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(get(&db, b"k00006").as_deref(), Some(&b"new"[..]));
+}
+
+#[test]
+fn db_and_iterators_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Db>();
+    send_sync::<keyed_state::lsm::snapshot::Snapshot>();
+    send::<keyed_state::lsm::iter::DbIter>();
+}
+
+/// Throughput smoke test; run with `cargo test --release --test lsm_scenarios perf_smoke -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn perf_smoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 4 << 20,
+        target_file_size: 4 << 20,
+        level_base_size: 16 << 20,
+        sst: SstOptions::default(),
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    let n = 500_000u64;
+    let key = |i: u64| format!("key{:012}", (i * 2_654_435_761) % n).into_bytes();
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        db.put(&key(i), &[b'v'; 100]).unwrap();
+    }
+    db.flush().unwrap();
+    let w = t.elapsed();
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        assert!(db.get(&key(i)).unwrap().is_some());
+    }
+    let r = t.elapsed();
+    let t = std::time::Instant::now();
+    let count = scan(&db, ReadOptions::default()).len();
+    let s = t.elapsed();
+    assert_eq!(count as u64, n);
+    for i in 0..n / 10 {
+        db.merge(b"list", &i.to_le_bytes()).unwrap();
+    }
+    let t = std::time::Instant::now();
+    let l = db.get(b"list").unwrap().unwrap().len();
+    let m = t.elapsed();
+    let st = db.stats();
+    eprintln!(
+        "puts {:.0}/s, gets {:.0}/s, scan {:.0}/s, list of {} operands ({l} B) read in {m:?}, write amp {:.2}, levels {:?}",
+        n as f64 / w.as_secs_f64(),
+        n as f64 / r.as_secs_f64(),
+        n as f64 / s.as_secs_f64(),
+        n / 10,
+        st.write_amplification(),
+        st.level_files
+    );
+}
+
+#[test]
+fn background_error_surfaces_on_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let db = Db::open(&path, small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    // The flush thread cannot create its SST any more.
+    std::fs::remove_dir_all(&path).unwrap();
+    assert!(matches!(db.flush(), Err(LsmError::Background(_))));
+    assert!(matches!(db.put(b"b", b"2"), Err(LsmError::Background(_))));
+    // Reads of what is in memory still work.
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
+}
+
+#[test]
+fn concurrent_writers_readers_and_background_work_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(dir.path(), small_opts()).unwrap());
+    let writers: Vec<_> = (0..3u32)
+        .map(|t| {
+            let db = Arc::clone(&db);
+            std::thread::spawn(move || {
+                for round in 0..40u32 {
+                    for i in 0..50u32 {
+                        let k = format!("t{t}-k{i:03}");
+                        db.put(k.as_bytes(), &round.to_be_bytes()).unwrap();
+                    }
+                    db.merge(
+                        format!("t{t}-list").as_bytes(),
+                        round.to_string().as_bytes(),
+                    )
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || {
+            let mut last = [0u32; 3];
+            for _ in 0..200 {
+                for (t, l) in last.iter_mut().enumerate() {
+                    if let Some(v) = db.get(format!("t{t}-k000").as_bytes()).unwrap() {
+                        let r = u32::from_be_bytes(v[..4].try_into().unwrap());
+                        assert!(r >= *l, "value went back in time");
+                        *l = r;
+                    }
+                }
+            }
+        })
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    reader.join().unwrap();
+    db.compact_all().unwrap();
+    for t in 0..3 {
+        for i in 0..50u32 {
+            let v = get(&db, format!("t{t}-k{i:03}").as_bytes()).unwrap();
+            assert_eq!(v, 39u32.to_be_bytes());
+        }
+        let want: Vec<String> = (0..40).map(|r: u32| r.to_string()).collect();
+        assert_eq!(
+            get(&db, format!("t{t}-list").as_bytes()).unwrap(),
+            want.join(",").into_bytes()
+        );
+    }
+}
+
+#[test]
+fn checkpoint_copies_when_hard_links_fail() {
+    // Across filesystems hard links fail (EXDEV) and files are copied instead.
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let target = tempfile::tempdir_in(shm).unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"k", b"v").unwrap();
+    let info = db.checkpoint(target.path().join("cp")).unwrap();
+    assert_eq!(info.files.len(), 1);
+    let same_fs = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir.path()).unwrap().dev()
+            == std::fs::metadata(target.path()).unwrap().dev()
+    };
+    assert_eq!(info.files[0].linked, same_fs);
+    let c = Db::open(target.path().join("cp"), small_opts()).unwrap();
+    assert_eq!(get(&c, b"k").as_deref(), Some(&b"v"[..]));
+}
+
+#[test]
+fn missing_sst_named_by_manifest_is_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.close().unwrap();
+    let sst = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "sst"))
+        .unwrap();
+    std::fs::remove_file(&sst).unwrap();
+    match Db::open(dir.path(), small_opts()) {
+        Err(e) => assert!(
+            e.to_string()
+                .contains(&*sst.file_name().unwrap().to_string_lossy()),
+            "{e}"
+        ),
+        Ok(_) => panic!("opened without a live file"),
+    }
+}

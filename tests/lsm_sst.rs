@@ -1,0 +1,595 @@
+//! SST file layer: round trips, bloom filter, properties, zero-copy reads, corruption and truncation handling,
+//! block cache bound, and both I/O paths.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use keyed_state::lsm::cache::BlockCache;
+use keyed_state::lsm::ikey::{self, ValueKind};
+use keyed_state::lsm::io::{self, IoMode};
+use keyed_state::lsm::sst::format::{Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
+use keyed_state::lsm::sst::{
+    Compression, PropertiesCollector, SstMeta, SstOptions, SstReader, SstWriter,
+};
+use keyed_state::lsm::LsmError;
+use proptest::prelude::*;
+
+/// An internal key ordered by `ikey::compare`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct IKey(Vec<u8>);
+impl Ord for IKey {
+    fn cmp(&self, o: &Self) -> Ordering {
+        ikey::compare(&self.0, &o.0)
+    }
+}
+impl PartialOrd for IKey {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+fn ik(user: &[u8], seqno: u64, kind: ValueKind) -> Vec<u8> {
+    let mut v = Vec::new();
+    ikey::encode(&mut v, user, seqno, kind);
+    v
+}
+
+fn kind_of(i: u8) -> ValueKind {
+    ValueKind::from_u8(i % 4).unwrap_or(ValueKind::Put)
+}
+
+fn write(path: &Path, opts: SstOptions, model: &BTreeMap<IKey, Vec<u8>>) -> SstMeta {
+    let mut w = SstWriter::create(path, opts, None).unwrap();
+    for (k, v) in model {
+        w.add(&k.0, v).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+fn scan_all(r: &Arc<SstReader>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, LsmError> {
+    let mut it = r.iter();
+    it.seek_to_first()?;
+    let mut out = Vec::new();
+    while it.valid() {
+        out.push((it.key().to_vec(), it.value().to_vec()));
+        it.next()?;
+    }
+    Ok(out)
+}
+
+fn sample_model(n: u32, value_len: usize) -> BTreeMap<IKey, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    for i in 0..n {
+        let user = format!("user-{:05}", i / 2).into_bytes();
+        let kind = kind_of(i as u8);
+        let v = format!("value {i} ").repeat(value_len / 8 + 1).into_bytes();
+        m.insert(IKey(ik(&user, u64::from(1000 - i % 7), kind)), v);
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    #[test]
+    fn round_trip_and_seek(
+        entries in prop::collection::vec(
+            (prop::collection::vec(0u8..4, 0..6), 0u64..50, 0u8..4, prop::collection::vec(0u8..3, 0..60)),
+            0..300),
+        targets in prop::collection::vec((prop::collection::vec(0u8..4, 0..7), 0u64..55, 0u8..4), 1..40),
+        block_size in 64usize..1024,
+        restart in 1usize..8,
+        lz4 in any::<bool>(),
+        bloom_bits in prop_oneof![Just(0u32), Just(10u32)],
+    ) {
+        let mut model = BTreeMap::new();
+        for (u, s, k, v) in entries {
+            model.insert(IKey(ik(&u, s, kind_of(k))), v);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.sst");
+        let opts = SstOptions {
+            block_size,
+            restart_interval: restart,
+            bloom_bits_per_key: bloom_bits,
+            compression: if lz4 { Compression::Lz4 } else { Compression::None },
+        };
+        let meta = write(&path, opts, &model);
+        prop_assert_eq!(meta.file_size, std::fs::metadata(&path).unwrap().len());
+        let r = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
+        prop_assert_eq!(r.properties(), &meta.properties);
+        prop_assert_eq!(r.properties().entries, model.len() as u64);
+        let got = scan_all(&r).unwrap();
+        let want: Vec<_> = model.iter().map(|(k, v)| (k.0.clone(), v.clone())).collect();
+        prop_assert_eq!(got, want);
+        for k in model.keys() {
+            prop_assert!(r.may_contain(ikey::user_key(&k.0)));
+        }
+        let mut it = r.iter();
+        for (u, s, k) in targets {
+            let t = IKey(ik(&u, s, kind_of(k)));
+            it.seek(&t.0).unwrap();
+            let want = model.range(t..).next();
+            match want {
+                None => prop_assert!(!it.valid()),
+                Some((k, v)) => {
+                    prop_assert!(it.valid());
+                    prop_assert_eq!(it.key(), &k.0[..]);
+                    prop_assert_eq!(it.value(), &v[..]);
+                    prop_assert_eq!(&*it.value_slice(), &v[..]);
+                    // The next entry agrees too.
+                    it.next().unwrap();
+                    let after = model.range((std::ops::Bound::Excluded(k.clone()), std::ops::Bound::Unbounded)).next();
+                    prop_assert_eq!(it.valid().then(|| it.key().to_vec()), after.map(|(k, _)| k.0.clone()));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn writer_rejects_unsorted_and_malformed_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = SstWriter::create(&dir.path().join("1.sst"), SstOptions::default(), None).unwrap();
+    w.add(&ik(b"b", 5, ValueKind::Put), b"x").unwrap();
+    // Same user key, newer seqno sorts before: rejected.
+    assert!(matches!(
+        w.add(&ik(b"b", 6, ValueKind::Put), b"x"),
+        Err(LsmError::SstInput { .. })
+    ));
+    assert!(matches!(
+        w.add(&ik(b"b", 5, ValueKind::Put), b"x"),
+        Err(LsmError::SstInput { .. })
+    ));
+    assert!(matches!(
+        w.add(b"short", b"x"),
+        Err(LsmError::SstInput { .. })
+    ));
+    w.add(&ik(b"b", 4, ValueKind::Put), b"x").unwrap();
+    w.add(&ik(b"ba", 9, ValueKind::Put), b"x").unwrap();
+    // Names are never reused.
+    assert!(SstWriter::create(&dir.path().join("1.sst"), SstOptions::default(), None).is_err());
+    assert_eq!(w.finish().unwrap().properties.entries, 3);
+}
+
+#[test]
+fn empty_file_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("1.sst");
+    let meta = write(&path, SstOptions::default(), &BTreeMap::new());
+    assert_eq!(meta.properties.entries, 0);
+    let r = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
+    assert!(scan_all(&r).unwrap().is_empty());
+    let mut it = r.iter();
+    it.seek(&ik(b"a", 1, ValueKind::Put)).unwrap();
+    assert!(!it.valid());
+}
+
+#[test]
+fn bloom_no_false_negatives_and_sane_fp_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("1.sst");
+    let mut model = BTreeMap::new();
+    for i in 0..20_000u32 {
+        model.insert(IKey(ik(&i.to_be_bytes(), 1, ValueKind::Put)), vec![]);
+    }
+    write(&path, SstOptions::default(), &model);
+    let r = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
+    for i in 0..20_000u32 {
+        assert!(r.may_contain(&i.to_be_bytes()));
+    }
+    let fp = (20_000u32..220_000)
+        .filter(|i| r.may_contain(&i.to_be_bytes()))
+        .count();
+    let rate = fp as f64 / 200_000.0;
+    println!(
+        "bloom false-positive rate at 10 bits/key: {:.3}%",
+        rate * 100.0
+    );
+    assert!(rate < 0.02, "false-positive rate {rate}");
+    // No filter: everything may be contained.
+    let p2 = dir.path().join("2.sst");
+    write(
+        &p2,
+        SstOptions {
+            bloom_bits_per_key: 0,
+            ..SstOptions::default()
+        },
+        &model,
+    );
+    let r2 = SstReader::open(&p2, 2, BlockCache::new(1 << 20)).unwrap();
+    assert!(r2.may_contain(b"anything"));
+}
+
+/// Records the smallest and largest TTL timestamp (first 8 value bytes, big-endian).
+struct TtlCollector {
+    min: u64,
+    max: u64,
+}
+impl PropertiesCollector for TtlCollector {
+    fn add(&mut self, _ikey: &[u8], value: &[u8]) {
+        if let Some(ts) = value
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes)
+        {
+            self.min = self.min.min(ts);
+            self.max = self.max.max(ts);
+        }
+    }
+    fn finish(&mut self) -> Vec<(String, Vec<u8>)> {
+        vec![
+            ("ttl.min".into(), self.min.to_be_bytes().to_vec()),
+            ("ttl.max".into(), self.max.to_be_bytes().to_vec()),
+        ]
+    }
+}
+
+#[test]
+fn properties_and_collector_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("7.sst");
+    let c = TtlCollector {
+        min: u64::MAX,
+        max: 0,
+    };
+    let mut w = SstWriter::create(&path, SstOptions::default(), Some(Box::new(c))).unwrap();
+    let rows = [
+        (ik(b"a", 10, ValueKind::Put), 500u64),
+        (ik(b"a", 9, ValueKind::Merge), 300),
+        (ik(b"b", 3, ValueKind::Delete), 0),
+        (ik(b"c", 12, ValueKind::RangeDelete), 900),
+        (ik(b"d", 1, ValueKind::Merge), 700),
+    ];
+    for (k, ts) in &rows {
+        let mut v = ts.to_be_bytes().to_vec();
+        v.extend_from_slice(b"payload");
+        w.add(k, &v).unwrap();
+    }
+    let meta = w.finish().unwrap();
+    let r = SstReader::open(&path, 7, BlockCache::new(1 << 20)).unwrap();
+    let p = r.properties();
+    assert_eq!(p, &meta.properties);
+    assert_eq!(p.smallest, rows[0].0);
+    assert_eq!(p.largest, rows[4].0);
+    assert_eq!(
+        (
+            p.entries,
+            p.merge_operands,
+            p.tombstones,
+            p.range_tombstones
+        ),
+        (5, 2, 1, 1)
+    );
+    assert_eq!((p.min_seqno, p.max_seqno), (1, 12));
+    assert_eq!(
+        p.raw_key_bytes,
+        rows.iter().map(|r| r.0.len() as u64).sum::<u64>()
+    );
+    assert_eq!(p.raw_value_bytes, 5 * 15);
+    assert_eq!(
+        p.user,
+        vec![
+            ("ttl.min".to_string(), 0u64.to_be_bytes().to_vec()),
+            ("ttl.max".to_string(), 900u64.to_be_bytes().to_vec())
+        ]
+    );
+    assert_eq!(r.file_number(), 7);
+    assert_eq!(r.path(), path);
+    assert_eq!(r.file_size(), meta.file_size);
+}
+
+#[test]
+fn value_slice_of_raw_block_points_into_the_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("1.sst");
+    let model = sample_model(200, 40);
+    write(
+        &path,
+        SstOptions {
+            compression: Compression::None,
+            ..SstOptions::default()
+        },
+        &model,
+    );
+    let cache = BlockCache::new(1 << 20);
+    let r = SstReader::open(&path, 1, cache.clone()).unwrap();
+    let mapped = r.mapped_range();
+    let mut it = r.iter();
+    it.seek_to_first().unwrap();
+    let mut n = 0;
+    while it.valid() {
+        let v = it.value_slice();
+        assert!(v.is_mapped());
+        let p = v.as_ptr() as usize;
+        assert!(mapped.contains(&p) && p + v.len() <= mapped.end);
+        assert_eq!(v.as_ptr(), it.value().as_ptr());
+        n += 1;
+        it.next().unwrap();
+    }
+    assert_eq!(n, 200);
+    assert_eq!(cache.usage(), 0, "raw blocks never go through the cache");
+    // Compressed blocks: the slice is a view of the cached block, still without a copy.
+    let p2 = dir.path().join("2.sst");
+    write(&p2, SstOptions::default(), &model);
+    let r2 = SstReader::open(&p2, 2, cache.clone()).unwrap();
+    let mut it = r2.iter();
+    it.seek_to_first().unwrap();
+    let v = it.value_slice();
+    assert!(!v.is_mapped());
+    assert_eq!(v.as_ptr(), it.value().as_ptr());
+    assert!(cache.usage() > 0);
+    // The view outlives the iterator and the reader.
+    let keep = v.to_vec();
+    drop(it);
+    drop(r2);
+    assert_eq!(&*v, &keep[..]);
+}
+
+/// Byte ranges of a file's regions, from its footer.
+struct Layout {
+    data: std::ops::Range<usize>,
+    filter: std::ops::Range<usize>,
+    properties: std::ops::Range<usize>,
+    index: std::ops::Range<usize>,
+    footer: std::ops::Range<usize>,
+}
+
+fn layout(bytes: &[u8]) -> Layout {
+    let f = Footer::decode(bytes).unwrap();
+    let r = |h: keyed_state::lsm::sst::format::BlockHandle| {
+        h.offset as usize..(h.offset + h.size) as usize + BLOCK_TRAILER_LEN
+    };
+    Layout {
+        data: 0..f.filter.offset as usize,
+        filter: r(f.filter),
+        properties: r(f.properties),
+        index: r(f.index),
+        footer: bytes.len() - FOOTER_LEN..bytes.len(),
+    }
+}
+
+fn expect_corruption(e: LsmError, path: &Path) {
+    match e {
+        LsmError::Corruption { file, detail } => {
+            assert_eq!(file, path.display().to_string(), "{detail}");
+            assert!(!detail.is_empty());
+        }
+        other => panic!("expected corruption, got {other}"),
+    }
+}
+
+fn corruption_case(compression: Compression) {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.sst");
+    let model = sample_model(120, 24);
+    write(
+        &good,
+        SstOptions {
+            block_size: 512,
+            compression,
+            ..SstOptions::default()
+        },
+        &model,
+    );
+    let bytes = std::fs::read(&good).unwrap();
+    let l = layout(&bytes);
+    let want: Vec<_> = model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
+    let regions = [
+        ("data", l.data),
+        ("filter", l.filter),
+        ("properties", l.properties),
+        ("index", l.index),
+        ("footer", l.footer),
+    ];
+    let mut n = 0u32;
+    for (name, range) in regions {
+        assert!(!range.is_empty(), "{name}");
+        let step = (range.len() / 97).max(1);
+        for pos in range.clone().step_by(step) {
+            n += 1;
+            let path: PathBuf = dir.path().join(format!("{n}.sst"));
+            let mut b = bytes.clone();
+            b[pos] ^= 1 << (pos % 8);
+            std::fs::write(&path, &b).unwrap();
+            match SstReader::open(&path, u64::from(n), BlockCache::new(1 << 20)) {
+                Err(e) => {
+                    assert_ne!(name, "data", "open does not read data blocks");
+                    expect_corruption(e, &path);
+                }
+                Ok(r) => {
+                    assert_eq!(
+                        name, "data",
+                        "a flipped bit in {name} at {pos} went unnoticed at open"
+                    );
+                    match scan_all(&r) {
+                        Err(e) => expect_corruption(e, &path),
+                        Ok(got) => panic!(
+                            "flipped bit at {pos} gave {} entries, equal={}",
+                            got.len(),
+                            got == want
+                        ),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn flipped_bits_are_detected_raw() {
+    corruption_case(Compression::None);
+}
+
+#[test]
+fn flipped_bits_are_detected_lz4() {
+    corruption_case(Compression::Lz4);
+}
+
+#[test]
+fn every_truncation_errors_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.sst");
+    write(
+        &good,
+        SstOptions {
+            block_size: 256,
+            ..SstOptions::default()
+        },
+        &sample_model(40, 16),
+    );
+    let bytes = std::fs::read(&good).unwrap();
+    let path = dir.path().join("t.sst");
+    for len in 0..bytes.len() {
+        std::fs::write(&path, &bytes[..len]).unwrap();
+        match SstReader::open(&path, 1, BlockCache::new(1 << 20)) {
+            Ok(_) => panic!("truncation to {len} of {} bytes opened", bytes.len()),
+            Err(e) => expect_corruption(e, &path),
+        }
+        // In-memory images behave the same.
+        let img: Arc<[u8]> = Arc::from(&bytes[..len]);
+        assert!(SstReader::open_bytes(img, &path, 1, BlockCache::new(1 << 20)).is_err());
+    }
+}
+
+#[test]
+fn block_cache_stays_within_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = BlockCache::new(64 * 1024);
+    let model = sample_model(3000, 64);
+    let mut readers = Vec::new();
+    for f in 0..4u64 {
+        let path = dir.path().join(format!("{f}.sst"));
+        write(&path, SstOptions::default(), &model);
+        readers.push(SstReader::open(&path, f, cache.clone()).unwrap());
+    }
+    let want: Vec<_> = model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
+    for r in &readers {
+        assert!(r.data_blocks() > 16);
+        assert_eq!(scan_all(r).unwrap(), want);
+        assert!(
+            cache.usage() <= cache.capacity(),
+            "{} > {}",
+            cache.usage(),
+            cache.capacity()
+        );
+    }
+    assert!(cache.usage() > cache.capacity() / 2);
+}
+
+fn write_with_mode(mode: IoMode) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("1.sst");
+    let model = sample_model(2000, 100);
+    let mut w = SstWriter::create_with_mode(&path, SstOptions::default(), None, mode).unwrap();
+    assert_eq!(w.io_mode(), mode);
+    for (k, v) in &model {
+        w.add(&k.0, v).unwrap();
+    }
+    let est = w.estimated_size();
+    let meta = w.finish().unwrap();
+    assert!(
+        est >= meta.file_size / 2 && est <= meta.file_size * 2,
+        "{est} vs {}",
+        meta.file_size
+    );
+    let copy = dir.path().join("2.sst");
+    assert_eq!(io::copy_file(&path, &copy, mode).unwrap(), meta.file_size);
+    let want: Vec<_> = model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
+    for (n, p) in [(1, &path), (2, &copy)] {
+        let r = SstReader::open(p, n, BlockCache::new(1 << 20)).unwrap();
+        assert_eq!(scan_all(&r).unwrap(), want);
+    }
+}
+
+#[test]
+fn plain_io_path() {
+    write_with_mode(IoMode::Plain);
+}
+
+#[test]
+fn io_uring_path() {
+    if !io::io_uring_available() {
+        println!("note: the kernel refuses io_uring here; the io_uring path is not exercised");
+        return;
+    }
+    write_with_mode(IoMode::IoUring);
+}
+
+/// Rough throughput numbers; run with `cargo test --release --test lsm_sst -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn perf_smoke() {
+    use std::time::Instant;
+    let dir = tempfile::tempdir().unwrap();
+    let n = 500_000u32;
+    for (name, compression) in [("raw", Compression::None), ("lz4", Compression::Lz4)] {
+        let path = dir.path().join(format!("{name}.sst"));
+        let t = Instant::now();
+        let opts = SstOptions {
+            compression,
+            ..SstOptions::default()
+        };
+        let mut w = SstWriter::create(&path, opts, None).unwrap();
+        let mut key = Vec::new();
+        for i in 0..n {
+            key.clear();
+            ikey::encode(
+                &mut key,
+                format!("key{:012}", u64::from(i) * 7919).as_bytes(),
+                1,
+                ValueKind::Put,
+            );
+            w.add(&key, format!("value-{i:08}-{}", "x".repeat(100)).as_bytes())
+                .unwrap();
+        }
+        let meta = w.finish().unwrap();
+        let write = t.elapsed();
+        let r = SstReader::open(&path, 1, BlockCache::new(256 << 20)).unwrap();
+        let t = Instant::now();
+        let mut it = r.iter();
+        it.seek_to_first().unwrap();
+        let mut c = 0u64;
+        while it.valid() {
+            c += it.value().len() as u64;
+            it.next().unwrap();
+        }
+        let scan = t.elapsed();
+        assert!(c > 0);
+        let t = Instant::now();
+        let lookups = 200_000u64;
+        let mut found = 0;
+        for j in 0..lookups {
+            let i = (j * 2_654_435_761) % u64::from(n);
+            key.clear();
+            ikey::encode(
+                &mut key,
+                format!("key{:012}", i * 7919).as_bytes(),
+                u64::MAX,
+                ValueKind::Put,
+            );
+            it.seek(&key).unwrap();
+            found += usize::from(it.valid());
+        }
+        let seek = t.elapsed();
+        assert_eq!(found as u64, lookups);
+        println!(
+            "{name}: {n} entries, {} bytes; write {:.0} ns/entry, scan {:.0} ns/entry, random seek {:.0} ns",
+            meta.file_size,
+            write.as_nanos() as f64 / f64::from(n),
+            scan.as_nanos() as f64 / f64::from(n),
+            seek.as_nanos() as f64 / lookups as f64
+        );
+    }
+}
