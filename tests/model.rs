@@ -247,7 +247,11 @@ fn run(ops: Vec<Op>, persistent: bool) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    // 64 cases by default; PROPTEST_CASES overrides (scripts/long-checks.sh runs 5000).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn heap_cow_matches_model(ops in proptest::collection::vec(op(), 1..80)) {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Long-running checks that stay out of `cargo test` and CI: fuzz every decoder of bytes from disk, and run
+# the crash and model tests with many more iterations.
+#
+#   scripts/long-checks.sh [SECONDS_PER_FUZZ_TARGET]     (default 300)
+#
+# Needs the nightly toolchain (present on the machine) and cargo-fuzz (`cargo install cargo-fuzz`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-300}"
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "installing cargo-fuzz" >&2
+  cargo install cargo-fuzz --locked
+fi
+
+for target in savepoint_decode sst_block sst_open_scan manifest_decode; do
+  echo "== fuzz $target for ${secs}s"
+  (cd fuzz && cargo +nightly fuzz run "$target" -- -max_total_time="$secs")
+done
+
+echo "== crash test: 200 SIGKILLed writers"
+KEYED_STATE_CRASH_ITERS=200 cargo test --release --test lsm_crash
+
+echo "== model tests with 5000 cases"
+PROPTEST_CASES=5000 cargo test --release --test model --test lsm_model
