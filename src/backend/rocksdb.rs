@@ -275,10 +275,12 @@ fn rdb_error(context: impl Into<String>, e: rocksdb::Error) -> Error {
     }
 }
 
-/// The database and, for a temporary backend, its directory. Field order matters: the database is closed
-/// before the directory is removed. Shared by the backend and its open snapshots.
+/// The database, the column-family options (with the block cache and merge operator they reference) and, for
+/// a temporary backend, its directory. Field order matters: the database is closed first, and the directory
+/// is removed last. Shared by the backend and its open snapshots.
 struct DbHolder {
     db: Db,
+    cf_options: Options,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -432,7 +434,6 @@ pub struct RocksDbBackend {
     prefix_len: usize,
     states: Vec<StateMetaInfo>,
     cf_names: Vec<String>,
-    cf_options: Options,
     read_opts: ReadOptions,
     write_opts: WriteOptions,
     value_buf: Vec<u8>,
@@ -506,13 +507,16 @@ impl RocksDbBackend {
         write_opts.disable_wal(options.disable_wal);
         write_opts.set_sync(false);
         Ok(RocksDbBackend {
-            holder: Arc::new(DbHolder { db, _dir: temp }),
+            holder: Arc::new(DbHolder {
+                db,
+                cf_options,
+                _dir: temp,
+            }),
             prefix_len: key_group_prefix_len(config.max_parallelism),
             config,
             options,
             states: Vec::new(),
             cf_names: Vec::new(),
-            cf_options,
             read_opts: ReadOptions::default(),
             write_opts,
             value_buf: Vec::new(),
@@ -614,7 +618,7 @@ impl RocksDbBackend {
             let path = dir.join(format!("restore-{:06}.sst", self.loader.next_file));
             self.loader.next_file += 1;
             let context = || self.context("writing a restore SST file", state);
-            let mut writer = SstFileWriter::create(&self.cf_options);
+            let mut writer = SstFileWriter::create(&self.holder.cf_options);
             writer.open(&path).map_err(|e| rdb_error(context(), e))?;
             for e in run.ordered() {
                 writer
@@ -658,7 +662,7 @@ impl StateBackend for RocksDbBackend {
         let cf_name = column_family_name(&meta.name);
         self.holder
             .db
-            .create_cf(&cf_name, &self.cf_options)
+            .create_cf(&cf_name, &self.holder.cf_options)
             .map_err(|e| {
                 rdb_error(
                     format!(
