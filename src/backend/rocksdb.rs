@@ -1103,4 +1103,187 @@ mod tests {
             ]
         );
     }
+
+    use crate::keygroup::KeyGroupRange;
+    use crate::serializer::SerializerSnapshot;
+
+    fn config() -> BackendConfig {
+        BackendConfig {
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange::all(128),
+            key_serializer: SerializerSnapshot::simple("LongSerializer", 1),
+        }
+    }
+
+    fn meta(name: &str, kind: StateKind) -> StateMetaInfo {
+        StateMetaInfo {
+            name: name.to_string(),
+            kind,
+            namespace_serializer: SerializerSnapshot::simple("VoidNamespaceSerializer", 1),
+            value_serializer: SerializerSnapshot::simple("BytesSerializer", 1),
+            ttl: None,
+        }
+    }
+
+    fn savepoint_bytes(snap: &dyn BackendSnapshot) -> Vec<u8> {
+        let mut out = Vec::new();
+        crate::savepoint::encode(snap, &crate::savepoint::WriteOptions::default(), &mut out)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn merge_operator_joins_like_the_heap_backend() {
+        let mut b = RocksDbBackend::temporary(config(), RocksDbOptions::default()).unwrap();
+        let l = b.register_state(meta("l", StateKind::List)).unwrap();
+        let key = [5u8, 1, 2];
+        b.append(l, 5, &key, b"a").unwrap();
+        b.append(l, 5, &key, b"").unwrap();
+        b.append(l, 5, &key, b"b,c").unwrap();
+        assert_eq!(b.get(l, 5, &key).unwrap(), Some(&b"a,b,c"[..]));
+        b.put(l, 5, &key, b"x").unwrap();
+        b.append(l, 5, &key, b"y").unwrap();
+        assert_eq!(b.get(l, 5, &key).unwrap(), Some(&b"x,y"[..]));
+        b.delete(l, 5, &key).unwrap();
+        b.append(l, 5, &key, b"z").unwrap();
+        assert_eq!(b.get(l, 5, &key).unwrap(), Some(&b"z"[..]));
+        // Merges survive a flush to SST files (full merge in compaction / on read).
+        b.holder
+            .db
+            .flush_cf(&b.holder.db.cf_handle("l").unwrap())
+            .unwrap();
+        b.append(l, 5, &key, b"w").unwrap();
+        assert_eq!(b.get(l, 5, &key).unwrap(), Some(&b"z,w"[..]));
+    }
+
+    #[test]
+    fn a_state_named_default_is_escaped_and_kinds_are_checked() {
+        let mut b = RocksDbBackend::temporary(config(), RocksDbOptions::default()).unwrap();
+        let d = b.register_state(meta("default", StateKind::Value)).unwrap();
+        let m = b.register_state(meta("m", StateKind::Map)).unwrap();
+        assert_eq!(
+            b.register_state(meta("default", StateKind::Value)).unwrap(),
+            d
+        );
+        assert!(matches!(
+            b.register_state(meta("default", StateKind::List)),
+            Err(Error::StateKindMismatch { .. })
+        ));
+        b.put(d, 1, &[1, 9], b"v").unwrap();
+        assert_eq!(b.get(d, 1, &[1, 9]).unwrap(), Some(&b"v"[..]));
+        assert!(b.holder.db.cf_handle("_keyed-state/default").is_some());
+        assert!(matches!(b.get(m, 1, &[1, 9]), Err(Error::WrongKind { .. })));
+        assert!(matches!(
+            b.map_get(d, 1, &[1], &[9]),
+            Err(Error::WrongKind { .. })
+        ));
+    }
+
+    #[test]
+    fn open_rejects_a_non_empty_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("x"), b"x").unwrap();
+        let e = RocksDbBackend::open(dir.path(), config(), RocksDbOptions::default()).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        let fresh = dir.path().join("db");
+        let b = RocksDbBackend::open(&fresh, config(), RocksDbOptions::default()).unwrap();
+        assert_eq!(b.path(), fresh.as_path());
+    }
+
+    #[test]
+    fn restore_spills_sorts_dedups_and_ingests() {
+        let options = RocksDbOptions {
+            restore_buffer_size: 200,
+            ..RocksDbOptions::default()
+        };
+        let mut b = RocksDbBackend::temporary(config(), options).unwrap();
+        let v = b.register_state(meta("v", StateKind::Value)).unwrap();
+        let m = b.register_state(meta("m", StateKind::Map)).unwrap();
+        b.put(v, 0, &[0, 200], b"kept").unwrap();
+        for kg in 1..4u8 {
+            for i in 0..20u8 {
+                b.load_entry(v, kg as KeyGroup, &[kg, i], &[i]).unwrap();
+                b.load_entry(m, kg as KeyGroup, &[kg, 1, i], &[0, i])
+                    .unwrap();
+            }
+        }
+        // Out of order and a duplicate: the last arrival wins.
+        b.load_entry(v, 9, &[9, 2], b"first").unwrap();
+        b.load_entry(v, 9, &[9, 1], b"one").unwrap();
+        b.load_entry(v, 9, &[9, 2], b"last").unwrap();
+        b.finish_load().unwrap();
+        assert!(!b.ingest_dir().exists());
+        assert_eq!(b.num_entries().unwrap(), 1 + 60 + 60 + 2);
+        assert_eq!(b.get(v, 0, &[0, 200]).unwrap(), Some(&b"kept"[..]));
+        assert_eq!(b.get(v, 3, &[3, 7]).unwrap(), Some(&[7u8][..]));
+        assert_eq!(b.get(v, 9, &[9, 2]).unwrap(), Some(&b"last"[..]));
+        let mut seen = Vec::new();
+        b.map_scan(m, 2, &[2, 1], &mut |uk, val| {
+            seen.push((uk.to_vec(), val.to_vec()));
+            true
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 20);
+        assert_eq!(seen[19], (vec![19], vec![0, 19]));
+        b.map_clear(m, 2, &[2, 1]).unwrap();
+        assert_eq!(b.num_entries().unwrap(), 1 + 60 + 40 + 2);
+    }
+
+    #[test]
+    fn snapshot_outlives_the_backend_and_reads_on_another_thread() {
+        let mut b = RocksDbBackend::temporary(config(), RocksDbOptions::default()).unwrap();
+        let v = b.register_state(meta("v", StateKind::Value)).unwrap();
+        for i in 0..100u8 {
+            b.put(v, (i % 4) as KeyGroup, &[i % 4, i], &[i]).unwrap();
+        }
+        let snap = b.snapshot().unwrap();
+        let path = b.path().to_path_buf();
+        for i in 0..100u8 {
+            b.delete(v, (i % 4) as KeyGroup, &[i % 4, i]).unwrap();
+        }
+        // A state registered after the snapshot is not part of it.
+        b.register_state(meta("later", StateKind::Value)).unwrap();
+        drop(b);
+        assert!(path.exists(), "the directory lives as long as a snapshot");
+        let count = std::thread::spawn(move || {
+            assert_eq!(snap.states().len(), 1);
+            let mut n = 0;
+            for kg in 0..4 {
+                let mut last: Option<Vec<u8>> = None;
+                snap.visit(0, kg, &mut |k, _| {
+                    assert_eq!(k[0] as KeyGroup, kg);
+                    assert!(last.as_deref().is_none_or(|l| l < k));
+                    last = Some(k.to_vec());
+                    n += 1;
+                    Ok(())
+                })
+                .unwrap();
+            }
+            n
+        })
+        .join()
+        .unwrap();
+        assert_eq!(count, 100);
+        assert!(!path.exists(), "removed with the last snapshot");
+    }
+
+    #[test]
+    fn demo_savepoint_is_byte_identical_to_the_heap_backend() {
+        use crate::backend::heap::HeapBackend;
+        let run = |backend: Box<dyn StateBackend>| {
+            let mut store = crate::demo::store(backend).unwrap();
+            let states = crate::demo::register(&mut store).unwrap();
+            for e in crate::demo::events(7, 20_000) {
+                crate::demo::process(&mut store, &states, &e).unwrap();
+            }
+            let snap = store.snapshot().unwrap();
+            (savepoint_bytes(&*snap), store.num_entries().unwrap())
+        };
+        let heap = run(Box::new(HeapBackend::new(crate::demo::config()).unwrap()));
+        let rocks = run(Box::new(
+            RocksDbBackend::temporary(crate::demo::config(), RocksDbOptions::default()).unwrap(),
+        ));
+        assert_eq!(heap.1, rocks.1);
+        assert!(heap.0 == rocks.0, "savepoint bytes differ");
+    }
 }
