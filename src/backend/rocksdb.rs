@@ -107,6 +107,8 @@ pub struct RocksDbOptions {
     pub disable_wal: bool,
     /// Uses fsync instead of fdatasync where RocksDB syncs (Flink: false).
     pub use_fsync: bool,
+    /// Skips flushing memtables when the database closes (Flink: true; the state is discarded anyway).
+    pub avoid_flush_during_shutdown: bool,
     /// Size at which batched writes (map clear, value migration) are flushed (Flink: 2 MiB).
     pub write_batch_size: usize,
     /// Restored entries buffered in memory before they are written out as SST files.
@@ -131,6 +133,7 @@ impl Default for RocksDbOptions {
             max_open_files: -1,
             disable_wal: true,
             use_fsync: false,
+            avoid_flush_during_shutdown: true,
             write_batch_size: 2 * MIB,
             restore_buffer_size: 64 * MIB,
         }
@@ -178,14 +181,22 @@ impl RocksDbOptions {
     }
 
     /// The database-wide options.
-    fn db_options(&self) -> Options {
+    fn db_options(&self) -> Result<Options> {
         let mut o = Options::default();
         o.create_if_missing(true);
         o.set_max_background_jobs(self.max_background_jobs);
         o.set_max_open_files(self.max_open_files);
         o.set_use_fsync(self.use_fsync);
         o.set_stats_dump_period_sec(0);
-        o
+        // The default column family stays empty; give it the same codec so no other one is needed.
+        o.set_compression_type(self.compression.to_rocksdb());
+        // Not exposed by the crate's `Options` setters: go through RocksDB's option-string parser.
+        let avoid_flush = format!(
+            "avoid_flush_during_shutdown={}",
+            self.avoid_flush_during_shutdown
+        );
+        o.get_options_from_string(&avoid_flush)
+            .map_err(|e| rdb_error(format!("setting {avoid_flush}"), e))
     }
 }
 
@@ -195,7 +206,7 @@ impl fmt::Display for RocksDbOptions {
             f,
             "write_buffer={}x{} (merge {}), block_cache={}, block={}, metadata_block={}, compression={}, \
              bloom={}, compaction=level (dynamic_level_bytes={}), target_file={}, l1_base={}, \
-             background_jobs={}, max_open_files={}, wal={}, fsync={}, write_batch={}, restore_buffer={}, \
+             background_jobs={}, max_open_files={}, wal={}, fsync={}, flush_on_close={}, write_batch={}, restore_buffer={}, \
              merge_operator={MERGE_OPERATOR_NAME}(0x2C)",
             size(self.write_buffer_size as u64),
             self.max_write_buffer_number,
@@ -215,6 +226,11 @@ impl fmt::Display for RocksDbOptions {
             self.max_open_files,
             if self.disable_wal { "off" } else { "on" },
             if self.use_fsync { "on" } else { "off" },
+            if self.avoid_flush_during_shutdown {
+                "off"
+            } else {
+                "on"
+            },
             size(self.write_batch_size as u64),
             size(self.restore_buffer_size as u64),
         )
@@ -501,7 +517,7 @@ impl RocksDbBackend {
         }
         let cache = Cache::new_lru_cache(options.block_cache_size);
         let cf_options = options.column_options(&cache);
-        let db = Db::open(&options.db_options(), dir)
+        let db = Db::open(&options.db_options()?, dir)
             .map_err(|e| rdb_error(format!("opening {}", dir.display()), e))?;
         let mut write_opts = WriteOptions::default();
         write_opts.disable_wal(options.disable_wal);
@@ -1082,6 +1098,7 @@ mod tests {
         assert!(d.contains("l1_base=256MiB"), "{d}");
         assert!(d.contains("wal=off"), "{d}");
         assert!(d.contains("fsync=off"), "{d}");
+        assert!(d.contains("flush_on_close=off"), "{d}");
     }
 
     #[test]
