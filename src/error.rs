@@ -117,6 +117,14 @@ pub enum Error {
     /// The LSM engine failed.
     #[error(transparent)]
     Lsm(#[from] crate::lsm::LsmError),
+    /// The RocksDB library reported an error (RocksDB backend).
+    #[error("RocksDB error during {context}: {detail}")]
+    RocksDb {
+        /// What was being done.
+        context: String,
+        /// RocksDB's message.
+        detail: String,
+    },
     /// A snapshot or backend was used after it was closed or cancelled.
     #[error("{0} was closed or cancelled")]
     Closed(&'static str),

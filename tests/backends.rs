@@ -11,3 +11,11 @@ conformance_suite!(heap_cow, |cfg| Box::new(
 conformance_suite!(heap_persistent, |cfg| Box::new(
     HeapBackend::<PersistentTables>::with_tables(cfg).expect("heap backend")
 ));
+
+#[cfg(feature = "rocksdb")]
+use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
+
+#[cfg(feature = "rocksdb")]
+conformance_suite!(rocksdb, |cfg| Box::new(
+    RocksDbBackend::temporary(cfg, RocksDbOptions::default()).expect("rocksdb backend")
+));

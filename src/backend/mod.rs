@@ -10,6 +10,8 @@
 //! backend produces the same savepoint bytes for the same logical state.
 
 pub mod heap;
+#[cfg(feature = "rocksdb")]
+pub mod rocksdb;
 
 use crate::error::Result;
 use crate::keygroup::{KeyGroup, KeyGroupRange};

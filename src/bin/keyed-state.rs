@@ -30,6 +30,9 @@ struct Cli {
 enum BackendKind {
     /// In-memory tables per key group.
     Heap,
+    /// RocksDB, configured as Flink configures it (built with the `rocksdb` feature).
+    #[cfg(feature = "rocksdb")]
+    Rocksdb,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -58,6 +61,10 @@ enum Command {
         /// Where to write the savepoint.
         #[arg(long, default_value = "demo.savepoint")]
         savepoint: PathBuf,
+        /// RocksDB working directory, absent or empty (default: a temporary directory).
+        #[cfg(feature = "rocksdb")]
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// Show a savepoint's states, serializers, key groups, entries and bytes.
     Inspect {
@@ -129,7 +136,13 @@ fn run(command: Command) -> Result<(), Error> {
             records,
             seed,
             savepoint,
-        } => run_demo(backend, records, seed, &savepoint),
+            #[cfg(feature = "rocksdb")]
+            dir,
+        } => {
+            #[cfg(not(feature = "rocksdb"))]
+            let dir: Option<PathBuf> = None;
+            run_demo(backend, records, seed, &savepoint, dir.as_deref())
+        }
         Command::Inspect { savepoint } => {
             let reader = open(&savepoint)?;
             print!("{}", tools::inspect(&reader)?);
@@ -203,10 +216,29 @@ fn run(command: Command) -> Result<(), Error> {
     }
 }
 
-fn run_demo(backend: BackendKind, records: u64, seed: u64, path: &Path) -> Result<(), Error> {
+#[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
+fn run_demo(
+    backend: BackendKind,
+    records: u64,
+    seed: u64,
+    path: &Path,
+    dir: Option<&Path>,
+) -> Result<(), Error> {
     let config = demo::config();
-    let backend: Box<dyn StateBackend> = match backend {
-        BackendKind::Heap => Box::new(HeapBackend::new(config)?),
+    // The RocksDB settings are printed with the results.
+    let (backend, settings): (Box<dyn StateBackend>, Option<String>) = match backend {
+        BackendKind::Heap => (Box::new(HeapBackend::new(config)?), None),
+        #[cfg(feature = "rocksdb")]
+        BackendKind::Rocksdb => {
+            use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
+            let options = RocksDbOptions::default();
+            let settings = options.describe();
+            let backend = match dir {
+                Some(dir) => RocksDbBackend::open(dir, config, options)?,
+                None => RocksDbBackend::temporary(config, options)?,
+            };
+            (Box::new(backend), Some(settings))
+        }
     };
     let name = backend.backend_name();
     let mut store = demo::store(backend)?;
@@ -238,6 +270,9 @@ fn run_demo(backend: BackendKind, records: u64, seed: u64, path: &Path) -> Resul
     let write_secs = snap_start.elapsed().as_secs_f64() - sync_secs;
 
     println!("backend:        {name}");
+    if let Some(settings) = &settings {
+        println!("options:        {settings}");
+    }
     println!(
         "events:         {records} ({clicks} clicks, {} impressions), seed {seed}",
         records - clicks
