@@ -20,23 +20,88 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn key_group_prints_flink_key_groups_and_operator_indexes() {
-    let o = run(&["key-group", "--max-parallelism", "128", "--parallelism", "2", "--key-type", "long", "0", "1", "42", "-1"]);
+    let o = run(&[
+        "key-group",
+        "--max-parallelism",
+        "128",
+        "--parallelism",
+        "2",
+        "--key-type",
+        "long",
+        "0",
+        "1",
+        "42",
+        "-1",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "0\t94\t1\n1\t86\t1\n42\t29\t0\n-1\t94\t1\n");
-    let o = run(&["key-group", "--max-parallelism", "32768", "--key-type", "string", "hello", ""]);
+    let o = run(&[
+        "key-group",
+        "--max-parallelism",
+        "32768",
+        "--key-type",
+        "string",
+        "hello",
+        "",
+    ]);
     assert_eq!(stdout(&o), "hello\t31395\n\t31198\n");
-    let o = run(&["key-group", "--max-parallelism", "128", "--key-type", "int", "-1", "2147483647"]);
+    let o = run(&[
+        "key-group",
+        "--max-parallelism",
+        "128",
+        "--key-type",
+        "int",
+        "-1",
+        "2147483647",
+    ]);
     assert_eq!(stdout(&o), "-1\t80\n2147483647\t62\n");
 }
 
 #[test]
 fn key_group_rejects_bad_arguments_without_panicking() {
     for args in [
-        &["key-group", "--max-parallelism", "0", "--key-type", "long", "1"][..],
-        &["key-group", "--max-parallelism", "40000", "--key-type", "long", "1"],
-        &["key-group", "--max-parallelism", "128", "--parallelism", "200", "--key-type", "long", "1"],
-        &["key-group", "--max-parallelism", "128", "--key-type", "int", "99999999999"],
-        &["key-group", "--max-parallelism", "128", "--key-type", "long", "abc"],
+        &[
+            "key-group",
+            "--max-parallelism",
+            "0",
+            "--key-type",
+            "long",
+            "1",
+        ][..],
+        &[
+            "key-group",
+            "--max-parallelism",
+            "40000",
+            "--key-type",
+            "long",
+            "1",
+        ],
+        &[
+            "key-group",
+            "--max-parallelism",
+            "128",
+            "--parallelism",
+            "200",
+            "--key-type",
+            "long",
+            "1",
+        ],
+        &[
+            "key-group",
+            "--max-parallelism",
+            "128",
+            "--key-type",
+            "int",
+            "99999999999",
+        ],
+        &[
+            "key-group",
+            "--max-parallelism",
+            "128",
+            "--key-type",
+            "long",
+            "abc",
+        ],
     ] {
         let o = run(args);
         assert!(!o.status.success(), "{args:?}");
@@ -51,20 +116,43 @@ fn demo_inspect_dump_verify_round() {
     let dir = tempfile::tempdir().unwrap();
     let sp = dir.path().join("demo.sp");
     let sp = sp.to_str().unwrap();
-    let o = run(&["demo", "--records", "3000", "--seed", "7", "--savepoint", sp]);
+    let o = run(&[
+        "demo",
+        "--records",
+        "3000",
+        "--seed",
+        "7",
+        "--savepoint",
+        sp,
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("events/s"));
 
     // The same seed and record count give the same savepoint bytes.
     let sp2 = dir.path().join("demo2.sp");
-    let o = run(&["demo", "--records", "3000", "--seed", "7", "--savepoint", sp2.to_str().unwrap()]);
+    let o = run(&[
+        "demo",
+        "--records",
+        "3000",
+        "--seed",
+        "7",
+        "--savepoint",
+        sp2.to_str().unwrap(),
+    ]);
     assert!(o.status.success());
     assert_eq!(std::fs::read(sp).unwrap(), std::fs::read(&sp2).unwrap());
 
     let o = run(&["inspect", sp]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
-    for s in ["clicks", "impressions", "recent-pages", "page-clicks", "clicks-per-hour", "max parallelism:  128"] {
+    for s in [
+        "clicks",
+        "impressions",
+        "recent-pages",
+        "page-clicks",
+        "clicks-per-hour",
+        "max parallelism:  128",
+    ] {
         assert!(text.contains(s), "inspect lacks {s}: {text}");
     }
 
@@ -102,7 +190,10 @@ fn demo_inspect_dump_verify_round() {
     let o = run(&["verify", bad.to_str().unwrap()]);
     assert!(!o.status.success());
     let err = stderr(&o);
-    assert!(err.starts_with("error:") && err.contains("key group"), "{err}");
+    assert!(
+        err.starts_with("error:") && err.contains("key group"),
+        "{err}"
+    );
 
     // A truncated file is an error, not a panic, for every command.
     std::fs::write(&bad, &bytes[..bytes.len() / 3]).unwrap();
@@ -117,5 +208,9 @@ fn demo_inspect_dump_verify_round() {
 fn missing_file_is_a_clear_error() {
     let o = run(&["inspect", "/nonexistent/savepoint"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("/nonexistent/savepoint"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/nonexistent/savepoint"),
+        "{}",
+        stderr(&o)
+    );
 }
