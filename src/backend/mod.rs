@@ -10,6 +10,7 @@
 //! backend produces the same savepoint bytes for the same logical state.
 
 pub mod heap;
+pub mod lsm;
 
 use crate::error::Result;
 use crate::keygroup::{KeyGroup, KeyGroupRange};
