@@ -60,6 +60,23 @@ struct LoadRun {
     last: Option<Vec<u8>>,
 }
 
+/// A shared handle on the engine of an [`LsmBackend`] ([`LsmBackend::engine`]).
+#[derive(Clone)]
+pub struct LsmEngine(Arc<Shared>);
+
+impl LsmEngine {
+    /// The engine.
+    pub fn db(&self) -> &Db {
+        &self.0.db
+    }
+
+    /// Flushes and hard-links the engine's files into `dir` (see [`Db::checkpoint`]); with the backend's
+    /// [`states`](StateBackend::states) it is what [`LsmBackend::open_checkpoint`] opens.
+    pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
+        Ok(self.0.db.checkpoint(dir)?)
+    }
+}
+
 /// The LSM backend. See the module documentation.
 pub struct LsmBackend {
     config: BackendConfig,
@@ -215,6 +232,12 @@ impl LsmBackend {
     /// The engine, for statistics, flushes and compactions.
     pub fn db(&self) -> &Db {
         &self.shared.db
+    }
+
+    /// A shared handle on the engine that stays valid (and keeps the engine open) after this backend is
+    /// moved into a store: for checkpoints, flushes and statistics from outside the store.
+    pub fn engine(&self) -> LsmEngine {
+        LsmEngine(Arc::clone(&self.shared))
     }
 
     /// The engine's directory.
