@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use keyed_state::backend::heap::HeapBackend;
+use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::StateBackend;
 use keyed_state::keygroup::{
     check_max_parallelism, java_int_hash, java_long_hash, java_string_hash, key_group_for_hash,
@@ -30,6 +31,8 @@ struct Cli {
 enum BackendKind {
     /// In-memory tables per key group.
     Heap,
+    /// Our LSM engine on disk (a temporary directory unless `--dir` is given).
+    Lsm,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -47,8 +50,12 @@ enum Command {
     /// Run the demo workload (clicks and impressions per user) and end with a savepoint.
     Demo {
         /// The state backend.
-        #[arg(long, value_enum, default_value = "heap")]
+        #[arg(long, value_enum, default_value = "lsm")]
         backend: BackendKind,
+        /// Working directory of the LSM backend (default: a temporary directory, removed afterwards).
+        /// Whatever an earlier run left there is discarded.
+        #[arg(long)]
+        dir: Option<PathBuf>,
         /// Number of events.
         #[arg(long, default_value_t = 1_000_000)]
         records: u64,
@@ -126,10 +133,11 @@ fn run(command: Command) -> Result<(), Error> {
     match command {
         Command::Demo {
             backend,
+            dir,
             records,
             seed,
             savepoint,
-        } => run_demo(backend, records, seed, &savepoint),
+        } => run_demo(backend, dir.as_deref(), records, seed, &savepoint),
         Command::Inspect { savepoint } => {
             let reader = open(&savepoint)?;
             print!("{}", tools::inspect(&reader)?);
@@ -203,10 +211,34 @@ fn run(command: Command) -> Result<(), Error> {
     }
 }
 
-fn run_demo(backend: BackendKind, records: u64, seed: u64, path: &Path) -> Result<(), Error> {
+fn run_demo(
+    backend: BackendKind,
+    dir: Option<&Path>,
+    records: u64,
+    seed: u64,
+    path: &Path,
+) -> Result<(), Error> {
     let config = demo::config();
-    let backend: Box<dyn StateBackend> = match backend {
-        BackendKind::Heap => Box::new(HeapBackend::new(config)?),
+    let (backend, location): (Box<dyn StateBackend>, String) = match backend {
+        BackendKind::Heap => {
+            if dir.is_some() {
+                return Err(Error::InvalidArgument(
+                    "--dir applies to the lsm backend only".into(),
+                ));
+            }
+            (Box::new(HeapBackend::new(config)?), "in memory".into())
+        }
+        BackendKind::Lsm => {
+            let b = match dir {
+                Some(d) => LsmBackend::open(d, config, Default::default())?,
+                None => LsmBackend::temp(config)?,
+            };
+            let location = match dir {
+                Some(_) => format!("directory {}", b.path().display()),
+                None => format!("temporary directory {}", b.path().display()),
+            };
+            (Box::new(b), location)
+        }
     };
     let name = backend.backend_name();
     let mut store = demo::store(backend)?;
@@ -237,7 +269,7 @@ fn run_demo(backend: BackendKind, records: u64, seed: u64, path: &Path) -> Resul
     let summary = write_savepoint(path, &*snapshot, &WriteOptions::default())?;
     let write_secs = snap_start.elapsed().as_secs_f64() - sync_secs;
 
-    println!("backend:        {name}");
+    println!("backend:        {name} ({location})");
     println!(
         "events:         {records} ({clicks} clicks, {} impressions), seed {seed}",
         records - clicks
