@@ -610,6 +610,7 @@ impl StateBackend for LsmBackend {
             states: self.states.clone(),
             shared: Arc::clone(&self.shared),
             snap,
+            flushed: std::sync::OnceLock::new(),
         }))
     }
 }
@@ -621,6 +622,8 @@ pub struct LsmSnapshot {
     states: Vec<StateMetaInfo>,
     shared: Arc<Shared>,
     snap: Snapshot,
+    /// Whether the memtables were flushed for this snapshot (done once, by the first `visit`).
+    flushed: std::sync::OnceLock<()>,
 }
 
 impl LsmSnapshot {
@@ -650,6 +653,13 @@ impl BackendSnapshot for LsmSnapshot {
         };
         if !self.config.key_group_range.contains(kg) {
             return Ok(());
+        }
+        // Asynchronous part, once: flush the memtables (writes keep going meanwhile). The flush adds no
+        // version and removes none, so what the snapshot sees is unchanged, but the iterators below then
+        // read memory-mapped SST blocks (zero-copy values) instead of copying entries out of the skiplist.
+        if self.flushed.get().is_none() {
+            self.shared.db.flush()?;
+            let _ = self.flushed.set(());
         }
         let keep_empty = meta.kind == StateKind::Timers;
         let lower = kg_prefix(state, kg, self.prefix_len);
