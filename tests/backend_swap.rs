@@ -391,3 +391,20 @@ proptest! {
         prop_assert_eq!(heap.store.num_entries().unwrap(), lsm.store.num_entries().unwrap());
     }
 }
+
+#[test]
+fn demo_workload_savepoints_are_identical_on_heap_and_lsm() {
+    use keyed_state::demo;
+    let bytes: Vec<Vec<u8>> = KINDS
+        .iter()
+        .map(|k| {
+            let mut store = demo::store(backend(*k, demo::config())).unwrap();
+            let states = demo::register(&mut store).unwrap();
+            for e in demo::events(7, 5000) {
+                demo::process(&mut store, &states, &e).unwrap();
+            }
+            savepoint(&mut store, Compression::Lz4)
+        })
+        .collect();
+    assert!(bytes[0] == bytes[1], "demo savepoints differ");
+}
