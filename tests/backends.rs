@@ -11,6 +11,13 @@ conformance_suite!(heap_cow, |cfg| Box::new(
 conformance_suite!(heap_persistent, |cfg| Box::new(
     HeapBackend::<PersistentTables>::with_tables(cfg).expect("heap backend")
 ));
+conformance_suite!(lsm, |cfg| Box::new(
+    keyed_state::backend::lsm::LsmBackend::temp_with(
+        cfg,
+        keyed_state::backend::lsm::LsmBackend::small_options()
+    )
+    .expect("lsm backend")
+));
 
 #[cfg(feature = "rocksdb")]
 use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use keyed_state::backend::heap::table::PersistentTables;
 use keyed_state::backend::heap::HeapBackend;
+use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::StateBackend;
 use keyed_state::keygroup::{key_group_range_for_operator, operator_index_for_key_group};
 use keyed_state::savepoint::SavepointReader;
@@ -64,21 +65,33 @@ struct Instance {
     map: MapState<IntSerializer, LongSerializer>,
 }
 
+/// Which backend the instances run on.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    HeapCow,
+    HeapPersistent,
+    Lsm,
+}
+
 struct Job {
-    persistent: bool,
+    persistent: Kind,
     instances: Vec<Instance>,
 }
 
 impl Job {
-    fn new(parallelism: u32, persistent: bool, restore_from: &[SavepointReader]) -> Job {
+    fn new(parallelism: u32, persistent: Kind, restore_from: &[SavepointReader]) -> Job {
         let instances = (0..parallelism)
             .map(|i| {
                 let range = key_group_range_for_operator(MAX_P, parallelism, i).unwrap();
                 let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-                let backend: Box<dyn StateBackend> = if persistent {
-                    Box::new(HeapBackend::<PersistentTables>::with_tables(cfg).unwrap())
-                } else {
-                    Box::new(HeapBackend::new(cfg).unwrap())
+                let backend: Box<dyn StateBackend> = match persistent {
+                    Kind::HeapPersistent => {
+                        Box::new(HeapBackend::<PersistentTables>::with_tables(cfg).unwrap())
+                    }
+                    Kind::HeapCow => Box::new(HeapBackend::new(cfg).unwrap()),
+                    Kind::Lsm => {
+                        Box::new(LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap())
+                    }
                 };
                 let mut store = KeyedStateStore::new(backend, LongSerializer).unwrap();
                 // Alternate: register before or after the restore.
@@ -170,7 +183,7 @@ impl Job {
     }
 }
 
-fn run(ops: Vec<Op>, persistent: bool) {
+fn run(ops: Vec<Op>, persistent: Kind) {
     let mut job = Job::new(1, persistent, &[]);
     let mut model = Model::default();
     let mut latest: Option<(Vec<Vec<u8>>, Model)> = None;
@@ -255,11 +268,21 @@ proptest! {
 
     #[test]
     fn heap_cow_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
-        run(ops, false);
+        run(ops, Kind::HeapCow);
     }
 
     #[test]
     fn heap_persistent_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
-        run(ops, true);
+        run(ops, Kind::HeapPersistent);
+    }
+}
+
+proptest! {
+    // Fewer cases: every job opens up to four engines (fsynced manifests), so a case costs more wall time.
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn lsm_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops, Kind::Lsm);
     }
 }

@@ -10,6 +10,7 @@
 //! backend produces the same savepoint bytes for the same logical state.
 
 pub mod heap;
+pub mod lsm;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 

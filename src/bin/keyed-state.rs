@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use keyed_state::backend::heap::HeapBackend;
+use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::StateBackend;
 use keyed_state::keygroup::{
     check_max_parallelism, java_int_hash, java_long_hash, java_string_hash, key_group_for_hash,
@@ -30,6 +31,8 @@ struct Cli {
 enum BackendKind {
     /// In-memory tables per key group.
     Heap,
+    /// Our LSM engine on disk (a temporary directory unless `--dir` is given).
+    Lsm,
     /// RocksDB, configured as Flink configures it (built with the `rocksdb` feature).
     #[cfg(feature = "rocksdb")]
     Rocksdb,
@@ -50,8 +53,12 @@ enum Command {
     /// Run the demo workload (clicks and impressions per user) and end with a savepoint.
     Demo {
         /// The state backend.
-        #[arg(long, value_enum, default_value = "heap")]
+        #[arg(long, value_enum, default_value = "lsm")]
         backend: BackendKind,
+        /// Working directory of the lsm (or rocksdb) backend (default: a temporary directory, removed
+        /// afterwards). Whatever an earlier run left there is discarded.
+        #[arg(long)]
+        dir: Option<PathBuf>,
         /// Number of events.
         #[arg(long, default_value_t = 1_000_000)]
         records: u64,
@@ -61,10 +68,6 @@ enum Command {
         /// Where to write the savepoint.
         #[arg(long, default_value = "demo.savepoint")]
         savepoint: PathBuf,
-        /// RocksDB working directory, absent or empty (default: a temporary directory).
-        #[cfg(feature = "rocksdb")]
-        #[arg(long)]
-        dir: Option<PathBuf>,
     },
     /// Show a savepoint's states, serializers, key groups, entries and bytes.
     Inspect {
@@ -133,16 +136,11 @@ fn run(command: Command) -> Result<(), Error> {
     match command {
         Command::Demo {
             backend,
+            dir,
             records,
             seed,
             savepoint,
-            #[cfg(feature = "rocksdb")]
-            dir,
-        } => {
-            #[cfg(not(feature = "rocksdb"))]
-            let dir: Option<PathBuf> = None;
-            run_demo(backend, records, seed, &savepoint, dir.as_deref())
-        }
+        } => run_demo(backend, dir.as_deref(), records, seed, &savepoint),
         Command::Inspect { savepoint } => {
             let reader = open(&savepoint)?;
             print!("{}", tools::inspect(&reader)?);
@@ -216,28 +214,53 @@ fn run(command: Command) -> Result<(), Error> {
     }
 }
 
-#[cfg_attr(not(feature = "rocksdb"), allow(unused_variables))]
 fn run_demo(
     backend: BackendKind,
+    dir: Option<&Path>,
     records: u64,
     seed: u64,
     path: &Path,
-    dir: Option<&Path>,
 ) -> Result<(), Error> {
     let config = demo::config();
     // The RocksDB settings are printed with the results.
-    let (backend, settings): (Box<dyn StateBackend>, Option<String>) = match backend {
-        BackendKind::Heap => (Box::new(HeapBackend::new(config)?), None),
+    #[cfg_attr(not(feature = "rocksdb"), allow(unused_mut))]
+    let mut settings: Option<String> = None;
+    let (backend, location): (Box<dyn StateBackend>, String) = match backend {
+        BackendKind::Heap => {
+            if dir.is_some() {
+                return Err(Error::InvalidArgument(
+                    "--dir applies to the on-disk backends (lsm, rocksdb) only".into(),
+                ));
+            }
+            (Box::new(HeapBackend::new(config)?), "in memory".into())
+        }
+        BackendKind::Lsm => {
+            let b = match dir {
+                Some(d) => LsmBackend::open(d, config, Default::default())?,
+                None => LsmBackend::temp(config)?,
+            };
+            let location = match dir {
+                Some(_) => format!("directory {}", b.path().display()),
+                None => format!("temporary directory {}", b.path().display()),
+            };
+            (Box::new(b), location)
+        }
         #[cfg(feature = "rocksdb")]
         BackendKind::Rocksdb => {
             use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
             let options = RocksDbOptions::default();
-            let settings = options.describe();
-            let backend = match dir {
-                Some(dir) => RocksDbBackend::open(dir, config, options)?,
-                None => RocksDbBackend::temporary(config, options)?,
+            settings = Some(options.describe());
+            let (backend, location) = match dir {
+                Some(d) => (
+                    RocksDbBackend::open(d, config, options)?,
+                    format!("directory {}", d.display()),
+                ),
+                None => (
+                    RocksDbBackend::temporary(config, options)?,
+                    "temporary directory".to_string(),
+                ),
             };
-            (Box::new(backend), Some(settings))
+            (Box::new(backend), location)
         }
     };
     let name = backend.backend_name();
@@ -269,7 +292,7 @@ fn run_demo(
     let summary = write_savepoint(path, &*snapshot, &WriteOptions::default())?;
     let write_secs = snap_start.elapsed().as_secs_f64() - sync_secs;
 
-    println!("backend:        {name}");
+    println!("backend:        {name} ({location})");
     if let Some(settings) = &settings {
         println!("options:        {settings}");
     }

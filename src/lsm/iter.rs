@@ -415,6 +415,11 @@ impl DbIter {
         self.status.as_ref().map_or(Ok(()), Err)
     }
 
+    /// Takes the error that stopped the iterator, if any (leaving none behind).
+    pub fn take_status(&mut self) -> Result<(), LsmError> {
+        self.status.take().map_or(Ok(()), Err)
+    }
+
     fn out_of_bounds(&self, uk: &[u8]) -> bool {
         self.upper.as_ref().is_some_and(|u| uk >= u.as_slice())
             || self.prefix.as_ref().is_some_and(|p| !uk.starts_with(p))

@@ -1,0 +1,692 @@
+//! The LSM backend: every state primitive on one instance of our LSM engine (`crate::lsm`).
+//!
+//! Engine key = `state id (u16 BE) | entry key`, where the entry key is Flink's working-state key
+//! `KG | K | [lenK] | NS | [lenNS] | [UK]` (`crate::layout`). One engine holds every state; the two-byte state
+//! prefix plays the role of RocksDB's column families (`design/lsm-backend.md` has the measurement behind
+//! the choice). Because the prefix has a fixed width, an entry key is the suffix `&engine_key[2..]`, handed to
+//! the savepoint encoder without a copy.
+//!
+//! * Map states store one engine entry per user key, so a map is the key range `sid | KG | K | NS`; touching
+//!   one map entry never reads or writes the others.
+//! * List `append` writes a merge operand (the engine's [`ListAppendOperator`] joins with `0x2C`) and never
+//!   reads the list.
+//! * A snapshot pins an engine [`Snapshot`] (a registered sequence number: compaction keeps every version it
+//!   can read); the asynchronous part iterates `[sid | KG, sid | KG+1)` at that sequence number, one key
+//!   group at a time, handing values straight out of the memory-mapped SST blocks.
+//! * A restore buffers the sorted runs it is given per state and bulk-loads them with
+//!   [`Db::ingest_sorted`] (SST files written directly, placed in the last level when nothing overlaps).
+//! * [`LsmBackend::clip_to`] deletes every key group outside a range with range tombstones (the engine drops
+//!   whole files inside them), for rescaling from a checkpoint ([`LsmBackend::checkpoint`],
+//!   [`LsmBackend::open_checkpoint`]).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
+use crate::error::{Error, Result};
+use crate::keygroup::{
+    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup, KeyGroupRange,
+};
+use crate::lsm::batch::WriteBatch;
+use crate::lsm::checkpoint::CheckpointInfo;
+use crate::lsm::db::Db;
+use crate::lsm::merge::ListAppendOperator;
+use crate::lsm::options::{Options, ReadOptions};
+use crate::lsm::slice::ValueSlice;
+use crate::lsm::snapshot::Snapshot;
+use crate::meta::{StateKind, StateMetaInfo};
+
+/// Width of the state-id prefix of every engine key.
+pub const STATE_PREFIX_LEN: usize = 2;
+
+/// Restore buffers are ingested once they hold this many bytes of keys and values (over all states).
+const LOAD_BUFFER_BYTES: usize = 32 << 20;
+
+/// Writes of `transform_values` and `map_clear` are batched this many at a time.
+const BATCH_OPS: usize = 4096;
+
+/// The engine and, for a backend in a temporary directory, that directory (removed after the engine closes).
+/// Shared with open snapshots, so a snapshot may outlive its backend.
+struct Shared {
+    db: Db,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// A sorted run being collected for one state during a restore.
+#[derive(Default)]
+struct LoadRun {
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The last engine key given to the engine for this state (ingested or put), to keep runs ascending.
+    last: Option<Vec<u8>>,
+}
+
+/// A shared handle on the engine of an [`LsmBackend`] ([`LsmBackend::engine`]).
+#[derive(Clone)]
+pub struct LsmEngine(Arc<Shared>);
+
+impl LsmEngine {
+    /// The engine.
+    pub fn db(&self) -> &Db {
+        &self.0.db
+    }
+
+    /// Flushes and hard-links the engine's files into `dir` (see [`Db::checkpoint`]); with the backend's
+    /// [`states`](StateBackend::states) it is what [`LsmBackend::open_checkpoint`] opens.
+    pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
+        Ok(self.0.db.checkpoint(dir)?)
+    }
+}
+
+/// The LSM backend. See the module documentation.
+pub struct LsmBackend {
+    config: BackendConfig,
+    prefix_len: usize,
+    states: Vec<StateMetaInfo>,
+    shared: Arc<Shared>,
+    /// Reusable engine-key buffer.
+    kbuf: Vec<u8>,
+    /// The value returned by the last `get` / `map_get` (borrowed by the caller until the next call).
+    last: Option<ValueSlice>,
+    /// Restore buffers per state id.
+    load: Vec<LoadRun>,
+    load_bytes: usize,
+}
+
+/// The first engine key of `state`'s key group `kg`: `sid | KG`.
+fn kg_prefix(state: StateId, kg: KeyGroup, prefix_len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(STATE_PREFIX_LEN + prefix_len);
+    v.extend_from_slice(&(state as u16).to_be_bytes());
+    write_key_group_prefix(&mut v, kg, prefix_len);
+    v
+}
+
+/// The first key greater than every key starting with `prefix` (`None`: no such key).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut v = prefix.to_vec();
+    while let Some(last) = v.pop() {
+        if last < 0xFF {
+            v.push(last + 1);
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Read options for the keys in `[lower, upper)`.
+fn bounds<'a>(
+    snapshot: Option<&'a Snapshot>,
+    lower: Vec<u8>,
+    upper: Option<Vec<u8>>,
+) -> ReadOptions<'a> {
+    ReadOptions {
+        snapshot,
+        lower_bound: Some(lower),
+        upper_bound: upper,
+        prefix: None,
+    }
+}
+
+/// Read options for every key starting with `prefix`.
+fn prefix_bounds(prefix: &[u8]) -> ReadOptions<'static> {
+    bounds(None, prefix.to_vec(), prefix_successor(prefix))
+}
+
+impl LsmBackend {
+    /// Engine options for tests: small memtables and files, so flushes and compactions run on small data.
+    pub fn small_options() -> Options {
+        Options {
+            memtable_size: 64 << 10,
+            target_file_size: 256 << 10,
+            level_base_size: 1 << 20,
+            block_cache_size: 4 << 20,
+            ..Options::default()
+        }
+    }
+
+    /// An LSM backend in a fresh temporary directory (removed when the backend and its snapshots are gone),
+    /// with default engine options.
+    pub fn temp(config: BackendConfig) -> Result<Self> {
+        Self::temp_with(config, Options::default())
+    }
+
+    /// An LSM backend in a fresh temporary directory with the given engine options.
+    pub fn temp_with(config: BackendConfig, options: Options) -> Result<Self> {
+        let tmp = tempfile::Builder::new()
+            .prefix("keyed-state-lsm-")
+            .tempdir()
+            .map_err(|e| Error::Io {
+                context: format!(
+                    "creating a temporary directory in {}",
+                    std::env::temp_dir().display()
+                ),
+                source: e,
+            })?;
+        let db = Db::open(tmp.path(), Self::engine_options(options))?;
+        Self::from_db(config, Vec::new(), db, Some(tmp))
+    }
+
+    /// An LSM backend whose engine lives in `dir` (created if missing). The directory is working storage:
+    /// whatever an earlier run left there is discarded (state comes back through savepoints).
+    pub fn open(dir: impl AsRef<Path>, config: BackendConfig, options: Options) -> Result<Self> {
+        let db = Db::open(dir.as_ref(), Self::engine_options(options))?;
+        let mut b = Self::from_db(config, Vec::new(), db, None)?;
+        b.delete_all()?;
+        Ok(b)
+    }
+
+    /// Opens an engine checkpoint written by [`checkpoint`](Self::checkpoint) of a backend holding
+    /// `states` (in id order), as a backend for `config`, and clips it to `config`'s key-group range: the
+    /// engine-level rescale path (Flink's RocksDB rescaling from an incremental checkpoint). The checkpoint
+    /// directory becomes this backend's working directory.
+    pub fn open_checkpoint(
+        dir: impl AsRef<Path>,
+        config: BackendConfig,
+        states: Vec<StateMetaInfo>,
+        options: Options,
+    ) -> Result<Self> {
+        let db = Db::open(dir.as_ref(), Self::engine_options(options))?;
+        let range = config.key_group_range;
+        let mut b = Self::from_db(config, states, db, None)?;
+        b.clip_to(range)?;
+        Ok(b)
+    }
+
+    fn engine_options(mut options: Options) -> Options {
+        options.merge_operator = Some(Arc::new(ListAppendOperator));
+        options
+    }
+
+    fn from_db(
+        config: BackendConfig,
+        states: Vec<StateMetaInfo>,
+        db: Db,
+        tmp: Option<tempfile::TempDir>,
+    ) -> Result<Self> {
+        crate::keygroup::check_max_parallelism(config.max_parallelism)?;
+        let range = config.key_group_range;
+        if !range.is_empty() && range.end() as u32 >= config.max_parallelism {
+            return Err(Error::InvalidArgument(format!(
+                "key-group range {range} does not fit max parallelism {}",
+                config.max_parallelism
+            )));
+        }
+        if states.len() > usize::from(u16::MAX) + 1 {
+            return Err(Error::InvalidArgument(format!(
+                "{} states exceed the LSM backend's limit of 65536",
+                states.len()
+            )));
+        }
+        let load = states.iter().map(|_| LoadRun::default()).collect();
+        Ok(LsmBackend {
+            prefix_len: key_group_prefix_len(config.max_parallelism),
+            config,
+            states,
+            shared: Arc::new(Shared { db, _tmp: tmp }),
+            kbuf: Vec::with_capacity(64),
+            last: None,
+            load,
+            load_bytes: 0,
+        })
+    }
+
+    /// The engine, for statistics, flushes and compactions.
+    pub fn db(&self) -> &Db {
+        &self.shared.db
+    }
+
+    /// A shared handle on the engine that stays valid (and keeps the engine open) after this backend is
+    /// moved into a store: for checkpoints, flushes and statistics from outside the store.
+    pub fn engine(&self) -> LsmEngine {
+        LsmEngine(Arc::clone(&self.shared))
+    }
+
+    /// The engine's directory.
+    pub fn path(&self) -> &Path {
+        self.shared.db.path()
+    }
+
+    /// Flushes and hard-links the engine's files into `dir` (see [`Db::checkpoint`]). Together with
+    /// [`states`](StateBackend::states) it is everything [`open_checkpoint`](Self::open_checkpoint) needs.
+    pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
+        Ok(self.shared.db.checkpoint(dir)?)
+    }
+
+    /// Deletes every entry of every state outside `range` (one range tombstone per state and side; the
+    /// engine drops files lying entirely inside them) and makes `range` this backend's key-group range.
+    pub fn clip_to(&mut self, range: KeyGroupRange) -> Result<()> {
+        if !range.is_empty() && range.end() as u32 >= self.config.max_parallelism {
+            return Err(Error::InvalidArgument(format!(
+                "key-group range {range} does not fit max parallelism {}",
+                self.config.max_parallelism
+            )));
+        }
+        let db = &self.shared.db;
+        for sid in 0..self.states.len() {
+            let start = (sid as u16).to_be_bytes().to_vec();
+            let end = prefix_successor(&start).unwrap_or_else(|| vec![0xFF; 3]);
+            if range.is_empty() {
+                db.delete_range(&start, &end)?;
+                continue;
+            }
+            db.delete_range(&start, &kg_prefix(sid, range.start(), self.prefix_len))?;
+            let after = kg_prefix(sid, range.end(), self.prefix_len);
+            if let Some(after) = prefix_successor(&after) {
+                db.delete_range(&after, &end)?;
+            }
+        }
+        self.config.key_group_range = range;
+        Ok(())
+    }
+
+    /// Deletes everything in the engine.
+    fn delete_all(&mut self) -> Result<()> {
+        let mut it = self.shared.db.iter(ReadOptions::default());
+        it.seek_to_first();
+        if it.valid() {
+            drop(it);
+            self.shared.db.delete_range(&[], &[0xFF; 3])?;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn check(&self, state: StateId, kg: KeyGroup, map: bool, op: &'static str) -> Result<()> {
+        if !self.config.key_group_range.contains(kg) {
+            return Err(Error::KeyGroupOutOfRange {
+                key_group: kg,
+                range: self.config.key_group_range,
+            });
+        }
+        match self.states.get(state) {
+            Some(m) if (m.kind == StateKind::Map) == map => Ok(()),
+            Some(m) => Err(Error::WrongKind {
+                name: m.name.clone(),
+                kind: m.kind,
+                operation: op,
+            }),
+            None => Err(Error::UnknownState(format!("id {state}"))),
+        }
+    }
+
+    /// Builds `sid | parts...` into the key buffer.
+    #[inline]
+    fn build_key(&mut self, state: StateId, parts: &[&[u8]]) {
+        self.kbuf.clear();
+        self.kbuf.extend_from_slice(&(state as u16).to_be_bytes());
+        for p in parts {
+            self.kbuf.extend_from_slice(p);
+        }
+    }
+
+    /// Ingests every buffered restore run, in state order (each run is ascending and lies after everything
+    /// ingested before for its state, and states occupy disjoint key ranges).
+    fn ingest_buffers(&mut self) -> Result<()> {
+        for run in &mut self.load {
+            if run.entries.is_empty() {
+                continue;
+            }
+            self.shared.db.ingest_sorted(run.entries.drain(..))?;
+        }
+        self.load_bytes = 0;
+        Ok(())
+    }
+
+    /// Visits every engine entry whose key starts with `prefix`, until `f` returns false.
+    fn scan_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        let mut it = self.shared.db.iter(prefix_bounds(prefix));
+        it.seek_to_first();
+        while it.valid() {
+            if !f(it.key(), it.value()) {
+                return Ok(());
+            }
+            it.next();
+        }
+        Ok(it.take_status()?)
+    }
+}
+
+impl StateBackend for LsmBackend {
+    fn backend_name(&self) -> &'static str {
+        "lsm"
+    }
+
+    fn config(&self) -> &BackendConfig {
+        &self.config
+    }
+
+    fn register_state(&mut self, meta: StateMetaInfo) -> Result<StateId> {
+        if let Some(id) = self.states.iter().position(|s| s.name == meta.name) {
+            let existing = &self.states[id];
+            if existing.kind != meta.kind {
+                return Err(Error::StateKindMismatch {
+                    name: meta.name,
+                    existing: existing.kind,
+                    requested: meta.kind,
+                });
+            }
+            self.states[id] = meta;
+            return Ok(id);
+        }
+        if self.states.len() > usize::from(u16::MAX) {
+            return Err(Error::InvalidArgument(
+                "the LSM backend holds at most 65536 states".into(),
+            ));
+        }
+        self.states.push(meta);
+        self.load.push(LoadRun::default());
+        Ok(self.states.len() - 1)
+    }
+
+    fn states(&self) -> &[StateMetaInfo] {
+        &self.states
+    }
+
+    #[inline]
+    fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
+        self.check(state, kg, false, "get")?;
+        self.build_key(state, &[key]);
+        self.last = self.shared.db.get(&self.kbuf)?;
+        Ok(self.last.as_deref())
+    }
+
+    #[inline]
+    fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check(state, kg, false, "put")?;
+        self.build_key(state, &[key]);
+        Ok(self.shared.db.put(&self.kbuf, value)?)
+    }
+
+    #[inline]
+    fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()> {
+        self.check(state, kg, false, "delete")?;
+        self.build_key(state, &[key]);
+        Ok(self.shared.db.delete(&self.kbuf)?)
+    }
+
+    fn append(&mut self, state: StateId, kg: KeyGroup, key: &[u8], elements: &[u8]) -> Result<()> {
+        self.check(state, kg, false, "append")?;
+        if elements.is_empty() {
+            return Ok(());
+        }
+        self.build_key(state, &[key]);
+        Ok(self.shared.db.merge(&self.kbuf, elements)?)
+    }
+
+    fn map_get(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+    ) -> Result<Option<&[u8]>> {
+        self.check(state, kg, true, "map_get")?;
+        self.build_key(state, &[key_ns, user_key]);
+        self.last = self.shared.db.get(&self.kbuf)?;
+        Ok(self.last.as_deref())
+    }
+
+    fn map_put(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        self.check(state, kg, true, "map_put")?;
+        self.build_key(state, &[key_ns, user_key]);
+        Ok(self.shared.db.put(&self.kbuf, value)?)
+    }
+
+    fn map_remove(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        user_key: &[u8],
+    ) -> Result<()> {
+        self.check(state, kg, true, "map_remove")?;
+        self.build_key(state, &[key_ns, user_key]);
+        Ok(self.shared.db.delete(&self.kbuf)?)
+    }
+
+    fn map_scan(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.check(state, kg, true, "map_scan")?;
+        self.build_key(state, &[key_ns]);
+        let skip = self.kbuf.len();
+        let prefix = std::mem::take(&mut self.kbuf);
+        let res = self.scan_prefix(&prefix, &mut |k, v| f(&k[skip..], v));
+        self.kbuf = prefix;
+        res
+    }
+
+    fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()> {
+        // Point deletes (as Flink's RocksDB backend does) rather than a range tombstone per cleared map:
+        // range tombstones are checked by every read, so many small ones would slow down every `get`.
+        self.check(state, kg, true, "map_clear")?;
+        self.build_key(state, &[key_ns]);
+        let prefix = std::mem::take(&mut self.kbuf);
+        let mut batch = WriteBatch::new();
+        let mut res = Ok(());
+        let scanned = self.scan_prefix(&prefix, &mut |k, _| {
+            batch.delete(k);
+            if batch.len() >= BATCH_OPS {
+                res = self.shared.db.write(&batch);
+                batch.clear();
+            }
+            res.is_ok()
+        });
+        self.kbuf = prefix;
+        scanned?;
+        res?;
+        Ok(self.shared.db.write(&batch)?)
+    }
+
+    fn scan_state(
+        &mut self,
+        state: StateId,
+        f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        if state >= self.states.len() {
+            return Err(Error::UnknownState(format!("id {state}")));
+        }
+        let prefix = (state as u16).to_be_bytes();
+        let pl = self.prefix_len;
+        let mut bad: Option<Vec<u8>> = None;
+        self.scan_prefix(&prefix, &mut |k, v| {
+            let entry = &k[STATE_PREFIX_LEN..];
+            match read_key_group_prefix(entry, pl) {
+                Some(kg) => f(kg, entry, v),
+                None => {
+                    bad = Some(k.to_vec());
+                    false
+                }
+            }
+        })?;
+        match bad {
+            Some(k) => Err(Error::Corruption {
+                location: format!("LSM backend at {}", self.path().display()),
+                detail: format!("engine key {k:?} has no key-group prefix"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn transform_values(
+        &mut self,
+        state: StateId,
+        f: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
+    ) -> Result<()> {
+        if state >= self.states.len() {
+            return Err(Error::UnknownState(format!("id {state}")));
+        }
+        // The iterator reads at the sequence number it was created at, so the writes below are not seen.
+        let prefix = (state as u16).to_be_bytes();
+        let db = &self.shared.db;
+        let mut it = db.iter(prefix_bounds(&prefix));
+        it.seek_to_first();
+        let mut batch = WriteBatch::new();
+        while it.valid() {
+            match f(it.value())? {
+                Some(v) => batch.put(it.key(), &v),
+                None => batch.delete(it.key()),
+            };
+            if batch.len() >= BATCH_OPS {
+                db.write(&batch)?;
+                batch.clear();
+            }
+            it.next();
+        }
+        it.take_status()?;
+        Ok(db.write(&batch)?)
+    }
+
+    fn load_entry(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
+        if !self.config.key_group_range.contains(kg) {
+            return Err(Error::KeyGroupOutOfRange {
+                key_group: kg,
+                range: self.config.key_group_range,
+            });
+        }
+        if state >= self.states.len() {
+            return Err(Error::UnknownState(format!("id {state}")));
+        }
+        self.build_key(state, &[key]);
+        let run = &mut self.load[state];
+        let ascending = match run.entries.last() {
+            Some((k, _)) => k.as_slice() < self.kbuf.as_slice(),
+            None => run.last.as_deref().is_none_or(|l| l < self.kbuf.as_slice()),
+        };
+        if !ascending {
+            // Out of order (savepoints with overlapping ranges): ingest what is buffered, then put this one.
+            if !run.entries.is_empty() {
+                self.shared.db.ingest_sorted(run.entries.drain(..))?;
+            }
+            self.shared.db.put(&self.kbuf, value)?;
+            return Ok(());
+        }
+        run.last = Some(self.kbuf.clone());
+        run.entries.push((self.kbuf.clone(), value.to_vec()));
+        self.load_bytes += self.kbuf.len() + value.len();
+        if self.load_bytes >= LOAD_BUFFER_BYTES {
+            self.ingest_buffers()?;
+        }
+        Ok(())
+    }
+
+    fn finish_load(&mut self) -> Result<()> {
+        self.ingest_buffers()?;
+        for run in &mut self.load {
+            run.last = None;
+        }
+        Ok(())
+    }
+
+    fn num_entries(&mut self) -> Result<u64> {
+        let mut n = 0u64;
+        let mut it = self.shared.db.iter(ReadOptions::default());
+        it.seek_to_first();
+        while it.valid() {
+            n += 1;
+            it.next();
+        }
+        it.take_status()?;
+        Ok(n)
+    }
+
+    fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
+        // Synchronous part: register the current sequence number (O(1)); compaction keeps every version it
+        // reads until the snapshot is dropped, and range deletes stop dropping whole files under it.
+        let snap = self.shared.db.snapshot();
+        Ok(Box::new(LsmSnapshot {
+            config: self.config.clone(),
+            prefix_len: self.prefix_len,
+            states: self.states.clone(),
+            shared: Arc::clone(&self.shared),
+            snap,
+            flushed: std::sync::OnceLock::new(),
+        }))
+    }
+}
+
+/// A point-in-time view of an [`LsmBackend`]: an engine snapshot and the state metas of that moment.
+pub struct LsmSnapshot {
+    config: BackendConfig,
+    prefix_len: usize,
+    states: Vec<StateMetaInfo>,
+    shared: Arc<Shared>,
+    snap: Snapshot,
+    /// Whether the memtables were flushed for this snapshot (done once, by the first `visit`).
+    flushed: std::sync::OnceLock<()>,
+}
+
+impl LsmSnapshot {
+    /// The engine sequence number the snapshot reads at.
+    pub fn seqno(&self) -> u64 {
+        self.snap.seqno()
+    }
+}
+
+impl BackendSnapshot for LsmSnapshot {
+    fn config(&self) -> &BackendConfig {
+        &self.config
+    }
+
+    fn states(&self) -> &[StateMetaInfo] {
+        &self.states
+    }
+
+    fn visit(
+        &self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let Some(meta) = self.states.get(state) else {
+            return Err(Error::UnknownState(format!("id {state}")));
+        };
+        if !self.config.key_group_range.contains(kg) {
+            return Ok(());
+        }
+        // Asynchronous part, once: flush the memtables (writes keep going meanwhile). The flush adds no
+        // version and removes none, so what the snapshot sees is unchanged, but the iterators below then
+        // read memory-mapped SST blocks (zero-copy values) instead of copying entries out of the skiplist.
+        if self.flushed.get().is_none() {
+            self.shared.db.flush()?;
+            let _ = self.flushed.set(());
+        }
+        let keep_empty = meta.kind == StateKind::Timers;
+        let lower = kg_prefix(state, kg, self.prefix_len);
+        let upper = prefix_successor(&lower);
+        // One key group at a time: the iterator streams blocks; values are views into the mapped SST blocks.
+        let mut it = self.shared.db.iter(bounds(Some(&self.snap), lower, upper));
+        it.seek_to_first();
+        while it.valid() {
+            let v = it.value();
+            if keep_empty || !v.is_empty() {
+                f(&it.key()[STATE_PREFIX_LEN..], v)?;
+            }
+            it.next();
+        }
+        Ok(it.take_status()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn successor_of_prefixes() {
+        assert_eq!(prefix_successor(&[0, 1]), Some(vec![0, 2]));
+        assert_eq!(prefix_successor(&[0, 0xFF]), Some(vec![1]));
+        assert_eq!(prefix_successor(&[0xFF, 0xFF]), None);
+        assert_eq!(prefix_successor(&[]), None);
+    }
+}
