@@ -9,12 +9,19 @@
 //! key, then does the operation. Throughput is reported per operation (per entry for map keys / values /
 //! entries / iterator, Flink's `@OperationsPerInvocation(10)`).
 //!
+//! Times are CPU time of the benchmark thread (`support/cpu_time.rs`): the machines are shared.
+//!
 //! Run: `cargo bench --bench heap_state -- --warm-up-time 1 --measurement-time 3`.
+
+#[allow(dead_code)]
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
 
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use cpu_time::CpuTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::keygroup::KeyGroupRange;
@@ -96,17 +103,17 @@ fn new_store() -> Store {
 
 /// Runs `op(i)` for `iters` consecutive global indexes and times it.
 fn timed(iters: u64, i: &mut usize, mut op: impl FnMut(usize)) -> Duration {
-    let start = Instant::now();
+    let start = cpu_time::now();
     for _ in 0..iters {
         op(*i);
         *i += 1;
     }
-    start.elapsed()
+    cpu_time::now() - start
 }
 
 // ---------------------------------------------------------------- value state + yardstick
 
-fn value_state(c: &mut Criterion) {
+fn value_state(c: &mut Criterion<CpuTime>) {
     let inp = Inputs::new();
     let mut store = new_store();
     let h = store
@@ -181,7 +188,7 @@ fn reset_lists(store: &mut Store, h: &ListState<LongSerializer>, inp: &Inputs) {
 /// `reset_after` operations have run since the last reset (Flink resets them every 1 s iteration), so
 /// appending benchmarks do not grow the lists without bound. Resets are not timed.
 fn list_bench(
-    g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    g: &mut BenchmarkGroup<'_, CpuTime>,
     name: &str,
     store: &mut Store,
     h: &ListState<LongSerializer>,
@@ -203,7 +210,7 @@ fn list_bench(
     });
 }
 
-fn list_state(c: &mut Criterion) {
+fn list_state(c: &mut Criterion<CpuTime>) {
     let inp = Inputs::new();
     let mut store = new_store();
     let h = store
@@ -265,7 +272,7 @@ fn list_state(c: &mut Criterion) {
 
 // ---------------------------------------------------------------- map state
 
-fn map_state(c: &mut Criterion) {
+fn map_state(c: &mut Criterion<CpuTime>) {
     let inp = Inputs::new();
     let mut store = new_store();
     let h: MapState<LongSerializer, DoubleSerializer> = store
@@ -391,8 +398,9 @@ fn map_state(c: &mut Criterion) {
     g.finish();
 }
 
-fn config() -> Criterion {
+fn config() -> Criterion<CpuTime> {
     Criterion::default()
+        .with_measurement(CpuTime)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(50)

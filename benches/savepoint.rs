@@ -12,10 +12,17 @@
 //!
 //! Both uncompressed and LZ4. Throughput is `Throughput::Bytes(savepoint size)` of the variant measured.
 //!
+//! Times are CPU time of the benchmark thread (`support/cpu_time.rs`): the machines are shared.
+//!
 //! Run: `cargo bench --bench savepoint -- --warm-up-time 1 --measurement-time 3`.
+
+#[allow(dead_code)]
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
 
 use std::time::Duration;
 
+use cpu_time::CpuTime;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::BackendSnapshot;
@@ -62,7 +69,7 @@ fn encode_to_vec(snapshot: &dyn BackendSnapshot, compression: Compression, capac
     out
 }
 
-fn savepoint(c: &mut Criterion) {
+fn savepoint(c: &mut Criterion<CpuTime>) {
     let mut store = populated();
     let snapshot = store.snapshot().unwrap();
     for (label, compression) in [("none", Compression::None), ("lz4", Compression::Lz4)] {
@@ -73,7 +80,7 @@ fn savepoint(c: &mut Criterion) {
             size as f64 / 1e6
         );
         let mut g = c.benchmark_group(format!("savepoint-{label}"));
-        g.throughput(Throughput::Bytes(size as u64));
+        g.throughput(Throughput::BytesDecimal(size as u64));
         g.sample_size(10);
         g.bench_function("encode-sink", |b| {
             b.iter(|| encode(&*snapshot, &WriteOptions { compression }, std::io::sink()).unwrap())
@@ -101,8 +108,9 @@ fn savepoint(c: &mut Criterion) {
     }
 }
 
-fn config() -> Criterion {
+fn config() -> Criterion<CpuTime> {
     Criterion::default()
+        .with_measurement(CpuTime)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
 }
