@@ -27,7 +27,8 @@ use keyed_state::backend::heap::HeapBackend;
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::serializer::{DoubleSerializer, LongSerializer};
 use keyed_state::state::{
-    KeyedStateStore, ListState, ListStateDescriptor, MapState, MapStateDescriptor, ValueStateDescriptor,
+    KeyedStateStore, ListState, ListStateDescriptor, MapState, MapStateDescriptor,
+    ValueStateDescriptor,
 };
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -57,7 +58,8 @@ impl Inputs {
         let mut rng = StdRng::seed_from_u64(0x5eed);
         let mut setup_keys: Vec<i64> = (0..SETUP_KEY_COUNT as i64).collect();
         setup_keys.shuffle(&mut rng);
-        let mut new_keys: Vec<i64> = (SETUP_KEY_COUNT as i64..(SETUP_KEY_COUNT + NEW_KEY_COUNT) as i64).collect();
+        let mut new_keys: Vec<i64> =
+            (SETUP_KEY_COUNT as i64..(SETUP_KEY_COUNT + NEW_KEY_COUNT) as i64).collect();
         new_keys.shuffle(&mut rng);
         let mut map_keys: Vec<i64> = (0..MAP_KEY_COUNT as i64).collect();
         map_keys.shuffle(&mut rng);
@@ -97,7 +99,8 @@ impl Inputs {
 }
 
 fn new_store() -> Store {
-    let config = KeyedStateStore::config_for(&LongSerializer, MAX_PARALLELISM, KeyGroupRange::new(0, 1));
+    let config =
+        KeyedStateStore::config_for(&LongSerializer, MAX_PARALLELISM, KeyGroupRange::new(0, 1));
     KeyedStateStore::new(Box::new(HeapBackend::new(config).unwrap()), LongSerializer).unwrap()
 }
 
@@ -219,10 +222,18 @@ fn list_state(c: &mut Criterion<CpuTime>) {
     let mut g = c.benchmark_group("list");
     g.throughput(Throughput::Elements(1));
     let never = u64::MAX - 1;
-    list_bench(&mut g, "listUpdate", &mut store, &h, &inp, never, |s, h, i| {
-        s.set_current_key(&inp.setup_key(i)).unwrap();
-        s.list(h).unwrap().update(&[inp.value(i)]).unwrap();
-    });
+    list_bench(
+        &mut g,
+        "listUpdate",
+        &mut store,
+        &h,
+        &inp,
+        never,
+        |s, h, i| {
+            s.set_current_key(&inp.setup_key(i)).unwrap();
+            s.list(h).unwrap().update(&[inp.value(i)]).unwrap();
+        },
+    );
     // Flink's listAdd calls `update([v])` on a new key.
     list_bench(&mut g, "listAdd", &mut store, &h, &inp, never, |s, h, i| {
         s.set_current_key(&inp.new_key(i)).unwrap();
@@ -233,14 +244,22 @@ fn list_state(c: &mut Criterion<CpuTime>) {
         s.set_current_key(&inp.setup_key(i)).unwrap();
         black_box(s.list(h).unwrap().get().unwrap());
     });
-    list_bench(&mut g, "listGetAndIterate", &mut store, &h, &inp, never, |s, h, i| {
-        s.set_current_key(&inp.setup_key(i)).unwrap();
-        let mut sum = 0i64;
-        for v in s.list(h).unwrap().get().unwrap().into_iter().flatten() {
-            sum = sum.wrapping_add(v);
-        }
-        black_box(sum);
-    });
+    list_bench(
+        &mut g,
+        "listGetAndIterate",
+        &mut store,
+        &h,
+        &inp,
+        never,
+        |s, h, i| {
+            s.set_current_key(&inp.setup_key(i)).unwrap();
+            let mut sum = 0i64;
+            for v in s.list(h).unwrap().get().unwrap().into_iter().flatten() {
+                sum = sum.wrapping_add(v);
+            }
+            black_box(sum);
+        },
+    );
     // Appends grow the lists: reset after 5 appends per key on average (Flink: ~6 per 1 s iteration).
     list_bench(
         &mut g,
@@ -276,7 +295,11 @@ fn map_state(c: &mut Criterion<CpuTime>) {
     let inp = Inputs::new();
     let mut store = new_store();
     let h: MapState<LongSerializer, DoubleSerializer> = store
-        .register_map(MapStateDescriptor::new("map", LongSerializer, DoubleSerializer))
+        .register_map(MapStateDescriptor::new(
+            "map",
+            LongSerializer,
+            DoubleSerializer,
+        ))
         .unwrap();
     for k in &inp.setup_keys {
         store.set_current_key(k).unwrap();
@@ -285,21 +308,31 @@ fn map_state(c: &mut Criterion<CpuTime>) {
             m.put(&inp.map_key(j), &inp.map_value(j)).unwrap();
         }
     }
-    let put_all: Vec<(i64, f64)> = (0..MAP_KEY_COUNT).map(|j| (inp.map_key(j), inp.map_value(j))).collect();
+    let put_all: Vec<(i64, f64)> = (0..MAP_KEY_COUNT)
+        .map(|j| (inp.map_key(j), inp.map_value(j)))
+        .collect();
     let mut i = 0usize;
     let mut g = c.benchmark_group("map");
     g.throughput(Throughput::Elements(1));
     g.bench_function("mapUpdate", |b| {
         b.iter(|| {
             store.set_current_key(&inp.setup_key(i)).unwrap();
-            store.map(&h).unwrap().put(&inp.map_key(i), &inp.map_value(i)).unwrap();
+            store
+                .map(&h)
+                .unwrap()
+                .put(&inp.map_key(i), &inp.map_value(i))
+                .unwrap();
             i += 1;
         })
     });
     g.bench_function("mapAdd", |b| {
         b.iter(|| {
             store.set_current_key(&inp.new_key(i)).unwrap();
-            store.map(&h).unwrap().put(&inp.map_key(i), &inp.map_value(i)).unwrap();
+            store
+                .map(&h)
+                .unwrap()
+                .put(&inp.map_key(i), &inp.map_value(i))
+                .unwrap();
             i += 1;
         })
     });
@@ -314,7 +347,11 @@ fn map_state(c: &mut Criterion<CpuTime>) {
     g.bench_function("mapContains", |b| {
         b.iter(|| {
             store.set_current_key(&inp.setup_key(i)).unwrap();
-            let v = store.map(&h).unwrap().contains(&(inp.map_key(i) << 1)).unwrap();
+            let v = store
+                .map(&h)
+                .unwrap()
+                .contains(&(inp.map_key(i) << 1))
+                .unwrap();
             i += 1;
             black_box(v)
         })

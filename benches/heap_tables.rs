@@ -59,7 +59,10 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         // SAFETY: forwarded unchanged to the system allocator.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -106,7 +109,11 @@ fn store<F: TableFamily>(kgs: u32, inp: &Inputs) -> (Store, ValueState<LongSeria
 #[inline]
 fn update(store: &mut Store, h: &ValueState<LongSerializer>, inp: &Inputs, i: usize) {
     store.set_current_key(&inp.keys[i % KEYS]).unwrap();
-    store.value(h).unwrap().update(&inp.values[(i * 7) % KEYS]).unwrap();
+    store
+        .value(h)
+        .unwrap()
+        .update(&inp.values[(i * 7) % KEYS])
+        .unwrap();
 }
 
 fn mb(bytes: isize) -> f64 {
@@ -171,37 +178,43 @@ fn family<F: TableFamily>(c: &mut Criterion<CpuTime>, inp: &Inputs, kgs: u32) {
         })
     });
     g.sample_size(20);
-    g.bench_function(BenchmarkId::new("first-update-after-snapshot", &label), |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let snap = s.snapshot().unwrap();
-                let start = cpu_time::now();
-                update(&mut s, &h, inp, i);
-                total += (cpu_time::now() - start).saturating_sub(overhead);
-                i += 1;
-                drop(snap);
-            }
-            total
-        })
-    });
-    g.throughput(Throughput::Elements(BURST as u64));
-    g.bench_function(BenchmarkId::new("10k-updates-after-snapshot", &label), |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let snap = s.snapshot().unwrap();
-                let start = cpu_time::now();
-                for _ in 0..BURST {
+    g.bench_function(
+        BenchmarkId::new("first-update-after-snapshot", &label),
+        |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let snap = s.snapshot().unwrap();
+                    let start = cpu_time::now();
                     update(&mut s, &h, inp, i);
+                    total += (cpu_time::now() - start).saturating_sub(overhead);
                     i += 1;
+                    drop(snap);
                 }
-                total += (cpu_time::now() - start).saturating_sub(overhead);
-                drop(snap);
-            }
-            total
-        })
-    });
+                total
+            })
+        },
+    );
+    g.throughput(Throughput::Elements(BURST as u64));
+    g.bench_function(
+        BenchmarkId::new("10k-updates-after-snapshot", &label),
+        |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let snap = s.snapshot().unwrap();
+                    let start = cpu_time::now();
+                    for _ in 0..BURST {
+                        update(&mut s, &h, inp, i);
+                        i += 1;
+                    }
+                    total += (cpu_time::now() - start).saturating_sub(overhead);
+                    drop(snap);
+                }
+                total
+            })
+        },
+    );
     g.finish();
 }
 

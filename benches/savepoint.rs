@@ -40,7 +40,11 @@ const MAX_PARALLELISM: u32 = 128;
 type Store = KeyedStateStore<LongSerializer>;
 
 fn new_store() -> Store {
-    let config = KeyedStateStore::config_for(&LongSerializer, MAX_PARALLELISM, KeyGroupRange::all(MAX_PARALLELISM));
+    let config = KeyedStateStore::config_for(
+        &LongSerializer,
+        MAX_PARALLELISM,
+        KeyGroupRange::all(MAX_PARALLELISM),
+    );
     KeyedStateStore::new(Box::new(HeapBackend::new(config).unwrap()), LongSerializer).unwrap()
 }
 
@@ -63,7 +67,11 @@ fn populated() -> Store {
     store
 }
 
-fn encode_to_vec(snapshot: &dyn BackendSnapshot, compression: Compression, capacity: usize) -> Vec<u8> {
+fn encode_to_vec(
+    snapshot: &dyn BackendSnapshot,
+    compression: Compression,
+    capacity: usize,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(capacity);
     encode(snapshot, &WriteOptions { compression }, &mut out).unwrap();
     out
