@@ -469,3 +469,64 @@ fn sort_prefix(key: &[u8]) -> u128 {
     b[..n].copy_from_slice(&key[..n]);
     u128::from_be_bytes(b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keygroup::KeyGroupRange;
+    use crate::serializer::{BytesSerializer, LongSerializer, StringSerializer};
+    use crate::state::{KeyedStateStore, ValueStateDescriptor};
+
+    /// `visit` yields strictly ascending entry keys, also for keys that share their first 16 bytes, differ
+    /// only in length or trailing zero bytes, and for long (shared) values.
+    #[test]
+    fn visit_is_in_byte_order() {
+        let config = KeyedStateStore::config_for(&StringSerializer, 1, KeyGroupRange::all(1));
+        let mut store = KeyedStateStore::new(Box::new(HeapBackend::new(config).unwrap()), StringSerializer).unwrap();
+        let h = store
+            .register_value(ValueStateDescriptor::new("v", BytesSerializer))
+            .unwrap();
+        let mut keys = Vec::new();
+        for n in 0..40usize {
+            keys.push("a".repeat(n));
+            keys.push(format!("{}\0", "a".repeat(n)));
+            keys.push(format!("{}b{n}", "a".repeat(n)));
+            keys.push(format!("{}\u{1}", "a".repeat(n)));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            store.set_current_key(k).unwrap();
+            store.value(&h).unwrap().update(&vec![i as u8; i % 50]).unwrap();
+        }
+        let snap = store.snapshot().unwrap();
+        let mut seen: Vec<Vec<u8>> = Vec::new();
+        snap.visit(0, 0, &mut |k, _| {
+            seen.push(k.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen.len(), keys.len());
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "not strictly ascending");
+
+        // Fixed-length keys sharing the key-group byte and most key bytes.
+        let config = KeyedStateStore::config_for(&LongSerializer, 1, KeyGroupRange::all(1));
+        let mut store = KeyedStateStore::new(Box::new(HeapBackend::new(config).unwrap()), LongSerializer).unwrap();
+        let h = store
+            .register_value(ValueStateDescriptor::new("v", LongSerializer))
+            .unwrap();
+        for k in (0..2000i64).rev().chain([i64::MIN, -1, i64::MAX]) {
+            store.set_current_key(&k).unwrap();
+            store.value(&h).unwrap().update(&k).unwrap();
+        }
+        let snap = store.snapshot().unwrap();
+        let mut prev: Option<Vec<u8>> = None;
+        let mut n = 0;
+        snap.visit(0, 0, &mut |k, _| {
+            assert!(prev.as_deref().is_none_or(|p| p < k));
+            prev = Some(k.to_vec());
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 2003);
+    }
+}

@@ -170,6 +170,10 @@ pub trait OrderedTable: Clone + Default + Send + Sync {
     fn remove(&mut self, key: &[u8]) -> bool;
     /// Number of entries.
     fn len(&self) -> usize;
+    /// Whether empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Visits entries with keys `>= from` in ascending order until `f` returns false.
     fn scan_from(&self, from: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool);
     /// Removes every key starting with `prefix`.
