@@ -428,11 +428,16 @@ impl<F: TableFamily> BackendSnapshot for HeapSnapshot<F> {
                 // live in separate allocations and each would otherwise be a cache miss in sequence.
                 let t = &groups[g];
                 let keep_empty = self.states.get(state).map(|m| m.kind) == Some(StateKind::Timers);
-                let mut entries: Vec<(u128, &SmallBytes, &SmallBytes)> =
-                    t.iter().map(|(k, v)| (sort_prefix(k.as_slice()), k, v)).collect();
+                let mut entries: Vec<(u128, &SmallBytes, &SmallBytes)> = t
+                    .iter()
+                    .map(|(k, v)| (sort_prefix(k.as_slice()), k, v))
+                    .collect();
                 // Order: `sort_prefix` is the big-endian value of the first 16 bytes (zero
                 // padded), so prefix order then byte order equals byte order.
-                entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.as_slice().cmp(b.1.as_slice())));
+                entries.sort_unstable_by(|a, b| {
+                    a.0.cmp(&b.0)
+                        .then_with(|| a.1.as_slice().cmp(b.1.as_slice()))
+                });
                 // Three dependent loads per long value (table slot, buffer header, bytes): prefetch them in
                 // three stages, `AHEAD` entries apart.
                 const AHEAD: usize = 8;
@@ -492,7 +497,11 @@ mod tests {
     #[test]
     fn visit_is_in_byte_order() {
         let config = KeyedStateStore::config_for(&StringSerializer, 1, KeyGroupRange::all(1));
-        let mut store = KeyedStateStore::new(Box::new(HeapBackend::new(config).unwrap()), StringSerializer).unwrap();
+        let mut store = KeyedStateStore::new(
+            Box::new(HeapBackend::new(config).unwrap()),
+            StringSerializer,
+        )
+        .unwrap();
         let h = store
             .register_value(ValueStateDescriptor::new("v", BytesSerializer))
             .unwrap();
@@ -505,7 +514,11 @@ mod tests {
         }
         for (i, k) in keys.iter().enumerate() {
             store.set_current_key(k).unwrap();
-            store.value(&h).unwrap().update(&vec![i as u8; i % 50]).unwrap();
+            store
+                .value(&h)
+                .unwrap()
+                .update(&vec![i as u8; i % 50])
+                .unwrap();
         }
         let snap = store.snapshot().unwrap();
         let mut seen: Vec<Vec<u8>> = Vec::new();
@@ -515,11 +528,16 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen.len(), keys.len());
-        assert!(seen.windows(2).all(|w| w[0] < w[1]), "not strictly ascending");
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "not strictly ascending"
+        );
 
         // Fixed-length keys sharing the key-group byte and most key bytes.
         let config = KeyedStateStore::config_for(&LongSerializer, 1, KeyGroupRange::all(1));
-        let mut store = KeyedStateStore::new(Box::new(HeapBackend::new(config).unwrap()), LongSerializer).unwrap();
+        let mut store =
+            KeyedStateStore::new(Box::new(HeapBackend::new(config).unwrap()), LongSerializer)
+                .unwrap();
         let h = store
             .register_value(ValueStateDescriptor::new("v", LongSerializer))
             .unwrap();
