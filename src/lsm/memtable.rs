@@ -41,10 +41,26 @@ impl PartialOrd for IKey {
 }
 
 /// One memtable entry in a single allocation: `internal key | value`, ordered by its internal key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `prefix` holds the first 8 user-key bytes (zero-padded, big-endian) inline in the skiplist node: when two
+/// prefixes differ they order the keys (a zero pad only ever stands for "the key ended here", which sorts
+/// first), so most comparisons during an insert never dereference `buf`.
+#[derive(Debug, Clone)]
 pub(crate) struct MemEntry {
+    prefix: u64,
     buf: Box<[u8]>,
     klen: usize,
+}
+
+/// The first 8 bytes of `user_key`, zero-padded, as a big-endian integer.
+#[inline]
+fn key_prefix(user_key: &[u8]) -> u64 {
+    let mut p = [0u8; 8];
+    let n = user_key.len().min(8);
+    if let (Some(dst), Some(src)) = (p.get_mut(..n), user_key.get(..n)) {
+        dst.copy_from_slice(src);
+    }
+    u64::from_be_bytes(p)
 }
 
 impl MemEntry {
@@ -54,6 +70,7 @@ impl MemEntry {
         ikey::encode(&mut buf, user_key, seqno, kind);
         buf.extend_from_slice(value);
         MemEntry {
+            prefix: key_prefix(user_key),
             buf: buf.into_boxed_slice(),
             klen,
         }
@@ -79,10 +96,22 @@ impl std::borrow::Borrow<IKey> for MemEntry {
     }
 }
 
+impl PartialEq for MemEntry {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for MemEntry {}
+
 impl Ord for MemEntry {
     #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
-        ikey::compare(self.ikey(), other.ikey())
+        match self.prefix.cmp(&other.prefix) {
+            Ordering::Equal => ikey::compare(self.ikey(), other.ikey()),
+            o => o,
+        }
     }
 }
 
@@ -264,5 +293,29 @@ mod tests {
             ]
         );
         assert!(m.approximate_bytes() > 0);
+    }
+
+    #[test]
+    fn prefix_order_agrees_with_internal_key_order() {
+        let keys: [&[u8]; 9] = [
+            b"",
+            b"a",
+            b"a\0",
+            b"a\0\0\0\0\0\0\0\0",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefghi",
+            b"b",
+            b"\xff",
+        ];
+        for x in keys {
+            for y in keys {
+                for (sx, sy) in [(1, 2), (2, 1), (3, 3)] {
+                    let a = MemEntry::new(x, sx, ValueKind::Put, b"");
+                    let b = MemEntry::new(y, sy, ValueKind::Put, b"");
+                    assert_eq!(a.cmp(&b), ikey::compare(a.ikey(), b.ikey()), "{x:?} {y:?}");
+                }
+            }
+        }
     }
 }
