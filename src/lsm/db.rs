@@ -316,7 +316,8 @@ impl DbInner {
         for m in mems {
             rd = rd.max(m.with_range_dels(|t| max_covering(t, key, seqno)));
         }
-        let mut operands: Vec<Vec<u8>> = Vec::new();
+        // Operands as zero-copy views of their SST blocks (memtable operands are copied once).
+        let mut operands: Vec<ValueSlice> = Vec::new();
         // Some(base) once a put, delete or covering range tombstone ends the search.
         let mut base: Option<Option<ValueSlice>> = None;
         let mut step = |s: u64, kind: ValueKind, value: &dyn Fn() -> ValueSlice| -> bool {
@@ -337,7 +338,7 @@ impl DbInner {
                     false
                 }
                 _ => {
-                    operands.push(value().to_vec());
+                    operands.push(value());
                     true
                 }
             }

@@ -277,13 +277,13 @@ pub(crate) fn full_merge(
     op: Option<&Arc<dyn MergeOperator>>,
     key: &[u8],
     base: Option<&[u8]>,
-    operands_newest_first: &[Vec<u8>],
+    operands_newest_first: &[impl AsRef<[u8]>],
 ) -> Result<Vec<u8>, LsmError> {
     let op = op.ok_or(LsmError::NoMergeOperator)?;
     let ops: Vec<&[u8]> = operands_newest_first
         .iter()
         .rev()
-        .map(|o| o.as_slice())
+        .map(|o| o.as_ref())
         .collect();
     op.full_merge(key, base, &ops)
         .ok_or_else(|| LsmError::MergeFailed {
