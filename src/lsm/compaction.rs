@@ -239,6 +239,16 @@ fn merge_into(
     let mut cur_key: Vec<u8> = Vec::new();
     let mut ikey_buf = Vec::new();
     let plain = filter.is_none() && tombs.is_empty();
+    // Like RocksDB, a lone value at the bottom that every snapshot sees is written with seqno 0: the
+    // trailers of a compacted level then compress to almost nothing. Only without any range tombstone in the
+    // tree (one older than the value could otherwise start to cover it); tombstones written later are newer
+    // than every input.
+    let zero_seqnos = bottommost && {
+        let sv = db.current_sv();
+        sv.version.range_dels.is_empty()
+            && sv.mems.iter().all(|m| m.with_range_dels(|t| t.is_empty()))
+    };
+    let oldest_snapshot = snaps.first().copied();
     loop {
         let at_end = !it.valid();
         let same_key = !at_end && ikey::user_key(it.key()) == cur_key.as_slice();
@@ -247,8 +257,13 @@ fn merge_into(
                 // Fast path: a lone value with no filter and no range tombstone is kept as it is (what
                 // `resolve` yields for it).
                 [(seq, ValueKind::Put, value)] if plain => {
+                    let seq = if zero_seqnos && oldest_snapshot.is_none_or(|o| *seq <= o) {
+                        0
+                    } else {
+                        *seq
+                    };
                     ikey_buf.clear();
-                    ikey::encode(&mut ikey_buf, &cur_key, *seq, ValueKind::Put);
+                    ikey::encode(&mut ikey_buf, &cur_key, seq, ValueKind::Put);
                     out.add(&ikey_buf, value)?;
                 }
                 _ => {
