@@ -809,8 +809,8 @@ fn main() {
     for phase in ["put", "get_uniform", "get_hot", "merge", "get_merged"] {
         println!(
             "  {phase}: ours {} | rocksdb {}",
-            list(&ours.rate(phase), |x| fmt_rate(x)),
-            list(&rocks.rate(phase), |x| fmt_rate(x))
+            list(&ours.rate(phase), fmt_rate),
+            list(&rocks.rate(phase), fmt_rate)
         );
     }
     println!(
