@@ -87,15 +87,17 @@ fn cpu_clock(clock: libc::clockid_t) -> f64 {
 
 /// `VmHWM` and `VmRSS` of this process in MiB.
 fn memory_mib() -> (f64, f64) {
+    (status_mib("VmHWM:"), status_mib("VmRSS:"))
+}
+
+/// A `/proc/self/status` field in MiB (0 if absent).
+fn status_mib(name: &str) -> f64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        s.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
+    s.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// Bytes this process caused to be written to storage (`/proc/self/io` `write_bytes`, counted when pages
@@ -443,6 +445,14 @@ impl Meter {
             "PHASE {} {} {} {:.6} {:.6} {:.6} {:.1} {:.1}",
             p.name, p.ops, p.bytes, p.wall, p.thread_cpu, p.process_cpu, p.hwm_mib, p.rss_mib
         );
+        // Where the resident memory is: heap and other anonymous pages vs file-backed pages (our SSTs are
+        // memory-mapped, so their resident pages count in RSS; RocksDB's `pread` page cache does not).
+        println!(
+            "MEM {} rss_anon_mib={:.1} rss_file_mib={:.1}",
+            p.name,
+            status_mib("RssAnon:"),
+            status_mib("RssFile:")
+        );
         p
     }
 }
@@ -693,7 +703,10 @@ fn main() {
                 "round {round} {engine}: {:.1} s wall",
                 t.elapsed().as_secs_f64()
             );
-            for line in text.lines().filter(|l| l.starts_with("PHASE")) {
+            for line in text
+                .lines()
+                .filter(|l| l.starts_with("PHASE") || l.starts_with("MEM"))
+            {
                 println!("  {line}");
             }
             results.entry(engine).or_default().push(parse_child(&text));
