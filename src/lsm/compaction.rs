@@ -234,33 +234,66 @@ fn merge_into(
     it.seek_to_first()?;
     let mut out = Outputs::new(db, Some(db.opts.target_file_size));
     let mut entries: Vec<(u64, ValueKind, Vec<u8>)> = Vec::new();
+    // Value buffers of resolved keys, reused so that the copy of each input value does not allocate.
+    let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut cur_key: Vec<u8> = Vec::new();
     let mut ikey_buf = Vec::new();
+    let plain = filter.is_none() && tombs.is_empty();
+    // Like RocksDB, a lone value at the bottom that every snapshot sees is written with seqno 0: the
+    // trailers of a compacted level then compress to almost nothing. Only without any range tombstone in the
+    // tree (one older than the value could otherwise start to cover it); tombstones written later are newer
+    // than every input.
+    let zero_seqnos = bottommost && {
+        let sv = db.current_sv();
+        sv.version.range_dels.is_empty()
+            && sv.mems.iter().all(|m| m.with_range_dels(|t| t.is_empty()))
+    };
+    let oldest_snapshot = snaps.first().copied();
     loop {
         let at_end = !it.valid();
-        let next_uk = if at_end {
-            None
-        } else {
-            Some(ikey::user_key(it.key()).to_vec())
-        };
-        if (at_end || next_uk.as_deref() != Some(cur_key.as_slice())) && !entries.is_empty() {
-            let produced = ctx.resolve(&cur_key, &entries, &mut filter, |t| {
-                !overlaps_other(version, &files, t)
-            })?;
-            for (seq, kind, value) in produced {
-                ikey_buf.clear();
-                ikey::encode(&mut ikey_buf, &cur_key, seq, kind);
-                out.add(&ikey_buf, &value)?;
+        let same_key = !at_end && ikey::user_key(it.key()) == cur_key.as_slice();
+        if !same_key && !entries.is_empty() {
+            match entries.as_slice() {
+                // Fast path: a lone value with no filter and no range tombstone is kept as it is (what
+                // `resolve` yields for it).
+                [(seq, ValueKind::Put, value)] if plain => {
+                    let seq = if zero_seqnos && oldest_snapshot.is_none_or(|o| *seq <= o) {
+                        0
+                    } else {
+                        *seq
+                    };
+                    ikey_buf.clear();
+                    ikey::encode(&mut ikey_buf, &cur_key, seq, ValueKind::Put);
+                    out.add(&ikey_buf, value)?;
+                }
+                _ => {
+                    let produced = ctx.resolve(&cur_key, &entries, &mut filter, |t| {
+                        !overlaps_other(version, &files, t)
+                    })?;
+                    for (seq, kind, value) in produced {
+                        ikey_buf.clear();
+                        ikey::encode(&mut ikey_buf, &cur_key, seq, kind);
+                        out.add(&ikey_buf, &value)?;
+                    }
+                }
             }
-            entries.clear();
+            pool.extend(entries.drain(..).map(|e| e.2));
         }
-        let Some(uk) = next_uk else { break };
+        if at_end {
+            break;
+        }
         let p = ikey::parse(it.key()).ok_or_else(|| LsmError::Corruption {
             file: format!("compaction input at level {}", inputs[0].0),
             detail: "malformed internal key".into(),
         })?;
-        entries.push((p.seqno, p.kind, it.value().to_vec()));
-        cur_key = uk;
+        let mut value = pool.pop().unwrap_or_default();
+        value.clear();
+        value.extend_from_slice(it.value());
+        entries.push((p.seqno, p.kind, value));
+        if !same_key {
+            cur_key.clear();
+            cur_key.extend_from_slice(p.user_key);
+        }
         it.next()?;
     }
     let new_files = out.finish()?;

@@ -15,7 +15,7 @@ use super::flush;
 use super::ikey::{self, ValueKind};
 use super::iter::{full_merge, DbIter, IterParts};
 use super::manifest::{self, ManifestWriter};
-use super::memtable::{lookup_key, MemTable};
+use super::memtable::{with_lookup_key, MemTable};
 use super::options::{Options, ReadOptions};
 use super::rangedel::max_covering;
 use super::slice::ValueSlice;
@@ -86,6 +86,13 @@ pub(crate) struct Counters {
     pub files_dropped: AtomicU64,
 }
 
+/// What a read needs: the memtables (newest first) and the version, shared by every read until one of them
+/// changes (one `Arc` clone per `get` instead of a vector of clones).
+pub(crate) struct SuperVersion {
+    pub mems: Vec<Arc<MemTable>>,
+    pub version: Arc<Version>,
+}
+
 /// Mutable in-memory state, guarded by `DbInner::state`.
 pub(crate) struct State {
     pub mem: Arc<MemTable>,
@@ -96,6 +103,21 @@ pub(crate) struct State {
     pub shutting_down: bool,
     /// Every write up to this seqno is in the version's files.
     pub flushed_seqno: u64,
+    /// `mem`, `imm` and `version` as of their last change; rebuilt by [`State::refresh_super_version`].
+    pub sv: Arc<SuperVersion>,
+}
+
+impl State {
+    /// Rebuilds the shared read view after `mem`, `imm` or `version` changed.
+    pub fn refresh_super_version(&mut self) {
+        let mut mems = Vec::with_capacity(1 + self.imm.len());
+        mems.push(Arc::clone(&self.mem));
+        mems.extend(self.imm.iter().cloned());
+        self.sv = Arc::new(SuperVersion {
+            mems,
+            version: Arc::clone(&self.version),
+        });
+    }
 }
 
 pub(crate) struct WriterState {
@@ -179,11 +201,14 @@ impl DbInner {
 
     /// The current memtables (newest first) and version.
     pub fn super_version(&self) -> (Vec<Arc<MemTable>>, Arc<Version>) {
-        let st = self.state.lock();
-        let mut mems = Vec::with_capacity(1 + st.imm.len());
-        mems.push(Arc::clone(&st.mem));
-        mems.extend(st.imm.iter().cloned());
-        (mems, Arc::clone(&st.version))
+        let sv = self.current_sv();
+        (sv.mems.clone(), Arc::clone(&sv.version))
+    }
+
+    /// The current read view (one `Arc` clone under the state lock).
+    #[inline]
+    pub fn current_sv(&self) -> Arc<SuperVersion> {
+        Arc::clone(&self.state.lock().sv)
     }
 
     /// Durably records `edit` (which adds `added` and deletes `deleted`) and installs the new version;
@@ -234,6 +259,7 @@ impl DbInner {
                     st.flushed_seqno = st.flushed_seqno.max(m.max_seqno());
                 }
             }
+            st.refresh_super_version();
         }
         let readded: Vec<u64> = added.iter().map(|(_, f)| f.info.number).collect();
         for (_, f) in deleted {
@@ -284,12 +310,14 @@ impl DbInner {
 
     /// Reads `key` as of `seqno`.
     pub fn get_at_seqno(&self, key: &[u8], seqno: u64) -> Result<Option<ValueSlice>> {
-        let (mems, version) = self.super_version();
+        let sv = self.current_sv();
+        let (mems, version) = (&sv.mems, &sv.version);
         let mut rd = max_covering(version.range_dels.iter(), key, seqno);
-        for m in &mems {
+        for m in mems {
             rd = rd.max(m.with_range_dels(|t| max_covering(t, key, seqno)));
         }
-        let mut operands: Vec<Vec<u8>> = Vec::new();
+        // Operands as zero-copy views of their SST blocks (memtable operands are copied once).
+        let mut operands: Vec<ValueSlice> = Vec::new();
         // Some(base) once a put, delete or covering range tombstone ends the search.
         let mut base: Option<Option<ValueSlice>> = None;
         let mut step = |s: u64, kind: ValueKind, value: &dyn Fn() -> ValueSlice| -> bool {
@@ -310,13 +338,13 @@ impl DbInner {
                     false
                 }
                 _ => {
-                    operands.push(value().to_vec());
+                    operands.push(value());
                     true
                 }
             }
         };
         let mut more = true;
-        for m in &mems {
+        for m in mems {
             m.for_each_version(key, seqno, |s, k, v| {
                 more = step(s, k, &|| ValueSlice::from_vec(v.to_vec()));
                 more
@@ -326,41 +354,40 @@ impl DbInner {
             }
         }
         if more {
-            let lk = lookup_key(key, seqno);
-            'levels: for (level, files) in version.levels.iter().enumerate() {
-                let candidates: Vec<&Arc<FileMeta>> = if level == 0 {
-                    files.iter().filter(|f| f.info.overlaps(key, key)).collect()
-                } else {
-                    let i = files.partition_point(|f| f.info.largest_user() < key);
-                    files
-                        .get(i)
-                        .filter(|f| f.info.overlaps(key, key))
-                        .into_iter()
-                        .collect()
-                };
-                for f in candidates {
-                    if !f.reader.may_contain(key) {
-                        continue;
-                    }
-                    let mut it = f.reader.iter();
-                    it.seek(&lk.0)?;
-                    while it.valid() {
-                        let Some(p) = ikey::parse(it.key()) else {
-                            return Err(LsmError::Corruption {
-                                file: f.path.display().to_string(),
-                                detail: "malformed internal key".into(),
-                            });
-                        };
-                        if p.user_key != key {
-                            break;
+            with_lookup_key(key, seqno, |lk| -> Result<()> {
+                for (level, files) in version.levels.iter().enumerate() {
+                    // L0: every file, newest first; deeper levels: the one file that may hold `key`.
+                    let candidates: &[Arc<FileMeta>] = if level == 0 {
+                        files
+                    } else {
+                        let i = files.partition_point(|f| f.info.largest_user() < key);
+                        files.get(i..files.len().min(i + 1)).unwrap_or(&[])
+                    };
+                    for f in candidates {
+                        if !f.info.overlaps(key, key) || !f.reader.may_contain(key) {
+                            continue;
                         }
-                        if p.seqno <= seqno && !step(p.seqno, p.kind, &|| it.value_slice()) {
-                            break 'levels;
+                        let mut it = f.reader.iter();
+                        it.seek(lk)?;
+                        while it.valid() {
+                            let Some(p) = ikey::parse(it.key()) else {
+                                return Err(LsmError::Corruption {
+                                    file: f.path.display().to_string(),
+                                    detail: "malformed internal key".into(),
+                                });
+                            };
+                            if p.user_key != key {
+                                break;
+                            }
+                            if p.seqno <= seqno && !step(p.seqno, p.kind, &|| it.value_slice()) {
+                                return Ok(());
+                            }
+                            it.next()?;
                         }
-                        it.next()?;
                     }
                 }
-            }
+                Ok(())
+            })?;
         }
         let base = base.flatten();
         if operands.is_empty() {
@@ -539,6 +566,7 @@ impl DbInner {
             };
             let old = std::mem::replace(&mut st.mem, Arc::new(MemTable::new(wal_number)));
             st.imm.push_front(old);
+            st.refresh_super_version();
             drop(st);
             self.cv.notify_all();
             return Ok(());
@@ -636,6 +664,10 @@ impl Db {
                 bg_error: None,
                 shutting_down: false,
                 flushed_seqno: 0,
+                sv: Arc::new(SuperVersion {
+                    mems: Vec::new(),
+                    version: Arc::new(Version::empty(opts.num_levels)),
+                }),
             }),
             cv: Condvar::new(),
             writer: Mutex::new(WriterState { wal: None }),
@@ -664,7 +696,11 @@ impl Db {
                     detail,
                 })?;
         }
-        inner.state.lock().version = Arc::new(version);
+        {
+            let mut st = inner.state.lock();
+            st.version = Arc::new(version);
+            st.refresh_super_version();
+        }
         for p in orphans {
             let _ = std::fs::remove_file(p);
         }
@@ -699,6 +735,7 @@ impl Db {
             let v = st.version.apply(&[], &added);
             st.version = Arc::new(v);
             st.mem = Arc::new(MemTable::new(wal_number));
+            st.refresh_super_version();
             st.flushed_seqno = inner.last_seqno.load(Ordering::SeqCst);
         }
         let version = Arc::clone(&inner.state.lock().version);
@@ -766,25 +803,47 @@ impl Db {
         Ok(last)
     }
 
+    /// Applies one update. Without a WAL it goes straight into the memtable (no batch is built); with a
+    /// WAL it is logged as a one-entry batch.
+    fn write_one(&self, kind: ValueKind, key: &[u8], value: &[u8]) -> Result<()> {
+        let inner = &self.inner;
+        if inner.opts.wal {
+            let mut b = WriteBatch::new();
+            match kind {
+                ValueKind::Put => b.put(key, value),
+                ValueKind::Merge => b.merge(key, value),
+                ValueKind::Delete => b.delete(key),
+                ValueKind::RangeDelete => b.delete_range(key, value),
+            };
+            return self.write(&b);
+        }
+        let mut w = inner.writer.lock();
+        inner.make_room(&mut w, false)?;
+        let seq = inner.last_seqno.load(Ordering::SeqCst) + 1;
+        let mem = Arc::clone(&inner.state.lock().mem);
+        mem.add(seq, kind, key, value);
+        inner
+            .counters
+            .user_bytes
+            // The same size a one-entry `WriteBatch` reports.
+            .fetch_add((key.len() + value.len() + 9) as u64, Ordering::Relaxed);
+        inner.last_seqno.store(seq, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// Sets `key` to `value`.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        let mut b = WriteBatch::new();
-        b.put(key, value);
-        self.write(&b)
+        self.write_one(ValueKind::Put, key, value)
     }
 
     /// Deletes `key`.
     pub fn delete(&self, key: &[u8]) -> Result<()> {
-        let mut b = WriteBatch::new();
-        b.delete(key);
-        self.write(&b)
+        self.write_one(ValueKind::Delete, key, &[])
     }
 
     /// Adds a merge operand for `key`.
     pub fn merge(&self, key: &[u8], operand: &[u8]) -> Result<()> {
-        let mut b = WriteBatch::new();
-        b.merge(key, operand);
-        self.write(&b)
+        self.write_one(ValueKind::Merge, key, operand)
     }
 
     /// Deletes every key in `[start, end)` with one range tombstone.

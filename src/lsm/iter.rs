@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::ikey::{self, ValueKind};
-use super::memtable::{lookup_key, MemKey, MemTable};
+use super::memtable::{lookup_key, MemEntry, MemTable};
 use super::merge::MergeOperator;
 use super::rangedel::Fragments;
 use super::slice::ValueSlice;
@@ -55,7 +55,7 @@ impl InternalIterator for SstIter {
 /// skiplist's own cursors borrow the map.
 pub(crate) struct MemIter {
     mem: Arc<MemTable>,
-    buf: std::collections::VecDeque<(MemKey, Vec<u8>)>,
+    buf: std::collections::VecDeque<MemEntry>,
     /// Whether the skiplist holds entries beyond `buf`.
     more: bool,
 }
@@ -72,7 +72,7 @@ impl MemIter {
         }
     }
 
-    fn fill(&mut self, from: Option<&MemKey>, exclusive: bool) {
+    fn fill(&mut self, from: Option<&[u8]>, exclusive: bool) {
         let chunk = self.mem.entries_from(from, exclusive, MEM_CHUNK);
         self.more = chunk.len() == MEM_CHUNK;
         self.buf = chunk.into();
@@ -85,13 +85,13 @@ impl InternalIterator for MemIter {
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<(), LsmError> {
-        self.fill(Some(&MemKey(target.to_vec())), false);
+        self.fill(Some(target), false);
         Ok(())
     }
     fn next(&mut self) -> Result<(), LsmError> {
         if self.buf.len() == 1 && self.more {
-            if let Some((last, _)) = self.buf.pop_front() {
-                self.fill(Some(&last), true);
+            if let Some(last) = self.buf.pop_front() {
+                self.fill(Some(last.ikey()), true);
             }
         } else {
             self.buf.pop_front();
@@ -102,10 +102,10 @@ impl InternalIterator for MemIter {
         !self.buf.is_empty()
     }
     fn key(&self) -> &[u8] {
-        self.buf.front().map_or(&[], |c| &c.0 .0)
+        self.buf.front().map_or(&[], |c| c.ikey())
     }
     fn value(&self) -> &[u8] {
-        self.buf.front().map_or(&[], |c| &c.1)
+        self.buf.front().map_or(&[], |c| c.value())
     }
 }
 
@@ -277,13 +277,13 @@ pub(crate) fn full_merge(
     op: Option<&Arc<dyn MergeOperator>>,
     key: &[u8],
     base: Option<&[u8]>,
-    operands_newest_first: &[Vec<u8>],
+    operands_newest_first: &[impl AsRef<[u8]>],
 ) -> Result<Vec<u8>, LsmError> {
     let op = op.ok_or(LsmError::NoMergeOperator)?;
     let ops: Vec<&[u8]> = operands_newest_first
         .iter()
         .rev()
-        .map(|o| o.as_slice())
+        .map(|o| o.as_ref())
         .collect();
     op.full_merge(key, base, &ops)
         .ok_or_else(|| LsmError::MergeFailed {
@@ -369,7 +369,7 @@ impl DbIter {
         }
         let res = self
             .inner
-            .seek(&lookup_key(&target, self.snapshot).0)
+            .seek(&lookup_key(&target, self.snapshot))
             .and_then(|_| self.find_next());
         self.settle(res);
     }
@@ -440,7 +440,10 @@ impl DbIter {
                 self.inner.next()?;
                 continue;
             }
-            let uk = p.user_key.to_vec();
+            // Reuse the key buffer of the previous entry (no allocation per entry).
+            let mut uk = std::mem::take(&mut self.key);
+            uk.clear();
+            uk.extend_from_slice(p.user_key);
             let rd = self.frags.covering(&uk);
             let mut found: Option<ValueSlice> = None;
             if p.seqno >= rd {
@@ -483,8 +486,8 @@ impl DbIter {
             while self.inner.valid() && ikey::user_key(self.inner.key()) == uk.as_slice() {
                 self.inner.next()?;
             }
+            self.key = uk;
             if let Some(v) = found {
-                self.key = uk;
                 self.value = v;
                 self.valid = true;
                 return Ok(());
@@ -524,7 +527,7 @@ mod tests {
             it.next().unwrap();
         }
         assert_eq!(n, 1000);
-        it.seek(&lookup_key(b"k0500", u64::MAX).0).unwrap();
+        it.seek(&lookup_key(b"k0500", u64::MAX)).unwrap();
         let mut n = 500u32;
         while it.valid() {
             assert_eq!(ikey::user_key(it.key()), format!("k{n:04}").as_bytes());

@@ -169,9 +169,16 @@ impl BlockCursor {
         pos: usize,
     ) -> Result<(usize, Range<usize>, Range<usize>), String> {
         let bad = || format!("malformed entry at block offset {pos}");
-        let (shared, p) = get_varint_usize(data, pos).ok_or_else(bad)?;
-        let (unshared, p) = get_varint_usize(data, p).ok_or_else(bad)?;
-        let (vlen, p) = get_varint_usize(data, p).ok_or_else(bad)?;
+        let (shared, unshared, vlen, p) = match data.get(pos..).and_then(|d| d.first_chunk::<3>()) {
+            // Fast path: all three lengths are one-byte varints (short keys and values).
+            Some(&[a, b, c]) if (a | b | c) < 0x80 => (a as usize, b as usize, c as usize, pos + 3),
+            _ => {
+                let (shared, p) = get_varint_usize(data, pos).ok_or_else(bad)?;
+                let (unshared, p) = get_varint_usize(data, p).ok_or_else(bad)?;
+                let (vlen, p) = get_varint_usize(data, p).ok_or_else(bad)?;
+                (shared, unshared, vlen, p)
+            }
+        };
         let key_end = p.checked_add(unshared).ok_or_else(bad)?;
         let val_end = key_end.checked_add(vlen).ok_or_else(bad)?;
         if val_end > self.restarts_off {

@@ -33,6 +33,11 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 /// Decodes a LEB128 varint at `pos`; returns the value and the position after it.
 #[inline]
 pub fn get_varint(data: &[u8], mut pos: usize) -> Option<(u64, usize)> {
+    // Fast path: one-byte varints (key lengths and short values in blocks).
+    let first = *data.get(pos)?;
+    if first < 0x80 {
+        return Some((u64::from(first), pos + 1));
+    }
     let mut v = 0u64;
     let mut shift = 0u32;
     loop {
