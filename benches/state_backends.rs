@@ -9,7 +9,9 @@
 //!
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
 //! default 0.5), `BENCH_ROUNDS` (default 2; the best round is reported), `BENCH_SP_KEYS` (savepoint keys,
-//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint).
+//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint), `BENCH_KINDS`
+//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
+//! default 0 = off).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
@@ -79,9 +81,21 @@ impl Kind {
     }
 }
 
+/// Bloom filter bits per key on both sides (`BENCH_BLOOM`, default 0 = off as in Flink's benchmark).
+fn bloom_bits() -> u32 {
+    std::env::var("BENCH_BLOOM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(feature = "rocksdb")]
 fn rocksdb_options() -> keyed_state::backend::rocksdb::RocksDbOptions {
-    keyed_state::backend::rocksdb::RocksDbOptions::default()
+    let bits = bloom_bits();
+    keyed_state::backend::rocksdb::RocksDbOptions {
+        bloom_filter_bits_per_key: (bits > 0).then_some(f64::from(bits)),
+        ..Default::default()
+    }
 }
 
 /// The LSM engine configured like RocksDB's benchmark options: one 64 MiB memtable + 1 immutable (RocksDB:
@@ -100,7 +114,7 @@ fn lsm_options() -> Options {
         )
     };
     #[cfg(not(feature = "rocksdb"))]
-    let (mem, nmem, cache, block, bloom) = (64 * MIB, 2usize, 8 * MIB, 4096usize, 0u32);
+    let (mem, nmem, cache, block, bloom) = (64 * MIB, 2usize, 8 * MIB, 4096usize, bloom_bits());
     Options {
         memtable_size: mem,
         max_immutable_memtables: nmem.saturating_sub(1).max(1),
