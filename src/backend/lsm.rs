@@ -22,6 +22,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::{
@@ -30,6 +32,7 @@ use crate::keygroup::{
 use crate::lsm::batch::WriteBatch;
 use crate::lsm::checkpoint::CheckpointInfo;
 use crate::lsm::db::Db;
+use crate::lsm::iter::DbIter;
 use crate::lsm::merge::ListAppendOperator;
 use crate::lsm::options::{Options, ReadOptions};
 use crate::lsm::slice::ValueSlice;
@@ -58,6 +61,17 @@ struct LoadRun {
     entries: Vec<(Vec<u8>, Vec<u8>)>,
     /// The last engine key given to the engine for this state (ingested or put), to keep runs ascending.
     last: Option<Vec<u8>>,
+}
+
+impl LoadRun {
+    /// Hands the buffered entries to the engine, remembering the last key (to keep later runs ascending).
+    fn ingest(&mut self, db: &Db) -> Result<()> {
+        if let Some((k, _)) = self.entries.last() {
+            self.last = Some(k.clone());
+            db.ingest_sorted(self.entries.drain(..))?;
+        }
+        Ok(())
+    }
 }
 
 /// A shared handle on the engine of an [`LsmBackend`] ([`LsmBackend::engine`]).
@@ -322,10 +336,7 @@ impl LsmBackend {
     /// ingested before for its state, and states occupy disjoint key ranges).
     fn ingest_buffers(&mut self) -> Result<()> {
         for run in &mut self.load {
-            if run.entries.is_empty() {
-                continue;
-            }
-            self.shared.db.ingest_sorted(run.entries.drain(..))?;
+            run.ingest(&self.shared.db)?;
         }
         self.load_bytes = 0;
         Ok(())
@@ -565,13 +576,12 @@ impl StateBackend for LsmBackend {
         };
         if !ascending {
             // Out of order (savepoints with overlapping ranges): ingest what is buffered, then put this one.
-            if !run.entries.is_empty() {
-                self.shared.db.ingest_sorted(run.entries.drain(..))?;
-            }
+            run.ingest(&self.shared.db)?;
             self.shared.db.put(&self.kbuf, value)?;
             return Ok(());
         }
-        run.last = Some(self.kbuf.clone());
+        // `run.last` is only needed once the run is handed to the engine (`LoadRun::ingest`), so the key
+        // is not copied twice per entry.
         run.entries.push((self.kbuf.clone(), value.to_vec()));
         self.load_bytes += self.kbuf.len() + value.len();
         if self.load_bytes >= LOAD_BUFFER_BYTES {
@@ -611,6 +621,7 @@ impl StateBackend for LsmBackend {
             shared: Arc::clone(&self.shared),
             snap,
             flushed: std::sync::OnceLock::new(),
+            cursors: Mutex::new(Vec::new()),
         }))
     }
 }
@@ -624,6 +635,18 @@ pub struct LsmSnapshot {
     snap: Snapshot,
     /// Whether the memtables were flushed for this snapshot (done once, by the first `visit`).
     flushed: std::sync::OnceLock<()>,
+    /// One iterator per state over `[SID, SID+1)` at the snapshot's seqno, reused across key groups: the
+    /// encoder visits key groups in ascending order, so consecutive visits of a state continue where the
+    /// previous one stopped instead of building a merging iterator per (state, key group).
+    cursors: Mutex<Vec<Option<StateCursor>>>,
+}
+
+/// A reusable iterator over one state of a snapshot.
+struct StateCursor {
+    it: DbIter,
+    /// When `Some(end)`: every key below `end` has been consumed and the iterator sits on the first key
+    /// `>= end` (or is exhausted). `None`: position unknown (fresh, or stopped early by an error).
+    end: Option<Vec<u8>>,
 }
 
 impl LsmSnapshot {
@@ -664,23 +687,100 @@ impl BackendSnapshot for LsmSnapshot {
         let keep_empty = meta.kind == StateKind::Timers;
         let lower = kg_prefix(state, kg, self.prefix_len);
         let upper = prefix_successor(&lower);
-        // One key group at a time: the iterator streams blocks; values are views into the mapped SST blocks.
-        let mut it = self.shared.db.iter(bounds(Some(&self.snap), lower, upper));
-        it.seek_to_first();
+        let mut cursors = self.cursors.lock();
+        if cursors.len() < self.states.len() {
+            cursors.resize_with(self.states.len(), || None);
+        }
+        let cursor = cursors[state].get_or_insert_with(|| {
+            let sid = (state as u16).to_be_bytes().to_vec();
+            let sid_end = prefix_successor(&sid);
+            // Iterators read at the registered seqno; values are views into SST blocks where possible.
+            let it = self.shared.db.iter(bounds(Some(&self.snap), sid, sid_end));
+            StateCursor { it, end: None }
+        });
+        let it = &mut cursor.it;
+        // Reuse the position when everything below `lower` has been consumed (ascending visits): the
+        // iterator then sits on the first key >= `lower` unless keys between the old end and `lower`
+        // exist, which a forward seek skips.
+        let positioned = cursor.end.as_deref().is_some_and(|e| e <= lower.as_slice())
+            && !(it.valid() && it.key() < lower.as_slice());
+        cursor.end = None;
+        if !positioned {
+            it.seek(&lower);
+        }
         while it.valid() {
+            let k = it.key();
+            if upper.as_deref().is_some_and(|u| k >= u) {
+                break;
+            }
             let v = it.value();
             if keep_empty || !v.is_empty() {
-                f(&it.key()[STATE_PREFIX_LEN..], v)?;
+                f(&k[STATE_PREFIX_LEN..], v)?;
             }
             it.next();
         }
-        Ok(it.take_status()?)
+        it.take_status()?;
+        cursor.end = upper;
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snapshot_visits_in_any_key_group_order() -> Result<()> {
+        use crate::serializer::{LongSerializer, TypeSerializer, VoidNamespaceSerializer};
+        let config = BackendConfig {
+            max_parallelism: 8,
+            key_group_range: KeyGroupRange::all(8),
+            key_serializer: LongSerializer.snapshot(),
+        };
+        let mut b = LsmBackend::temp_with(config, LsmBackend::small_options())?;
+        let meta = |name: &str| StateMetaInfo {
+            name: name.into(),
+            kind: StateKind::Value,
+            namespace_serializer: VoidNamespaceSerializer.snapshot(),
+            value_serializer: LongSerializer.snapshot(),
+            ttl: None,
+        };
+        let s0 = b.register_state(meta("a"))?;
+        let s1 = b.register_state(meta("b"))?;
+        // Key groups 1, 2, 5 and 7 hold data; 0, 3, 4 and 6 are empty.
+        for kg in [1u16, 2, 5, 7] {
+            for i in 0..3u8 {
+                let key = [kg as u8, i, 0];
+                b.put(s0, kg, &key, &[i])?;
+                b.put(s1, kg, &key, &[i, i])?;
+            }
+        }
+        let snap = b.snapshot()?;
+        let visit = |state, kg: KeyGroup| -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            let mut out = Vec::new();
+            snap.visit(state, kg, &mut |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })?;
+            Ok(out)
+        };
+        let expect = |kg: KeyGroup, width: usize| -> Vec<(Vec<u8>, Vec<u8>)> {
+            if ![1, 2, 5, 7].contains(&kg) {
+                return Vec::new();
+            }
+            (0..3u8)
+                .map(|i| (vec![kg as u8, i, 0], vec![i; width]))
+                .collect()
+        };
+        for kg in [0, 1, 2, 3, 4, 5, 6, 7, 7, 5, 0, 2, 2, 6, 1, 3, 7] {
+            assert_eq!(visit(s0, kg)?, expect(kg, 1), "state a, kg {kg}");
+            assert_eq!(visit(s1, kg)?, expect(kg, 2), "state b, kg {kg}");
+        }
+        // Writes after the snapshot stay invisible to the reused iterators.
+        b.put(s0, 3, &[3, 0, 0], &[9])?;
+        assert!(visit(s0, 3)?.is_empty());
+        Ok(())
+    }
 
     #[test]
     fn successor_of_prefixes() {

@@ -1,0 +1,762 @@
+//! Flink's state micro-benchmarks (`org.apache.flink.state.benchmark`, `flink-semantics.md` §2) on the heap,
+//! LSM and (with `--features rocksdb`) RocksDB backends in the same run, plus savepoint write / restore
+//! throughput and a 1→2 rescale-restore. Prints tables; see `design/bench-results/`.
+//!
+//! ```text
+//! cargo bench --bench state_backends                                   # heap + LSM
+//! CARGO_TARGET_DIR=/work/target-rocksdb cargo bench --features rocksdb --bench state_backends
+//! ```
+//!
+//! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
+//! default 0.5), `BENCH_ROUNDS` (default 2; the best round is reported), `BENCH_SP_KEYS` (savepoint keys,
+//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint), `BENCH_KINDS`
+//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
+//! default 0 = off).
+//!
+//! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
+//! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
+//! 10 entries `Long → Double`, list values appended one at a time, 1,000,000 random values; every invocation
+//! calls `set_current_key`. Map iteration ops count per entry (Flink's `@OperationsPerInvocation(10)`).
+
+use std::time::Instant;
+
+use keyed_state::backend::heap::HeapBackend;
+use keyed_state::backend::lsm::LsmBackend;
+use keyed_state::backend::{BackendConfig, StateBackend};
+use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
+use keyed_state::lsm::options::Options;
+use keyed_state::lsm::sst::{Compression as SstCompression, SstOptions};
+use keyed_state::savepoint::{encode, SavepointReader, WriteOptions};
+use keyed_state::serializer::{BytesSerializer, DoubleSerializer, LongSerializer};
+use keyed_state::state::{
+    KeyedStateStore, ListState, ListStateDescriptor, MapState, MapStateDescriptor, ValueState,
+    ValueStateDescriptor,
+};
+use keyed_state::Result;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+const SETUP_KEY_COUNT: usize = 500_000;
+const MAP_KEY_COUNT: usize = 10;
+const LIST_VALUE_COUNT: usize = 100;
+const RANDOM_VALUE_COUNT: usize = 1_000_000;
+const MIB: usize = 1 << 20;
+
+type Store = KeyedStateStore<LongSerializer>;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Heap,
+    Lsm,
+    #[cfg(feature = "rocksdb")]
+    RocksDb,
+}
+
+impl Kind {
+    /// Every backend built, filtered by `BENCH_KINDS` (comma-separated names, case-insensitive).
+    fn all() -> Vec<Kind> {
+        let only = std::env::var("BENCH_KINDS").ok().map(|s| s.to_lowercase());
+        vec![
+            Kind::Heap,
+            Kind::Lsm,
+            #[cfg(feature = "rocksdb")]
+            Kind::RocksDb,
+        ]
+        .into_iter()
+        .filter(|k| {
+            only.as_ref()
+                .is_none_or(|o| o.split(',').any(|n| n == k.name().to_lowercase()))
+        })
+        .collect()
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Heap => "heap",
+            Kind::Lsm => "LSM",
+            #[cfg(feature = "rocksdb")]
+            Kind::RocksDb => "RocksDB",
+        }
+    }
+}
+
+/// Bloom filter bits per key on both sides (`BENCH_BLOOM`, default 0 = off as in Flink's benchmark).
+fn bloom_bits() -> u32 {
+    std::env::var("BENCH_BLOOM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(feature = "rocksdb")]
+fn rocksdb_options() -> keyed_state::backend::rocksdb::RocksDbOptions {
+    let bits = bloom_bits();
+    keyed_state::backend::rocksdb::RocksDbOptions {
+        bloom_filter_bits_per_key: (bits > 0).then_some(f64::from(bits)),
+        ..Default::default()
+    }
+}
+
+/// The LSM engine configured like RocksDB's benchmark options: one 64 MiB memtable + 1 immutable (RocksDB:
+/// write buffer 64 MiB × 2), 8 MiB block cache, 4 KiB blocks, LZ4, no bloom filter, level compaction with
+/// 64 MiB files and a 256 MiB L1.
+fn lsm_options() -> Options {
+    #[cfg(feature = "rocksdb")]
+    let (mem, nmem, cache, block, bloom) = {
+        let r = rocksdb_options();
+        (
+            r.write_buffer_size,
+            r.max_write_buffer_number as usize,
+            r.block_cache_size,
+            r.block_size,
+            r.bloom_filter_bits_per_key.map_or(0, |b| b.round() as u32),
+        )
+    };
+    #[cfg(not(feature = "rocksdb"))]
+    let (mem, nmem, cache, block, bloom) = (64 * MIB, 2usize, 8 * MIB, 4096usize, bloom_bits());
+    Options {
+        memtable_size: mem,
+        max_immutable_memtables: nmem.saturating_sub(1).max(1),
+        block_cache_size: cache,
+        level_base_size: 256 * MIB as u64,
+        target_file_size: 64 * MIB as u64,
+        sst: SstOptions {
+            block_size: block,
+            bloom_bits_per_key: bloom,
+            compression: SstCompression::Lz4,
+            ..SstOptions::default()
+        },
+        ..Options::default()
+    }
+}
+
+fn describe_lsm(o: &Options) -> String {
+    format!(
+        "memtable={}MiB x (1 + {} immutable), block_cache={}MiB, block={}B, restart_interval={}, \
+         compression={:?}, bloom={}, compaction=level (L0 trigger {}, stop {}), target_file={}MiB, l1_base={}MiB, \
+         level_multiplier={}, wal={}, background threads=2 (flush + compaction)",
+        o.memtable_size / MIB,
+        o.max_immutable_memtables,
+        o.block_cache_size / MIB,
+        o.sst.block_size,
+        o.sst.restart_interval,
+        o.sst.compression,
+        if o.sst.bloom_bits_per_key == 0 {
+            "off".to_string()
+        } else {
+            format!("{}bits", o.sst.bloom_bits_per_key)
+        },
+        o.l0_compaction_trigger,
+        o.l0_stop_writes_trigger,
+        o.target_file_size / MIB as u64,
+        o.level_base_size / MIB as u64,
+        o.level_multiplier,
+        if o.wal { "on" } else { "off" },
+    )
+}
+
+fn backend(kind: Kind, config: BackendConfig) -> Result<Box<dyn StateBackend>> {
+    Ok(match kind {
+        Kind::Heap => Box::new(HeapBackend::new(config)?),
+        Kind::Lsm => Box::new(LsmBackend::temp_with(config, lsm_options())?),
+        #[cfg(feature = "rocksdb")]
+        Kind::RocksDb => Box::new(keyed_state::backend::rocksdb::RocksDbBackend::temporary(
+            config,
+            rocksdb_options(),
+        )?),
+    })
+}
+
+fn store(kind: Kind, max_parallelism: u32, range: KeyGroupRange) -> Result<Store> {
+    let config = Store::config_for(&LongSerializer, max_parallelism, range);
+    KeyedStateStore::new(backend(kind, config)?, LongSerializer)
+}
+
+/// CPU time of the calling thread in seconds.
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID is supported on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    ops: u64,
+    wall: f64,
+    cpu: f64,
+}
+
+impl Sample {
+    fn wall_rate(&self) -> f64 {
+        self.ops as f64 / self.wall
+    }
+    fn cpu_rate(&self) -> f64 {
+        self.ops as f64 / self.cpu.max(1e-9)
+    }
+}
+
+/// Runs `f(i)` for consecutive invocation indexes until `max_ops` or `max_secs`; `per_op` ops per call.
+fn timed(
+    counter: &mut u64,
+    max_ops: u64,
+    max_secs: f64,
+    per_op: u64,
+    mut f: impl FnMut(usize) -> Result<()>,
+) -> Result<Sample> {
+    let c0 = thread_cpu();
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while n < max_ops {
+        for _ in 0..256 {
+            f(*counter as usize)?;
+            *counter += 1;
+        }
+        n += 256;
+        if t0.elapsed().as_secs_f64() >= max_secs {
+            break;
+        }
+    }
+    Ok(Sample {
+        ops: n * per_op,
+        wall: t0.elapsed().as_secs_f64(),
+        cpu: thread_cpu() - c0,
+    })
+}
+
+/// Flink's `StateBenchmarkConstants` (shuffled with a fixed seed).
+struct Data {
+    setup_keys: Vec<i64>,
+    new_keys: Vec<i64>,
+    map_keys: Vec<i64>,
+    map_values: Vec<f64>,
+    random_values: Vec<i64>,
+    list_values: Vec<i64>,
+}
+
+impl Data {
+    fn new() -> Data {
+        let mut rng = StdRng::seed_from_u64(0x5eed);
+        let mut setup_keys: Vec<i64> = (0..SETUP_KEY_COUNT as i64).collect();
+        setup_keys.shuffle(&mut rng);
+        let mut new_keys: Vec<i64> = (SETUP_KEY_COUNT as i64..2 * SETUP_KEY_COUNT as i64).collect();
+        new_keys.shuffle(&mut rng);
+        let mut map_keys: Vec<i64> = (0..MAP_KEY_COUNT as i64).collect();
+        map_keys.shuffle(&mut rng);
+        let map_values = (0..MAP_KEY_COUNT).map(|_| rng.random::<f64>()).collect();
+        let random_values = (0..RANDOM_VALUE_COUNT).map(|_| rng.random()).collect();
+        let list_values = (0..LIST_VALUE_COUNT).map(|_| rng.random()).collect();
+        Data {
+            setup_keys,
+            new_keys,
+            map_keys,
+            map_values,
+            random_values,
+            list_values,
+        }
+    }
+    fn setup_key(&self, i: usize) -> &i64 {
+        &self.setup_keys[i % SETUP_KEY_COUNT]
+    }
+    fn new_key(&self, i: usize) -> &i64 {
+        &self.new_keys[i % SETUP_KEY_COUNT]
+    }
+    fn value(&self, i: usize) -> i64 {
+        self.random_values[i % RANDOM_VALUE_COUNT]
+    }
+    fn map_key(&self, i: usize) -> i64 {
+        self.map_keys[i % MAP_KEY_COUNT]
+    }
+    fn map_value(&self, i: usize) -> f64 {
+        self.map_values[i % MAP_KEY_COUNT]
+    }
+}
+
+struct Cfg {
+    ops: u64,
+    secs: f64,
+    rounds: usize,
+    sp_keys: usize,
+    only: Option<Vec<String>>,
+}
+
+impl Cfg {
+    fn from_env() -> Cfg {
+        fn get<T: std::str::FromStr>(name: &str, default: T) -> T {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        }
+        Cfg {
+            ops: get("BENCH_OPS", 300_000),
+            secs: get("BENCH_SECS", 0.5),
+            rounds: get("BENCH_ROUNDS", 2),
+            sp_keys: get("BENCH_SP_KEYS", 1_000_000),
+            only: std::env::var("BENCH_ONLY")
+                .ok()
+                .map(|s| s.split(',').map(str::to_string).collect()),
+        }
+    }
+    fn wants(&self, section: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|s| s == section))
+    }
+}
+
+/// One state-kind benchmark: a store per backend with one registered state (as Flink's benchmark classes).
+struct Bench<H> {
+    kind: Kind,
+    store: Store,
+    h: H,
+    counter: u64,
+}
+
+/// Results: op name → per backend, the best sample over rounds.
+struct Results {
+    kinds: Vec<Kind>,
+    rows: Vec<(String, Vec<Sample>)>,
+}
+
+impl Results {
+    fn record(&mut self, op: &str, kind: Kind, s: Sample) {
+        let k = self.kinds.iter().position(|&x| x == kind).unwrap_or(0);
+        let row = match self.rows.iter().position(|(n, _)| n == op) {
+            Some(i) => i,
+            None => {
+                self.rows
+                    .push((op.to_string(), vec![Sample::default(); self.kinds.len()]));
+                self.rows.len() - 1
+            }
+        };
+        let best = &mut self.rows[row].1[k];
+        if best.ops == 0 || s.wall_rate() > best.wall_rate() {
+            *best = s;
+        }
+    }
+
+    fn print(&self, cpu: bool) {
+        let lsm = self.kinds.iter().position(|&k| k == Kind::Lsm);
+        #[cfg(feature = "rocksdb")]
+        let rdb = self.kinds.iter().position(|&k| k == Kind::RocksDb);
+        #[cfg(not(feature = "rocksdb"))]
+        let rdb: Option<usize> = None;
+        let rate = |s: &Sample| if cpu { s.cpu_rate() } else { s.wall_rate() };
+        print!("| op |");
+        for k in &self.kinds {
+            print!(" {} |", k.name());
+        }
+        println!(" LSM/RocksDB | LSM/heap |");
+        print!("|---|");
+        for _ in &self.kinds {
+            print!("---:|");
+        }
+        println!("---:|---:|");
+        let (mut log_sum, mut n) = (0.0f64, 0usize);
+        for (op, samples) in &self.rows {
+            print!("| {op} |");
+            for s in samples {
+                print!(" {:.0} |", rate(s) / 1000.0);
+            }
+            match (lsm, rdb) {
+                (Some(l), Some(r)) => {
+                    let ratio = rate(&samples[l]) / rate(&samples[r]);
+                    log_sum += ratio.ln();
+                    n += 1;
+                    print!(" {ratio:.2} |");
+                }
+                _ => print!(" n/a |"),
+            }
+            match lsm {
+                Some(l) if self.kinds[0] == Kind::Heap => {
+                    println!(" {:.2} |", rate(&samples[l]) / rate(&samples[0]))
+                }
+                _ => println!(" n/a |"),
+            }
+        }
+        if n > 0 {
+            println!(
+                "\ngeometric mean LSM/RocksDB over {n} ops: {:.2}",
+                (log_sum / n as f64).exp()
+            );
+        }
+    }
+}
+
+fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
+    let mut benches = Vec::new();
+    for kind in Kind::all() {
+        let mut store = store(kind, 2, KeyGroupRange::all(2))?;
+        let h = store.register_value(ValueStateDescriptor::new("value", LongSerializer))?;
+        let t = Instant::now();
+        for i in 0..SETUP_KEY_COUNT {
+            store.set_current_key(data.setup_key(i))?;
+            store.value(&h)?.update(&data.value(i))?;
+        }
+        eprintln!(
+            "value setup {}: {:.2}s",
+            kind.name(),
+            t.elapsed().as_secs_f64()
+        );
+        benches.push(Bench {
+            kind,
+            store,
+            h,
+            counter: 0,
+        });
+    }
+    for round in 0..cfg.rounds {
+        for op in ["valueUpdate", "valueAdd", "valueGet"] {
+            for bi in rotation(benches.len(), round) {
+                let b: &mut Bench<ValueState<LongSerializer>> = &mut benches[bi];
+                let (st, h) = (&mut b.store, &b.h);
+                let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
+                    "valueUpdate" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        st.value(h)?.update(&data.value(i))
+                    }
+                    "valueAdd" => {
+                        st.set_current_key(data.new_key(i))?;
+                        st.value(h)?.update(&data.value(i))
+                    }
+                    _ => {
+                        st.set_current_key(data.setup_key(i))?;
+                        std::hint::black_box(st.value(h)?.get()?);
+                        Ok(())
+                    }
+                })?;
+                res.record(op, b.kind, s);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per round, as Flink's `ListStateBenchmark` (per-iteration setup): fresh backends, one element per key.
+fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
+    for round in 0..cfg.rounds {
+        let mut benches = Vec::new();
+        for kind in Kind::all() {
+            let mut store = store(kind, 2, KeyGroupRange::all(2))?;
+            let h = store.register_list(ListStateDescriptor::new("list", LongSerializer))?;
+            let t = Instant::now();
+            for i in 0..SETUP_KEY_COUNT {
+                store.set_current_key(data.setup_key(i))?;
+                store.list(&h)?.add(&data.value(i))?;
+            }
+            eprintln!(
+                "list setup {} (round {round}): {:.2}s",
+                kind.name(),
+                t.elapsed().as_secs_f64()
+            );
+            benches.push(Bench {
+                kind,
+                store,
+                h,
+                counter: 0,
+            });
+        }
+        // Read-only ops first, then the ones that keep lists at one element, then the growing ones.
+        for op in [
+            "listGet",
+            "listGetAndIterate",
+            "listUpdate",
+            "listAdd",
+            "listAppend",
+            "listAddAll",
+        ] {
+            for bi in rotation(benches.len(), round) {
+                let b: &mut Bench<ListState<LongSerializer>> = &mut benches[bi];
+                let (st, h) = (&mut b.store, &b.h);
+                let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
+                    "listGet" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        std::hint::black_box(st.list(h)?.get()?);
+                        Ok(())
+                    }
+                    "listGetAndIterate" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        let mut sum = 0i64;
+                        for v in st.list(h)?.get()?.unwrap_or_default() {
+                            sum = sum.wrapping_add(v);
+                        }
+                        std::hint::black_box(sum);
+                        Ok(())
+                    }
+                    "listUpdate" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        st.list(h)?.update(&[data.value(i)])
+                    }
+                    "listAdd" => {
+                        st.set_current_key(data.new_key(i))?;
+                        st.list(h)?.update(&[data.value(i)])
+                    }
+                    "listAppend" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        st.list(h)?.add(&data.value(i))
+                    }
+                    _ => {
+                        st.set_current_key(data.setup_key(i))?;
+                        st.list(h)?.add_all(&data.list_values)
+                    }
+                })?;
+                res.record(op, b.kind, s);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
+    let mut benches = Vec::new();
+    for kind in Kind::all() {
+        let mut store = store(kind, 2, KeyGroupRange::all(2))?;
+        let h = store.register_map(MapStateDescriptor::new(
+            "map",
+            LongSerializer,
+            DoubleSerializer,
+        ))?;
+        let t = Instant::now();
+        for i in 0..SETUP_KEY_COUNT {
+            store.set_current_key(data.setup_key(i))?;
+            let mut m = store.map(&h)?;
+            for j in 0..MAP_KEY_COUNT {
+                m.put(&(j as i64), &data.map_value(i + j))?;
+            }
+        }
+        eprintln!(
+            "map setup {}: {:.2}s",
+            kind.name(),
+            t.elapsed().as_secs_f64()
+        );
+        benches.push(Bench {
+            kind,
+            store,
+            h,
+            counter: 0,
+        });
+    }
+    let put_all: Vec<(i64, f64)> = (0..MAP_KEY_COUNT)
+        .map(|j| (data.map_key(j), data.map_value(j + 1)))
+        .collect();
+    for round in 0..cfg.rounds {
+        for op in [
+            "mapGet",
+            "mapContains",
+            "mapIsEmpty",
+            "mapKeys",
+            "mapValues",
+            "mapEntries",
+            "mapIterator",
+            "mapUpdate",
+            "mapAdd",
+            "mapPutAll",
+            "mapRemove",
+        ] {
+            let per_op = match op {
+                "mapKeys" | "mapValues" | "mapEntries" | "mapIterator" => MAP_KEY_COUNT as u64,
+                _ => 1,
+            };
+            for bi in rotation(benches.len(), round) {
+                let b: &mut Bench<MapState<LongSerializer, DoubleSerializer>> = &mut benches[bi];
+                let (st, h) = (&mut b.store, &b.h);
+                let s = timed(&mut b.counter, cfg.ops / per_op, cfg.secs, per_op, |i| {
+                    match op {
+                        "mapGet" => {
+                            st.set_current_key(data.setup_key(i))?;
+                            std::hint::black_box(st.map(h)?.get(&data.map_key(i))?);
+                        }
+                        "mapContains" => {
+                            st.set_current_key(data.setup_key(i))?;
+                            std::hint::black_box(st.map(h)?.contains(&(data.map_key(i) << 1))?);
+                        }
+                        "mapIsEmpty" => {
+                            st.set_current_key(data.setup_key(i))?;
+                            std::hint::black_box(st.map(h)?.is_empty()?);
+                        }
+                        "mapKeys" => {
+                            st.set_current_key(data.setup_key(i))?;
+                            let mut sum = 0i64;
+                            for k in st.map(h)?.keys()? {
+                                sum = sum.wrapping_add(k);
+                            }
+                            std::hint::black_box(sum);
+                        }
+                        "mapValues" => {
+                            st.set_current_key(data.setup_key(i))?;
+                            let mut sum = 0f64;
+                            for v in st.map(h)?.values()? {
+                                sum += v;
+                            }
+                            std::hint::black_box(sum);
+                        }
+                        "mapEntries" | "mapIterator" => {
+                            st.set_current_key(data.setup_key(i))?;
+                            let mut sum = 0f64;
+                            for (k, v) in st.map(h)?.entries()? {
+                                sum += k as f64 + v;
+                            }
+                            std::hint::black_box(sum);
+                        }
+                        "mapUpdate" => {
+                            st.set_current_key(data.setup_key(i))?;
+                            st.map(h)?.put(&data.map_key(i), &data.map_value(i + 1))?;
+                        }
+                        "mapAdd" => {
+                            st.set_current_key(data.new_key(i))?;
+                            st.map(h)?.put(&data.map_key(i), &data.map_value(i))?;
+                        }
+                        "mapPutAll" => {
+                            st.set_current_key(data.setup_key(i))?;
+                            st.map(h)?.put_all(&put_all)?;
+                        }
+                        _ => {
+                            st.set_current_key(data.setup_key(i))?;
+                            st.map(h)?.remove(&data.map_key(i))?;
+                        }
+                    }
+                    Ok(())
+                })?;
+                res.record(op, b.kind, s);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Backend order for a round: rotated so that no backend always runs first.
+fn rotation(n: usize, round: usize) -> Vec<usize> {
+    (0..n).map(|i| (i + round) % n).collect()
+}
+
+/// Savepoint write / restore MB/s at `sp_keys` keys × 100-byte values (max parallelism 128, all key
+/// groups), and the 1→2 rescale-restore of instance 0 (key groups 0..=63) from that savepoint.
+fn run_savepoint(cfg: &Cfg) -> Result<()> {
+    const MAX_P: u32 = 128;
+    let mut value = vec![0u8; 100];
+    let half = key_group_range_for_operator(MAX_P, 2, 0)?;
+    println!(
+        "\n## Savepoint write / restore and 1→2 rescale ({} keys × 100-byte values, ValueState<byte[]>, max parallelism {MAX_P}, frames uncompressed)\n",
+        cfg.sp_keys
+    );
+    println!("| backend | savepoint MB | write s (cpu s) | write MB/s | restore s (cpu s) | restore MB/s | rescale 1→2 restore of instance 0 s (cpu s) | keys restored |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut reference: Option<Vec<u8>> = None;
+    let mut identical = true;
+    for kind in Kind::all() {
+        let mut st = store(kind, MAX_P, KeyGroupRange::all(MAX_P))?;
+        let h = st.register_value(ValueStateDescriptor::new("payload", BytesSerializer))?;
+        let mut rng = StdRng::seed_from_u64(7);
+        let t = Instant::now();
+        for k in 0..cfg.sp_keys as i64 {
+            rng.fill(&mut value[..]);
+            st.set_current_key(&k)?;
+            st.value(&h)?.update(&value)?;
+        }
+        eprintln!(
+            "savepoint setup {}: {:.2}s",
+            kind.name(),
+            t.elapsed().as_secs_f64()
+        );
+        // Write: sync snapshot + encode into memory.
+        let mut out = Vec::with_capacity(cfg.sp_keys * 128 + (1 << 20));
+        let c0 = thread_cpu();
+        let t0 = Instant::now();
+        let snap = st.snapshot()?;
+        encode(&*snap, &WriteOptions::default(), &mut out)?;
+        let (w_wall, w_cpu) = (t0.elapsed().as_secs_f64(), thread_cpu() - c0);
+        drop(snap);
+        drop(st);
+        let mb = out.len() as f64 / MIB as f64;
+        match &reference {
+            None => reference = Some(out.clone()),
+            Some(r) => identical &= *r == out,
+        }
+        // Restore everything into a fresh backend.
+        let bytes = out.clone();
+        let mut fresh = store(kind, MAX_P, KeyGroupRange::all(MAX_P))?;
+        let c0 = thread_cpu();
+        let t0 = Instant::now();
+        let reader = SavepointReader::from_bytes(bytes)?;
+        let sum = fresh.restore(std::slice::from_ref(&reader))?;
+        let (r_wall, r_cpu) = (t0.elapsed().as_secs_f64(), thread_cpu() - c0);
+        assert_eq!(sum.entries, cfg.sp_keys as u64);
+        drop(fresh);
+        // Rescale 1→2: instance 0 restores its half from the parallelism-1 savepoint.
+        let mut inst0 = store(kind, MAX_P, half)?;
+        let c0 = thread_cpu();
+        let t0 = Instant::now();
+        let reader = SavepointReader::from_bytes(out)?;
+        let sum0 = inst0.restore(std::slice::from_ref(&reader))?;
+        let (s_wall, s_cpu) = (t0.elapsed().as_secs_f64(), thread_cpu() - c0);
+        println!(
+            "| {} | {mb:.1} | {w_wall:.3} ({w_cpu:.3}) | {:.0} | {r_wall:.3} ({r_cpu:.3}) | {:.0} | {s_wall:.3} ({s_cpu:.3}) | {} |",
+            kind.name(),
+            mb / w_wall,
+            mb / r_wall,
+            sum0.entries
+        );
+    }
+    println!(
+        "\nsavepoint bytes identical across backends: {}",
+        if identical { "yes" } else { "NO" }
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cfg = Cfg::from_env();
+    let data = Data::new();
+    println!("# keyed-state state backends (Flink state micro-benchmarks)\n");
+    println!(
+        "machine: {} cores, load average at start {}; ops per sample ≤ {} or ≤ {} s; {} rounds, best round shown, backend order rotated per round",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        loadavg(),
+        cfg.ops,
+        cfg.secs,
+        cfg.rounds
+    );
+    println!("LSM options: {}", describe_lsm(&lsm_options()));
+    #[cfg(feature = "rocksdb")]
+    println!("RocksDB options: {}", rocksdb_options().describe());
+    #[cfg(not(feature = "rocksdb"))]
+    println!("RocksDB: not built (cargo feature `rocksdb` off)");
+    let mut res = Results {
+        kinds: Kind::all(),
+        rows: Vec::new(),
+    };
+    if cfg.wants("value") {
+        run_value(&cfg, &data, &mut res)?;
+    }
+    if cfg.wants("list") {
+        run_list(&cfg, &data, &mut res)?;
+    }
+    if cfg.wants("map") {
+        run_map(&cfg, &data, &mut res)?;
+    }
+    if !res.rows.is_empty() {
+        println!(
+            "\n## Throughput, k ops/s by wall time (best of {} rounds)\n",
+            cfg.rounds
+        );
+        res.print(false);
+        println!("\n## Throughput, k ops/s by thread CPU time (same samples)\n");
+        res.print(true);
+    }
+    if cfg.wants("savepoint") {
+        run_savepoint(&cfg)?;
+    }
+    println!("\nload average at end: {}", loadavg());
+    Ok(())
+}
