@@ -438,15 +438,12 @@ impl<F: TableFamily> BackendSnapshot for HeapSnapshot<F> {
                     a.0.cmp(&b.0)
                         .then_with(|| a.1.as_slice().cmp(b.1.as_slice()))
                 });
-                // Three dependent loads per long value (table slot, buffer header, bytes): prefetch them in
-                // three stages, `AHEAD` entries apart.
+                // Two dependent loads per long value (table slot, then the buffer): prefetch them in two
+                // stages, `AHEAD` entries apart.
                 const AHEAD: usize = 8;
                 for (j, (_, k, v)) in entries.iter().enumerate() {
-                    if let Some(e) = entries.get(j + 3 * AHEAD) {
-                        e.2.prefetch_slot();
-                    }
                     if let Some(e) = entries.get(j + 2 * AHEAD) {
-                        e.2.prefetch_header();
+                        e.2.prefetch_slot();
                     }
                     if let Some(e) = entries.get(j + AHEAD) {
                         e.2.prefetch_data();
