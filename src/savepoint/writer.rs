@@ -14,8 +14,12 @@ use crate::backend::BackendSnapshot;
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
 use crate::meta::StateKind;
 
-/// Output buffer size.
-const WRITE_BUFFER: usize = 256 * 1024;
+/// Output buffer size. Smaller than a full frame, so full frames bypass the buffer (`BufWriter` writes a
+/// slice at least its capacity straight through after flushing what it holds): one copy less per byte.
+const WRITE_BUFFER: usize = 32 * 1024;
+
+/// Length of the frame checksum that follows each frame.
+const CHECKSUM_LEN: usize = 8;
 
 fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> SavepointError + '_ {
     move |source| SavepointError::Io {
@@ -43,11 +47,13 @@ impl<W: Write> FrameWriter<W> {
             Compression::Lz4 => {
                 vec![
                     0;
-                    FRAME_HEADER_LEN + lz4_flex::block::get_maximum_output_size(MAX_FRAME_RAW_LEN)
+                    FRAME_HEADER_LEN
+                        + lz4_flex::block::get_maximum_output_size(MAX_FRAME_RAW_LEN)
+                        + CHECKSUM_LEN
                 ]
             }
         };
-        let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + MAX_FRAME_RAW_LEN);
+        let mut frame = Vec::with_capacity(FRAME_HEADER_LEN + MAX_FRAME_RAW_LEN + CHECKSUM_LEN);
         frame.resize(FRAME_HEADER_LEN, 0);
         FrameWriter {
             out: BufWriter::with_capacity(WRITE_BUFFER, out),
@@ -136,13 +142,19 @@ impl<W: Write> FrameWriter<W> {
         buf[0..4].copy_from_slice(&(raw_len as u32).to_be_bytes());
         buf[4..8].copy_from_slice(&(stored_len as u32).to_be_bytes());
         buf[8] = if use_lz4 { CODEC_LZ4 } else { CODEC_RAW };
-        let bytes = &buf[..FRAME_HEADER_LEN + stored_len];
-        let sum = xxhash_rust::xxh3::xxh3_64_with_seed(bytes, self.offset);
+        let end = FRAME_HEADER_LEN + stored_len;
+        let sum = xxhash_rust::xxh3::xxh3_64_with_seed(&buf[..end], self.offset);
+        // Frame and checksum in one write (both buffers have room for the checksum after the frame).
+        if use_lz4 {
+            buf[end..end + CHECKSUM_LEN].copy_from_slice(&sum.to_be_bytes());
+        } else {
+            buf.truncate(end);
+            buf.extend_from_slice(&sum.to_be_bytes());
+        }
         self.out
-            .write_all(bytes)
-            .and_then(|()| self.out.write_all(&sum.to_be_bytes()))
+            .write_all(&buf[..end + CHECKSUM_LEN])
             .map_err(io_err("writing the savepoint"))?;
-        self.offset += (bytes.len() + 8) as u64;
+        self.offset += (end + CHECKSUM_LEN) as u64;
         self.frame.truncate(FRAME_HEADER_LEN);
         Ok(())
     }

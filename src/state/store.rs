@@ -21,9 +21,11 @@ pub struct KeyedStateStore<K: KeySerializer> {
     key_serializer: K,
     prefix_len: usize,
     pub(crate) current_kg: Option<KeyGroup>,
-    current_key: Vec<u8>,
-    /// `KG | K | [lenK] | NS | [lenNS]` of the last accessor.
+    /// `KG | K | [lenK] | NS | [lenNS]` of the last accessor. `KG | K` (the first `key_end` bytes) is written
+    /// by `set_current_key` and kept while the current key stays; accessors rewrite only the rest.
     pub(crate) key_ns: Vec<u8>,
+    /// End of `KG | K` in `key_ns` (the current key's bytes are `key_ns[prefix_len..key_end]`).
+    key_end: usize,
     /// Scratch buffers for serialized values and user keys.
     pub(crate) scratch: Vec<u8>,
     pub(crate) scratch2: Vec<u8>,
@@ -122,8 +124,8 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             backend,
             key_serializer,
             current_kg: None,
-            current_key: Vec::with_capacity(32),
             key_ns: Vec::with_capacity(64),
+            key_end: 0,
             scratch: Vec::with_capacity(64),
             scratch2: Vec::with_capacity(64),
             registered,
@@ -173,13 +175,17 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     /// Sets the key that state accesses apply to. Errors if its key group is not in this backend's range.
     #[inline]
     pub fn set_current_key(&mut self, key: &K::Value) -> Result<()> {
-        self.current_key.clear();
-        self.key_serializer
-            .serialize(key, &mut self.current_key)
-            .map_err(|e| Error::serializer("<key>", e))?;
+        // `KG | K` goes straight into `key_ns`: the prefix is filled in once the key group is known.
+        let p = self.prefix_len;
+        self.key_ns.clear();
+        self.key_ns.extend_from_slice(&[0u8; 2][..p]);
+        if let Err(e) = self.key_serializer.serialize(key, &mut self.key_ns) {
+            self.current_kg = None;
+            return Err(Error::serializer("<key>", e));
+        }
         let cfg = self.backend.config();
         let kg = key_group_for_hash(
-            self.key_serializer.key_hash(key, &self.current_key),
+            self.key_serializer.key_hash(key, &self.key_ns[p..]),
             cfg.max_parallelism,
         );
         if !cfg.key_group_range.contains(kg) {
@@ -189,6 +195,12 @@ impl<K: KeySerializer> KeyedStateStore<K> {
                 range: cfg.key_group_range,
             });
         }
+        if p == 2 {
+            self.key_ns[..2].copy_from_slice(&kg.to_be_bytes());
+        } else {
+            self.key_ns[0] = kg as u8;
+        }
+        self.key_end = self.key_ns.len();
         self.current_kg = Some(kg);
         Ok(())
     }
@@ -203,9 +215,17 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         if self.current_kg.is_none() {
             return Ok(None);
         }
-        crate::serializer::from_bytes(&self.key_serializer, &self.current_key)
+        crate::serializer::from_bytes(&self.key_serializer, self.current_key_bytes())
             .map(Some)
             .map_err(|e| Error::serializer("<key>", e))
+    }
+
+    /// The current key's serialized bytes (meaningful only while a key is set).
+    #[inline]
+    fn current_key_bytes(&self) -> &[u8] {
+        self.key_ns
+            .get(self.prefix_len..self.key_end)
+            .unwrap_or(&[])
     }
 
     /// Builds `KG | K | [lenK] | NS | [lenNS]` for the current key into `self.key_ns`.
@@ -215,12 +235,13 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         core: &HandleCore<N>,
         ns: &N::Value,
     ) -> Result<KeyGroup> {
-        let kg = self.current_kg.ok_or(Error::NoCurrentKey)?;
-        self.key_ns.clear();
-        crate::keygroup::write_key_group_prefix(&mut self.key_ns, kg, self.prefix_len);
-        self.key_ns.extend_from_slice(&self.current_key);
+        let Some(kg) = self.current_kg else {
+            return Err(Error::NoCurrentKey);
+        };
+        self.key_ns.truncate(self.key_end);
         if core.ambiguous {
-            write_variable_int_bytes(&mut self.key_ns, self.current_key.len() as u32);
+            let key_len = (self.key_end - self.prefix_len) as u32;
+            write_variable_int_bytes(&mut self.key_ns, key_len);
         }
         let before = self.key_ns.len();
         core.namespace
@@ -610,14 +631,17 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         mut f: impl FnMut(&mut Self, &K::Value) -> Result<()>,
     ) -> Result<()> {
         let keys = self.keys(state, ns)?;
-        let previous = self.current_kg.map(|kg| (kg, self.current_key.clone()));
+        let previous = self
+            .current_kg
+            .map(|kg| (kg, self.key_ns[..self.key_end].to_vec()));
         for key in &keys {
             self.set_current_key(key)?;
             f(self, key)?;
         }
-        if let Some((kg, key)) = previous {
+        if let Some((kg, key_prefix)) = previous {
             self.current_kg = Some(kg);
-            self.current_key = key;
+            self.key_end = key_prefix.len();
+            self.key_ns = key_prefix;
         }
         Ok(())
     }

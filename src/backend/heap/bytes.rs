@@ -1,16 +1,20 @@
-//! [`SmallBytes`]: a byte string stored inline when short (keys and small values), shared when long.
+//! [`SmallBytes`]: a 16-byte byte string stored inline when short (keys and small values), shared when long.
 //!
 //! Table entries of the heap backend are `(SmallBytes, SmallBytes)`: a typical entry key (`KG | i64 | NS`,
-//! 10 bytes) and value (8 bytes) live inside the hash table slot, so a lookup touches one cache line, and a
-//! table clone (copy-on-write after a snapshot) copies no heap allocation for them.
+//! 10 bytes) and value (8 bytes) live inside the hash table slot (32 bytes with both), so a lookup touches
+//! one cache line, and a table clone (copy-on-write after a snapshot) copies no heap allocation for them.
+//! Longer bytes live in one reference-counted allocation (`[refs | len | cap | bytes]`) reached through a
+//! thin pointer: one dependent load from the slot to the bytes.
 
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 
-const INLINE: usize = 22;
+const INLINE: usize = 14;
 
-/// Bytes stored inline up to 22 bytes, else in a shared, growable buffer (cloned only when written while
+/// Bytes stored inline up to 14 bytes, else in a shared, growable buffer (copied only when written while
 /// shared).
 #[derive(Clone)]
 pub enum SmallBytes {
@@ -22,7 +26,165 @@ pub enum SmallBytes {
         buf: [u8; INLINE],
     },
     /// Longer bytes in a shared buffer.
-    Shared(Arc<Vec<u8>>),
+    Shared(SharedBuf),
+}
+
+/// The header of a [`SharedBuf`] allocation; `cap` bytes follow it.
+#[repr(C)]
+struct Header {
+    refs: AtomicUsize,
+    len: usize,
+    cap: usize,
+}
+
+const HEADER: usize = std::mem::size_of::<Header>();
+
+/// A reference-counted, growable byte buffer in one allocation (`Header` then `cap` bytes), behind a thin
+/// pointer. Like `Arc<Vec<u8>>` without the second indirection: clones share the buffer; writes go in
+/// place only while it is unshared, else to a fresh copy.
+pub struct SharedBuf {
+    ptr: NonNull<Header>,
+}
+
+// SAFETY: the buffer is immutable while shared (writes require `refs == 1`, checked with `Acquire`), and the
+// reference count is atomic, exactly as for `Arc<[u8]>`.
+unsafe impl Send for SharedBuf {}
+// SAFETY: as above: `&SharedBuf` only reads the bytes or bumps the atomic count.
+unsafe impl Sync for SharedBuf {}
+
+impl SharedBuf {
+    fn layout(cap: usize) -> Layout {
+        // `HEADER + cap` overflows only for impossible sizes (a slice never exceeds isize::MAX bytes).
+        match Layout::from_size_align(HEADER + cap, std::mem::align_of::<Header>()) {
+            Ok(l) => l,
+            Err(_) => panic!("SmallBytes: buffer of {cap} bytes is too large"),
+        }
+    }
+
+    /// A new unshared buffer of capacity `cap >= total length of parts` holding `parts` concatenated.
+    fn from_parts(parts: &[&[u8]], cap: usize) -> Self {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        debug_assert!(cap >= len);
+        let layout = Self::layout(cap);
+        // SAFETY: `layout` has a non-zero size (it includes the header).
+        let raw = unsafe { alloc(layout) };
+        let Some(ptr) = NonNull::new(raw.cast::<Header>()) else {
+            handle_alloc_error(layout)
+        };
+        // SAFETY: `raw` is a fresh allocation of `HEADER + cap` bytes aligned for `Header`; the header is
+        // written first, then `len <= cap` bytes right after it, from slices that cannot overlap it.
+        unsafe {
+            ptr.as_ptr().write(Header {
+                refs: AtomicUsize::new(1),
+                len,
+                cap,
+            });
+            let mut at = raw.add(HEADER);
+            for p in parts {
+                std::ptr::copy_nonoverlapping(p.as_ptr(), at, p.len());
+                at = at.add(p.len());
+            }
+        }
+        SharedBuf { ptr }
+    }
+
+    #[inline(always)]
+    fn header(&self) -> &Header {
+        // SAFETY: `ptr` points to a live, initialised header for as long as this handle exists (the count
+        // includes this handle).
+        unsafe { self.ptr.as_ref() }
+    }
+
+    #[inline(always)]
+    fn data(&self) -> *mut u8 {
+        // SAFETY: the bytes start right after the header, inside the same allocation.
+        unsafe { self.ptr.as_ptr().cast::<u8>().add(HEADER) }
+    }
+
+    /// The bytes.
+    #[inline(always)]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes after the header are initialised, and are not written while any
+        // other handle exists; this handle is borrowed immutably for the slice's lifetime, so no write
+        // through it can happen meanwhile either.
+        unsafe { std::slice::from_raw_parts(self.data(), self.header().len) }
+    }
+
+    /// Whether this is the only handle (so the bytes may be written in place).
+    #[inline]
+    fn is_unique(&self) -> bool {
+        // `Acquire` pairs with the `Release` decrement of a dropped clone, so its reads happened before
+        // any write of ours (as in `Arc::get_mut`).
+        self.header().refs.load(Ordering::Acquire) == 1
+    }
+
+    /// Replaces the contents with `parts` concatenated (in place when unshared and large enough).
+    fn assign(&mut self, parts: &[&[u8]], append: bool) {
+        let h = self.header();
+        let (len, cap) = (h.len, h.cap);
+        let add: usize = parts.iter().map(|p| p.len()).sum();
+        let start = if append { len } else { 0 };
+        let need = start + add;
+        if need <= cap && self.is_unique() {
+            // SAFETY: unique handle (no other reader), `need <= cap` bytes fit in the allocation, and the
+            // source slices cannot point into this buffer (they are borrowed while `self` is borrowed
+            // mutably).
+            unsafe {
+                let mut at = self.data().add(start);
+                for p in parts {
+                    std::ptr::copy_nonoverlapping(p.as_ptr(), at, p.len());
+                    at = at.add(p.len());
+                }
+                (*self.ptr.as_ptr()).len = need;
+            }
+            return;
+        }
+        let fresh = if append {
+            let new_cap = need.next_power_of_two().max(need);
+            let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+            all.push(self.as_slice());
+            all.extend_from_slice(parts);
+            SharedBuf::from_parts(&all, new_cap)
+        } else {
+            SharedBuf::from_parts(parts, need)
+        };
+        *self = fresh;
+    }
+
+    /// Hints the CPU to load the header and the first bytes. Never faults.
+    #[inline(always)]
+    fn prefetch(&self) {
+        let p = self.ptr.as_ptr().cast::<u8>();
+        prefetch(p);
+        prefetch(p.wrapping_add(64));
+    }
+}
+
+impl Clone for SharedBuf {
+    #[inline]
+    fn clone(&self) -> Self {
+        // `Relaxed` is enough for an increment from an existing handle (as in `Arc::clone`).
+        let old = self.header().refs.fetch_add(1, Ordering::Relaxed);
+        if old > isize::MAX as usize {
+            std::process::abort();
+        }
+        SharedBuf { ptr: self.ptr }
+    }
+}
+
+impl Drop for SharedBuf {
+    #[inline]
+    fn drop(&mut self) {
+        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Pairs with the `Release` decrements of the other handles (as in `Arc::drop`).
+        fence(Ordering::Acquire);
+        let layout = Self::layout(self.header().cap);
+        // SAFETY: this was the last handle, so nobody else can reach the allocation; it was allocated
+        // with this exact layout (same `cap`) in `from_parts`. `Header` has no drop glue.
+        unsafe { dealloc(self.ptr.as_ptr().cast::<u8>(), layout) };
+    }
 }
 
 impl SmallBytes {
@@ -37,7 +199,7 @@ impl SmallBytes {
                 buf,
             }
         } else {
-            SmallBytes::Shared(Arc::new(bytes.to_vec()))
+            SmallBytes::Shared(SharedBuf::from_parts(&[bytes], bytes.len()))
         }
     }
 
@@ -58,14 +220,7 @@ impl SmallBytes {
                 buf[..bytes.len()].copy_from_slice(bytes);
                 *len = bytes.len() as u8;
             }
-            SmallBytes::Shared(arc) if bytes.len() > INLINE => {
-                if let Some(v) = Arc::get_mut(arc) {
-                    v.clear();
-                    v.extend_from_slice(bytes);
-                } else {
-                    *arc = Arc::new(bytes.to_vec());
-                }
-            }
+            SmallBytes::Shared(b) if bytes.len() > INLINE => b.assign(&[bytes], false),
             _ => *self = SmallBytes::new(bytes),
         }
     }
@@ -76,23 +231,13 @@ impl SmallBytes {
         prefetch((self as *const Self).cast());
     }
 
-    /// Hints the CPU to start loading what [`as_slice`](Self::as_slice) will read for a shared buffer: the
-    /// buffer's header (stage 1: reads the slot). Inline bytes need nothing. Never faults.
-    #[inline(always)]
-    pub fn prefetch_header(&self) {
-        if let SmallBytes::Shared(arc) = self {
-            prefetch(Arc::as_ptr(arc).cast());
-        }
-    }
-
-    /// Hints the CPU to start loading the first two cache lines of a shared buffer's bytes (stage 2: reads
-    /// the header, so issue [`prefetch_header`](Self::prefetch_header) some time before). Never faults.
+    /// Hints the CPU to start loading what [`as_slice`](Self::as_slice) will read for a shared buffer
+    /// (stage 1: reads the slot, so issue [`prefetch_slot`](Self::prefetch_slot) some time before). Inline
+    /// bytes need nothing. Never faults.
     #[inline(always)]
     pub fn prefetch_data(&self) {
-        if let SmallBytes::Shared(arc) = self {
-            let p = arc.as_ptr();
-            prefetch(p);
-            prefetch(p.wrapping_add(64));
+        if let SmallBytes::Shared(b) = self {
+            b.prefetch();
         }
     }
 
@@ -109,20 +254,14 @@ impl SmallBytes {
                 *len = at as u8;
             }
             SmallBytes::Inline { len, buf } => {
-                let mut v = Vec::with_capacity((*len as usize + add).next_power_of_two());
-                v.extend_from_slice(&buf[..*len as usize]);
-                for p in parts {
-                    v.extend_from_slice(p);
-                }
-                *self = SmallBytes::Shared(Arc::new(v));
+                let need = *len as usize + add;
+                let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                all.push(&buf[..*len as usize]);
+                all.extend_from_slice(parts);
+                let fresh = SharedBuf::from_parts(&all, need.next_power_of_two());
+                *self = SmallBytes::Shared(fresh);
             }
-            SmallBytes::Shared(arc) => {
-                let v = Arc::make_mut(arc);
-                v.reserve(add);
-                for p in parts {
-                    v.extend_from_slice(p);
-                }
-            }
+            SmallBytes::Shared(b) => b.assign(parts, true),
         }
     }
 }
@@ -196,6 +335,59 @@ mod tests {
         assert_eq!(b.as_slice().len(), 36);
         b.set(b"short");
         assert_eq!(b.as_slice(), b"short");
-        assert_eq!(std::mem::size_of::<SmallBytes>(), 24);
+        assert_eq!(std::mem::size_of::<SmallBytes>(), 16);
+    }
+
+    /// Shared buffers: writes while shared never show through other handles; unshared writes go in place;
+    /// long append chains and cross-thread clones/drops keep the bytes intact.
+    #[test]
+    fn shared_buffer_semantics() {
+        let long: Vec<u8> = (0..100u8).collect();
+        let mut a = SmallBytes::new(&long);
+        assert!(matches!(a, SmallBytes::Shared(_)));
+        assert_eq!(a.as_slice(), &long[..]);
+        let b = a.clone();
+        a.set(&[9u8; 50]);
+        assert_eq!(b.as_slice(), &long[..]);
+        assert_eq!(a.as_slice(), &[9u8; 50][..]);
+        drop(b);
+        // Unique now: an in-place rewrite (same capacity) and a growing one.
+        a.set(&[1u8; 40]);
+        assert_eq!(a.as_slice(), &[1u8; 40][..]);
+        a.set(&[2u8; 300]);
+        assert_eq!(a.as_slice(), &[2u8; 300][..]);
+        a.set(b"tiny");
+        assert!(matches!(a, SmallBytes::Inline { .. }));
+
+        let mut list = SmallBytes::new(b"e");
+        let mut expect = b"e".to_vec();
+        let mut snaps = Vec::new();
+        for i in 0..500u32 {
+            let el = i.to_be_bytes();
+            list.extend(&[b",", &el]);
+            expect.extend_from_slice(b",");
+            expect.extend_from_slice(&el);
+            if i % 97 == 0 {
+                snaps.push((list.clone(), expect.clone()));
+            }
+        }
+        assert_eq!(list.as_slice(), &expect[..]);
+        for (s, e) in &snaps {
+            assert_eq!(s.as_slice(), &e[..]);
+        }
+
+        let shared = SmallBytes::new(&long);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                let (s, long) = (&shared, &long);
+                scope.spawn(move || {
+                    for _ in 0..1000 {
+                        let c = s.clone();
+                        assert_eq!(c.as_slice(), &long[..]);
+                    }
+                });
+            }
+        });
+        assert_eq!(shared.as_slice(), &long[..]);
     }
 }

@@ -83,24 +83,26 @@ impl<F: TableFamily> HeapBackend<F> {
 
     #[inline]
     fn group_index(&self, kg: KeyGroup) -> Result<usize> {
-        self.config
-            .key_group_range
-            .index_of(kg)
-            .ok_or(Error::KeyGroupOutOfRange {
-                key_group: kg,
-                range: self.config.key_group_range,
-            })
+        match self.config.key_group_range.index_of(kg) {
+            Some(g) => Ok(g),
+            None => Err(self.out_of_range(kg)),
+        }
+    }
+
+    #[cold]
+    fn out_of_range(&self, kg: KeyGroup) -> Error {
+        Error::KeyGroupOutOfRange {
+            key_group: kg,
+            range: self.config.key_group_range,
+        }
     }
 
     #[inline]
     fn kv(&mut self, state: StateId, kg: KeyGroup, op: &'static str) -> Result<&mut F::Kv> {
         let g = self.group_index(kg)?;
-        if !matches!(self.tables.get(state), Some(StateTables::Kv(_))) {
-            return Err(self.wrong_kind(state, op));
-        }
         match self.tables.get_mut(state) {
-            Some(StateTables::Kv(t)) => Ok(&mut t[g]),
-            _ => Err(Error::UnknownState(format!("id {state}"))),
+            Some(StateTables::Kv(t)) => t.get_mut(g).ok_or_else(|| unknown_state(state)),
+            _ => Err(wrong_kind(&self.states, state, op)),
         }
     }
 
@@ -108,9 +110,8 @@ impl<F: TableFamily> HeapBackend<F> {
     fn kv_ref(&self, state: StateId, kg: KeyGroup, op: &'static str) -> Result<&F::Kv> {
         let g = self.group_index(kg)?;
         match self.tables.get(state) {
-            Some(StateTables::Kv(t)) => Ok(&t[g]),
-            Some(StateTables::Ordered(_)) => Err(self.wrong_kind(state, op)),
-            None => Err(Error::UnknownState(format!("id {state}"))),
+            Some(StateTables::Kv(t)) => t.get(g).ok_or_else(|| unknown_state(state)),
+            _ => Err(self.wrong_kind(state, op)),
         }
     }
 
@@ -132,7 +133,14 @@ impl<F: TableFamily> HeapBackend<F> {
     }
 
     fn wrong_kind(&self, state: StateId, op: &'static str) -> Error {
-        match self.states.get(state) {
+        wrong_kind(&self.states, state, op)
+    }
+}
+
+#[cold]
+fn wrong_kind(states: &[StateMetaInfo], state: StateId, op: &'static str) -> Error {
+    {
+        match states.get(state) {
             Some(m) => Error::WrongKind {
                 name: m.name.clone(),
                 kind: m.kind,
@@ -393,6 +401,11 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
     }
 }
 
+#[cold]
+fn unknown_state(state: StateId) -> Error {
+    Error::UnknownState(format!("id {state}"))
+}
+
 /// A point-in-time view of a [`HeapBackend`]: clones of its tables.
 pub struct HeapSnapshot<F: TableFamily> {
     config: BackendConfig,
@@ -438,15 +451,12 @@ impl<F: TableFamily> BackendSnapshot for HeapSnapshot<F> {
                     a.0.cmp(&b.0)
                         .then_with(|| a.1.as_slice().cmp(b.1.as_slice()))
                 });
-                // Three dependent loads per long value (table slot, buffer header, bytes): prefetch them in
-                // three stages, `AHEAD` entries apart.
+                // Two dependent loads per long value (table slot, then the buffer): prefetch them in two
+                // stages, `AHEAD` entries apart.
                 const AHEAD: usize = 8;
                 for (j, (_, k, v)) in entries.iter().enumerate() {
-                    if let Some(e) = entries.get(j + 3 * AHEAD) {
-                        e.2.prefetch_slot();
-                    }
                     if let Some(e) = entries.get(j + 2 * AHEAD) {
-                        e.2.prefetch_header();
+                        e.2.prefetch_slot();
                     }
                     if let Some(e) = entries.get(j + AHEAD) {
                         e.2.prefetch_data();

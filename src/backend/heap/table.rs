@@ -324,3 +324,46 @@ impl TableFamily for PersistentTables {
     type Ordered = PersistentOrdered;
     const NAME: &'static str = "persistent";
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes after a clone (snapshot) never show through it, also once the clone was dropped on another
+    /// thread and the table is written in place again.
+    #[test]
+    fn cow_table_isolation() {
+        let mut t: CowTable<SmallBytes, SmallBytes> = CowTable::default();
+        for i in 0..100u32 {
+            t.insert(
+                SmallBytes::new(&i.to_be_bytes()),
+                SmallBytes::new(&[1u8; 40]),
+            );
+        }
+        let snap = t.clone();
+        if let Some(v) = t.get_mut(&7u32.to_be_bytes()) {
+            v.set(&[2u8; 40]);
+        }
+        t.insert(SmallBytes::new(b"new"), SmallBytes::new(b"v"));
+        assert!(t.remove(&8u32.to_be_bytes()).is_some());
+        assert_eq!(
+            snap.get(&7u32.to_be_bytes()).map(|v| v.as_slice()),
+            Some(&[1u8; 40][..])
+        );
+        assert!(snap.get(&8u32.to_be_bytes()).is_some() && snap.get(b"new").is_none());
+        let reader = std::thread::spawn(move || {
+            let n = snap.len();
+            drop(snap);
+            n
+        });
+        assert_eq!(reader.join().ok(), Some(100));
+        if let Some(v) = t.get_mut(&7u32.to_be_bytes()) {
+            v.set(&[3u8; 40]);
+        }
+        assert_eq!(
+            t.get(&7u32.to_be_bytes()).map(|v| v.as_slice()),
+            Some(&[3u8; 40][..])
+        );
+        assert_eq!(t.len(), 100);
+    }
+}
