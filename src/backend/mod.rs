@@ -34,6 +34,27 @@ pub struct BackendConfig {
     pub key_serializer: SerializerSnapshot,
 }
 
+/// The registration rule every backend shares: a state already known under `meta.name` keeps its id and takes
+/// the new meta when the kind matches (the caller has checked the serializers); another kind is an error.
+/// `Ok(None)`: the name is new.
+pub(crate) fn reregister(
+    states: &mut [StateMetaInfo],
+    meta: &StateMetaInfo,
+) -> Result<Option<StateId>> {
+    let Some(id) = states.iter().position(|s| s.name == meta.name) else {
+        return Ok(None);
+    };
+    if states[id].kind != meta.kind {
+        return Err(crate::Error::StateKindMismatch {
+            name: meta.name.clone(),
+            existing: states[id].kind,
+            requested: meta.kind,
+        });
+    }
+    states[id] = meta.clone();
+    Ok(Some(id))
+}
+
 /// The byte-level keyed-state backend contract.
 ///
 /// All keys passed in are full entry keys whose key-group prefix equals `kg`, and `kg` lies in the backend's

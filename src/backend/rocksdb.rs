@@ -663,16 +663,7 @@ impl StateBackend for RocksDbBackend {
     }
 
     fn register_state(&mut self, meta: StateMetaInfo) -> Result<StateId> {
-        if let Some(id) = self.states.iter().position(|s| s.name == meta.name) {
-            let existing = &self.states[id];
-            if existing.kind != meta.kind {
-                return Err(Error::StateKindMismatch {
-                    name: meta.name,
-                    existing: existing.kind,
-                    requested: meta.kind,
-                });
-            }
-            self.states[id] = meta;
+        if let Some(id) = super::reregister(&mut self.states, &meta)? {
             return Ok(id);
         }
         let cf_name = column_family_name(&meta.name);

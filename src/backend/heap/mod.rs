@@ -161,16 +161,7 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
     }
 
     fn register_state(&mut self, meta: StateMetaInfo) -> Result<StateId> {
-        if let Some(id) = self.states.iter().position(|s| s.name == meta.name) {
-            let existing = &self.states[id];
-            if existing.kind != meta.kind {
-                return Err(Error::StateKindMismatch {
-                    name: meta.name,
-                    existing: existing.kind,
-                    requested: meta.kind,
-                });
-            }
-            self.states[id] = meta;
+        if let Some(id) = super::reregister(&mut self.states, &meta)? {
             return Ok(id);
         }
         let groups = self.config.key_group_range.len();
