@@ -117,104 +117,6 @@ impl CompositeKeyBuilder {
     }
 }
 
-/// A parsed entry key: borrowed slices of its parts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryKeyParts<'a> {
-    /// The key group from the prefix.
-    pub key_group: KeyGroup,
-    /// The serialized key.
-    pub key: &'a [u8],
-    /// The serialized namespace.
-    pub namespace: &'a [u8],
-    /// The user key of a map entry (empty for other kinds).
-    pub user_key: &'a [u8],
-}
-
-/// Splits `entry_key` given how long the key and namespace are: each is either fixed (`Some(len)`) or found
-/// from the length bytes (ambiguous layout) or, for the last part, by what remains. For map entries the
-/// namespace length must be known (fixed or ambiguous) so the user key can be found.
-///
-/// `key_len` / `ns_len` are the *written* lengths (the void namespace writes 1 byte although it reports 0).
-pub fn split_entry_key(
-    entry_key: &[u8],
-    prefix_len: usize,
-    key_len: Option<usize>,
-    ns_len: Option<usize>,
-    is_map: bool,
-) -> Option<EntryKeyParts<'_>> {
-    let kg = crate::keygroup::read_key_group_prefix(entry_key, prefix_len)?;
-    let rest = &entry_key[prefix_len..];
-    let ambiguous = key_len.is_none() && ns_len.is_none();
-    if ambiguous {
-        return split_ambiguous(kg, rest, is_map);
-    }
-    let (key, rest) = match key_len {
-        Some(n) => (rest.get(..n)?, &rest[n..]),
-        None => {
-            // Key variable, namespace fixed: the namespace (and user key) follow the key; without a user key
-            // the namespace is the last `ns_len` bytes.
-            let n = ns_len?;
-            if is_map {
-                return None;
-            }
-            let split = rest.len().checked_sub(n)?;
-            (&rest[..split], &rest[split..])
-        }
-    };
-    let (namespace, user_key) = match ns_len {
-        Some(n) => (rest.get(..n)?, &rest[n..]),
-        None if !is_map => (rest, &rest[rest.len()..]),
-        None => return None,
-    };
-    Some(EntryKeyParts {
-        key_group: kg,
-        key,
-        namespace,
-        user_key,
-    })
-}
-
-/// Ambiguous layout: `K lenK NS lenNS [UK]`. The reader does not know where K ends without the length, and
-/// the length follows K. Flink's reader uses its own knowledge of K's length; we search for the unique split
-/// at which the length bytes agree, preferring the shortest key.
-fn split_ambiguous(kg: KeyGroup, rest: &[u8], is_map: bool) -> Option<EntryKeyParts<'_>> {
-    for klen in 0..=rest.len() {
-        let lk = variable_int_len(klen as u32);
-        if klen + lk > rest.len() || !var_int_matches(&rest[klen..klen + lk], klen) {
-            continue;
-        }
-        let after_k = &rest[klen + lk..];
-        for nlen in 0..=after_k.len() {
-            let ln = variable_int_len(nlen as u32);
-            if nlen + ln > after_k.len() || !var_int_matches(&after_k[nlen..nlen + ln], nlen) {
-                continue;
-            }
-            let user_key = &after_k[nlen + ln..];
-            if !is_map && !user_key.is_empty() {
-                continue;
-            }
-            return Some(EntryKeyParts {
-                key_group: kg,
-                key: &rest[..klen],
-                namespace: &after_k[..nlen],
-                user_key,
-            });
-        }
-    }
-    None
-}
-
-fn var_int_matches(bytes: &[u8], v: usize) -> bool {
-    let mut x = v as u64;
-    for b in bytes {
-        if *b != x as u8 {
-            return false;
-        }
-        x >>= 8;
-    }
-    x == 0
-}
-
 /// Appends a list element (already serialized) to a joined list value, with the delimiter if needed.
 pub fn list_append(list: &mut Vec<u8>, element: &[u8]) {
     if !list.is_empty() {
@@ -263,19 +165,10 @@ mod tests {
             b.with_user_key(&hex("036530")),
             &hex("01000000000000002700036530")[..]
         );
-        let map_key = hex("01000000000000002700036530");
-        let parts = split_entry_key(&map_key, 1, Some(8), Some(1), true).unwrap();
-        assert_eq!(parts.key_group, 1);
-        assert_eq!(parts.key, &39i64.to_be_bytes());
-        assert_eq!(parts.namespace, &[0]);
-        assert_eq!(parts.user_key, &hex("036530")[..]);
-
         let mut a = CompositeKeyBuilder::new(2, true);
         a.set_key(300, b"abc");
         let k = a.set_namespace(b"xy").to_vec();
         assert_eq!(k, [&[1u8, 44][..], b"abc", &[3], b"xy", &[2]].concat());
-        let parts = split_entry_key(&k, 2, None, None, false).unwrap();
-        assert_eq!((parts.key, parts.namespace), (&b"abc"[..], &b"xy"[..]));
     }
 
     #[test]

@@ -199,29 +199,10 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         target: &N::Value,
         sources: &[N::Value],
     ) -> Result<()> {
-        let mut acc: Option<V::Value> = None;
-        for s in sources.iter().chain(std::iter::once(target)) {
-            let kg = self.build_key_ns(&h.core, s)?;
-            if let Some(bytes) = self.backend.get(h.core.id, kg, &self.key_ns)? {
-                let v = crate::serializer::from_bytes(&*h.serializer, bytes)
-                    .map_err(ser_err(&h.core.name))?;
-                acc = Some(match acc {
-                    Some(a) => (h.reduce)(&a, &v),
-                    None => v,
-                });
-            }
-            self.backend.delete(h.core.id, kg, &self.key_ns)?;
-        }
-        if let Some(a) = acc {
-            let kg = self.build_key_ns(&h.core, target)?;
-            self.scratch.clear();
-            h.serializer
-                .serialize(&a, &mut self.scratch)
-                .map_err(ser_err(&h.core.name))?;
-            self.backend
-                .put(h.core.id, kg, &self.key_ns, &self.scratch)?;
-        }
-        Ok(())
+        let reduce = h.reduce.clone();
+        self.merge_whole_namespaces(&h.core, &*h.serializer, target, sources, |a, b| {
+            reduce(&a, &b)
+        })
     }
 
     /// Merges the aggregating state's `sources` namespaces into `target` (merging accumulators) and deletes
@@ -237,27 +218,39 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         A: TypeSerializer<Value = F::Acc>,
         N: TypeSerializer,
     {
-        let mut acc: Option<F::Acc> = None;
+        let function = h.function.clone();
+        self.merge_whole_namespaces(&h.core, &*h.accumulator, target, sources, |a, b| {
+            function.merge(a, b)
+        })
+    }
+
+    /// Folds the values of `sources` and `target` with `combine` into `target`, deleting the sources.
+    fn merge_whole_namespaces<S: TypeSerializer, N: TypeSerializer>(
+        &mut self,
+        core: &HandleCore<N>,
+        ser: &S,
+        target: &N::Value,
+        sources: &[N::Value],
+        combine: impl Fn(S::Value, S::Value) -> S::Value,
+    ) -> Result<()> {
+        let mut acc: Option<S::Value> = None;
         for s in sources.iter().chain(std::iter::once(target)) {
-            let kg = self.build_key_ns(&h.core, s)?;
-            if let Some(bytes) = self.backend.get(h.core.id, kg, &self.key_ns)? {
-                let v = crate::serializer::from_bytes(&*h.accumulator, bytes)
-                    .map_err(ser_err(&h.core.name))?;
+            let kg = self.build_key_ns(core, s)?;
+            if let Some(bytes) = self.backend.get(core.id, kg, &self.key_ns)? {
+                let v = crate::serializer::from_bytes(ser, bytes).map_err(ser_err(&core.name))?;
                 acc = Some(match acc {
-                    Some(a) => h.function.merge(a, v),
+                    Some(a) => combine(a, v),
                     None => v,
                 });
             }
-            self.backend.delete(h.core.id, kg, &self.key_ns)?;
+            self.backend.delete(core.id, kg, &self.key_ns)?;
         }
         if let Some(a) = acc {
-            let kg = self.build_key_ns(&h.core, target)?;
+            let kg = self.build_key_ns(core, target)?;
             self.scratch.clear();
-            h.accumulator
-                .serialize(&a, &mut self.scratch)
-                .map_err(ser_err(&h.core.name))?;
-            self.backend
-                .put(h.core.id, kg, &self.key_ns, &self.scratch)?;
+            ser.serialize(&a, &mut self.scratch)
+                .map_err(ser_err(&core.name))?;
+            self.backend.put(core.id, kg, &self.key_ns, &self.scratch)?;
         }
         Ok(())
     }

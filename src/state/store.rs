@@ -364,19 +364,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     ) -> Result<ValueState<V, N>> {
         let ser = Arc::new(d.serializer);
         let ns = Arc::new(d.namespace);
-        let reg = Registered {
-            meta: meta(&d.name, StateKind::Value, ns.snapshot(), ser.snapshot()),
-            ns_compat: ns_compat(&ns),
-            value_compat: {
-                let s = ser.clone();
-                Arc::new(move |old| s.compatibility(old))
-            },
-            migrate: {
-                let s = ser.clone();
-                let n = d.name.clone();
-                Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b))
-            },
-        };
+        let reg = whole_value_registration(&d.name, StateKind::Value, &ns, &ser);
         let id = self.register_meta(reg)?;
         Ok(ValueState {
             core: self.core(id, &d.name, ns),
@@ -476,19 +464,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     ) -> Result<ReducingState<V, N>> {
         let ser = Arc::new(d.serializer);
         let ns = Arc::new(d.namespace);
-        let reg = Registered {
-            meta: meta(&d.name, StateKind::Reducing, ns.snapshot(), ser.snapshot()),
-            ns_compat: ns_compat(&ns),
-            value_compat: {
-                let s = ser.clone();
-                Arc::new(move |old| s.compatibility(old))
-            },
-            migrate: {
-                let s = ser.clone();
-                let n = d.name.clone();
-                Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b))
-            },
-        };
+        let reg = whole_value_registration(&d.name, StateKind::Reducing, &ns, &ser);
         let id = self.register_meta(reg)?;
         Ok(ReducingState {
             core: self.core(id, &d.name, ns),
@@ -509,24 +485,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     {
         let ser = Arc::new(d.accumulator);
         let ns = Arc::new(d.namespace);
-        let reg = Registered {
-            meta: meta(
-                &d.name,
-                StateKind::Aggregating,
-                ns.snapshot(),
-                ser.snapshot(),
-            ),
-            ns_compat: ns_compat(&ns),
-            value_compat: {
-                let s = ser.clone();
-                Arc::new(move |old| s.compatibility(old))
-            },
-            migrate: {
-                let s = ser.clone();
-                let n = d.name.clone();
-                Arc::new(move |prev, b| migrate_whole(&n, &*s, prev, b))
-            },
-        };
+        let reg = whole_value_registration(&d.name, StateKind::Aggregating, &ns, &ser);
         let id = self.register_meta(reg)?;
         Ok(AggregatingState {
             core: self.core(id, &d.name, ns),
@@ -644,6 +603,23 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             self.key_ns = key_prefix;
         }
         Ok(())
+    }
+}
+
+/// The registration of a state whose value is one serialized value (value, reducing, aggregating): the value
+/// serializer checks compatibility itself and migrates the whole value.
+fn whole_value_registration<S: TypeSerializer, N: TypeSerializer>(
+    name: &str,
+    kind: StateKind,
+    ns: &Arc<N>,
+    ser: &Arc<S>,
+) -> Registered {
+    let (compat_ser, migrate_ser, n) = (ser.clone(), ser.clone(), name.to_string());
+    Registered {
+        meta: meta(name, kind, ns.snapshot(), ser.snapshot()),
+        ns_compat: ns_compat(ns),
+        value_compat: Arc::new(move |old| compat_ser.compatibility(old)),
+        migrate: Arc::new(move |prev, b| migrate_whole(&n, &*migrate_ser, prev, b)),
     }
 }
 

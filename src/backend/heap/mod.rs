@@ -18,7 +18,7 @@ use self::bytes::SmallBytes;
 use self::table::{CowTables, KgTable, OrderedTable, TableFamily};
 use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
-use crate::keygroup::{key_group_prefix_len, KeyGroup};
+use crate::keygroup::KeyGroup;
 use crate::meta::{StateKind, StateMetaInfo};
 
 /// The tables of one state: one per key group of the backend's range.
@@ -50,7 +50,6 @@ impl<F: TableFamily> StateTables<F> {
 /// `design/heap-backend.md` for the measurement behind the default).
 pub struct HeapBackend<F: TableFamily = CowTables> {
     config: BackendConfig,
-    prefix_len: usize,
     states: Vec<StateMetaInfo>,
     tables: Vec<StateTables<F>>,
 }
@@ -74,7 +73,6 @@ impl<F: TableFamily> HeapBackend<F> {
             )));
         }
         Ok(HeapBackend {
-            prefix_len: key_group_prefix_len(config.max_parallelism),
             config,
             states: Vec::new(),
             tables: Vec::new(),
@@ -385,7 +383,6 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
         Ok(Box::new(HeapSnapshot::<F> {
             config: self.config.clone(),
-            prefix_len: self.prefix_len,
             states: self.states.clone(),
             tables: Arc::new(self.tables.clone()),
         }))
@@ -400,8 +397,6 @@ fn unknown_state(state: StateId) -> Error {
 /// A point-in-time view of a [`HeapBackend`]: clones of its tables.
 pub struct HeapSnapshot<F: TableFamily> {
     config: BackendConfig,
-    #[allow(dead_code)]
-    prefix_len: usize,
     states: Vec<StateMetaInfo>,
     tables: Arc<Vec<StateTables<F>>>,
 }
