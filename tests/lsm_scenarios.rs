@@ -820,3 +820,133 @@ fn missing_sst_named_by_manifest_is_typed_error() {
         Ok(_) => panic!("opened without a live file"),
     }
 }
+
+/// `get_into` agrees with `get` for values in the memtable, in immutable memtables, in SSTs, for merges
+/// across all three, deletes and range tombstones; the buffer is reused (cleared on a miss).
+#[test]
+fn get_into_matches_get_across_memtables_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let mut buf = b"stale".to_vec();
+    for i in 0..300u32 {
+        db.put(format!("k{i:04}").as_bytes(), &[b'a'; 40]).unwrap();
+    }
+    db.flush().unwrap();
+    for i in (0..300u32).step_by(3) {
+        db.merge(format!("k{i:04}").as_bytes(), b"m1").unwrap();
+    }
+    for i in (0..300u32).step_by(5) {
+        db.delete(format!("k{i:04}").as_bytes()).unwrap();
+    }
+    db.delete_range(b"k0100", b"k0120").unwrap();
+    for i in (0..300u32).step_by(7) {
+        db.merge(format!("k{i:04}").as_bytes(), b"m2").unwrap();
+    }
+    // A long key and a long value (stored outside the skiplist node).
+    db.put(&[b'z'; 100], &[b'v'; 500]).unwrap();
+    for i in 0..300u32 {
+        let k = format!("k{i:04}");
+        let want = get(&db, k.as_bytes());
+        let found = db.get_into(k.as_bytes(), &mut buf).unwrap();
+        assert_eq!(found.then(|| buf.clone()), want, "{k}");
+        if !found {
+            assert!(buf.is_empty());
+        }
+    }
+    assert!(db.get_into(&[b'z'; 100], &mut buf).unwrap());
+    assert_eq!(buf, vec![b'v'; 500]);
+    assert_eq!(
+        get(&db, b"k0003"),
+        Some(b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa,m1".to_vec())
+    );
+    assert_eq!(get(&db, b"k0101"), None);
+    assert_eq!(get(&db, b"k0105"), Some(b"m2".to_vec()));
+    assert_eq!(
+        get(&db, b"k0007"),
+        Some(b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa,m2".to_vec())
+    );
+    assert_eq!(get(&db, b"k0005"), None);
+    assert_eq!(get(&db, b"k0035"), Some(b"m2".to_vec()));
+}
+
+/// An iterator created before more writes switch (and flush) the memtables it reads keeps reading its
+/// view: the memtable cursors hold their tables, and entries inserted later are filtered by seqno.
+#[test]
+fn iterator_keeps_its_view_across_memtable_switches() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for i in 0..100u32 {
+        db.put(format!("k{i:04}").as_bytes(), b"old").unwrap();
+    }
+    db.delete(b"k0050").unwrap();
+    let mut it = db.iter(ReadOptions::default());
+    it.seek(b"k0040");
+    assert_eq!(it.key(), b"k0040");
+    // Interleaved inside the iterator's range, and far more than one memtable holds.
+    for round in 0..20u32 {
+        for i in 0..100u32 {
+            db.put(
+                format!("k{i:04}").as_bytes(),
+                format!("new{round}").as_bytes(),
+            )
+            .unwrap();
+            db.put(format!("k{i:04}x").as_bytes(), b"inserted").unwrap();
+        }
+    }
+    assert!(db.stats().flushes > 0, "the test must switch memtables");
+    let mut seen = Vec::new();
+    while it.valid() {
+        assert_eq!(it.value(), b"old", "{:?}", it.key());
+        seen.push(it.key().to_vec());
+        it.next();
+    }
+    assert!(it.status().is_ok());
+    let want: Vec<Vec<u8>> = (40..100u32)
+        .filter(|&i| i != 50)
+        .map(|i| format!("k{i:04}").into_bytes())
+        .collect();
+    assert_eq!(seen, want);
+    // A fresh iterator sees the new state.
+    let now = scan(&db, ReadOptions::default());
+    assert_eq!(now.len(), 200);
+    assert!(now.iter().all(|(k, v)| if k.ends_with(b"x") {
+        v == b"inserted"
+    } else {
+        v == b"new19"
+    }));
+}
+
+/// Reading one entry and dropping the iterator (an emptiness check) gives the same first entry as a full
+/// scan, with every kind of version behind it in memtables: overwrites, deletes, merges, range tombstones.
+#[test]
+fn first_entry_and_full_scan_agree_over_memtable_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for round in 0..3u8 {
+        for i in 0..50u32 {
+            let k = format!("p{:02}/{i:02}", i % 5);
+            match (i + u32::from(round)) % 4 {
+                0 => db.put(k.as_bytes(), &[round]).unwrap(),
+                1 => db.merge(k.as_bytes(), &[b'0' + round]).unwrap(),
+                2 => db.delete(k.as_bytes()).unwrap(),
+                _ => db.put(k.as_bytes(), &[round; 60]).unwrap(),
+            }
+        }
+    }
+    db.delete_range(b"p03/", b"p03/30").unwrap();
+    for p in 0..5u32 {
+        let prefix = format!("p{p:02}/").into_bytes();
+        let ro = || ReadOptions {
+            prefix: Some(prefix.clone()),
+            ..ReadOptions::default()
+        };
+        let all = scan(&db, ro());
+        let mut it = db.iter(ro());
+        it.seek_to_first();
+        let first = it.valid().then(|| (it.key().to_vec(), it.value().to_vec()));
+        assert_eq!(first.as_ref(), all.first(), "prefix {p}");
+        for (k, v) in &all {
+            assert_eq!(get(&db, k).as_ref(), Some(v), "{k:?}");
+        }
+    }
+}

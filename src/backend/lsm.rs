@@ -35,7 +35,6 @@ use crate::lsm::db::Db;
 use crate::lsm::iter::DbIter;
 use crate::lsm::merge::ListAppendOperator;
 use crate::lsm::options::{Options, ReadOptions};
-use crate::lsm::slice::ValueSlice;
 use crate::lsm::snapshot::Snapshot;
 use crate::meta::{StateKind, StateMetaInfo};
 
@@ -99,8 +98,9 @@ pub struct LsmBackend {
     shared: Arc<Shared>,
     /// Reusable engine-key buffer.
     kbuf: Vec<u8>,
-    /// The value returned by the last `get` / `map_get` (borrowed by the caller until the next call).
-    last: Option<ValueSlice>,
+    /// The value returned by the last `get` / `map_get` (borrowed by the caller until the next call);
+    /// reused, so a read allocates nothing once it has grown.
+    vbuf: Vec<u8>,
     /// Restore buffers per state id.
     load: Vec<LoadRun>,
     load_bytes: usize,
@@ -237,7 +237,7 @@ impl LsmBackend {
             states,
             shared: Arc::new(Shared { db, _tmp: tmp }),
             kbuf: Vec::with_capacity(64),
-            last: None,
+            vbuf: Vec::new(),
             load,
             load_bytes: 0,
         })
@@ -387,8 +387,8 @@ impl StateBackend for LsmBackend {
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
         self.check(state, kg, false, "get")?;
         self.build_key(state, &[key]);
-        self.last = self.shared.db.get(&self.kbuf)?;
-        Ok(self.last.as_deref())
+        let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
+        Ok(found.then_some(self.vbuf.as_slice()))
     }
 
     #[inline]
@@ -423,8 +423,8 @@ impl StateBackend for LsmBackend {
     ) -> Result<Option<&[u8]>> {
         self.check(state, kg, true, "map_get")?;
         self.build_key(state, &[key_ns, user_key]);
-        self.last = self.shared.db.get(&self.kbuf)?;
-        Ok(self.last.as_deref())
+        let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
+        Ok(found.then_some(self.vbuf.as_slice()))
     }
 
     fn map_put(

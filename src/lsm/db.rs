@@ -15,7 +15,7 @@ use super::flush;
 use super::ikey::{self, ValueKind};
 use super::iter::{full_merge, DbIter, IterParts};
 use super::manifest::{self, ManifestWriter};
-use super::memtable::{with_lookup_key, MemTable};
+use super::memtable::{epoch, with_lookup_key, MemTable};
 use super::options::{Options, ReadOptions};
 use super::rangedel::max_covering;
 use super::slice::ValueSlice;
@@ -91,6 +91,30 @@ pub(crate) struct Counters {
 pub(crate) struct SuperVersion {
     pub mems: Vec<Arc<MemTable>>,
     pub version: Arc<Version>,
+}
+
+/// What a point lookup found; memtable bytes are borrowed for the epoch guard's lifetime.
+enum Got<'g> {
+    Missing,
+    Mem(&'g [u8]),
+    Slice(ValueSlice),
+    Owned(Vec<u8>),
+}
+
+/// A merge operand or base value met by a lookup.
+enum Operand<'g> {
+    Mem(&'g [u8]),
+    Slice(ValueSlice),
+}
+
+impl AsRef<[u8]> for Operand<'_> {
+    #[inline]
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Operand::Mem(v) => v,
+            Operand::Slice(v) => v,
+        }
+    }
 }
 
 /// Mutable in-memory state, guarded by `DbInner::state`.
@@ -311,13 +335,71 @@ impl DbInner {
     /// Reads `key` as of `seqno`.
     pub fn get_at_seqno(&self, key: &[u8], seqno: u64) -> Result<Option<ValueSlice>> {
         let sv = self.current_sv();
-        let (mems, version) = (&sv.mems, &sv.version);
-        let mut rd = max_covering(version.range_dels.iter(), key, seqno);
-        for m in mems {
-            rd = rd.max(m.with_range_dels(|t| max_covering(t, key, seqno)));
+        let guard = epoch::pin();
+        Ok(match self.lookup(&sv, &guard, key, seqno)? {
+            Got::Missing => None,
+            Got::Mem(v) => Some(ValueSlice::from_vec(v.to_vec())),
+            Got::Slice(v) => Some(v),
+            Got::Owned(v) => Some(ValueSlice::from_vec(v)),
+        })
+    }
+
+    /// Reads `key` as of `seqno` into `out` (cleared first); returns whether the key has a value. A value
+    /// found in a memtable is copied straight into `out`, so a warm buffer means no allocation.
+    pub fn get_into_at_seqno(&self, key: &[u8], seqno: u64, out: &mut Vec<u8>) -> Result<bool> {
+        let sv = self.current_sv();
+        let guard = epoch::pin();
+        out.clear();
+        match self.lookup(&sv, &guard, key, seqno)? {
+            Got::Missing => return Ok(false),
+            Got::Mem(v) => out.extend_from_slice(v),
+            Got::Slice(v) => out.extend_from_slice(&v),
+            Got::Owned(v) => *out = v,
         }
-        // Operands as zero-copy views of their SST blocks (memtable operands are copied once).
-        let mut operands: Vec<ValueSlice> = Vec::new();
+        Ok(true)
+    }
+
+    /// The point lookup behind every `get`: range tombstones, then versions newest first (memtables, L0
+    /// newest first, then one file per deeper level), then one full merge if operands were found. Memtable
+    /// bytes are borrowed under `guard`, not copied.
+    fn lookup<'g>(
+        &self,
+        sv: &'g SuperVersion,
+        guard: &'g epoch::Guard,
+        key: &'g [u8],
+        seqno: u64,
+    ) -> Result<Got<'g>> {
+        let (mems, version) = (&sv.mems, &sv.version);
+        let mut rd = if version.range_dels.is_empty() {
+            0
+        } else {
+            max_covering(version.range_dels.iter(), key, seqno)
+        };
+        for m in mems {
+            if m.has_range_dels() {
+                rd = rd.max(m.with_range_dels(|t| max_covering(t, key, seqno)));
+            }
+        }
+        // Operands, newest first: memtable ones borrowed, SST ones as zero-copy views of their blocks.
+        let mut operands: Vec<Operand<'g>> = Vec::new();
+        for m in mems {
+            for (s, kind, value) in m.versions(key, seqno, guard) {
+                if kind == ValueKind::RangeDelete {
+                    continue;
+                }
+                if s < rd {
+                    return self.finish_lookup(key, None, operands);
+                }
+                match kind {
+                    ValueKind::Put if operands.is_empty() => return Ok(Got::Mem(value)),
+                    ValueKind::Put => {
+                        return self.finish_lookup(key, Some(Operand::Mem(value)), operands)
+                    }
+                    ValueKind::Delete => return self.finish_lookup(key, None, operands),
+                    _ => operands.push(Operand::Mem(value)),
+                }
+            }
+        }
         // Some(base) once a put, delete or covering range tombstone ends the search.
         let mut base: Option<Option<ValueSlice>> = None;
         let mut step = |s: u64, kind: ValueKind, value: &dyn Fn() -> ValueSlice| -> bool {
@@ -338,68 +420,73 @@ impl DbInner {
                     false
                 }
                 _ => {
-                    operands.push(value());
+                    operands.push(Operand::Slice(value()));
                     true
                 }
             }
         };
-        let mut more = true;
-        for m in mems {
-            m.for_each_version(key, seqno, |s, k, v| {
-                more = step(s, k, &|| ValueSlice::from_vec(v.to_vec()));
-                more
-            });
-            if !more {
-                break;
-            }
-        }
-        if more {
-            with_lookup_key(key, seqno, |lk| -> Result<()> {
-                for (level, files) in version.levels.iter().enumerate() {
-                    // L0: every file, newest first; deeper levels: the one file that may hold `key`.
-                    let candidates: &[Arc<FileMeta>] = if level == 0 {
-                        files
-                    } else {
-                        let i = files.partition_point(|f| f.info.largest_user() < key);
-                        files.get(i..files.len().min(i + 1)).unwrap_or(&[])
-                    };
-                    for f in candidates {
-                        if !f.info.overlaps(key, key) || !f.reader.may_contain(key) {
-                            continue;
+        with_lookup_key(key, seqno, |lk| -> Result<()> {
+            for (level, files) in version.levels.iter().enumerate() {
+                // L0: every file, newest first; deeper levels: the one file that may hold `key`.
+                let candidates: &[Arc<FileMeta>] = if level == 0 {
+                    files
+                } else {
+                    let i = files.partition_point(|f| f.info.largest_user() < key);
+                    files.get(i..files.len().min(i + 1)).unwrap_or(&[])
+                };
+                for f in candidates {
+                    if !f.info.overlaps(key, key) || !f.reader.may_contain(key) {
+                        continue;
+                    }
+                    let mut it = f.reader.iter();
+                    it.seek(lk)?;
+                    while it.valid() {
+                        let Some(p) = ikey::parse(it.key()) else {
+                            return Err(LsmError::Corruption {
+                                file: f.path.display().to_string(),
+                                detail: "malformed internal key".into(),
+                            });
+                        };
+                        if p.user_key != key {
+                            break;
                         }
-                        let mut it = f.reader.iter();
-                        it.seek(lk)?;
-                        while it.valid() {
-                            let Some(p) = ikey::parse(it.key()) else {
-                                return Err(LsmError::Corruption {
-                                    file: f.path.display().to_string(),
-                                    detail: "malformed internal key".into(),
-                                });
-                            };
-                            if p.user_key != key {
-                                break;
-                            }
-                            if p.seqno <= seqno && !step(p.seqno, p.kind, &|| it.value_slice()) {
-                                return Ok(());
-                            }
-                            it.next()?;
+                        if p.seqno <= seqno && !step(p.seqno, p.kind, &|| it.value_slice()) {
+                            return Ok(());
                         }
+                        it.next()?;
                     }
                 }
-                Ok(())
-            })?;
-        }
+            }
+            Ok(())
+        })?;
         let base = base.flatten();
         if operands.is_empty() {
-            return Ok(base);
+            return Ok(base.map_or(Got::Missing, Got::Slice));
+        }
+        self.finish_lookup(key, base.map(Operand::Slice), operands)
+    }
+
+    /// The result of a lookup that ended at `base` with `operands` (newest first) above it.
+    fn finish_lookup<'g>(
+        &self,
+        key: &[u8],
+        base: Option<Operand<'g>>,
+        operands: Vec<Operand<'g>>,
+    ) -> Result<Got<'g>> {
+        if operands.is_empty() {
+            return Ok(match base {
+                None => Got::Missing,
+                Some(Operand::Mem(v)) => Got::Mem(v),
+                Some(Operand::Slice(v)) => Got::Slice(v),
+            });
         }
         let merged = full_merge(
             self.opts.merge_operator.as_ref(),
             key,
-            base.as_deref(),
+            base.as_ref().map(|b| b.as_ref()),
             &operands,
         )?;
-        Ok(Some(ValueSlice::from_vec(merged)))
+        Ok(Got::Owned(merged))
     }
 
     /// Flushes the oldest immutable memtable; returns false if there was none.
@@ -861,6 +948,13 @@ impl Db {
     pub fn get(&self, key: &[u8]) -> Result<Option<ValueSlice>> {
         let seq = self.inner.last_seqno.load(Ordering::SeqCst);
         self.inner.get_at_seqno(key, seq)
+    }
+
+    /// Reads the latest value of `key` into `out` (cleared first); returns whether `key` has a value.
+    /// Cheaper than [`Db::get`] for values in memtables: they are copied into `out`, never allocated.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let seq = self.inner.last_seqno.load(Ordering::SeqCst);
+        self.inner.get_into_at_seqno(key, seq, out)
     }
 
     /// Reads `key` as of `snapshot`.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::ikey::{self, ValueKind};
-use super::memtable::{lookup_key, MemEntry, MemTable};
+use super::memtable::{MemCursor, MemTable};
 use super::merge::MergeOperator;
 use super::rangedel::Fragments;
 use super::slice::ValueSlice;
@@ -22,8 +22,10 @@ pub(crate) trait InternalIterator: Send {
     fn valid(&self) -> bool;
     fn key(&self) -> &[u8];
     fn value(&self) -> &[u8];
-    fn value_slice(&self) -> ValueSlice {
-        ValueSlice::from_vec(self.value().to_vec())
+    /// The value as a zero-copy view if the source can share its bytes (SST blocks); `None` for sources
+    /// whose bytes must be copied out (memtables), which callers copy into a reused buffer instead.
+    fn value_shared(&self) -> Option<ValueSlice> {
+        None
     }
 }
 
@@ -46,66 +48,45 @@ impl InternalIterator for SstIter {
     fn value(&self) -> &[u8] {
         SstIter::value(self)
     }
-    fn value_slice(&self) -> ValueSlice {
-        SstIter::value_slice(self)
+    fn value_shared(&self) -> Option<ValueSlice> {
+        Some(SstIter::value_slice(self))
     }
 }
 
-/// A cursor over a memtable. Entries are copied out in chunks (one skiplist seek per chunk), since the
-/// skiplist's own cursors borrow the map.
+/// A cursor over a memtable: walks the skiplist in place (one pointer hop per step, nothing copied).
 pub(crate) struct MemIter {
-    mem: Arc<MemTable>,
-    buf: std::collections::VecDeque<MemEntry>,
-    /// Whether the skiplist holds entries beyond `buf`.
-    more: bool,
+    cur: MemCursor,
 }
-
-/// Entries copied per skiplist seek.
-const MEM_CHUNK: usize = 64;
 
 impl MemIter {
     pub fn new(mem: Arc<MemTable>) -> Self {
         Self {
-            mem,
-            buf: Default::default(),
-            more: false,
+            cur: MemCursor::new(mem),
         }
-    }
-
-    fn fill(&mut self, from: Option<&[u8]>, exclusive: bool) {
-        let chunk = self.mem.entries_from(from, exclusive, MEM_CHUNK);
-        self.more = chunk.len() == MEM_CHUNK;
-        self.buf = chunk.into();
     }
 }
 
 impl InternalIterator for MemIter {
     fn seek_to_first(&mut self) -> Result<(), LsmError> {
-        self.fill(None, false);
+        self.cur.seek_to_first();
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<(), LsmError> {
-        self.fill(Some(target), false);
+        self.cur.seek(target);
         Ok(())
     }
     fn next(&mut self) -> Result<(), LsmError> {
-        if self.buf.len() == 1 && self.more {
-            if let Some(last) = self.buf.pop_front() {
-                self.fill(Some(last.ikey()), true);
-            }
-        } else {
-            self.buf.pop_front();
-        }
+        self.cur.next();
         Ok(())
     }
     fn valid(&self) -> bool {
-        !self.buf.is_empty()
+        self.cur.entry().is_some()
     }
     fn key(&self) -> &[u8] {
-        self.buf.front().map_or(&[], |c| c.ikey())
+        self.cur.entry().map_or(&[], |e| e.ikey())
     }
     fn value(&self) -> &[u8] {
-        self.buf.front().map_or(&[], |c| c.value())
+        self.cur.entry().map_or(&[], |e| e.value())
     }
 }
 
@@ -178,10 +159,12 @@ impl InternalIterator for LevelIter {
     fn value(&self) -> &[u8] {
         self.iter.as_ref().map_or(&[], |i| i.value())
     }
-    fn value_slice(&self) -> ValueSlice {
-        self.iter
-            .as_ref()
-            .map_or_else(ValueSlice::empty, |i| i.value_slice())
+    fn value_shared(&self) -> Option<ValueSlice> {
+        Some(
+            self.iter
+                .as_ref()
+                .map_or_else(ValueSlice::empty, |i| i.value_slice()),
+        )
     }
 }
 
@@ -245,9 +228,8 @@ impl InternalIterator for MergingIter {
     fn value(&self) -> &[u8] {
         self.current.map_or(&[], |i| self.children[i].value())
     }
-    fn value_slice(&self) -> ValueSlice {
-        self.current
-            .map_or_else(ValueSlice::empty, |i| self.children[i].value_slice())
+    fn value_shared(&self) -> Option<ValueSlice> {
+        self.current.and_then(|i| self.children[i].value_shared())
     }
 }
 
@@ -304,7 +286,16 @@ pub struct DbIter {
     upper: Option<Vec<u8>>,
     prefix: Option<Vec<u8>>,
     key: Vec<u8>,
+    /// The current value when its source shares its bytes (SST blocks) ...
     value: ValueSlice,
+    /// ... else (memtables, merge results) a copy in this reused buffer.
+    vbuf: Vec<u8>,
+    value_in_buf: bool,
+    /// The versions of `key` older than the one returned are still ahead of `inner`; skipped by the next
+    /// `next` rather than eagerly, so a caller that reads one entry (an emptiness check) never pays for it.
+    skip_pending: bool,
+    /// Reused seek-target buffer.
+    seek_buf: Vec<u8>,
     valid: bool,
     status: Option<LsmError>,
     _version: Arc<Version>,
@@ -341,6 +332,10 @@ impl DbIter {
             prefix: p.prefix,
             key: Vec::new(),
             value: ValueSlice::empty(),
+            vbuf: Vec::new(),
+            value_in_buf: false,
+            skip_pending: false,
+            seek_buf: Vec::new(),
             valid: false,
             status: None,
             _version: p.version,
@@ -361,16 +356,19 @@ impl DbIter {
 
     /// Positions at the first visible key `>= key` (clamped to the lower bound and prefix).
     pub fn seek(&mut self, key: &[u8]) {
-        let mut target = key.to_vec();
+        let mut target = key;
         for b in [&self.lower, &self.prefix].into_iter().flatten() {
-            if target < *b {
-                target = b.clone();
+            if target < b.as_slice() {
+                target = b;
             }
         }
-        let res = self
-            .inner
-            .seek(&lookup_key(&target, self.snapshot))
-            .and_then(|_| self.find_next());
+        let mut lk = std::mem::take(&mut self.seek_buf);
+        lk.clear();
+        lk.extend_from_slice(target);
+        lk.extend_from_slice(&((self.snapshot.min(ikey::MAX_SEQNO) << 8) | 0xFF).to_be_bytes());
+        self.skip_pending = false;
+        let res = self.inner.seek(&lk).and_then(|_| self.find_next());
+        self.seek_buf = lk;
         self.settle(res);
     }
 
@@ -400,14 +398,22 @@ impl DbIter {
         &self.key
     }
 
-    /// The current value (zero-copy when it sits in an uncompressed SST block).
+    /// The current value (a view into the SST block when it comes from a file).
     pub fn value(&self) -> &[u8] {
-        &self.value
+        if self.value_in_buf {
+            &self.vbuf
+        } else {
+            &self.value
+        }
     }
 
-    /// The current value as a [`ValueSlice`].
+    /// The current value as a [`ValueSlice`] (a copy when the value came from a memtable or a merge).
     pub fn value_slice(&self) -> ValueSlice {
-        self.value.clone()
+        if self.value_in_buf {
+            ValueSlice::from_vec(self.vbuf.clone())
+        } else {
+            self.value.clone()
+        }
     }
 
     /// The error that stopped the iterator, if any.
@@ -425,9 +431,21 @@ impl DbIter {
             || self.prefix.as_ref().is_some_and(|p| !uk.starts_with(p))
     }
 
-    /// From the inner position (the start of some user key's versions), finds the next visible entry.
+    /// Moves `inner` past the remaining versions of the current key.
+    fn skip_current_versions(&mut self) -> Result<(), LsmError> {
+        while self.inner.valid() && ikey::user_key(self.inner.key()) == self.key.as_slice() {
+            self.inner.next()?;
+        }
+        Ok(())
+    }
+
+    /// From the inner position (the start of some user key's versions, or inside the versions of the key
+    /// returned last), finds the next visible entry.
     fn find_next(&mut self) -> Result<(), LsmError> {
         self.valid = false;
+        if std::mem::take(&mut self.skip_pending) {
+            self.skip_current_versions()?;
+        }
         loop {
             if !self.inner.valid() {
                 return Ok(());
@@ -441,21 +459,35 @@ impl DbIter {
                 continue;
             }
             // Reuse the key buffer of the previous entry (no allocation per entry).
-            let mut uk = std::mem::take(&mut self.key);
-            uk.clear();
-            uk.extend_from_slice(p.user_key);
-            let rd = self.frags.covering(&uk);
-            let mut found: Option<ValueSlice> = None;
+            self.key.clear();
+            self.key.extend_from_slice(p.user_key);
+            let rd = self.frags.covering(&self.key);
             if p.seqno >= rd {
                 match p.kind {
-                    ValueKind::Put => found = Some(self.inner.value_slice()),
+                    ValueKind::Put => {
+                        match self.inner.value_shared() {
+                            Some(v) => {
+                                self.value = v;
+                                self.value_in_buf = false;
+                            }
+                            None => {
+                                self.vbuf.clear();
+                                self.vbuf.extend_from_slice(self.inner.value());
+                                self.value_in_buf = true;
+                            }
+                        }
+                        self.valid = true;
+                        self.skip_pending = true;
+                        return Ok(());
+                    }
                     ValueKind::Merge => {
+                        let uk = self.key.as_slice();
                         let mut operands = vec![self.inner.value().to_vec()];
                         let mut base: Option<Vec<u8>> = None;
                         self.inner.next()?;
                         while self.inner.valid() {
                             let q = parse(self.inner.key())?;
-                            if q.user_key != uk.as_slice() {
+                            if q.user_key != uk {
                                 break;
                             }
                             if q.seqno > self.snapshot || q.kind == ValueKind::RangeDelete {
@@ -475,23 +507,18 @@ impl DbIter {
                             }
                             self.inner.next()?;
                         }
-                        let v =
-                            full_merge(self.merge_op.as_ref(), &uk, base.as_deref(), &operands)?;
-                        found = Some(ValueSlice::from_vec(v));
+                        self.vbuf =
+                            full_merge(self.merge_op.as_ref(), uk, base.as_deref(), &operands)?;
+                        self.value_in_buf = true;
+                        self.valid = true;
+                        self.skip_pending = true;
+                        return Ok(());
                     }
                     _ => {}
                 }
             }
-            // Skip the remaining versions of this key.
-            while self.inner.valid() && ikey::user_key(self.inner.key()) == uk.as_slice() {
-                self.inner.next()?;
-            }
-            self.key = uk;
-            if let Some(v) = found {
-                self.value = v;
-                self.valid = true;
-                return Ok(());
-            }
+            // Deleted or covered: skip the remaining versions of this key.
+            self.skip_current_versions()?;
         }
     }
 }
@@ -505,6 +532,7 @@ fn parse(k: &[u8]) -> Result<ikey::ParsedKey<'_>, LsmError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::memtable::lookup_key;
     use super::*;
 
     #[test]

@@ -1,98 +1,118 @@
 //! The in-memory write buffer: a lock-free skiplist of internal keys with memory accounting.
+//!
+//! Entries live *inside* the skiplist nodes: an entry whose internal key and value fit in
+//! [`INLINE_CAP`] bytes (every entry of the state backends' fixed-width keys) is stored inline, so an insert
+//! is one allocation (the node) and a search step touches one node, not a node plus a separate key buffer.
+//! Searches build their probe entry on the stack. Readers walk the list with an epoch guard (no reference
+//! counting per step); [`MemCursor`] is a reference-counted cursor for iterators that outlive a guard.
 
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
-use crossbeam_skiplist::SkipMap;
+pub(crate) use crossbeam_epoch as epoch;
+use crossbeam_skiplist::base::{Entry, RefEntry, SkipList};
 use parking_lot::RwLock;
 
 use super::ikey::{self, ValueKind};
 use super::rangedel::RangeTombstone;
 
-/// An internal key as an unsized slice type ordered by [`ikey::compare`]: the skiplist is searched with a
-/// borrowed `&IKey`, so lookups build their key on the stack and never allocate.
-#[derive(Debug, PartialEq, Eq)]
-#[repr(transparent)]
-pub(crate) struct IKey([u8]);
+/// Bytes of `internal key | value` stored inline in a skiplist node (keeps [`MemEntry`] at 56 bytes).
+pub(crate) const INLINE_CAP: usize = 53;
 
-impl IKey {
-    /// Views internal-key bytes as an [`IKey`].
-    #[inline]
-    pub fn new(bytes: &[u8]) -> &IKey {
-        // SAFETY: `IKey` is a `repr(transparent)` wrapper around `[u8]`, so both fat pointers have the same
-        // layout and metadata, and the lifetime is carried over unchanged.
-        unsafe { &*(bytes as *const [u8] as *const IKey) }
-    }
-}
-
-impl Ord for IKey {
-    #[inline]
-    fn cmp(&self, other: &Self) -> Ordering {
-        ikey::compare(&self.0, &other.0)
-    }
-}
-
-impl PartialOrd for IKey {
-    #[inline]
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// One memtable entry in a single allocation: `internal key | value`, ordered by its internal key.
-///
-/// `prefix` holds the first 8 user-key bytes (zero-padded, big-endian) inline in the skiplist node: when two
-/// prefixes differ they order the keys (a zero pad only ever stands for "the key ended here", which sorts
-/// first), so most comparisons during an insert never dereference `buf`.
+/// One memtable entry, `internal key | value`, ordered by its internal key ([`ikey::compare`]).
 #[derive(Debug, Clone)]
-pub(crate) struct MemEntry {
-    prefix: u64,
-    buf: Box<[u8]>,
-    klen: usize,
-}
-
-/// The first 8 bytes of `user_key`, zero-padded, as a big-endian integer.
-#[inline]
-fn key_prefix(user_key: &[u8]) -> u64 {
-    let mut p = [0u8; 8];
-    let n = user_key.len().min(8);
-    if let (Some(dst), Some(src)) = (p.get_mut(..n), user_key.get(..n)) {
-        dst.copy_from_slice(src);
-    }
-    u64::from_be_bytes(p)
+pub(crate) enum MemEntry {
+    /// Key and value inline (no allocation besides the skiplist node).
+    Inline {
+        /// Internal-key length.
+        klen: u8,
+        /// Value length.
+        vlen: u8,
+        /// `internal key | value | unused`.
+        buf: [u8; INLINE_CAP],
+    },
+    /// Larger entries: one heap buffer `internal key | value`.
+    Heap {
+        /// Internal-key length.
+        klen: u32,
+        /// `internal key | value`.
+        buf: Box<[u8]>,
+    },
 }
 
 impl MemEntry {
-    fn new(user_key: &[u8], seqno: u64, kind: ValueKind, value: &[u8]) -> Self {
+    /// An entry `user_key | trailer(seqno, kind) | value`.
+    fn new(user_key: &[u8], trailer: u64, value: &[u8]) -> Self {
         let klen = user_key.len() + ikey::TRAILER_LEN;
-        let mut buf = Vec::with_capacity(klen + value.len());
-        ikey::encode(&mut buf, user_key, seqno, kind);
+        let total = klen + value.len();
+        if total <= INLINE_CAP {
+            let mut buf = [0u8; INLINE_CAP];
+            let (k, rest) = buf.split_at_mut(user_key.len());
+            k.copy_from_slice(user_key);
+            let (t, rest) = rest.split_at_mut(ikey::TRAILER_LEN);
+            t.copy_from_slice(&trailer.to_be_bytes());
+            if let Some(v) = rest.get_mut(..value.len()) {
+                v.copy_from_slice(value);
+            }
+            // Both fit in a u8: total <= INLINE_CAP < 256.
+            return MemEntry::Inline {
+                klen: klen as u8,
+                vlen: value.len() as u8,
+                buf,
+            };
+        }
+        let mut buf = Vec::with_capacity(total);
+        buf.extend_from_slice(user_key);
+        buf.extend_from_slice(&trailer.to_be_bytes());
         buf.extend_from_slice(value);
-        MemEntry {
-            prefix: key_prefix(user_key),
+        MemEntry::Heap {
+            klen: klen as u32,
             buf: buf.into_boxed_slice(),
-            klen,
+        }
+    }
+
+    /// The probe that sorts before every version of `user_key` with seqno `<= snapshot`.
+    #[inline]
+    fn probe(user_key: &[u8], snapshot: u64) -> Self {
+        Self::new(user_key, (snapshot.min(ikey::MAX_SEQNO) << 8) | 0xFF, &[])
+    }
+
+    /// The probe equal to internal key `ikey` (a seek target).
+    #[inline]
+    fn probe_ikey(ikey: &[u8]) -> Self {
+        let split = ikey.len().saturating_sub(ikey::TRAILER_LEN);
+        let (uk, t) = ikey.split_at(split);
+        match <[u8; 8]>::try_from(t) {
+            Ok(t) => Self::new(uk, u64::from_be_bytes(t), &[]),
+            // Not a whole internal key (never produced by the engine): compare it as given.
+            Err(_) => MemEntry::Heap {
+                klen: ikey.len() as u32,
+                buf: ikey.into(),
+            },
         }
     }
 
     /// The internal key.
     #[inline]
     pub fn ikey(&self) -> &[u8] {
-        self.buf.get(..self.klen).unwrap_or(&[])
+        match self {
+            MemEntry::Inline { klen, buf, .. } => buf.get(..usize::from(*klen)).unwrap_or(&[]),
+            MemEntry::Heap { klen, buf } => buf.get(..*klen as usize).unwrap_or(&[]),
+        }
     }
 
     /// The value.
     #[inline]
     pub fn value(&self) -> &[u8] {
-        self.buf.get(self.klen..).unwrap_or(&[])
-    }
-}
-
-impl std::borrow::Borrow<IKey> for MemEntry {
-    #[inline]
-    fn borrow(&self) -> &IKey {
-        IKey::new(self.ikey())
+        match self {
+            MemEntry::Inline { klen, vlen, buf } => {
+                let k = usize::from(*klen);
+                buf.get(k..k + usize::from(*vlen)).unwrap_or(&[])
+            }
+            MemEntry::Heap { klen, buf } => buf.get(*klen as usize..).unwrap_or(&[]),
+        }
     }
 }
 
@@ -108,10 +128,7 @@ impl Eq for MemEntry {}
 impl Ord for MemEntry {
     #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
-        match self.prefix.cmp(&other.prefix) {
-            Ordering::Equal => ikey::compare(self.ikey(), other.ikey()),
-            o => o,
-        }
+        ikey::compare(self.ikey(), other.ikey())
     }
 }
 
@@ -122,15 +139,17 @@ impl PartialOrd for MemEntry {
     }
 }
 
-/// Per-entry overhead charged on top of key and value bytes (skiplist node, vectors).
+/// Per-entry overhead charged on top of key and value bytes (skiplist node header and tower, allocator).
 const ENTRY_OVERHEAD: usize = 64;
 
 /// A memtable. Entries are never removed; the whole table is dropped after it is flushed.
 pub(crate) struct MemTable {
-    map: SkipMap<MemEntry, ()>,
+    list: SkipList<MemEntry, ()>,
     bytes: AtomicUsize,
     max_seqno: AtomicU64,
     range_dels: RwLock<Vec<RangeTombstone>>,
+    /// Number of range tombstones, read without the lock (most memtables hold none).
+    range_del_count: AtomicUsize,
     /// The WAL file that holds this memtable's writes (0 without a WAL).
     pub wal_number: u64,
 }
@@ -139,10 +158,11 @@ impl MemTable {
     /// An empty memtable logging to WAL `wal_number`.
     pub fn new(wal_number: u64) -> Self {
         Self {
-            map: SkipMap::new(),
+            list: SkipList::new(epoch::default_collector().clone()),
             bytes: AtomicUsize::new(0),
             max_seqno: AtomicU64::new(0),
             range_dels: RwLock::new(Vec::new()),
+            range_del_count: AtomicUsize::new(0),
             wal_number,
         }
     }
@@ -150,18 +170,22 @@ impl MemTable {
     /// Inserts one entry.
     pub fn add(&self, seqno: u64, kind: ValueKind, key: &[u8], value: &[u8]) {
         if kind == ValueKind::RangeDelete {
-            self.range_dels.write().push(RangeTombstone {
+            let mut t = self.range_dels.write();
+            t.push(RangeTombstone {
                 start: key.to_vec(),
                 end: value.to_vec(),
                 seqno,
             });
+            self.range_del_count.store(t.len(), AtomicOrdering::Release);
         }
         self.bytes.fetch_add(
             key.len() + ikey::TRAILER_LEN + value.len() + ENTRY_OVERHEAD,
             AtomicOrdering::Relaxed,
         );
         self.max_seqno.fetch_max(seqno, AtomicOrdering::Relaxed);
-        self.map.insert(MemEntry::new(key, seqno, kind, value), ());
+        let entry = MemEntry::new(key, ikey::trailer(seqno, kind), value);
+        let guard = epoch::pin();
+        self.list.insert(entry, (), &guard).release(&guard);
     }
 
     /// Approximate memory use in bytes.
@@ -171,7 +195,7 @@ impl MemTable {
 
     /// Whether the table holds no entry.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.list.is_empty()
     }
 
     /// The largest seqno inserted.
@@ -179,67 +203,180 @@ impl MemTable {
         self.max_seqno.load(AtomicOrdering::Relaxed)
     }
 
+    /// Whether the table holds a range tombstone.
+    #[inline]
+    pub fn has_range_dels(&self) -> bool {
+        self.range_del_count.load(AtomicOrdering::Acquire) > 0
+    }
+
     /// A copy of the range tombstones.
     pub fn range_dels(&self) -> Vec<RangeTombstone> {
+        if !self.has_range_dels() {
+            return Vec::new();
+        }
         self.range_dels.read().clone()
     }
 
-    /// Calls `f` with the range tombstones.
+    /// Calls `f` with the range tombstones (without taking the lock when there are none).
+    #[inline]
     pub fn with_range_dels<R>(&self, f: impl FnOnce(&[RangeTombstone]) -> R) -> R {
+        if !self.has_range_dels() {
+            return f(&[]);
+        }
         f(&self.range_dels.read())
     }
 
+    /// The versions of `user_key` with seqno `<= snapshot`, newest first, borrowed for the guard's lifetime
+    /// (entries are never removed, so the bytes stay valid while the table and the guard live).
+    #[inline]
+    pub fn versions<'g>(
+        &'g self,
+        user_key: &'g [u8],
+        snapshot: u64,
+        guard: &'g epoch::Guard,
+    ) -> Versions<'g> {
+        let probe = MemEntry::probe(user_key, snapshot);
+        Versions {
+            cur: self.list.lower_bound(Bound::Included(&probe), guard),
+            advance: false,
+            user_key,
+        }
+    }
+
     /// Feeds the versions of `user_key` with seqno `<= snapshot` (newest first) to `f` until it returns false.
+    #[cfg(test)]
     pub fn for_each_version(
         &self,
         user_key: &[u8],
         snapshot: u64,
         mut f: impl FnMut(u64, ValueKind, &[u8]) -> bool,
     ) {
-        with_lookup_key(user_key, snapshot, |seek| {
-            let lo = Bound::Included(IKey::new(seek));
-            for e in self.map.range::<IKey, _>((lo, Bound::Unbounded)) {
-                let entry = e.key();
-                let Some(p) = ikey::parse(entry.ikey()) else {
-                    continue;
-                };
-                if p.user_key != user_key {
-                    break;
-                }
-                if !f(p.seqno, p.kind, entry.value()) {
-                    break;
-                }
+        let guard = epoch::pin();
+        for (seqno, kind, value) in self.versions(user_key, snapshot, &guard) {
+            if !f(seqno, kind, value) {
+                break;
             }
-        })
-    }
-
-    /// Up to `limit` entries from internal key `target` on (strictly after it if `exclusive`; from the
-    /// start if `target` is `None`), copied out (one allocation per entry).
-    pub fn entries_from(
-        &self,
-        target: Option<&[u8]>,
-        exclusive: bool,
-        limit: usize,
-    ) -> Vec<MemEntry> {
-        let lo = match target {
-            None => Bound::Unbounded,
-            Some(t) if exclusive => Bound::Excluded(IKey::new(t)),
-            Some(t) => Bound::Included(IKey::new(t)),
-        };
-        self.map
-            .range::<IKey, _>((lo, Bound::Unbounded))
-            .take(limit)
-            .map(|e| e.key().clone())
-            .collect()
+        }
     }
 
     /// Calls `f` for every entry in internal-key order.
     pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8]) -> bool) {
-        for e in self.map.iter() {
+        let guard = epoch::pin();
+        let mut cur = self.list.front(&guard);
+        while let Some(e) = cur {
             let entry = e.key();
             if !f(entry.ikey(), entry.value()) {
                 break;
             }
+            cur = e.next();
+        }
+    }
+}
+
+/// Iterator returned by [`MemTable::versions`]: `(seqno, kind, value)`, newest first. It steps to the next
+/// node only when asked for the next version (a lookup that stops at the newest one makes no extra hop).
+pub(crate) struct Versions<'g> {
+    /// The entry to yield next, or (with `advance`) the one yielded last.
+    cur: Option<Entry<'g, 'g, MemEntry, ()>>,
+    advance: bool,
+    user_key: &'g [u8],
+}
+
+impl<'g> Iterator for Versions<'g> {
+    type Item = (u64, ValueKind, &'g [u8]);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.advance {
+                self.cur = self.cur.take()?.next();
+            }
+            self.advance = true;
+            let entry: &'g MemEntry = self.cur.as_ref()?.key();
+            let Some(p) = ikey::parse(entry.ikey()) else {
+                continue;
+            };
+            if p.user_key != self.user_key {
+                self.cur = None;
+                return None;
+            }
+            return Some((p.seqno, p.kind, entry.value()));
+        }
+    }
+}
+
+/// A forward cursor over a memtable that owns a share of it and can outlive any epoch guard: it holds a
+/// reference count on its current node (entries are never removed, so a step is one pointer hop), and
+/// copies nothing out.
+pub(crate) struct MemCursor {
+    /// The current node. Declared before `mem` so it is released while the table is still alive.
+    cur: Option<RefEntry<'static, MemEntry, ()>>,
+    mem: Arc<MemTable>,
+}
+
+impl MemCursor {
+    /// An unpositioned cursor over `mem`.
+    pub fn new(mem: Arc<MemTable>) -> Self {
+        Self { cur: None, mem }
+    }
+
+    /// Makes `next` (an entry of `self.mem.list`) the current entry, releasing the previous one.
+    fn set(&mut self, next: Option<RefEntry<'static, MemEntry, ()>>, guard: &epoch::Guard) {
+        if let Some(old) = std::mem::replace(&mut self.cur, next) {
+            old.release(guard);
+        }
+    }
+
+    /// Positions at the first entry.
+    pub fn seek_to_first(&mut self) {
+        let guard = epoch::pin();
+        let first = detach(self.mem.list.front(&guard).and_then(|e| e.pin()));
+        self.set(first, &guard);
+    }
+
+    /// Positions at the first entry whose internal key is `>= target`.
+    pub fn seek(&mut self, target: &[u8]) {
+        let probe = MemEntry::probe_ikey(target);
+        let guard = epoch::pin();
+        let found = self
+            .mem
+            .list
+            .lower_bound(Bound::Included(&probe), &guard)
+            .and_then(|e| e.pin());
+        let found = detach(found);
+        self.set(found, &guard);
+    }
+
+    /// Advances to the next entry.
+    pub fn next(&mut self) {
+        let guard = epoch::pin();
+        let next = detach(self.cur.as_ref().and_then(|c| c.next(&guard)));
+        self.set(next, &guard);
+    }
+
+    /// The current entry.
+    #[inline]
+    pub fn entry(&self) -> Option<&MemEntry> {
+        self.cur.as_ref().map(|e| e.key())
+    }
+}
+
+/// Extends the lifetime of an entry of a [`MemCursor`]'s own table to `'static`, so the cursor can hold it
+/// next to the `Arc` that keeps the table alive.
+#[inline]
+fn detach(e: Option<RefEntry<'_, MemEntry, ()>>) -> Option<RefEntry<'static, MemEntry, ()>> {
+    // SAFETY: only called on entries of `MemCursor::mem.list`, which lives inside the `Arc` allocation the
+    // cursor holds (never replaced) for as long as the cursor exists, so the list and the node (entries are
+    // never removed; the reference count pins it anyway) outlive the entry. The `'static` lifetime never
+    // escapes: `MemCursor::entry` hands out borrows of the cursor, and the entry is released (in `set` or
+    // `Drop`) before `mem` is dropped (`Drop` runs before fields are dropped). Only the lifetime changes.
+    unsafe { std::mem::transmute::<Option<RefEntry<'_, MemEntry, ()>>, _>(e) }
+}
+
+impl Drop for MemCursor {
+    fn drop(&mut self) {
+        if let Some(e) = self.cur.take() {
+            e.release_with_pin(epoch::pin);
         }
     }
 }
@@ -311,11 +448,116 @@ mod tests {
         for x in keys {
             for y in keys {
                 for (sx, sy) in [(1, 2), (2, 1), (3, 3)] {
-                    let a = MemEntry::new(x, sx, ValueKind::Put, b"");
-                    let b = MemEntry::new(y, sy, ValueKind::Put, b"");
+                    let a = MemEntry::new(x, ikey::trailer(sx, ValueKind::Put), b"");
+                    let b = MemEntry::new(y, ikey::trailer(sy, ValueKind::Put), b"");
                     assert_eq!(a.cmp(&b), ikey::compare(a.ikey(), b.ikey()), "{x:?} {y:?}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn entry_stays_small_and_long_entries_go_to_the_heap() {
+        assert_eq!(std::mem::size_of::<MemEntry>(), 56);
+        let short = MemEntry::new(b"key", ikey::trailer(7, ValueKind::Put), b"value");
+        assert!(matches!(short, MemEntry::Inline { .. }));
+        let long_key = vec![b'k'; 60];
+        let long = MemEntry::new(&long_key, ikey::trailer(7, ValueKind::Put), b"v");
+        assert!(matches!(long, MemEntry::Heap { .. }));
+        for e in [&short, &long] {
+            assert_eq!(ikey::parse(e.ikey()).map(|p| p.seqno), Some(7));
+        }
+        assert_eq!(short.value(), b"value");
+        assert_eq!(long.value(), b"v");
+        // Exactly at the inline capacity, and one byte over.
+        let k = vec![1u8; INLINE_CAP - ikey::TRAILER_LEN - 4];
+        let at = MemEntry::new(&k, 1, b"abcd");
+        let over = MemEntry::new(&k, 1, b"abcde");
+        assert!(matches!(at, MemEntry::Inline { .. }));
+        assert!(matches!(over, MemEntry::Heap { .. }));
+        assert_eq!((at.value(), over.value()), (&b"abcd"[..], &b"abcde"[..]));
+    }
+
+    #[test]
+    fn lookups_and_cursor_mix_inline_and_heap_entries() {
+        let m = Arc::new(MemTable::new(0));
+        let keys: Vec<Vec<u8>> = (0..200u32)
+            .map(|i| {
+                let mut k = format!("k{i:04}").into_bytes();
+                if i % 3 == 0 {
+                    k.resize(80, b'x'); // heap entry
+                }
+                k
+            })
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            m.add(2 * i as u64 + 1, ValueKind::Put, k, b"old");
+            let big = vec![b'v'; 100 * (i % 2)];
+            m.add(2 * i as u64 + 2, ValueKind::Put, k, &big);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let guard = epoch::pin();
+            let vs: Vec<(u64, Vec<u8>)> = m
+                .versions(k, u64::MAX, &guard)
+                .map(|(s, _, v)| (s, v.to_vec()))
+                .collect();
+            assert_eq!(vs.len(), 2);
+            assert_eq!(vs[0], (2 * i as u64 + 2, vec![b'v'; 100 * (i % 2)]));
+            assert_eq!(vs[1], (2 * i as u64 + 1, b"old".to_vec()));
+            // Bounded by the snapshot: only the older version.
+            let old: Vec<u64> = m
+                .versions(k, 2 * i as u64 + 1, &guard)
+                .map(|v| v.0)
+                .collect();
+            assert_eq!(old, vec![2 * i as u64 + 1]);
+        }
+        let mut c = MemCursor::new(Arc::clone(&m));
+        c.seek_to_first();
+        let mut n = 0;
+        let mut prev: Option<Vec<u8>> = None;
+        while let Some(e) = c.entry() {
+            if let Some(p) = &prev {
+                assert_eq!(ikey::compare(p, e.ikey()), Ordering::Less);
+            }
+            prev = Some(e.ikey().to_vec());
+            n += 1;
+            c.next();
+        }
+        assert_eq!(n, 400);
+        // Seek to a long key between its versions (7 and 8), then below both (to the next key).
+        c.seek(&lookup_key(&keys[3], 7));
+        let p = c
+            .entry()
+            .and_then(|e| ikey::parse(e.ikey()).map(|p| p.seqno));
+        assert_eq!(p, Some(7));
+        c.seek(&lookup_key(&keys[3], 6));
+        let p = c
+            .entry()
+            .and_then(|e| ikey::parse(e.ikey()).map(|p| (p.user_key.to_vec(), p.seqno)));
+        assert_eq!(p, Some((keys[4].clone(), 10)));
+    }
+
+    #[test]
+    fn cursor_keeps_its_table_alive_and_sees_later_inserts_ahead() {
+        let m = Arc::new(MemTable::new(0));
+        for i in (0..100u64).step_by(2) {
+            m.add(i + 1, ValueKind::Put, format!("k{i:03}").as_bytes(), b"v");
+        }
+        let mut c = MemCursor::new(Arc::clone(&m));
+        c.seek(&lookup_key(b"k050", u64::MAX));
+        // Inserts after the cursor's position become visible as it advances (the table is append-only).
+        m.add(1000, ValueKind::Put, b"k051", b"new");
+        drop(m);
+        let mut seen = Vec::new();
+        while let Some(e) = c.entry() {
+            seen.push(ikey::user_key(e.ikey()).to_vec());
+            c.next();
+        }
+        assert_eq!(seen.first().map(Vec::as_slice), Some(&b"k050"[..]));
+        assert_eq!(seen.get(1).map(Vec::as_slice), Some(&b"k051"[..]));
+        assert_eq!(seen.len(), 26);
+        // Stepping past the end stays at the end; dropping the cursor frees the table.
+        c.next();
+        assert!(c.entry().is_none());
     }
 }
