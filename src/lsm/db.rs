@@ -603,8 +603,13 @@ impl DbInner {
         Ok(())
     }
 
-    /// Makes room in the memtable for a write, switching memtables and stalling as needed.
-    pub(crate) fn make_room(&self, w: &mut WriterState, force_switch: bool) -> Result<()> {
+    /// Makes room in the memtable for a write, switching memtables and stalling as needed; returns the
+    /// memtable to write into (taken under the same state lock).
+    pub(crate) fn make_room(
+        &self,
+        w: &mut WriterState,
+        force_switch: bool,
+    ) -> Result<Arc<MemTable>> {
         let mut stalled = false;
         let mut st = self.state.lock();
         loop {
@@ -630,7 +635,7 @@ impl DbInner {
                 continue;
             }
             if !(full || force_switch) {
-                return Ok(());
+                return Ok(Arc::clone(&st.mem));
             }
             if !force_switch && st.imm.len() >= self.opts.max_immutable_memtables {
                 if !stalled {
@@ -641,7 +646,7 @@ impl DbInner {
                 continue;
             }
             if st.mem.is_empty() {
-                return Ok(());
+                return Ok(Arc::clone(&st.mem));
             }
             // Switch: a new WAL and a new memtable.
             let wal_number = if self.opts.wal {
@@ -654,9 +659,10 @@ impl DbInner {
             let old = std::mem::replace(&mut st.mem, Arc::new(MemTable::new(wal_number)));
             st.imm.push_front(old);
             st.refresh_super_version();
+            let mem = Arc::clone(&st.mem);
             drop(st);
             self.cv.notify_all();
-            return Ok(());
+            return Ok(mem);
         }
     }
 }
@@ -872,12 +878,11 @@ impl Db {
         }
         let inner = &self.inner;
         let mut w = inner.writer.lock();
-        inner.make_room(&mut w, false)?;
+        let mem = inner.make_room(&mut w, false)?;
         let seq = inner.last_seqno.load(Ordering::SeqCst) + 1;
         if let Some(wal) = &mut w.wal {
             wal.append(&batch.encode(seq))?;
         }
-        let mem = Arc::clone(&inner.state.lock().mem);
         for (i, op) in batch.ops.iter().enumerate() {
             mem.add(seq + i as u64, op.kind, &op.key, &op.value);
         }
@@ -905,9 +910,8 @@ impl Db {
             return self.write(&b);
         }
         let mut w = inner.writer.lock();
-        inner.make_room(&mut w, false)?;
+        let mem = inner.make_room(&mut w, false)?;
         let seq = inner.last_seqno.load(Ordering::SeqCst) + 1;
-        let mem = Arc::clone(&inner.state.lock().mem);
         mem.add(seq, kind, key, value);
         inner
             .counters
