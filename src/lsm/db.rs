@@ -15,7 +15,7 @@ use super::flush;
 use super::ikey::{self, ValueKind};
 use super::iter::{full_merge, DbIter, IterParts};
 use super::manifest::{self, ManifestWriter};
-use super::memtable::{epoch, with_lookup_key, MemTable};
+use super::memtable::{bloom_hash, epoch, with_lookup_key, MemTable};
 use super::options::{Options, ReadOptions};
 use super::rangedel::max_covering;
 use super::slice::ValueSlice;
@@ -202,6 +202,15 @@ fn io_err(path: &Path, source: std::io::Error) -> LsmError {
 }
 
 impl DbInner {
+    /// A fresh memtable (with the key filter the options ask for) logging to WAL `wal_number`.
+    pub fn new_memtable(&self, wal_number: u64) -> MemTable {
+        MemTable::with_bloom(
+            wal_number,
+            self.opts.memtable_size,
+            self.opts.memtable_bloom_bits_per_key,
+        )
+    }
+
     /// Allocates a never-reused file number.
     pub fn new_file_number(&self) -> u64 {
         self.next_file.fetch_add(1, Ordering::SeqCst)
@@ -382,7 +391,11 @@ impl DbInner {
         }
         // Operands, newest first: memtable ones borrowed, SST ones as zero-copy views of their blocks.
         let mut operands: Vec<Operand<'g>> = Vec::new();
+        let hash = mems.iter().any(|m| m.has_bloom()).then(|| bloom_hash(key));
         for m in mems {
+            if hash.is_some_and(|h| !m.may_contain(h)) {
+                continue;
+            }
             for (s, kind, value) in m.versions(key, seqno, guard) {
                 if kind == ValueKind::RangeDelete {
                     continue;
@@ -656,7 +669,7 @@ impl DbInner {
             } else {
                 0
             };
-            let old = std::mem::replace(&mut st.mem, Arc::new(MemTable::new(wal_number)));
+            let old = std::mem::replace(&mut st.mem, Arc::new(self.new_memtable(wal_number)));
             st.imm.push_front(old);
             st.refresh_super_version();
             let mem = Arc::clone(&st.mem);
@@ -827,7 +840,7 @@ impl Db {
             let mut st = inner.state.lock();
             let v = st.version.apply(&[], &added);
             st.version = Arc::new(v);
-            st.mem = Arc::new(MemTable::new(wal_number));
+            st.mem = Arc::new(inner.new_memtable(wal_number));
             st.refresh_super_version();
             st.flushed_seqno = inner.last_seqno.load(Ordering::SeqCst);
         }
