@@ -21,7 +21,13 @@ use super::rangedel::RangeTombstone;
 /// Bytes of `internal key | value` stored inline in a skiplist node (keeps [`MemEntry`] at 40 bytes).
 pub(crate) const INLINE_CAP: usize = 37;
 
+/// Internal-key bytes kept inline by [`MemEntry::KeyInline`] (user keys up to 14 bytes).
+pub(crate) const KEY_INLINE_CAP: usize = 22;
+
 /// One memtable entry, `internal key | value`, ordered by its internal key ([`ikey::compare`]).
+///
+/// The internal key stays inside the skiplist node whenever it is short, so comparisons during a search never
+/// leave the node; only the value of a large entry, or the whole of an entry with a long key, is on the heap.
 #[derive(Debug, Clone)]
 pub(crate) enum MemEntry {
     /// Key and value inline (no allocation besides the skiplist node).
@@ -33,17 +39,28 @@ pub(crate) enum MemEntry {
         /// `internal key | value | unused`.
         buf: [u8; INLINE_CAP],
     },
-    /// Larger entries: one heap buffer `internal key | value`.
+    /// A short key inline, the value on the heap.
+    KeyInline {
+        /// Internal-key length.
+        klen: u8,
+        /// `internal key | unused`.
+        key: [u8; KEY_INLINE_CAP],
+        /// The value.
+        value: Box<[u8]>,
+    },
+    /// A long key: one heap buffer `internal key | value`, and the first 8 user-key bytes inline.
     Heap {
         /// Internal-key length.
         klen: u32,
+        /// [`key_word`] of the user key: orders most pairs of entries without reading `buf`.
+        word: u64,
         /// `internal key | value`.
         buf: Box<[u8]>,
     },
 }
 
 impl MemEntry {
-    /// An entry `user_key | trailer(seqno, kind) | value`.
+    /// An entry `user_key | trailer | value`.
     fn new(user_key: &[u8], trailer: u64, value: &[u8]) -> Self {
         let klen = user_key.len() + ikey::TRAILER_LEN;
         let total = klen + value.len();
@@ -63,12 +80,26 @@ impl MemEntry {
                 buf,
             };
         }
+        if klen <= KEY_INLINE_CAP {
+            let mut key = [0u8; KEY_INLINE_CAP];
+            let (k, rest) = key.split_at_mut(user_key.len());
+            k.copy_from_slice(user_key);
+            if let Some(t) = rest.get_mut(..ikey::TRAILER_LEN) {
+                t.copy_from_slice(&trailer.to_be_bytes());
+            }
+            return MemEntry::KeyInline {
+                klen: klen as u8,
+                key,
+                value: value.into(),
+            };
+        }
         let mut buf = Vec::with_capacity(total);
         buf.extend_from_slice(user_key);
         buf.extend_from_slice(&trailer.to_be_bytes());
         buf.extend_from_slice(value);
         MemEntry::Heap {
             klen: klen as u32,
+            word: key_word(user_key),
             buf: buf.into_boxed_slice(),
         }
     }
@@ -89,6 +120,7 @@ impl MemEntry {
             // Not a whole internal key (never produced by the engine): compare it as given.
             Err(_) => MemEntry::Heap {
                 klen: ikey.len() as u32,
+                word: key_word(ikey::user_key(ikey)),
                 buf: ikey.into(),
             },
         }
@@ -99,7 +131,8 @@ impl MemEntry {
     pub fn ikey(&self) -> &[u8] {
         match self {
             MemEntry::Inline { klen, buf, .. } => buf.get(..usize::from(*klen)).unwrap_or(&[]),
-            MemEntry::Heap { klen, buf } => buf.get(..*klen as usize).unwrap_or(&[]),
+            MemEntry::KeyInline { klen, key, .. } => key.get(..usize::from(*klen)).unwrap_or(&[]),
+            MemEntry::Heap { klen, buf, .. } => buf.get(..*klen as usize).unwrap_or(&[]),
         }
     }
 
@@ -111,7 +144,26 @@ impl MemEntry {
                 let k = usize::from(*klen);
                 buf.get(k..k + usize::from(*vlen)).unwrap_or(&[])
             }
-            MemEntry::Heap { klen, buf } => buf.get(*klen as usize..).unwrap_or(&[]),
+            MemEntry::KeyInline { value, .. } => value,
+            MemEntry::Heap { klen, buf, .. } => buf.get(*klen as usize..).unwrap_or(&[]),
+        }
+    }
+
+    /// [`key_word`] of the user key (without touching the heap).
+    #[inline]
+    fn first_word(&self) -> u64 {
+        match self {
+            MemEntry::Heap { word, .. } => *word,
+            _ => key_word(ikey::user_key(self.ikey())),
+        }
+    }
+
+    /// The inline first word of a long key's user key, if this is one.
+    #[inline]
+    fn heap_word(&self) -> Option<u64> {
+        match self {
+            MemEntry::Heap { word, .. } => Some(*word),
+            _ => None,
         }
     }
 }
@@ -128,6 +180,14 @@ impl Eq for MemEntry {}
 impl Ord for MemEntry {
     #[inline]
     fn cmp(&self, other: &Self) -> Ordering {
+        // A long key's first word is inline: compare words before reading its heap buffer (a zero pad only
+        // ever stands for "the key ended here", so different words order the keys).
+        if self.heap_word().is_some() || other.heap_word().is_some() {
+            let (x, y) = (self.first_word(), other.first_word());
+            if x != y {
+                return x.cmp(&y);
+            }
+        }
         compare_ikeys(self.ikey(), other.ikey())
     }
 }
@@ -189,15 +249,19 @@ impl PartialOrd for MemEntry {
 /// level, 2 levels on average), the allocator's header and rounding (measured: `memtable_bytes_per_entry`).
 const NODE_OVERHEAD: usize = 35;
 
-/// The memory an entry takes, as allocated: its node, plus the heap buffer of a large entry.
+/// The memory an entry with an internal key of `klen` bytes and a value of `vlen` bytes takes, as allocated:
+/// its node, plus the heap buffer of a large entry (as [`MemEntry::new`] lays it out).
 #[inline]
-fn charge(total_len: usize) -> usize {
+fn charge(klen: usize, vlen: usize) -> usize {
     let node = std::mem::size_of::<MemEntry>() + NODE_OVERHEAD;
-    if total_len <= INLINE_CAP {
+    // glibc: an 8-byte header, rounded up to 16 bytes.
+    let heap = |n: usize| (n + 8).next_multiple_of(16);
+    if klen + vlen <= INLINE_CAP {
         node
+    } else if klen <= KEY_INLINE_CAP {
+        node + heap(vlen)
     } else {
-        // glibc: an 8-byte header, rounded up to 16 bytes.
-        node + (total_len + 8).next_multiple_of(16)
+        node + heap(klen + vlen)
     }
 }
 
@@ -297,7 +361,7 @@ impl MemTable {
     /// entries `capacity_bytes` holds (0: no filter). The filter's memory is charged to the table.
     pub fn with_bloom(wal_number: u64, capacity_bytes: usize, bits_per_key: usize) -> Self {
         let bloom = (bits_per_key > 0 && capacity_bytes > 0)
-            .then(|| MemBloom::new(capacity_bytes / charge(0) * bits_per_key));
+            .then(|| MemBloom::new(capacity_bytes / charge(0, 0) * bits_per_key));
         Self {
             list: SkipList::new(epoch::default_collector().clone()),
             bytes: AtomicUsize::new(bloom.as_ref().map_or(0, MemBloom::bytes)),
@@ -321,7 +385,7 @@ impl MemTable {
             self.range_del_count.store(t.len(), AtomicOrdering::Release);
         }
         self.bytes.fetch_add(
-            charge(key.len() + ikey::TRAILER_LEN + value.len()),
+            charge(key.len() + ikey::TRAILER_LEN, value.len()),
             AtomicOrdering::Relaxed,
         );
         self.max_seqno.fetch_max(seqno, AtomicOrdering::Relaxed);
@@ -617,8 +681,13 @@ mod tests {
 
     #[test]
     fn entry_order_agrees_with_internal_key_order() {
-        let keys: [&[u8]; 9] = [
-            b"",
+        let long = |p: &[u8]| {
+            let mut k = p.to_vec();
+            k.resize(40, b'~');
+            k
+        };
+        let mut keys: Vec<Vec<u8>> = [
+            &b""[..],
             b"a",
             b"a\0",
             b"a\0\0\0\0\0\0\0\0",
@@ -627,13 +696,22 @@ mod tests {
             b"abcdefghi",
             b"b",
             b"\xff",
-        ];
-        for x in keys {
-            for y in keys {
+        ]
+        .iter()
+        .map(|k| k.to_vec())
+        .collect();
+        for p in [&b""[..], b"a", b"abcdefgh", b"abcdefgi", b"b"] {
+            keys.push(long(p));
+        }
+        // Inline, key-inline (large value) and heap entries against each other.
+        for x in &keys {
+            for y in &keys {
                 for (sx, sy) in [(1, 2), (2, 1), (3, 3)] {
-                    let a = MemEntry::new(x, ikey::trailer(sx, ValueKind::Put), b"");
-                    let b = MemEntry::new(y, ikey::trailer(sy, ValueKind::Put), b"");
-                    assert_eq!(a.cmp(&b), ikey::compare(a.ikey(), b.ikey()), "{x:?} {y:?}");
+                    for (vx, vy) in [(0, 0), (0, 100), (100, 0), (100, 100)] {
+                        let a = MemEntry::new(x, ikey::trailer(sx, ValueKind::Put), &vec![1; vx]);
+                        let b = MemEntry::new(y, ikey::trailer(sy, ValueKind::Put), &vec![2; vy]);
+                        assert_eq!(a.cmp(&b), ikey::compare(a.ikey(), b.ikey()), "{x:?} {y:?}");
+                    }
                 }
             }
         }
@@ -659,6 +737,15 @@ mod tests {
         assert!(matches!(at, MemEntry::Inline { .. }));
         assert!(matches!(over, MemEntry::Heap { .. }));
         assert_eq!((at.value(), over.value()), (&b"abcd"[..], &b"abcde"[..]));
+        // A short key with a large value keeps the key inline, at the key capacity and one byte over.
+        let k = vec![2u8; KEY_INLINE_CAP - ikey::TRAILER_LEN];
+        let big = vec![9u8; 100];
+        let key_inline = MemEntry::new(&k, ikey::trailer(3, ValueKind::Merge), &big);
+        assert!(matches!(key_inline, MemEntry::KeyInline { .. }));
+        assert_eq!(ikey::user_key(key_inline.ikey()), &k[..]);
+        assert_eq!(key_inline.value(), &big[..]);
+        let k2 = vec![2u8; KEY_INLINE_CAP - ikey::TRAILER_LEN + 1];
+        assert!(matches!(MemEntry::new(&k2, 3, &big), MemEntry::Heap { .. }));
     }
 
     #[test]
@@ -749,7 +836,7 @@ mod tests {
     #[test]
     #[ignore]
     fn memtable_bytes_per_entry() {
-        for (klen, vlen) in [(12usize, 8usize), (20, 9), (40, 100)] {
+        for (klen, vlen) in [(12usize, 8usize), (20, 9), (10, 100), (40, 100)] {
             // SAFETY: `mallinfo2` only reads allocator statistics.
             let before = unsafe { libc::mallinfo2() }.uordblks;
             let m = MemTable::new(0);
@@ -775,7 +862,7 @@ mod tests {
     #[test]
     fn bloom_has_no_false_negatives_and_few_false_positives() {
         let m = MemTable::with_bloom(0, 64 << 10, 10);
-        let n = (64 << 10) / charge(0);
+        let n = (64 << 10) / charge(0, 0);
         for i in 0..n as u64 {
             m.add(i + 1, ValueKind::Put, &i.to_be_bytes(), b"v");
         }
