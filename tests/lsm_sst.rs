@@ -129,6 +129,77 @@ proptest! {
     }
 }
 
+/// All versions of `user` with seqno `<= seqno` through the point-lookup path, newest first; `stop_after`
+/// ends the walk early (the visitor returns false) and the result records whether it did.
+fn point_lookup(
+    r: &SstReader,
+    user: &[u8],
+    seqno: u64,
+    stop_after: usize,
+) -> Result<(Vec<(u64, ValueKind, Vec<u8>)>, bool), LsmError> {
+    let mut lk = user.to_vec();
+    lk.extend_from_slice(&((seqno.min(ikey::MAX_SEQNO) << 8) | 0xFF).to_be_bytes());
+    let mut out = Vec::new();
+    let more = r.get(user, &lk, seqno, &mut |s, k, v| {
+        out.push((s, k, v().to_vec()));
+        out.len() < stop_after
+    })?;
+    Ok((out, more))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// The point-lookup path (`SstReader::get`: prefix-array index search, one block, restart binary search)
+    /// finds exactly the versions an iterator seek + scan finds, across blocks, prefix ties and early stops.
+    #[test]
+    fn point_lookup_agrees_with_iterator(
+        entries in prop::collection::vec(
+            (0usize..3, prop::collection::vec(0u8..3, 0..5), 0u64..40, 0u8..4, prop::collection::vec(0u8..3, 0..40)),
+            0..400),
+        targets in prop::collection::vec((0usize..3, prop::collection::vec(0u8..3, 0..5), 0u64..45, 1usize..6), 1..60),
+        block_size in 48usize..700,
+        restart in 1usize..17,
+        lz4 in any::<bool>(),
+    ) {
+        // Three key families: short keys, keys sharing a long prefix (prefix-array ties), 10-byte keys.
+        let prefixes: [&[u8]; 3] = [b"", b"keygroup", b"\x00\x07abcdef"];
+        let user = |p: usize, s: &[u8]| [prefixes[p], s].concat();
+        let mut model = BTreeMap::new();
+        for (p, u, s, k, v) in entries {
+            model.insert(IKey(ik(&user(p, &u), s, kind_of(k))), v);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.sst");
+        let opts = SstOptions {
+            block_size,
+            restart_interval: restart,
+            bloom_bits_per_key: 10,
+            compression: if lz4 { Compression::Lz4 } else { Compression::None },
+        };
+        write(&path, opts, &model);
+        let r = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
+        let mut candidates: Vec<(Vec<u8>, u64, usize)> = targets
+            .into_iter()
+            .map(|(p, u, s, stop)| (user(p, &u), s, stop))
+            .collect();
+        candidates.extend(model.keys().take(20).map(|k| (ikey::user_key(&k.0).to_vec(), 50, usize::MAX)));
+        for (u, seqno, stop) in candidates {
+            let (got, more) = point_lookup(&r, &u, seqno, stop).unwrap();
+            let all: Vec<(u64, ValueKind, Vec<u8>)> = model
+                .iter()
+                .filter_map(|(k, v)| {
+                    let p = ikey::parse(&k.0).unwrap();
+                    (p.user_key == u.as_slice() && p.seqno <= seqno).then(|| (p.seqno, p.kind, v.clone()))
+                })
+                .collect();
+            let want: Vec<_> = all.iter().take(stop).cloned().collect();
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(more, all.len() < stop);
+        }
+    }
+}
+
 #[test]
 fn writer_rejects_unsorted_and_malformed_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -415,6 +486,36 @@ fn corruption_case(compression: Compression) {
                             got == want
                         ),
                     }
+                    // The point-lookup path never returns wrong data: each lookup either errors naming the
+                    // file or returns exactly the model's versions; at least one lookup hits the damage.
+                    let fresh =
+                        SstReader::open(&path, u64::from(n) + 100_000, BlockCache::new(1 << 20))
+                            .unwrap();
+                    let mut errors = 0;
+                    for k in model.keys() {
+                        let u = ikey::user_key(&k.0);
+                        match point_lookup(&fresh, u, u64::MAX >> 8, usize::MAX) {
+                            Err(e) => {
+                                expect_corruption(e, &path);
+                                errors += 1;
+                            }
+                            Ok((got, _)) => {
+                                let want: Vec<_> = model
+                                    .iter()
+                                    .filter(|(k2, _)| ikey::user_key(&k2.0) == u)
+                                    .map(|(k2, v)| {
+                                        let p = ikey::parse(&k2.0).unwrap();
+                                        (p.seqno, p.kind, v.clone())
+                                    })
+                                    .collect();
+                                assert_eq!(got, want, "flipped bit at {pos}: wrong data for {u:?}");
+                            }
+                        }
+                    }
+                    assert!(
+                        errors > 0,
+                        "flipped bit at {pos} unnoticed by point lookups"
+                    );
                 }
             }
         }

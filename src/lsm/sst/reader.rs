@@ -7,6 +7,7 @@
 //! never reused; [`crate::lsm::io::FileWriter`] creates with `O_EXCL`), never modified after `finish`, and
 //! deleted only by unlinking, which leaves existing maps valid. Checkpoints copy or hard-link, never rewrite.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use super::format::{
 };
 use super::{bloom, properties, SstProperties};
 use crate::lsm::cache::BlockCache;
-use crate::lsm::ikey;
+use crate::lsm::ikey::{self, ValueKind};
 use crate::lsm::slice::ValueSlice;
 use crate::lsm::LsmError;
 
@@ -62,6 +63,9 @@ pub struct SstReader {
     backing: Backing,
     properties: SstProperties,
     index: Vec<IndexEntry>,
+    /// `key_prefix` of each index entry's last key, in index order (non-decreasing): the index binary search
+    /// runs over this dense array and compares whole keys only among entries sharing the target's prefix.
+    index_prefixes: Box<[u64]>,
     /// Byte range of the filter payload in the file, if the file has a filter.
     filter: Option<(usize, usize)>,
     cache: Arc<BlockCache>,
@@ -176,6 +180,7 @@ impl SstReader {
                 ));
             }
         }
+        let index_prefixes = index.iter().map(|e| key_prefix(&e.last_key)).collect();
         let verified = (0..index.len().div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
@@ -185,6 +190,7 @@ impl SstReader {
             backing,
             properties,
             index,
+            index_prefixes,
             filter,
             cache,
             verified,
@@ -249,6 +255,91 @@ impl SstReader {
         corruption(&self.path, detail)
     }
 
+    /// Index of the first data block whose last internal key is `>= target_ikey` (`data_blocks()` if none).
+    ///
+    /// Binary search over the dense prefix array first; whole keys are compared only among the (usually zero
+    /// or one) entries whose prefix equals the target's.
+    fn find_block(&self, target_ikey: &[u8]) -> usize {
+        let tp = key_prefix(target_ikey);
+        let lo = self.index_prefixes.partition_point(|&p| p < tp);
+        let rest = self.index_prefixes.get(lo..).unwrap_or(&[]);
+        let hi = lo + rest.partition_point(|&p| p == tp);
+        let ties = self.index.get(lo..hi).unwrap_or(&[]);
+        lo + ties.partition_point(|e| ikey::compare(&e.last_key, target_ikey) == Ordering::Less)
+    }
+
+    /// Point lookup: visits the versions of `user_key` with seqno `<= seqno` in this file, newest first, as
+    /// `visit(seqno, kind, value)` until `visit` returns false. `lookup_ikey` is the internal key sorting
+    /// before every such version (`user_key` + trailer `(seqno << 8) | 0xFF`). Returns false if `visit`
+    /// stopped the walk, true if the file holds no further version (the caller goes on with older sources).
+    ///
+    /// The dedicated path of `Db::get`: no iterator is built; one index search, one block (more only when the
+    /// versions of the key continue into the next block), one restart-point binary search, and a scan that
+    /// reuses a per-thread key buffer, so a lookup allocates nothing.
+    pub fn get(
+        &self,
+        user_key: &[u8],
+        lookup_ikey: &[u8],
+        seqno: u64,
+        visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
+    ) -> Result<bool, LsmError> {
+        POINT_CURSOR.with(|c| match c.try_borrow_mut() {
+            Ok(mut cursor) => self.get_with(&mut cursor, user_key, lookup_ikey, seqno, visit),
+            // Re-entered from `visit` (not done by the engine): use a fresh cursor.
+            Err(_) => self.get_with(
+                &mut BlockCursor::default(),
+                user_key,
+                lookup_ikey,
+                seqno,
+                visit,
+            ),
+        })
+    }
+
+    fn get_with(
+        &self,
+        cursor: &mut BlockCursor,
+        user_key: &[u8],
+        lookup_ikey: &[u8],
+        seqno: u64,
+        visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
+    ) -> Result<bool, LsmError> {
+        let mut idx = self.find_block(lookup_ikey);
+        let mut first = true;
+        while idx < self.index.len() {
+            let block = self.data_block(idx)?;
+            let berr = |e: String| {
+                let off = self.index.get(idx).map_or(0, |i| i.handle.offset);
+                self.corruption(format!("data block at offset {off}: {e}"))
+            };
+            cursor.reset(&block).map_err(berr)?;
+            if first {
+                cursor.seek(&block, lookup_ikey).map_err(berr)?;
+                first = false;
+            } else {
+                cursor.seek_to_first(&block).map_err(berr)?;
+            }
+            while cursor.valid() {
+                let Some(p) = ikey::parse(cursor.key()) else {
+                    return Err(berr("malformed internal key".into()));
+                };
+                if p.user_key != user_key {
+                    return Ok(true);
+                }
+                if p.seqno <= seqno {
+                    let range = cursor.value_range();
+                    let value = || block.slice(range.clone()).unwrap_or_default();
+                    if !visit(p.seqno, p.kind, &value) {
+                        return Ok(false);
+                    }
+                }
+                cursor.next(&block).map_err(berr)?;
+            }
+            idx += 1;
+        }
+        Ok(true)
+    }
+
     /// The decompressed contents of data block `idx`: a view into the map for raw blocks, the cached block
     /// otherwise. Checksums are verified before decompression (raw blocks once per reader).
     fn data_block(&self, idx: usize) -> Result<ValueSlice, LsmError> {
@@ -298,6 +389,25 @@ impl std::fmt::Debug for SstReader {
             .field("data_blocks", &self.index.len())
             .finish()
     }
+}
+
+thread_local! {
+    /// The block cursor (and its key buffer) reused by every point lookup on this thread.
+    static POINT_CURSOR: RefCell<BlockCursor> = RefCell::new(BlockCursor::default());
+}
+
+/// The first 8 bytes of an internal key's user key, zero-padded, as a big-endian integer. For internal keys
+/// `a`, `b`: `key_prefix(a) < key_prefix(b)` implies `ikey::compare(a, b) == Less` (zero padding keeps the
+/// bytewise order of user keys; equal prefixes decide nothing).
+#[inline]
+fn key_prefix(internal_key: &[u8]) -> u64 {
+    let user = ikey::user_key(internal_key);
+    let mut b = [0u8; 8];
+    let n = user.len().min(8);
+    if let (Some(dst), Some(src)) = (b.get_mut(..n), user.get(..n)) {
+        dst.copy_from_slice(src);
+    }
+    u64::from_be_bytes(b)
 }
 
 fn corruption(path: &Path, detail: String) -> LsmError {
@@ -439,10 +549,7 @@ impl SstIter {
     pub fn seek(&mut self, target_ikey: &[u8]) -> Result<(), LsmError> {
         let r = (|| {
             self.valid = false;
-            let idx = self
-                .reader
-                .index
-                .partition_point(|e| ikey::compare(&e.last_key, target_ikey) == Ordering::Less);
+            let idx = self.reader.find_block(target_ikey);
             if !self.load_block(idx)? {
                 return Ok(());
             }
