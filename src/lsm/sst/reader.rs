@@ -341,20 +341,33 @@ impl SstReader {
     }
 
     /// The decompressed contents of data block `idx`: a view into the map for raw blocks, the cached block
-    /// otherwise. Checksums are verified before decompression (raw blocks once per reader).
+    /// otherwise. Checksums are verified before decompression (raw blocks once per reader); a cached block was
+    /// verified when it entered the cache and is not verified again.
+    ///
+    /// A raw block already verified (its bit in `verified`) is served from the map at once. Otherwise the cache
+    /// is probed before the file is touched: only verified LZ4 blocks are ever cached, and reading the codec
+    /// byte from the map first would cost a cache (and often TLB) miss on every hit.
     fn data_block(&self, idx: usize) -> Result<ValueSlice, LsmError> {
         let handle = self
             .index
             .get(idx)
             .ok_or_else(|| self.corruption(format!("data block {idx} is not in the index")))?
             .handle;
+        let (word, bit) = (idx / 64, 1u64 << (idx % 64));
+        let flag = self.verified.get(word);
+        let raw_verified = flag.is_some_and(|f| f.load(AtomicOrdering::Relaxed) & bit != 0);
+        if !raw_verified {
+            if let Some(block) = self.cache.get(self.file_number, handle.offset) {
+                let len = block.len();
+                return ValueSlice::from_shared(block, 0..len)
+                    .ok_or_else(|| self.corruption("cached block view".into()));
+            }
+        }
         let file = self.backing.bytes();
         let (codec, start, end) =
             locate_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
         if codec == CODEC_NONE {
-            let (word, bit) = (idx / 64, 1u64 << (idx % 64));
-            let flag = self.verified.get(word);
-            if flag.is_none_or(|f| f.load(AtomicOrdering::Relaxed) & bit == 0) {
+            if !raw_verified {
                 checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
                 if let Some(f) = flag {
                     f.fetch_or(bit, AtomicOrdering::Relaxed);
@@ -363,11 +376,6 @@ impl SstReader {
             return self.backing.view(start, end).ok_or_else(|| {
                 self.corruption(format!("data block at offset {start} out of bounds"))
             });
-        }
-        if let Some(block) = self.cache.get(self.file_number, handle.offset) {
-            let len = block.len();
-            return ValueSlice::from_shared(block, 0..len)
-                .ok_or_else(|| self.corruption("cached block view".into()));
         }
         let (_, payload) =
             checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
