@@ -7,8 +7,10 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Magic number closing every SST file (`"KSTSST\0\x01"` as little-endian bytes).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"KSTSST\0\x01");
-/// Format version written by this code; the reader accepts exactly this version.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written by this code (2: data blocks may carry a hash index).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version the reader accepts (1: no hash indexes).
+pub const MIN_FORMAT_VERSION: u32 = 1;
 /// Bytes after each block payload: codec (1) + xxh3-64 checksum (8).
 pub const BLOCK_TRAILER_LEN: usize = 9;
 /// Size of the fixed footer at the end of the file.
@@ -198,6 +200,8 @@ pub struct Footer {
     pub properties: BlockHandle,
     /// The index block.
     pub index: BlockHandle,
+    /// The format version (`MIN_FORMAT_VERSION..=FORMAT_VERSION`).
+    pub version: u32,
 }
 
 impl Footer {
@@ -215,7 +219,7 @@ impl Footer {
         for (i, v) in fields.iter().enumerate() {
             f[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
-        f[48..52].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        f[48..52].copy_from_slice(&self.version.to_le_bytes());
         // 52..56 reserved (zero).
         let sum = xxh3_64_with_seed(&f[..56], 0);
         f[56..64].copy_from_slice(&sum.to_le_bytes());
@@ -240,7 +244,7 @@ impl Footer {
             return Err("footer: checksum mismatch".into());
         }
         let version = get_u32(f, 48).unwrap_or(0);
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(format!("footer: unsupported format version {version}"));
         }
         if get_u32(f, 52) != Some(0) {
@@ -254,6 +258,7 @@ impl Footer {
             filter: h(0),
             properties: h(2),
             index: h(4),
+            version,
         })
     }
 }
@@ -286,6 +291,7 @@ mod tests {
             filter: BlockHandle { offset: 1, size: 2 },
             properties: BlockHandle { offset: 3, size: 4 },
             index: BlockHandle { offset: 5, size: 6 },
+            version: FORMAT_VERSION,
         };
         let mut file = vec![7u8; 10];
         file.extend_from_slice(&f.encode());

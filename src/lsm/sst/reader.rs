@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-use super::block::BlockCursor;
+use super::block::{user_key_hash, BlockCursor, HashLookup};
 use super::format::{
     checked_block, decompress_lz4, locate_block, BlockHandle, Footer, BLOCK_TRAILER_LEN,
     CODEC_NONE, FOOTER_LEN,
@@ -71,6 +71,8 @@ pub struct SstReader {
     cache: Arc<BlockCache>,
     /// One bit per data block: its checksum was verified (raw blocks, served from the map).
     verified: Box<[AtomicU64]>,
+    /// Format version 2 or later: data blocks may carry a hash index.
+    hashed_blocks: bool,
 }
 
 impl SstReader {
@@ -194,6 +196,7 @@ impl SstReader {
             filter,
             cache,
             verified,
+            hashed_blocks: footer.version >= 2,
         }))
     }
 
@@ -312,10 +315,23 @@ impl SstReader {
                 let off = self.index.get(idx).map_or(0, |i| i.handle.offset);
                 self.corruption(format!("data block at offset {off}: {e}"))
             };
-            cursor.reset(&block).map_err(berr)?;
+            cursor
+                .reset_versioned(&block, self.hashed_blocks)
+                .map_err(berr)?;
             if first {
-                cursor.seek(&block, lookup_ikey).map_err(berr)?;
                 first = false;
+                // The first entry >= lookup_ikey is in this block if the file has one; if its hash bucket
+                // says the user key is absent, the file holds no version of it.
+                match cursor
+                    .hash_lookup(&block, user_key_hash(user_key))
+                    .map_err(berr)?
+                {
+                    HashLookup::Absent => return Ok(true),
+                    HashLookup::Restart(r) => cursor
+                        .seek_from_restart(&block, r, lookup_ikey)
+                        .map_err(berr)?,
+                    HashLookup::Unknown => cursor.seek(&block, lookup_ikey).map_err(berr)?,
+                }
             } else {
                 cursor.seek_to_first(&block).map_err(berr)?;
             }
@@ -501,7 +517,7 @@ impl SstIter {
         self.block = self.reader.data_block(idx)?;
         self.block_idx = idx;
         self.cursor
-            .reset(&self.block)
+            .reset_versioned(&self.block, self.reader.hashed_blocks)
             .map_err(|e| self.block_err(e))?;
         Ok(true)
     }
