@@ -1,8 +1,6 @@
 //! Low-level encoding shared by the SST writer and reader: varints, block handles, block trailers
 //! (codec byte + xxh3 checksum) and the footer. See `design/sst-format.md`.
 
-use std::sync::Arc;
-
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Magic number closing every SST file (`"KSTSST\0\x01"` as little-endian bytes).
@@ -168,8 +166,10 @@ pub fn checked_block(file: &[u8], handle: BlockHandle) -> Result<(u8, &[u8]), St
     Ok((codec, payload))
 }
 
-/// Decompresses a verified LZ4 payload into a new shared buffer (allocated once, no copy afterwards).
-pub fn decompress_lz4(payload: &[u8], offset: u64) -> Result<Arc<[u8]>, String> {
+/// Decompresses a verified LZ4 payload into `buf` (cleared first; a recycled buffer of enough capacity is
+/// not reallocated, otherwise capacity is reserved only after the length passed the plausibility check) and
+/// returns it holding exactly the block.
+pub fn decompress_lz4(payload: &[u8], offset: u64, mut buf: Vec<u8>) -> Result<Vec<u8>, String> {
     let ulen = get_u32(payload, 0).ok_or_else(|| {
         format!("block at offset {offset}: LZ4 payload shorter than its length prefix")
     })? as usize;
@@ -180,15 +180,24 @@ pub fn decompress_lz4(payload: &[u8], offset: u64) -> Result<Arc<[u8]>, String> 
             input.len()
         ));
     }
-    let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, ulen).collect();
-    let buf = Arc::get_mut(&mut out).ok_or_else(|| "unshared buffer expected".to_string())?;
-    match lz4_flex::block::decompress_into(input, buf) {
-        Ok(n) if n == ulen => Ok(out),
+    buf.clear();
+    if buf.capacity() < ulen {
+        // Rounded up so that the buffer, once recycled by the block cache, fits most other blocks.
+        buf.reserve_exact(ulen.next_multiple_of(512));
+    }
+    buf.resize(ulen, 0);
+    match lz4_flex::block::decompress_into(input, &mut buf) {
+        Ok(n) if n == ulen => Ok(buf),
         Ok(n) => Err(format!(
             "block at offset {offset}: LZ4 produced {n} bytes, expected {ulen}"
         )),
         Err(e) => Err(format!("block at offset {offset}: LZ4 error: {e}")),
     }
+}
+
+/// The uncompressed length recorded in an LZ4 payload (0 if the payload is too short to hold it).
+pub fn lz4_uncompressed_len(payload: &[u8]) -> usize {
+    get_u32(payload, 0).map_or(0, |n| n as usize)
 }
 
 /// The fixed footer at the end of an SST file.

@@ -18,8 +18,8 @@ use memmap2::Mmap;
 
 use super::block::{user_key_hash, BlockCursor, HashLookup};
 use super::format::{
-    checked_block, decompress_lz4, locate_block, BlockHandle, Footer, BLOCK_TRAILER_LEN,
-    CODEC_NONE, FOOTER_LEN,
+    checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
+    BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN,
 };
 use super::{bloom, properties, SstProperties};
 use crate::lsm::cache::BlockCache;
@@ -375,7 +375,7 @@ impl SstReader {
         if !raw_verified {
             if let Some(block) = self.cache.get(self.file_number, handle.offset) {
                 let len = block.len();
-                return ValueSlice::from_shared(block, 0..len)
+                return ValueSlice::from_shared_vec(block, 0..len)
                     .ok_or_else(|| self.corruption("cached block view".into()));
             }
         }
@@ -395,12 +395,20 @@ impl SstReader {
         }
         let (_, payload) =
             checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
-        let block = decompress_lz4(payload, handle.offset)
-            .map_err(|e| self.corruption(format!("data {e}")))?;
+        let buf = self.cache.take_buffer(
+            self.file_number,
+            handle.offset,
+            lz4_uncompressed_len(payload),
+        );
+        let block = Arc::new(
+            decompress_lz4(payload, handle.offset, buf)
+                .map_err(|e| self.corruption(format!("data {e}")))?,
+        );
         self.cache
             .insert(self.file_number, handle.offset, Arc::clone(&block));
         let len = block.len();
-        ValueSlice::from_shared(block, 0..len).ok_or_else(|| self.corruption("block view".into()))
+        ValueSlice::from_shared_vec(block, 0..len)
+            .ok_or_else(|| self.corruption("block view".into()))
     }
 }
 
@@ -447,7 +455,7 @@ fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, String>
     if codec == CODEC_NONE {
         Ok(payload.to_vec())
     } else {
-        Ok(decompress_lz4(payload, handle.offset)?.to_vec())
+        decompress_lz4(payload, handle.offset, Vec::new())
     }
 }
 
