@@ -728,6 +728,12 @@ fn reads_format_version_1_fixture() {
         .map(|(k, v)| (k.0.clone(), v.clone()))
         .collect();
     assert_eq!(scan_all(&r).unwrap(), want);
+    // The version-1 (whole-file) bloom filter: no false negatives, and it rejects most absent keys.
+    assert!(model.keys().all(|k| r.may_contain(ikey::user_key(&k.0))));
+    let fp = (0..1000u32)
+        .filter(|i| r.may_contain(format!("absent-{i}").as_bytes()))
+        .count();
+    assert!(fp < 100, "{fp} of 1000 absent keys pass the v1 filter");
     // Point lookups (binary search path: version-1 blocks have no hash index) agree with the model.
     for i in 0..101u64 {
         let user = format!("k{i:04}-ab").into_bytes();
