@@ -266,7 +266,14 @@ impl SstReader {
         let tp = key_prefix(target_ikey);
         let lo = self.index_prefixes.partition_point(|&p| p < tp);
         let rest = self.index_prefixes.get(lo..).unwrap_or(&[]);
-        let hi = lo + rest.partition_point(|&p| p == tp);
+        // Ties are rare (blocks whose last keys share the target's 8-byte prefix) and adjacent to `lo`:
+        // look at a few neighbours before a second binary search (which cost ~14 more cache misses per
+        // lookup at 10M keys).
+        let hi = lo
+            + match rest.iter().take(8).position(|&p| p != tp) {
+                Some(n) => n,
+                None => rest.partition_point(|&p| p == tp),
+            };
         let ties = self.index.get(lo..hi).unwrap_or(&[]);
         lo + ties.partition_point(|e| ikey::compare(&e.last_key, target_ikey) == Ordering::Less)
     }
