@@ -175,6 +175,20 @@ fn value_state(c: &mut Criterion<CpuTime>) {
             black_box(v)
         })
     });
+    drop(map);
+    // The same map with 32-byte slots (`u128` keys and values): what the slot size alone costs once the
+    // table outgrows the caches (`design/heap-backend.md`, packed slots).
+    let mut wide: HashMap<u128, u128> = HashMap::new();
+    for (j, k) in inp.setup_keys.iter().enumerate() {
+        wide.insert(*k as u128, inp.value(j) as u128);
+    }
+    g.bench_function("hashmap32ByteSlotsGet", |b| {
+        b.iter(|| {
+            let v = wide.get(&(inp.setup_key(i) as u128)).copied();
+            i += 1;
+            black_box(v)
+        })
+    });
     g.finish();
 }
 

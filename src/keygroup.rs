@@ -58,6 +58,7 @@ pub fn check_max_parallelism(max_parallelism: u32) -> Result<(), KeyGroupError> 
 }
 
 /// Flink's `MathUtils.murmurHash(int)`: murmur3 mixing of one 4-byte block, finalised, made non-negative.
+#[inline]
 pub fn murmur_hash(code: i32) -> i32 {
     let mut h = code.wrapping_mul(0xcc9e_2d51_u32 as i32);
     h = h.rotate_left(15);
@@ -88,6 +89,7 @@ fn bit_mix(mut h: i32) -> i32 {
 /// `computeKeyGroupForKeyHash`: the key group of a key whose (Java) hash code is `hash`.
 ///
 /// `max_parallelism` must be in `1..=32768` (checked by [`check_max_parallelism`]); the result is below it.
+#[inline]
 pub fn key_group_for_hash(hash: i32, max_parallelism: u32) -> KeyGroup {
     debug_assert!((1..=UPPER_BOUND_MAX_PARALLELISM).contains(&max_parallelism));
     (murmur_hash(hash) as u32 % max_parallelism.max(1)) as KeyGroup
@@ -262,11 +264,13 @@ impl fmt::Display for KeyGroupRange {
 }
 
 /// Java's `Long.hashCode`: `(int)(v ^ (v >>> 32))`.
+#[inline]
 pub fn java_long_hash(v: i64) -> i32 {
     (v ^ ((v as u64) >> 32) as i64) as i32
 }
 
 /// Java's `Integer.hashCode`: the value itself.
+#[inline]
 pub fn java_int_hash(v: i32) -> i32 {
     v
 }

@@ -950,3 +950,64 @@ fn first_entry_and_full_scan_agree_over_memtable_versions() {
         }
     }
 }
+
+/// Merge operands per SST file in the database directory.
+fn operands_per_file(dir: &std::path::Path) -> Vec<u64> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "sst") {
+            let r = keyed_state::lsm::sst::SstReader::open(
+                &p,
+                u64::MAX,
+                keyed_state::lsm::cache::BlockCache::new(1 << 20),
+            )
+            .unwrap();
+            out.push(r.properties().merge_operands);
+        }
+    }
+    out
+}
+
+#[test]
+fn flush_partial_merges_operand_runs_but_not_across_snapshots_or_range_tombstones() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        merge_operator: Some(Arc::new(ListAppendOperator)),
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    db.merge(b"l", b"a").unwrap();
+    db.merge(b"l", b"b").unwrap();
+    let snap = db.snapshot();
+    db.merge(b"l", b"c").unwrap();
+    db.merge(b"l", b"d").unwrap();
+    for i in 0..10u8 {
+        db.merge(b"m", &[b'0' + i]).unwrap();
+    }
+    db.flush().unwrap();
+    // Runs {a,b} and {c,d} of "l" (split by the snapshot) and one run of "m": three operands.
+    assert_eq!(operands_per_file(dir.path()), vec![3]);
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"a,b,c,d"[..]));
+    assert_eq!(
+        db.get_at(b"l", &snap).unwrap().as_deref(),
+        Some(&b"a,b"[..])
+    );
+    assert_eq!(get(&db, b"m").as_deref(), Some(&b"0,1,2,3,4,5,6,7,8,9"[..]));
+    drop(snap);
+
+    // A range tombstone in the memtable: operands are written as they are, and it hides only the older ones.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        merge_operator: Some(Arc::new(ListAppendOperator)),
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    db.merge(b"r", b"x").unwrap();
+    db.delete_range(b"r", b"s").unwrap();
+    db.merge(b"r", b"y").unwrap();
+    db.merge(b"r", b"z").unwrap();
+    db.flush().unwrap();
+    assert_eq!(operands_per_file(dir.path()), vec![3]);
+    assert_eq!(get(&db, b"r").as_deref(), Some(&b"y,z"[..]));
+}

@@ -1,5 +1,6 @@
-//! Fuzzes opening an SST image from bytes and scanning it fully, plus a few seeks: any input must either fail
-//! with an error or be read without panicking, and the block cache must stay within its bound.
+//! Fuzzes opening an SST image from bytes and scanning it fully, plus a few seeks and point lookups (the
+//! `SstReader::get` path, hash index included): any input must either fail with an error or be read without
+//! panicking, and the block cache must stay within its bound.
 #![no_main]
 
 use std::path::Path;
@@ -31,6 +32,11 @@ fuzz_target!(|data: &[u8]| {
     }
     for k in &keys {
         let _ = it.seek(k);
+        let user = keyed_state::lsm::ikey::user_key(k);
+        let _ = reader.get(user, k, u64::MAX >> 8, &mut |_, _, v| {
+            let _ = v().len();
+            true
+        });
     }
     let _ = it.seek(b"");
     assert!(cache.usage() <= cache.capacity());

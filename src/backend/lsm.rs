@@ -57,17 +57,47 @@ struct Shared {
 /// A sorted run being collected for one state during a restore.
 #[derive(Default)]
 struct LoadRun {
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Buffered entries back to back (`key | value` each), with no allocation per entry.
+    data: Vec<u8>,
+    /// Per entry: where its key ends and where its value ends in `data`.
+    ends: Vec<(usize, usize)>,
     /// The last engine key given to the engine for this state (ingested or put), to keep runs ascending.
     last: Option<Vec<u8>>,
 }
 
 impl LoadRun {
+    /// The last buffered key.
+    fn last_key(&self) -> Option<&[u8]> {
+        let n = self.ends.len();
+        let start = match n {
+            0 => return None,
+            1 => 0,
+            _ => self.ends[n - 2].1,
+        };
+        self.data.get(start..self.ends[n - 1].0)
+    }
+
+    /// Buffers one entry.
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.data.extend_from_slice(key);
+        let key_end = self.data.len();
+        self.data.extend_from_slice(value);
+        self.ends.push((key_end, self.data.len()));
+    }
+
     /// Hands the buffered entries to the engine, remembering the last key (to keep later runs ascending).
     fn ingest(&mut self, db: &Db) -> Result<()> {
-        if let Some((k, _)) = self.entries.last() {
-            self.last = Some(k.clone());
-            db.ingest_sorted(self.entries.drain(..))?;
+        if let Some(k) = self.last_key() {
+            self.last = Some(k.to_vec());
+            let data = &self.data;
+            let mut start = 0;
+            db.ingest_sorted(self.ends.iter().map(|&(key_end, value_end)| {
+                let entry = (&data[start..key_end], &data[key_end..value_end]);
+                start = value_end;
+                entry
+            }))?;
+            self.data.clear();
+            self.ends.clear();
         }
         Ok(())
     }
@@ -561,8 +591,8 @@ impl StateBackend for LsmBackend {
         }
         self.build_key(state, &[key]);
         let run = &mut self.load[state];
-        let ascending = match run.entries.last() {
-            Some((k, _)) => k.as_slice() < self.kbuf.as_slice(),
+        let ascending = match run.last_key() {
+            Some(k) => k < self.kbuf.as_slice(),
             None => run.last.as_deref().is_none_or(|l| l < self.kbuf.as_slice()),
         };
         if !ascending {
@@ -573,7 +603,7 @@ impl StateBackend for LsmBackend {
         }
         // `run.last` is only needed once the run is handed to the engine (`LoadRun::ingest`), so the key
         // is not copied twice per entry.
-        run.entries.push((self.kbuf.clone(), value.to_vec()));
+        run.push(&self.kbuf, value);
         self.load_bytes += self.kbuf.len() + value.len();
         if self.load_bytes >= LOAD_BUFFER_BYTES {
             self.ingest_buffers()?;

@@ -1,11 +1,17 @@
 //! The block cache: decompressed SST blocks keyed by `(file_number, block_offset)`, bounded in bytes.
 //!
 //! The cache is split into shards, each behind its own mutex, each bounded by `capacity / SHARDS` bytes, so
-//! the total never exceeds the capacity. Eviction is CLOCK (second chance): a hit only sets a reference bit,
-//! which keeps the hot path to one hash lookup under a short lock. A block larger than a shard is returned to
-//! the caller but not cached. File numbers are never reused, so stale entries of deleted files are simply
-//! evicted over time (or dropped at once with [`BlockCache::erase_file`]).
+//! the total never exceeds the capacity. Eviction is CLOCK (second chance): a hit only sets a reference bit
+//! in the map entry that holds the block, so the hot path is one hash probe (no second indirection) and one
+//! reference-count increment under a short lock. The clock hand walks a ring of keys in insertion order.
+//! A block larger than a shard is returned to the caller but not cached. Blocks are `Arc<Vec<u8>>`: an evicted
+//! block nobody else holds goes to its shard's small spare list, and the next decompression into that shard
+//! reuses it ([`BlockCache::take_buffer`]), so steady-state misses neither allocate nor free 4 KiB buffers
+//! (whose glibc `malloc` paid for `malloc_consolidate` in profiles). File numbers are never reused, so
+//! stale entries of deleted files are simply evicted over time (or dropped at once with
+//! [`BlockCache::erase_file`]).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -15,105 +21,109 @@ use parking_lot::Mutex;
 const SHARDS: usize = 16;
 /// Bookkeeping bytes charged per cached block on top of its length.
 const ENTRY_OVERHEAD: usize = 64;
+/// Recycled buffers kept per shard (outside the byte bound; at most this many blocks' worth).
+const SPARE_PER_SHARD: usize = 4;
 
 type Key = (u64, u64);
 
-struct Slot {
-    key: Key,
-    block: Option<Arc<[u8]>>,
+struct Entry {
+    block: Arc<Vec<u8>>,
     charge: usize,
     referenced: bool,
 }
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<Key, usize>,
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-    hand: usize,
+    map: HashMap<Key, Entry>,
+    /// The clock: keys in insertion order. May hold keys no longer cached (erased or replaced); those are
+    /// skipped when the hand reaches them, and the ring is rebuilt when they pile up.
+    ring: VecDeque<Key>,
     usage: usize,
+    /// Buffers of evicted blocks, for reuse by the next decompression.
+    spare: Vec<Vec<u8>>,
 }
 
 impl Shard {
-    fn get(&mut self, key: &Key) -> Option<Arc<[u8]>> {
-        let idx = *self.map.get(key)?;
-        let slot = self.slots.get_mut(idx)?;
-        slot.referenced = true;
-        slot.block.clone()
+    #[inline]
+    fn get(&mut self, key: &Key) -> Option<Arc<Vec<u8>>> {
+        let e = self.map.get_mut(key)?;
+        e.referenced = true;
+        Some(Arc::clone(&e.block))
     }
 
     /// Evicts one unreferenced block; false if the shard is empty.
     fn evict_one(&mut self) -> bool {
-        if self.map.is_empty() || self.slots.is_empty() {
-            return false;
-        }
         // Two sweeps always find a victim: the first clears every reference bit.
-        for _ in 0..2 * self.slots.len() + 1 {
-            if self.hand >= self.slots.len() {
-                self.hand = 0;
-            }
-            let idx = self.hand;
-            self.hand += 1;
-            let Some(slot) = self.slots.get_mut(idx) else {
-                continue;
+        let mut budget = 2 * self.ring.len() + 1;
+        while budget > 0 && !self.map.is_empty() {
+            budget -= 1;
+            let Some(key) = self.ring.pop_front() else {
+                return false;
             };
-            if slot.block.is_none() {
+            let Some(e) = self.map.get_mut(&key) else {
+                continue; // stale ring entry
+            };
+            if e.referenced {
+                e.referenced = false;
+                self.ring.push_back(key);
                 continue;
             }
-            if slot.referenced {
-                slot.referenced = false;
-                continue;
+            if let Some(e) = self.map.remove(&key) {
+                self.usage -= e.charge;
+                self.recycle(e.block);
             }
-            slot.block = None;
-            self.usage -= slot.charge;
-            let key = slot.key;
-            self.map.remove(&key);
-            self.free.push(idx);
             return true;
         }
         false
     }
 
-    fn remove_idx(&mut self, idx: usize) {
-        if let Some(slot) = self.slots.get_mut(idx) {
-            if slot.block.take().is_some() {
-                self.usage -= slot.charge;
-                let key = slot.key;
-                self.map.remove(&key);
-                self.free.push(idx);
+    /// Keeps the buffer of an evicted block if nobody else holds it and the spare list has room.
+    fn recycle(&mut self, block: Arc<Vec<u8>>) {
+        if self.spare.len() < SPARE_PER_SHARD {
+            if let Ok(buf) = Arc::try_unwrap(block) {
+                self.spare.push(buf);
             }
         }
     }
 
-    fn insert(&mut self, key: Key, block: Arc<[u8]>, charge: usize, capacity: usize) {
-        if let Some(&idx) = self.map.get(&key) {
-            self.remove_idx(idx);
+    fn remove(&mut self, key: &Key) {
+        if let Some(e) = self.map.remove(key) {
+            self.usage -= e.charge;
         }
-        while self.usage + charge > capacity {
-            if !self.evict_one() {
-                return;
-            }
-        }
-        let slot = Slot {
-            key,
-            block: Some(block),
-            charge,
-            referenced: false,
-        };
-        let idx = match self.free.pop() {
-            Some(idx) => {
-                if let Some(s) = self.slots.get_mut(idx) {
-                    *s = slot;
+    }
+
+    /// Inserts or replaces `key`. Invariant: every cached key is in the ring.
+    fn insert(&mut self, key: Key, block: Arc<Vec<u8>>, charge: usize, capacity: usize) {
+        if let Some(e) = self.map.get_mut(&key) {
+            self.usage = self.usage - e.charge + charge;
+            e.block = block;
+            e.charge = charge;
+        } else {
+            while self.usage + charge > capacity {
+                if !self.evict_one() {
+                    return;
                 }
-                idx
             }
-            None => {
-                self.slots.push(slot);
-                self.slots.len() - 1
+            self.map.insert(
+                key,
+                Entry {
+                    block,
+                    charge,
+                    referenced: false,
+                },
+            );
+            self.usage += charge;
+            self.ring.push_back(key);
+        }
+        while self.usage > capacity {
+            if !self.evict_one() {
+                break;
             }
-        };
-        self.map.insert(key, idx);
-        self.usage += charge;
+        }
+        if self.ring.len() > 2 * self.map.len() + 64 {
+            let map = &self.map;
+            self.ring.retain(|k| map.contains_key(k));
+        }
     }
 }
 
@@ -145,18 +155,40 @@ impl BlockCache {
 
     #[inline]
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
-        let h = xxhash_rust::xxh3::xxh3_64_with_seed(&key.1.to_le_bytes(), key.0);
-        &self.shards[(h as usize) & (SHARDS - 1)]
+        // Block offsets are multiples of nothing in particular; a multiplicative mix of both halves spreads
+        // them (the top bits of the product pick the shard).
+        let h = (key.1 ^ key.0.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.shards[(h >> 60) as usize & (SHARDS - 1)]
     }
 
     /// The cached block at `offset` in file `file_number`, if present.
-    pub fn get(&self, file_number: u64, offset: u64) -> Option<Arc<[u8]>> {
+    #[inline]
+    pub fn get(&self, file_number: u64, offset: u64) -> Option<Arc<Vec<u8>>> {
         let key = (file_number, offset);
         self.shard(&key).lock().get(&key)
     }
 
-    /// Caches a block (evicting others as needed); blocks larger than a shard's bound are not cached.
-    pub fn insert(&self, file_number: u64, offset: u64, block: Arc<[u8]>) {
+    /// An empty buffer to decompress the block at (`file_number`, `offset`) into: a recycled one of at least
+    /// `len_hint` bytes' capacity from the block's shard if there is one, else a new vector without capacity
+    /// (the caller allocates once it has checked the length).
+    pub fn take_buffer(&self, file_number: u64, offset: u64, len_hint: usize) -> Vec<u8> {
+        let key = (file_number, offset);
+        let mut s = self.shard(&key).lock();
+        match s.spare.iter().rposition(|b| b.capacity() >= len_hint) {
+            Some(i) => {
+                let mut buf = s.spare.swap_remove(i);
+                buf.clear();
+                buf
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Caches a block (evicting others as needed); blocks larger than a shard's bound are not cached. The
+    /// charge is the block's length plus a fixed overhead, as before buffers were recycled; the spare capacity
+    /// of a buffer (decompression rounds capacities up to a multiple of 512 bytes so recycled buffers fit
+    /// other blocks: at most 511 bytes, for 4 KiB blocks about 1.6 % on average) is not charged.
+    pub fn insert(&self, file_number: u64, offset: u64, block: Arc<Vec<u8>>) {
         let charge = block.len() + ENTRY_OVERHEAD;
         if charge > self.shard_capacity {
             return;
@@ -171,15 +203,23 @@ impl BlockCache {
     pub fn erase_file(&self, file_number: u64) {
         for shard in self.shards.iter() {
             let mut s = shard.lock();
-            let idxs: Vec<usize> = s
+            let keys: Vec<Key> = s
                 .map
-                .iter()
-                .filter(|(k, _)| k.0 == file_number)
-                .map(|(_, &i)| i)
+                .keys()
+                .filter(|k| k.0 == file_number)
+                .copied()
                 .collect();
-            for idx in idxs {
-                s.remove_idx(idx);
+            for k in keys {
+                s.remove(&k);
             }
+            let map = &s.map;
+            let live: VecDeque<Key> = s
+                .ring
+                .iter()
+                .filter(|k| map.contains_key(*k))
+                .copied()
+                .collect();
+            s.ring = live;
         }
     }
 }
@@ -201,15 +241,67 @@ mod tests {
     fn bounded_and_hits() {
         let cache = BlockCache::new(64 * 1024);
         for i in 0..1000u64 {
-            cache.insert(1, i * 4096, Arc::from(vec![i as u8; 1000]));
+            cache.insert(1, i * 4096, Arc::new(vec![i as u8; 1000]));
             assert!(cache.usage() <= cache.capacity());
         }
         let last = cache.get(1, 999 * 4096).unwrap();
         assert_eq!(last[0], (999 % 256) as u8);
         assert!(cache.get(1, 0).is_none());
-        cache.insert(2, 0, Arc::from(vec![0u8; 1 << 20]));
+        cache.insert(2, 0, Arc::new(vec![0u8; 1 << 20]));
         assert!(cache.get(2, 0).is_none());
         cache.erase_file(1);
         assert_eq!(cache.usage(), 0);
+    }
+
+    #[test]
+    fn clock_keeps_referenced_blocks_and_replaces_in_place() {
+        // One shard's worth of room for 4 blocks of 1000 bytes (+ overhead) per shard.
+        let cache = BlockCache::new(SHARDS * 4 * (1000 + ENTRY_OVERHEAD));
+        let block = |b: u8| -> Arc<Vec<u8>> { Arc::new(vec![b; 1000]) };
+        // Fill file 7 heavily; keep touching offset 0 so it always has its reference bit set.
+        for i in 0..2000u64 {
+            cache.insert(7, i * 4096, block(i as u8));
+            assert!(cache.get(7, 0).is_some(), "hot block evicted at {i}");
+            assert!(cache.usage() <= cache.capacity());
+        }
+        // Replacing a key keeps one entry and charges the new length.
+        let before = cache.usage();
+        cache.insert(7, 0, Arc::new(vec![9u8; 500]));
+        assert_eq!(cache.usage(), before - 500);
+        assert_eq!(cache.get(7, 0).map(|b| b.len()), Some(500));
+        cache.erase_file(7);
+        assert_eq!(cache.usage(), 0);
+        assert!(cache.get(7, 0).is_none());
+        // Erased keys can be cached again.
+        cache.insert(7, 0, block(1));
+        assert_eq!(cache.get(7, 0).map(|b| b[0]), Some(1));
+    }
+
+    #[test]
+    fn evicted_buffers_are_recycled() {
+        let cache = BlockCache::new(SHARDS * 2 * (1024 + ENTRY_OVERHEAD));
+        let mut recycled = 0;
+        for i in 0..400u64 {
+            let mut buf = cache.take_buffer(3, i * 4096, 1000);
+            assert!(buf.is_empty());
+            if buf.capacity() >= 1000 {
+                recycled += 1;
+            }
+            buf.reserve_exact(1024);
+            buf.resize(1000, i as u8);
+            cache.insert(3, i * 4096, Arc::new(buf));
+            assert!(cache.usage() <= cache.capacity());
+        }
+        // Once the shards are full (two blocks each), nearly every insert evicts and so feeds the next take.
+        assert!(recycled > 300, "{recycled} of 400 buffers recycled");
+        // A block still held by a reader is not recycled (its bytes stay valid).
+        let held = cache.get(3, 399 * 4096).unwrap();
+        for i in 400..600u64 {
+            let mut buf = cache.take_buffer(3, i * 4096, 1000);
+            buf.clear();
+            buf.resize(1000, 0xAB);
+            cache.insert(3, i * 4096, Arc::new(buf));
+        }
+        assert!(held.iter().all(|&b| b == (399 % 256) as u8));
     }
 }

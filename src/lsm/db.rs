@@ -12,7 +12,7 @@ use super::batch::WriteBatch;
 use super::cache::BlockCache;
 use super::compaction;
 use super::flush;
-use super::ikey::{self, ValueKind};
+use super::ikey::ValueKind;
 use super::iter::{full_merge, DbIter, IterParts};
 use super::manifest::{self, ManifestWriter};
 use super::memtable::{bloom_hash, epoch, with_lookup_key, MemTable};
@@ -451,22 +451,11 @@ impl DbInner {
                     if !f.info.overlaps(key, key) || !f.reader.may_contain(key) {
                         continue;
                     }
-                    let mut it = f.reader.iter();
-                    it.seek(lk)?;
-                    while it.valid() {
-                        let Some(p) = ikey::parse(it.key()) else {
-                            return Err(LsmError::Corruption {
-                                file: f.path.display().to_string(),
-                                detail: "malformed internal key".into(),
-                            });
-                        };
-                        if p.user_key != key {
-                            break;
-                        }
-                        if p.seqno <= seqno && !step(p.seqno, p.kind, &|| it.value_slice()) {
-                            return Ok(());
-                        }
-                        it.next()?;
+                    if !f
+                        .reader
+                        .get(key, lk, seqno, &mut |s, kind, value| step(s, kind, value))?
+                    {
+                        return Ok(());
                     }
                 }
             }

@@ -113,18 +113,95 @@ pub(crate) fn open_file(
 }
 
 /// Writes a memtable into one L0 file (none if it is empty).
+///
+/// With a merge operator, each run of consecutive merge operands of one user key that no live snapshot splits
+/// is written as one operand (`partial_merge`, oldest first, at the newest operand's seqno), as RocksDB's flush
+/// does: a list read then finds one entry per flushed memtable instead of one per append. Not done when the
+/// memtable holds a range tombstone (it may hide some operands of a run and not others), when a compaction
+/// filter is configured (it must see each operand as written, e.g. to drop expired list elements one by one),
+/// or when the operator declines (`None`: the operands are written as they are).
 pub(crate) fn write_memtable(db: &DbInner, mem: &MemTable) -> Result<Vec<Arc<FileMeta>>, LsmError> {
     let mut out = Outputs::new(db, None);
     let mut err = None;
-    mem.for_each(|k, v| match out.add(k, v) {
-        Ok(()) => true,
-        Err(e) => {
-            err = Some(e);
-            false
+    let op = match &db.opts.merge_operator {
+        Some(op)
+            if db.opts.compaction_filter_factory.is_none()
+                && mem.with_range_dels(|t| t.is_empty()) =>
+        {
+            Some(Arc::clone(op))
+        }
+        _ => None,
+    };
+    let Some(op) = op else {
+        mem.for_each(|k, v| match out.add(k, v) {
+            Ok(()) => true,
+            Err(e) => {
+                err = Some(e);
+                false
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        return out.finish();
+    };
+    let mut snaps = db.snapshots.seqnos();
+    snaps.sort_unstable();
+    let stripe = |seq: u64| snaps.partition_point(|s| *s < seq);
+    // The pending run: (internal key, value) of consecutive operands of one user key in one stripe, newest first.
+    let mut run: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut run_stripe = 0usize;
+    let flush_run =
+        |run: &mut Vec<(Vec<u8>, Vec<u8>)>, out: &mut Outputs| -> Result<(), LsmError> {
+            if run.len() >= 2 {
+                if let Some((newest, _)) = run.first() {
+                    let ops: Vec<&[u8]> = run.iter().rev().map(|(_, v)| v.as_slice()).collect();
+                    if let Some(merged) = op.partial_merge(ikey::user_key(newest), &ops) {
+                        out.add(newest, &merged)?;
+                        run.clear();
+                        return Ok(());
+                    }
+                }
+            }
+            for (k, v) in run.drain(..) {
+                out.add(&k, &v)?;
+            }
+            Ok(())
+        };
+    mem.for_each(|k, v| {
+        let r = (|| {
+            let p = ikey::parse(k).ok_or_else(|| LsmError::Corruption {
+                file: String::from("<memtable>"),
+                detail: format!("malformed internal key {k:?}"),
+            })?;
+            let joins = p.kind == ikey::ValueKind::Merge
+                && run.first().is_some_and(|(rk, _)| {
+                    ikey::user_key(rk) == p.user_key && stripe(p.seqno) == run_stripe
+                });
+            if !joins {
+                flush_run(&mut run, &mut out)?;
+            }
+            if p.kind == ikey::ValueKind::Merge {
+                if run.is_empty() {
+                    run_stripe = stripe(p.seqno);
+                }
+                run.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            } else {
+                out.add(k, v)
+            }
+        })();
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                err = Some(e);
+                false
+            }
         }
     });
     if let Some(e) = err {
         return Err(e);
     }
+    flush_run(&mut run, &mut out)?;
     out.finish()
 }

@@ -29,9 +29,11 @@ impl Db {
     /// level when their key range overlaps no existing file or range tombstone, otherwise to L0 (newest);
     /// either way they carry one fresh seqno, so they shadow older values of the same keys. Snapshots taken
     /// before the call do not see them.
-    pub fn ingest_sorted<I>(&self, entries: I) -> Result<IngestInfo, LsmError>
+    pub fn ingest_sorted<I, K, V>(&self, entries: I) -> Result<IngestInfo, LsmError>
     where
-        I: IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
     {
         let inner = self.inner();
         let mut w = inner.writer.lock();
@@ -39,22 +41,24 @@ impl Db {
         inner.wait_flushed()?;
         let seqno = inner.last_seqno.load(Ordering::SeqCst) + 1;
         let mut out = Outputs::new(inner, Some(inner.opts.target_file_size));
-        let mut prev: Option<Vec<u8>> = None;
+        let mut prev: Vec<u8> = Vec::new();
         let mut count = 0u64;
         let mut ikey_buf = Vec::new();
         let mut bytes = 0u64;
         for (k, v) in entries {
-            if prev.as_ref().is_some_and(|p| p.as_slice() >= k.as_slice()) {
+            let (k, v) = (k.as_ref(), v.as_ref());
+            if count > 0 && prev.as_slice() >= k {
                 return Err(LsmError::InvalidArgument(
                     "ingest_sorted: keys must be strictly ascending".into(),
                 ));
             }
             ikey_buf.clear();
-            ikey::encode(&mut ikey_buf, &k, seqno, ValueKind::Put);
-            out.add(&ikey_buf, &v)?;
+            ikey::encode(&mut ikey_buf, k, seqno, ValueKind::Put);
+            out.add(&ikey_buf, v)?;
             bytes += (k.len() + v.len()) as u64;
             count += 1;
-            prev = Some(k);
+            prev.clear();
+            prev.extend_from_slice(k);
         }
         let files = out.finish()?;
         if files.is_empty() {

@@ -70,6 +70,11 @@ impl ValueSlice {
         Self::with_owner(Owner::Shared(bytes), range)
     }
 
+    /// A view of `range` inside a shared vector (e.g. a cached block); `None` if the range is out of bounds.
+    pub(crate) fn from_shared_vec(bytes: Arc<Vec<u8>>, range: Range<usize>) -> Option<Self> {
+        Self::with_owner(Owner::Vec(bytes), range)
+    }
+
     /// A view of `range` inside a memory map; `None` if the range is out of bounds.
     pub(crate) fn from_map(map: Arc<Mmap>, range: Range<usize>) -> Option<Self> {
         Self::with_owner(Owner::Map(map), range)

@@ -28,6 +28,7 @@ pub const BYTES_SNAPSHOT_ID: &str = "org.apache.flink.api.common.typeutils.base.
 /// Version of Flink's `SimpleTypeSerializerSnapshot`s.
 pub const SIMPLE_SNAPSHOT_VERSION: u32 = 3;
 
+#[inline]
 pub(crate) fn take<'a>(
     input: &mut &'a [u8],
     n: usize,

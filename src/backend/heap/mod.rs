@@ -15,7 +15,7 @@ pub mod table;
 use std::sync::Arc;
 
 use self::bytes::SmallBytes;
-use self::table::{CowTables, KgTable, OrderedTable, TableFamily};
+use self::table::{CowTables, KvTable, OrderedTable, Rewrite, TableFamily};
 use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroup;
@@ -52,6 +52,8 @@ pub struct HeapBackend<F: TableFamily = CowTables> {
     config: BackendConfig,
     states: Vec<StateMetaInfo>,
     tables: Vec<StateTables<F>>,
+    /// Length of the key-group prefix of entry keys (1 or 2 bytes): hash tables store keys without it.
+    prefix_len: usize,
 }
 
 impl HeapBackend<CowTables> {
@@ -72,10 +74,12 @@ impl<F: TableFamily> HeapBackend<F> {
                 config.max_parallelism
             )));
         }
+        let prefix_len = crate::keygroup::key_group_prefix_len(config.max_parallelism);
         Ok(HeapBackend {
             config,
             states: Vec::new(),
             tables: Vec::new(),
+            prefix_len,
         })
     }
 
@@ -95,20 +99,42 @@ impl<F: TableFamily> HeapBackend<F> {
         }
     }
 
+    /// The hash table of (`state`, `kg`) and `key` without its key-group prefix.
     #[inline]
-    fn kv(&mut self, state: StateId, kg: KeyGroup, op: &'static str) -> Result<&mut F::Kv> {
+    fn kv<'k>(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key: &'k [u8],
+        op: &'static str,
+    ) -> Result<(&mut F::Kv, &'k [u8])> {
         let g = self.group_index(kg)?;
+        let suffix = strip_prefix(key, self.prefix_len)?;
         match self.tables.get_mut(state) {
-            Some(StateTables::Kv(t)) => t.get_mut(g).ok_or_else(|| unknown_state(state)),
+            Some(StateTables::Kv(t)) => match t.get_mut(g) {
+                Some(t) => Ok((t, suffix)),
+                None => Err(unknown_state(state)),
+            },
             _ => Err(wrong_kind(&self.states, state, op)),
         }
     }
 
+    /// Read-only [`kv`](Self::kv).
     #[inline]
-    fn kv_ref(&self, state: StateId, kg: KeyGroup, op: &'static str) -> Result<&F::Kv> {
+    fn kv_ref<'k>(
+        &self,
+        state: StateId,
+        kg: KeyGroup,
+        key: &'k [u8],
+        op: &'static str,
+    ) -> Result<(&F::Kv, &'k [u8])> {
         let g = self.group_index(kg)?;
+        let suffix = strip_prefix(key, self.prefix_len)?;
         match self.tables.get(state) {
-            Some(StateTables::Kv(t)) => t.get(g).ok_or_else(|| unknown_state(state)),
+            Some(StateTables::Kv(t)) => match t.get(g) {
+                Some(t) => Ok((t, suffix)),
+                None => Err(unknown_state(state)),
+            },
             _ => Err(self.wrong_kind(state, op)),
         }
     }
@@ -174,25 +200,21 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
 
     #[inline]
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
-        Ok(self
-            .kv_ref(state, kg, "get")?
-            .get(key)
-            .map(SmallBytes::as_slice))
+        let (t, key) = self.kv_ref(state, kg, key, "get")?;
+        Ok(t.get(key))
     }
 
     #[inline]
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
-        let t = self.kv(state, kg, "put")?;
-        match t.get_mut(key) {
-            Some(v) => v.set(value),
-            None => t.insert(SmallBytes::new(key), SmallBytes::new(value)),
-        }
+        let (t, key) = self.kv(state, kg, key, "put")?;
+        t.put(key, value);
         Ok(())
     }
 
     #[inline]
     fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()> {
-        self.kv(state, kg, "delete")?.remove(key);
+        let (t, key) = self.kv(state, kg, key, "delete")?;
+        t.remove(key);
         Ok(())
     }
 
@@ -200,14 +222,8 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
         if elements.is_empty() {
             return Ok(());
         }
-        let t = self.kv(state, kg, "append")?;
-        match t.get_mut(key) {
-            Some(v) if !v.as_slice().is_empty() => {
-                v.extend(&[&[crate::layout::LIST_DELIMITER], elements])
-            }
-            Some(v) => v.set(elements),
-            None => t.insert(SmallBytes::new(key), SmallBytes::new(elements)),
-        }
+        let (t, key) = self.kv(state, kg, key, "append")?;
+        t.append(key, crate::layout::LIST_DELIMITER, elements);
         Ok(())
     }
 
@@ -283,11 +299,12 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
         let mut go = true;
         match self.tables.get(state) {
             Some(StateTables::Kv(groups)) => {
+                let mut full = Vec::new();
                 for (kg, t) in range.iter().zip(groups) {
                     t.for_each(&mut |k, v| {
-                        if go {
-                            go = f(kg, k.as_slice(), v.as_slice());
-                        }
+                        with_prefix(&mut full, kg, self.prefix_len, k);
+                        go = f(kg, &full, v);
+                        go
                     });
                     if !go {
                         break;
@@ -316,19 +333,16 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
         f: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
     ) -> Result<()> {
         let mut failure: Option<Error> = None;
-        let mut apply = |v: &mut SmallBytes| -> bool {
+        let mut apply = |v: &[u8]| -> Rewrite {
             if failure.is_some() {
-                return true;
+                return Rewrite::Keep;
             }
-            match f(v.as_slice()) {
-                Ok(Some(new)) => {
-                    v.set(&new);
-                    true
-                }
-                Ok(None) => false,
+            match f(v) {
+                Ok(Some(new)) => Rewrite::Replace(new),
+                Ok(None) => Rewrite::Remove,
                 Err(e) => {
                     failure = Some(e);
-                    true
+                    Rewrite::Keep
                 }
             }
         };
@@ -340,7 +354,14 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
             }
             Some(StateTables::Ordered(groups)) => {
                 for t in groups {
-                    t.retain(&mut |_, v| apply(v));
+                    t.retain(&mut |_, v| match apply(v.as_slice()) {
+                        Rewrite::Keep => true,
+                        Rewrite::Replace(new) => {
+                            v.set(&new);
+                            true
+                        }
+                        Rewrite::Remove => false,
+                    });
                 }
             }
             None => return Err(Error::UnknownState(format!("id {state}"))),
@@ -355,7 +376,7 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
         let g = self.group_index(kg)?;
         match self.tables.get_mut(state) {
             Some(StateTables::Kv(groups)) => {
-                groups[g].insert(SmallBytes::new(key), SmallBytes::new(value))
+                groups[g].put(strip_prefix(key, self.prefix_len)?, value)
             }
             Some(StateTables::Ordered(groups)) => groups[g].insert(key, value),
             None => return Err(Error::UnknownState(format!("id {state}"))),
@@ -382,6 +403,7 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
         Ok(Box::new(HeapSnapshot::<F> {
+            prefix_len: self.prefix_len,
             config: self.config.clone(),
             states: self.states.clone(),
             tables: Arc::new(self.tables.clone()),
@@ -396,6 +418,7 @@ fn unknown_state(state: StateId) -> Error {
 
 /// A point-in-time view of a [`HeapBackend`]: clones of its tables.
 pub struct HeapSnapshot<F: TableFamily> {
+    prefix_len: usize,
     config: BackendConfig,
     states: Vec<StateMetaInfo>,
     tables: Arc<Vec<StateTables<F>>>,
@@ -421,39 +444,17 @@ impl<F: TableFamily> BackendSnapshot for HeapSnapshot<F> {
         };
         match self.tables.get(state) {
             Some(StateTables::Kv(groups)) => {
-                // Hash tables are unordered: collect references and sort by key bytes. The sort looks only at
-                // keys (inline for typical keys) with the first 16 bytes as a big-endian integer compared
-                // first; values are dereferenced only when emitted, with prefetching, because long values
-                // live in separate allocations and each would otherwise be a cache miss in sequence.
-                let t = &groups[g];
+                // Timers keep their empty values; the state API never stores an empty value elsewhere
+                // (empty lists are absent), so skip those defensively.
                 let keep_empty = self.states.get(state).map(|m| m.kind) == Some(StateKind::Timers);
-                let mut entries: Vec<(u128, &SmallBytes, &SmallBytes)> = t
-                    .iter()
-                    .map(|(k, v)| (sort_prefix(k.as_slice()), k, v))
-                    .collect();
-                // Order: `sort_prefix` is the big-endian value of the first 16 bytes (zero
-                // padded), so prefix order then byte order equals byte order.
-                entries.sort_unstable_by(|a, b| {
-                    a.0.cmp(&b.0)
-                        .then_with(|| a.1.as_slice().cmp(b.1.as_slice()))
-                });
-                // Two dependent loads per long value (table slot, then the buffer): prefetch them in two
-                // stages, `AHEAD` entries apart.
-                const AHEAD: usize = 8;
-                for (j, (_, k, v)) in entries.iter().enumerate() {
-                    if let Some(e) = entries.get(j + 2 * AHEAD) {
-                        e.2.prefetch_slot();
-                    }
-                    if let Some(e) = entries.get(j + AHEAD) {
-                        e.2.prefetch_data();
-                    }
-                    // Empty values are never stored by the state API (empty lists are absent); skip defensively.
-                    let v = v.as_slice();
+                let mut full = Vec::new();
+                groups[g].for_each_sorted(&mut |k, v| {
                     if keep_empty || !v.is_empty() {
-                        f(k.as_slice(), v)?;
+                        with_prefix(&mut full, kg, self.prefix_len, k);
+                        f(&full, v)?;
                     }
-                }
-                Ok(())
+                    Ok(())
+                })
             }
             Some(StateTables::Ordered(groups)) => {
                 let mut result = Ok(());
@@ -471,14 +472,28 @@ impl<F: TableFamily> BackendSnapshot for HeapSnapshot<F> {
     }
 }
 
-/// The first 16 bytes of `key` as a big-endian integer, zero padded: ordering by it, then by the bytes,
-/// is the byte order of keys (a typical `KG | K | NS` key is decided by the integer alone).
+/// `key` without its `prefix_len`-byte key-group prefix.
 #[inline]
-fn sort_prefix(key: &[u8]) -> u128 {
-    let mut b = [0u8; 16];
-    let n = key.len().min(16);
-    b[..n].copy_from_slice(&key[..n]);
-    u128::from_be_bytes(b)
+fn strip_prefix(key: &[u8], prefix_len: usize) -> Result<&[u8]> {
+    match key.get(prefix_len..) {
+        Some(rest) => Ok(rest),
+        None => Err(short_key(key.len(), prefix_len)),
+    }
+}
+
+#[cold]
+fn short_key(len: usize, prefix_len: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "entry key of {len} bytes is shorter than its {prefix_len}-byte key-group prefix"
+    ))
+}
+
+/// Writes `KG | suffix` into `out` (cleared first).
+#[inline]
+fn with_prefix(out: &mut Vec<u8>, kg: KeyGroup, prefix_len: usize, suffix: &[u8]) {
+    out.clear();
+    crate::keygroup::write_key_group_prefix(out, kg, prefix_len);
+    out.extend_from_slice(suffix);
 }
 
 #[cfg(test)]

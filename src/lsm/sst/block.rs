@@ -6,12 +6,54 @@
 //! ```
 //! Every `restart_interval`-th entry is a restart point: it stores its key whole (`shared == 0`) and its offset
 //! is listed in the restart array, so a seek binary-searches the restarts and then scans at most one interval.
+//!
+//! Format version 2 data blocks may end with a hash index over user keys (see `design/sst-format.md`):
+//! ```text
+//! block_v2 := entry* | restart: u32 LE * n | bucket: u8 * m | m: u16 LE | n | HASH_INDEX_FLAG: u32 LE
+//! ```
+//! Bucket `fastrange32(hash >> 32, m)` of a user key's `xxh3_64` holds the restart index of the interval where
+//! the key's first entry lies, [`BUCKET_EMPTY`] if no key maps there, [`BUCKET_COLLISION`] if several keys in
+//! different intervals do. A point lookup then scans from that restart point instead of binary-searching.
 
 use std::cmp::Ordering;
 use std::ops::Range;
 
 use super::format::{get_u32, get_varint_usize, put_varint};
 use crate::lsm::ikey;
+
+/// Bit 31 of a version-2 block's trailing `u32`: the block carries a hash index.
+pub const HASH_INDEX_FLAG: u32 = 1 << 31;
+/// Bucket value: no user key of the block hashes here.
+pub const BUCKET_EMPTY: u8 = 0xFF;
+/// Bucket value: user keys in different restart intervals hash here (fall back to binary search).
+pub const BUCKET_COLLISION: u8 = 0xFE;
+/// A hash index is written only for blocks with at most this many restart points (indices fit a bucket byte).
+pub const MAX_HASHED_RESTARTS: usize = 0xFD;
+/// Target buckets per distinct user key (RocksDB's default utilisation ratio 0.75).
+const BUCKETS_PER_KEY: f64 = 1.0 / 0.75;
+
+/// The hash of a user key used by block hash indexes and bloom filters (`xxh3_64`).
+#[inline]
+pub fn user_key_hash(user_key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(user_key)
+}
+
+/// The bucket of hash `h` among `m` buckets.
+#[inline]
+fn bucket_of(h: u64, m: usize) -> usize {
+    (((h >> 32) * m as u64) >> 32) as usize
+}
+
+/// What a block's hash index says about a user key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HashLookup {
+    /// The block has no hash index, or the bucket is shared by keys of several intervals.
+    Unknown,
+    /// No entry of the block has this user key.
+    Absent,
+    /// The key's first entry lies in the interval starting at this restart point.
+    Restart(usize),
+}
 
 /// Builds one block.
 #[derive(Debug)]
@@ -22,10 +64,13 @@ pub struct BlockBuilder {
     interval: usize,
     last_key: Vec<u8>,
     entries: usize,
+    /// `Some` for data blocks with a hash index: `(user-key hash, restart index)` per distinct user key.
+    hashed: Option<Vec<(u64, usize)>>,
 }
 
 impl BlockBuilder {
-    /// A builder with a restart point every `restart_interval` entries (at least 1).
+    /// A builder with a restart point every `restart_interval` entries (at least 1), without hash index
+    /// (index blocks, and every block of format version 1).
     pub fn new(restart_interval: usize) -> Self {
         BlockBuilder {
             buf: Vec::new(),
@@ -34,6 +79,16 @@ impl BlockBuilder {
             interval: restart_interval.max(1),
             last_key: Vec::new(),
             entries: 0,
+            hashed: None,
+        }
+    }
+
+    /// A builder of version-2 data blocks: keys are internal keys, and a block with at most
+    /// [`MAX_HASHED_RESTARTS`] restart points gets a hash index over its user keys.
+    pub fn with_hash_index(restart_interval: usize) -> Self {
+        BlockBuilder {
+            hashed: Some(Vec::new()),
+            ..Self::new(restart_interval)
         }
     }
 
@@ -52,6 +107,12 @@ impl BlockBuilder {
                 .take_while(|(a, b)| a == b)
                 .count()
         };
+        if let Some(h) = &mut self.hashed {
+            let user = ikey::user_key(key);
+            if self.entries == 0 || ikey::user_key(&self.last_key) != user {
+                h.push((user_key_hash(user), self.restarts.len() - 1));
+            }
+        }
         let unshared = key.get(shared..).unwrap_or(&[]);
         put_varint(&mut self.buf, shared as u64);
         put_varint(&mut self.buf, unshared.len() as u64);
@@ -74,18 +135,45 @@ impl BlockBuilder {
         &self.last_key
     }
 
-    /// Size of the block if finished now.
-    pub fn estimated_size(&self) -> usize {
-        self.buf.len() + self.restarts.len() * 4 + 4
+    /// Number of hash buckets the block would get if finished now (0 = no hash index).
+    fn num_buckets(&self) -> usize {
+        match &self.hashed {
+            Some(h) if !h.is_empty() && self.restarts.len() <= MAX_HASHED_RESTARTS => {
+                ((h.len() as f64 * BUCKETS_PER_KEY).ceil() as usize).clamp(1, u16::MAX as usize)
+            }
+            _ => 0,
+        }
     }
 
-    /// Appends the restart array and returns the finished block bytes.
+    /// Size of the block if finished now.
+    pub fn estimated_size(&self) -> usize {
+        let m = self.num_buckets();
+        self.buf.len() + self.restarts.len() * 4 + 4 + if m > 0 { m + 2 } else { 0 }
+    }
+
+    /// Appends the restart array (and the hash index, if any) and returns the finished block bytes.
     pub fn finish(&mut self) -> &[u8] {
         for r in &self.restarts {
             self.buf.extend_from_slice(&r.to_le_bytes());
         }
-        self.buf
-            .extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        let m = self.num_buckets();
+        let mut n = self.restarts.len() as u32;
+        if let (Some(h), true) = (&self.hashed, m > 0) {
+            let mut buckets = vec![BUCKET_EMPTY; m];
+            for &(hash, restart) in h {
+                if let Some(b) = buckets.get_mut(bucket_of(hash, m)) {
+                    *b = if *b == BUCKET_EMPTY || *b == restart as u8 {
+                        restart as u8
+                    } else {
+                        BUCKET_COLLISION
+                    };
+                }
+            }
+            self.buf.extend_from_slice(&buckets);
+            self.buf.extend_from_slice(&(m as u16).to_le_bytes());
+            n |= HASH_INDEX_FLAG;
+        }
+        self.buf.extend_from_slice(&n.to_le_bytes());
         &self.buf
     }
 
@@ -97,6 +185,9 @@ impl BlockBuilder {
         self.counter = 0;
         self.entries = 0;
         self.last_key.clear();
+        if let Some(h) = &mut self.hashed {
+            h.clear();
+        }
     }
 }
 
@@ -107,6 +198,9 @@ impl BlockBuilder {
 pub(crate) struct BlockCursor {
     restarts_off: usize,
     num_restarts: usize,
+    /// Offset and count of the hash buckets (count 0 = no hash index).
+    buckets_off: usize,
+    num_buckets: usize,
     /// Offset of the entry after the current one.
     next: usize,
     key: Vec<u8>,
@@ -115,17 +209,54 @@ pub(crate) struct BlockCursor {
 }
 
 impl BlockCursor {
-    /// Prepares to iterate over `data`, validating the restart array's framing.
+    /// Prepares to iterate over `data`, validating the restart array's framing (format version 1: no hash
+    /// index; the flag bit is an error).
     pub(crate) fn reset(&mut self, data: &[u8]) -> Result<(), String> {
+        self.reset_versioned(data, false)
+    }
+
+    /// Prepares to iterate over `data`; `hash_index_allowed` (format version 2 data blocks) accepts a hash
+    /// index, whose framing is validated too.
+    pub(crate) fn reset_versioned(
+        &mut self,
+        data: &[u8],
+        hash_index_allowed: bool,
+    ) -> Result<(), String> {
         self.valid = false;
         self.key.clear();
         let n_off = data
             .len()
             .checked_sub(4)
             .ok_or("block shorter than its restart count")?;
-        let n = get_u32(data, n_off).ok_or("block shorter than its restart count")? as usize;
+        let mut n = get_u32(data, n_off).ok_or("block shorter than its restart count")?;
+        let mut restarts_end = n_off;
+        self.num_buckets = 0;
+        self.buckets_off = 0;
+        if hash_index_allowed && n & HASH_INDEX_FLAG != 0 {
+            n &= !HASH_INDEX_FLAG;
+            let m_off = n_off
+                .checked_sub(2)
+                .ok_or("block shorter than its hash index")?;
+            let m = data
+                .get(m_off..n_off)
+                .and_then(|b| b.try_into().ok())
+                .map(u16::from_le_bytes)
+                .ok_or("block shorter than its hash index")? as usize;
+            let b_off = m_off
+                .checked_sub(m)
+                .ok_or_else(|| format!("hash index of {m} buckets exceeds the block"))?;
+            if m == 0 || n as usize > MAX_HASHED_RESTARTS {
+                return Err(format!(
+                    "hash index of {m} buckets over {n} restart points is malformed"
+                ));
+            }
+            self.num_buckets = m;
+            self.buckets_off = b_off;
+            restarts_end = b_off;
+        }
+        let n = n as usize;
         let restarts_len = n.checked_mul(4).ok_or("restart count overflows")?;
-        let restarts_off = n_off
+        let restarts_off = restarts_end
             .checked_sub(restarts_len)
             .ok_or_else(|| format!("restart count {n} exceeds the block ({} bytes)", data.len()))?;
         if n == 0 && restarts_off != 0 {
@@ -134,6 +265,45 @@ impl BlockCursor {
         self.restarts_off = restarts_off;
         self.num_restarts = n;
         self.next = 0;
+        Ok(())
+    }
+
+    /// What the block's hash index says about the user key with hash `h` (see [`user_key_hash`]).
+    #[inline]
+    pub(crate) fn hash_lookup(&self, data: &[u8], h: u64) -> Result<HashLookup, String> {
+        if self.num_buckets == 0 {
+            return Ok(HashLookup::Unknown);
+        }
+        let b = data
+            .get(self.buckets_off + bucket_of(h, self.num_buckets))
+            .copied()
+            .ok_or("hash bucket out of bounds")?;
+        match b {
+            BUCKET_EMPTY => Ok(HashLookup::Absent),
+            BUCKET_COLLISION => Ok(HashLookup::Unknown),
+            r if (r as usize) < self.num_restarts => Ok(HashLookup::Restart(r as usize)),
+            r => Err(format!(
+                "hash bucket names restart point {r} of {}",
+                self.num_restarts
+            )),
+        }
+    }
+
+    /// Positions at the first entry `>= target` (internal-key order) at or after restart point `r`, which the
+    /// caller knows to be at or before that entry (from [`BlockCursor::hash_lookup`]).
+    pub(crate) fn seek_from_restart(
+        &mut self,
+        data: &[u8],
+        r: usize,
+        target: &[u8],
+    ) -> Result<(), String> {
+        self.valid = false;
+        self.key.clear();
+        self.next = self.restart(data, r)?;
+        self.parse_next(data)?;
+        while self.valid && ikey::compare(&self.key, target) == Ordering::Less {
+            self.parse_next(data)?;
+        }
         Ok(())
     }
 
@@ -294,9 +464,35 @@ impl<'a> BlockIter<'a> {
         Ok(BlockIter { data, cursor })
     }
 
+    /// Opens a format-version-2 data block (which may carry a hash index), validating its framing.
+    pub fn new_v2(data: &'a [u8]) -> Result<Self, String> {
+        let mut cursor = BlockCursor::default();
+        cursor.reset_versioned(data, true)?;
+        Ok(BlockIter { data, cursor })
+    }
+
     /// Positions at the first entry.
     pub fn seek_to_first(&mut self) -> Result<(), String> {
         self.cursor.seek_to_first(self.data)
+    }
+
+    /// Point-lookup seek: positions at the first entry `>= target` (an internal key) when the block holds
+    /// the target's user key, using the hash index when there is one; returns false (position unspecified)
+    /// when the hash index proves the user key absent. Equivalent to [`BlockIter::seek`] for every entry of
+    /// that user key.
+    pub fn seek_for_get(&mut self, target: &[u8]) -> Result<bool, String> {
+        let h = user_key_hash(ikey::user_key(target));
+        match self.cursor.hash_lookup(self.data, h)? {
+            HashLookup::Absent => Ok(false),
+            HashLookup::Restart(r) => {
+                self.cursor.seek_from_restart(self.data, r, target)?;
+                Ok(true)
+            }
+            HashLookup::Unknown => {
+                self.cursor.seek(self.data, target)?;
+                Ok(true)
+            }
+        }
     }
 
     /// Positions at the first entry `>= target` (internal-key order).
@@ -363,6 +559,74 @@ mod tests {
         }
     }
 
+    fn ik(user: &[u8], seqno: u64) -> Vec<u8> {
+        let mut v = Vec::new();
+        ikey::encode(&mut v, user, seqno, ikey::ValueKind::Put);
+        v
+    }
+
+    #[test]
+    fn hash_index_point_seeks_agree_with_binary_search() {
+        for interval in [1usize, 2, 3, 16] {
+            // User keys with 1..=4 versions each, so versions span restart intervals.
+            let mut b = BlockBuilder::with_hash_index(interval);
+            let mut keys = Vec::new();
+            for u in 0..60u32 {
+                let user = format!("user{:03}", u * 2).into_bytes();
+                for v in 0..(u % 4 + 1) {
+                    let k = ik(&user, u64::from(100 - v * 10));
+                    b.add(&k, b"v");
+                    keys.push(k);
+                }
+            }
+            let data = b.finish().to_vec();
+            let n = get_u32(&data, data.len() - 4).unwrap();
+            assert!(
+                n & HASH_INDEX_FLAG != 0,
+                "interval {interval}: no hash index"
+            );
+            // A version-1 reader rejects the flagged block; a version-2 reader reads every entry.
+            assert!(BlockIter::new(&data).is_err());
+            let mut it = BlockIter::new_v2(&data).unwrap();
+            it.seek_to_first().unwrap();
+            for k in &keys {
+                assert_eq!(it.key(), &k[..]);
+                it.next().unwrap();
+            }
+            assert!(!it.valid());
+            let mut bin = BlockIter::new_v2(&data).unwrap();
+            for u in 0..121u32 {
+                let user = format!("user{u:03}").into_bytes();
+                for s in [5u64, 75, 95, 100, 200] {
+                    let target = ik(&user, s);
+                    bin.seek(&target).unwrap();
+                    let present = it.seek_for_get(&target).unwrap();
+                    let want_hit = bin.valid() && ikey::user_key(bin.key()) == &user[..];
+                    if want_hit {
+                        assert!(present, "{u} {s}: hash index lost the key");
+                    }
+                    if present && want_hit {
+                        assert_eq!(it.key(), bin.key(), "{u} {s}");
+                    }
+                    if present && !want_hit {
+                        assert!(!it.valid() || ikey::user_key(it.key()) != &user[..]);
+                    }
+                    if u % 2 == 1 {
+                        // Absent keys: mostly proven absent by an empty bucket (never a false hit).
+                        assert!(!bin.valid() || ikey::user_key(bin.key()) != &user[..]);
+                    }
+                }
+            }
+        }
+        // Blocks with too many restart points carry no hash index and stay version-1 compatible.
+        let mut b = BlockBuilder::with_hash_index(1);
+        for u in 0..(MAX_HASHED_RESTARTS as u32 + 1) {
+            b.add(&ik(&u.to_be_bytes(), 1), b"");
+        }
+        let data = b.finish().to_vec();
+        assert!(BlockIter::new(&data).is_ok());
+    }
+
     #[test]
     fn garbage_never_panics() {
         for len in 0..64usize {
@@ -373,6 +637,15 @@ mod tests {
                     let _ = it.next();
                 }
                 let _ = it.seek(b"abcdefghijkl");
+            }
+            let mut flagged = data.clone();
+            if let Some(last) = flagged.last_mut() {
+                *last |= 0x80;
+            }
+            if let Ok(mut it) = BlockIter::new_v2(&flagged) {
+                let _ = it.seek_to_first();
+                let _ = it.seek_for_get(b"abcdefghijkl");
+                let _ = it.seek_for_get(b"abc");
             }
         }
     }

@@ -1,14 +1,14 @@
 //! Low-level encoding shared by the SST writer and reader: varints, block handles, block trailers
 //! (codec byte + xxh3 checksum) and the footer. See `design/sst-format.md`.
 
-use std::sync::Arc;
-
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Magic number closing every SST file (`"KSTSST\0\x01"` as little-endian bytes).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"KSTSST\0\x01");
-/// Format version written by this code; the reader accepts exactly this version.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written by this code (2: data blocks may carry a hash index).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version the reader accepts (1: no hash indexes).
+pub const MIN_FORMAT_VERSION: u32 = 1;
 /// Bytes after each block payload: codec (1) + xxh3-64 checksum (8).
 pub const BLOCK_TRAILER_LEN: usize = 9;
 /// Size of the fixed footer at the end of the file.
@@ -166,8 +166,10 @@ pub fn checked_block(file: &[u8], handle: BlockHandle) -> Result<(u8, &[u8]), St
     Ok((codec, payload))
 }
 
-/// Decompresses a verified LZ4 payload into a new shared buffer (allocated once, no copy afterwards).
-pub fn decompress_lz4(payload: &[u8], offset: u64) -> Result<Arc<[u8]>, String> {
+/// Decompresses a verified LZ4 payload into `buf` (cleared first; a recycled buffer of enough capacity is
+/// not reallocated, otherwise capacity is reserved only after the length passed the plausibility check) and
+/// returns it holding exactly the block.
+pub fn decompress_lz4(payload: &[u8], offset: u64, mut buf: Vec<u8>) -> Result<Vec<u8>, String> {
     let ulen = get_u32(payload, 0).ok_or_else(|| {
         format!("block at offset {offset}: LZ4 payload shorter than its length prefix")
     })? as usize;
@@ -178,15 +180,24 @@ pub fn decompress_lz4(payload: &[u8], offset: u64) -> Result<Arc<[u8]>, String> 
             input.len()
         ));
     }
-    let mut out: Arc<[u8]> = std::iter::repeat_n(0u8, ulen).collect();
-    let buf = Arc::get_mut(&mut out).ok_or_else(|| "unshared buffer expected".to_string())?;
-    match lz4_flex::block::decompress_into(input, buf) {
-        Ok(n) if n == ulen => Ok(out),
+    buf.clear();
+    if buf.capacity() < ulen {
+        // Rounded up so that the buffer, once recycled by the block cache, fits most other blocks.
+        buf.reserve_exact(ulen.next_multiple_of(512));
+    }
+    buf.resize(ulen, 0);
+    match lz4_flex::block::decompress_into(input, &mut buf) {
+        Ok(n) if n == ulen => Ok(buf),
         Ok(n) => Err(format!(
             "block at offset {offset}: LZ4 produced {n} bytes, expected {ulen}"
         )),
         Err(e) => Err(format!("block at offset {offset}: LZ4 error: {e}")),
     }
+}
+
+/// The uncompressed length recorded in an LZ4 payload (0 if the payload is too short to hold it).
+pub fn lz4_uncompressed_len(payload: &[u8]) -> usize {
+    get_u32(payload, 0).map_or(0, |n| n as usize)
 }
 
 /// The fixed footer at the end of an SST file.
@@ -198,6 +209,8 @@ pub struct Footer {
     pub properties: BlockHandle,
     /// The index block.
     pub index: BlockHandle,
+    /// The format version (`MIN_FORMAT_VERSION..=FORMAT_VERSION`).
+    pub version: u32,
 }
 
 impl Footer {
@@ -215,7 +228,7 @@ impl Footer {
         for (i, v) in fields.iter().enumerate() {
             f[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
-        f[48..52].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        f[48..52].copy_from_slice(&self.version.to_le_bytes());
         // 52..56 reserved (zero).
         let sum = xxh3_64_with_seed(&f[..56], 0);
         f[56..64].copy_from_slice(&sum.to_le_bytes());
@@ -240,7 +253,7 @@ impl Footer {
             return Err("footer: checksum mismatch".into());
         }
         let version = get_u32(f, 48).unwrap_or(0);
-        if version != FORMAT_VERSION {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(format!("footer: unsupported format version {version}"));
         }
         if get_u32(f, 52) != Some(0) {
@@ -254,6 +267,7 @@ impl Footer {
             filter: h(0),
             properties: h(2),
             index: h(4),
+            version,
         })
     }
 }
@@ -286,6 +300,7 @@ mod tests {
             filter: BlockHandle { offset: 1, size: 2 },
             properties: BlockHandle { offset: 3, size: 4 },
             index: BlockHandle { offset: 5, size: 6 },
+            version: FORMAT_VERSION,
         };
         let mut file = vec![7u8; 10];
         file.extend_from_slice(&f.encode());

@@ -7,6 +7,7 @@
 //! never reused; [`crate::lsm::io::FileWriter`] creates with `O_EXCL`), never modified after `finish`, and
 //! deleted only by unlinking, which leaves existing maps valid. Checkpoints copy or hard-link, never rewrite.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -15,14 +16,14 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-use super::block::BlockCursor;
+use super::block::{user_key_hash, BlockCursor, HashLookup};
 use super::format::{
-    checked_block, decompress_lz4, locate_block, BlockHandle, Footer, BLOCK_TRAILER_LEN,
-    CODEC_NONE, FOOTER_LEN,
+    checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
+    BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN,
 };
 use super::{bloom, properties, SstProperties};
 use crate::lsm::cache::BlockCache;
-use crate::lsm::ikey;
+use crate::lsm::ikey::{self, ValueKind};
 use crate::lsm::slice::ValueSlice;
 use crate::lsm::LsmError;
 
@@ -62,11 +63,16 @@ pub struct SstReader {
     backing: Backing,
     properties: SstProperties,
     index: Vec<IndexEntry>,
+    /// `key_prefix` of each index entry's last key, in index order (non-decreasing): the index binary search
+    /// runs over this dense array and compares whole keys only among entries sharing the target's prefix.
+    index_prefixes: Box<[u64]>,
     /// Byte range of the filter payload in the file, if the file has a filter.
     filter: Option<(usize, usize)>,
     cache: Arc<BlockCache>,
     /// One bit per data block: its checksum was verified (raw blocks, served from the map).
     verified: Box<[AtomicU64]>,
+    /// Format version 2 or later: data blocks may carry a hash index.
+    hashed_blocks: bool,
 }
 
 impl SstReader {
@@ -176,6 +182,7 @@ impl SstReader {
                 ));
             }
         }
+        let index_prefixes = index.iter().map(|e| key_prefix(&e.last_key)).collect();
         let verified = (0..index.len().div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
@@ -185,9 +192,11 @@ impl SstReader {
             backing,
             properties,
             index,
+            index_prefixes,
             filter,
             cache,
             verified,
+            hashed_blocks: footer.version >= 2,
         }))
     }
 
@@ -249,21 +258,139 @@ impl SstReader {
         corruption(&self.path, detail)
     }
 
+    /// Index of the first data block whose last internal key is `>= target_ikey` (`data_blocks()` if none).
+    ///
+    /// Binary search over the dense prefix array first; whole keys are compared only among the (usually zero
+    /// or one) entries whose prefix equals the target's.
+    fn find_block(&self, target_ikey: &[u8]) -> usize {
+        let tp = key_prefix(target_ikey);
+        let lo = self.index_prefixes.partition_point(|&p| p < tp);
+        let rest = self.index_prefixes.get(lo..).unwrap_or(&[]);
+        // Ties are rare (blocks whose last keys share the target's 8-byte prefix) and adjacent to `lo`:
+        // look at a few neighbours before a second binary search (which cost ~14 more cache misses per
+        // lookup at 10M keys).
+        let hi = lo
+            + match rest.iter().take(8).position(|&p| p != tp) {
+                Some(n) => n,
+                None => rest.partition_point(|&p| p == tp),
+            };
+        let ties = self.index.get(lo..hi).unwrap_or(&[]);
+        lo + ties.partition_point(|e| ikey::compare(&e.last_key, target_ikey) == Ordering::Less)
+    }
+
+    /// Point lookup: visits the versions of `user_key` with seqno `<= seqno` in this file, newest first, as
+    /// `visit(seqno, kind, value)` until `visit` returns false. `lookup_ikey` is the internal key sorting
+    /// before every such version (`user_key` + trailer `(seqno << 8) | 0xFF`). Returns false if `visit`
+    /// stopped the walk, true if the file holds no further version (the caller goes on with older sources).
+    ///
+    /// The dedicated path of `Db::get`: no iterator is built; one index search, one block (more only when the
+    /// versions of the key continue into the next block), one restart-point binary search, and a scan that
+    /// reuses a per-thread key buffer, so a lookup allocates nothing.
+    pub fn get(
+        &self,
+        user_key: &[u8],
+        lookup_ikey: &[u8],
+        seqno: u64,
+        visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
+    ) -> Result<bool, LsmError> {
+        POINT_CURSOR.with(|c| match c.try_borrow_mut() {
+            Ok(mut cursor) => self.get_with(&mut cursor, user_key, lookup_ikey, seqno, visit),
+            // Re-entered from `visit` (not done by the engine): use a fresh cursor.
+            Err(_) => self.get_with(
+                &mut BlockCursor::default(),
+                user_key,
+                lookup_ikey,
+                seqno,
+                visit,
+            ),
+        })
+    }
+
+    fn get_with(
+        &self,
+        cursor: &mut BlockCursor,
+        user_key: &[u8],
+        lookup_ikey: &[u8],
+        seqno: u64,
+        visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
+    ) -> Result<bool, LsmError> {
+        let mut idx = self.find_block(lookup_ikey);
+        let mut first = true;
+        while idx < self.index.len() {
+            let block = self.data_block(idx)?;
+            let berr = |e: String| {
+                let off = self.index.get(idx).map_or(0, |i| i.handle.offset);
+                self.corruption(format!("data block at offset {off}: {e}"))
+            };
+            cursor
+                .reset_versioned(&block, self.hashed_blocks)
+                .map_err(berr)?;
+            if first {
+                first = false;
+                // The first entry >= lookup_ikey is in this block if the file has one; if its hash bucket
+                // says the user key is absent, the file holds no version of it.
+                match cursor
+                    .hash_lookup(&block, user_key_hash(user_key))
+                    .map_err(berr)?
+                {
+                    HashLookup::Absent => return Ok(true),
+                    HashLookup::Restart(r) => cursor
+                        .seek_from_restart(&block, r, lookup_ikey)
+                        .map_err(berr)?,
+                    HashLookup::Unknown => cursor.seek(&block, lookup_ikey).map_err(berr)?,
+                }
+            } else {
+                cursor.seek_to_first(&block).map_err(berr)?;
+            }
+            while cursor.valid() {
+                let Some(p) = ikey::parse(cursor.key()) else {
+                    return Err(berr("malformed internal key".into()));
+                };
+                if p.user_key != user_key {
+                    return Ok(true);
+                }
+                if p.seqno <= seqno {
+                    let range = cursor.value_range();
+                    let value = || block.slice(range.clone()).unwrap_or_default();
+                    if !visit(p.seqno, p.kind, &value) {
+                        return Ok(false);
+                    }
+                }
+                cursor.next(&block).map_err(berr)?;
+            }
+            idx += 1;
+        }
+        Ok(true)
+    }
+
     /// The decompressed contents of data block `idx`: a view into the map for raw blocks, the cached block
-    /// otherwise. Checksums are verified before decompression (raw blocks once per reader).
+    /// otherwise. Checksums are verified before decompression (raw blocks once per reader); a cached block was
+    /// verified when it entered the cache and is not verified again.
+    ///
+    /// A raw block already verified (its bit in `verified`) is served from the map at once. Otherwise the cache
+    /// is probed before the file is touched: only verified LZ4 blocks are ever cached, and reading the codec
+    /// byte from the map first would cost a cache (and often TLB) miss on every hit.
     fn data_block(&self, idx: usize) -> Result<ValueSlice, LsmError> {
         let handle = self
             .index
             .get(idx)
             .ok_or_else(|| self.corruption(format!("data block {idx} is not in the index")))?
             .handle;
+        let (word, bit) = (idx / 64, 1u64 << (idx % 64));
+        let flag = self.verified.get(word);
+        let raw_verified = flag.is_some_and(|f| f.load(AtomicOrdering::Relaxed) & bit != 0);
+        if !raw_verified {
+            if let Some(block) = self.cache.get(self.file_number, handle.offset) {
+                let len = block.len();
+                return ValueSlice::from_shared_vec(block, 0..len)
+                    .ok_or_else(|| self.corruption("cached block view".into()));
+            }
+        }
         let file = self.backing.bytes();
         let (codec, start, end) =
             locate_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
         if codec == CODEC_NONE {
-            let (word, bit) = (idx / 64, 1u64 << (idx % 64));
-            let flag = self.verified.get(word);
-            if flag.is_none_or(|f| f.load(AtomicOrdering::Relaxed) & bit == 0) {
+            if !raw_verified {
                 checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
                 if let Some(f) = flag {
                     f.fetch_or(bit, AtomicOrdering::Relaxed);
@@ -273,19 +400,22 @@ impl SstReader {
                 self.corruption(format!("data block at offset {start} out of bounds"))
             });
         }
-        if let Some(block) = self.cache.get(self.file_number, handle.offset) {
-            let len = block.len();
-            return ValueSlice::from_shared(block, 0..len)
-                .ok_or_else(|| self.corruption("cached block view".into()));
-        }
         let (_, payload) =
             checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
-        let block = decompress_lz4(payload, handle.offset)
-            .map_err(|e| self.corruption(format!("data {e}")))?;
+        let buf = self.cache.take_buffer(
+            self.file_number,
+            handle.offset,
+            lz4_uncompressed_len(payload),
+        );
+        let block = Arc::new(
+            decompress_lz4(payload, handle.offset, buf)
+                .map_err(|e| self.corruption(format!("data {e}")))?,
+        );
         self.cache
             .insert(self.file_number, handle.offset, Arc::clone(&block));
         let len = block.len();
-        ValueSlice::from_shared(block, 0..len).ok_or_else(|| self.corruption("block view".into()))
+        ValueSlice::from_shared_vec(block, 0..len)
+            .ok_or_else(|| self.corruption("block view".into()))
     }
 }
 
@@ -298,6 +428,25 @@ impl std::fmt::Debug for SstReader {
             .field("data_blocks", &self.index.len())
             .finish()
     }
+}
+
+thread_local! {
+    /// The block cursor (and its key buffer) reused by every point lookup on this thread.
+    static POINT_CURSOR: RefCell<BlockCursor> = RefCell::new(BlockCursor::default());
+}
+
+/// The first 8 bytes of an internal key's user key, zero-padded, as a big-endian integer. For internal keys
+/// `a`, `b`: `key_prefix(a) < key_prefix(b)` implies `ikey::compare(a, b) == Less` (zero padding keeps the
+/// bytewise order of user keys; equal prefixes decide nothing).
+#[inline]
+fn key_prefix(internal_key: &[u8]) -> u64 {
+    let user = ikey::user_key(internal_key);
+    let mut b = [0u8; 8];
+    let n = user.len().min(8);
+    if let (Some(dst), Some(src)) = (b.get_mut(..n), user.get(..n)) {
+        dst.copy_from_slice(src);
+    }
+    u64::from_be_bytes(b)
 }
 
 fn corruption(path: &Path, detail: String) -> LsmError {
@@ -313,7 +462,7 @@ fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, String>
     if codec == CODEC_NONE {
         Ok(payload.to_vec())
     } else {
-        Ok(decompress_lz4(payload, handle.offset)?.to_vec())
+        decompress_lz4(payload, handle.offset, Vec::new())
     }
 }
 
@@ -383,7 +532,7 @@ impl SstIter {
         self.block = self.reader.data_block(idx)?;
         self.block_idx = idx;
         self.cursor
-            .reset(&self.block)
+            .reset_versioned(&self.block, self.reader.hashed_blocks)
             .map_err(|e| self.block_err(e))?;
         Ok(true)
     }
@@ -439,10 +588,7 @@ impl SstIter {
     pub fn seek(&mut self, target_ikey: &[u8]) -> Result<(), LsmError> {
         let r = (|| {
             self.valid = false;
-            let idx = self
-                .reader
-                .index
-                .partition_point(|e| ikey::compare(&e.last_key, target_ikey) == Ordering::Less);
+            let idx = self.reader.find_block(target_ikey);
             if !self.load_block(idx)? {
                 return Ok(());
             }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::block::BlockBuilder;
-use super::format::{block_trailer, BlockHandle, Footer, CODEC_LZ4, CODEC_NONE};
+use super::format::{block_trailer, BlockHandle, Footer, CODEC_LZ4, CODEC_NONE, FORMAT_VERSION};
 use super::{
     bloom, properties, Compression, PropertiesCollector, SstMeta, SstOptions, SstProperties,
 };
@@ -54,7 +54,7 @@ impl SstWriter {
         Ok(SstWriter {
             path: path.to_path_buf(),
             out,
-            block: BlockBuilder::new(options.restart_interval),
+            block: BlockBuilder::with_hash_index(options.restart_interval),
             index: BlockBuilder::new(1),
             options,
             collector,
@@ -157,7 +157,10 @@ impl SstWriter {
     /// Writes the last data block, filter, properties, index and footer, and fsyncs the file.
     pub fn finish(mut self) -> Result<SstMeta, LsmError> {
         self.flush_block()?;
-        let mut footer = Footer::default();
+        let mut footer = Footer {
+            version: FORMAT_VERSION,
+            ..Footer::default()
+        };
         if self.options.bloom_bits_per_key > 0 {
             let filter = bloom::build(&self.bloom_hashes, self.options.bloom_bits_per_key);
             footer.filter = write_block(
