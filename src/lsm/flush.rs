@@ -122,7 +122,6 @@ pub(crate) fn open_file(
 /// or when the operator declines (`None`: the operands are written as they are).
 pub(crate) fn write_memtable(db: &DbInner, mem: &MemTable) -> Result<Vec<Arc<FileMeta>>, LsmError> {
     let mut out = Outputs::new(db, None);
-    let mut err = None;
     let op = match &db.opts.merge_operator {
         Some(op)
             if db.opts.compaction_filter_factory.is_none()
@@ -133,16 +132,7 @@ pub(crate) fn write_memtable(db: &DbInner, mem: &MemTable) -> Result<Vec<Arc<Fil
         _ => None,
     };
     let Some(op) = op else {
-        mem.for_each(|k, v| match out.add(k, v) {
-            Ok(()) => true,
-            Err(e) => {
-                err = Some(e);
-                false
-            }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
+        mem.try_for_each(|k, v| out.add(k, v))?;
         return out.finish();
     };
     let mut snaps = db.snapshots.seqnos();
@@ -168,40 +158,28 @@ pub(crate) fn write_memtable(db: &DbInner, mem: &MemTable) -> Result<Vec<Arc<Fil
             }
             Ok(())
         };
-    mem.for_each(|k, v| {
-        let r = (|| {
-            let p = ikey::parse(k).ok_or_else(|| LsmError::Corruption {
-                file: String::from("<memtable>"),
-                detail: format!("malformed internal key {k:?}"),
-            })?;
-            let joins = p.kind == ikey::ValueKind::Merge
-                && run.first().is_some_and(|(rk, _)| {
-                    ikey::user_key(rk) == p.user_key && stripe(p.seqno) == run_stripe
-                });
-            if !joins {
-                flush_run(&mut run, &mut out)?;
-            }
-            if p.kind == ikey::ValueKind::Merge {
-                if run.is_empty() {
-                    run_stripe = stripe(p.seqno);
-                }
-                run.push((k.to_vec(), v.to_vec()));
-                Ok(())
-            } else {
-                out.add(k, v)
-            }
-        })();
-        match r {
-            Ok(()) => true,
-            Err(e) => {
-                err = Some(e);
-                false
-            }
+    mem.try_for_each(|k, v| {
+        let p = ikey::parse(k).ok_or_else(|| LsmError::Corruption {
+            file: String::from("<memtable>"),
+            detail: format!("malformed internal key {k:?}"),
+        })?;
+        let joins = p.kind == ikey::ValueKind::Merge
+            && run.first().is_some_and(|(rk, _)| {
+                ikey::user_key(rk) == p.user_key && stripe(p.seqno) == run_stripe
+            });
+        if !joins {
+            flush_run(&mut run, &mut out)?;
         }
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+        if p.kind == ikey::ValueKind::Merge {
+            if run.is_empty() {
+                run_stripe = stripe(p.seqno);
+            }
+            run.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        } else {
+            out.add(k, v)
+        }
+    })?;
     flush_run(&mut run, &mut out)?;
     out.finish()
 }

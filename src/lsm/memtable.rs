@@ -477,17 +477,19 @@ impl MemTable {
         }
     }
 
-    /// Calls `f` for every entry in internal-key order.
-    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8]) -> bool) {
+    /// Calls `f` for every entry (internal key, value) in internal-key order; stops at the first error.
+    pub fn try_for_each<E>(
+        &self,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let guard = epoch::pin();
         let mut cur = self.list.front(&guard);
         while let Some(e) = cur {
             let entry = e.key();
-            if !f(entry.ikey(), entry.value()) {
-                break;
-            }
+            f(entry.ikey(), entry.value())?;
             cur = e.next();
         }
+        Ok(())
     }
 }
 
