@@ -341,9 +341,20 @@ impl DbInner {
         Ok(())
     }
 
-    /// Reads `key` as of `seqno`.
-    pub fn get_at_seqno(&self, key: &[u8], seqno: u64) -> Result<Option<ValueSlice>> {
+    /// The read view and the seqno to read at: `seqno`, or (`None`) the latest one, loaded *after* the view
+    /// is taken. In the other order a reader preempted between the two loads could meet a view in which a
+    /// flush or compaction already folded versions at or below its seqno into newer ones (a flush's partial
+    /// merge of operands, a compaction's dropped shadowed versions), since only registered snapshots are
+    /// protected; as RocksDB's `GetImpl` does, the view comes first.
+    fn read_view(&self, seqno: Option<u64>) -> (Arc<SuperVersion>, u64) {
         let sv = self.current_sv();
+        let seqno = seqno.unwrap_or_else(|| self.last_seqno.load(Ordering::SeqCst));
+        (sv, seqno)
+    }
+
+    /// Reads `key` as of `seqno` (`None`: the latest).
+    pub fn get_at_seqno(&self, key: &[u8], seqno: Option<u64>) -> Result<Option<ValueSlice>> {
+        let (sv, seqno) = self.read_view(seqno);
         let guard = epoch::pin();
         Ok(match self.lookup(&sv, &guard, key, seqno)? {
             Got::Missing => None,
@@ -353,10 +364,15 @@ impl DbInner {
         })
     }
 
-    /// Reads `key` as of `seqno` into `out` (cleared first); returns whether the key has a value. A value
+    /// Reads `key` as of `seqno` (`None`: the latest) into `out` (cleared first); returns whether the key has a value. A value
     /// found in a memtable is copied straight into `out`, so a warm buffer means no allocation.
-    pub fn get_into_at_seqno(&self, key: &[u8], seqno: u64, out: &mut Vec<u8>) -> Result<bool> {
-        let sv = self.current_sv();
+    pub fn get_into_at_seqno(
+        &self,
+        key: &[u8],
+        seqno: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<bool> {
+        let (sv, seqno) = self.read_view(seqno);
         let guard = epoch::pin();
         out.clear();
         match self.lookup(&sv, &guard, key, seqno)? {
@@ -952,20 +968,18 @@ impl Db {
 
     /// Reads the latest value of `key` (zero-copy when it sits in an uncompressed SST block).
     pub fn get(&self, key: &[u8]) -> Result<Option<ValueSlice>> {
-        let seq = self.inner.last_seqno.load(Ordering::SeqCst);
-        self.inner.get_at_seqno(key, seq)
+        self.inner.get_at_seqno(key, None)
     }
 
     /// Reads the latest value of `key` into `out` (cleared first); returns whether `key` has a value.
     /// Cheaper than [`Db::get`] for values in memtables: they are copied into `out`, never allocated.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        let seq = self.inner.last_seqno.load(Ordering::SeqCst);
-        self.inner.get_into_at_seqno(key, seq, out)
+        self.inner.get_into_at_seqno(key, None, out)
     }
 
     /// Reads `key` as of `snapshot`.
     pub fn get_at(&self, key: &[u8], snapshot: &Snapshot) -> Result<Option<ValueSlice>> {
-        self.inner.get_at_seqno(key, snapshot.seqno())
+        self.inner.get_at_seqno(key, Some(snapshot.seqno()))
     }
 
     /// A snapshot of the current state.
@@ -978,11 +992,12 @@ impl Db {
 
     /// An iterator (unpositioned: call `seek` or `seek_to_first`).
     pub fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
+        // The read view before the latest seqno (see `DbInner::read_view`).
+        let (mems, version) = self.inner.super_version();
         let (snapshot, hold) = match ro.snapshot {
             Some(s) => (s.seqno(), Some(self.inner.snapshots.acquire(s.seqno()))),
             None => (self.inner.last_seqno.load(Ordering::SeqCst), None),
         };
-        let (mems, version) = self.inner.super_version();
         DbIter::new(IterParts {
             mems,
             version,
@@ -1083,5 +1098,48 @@ impl Db {
 impl Drop for Db {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod review_tests {
+    use super::*;
+    use crate::lsm::merge::ListAppendOperator;
+
+    /// A latest-value read preempted between taking its view and looking up, while a memtable is switched
+    /// and flushed, still sees every operand up to its seqno, although the flush's partial merge moves older
+    /// operands to the run's newest seqno, above the reader's. (Loading the seqno before the view, as `get`
+    /// did, is shown to lose the operand.)
+    #[test]
+    fn review_stale_seqno_get_after_partial_merge_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            merge_operator: Some(Arc::new(ListAppendOperator)),
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        db.merge(b"k", b"x").unwrap();
+        // The reader takes its view here (`read_view`: the view, then the latest seqno) ...
+        let (sv, seq) = db.inner.read_view(None);
+        // ... the writer appends and the memtable is flushed (partial merge: `x,y` at the newer seqno) ...
+        db.merge(b"k", b"y").unwrap();
+        db.flush().unwrap();
+        // ... then the reader looks up at its seqno in its view: it still sees `x`.
+        let guard = epoch::pin();
+        let got = match db.inner.lookup(&sv, &guard, b"k", seq).unwrap() {
+            Got::Mem(v) => Some(v.to_vec()),
+            Got::Slice(v) => Some(v.to_vec()),
+            Got::Owned(v) => Some(v),
+            Got::Missing => None,
+        };
+        assert_eq!(got.as_deref(), Some(&b"x"[..]));
+        // The old order (seqno first, view after the flush) loses `x`: the flushed file holds `x,y` at the
+        // newer seqno only.
+        let late = db.inner.get_at_seqno(b"k", Some(seq)).unwrap();
+        assert_eq!(late.map(|v| v.to_vec()), None);
+        assert_eq!(
+            db.get(b"k").unwrap().map(|v| v.to_vec()),
+            Some(b"x,y".to_vec())
+        );
     }
 }
