@@ -1102,7 +1102,7 @@ impl Drop for Db {
 }
 
 #[cfg(test)]
-mod review_tests {
+mod read_view_tests {
     use super::*;
     use crate::lsm::merge::ListAppendOperator;
 
@@ -1111,7 +1111,7 @@ mod review_tests {
     /// operands to the run's newest seqno, above the reader's. (Loading the seqno before the view, as `get`
     /// did, is shown to lose the operand.)
     #[test]
-    fn review_stale_seqno_get_after_partial_merge_flush() {
+    fn a_read_at_a_seqno_loaded_before_a_partial_merge_flush_keeps_every_element() {
         let dir = tempfile::tempdir().unwrap();
         let opts = Options {
             merge_operator: Some(Arc::new(ListAppendOperator)),
