@@ -551,6 +551,13 @@ impl RocksDbBackend {
         self.holder.db.path()
     }
 
+    /// Writes `key_ns | user_key` (a map entry's key) into the reusable key buffer.
+    fn set_map_key(&mut self, key_ns: &[u8], user_key: &[u8]) {
+        self.key_buf.clear();
+        self.key_buf.extend_from_slice(key_ns);
+        self.key_buf.extend_from_slice(user_key);
+    }
+
     /// Checks the state id, its kind against the operation (map operations on map states, the others on
     /// the rest) and the key group.
     #[inline]
@@ -743,9 +750,7 @@ impl StateBackend for RocksDbBackend {
         user_key: &[u8],
     ) -> Result<Option<&[u8]>> {
         self.check(state, kg, true, "map_get")?;
-        self.key_buf.clear();
-        self.key_buf.extend_from_slice(key_ns);
-        self.key_buf.extend_from_slice(user_key);
+        self.set_map_key(key_ns, user_key);
         let db = &self.holder.db;
         let cf = cf_handle(db, &self.cf_names, state)?;
         let found = db
@@ -770,9 +775,7 @@ impl StateBackend for RocksDbBackend {
         value: &[u8],
     ) -> Result<()> {
         self.check(state, kg, true, "map_put")?;
-        self.key_buf.clear();
-        self.key_buf.extend_from_slice(key_ns);
-        self.key_buf.extend_from_slice(user_key);
+        self.set_map_key(key_ns, user_key);
         let db = &self.holder.db;
         let cf = cf_handle(db, &self.cf_names, state)?;
         db.put_cf_opt(&cf, &self.key_buf, value, &self.write_opts)
@@ -787,9 +790,7 @@ impl StateBackend for RocksDbBackend {
         user_key: &[u8],
     ) -> Result<()> {
         self.check(state, kg, true, "map_remove")?;
-        self.key_buf.clear();
-        self.key_buf.extend_from_slice(key_ns);
-        self.key_buf.extend_from_slice(user_key);
+        self.set_map_key(key_ns, user_key);
         let db = &self.holder.db;
         let cf = cf_handle(db, &self.cf_names, state)?;
         db.delete_cf_opt(&cf, &self.key_buf, &self.write_opts)

@@ -106,27 +106,21 @@ impl FixedMap {
         (self.tail_len == 0 || pack(t) == self.tail).then(|| pack(h))
     }
 
-    /// An empty map of the same shape.
-    fn clone_shape(&self) -> FixedMap {
-        FixedMap {
-            head: self.head,
-            tail_len: self.tail_len,
-            tail: self.tail,
-            vlen: self.vlen,
-            map: hashbrown::HashMap::with_hasher(FastHasher::default()),
-        }
-    }
-
     /// The whole key of a packed head: `head | tail`.
     #[inline]
     fn key_bytes(&self, k: u64) -> ([u8; 16], usize) {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&k.to_be_bytes());
-        let head = self.head as usize;
-        let tail_len = self.tail_len as usize;
-        b[head..head + tail_len].copy_from_slice(&self.tail.to_be_bytes()[..tail_len]);
-        (b, head + tail_len)
+        join_key(k, self.head, self.tail_len, self.tail)
     }
+}
+
+/// `head | tail` of a [`FixedMap`] key: the first `head` bytes of packed head `k`, then the packed tail.
+#[inline]
+fn join_key(k: u64, head: u8, tail_len: u8, tail: u64) -> ([u8; 16], usize) {
+    let (head, tail_len) = (head as usize, tail_len as usize);
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&k.to_be_bytes());
+    b[head..head + tail_len].copy_from_slice(&tail.to_be_bytes()[..tail_len]);
+    (b, head + tail_len)
 }
 
 /// `bytes` (at most 8) left-aligned in a big-endian `u64`, zero padded.
@@ -240,19 +234,12 @@ impl KvMap {
         match current {
             None | Some(0) => self.put(key, elements),
             Some(len) => {
+                // A fixed map holds values of one length only and this one grows, so `prepare` turns a
+                // fixed map into bytes (it is not empty: it holds `key`).
                 self.prepare(key, len + 1 + elements.len());
-                match self {
-                    KvMap::Bytes(m) => {
-                        if let Some(v) = m.get_mut(key) {
-                            v.extend(&[&[delimiter], elements]);
-                        }
-                    }
-                    // Unreachable in practice (`prepare` saw a longer value), but correct anyway.
-                    KvMap::Fixed(_) => {
-                        let mut v = self.get(key).map(<[u8]>::to_vec).unwrap_or_default();
-                        v.push(delimiter);
-                        v.extend_from_slice(elements);
-                        self.put(key, &v);
+                if let KvMap::Bytes(m) = self {
+                    if let Some(v) = m.get_mut(key) {
+                        v.extend(&[&[delimiter], elements]);
                     }
                 }
             }
@@ -343,10 +330,9 @@ impl KvTable for CowTable {
         let mut replaced: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         match Arc::make_mut(&mut self.0) {
             KvMap::Fixed(m) => {
-                let vl = m.vlen as usize;
-                let shape = m.clone_shape();
+                let (vl, head, tail_len, tail) = (m.vlen as usize, m.head, m.tail_len, m.tail);
                 m.map.retain(|k, v| {
-                    let (kb, kl) = shape.key_bytes(*k);
+                    let (kb, kl) = join_key(*k, head, tail_len, tail);
                     match f(&kb[..kl], &v[..vl]) {
                         Rewrite::Keep => true,
                         Rewrite::Remove => false,
