@@ -8,8 +8,8 @@
 //! ```
 //!
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
-//! default 0.5), `BENCH_ROUNDS` (default 2; the best round is reported), `BENCH_SP_KEYS` (savepoint keys,
-//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint), `BENCH_KINDS`
+//! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
+//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
 //! (comma-separated backends: heap,lsm,rocksdb), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off).
 //!
@@ -288,6 +288,7 @@ struct Cfg {
     rounds: usize,
     sp_keys: usize,
     only: Option<Vec<String>>,
+    op_only: Option<Vec<String>>,
 }
 
 impl Cfg {
@@ -301,13 +302,23 @@ impl Cfg {
         Cfg {
             ops: get("BENCH_OPS", 300_000),
             secs: get("BENCH_SECS", 0.5),
-            rounds: get("BENCH_ROUNDS", 2),
+            rounds: get("BENCH_ROUNDS", 3),
             sp_keys: get("BENCH_SP_KEYS", 1_000_000),
             only: std::env::var("BENCH_ONLY")
                 .ok()
                 .map(|s| s.split(',').map(str::to_string).collect()),
+            op_only: std::env::var("BENCH_OP")
+                .ok()
+                .map(|s| s.split(',').map(str::to_string).collect()),
         }
     }
+    /// Whether op `name` runs (`BENCH_OP`: comma-separated op names, e.g. for profiling one op).
+    fn wants_op(&self, name: &str) -> bool {
+        self.op_only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|s| s == name))
+    }
+
     fn wants(&self, section: &str) -> bool {
         self.only
             .as_ref()
@@ -323,10 +334,10 @@ struct Bench<H> {
     counter: u64,
 }
 
-/// Results: op name → per backend, the best sample over rounds.
+/// Results: op name → per backend, every sample over rounds; the median (by wall rate) is reported.
 struct Results {
     kinds: Vec<Kind>,
-    rows: Vec<(String, Vec<Sample>)>,
+    rows: Vec<(String, Vec<Vec<Sample>>)>,
 }
 
 impl Results {
@@ -336,14 +347,18 @@ impl Results {
             Some(i) => i,
             None => {
                 self.rows
-                    .push((op.to_string(), vec![Sample::default(); self.kinds.len()]));
+                    .push((op.to_string(), vec![Vec::new(); self.kinds.len()]));
                 self.rows.len() - 1
             }
         };
-        let best = &mut self.rows[row].1[k];
-        if best.ops == 0 || s.wall_rate() > best.wall_rate() {
-            *best = s;
-        }
+        self.rows[row].1[k].push(s);
+    }
+
+    /// The median sample of one cell by `rate` (the upper median for an even count).
+    fn median(samples: &[Sample], rate: impl Fn(&Sample) -> f64) -> Sample {
+        let mut v = samples.to_vec();
+        v.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+        v.get(v.len() / 2).copied().unwrap_or_default()
     }
 
     fn print(&self, cpu: bool) {
@@ -364,9 +379,10 @@ impl Results {
         }
         println!("---:|---:|");
         let (mut log_sum, mut n) = (0.0f64, 0usize);
-        for (op, samples) in &self.rows {
+        for (op, cells) in &self.rows {
+            let samples: Vec<Sample> = cells.iter().map(|c| Self::median(c, rate)).collect();
             print!("| {op} |");
-            for s in samples {
+            for s in &samples {
                 print!(" {:.0} |", rate(s) / 1000.0);
             }
             match (lsm, rdb) {
@@ -418,7 +434,11 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     }
     for round in 0..cfg.rounds {
         for op in ["valueUpdate", "valueAdd", "valueGet"] {
+            if !cfg.wants_op(op) {
+                continue;
+            }
             for bi in rotation(benches.len(), round) {
+                quiesce(&mut benches)?;
                 let b: &mut Bench<ValueState<LongSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
@@ -476,7 +496,11 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             "listAppend",
             "listAddAll",
         ] {
+            if !cfg.wants_op(op) {
+                continue;
+            }
             for bi in rotation(benches.len(), round) {
+                quiesce(&mut benches)?;
                 let b: &mut Bench<ListState<LongSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
@@ -568,7 +592,11 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 "mapKeys" | "mapValues" | "mapEntries" | "mapIterator" => MAP_KEY_COUNT as u64,
                 _ => 1,
             };
+            if !cfg.wants_op(op) {
+                continue;
+            }
             for bi in rotation(benches.len(), round) {
+                quiesce(&mut benches)?;
                 let b: &mut Bench<MapState<LongSerializer, DoubleSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops / per_op, cfg.secs, per_op, |i| {
@@ -631,6 +659,15 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 res.record(op, b.kind, s);
             }
         }
+    }
+    Ok(())
+}
+
+/// Waits for every backend's background flushes and compactions, so that no sample pays for work left by
+/// an earlier sample (of the same or another backend: on 2 cores they compete).
+fn quiesce<H>(benches: &mut [Bench<H>]) -> Result<()> {
+    for b in benches {
+        b.store.backend_mut().wait_for_background_work()?;
     }
     Ok(())
 }
@@ -720,7 +757,7 @@ fn main() -> Result<()> {
     let data = Data::new();
     println!("# keyed-state state backends (Flink state micro-benchmarks)\n");
     println!(
-        "machine: {} cores, load average at start {}; ops per sample ≤ {} or ≤ {} s; {} rounds, best round shown, backend order rotated per round",
+        "machine: {} cores, load average at start {}; ops per sample ≤ {} or ≤ {} s; {} rounds, median round shown, backends idle before each sample, backend order rotated per round",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         loadavg(),
         cfg.ops,
@@ -747,11 +784,13 @@ fn main() -> Result<()> {
     }
     if !res.rows.is_empty() {
         println!(
-            "\n## Throughput, k ops/s by wall time (best of {} rounds)\n",
+            "\n## Throughput, k ops/s by wall time (median of {} rounds; backends idle before each sample)\n",
             cfg.rounds
         );
         res.print(false);
-        println!("\n## Throughput, k ops/s by thread CPU time (same samples)\n");
+        println!(
+            "\n## Throughput, k ops/s by thread CPU time (median of the same rounds by CPU rate)\n"
+        );
         res.print(true);
     }
     if cfg.wants("savepoint") {

@@ -631,6 +631,10 @@ impl StateBackend for LsmBackend {
         Ok(n)
     }
 
+    fn wait_for_background_work(&mut self) -> Result<()> {
+        Ok(self.shared.db.wait_for_background_work()?)
+    }
+
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
         // Synchronous part: register the current sequence number (O(1)); compaction keeps every version it
         // reads until the snapshot is dropped, and range deletes stop dropping whole files under it.

@@ -153,6 +153,13 @@ pub trait StateBackend: Send {
     /// The number of stored entries over all states (map entries count one each).
     fn num_entries(&mut self) -> Result<u64>;
 
+    /// Waits until the background work the backend has queued (memtable flushes, compactions) is done. A
+    /// caller timing one phase uses it so that the phase does not pay for work left by an earlier one.
+    /// Backends without background work return at once.
+    fn wait_for_background_work(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// The synchronous part of a snapshot: pins the current state and returns a view that can be read (on any
     /// thread) while this backend keeps changing.
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>>;

@@ -950,6 +950,15 @@ impl StateBackend for RocksDbBackend {
         Ok(n)
     }
 
+    fn wait_for_background_work(&mut self) -> Result<()> {
+        let mut opts = rocksdb::WaitForCompactOptions::default();
+        opts.set_flush(false);
+        self.holder
+            .db
+            .wait_for_compact(&opts)
+            .map_err(|e| rdb_error("waiting for flushes and compactions".to_string(), e))
+    }
+
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
         Ok(Box::new(RocksDbSnapshot::new(
             Arc::clone(&self.holder),

@@ -585,6 +585,25 @@ impl DbInner {
         }
     }
 
+    /// Waits until no immutable memtable is left and automatic compaction has nothing to do and is not
+    /// running (RocksDB's `WaitForCompact`). Writes arriving meanwhile may start new work.
+    pub fn wait_for_background_work(&self) -> Result<()> {
+        loop {
+            self.wait_flushed()?;
+            // A compaction in progress holds this lock; taking it waits for that compaction to finish.
+            let _idle = self.compaction_lock.lock();
+            let mut st = self.state.lock();
+            if let Some(e) = &st.bg_error {
+                return Err(LsmError::Background(Arc::clone(e)));
+            }
+            if st.imm.is_empty() && !compaction::needs_compaction(&st.version, &self.opts) {
+                return Ok(());
+            }
+            drop(_idle);
+            self.cv.wait(&mut st);
+        }
+    }
+
     /// Drops files that lie entirely inside `[start, end)` and hold only data older than the range
     /// tombstone `seqno`, when no snapshot could still read them. Skipped if a compaction runs for longer
     /// than 200 ms (the tombstone alone is correct; this only reclaims space early).
@@ -1017,6 +1036,11 @@ impl Db {
             self.inner.make_room(&mut w, true)?;
         }
         self.inner.wait_flushed()
+    }
+
+    /// Waits until pending flushes are done and automatic compaction is idle (RocksDB's `WaitForCompact`).
+    pub fn wait_for_background_work(&self) -> Result<()> {
+        self.inner.wait_for_background_work()
     }
 
     /// Flushes, then compacts all files into the deepest level, and waits for it.
