@@ -1011,3 +1011,22 @@ fn flush_partial_merges_operand_runs_but_not_across_snapshots_or_range_tombstone
     assert_eq!(operands_per_file(dir.path()), vec![3]);
     assert_eq!(get(&db, b"r").as_deref(), Some(&b"y,z"[..]));
 }
+
+#[test]
+fn waiting_for_background_work_leaves_no_pending_flush_or_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let value = [7u8; 100];
+    for i in 0..20_000u32 {
+        db.put(&i.to_be_bytes(), &value).unwrap();
+    }
+    db.wait_for_background_work().unwrap();
+    let s = db.stats();
+    assert_eq!(s.immutable_memtables, 0, "{s:?}");
+    assert!(s.flushes > 0, "the writes filled several memtables: {s:?}");
+    assert!(
+        s.level_files[0] < small_opts().l0_compaction_trigger,
+        "L0 below its compaction trigger: {s:?}"
+    );
+    assert_eq!(get(&db, &19_999u32.to_be_bytes()), Some(value.to_vec()));
+}
