@@ -85,6 +85,20 @@ fn cpu_clock(clock: libc::clockid_t) -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// Peak `RssAnon` of this process in KiB, kept by [`start_anon_sampler`].
+static PEAK_ANON_KIB: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Starts a thread that samples `RssAnon` every 10 ms into [`PEAK_ANON_KIB`]: the peak of heap and other
+/// anonymous memory, without the file pages that `VmHWM` also counts (our SSTs are memory-mapped, so every
+/// block read counts in `VmHWM`, while RocksDB's `pread` page cache does not).
+fn start_anon_sampler() {
+    std::thread::spawn(|| loop {
+        let kib = (status_mib("RssAnon:") * 1024.0) as u64;
+        PEAK_ANON_KIB.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    });
+}
+
 /// `VmHWM` and `VmRSS` of this process in MiB.
 fn memory_mib() -> (f64, f64) {
     (status_mib("VmHWM:"), status_mib("VmRSS:"))
@@ -453,11 +467,17 @@ impl Meter {
             status_mib("RssAnon:"),
             status_mib("RssFile:")
         );
+        println!(
+            "STAT peak_anon_mib_{} {:.1}",
+            p.name,
+            PEAK_ANON_KIB.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0
+        );
         p
     }
 }
 
 fn run_child(engine: &str, n: u64, cache_bytes: usize, base: &Path) {
+    start_anon_sampler();
     let dir = base.join(format!("{engine}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("bench dir");
@@ -813,6 +833,25 @@ fn main() {
             label,
             min(&ours.phase(phase, HWM)),
             min(&rocks.phase(phase, HWM)),
+            &mem,
+            false,
+        );
+    }
+    for (label, phase) in [
+        (
+            "peak anonymous memory (RssAnon, sampled every 10 ms) during puts",
+            "put",
+        ),
+        (
+            "peak anonymous memory (RssAnon, sampled every 10 ms) whole run",
+            "get_merged",
+        ),
+    ] {
+        let key = format!("peak_anon_mib_{phase}");
+        row(
+            label,
+            min(&ours.stat(&key)),
+            min(&rocks.stat(&key)),
             &mem,
             false,
         );
