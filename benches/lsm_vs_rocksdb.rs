@@ -162,6 +162,8 @@ trait Engine {
     fn checkpoint(&self, dir: &Path);
     /// Bytes written by flushes and compactions so far, as the engine counts them (if it does).
     fn background_bytes_written(&self) -> Option<u64>;
+    /// Seconds writes have waited for flushes and compactions so far (write stalls), as the engine reports.
+    fn write_stall_secs(&self) -> Option<f64>;
     fn describe(&self) -> String;
 }
 
@@ -238,6 +240,9 @@ mod ours {
         fn background_bytes_written(&self) -> Option<u64> {
             let s = self.db.stats();
             Some(s.flush_bytes_written + s.compaction_bytes_written)
+        }
+        fn write_stall_secs(&self) -> Option<f64> {
+            Some(self.db.stats().write_stall_micros as f64 * 1e-6)
         }
         fn describe(&self) -> String {
             self.opts.clone()
@@ -358,6 +363,17 @@ mod rocks {
             // Statistics tickers are not used (their overhead, and their numbering differs between
             // RocksDB releases); the process-level `write_bytes` stands for both engines.
             None
+        }
+        fn write_stall_secs(&self) -> Option<f64> {
+            // `rocksdb.dbstats`: "Cumulative stall: HH:MM:SS.sss H:M:S, p percent".
+            let stats = self.db.property_value("rocksdb.dbstats").ok()??;
+            let line = stats.lines().find(|l| l.starts_with("Cumulative stall:"))?;
+            let hms = line.split_whitespace().nth(2)?;
+            let mut secs = 0.0;
+            for part in hms.split(':') {
+                secs = secs * 60.0 + part.parse::<f64>().ok()?;
+            }
+            Some(secs)
         }
         fn describe(&self) -> String {
             // The options RocksDB itself recorded (OPTIONS-* file), the lines that matter for the comparison.
@@ -497,6 +513,9 @@ fn run_child(engine: &str, n: u64, cache_bytes: usize, base: &Path) {
         e.put(&key(i), &v);
     }
     m.stop("put", n, n * (KEY_LEN + VALUE_LEN) as u64);
+    if let Some(t) = e.write_stall_secs() {
+        println!("STAT stall_secs_put {t:.3}");
+    }
 
     // 2. Flush + full compaction.
     let m = Meter::start();
@@ -510,6 +529,7 @@ fn run_child(engine: &str, n: u64, cache_bytes: usize, base: &Path) {
     if let Some(b) = e.background_bytes_written() {
         println!("STAT wamp_put_engine {:.4}", b as f64 / user as f64);
     }
+
     println!("STAT disk_bytes {}", dir_bytes(&db_dir, false));
     println!("STAT sst_bytes {}", dir_bytes(&db_dir, true));
 
@@ -557,6 +577,9 @@ fn run_child(engine: &str, n: u64, cache_bytes: usize, base: &Path) {
         e.merge(&key(n + l), &t.to_le_bytes());
     }
     m.stop("merge", n, n * (KEY_LEN + ELEM_LEN) as u64);
+    if let Some(t) = e.write_stall_secs() {
+        println!("STAT stall_secs_through_merge {t:.3}");
+    }
 
     // 8. Get of merged lists after a flush (operands resolved on read; no manual compaction).
     e.flush();
@@ -879,6 +902,17 @@ fn main() {
         "  our engine-counted write amplification (flush + compaction bytes / user bytes): puts {} | whole run {}",
         list(&ours.stat("wamp_put_engine"), |x| format!("{x:.2}")),
         list(&ours.stat("wamp_all_engine"), |x| format!("{x:.2}"))
+    );
+    println!(
+        "  write stall s (puts | puts through merges): ours {} | {} ; rocksdb {} | {}",
+        list(&ours.stat("stall_secs_put"), |x| format!("{x:.2}")),
+        list(&ours.stat("stall_secs_through_merge"), |x| format!(
+            "{x:.2}"
+        )),
+        list(&rocks.stat("stall_secs_put"), |x| format!("{x:.2}")),
+        list(&rocks.stat("stall_secs_through_merge"), |x| format!(
+            "{x:.2}"
+        ))
     );
     println!(
         "  sst bytes: ours {} | rocksdb {}",

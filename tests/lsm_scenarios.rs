@@ -417,6 +417,8 @@ fn write_stall_when_l0_deep() {
     }
     let s = db.stats();
     assert!(s.write_stalls > 0, "{s:?}");
+    // Each stall waits at least for one slow (30 ms) compaction to start and finish.
+    assert!(s.write_stall_micros >= 10_000, "{s:?}");
     // Writes stop at 3 L0 files; the (at most 2) memtables already queued may still land.
     assert!(s.level_files[0] <= 3 + 2, "{s:?}");
     assert_eq!(get(&db, b"k01499").as_deref(), Some(&[b'x'; 64][..]));

@@ -48,6 +48,8 @@ pub struct DbStats {
     pub trivial_moves: u64,
     /// Number of times a write waited for flush or compaction.
     pub write_stalls: u64,
+    /// Microseconds writes spent waiting for flush or compaction.
+    pub write_stall_micros: u64,
     /// Number of files dropped whole by `delete_range`.
     pub files_dropped_by_range_delete: u64,
     /// Files per level.
@@ -83,6 +85,7 @@ pub(crate) struct Counters {
     pub compactions: AtomicU64,
     pub trivial_moves: AtomicU64,
     pub stalls: AtomicU64,
+    pub stall_micros: AtomicU64,
     pub files_dropped: AtomicU64,
 }
 
@@ -647,7 +650,24 @@ impl DbInner {
         w: &mut WriterState,
         force_switch: bool,
     ) -> Result<Arc<MemTable>> {
-        let mut stalled = false;
+        let mut stalled: Option<std::time::Instant> = None;
+        let res = self.make_room_or_stall(w, force_switch, &mut stalled);
+        if let Some(t) = stalled {
+            let micros = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.counters
+                .stall_micros
+                .fetch_add(micros, Ordering::Relaxed);
+        }
+        res
+    }
+
+    /// [`make_room`](Self::make_room); sets `stalled` to when it first had to wait.
+    fn make_room_or_stall(
+        &self,
+        w: &mut WriterState,
+        force_switch: bool,
+        stalled: &mut Option<std::time::Instant>,
+    ) -> Result<Arc<MemTable>> {
         let mut st = self.state.lock();
         loop {
             if let Some(e) = &st.bg_error {
@@ -664,8 +684,8 @@ impl DbInner {
                         .max(self.opts.l0_compaction_trigger);
             let full = st.mem.approximate_bytes() >= self.opts.memtable_size;
             if !force_switch && l0_deep {
-                if !stalled {
-                    stalled = true;
+                if stalled.is_none() {
+                    *stalled = Some(std::time::Instant::now());
                     self.counters.stalls.fetch_add(1, Ordering::Relaxed);
                 }
                 self.cv.wait(&mut st);
@@ -675,8 +695,8 @@ impl DbInner {
                 return Ok(Arc::clone(&st.mem));
             }
             if !force_switch && st.imm.len() >= self.opts.max_immutable_memtables {
-                if !stalled {
-                    stalled = true;
+                if stalled.is_none() {
+                    *stalled = Some(std::time::Instant::now());
                     self.counters.stalls.fetch_add(1, Ordering::Relaxed);
                 }
                 self.cv.wait(&mut st);
@@ -1068,6 +1088,7 @@ impl Db {
             compactions: c.compactions.load(Ordering::Relaxed),
             trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
             write_stalls: c.stalls.load(Ordering::Relaxed),
+            write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
             files_dropped_by_range_delete: c.files_dropped.load(Ordering::Relaxed),
             level_files: st.version.levels.iter().map(|l| l.len()).collect(),
             level_bytes: st.version.level_bytes(),
