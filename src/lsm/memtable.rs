@@ -1,18 +1,24 @@
-//! The in-memory write buffer: a lock-free skiplist of internal keys with memory accounting.
+//! The in-memory write buffer: a lock-free skiplist with one node per user key, each node holding the key's
+//! versions as a chain (newest first), a point index from user key to node, and memory accounting.
 //!
-//! Entries live *inside* the skiplist nodes: an entry whose internal key and value fit in
-//! [`INLINE_CAP`] bytes (every entry of the state backends' fixed-width keys) is stored inline, so an insert
-//! is one allocation (the node) and a search step touches one node, not a node plus a separate key buffer.
-//! Searches build their probe entry on the stack. Readers walk the list with an epoch guard (no reference
-//! counting per step); [`MemCursor`] is a reference-counted cursor for iterators that outlive a guard.
+//! Entries live *inside* the skiplist nodes and versions: an entry whose internal key and value fit in
+//! [`INLINE_CAP`] bytes (every entry of the state backends' fixed-width keys) is stored inline, so a new key
+//! is one allocation (the node, holding its first version) and each further version of a key one more (a
+//! [`Version`] pushed onto the node's chain). An update of a key already in the table finds its node through
+//! the point index (open addressing, one probe of usually one cache line) and pushes a version: no skiplist
+//! search. A point lookup is an index probe and a walk down the chain; the skiplist is searched only for new
+//! keys and when the index does not know a key (its probe window is full). Readers walk the list with an
+//! epoch guard (no reference counting per step); [`MemCursor`] is a reference-counted cursor for iterators
+//! that outlive a guard. The internal-key view (user key ascending, seqno descending) is the same as a
+//! skiplist of internal keys: nodes in user-key order, each chain newest first.
 
 use std::cmp::Ordering;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 pub(crate) use crossbeam_epoch as epoch;
-use crossbeam_skiplist::base::{Entry, RefEntry, SkipList};
+use crossbeam_skiplist::base::{RefEntry, SkipList};
 use parking_lot::RwLock;
 
 use super::ikey::{self, ValueKind};
@@ -104,28 +110,6 @@ impl MemEntry {
         }
     }
 
-    /// The probe that sorts before every version of `user_key` with seqno `<= snapshot`.
-    #[inline]
-    fn probe(user_key: &[u8], snapshot: u64) -> Self {
-        Self::new(user_key, (snapshot.min(ikey::MAX_SEQNO) << 8) | 0xFF, &[])
-    }
-
-    /// The probe equal to internal key `ikey` (a seek target).
-    #[inline]
-    fn probe_ikey(ikey: &[u8]) -> Self {
-        let split = ikey.len().saturating_sub(ikey::TRAILER_LEN);
-        let (uk, t) = ikey.split_at(split);
-        match <[u8; 8]>::try_from(t) {
-            Ok(t) => Self::new(uk, u64::from_be_bytes(t), &[]),
-            // Not a whole internal key (never produced by the engine): compare it as given.
-            Err(_) => MemEntry::Heap {
-                klen: ikey.len() as u32,
-                word: key_word(ikey::user_key(ikey)),
-                buf: ikey.into(),
-            },
-        }
-    }
-
     /// The internal key.
     #[inline]
     pub fn ikey(&self) -> &[u8] {
@@ -165,6 +149,29 @@ impl MemEntry {
             MemEntry::Heap { word, .. } => Some(*word),
             _ => None,
         }
+    }
+
+    /// Orders by user key alone (the order of the skiplist's nodes, [`Chain`]).
+    #[inline]
+    fn cmp_user_key(&self, other: &Self) -> Ordering {
+        // A long key's first word is inline: compare words before reading its heap buffer (a zero pad only
+        // ever stands for "the key ended here", so different words order the keys).
+        if self.heap_word().is_some() || other.heap_word().is_some() {
+            let (x, y) = (self.first_word(), other.first_word());
+            if x != y {
+                return x.cmp(&y);
+            }
+        }
+        compare_user_keys(ikey::user_key(self.ikey()), ikey::user_key(other.ikey()))
+    }
+
+    /// The trailer `(seqno << 8) | kind` (0 for a malformed key, never stored).
+    #[inline]
+    fn trailer(&self) -> u64 {
+        let k = self.ikey();
+        k.get(k.len().saturating_sub(ikey::TRAILER_LEN)..)
+            .and_then(|t| <[u8; 8]>::try_from(t).ok())
+            .map_or(0, u64::from_be_bytes)
     }
 }
 
@@ -245,120 +252,351 @@ impl PartialOrd for MemEntry {
     }
 }
 
-/// Bytes a skiplist node costs beyond its [`MemEntry`]: reference count and height (8), the tower (8 per
-/// level, 2 levels on average), the allocator's header and rounding (measured: `memtable_bytes_per_entry`).
-const NODE_OVERHEAD: usize = 35;
+/// One user key's node in the skiplist: the key's versions in this table, newest first.
+///
+/// The version that created the node (the oldest one in this table) lives in the node itself (`first`), so
+/// a new key costs one allocation as before; each later version is one heap [`Version`] pushed at `head`.
+/// The chain is `head -> ... -> (the oldest pushed version, whose next is null) -> first`, in internal-key
+/// order (seqno descending) because versions are only ever pushed newer than every version already there
+/// ([`MemTable::add`] checks it). Published versions are never changed, and none is freed before the node.
+pub(crate) struct Chain {
+    /// The newest pushed version; null while `first` is the only one.
+    head: AtomicPtr<Version>,
+    /// The oldest version, whose user key orders the node.
+    first: MemEntry,
+}
 
-/// The memory an entry with an internal key of `klen` bytes and a value of `vlen` bytes takes, as allocated:
-/// its node, plus the heap buffer of a large entry (as [`MemEntry::new`] lays it out).
-#[inline]
-fn charge(klen: usize, vlen: usize) -> usize {
-    let node = std::mem::size_of::<MemEntry>() + NODE_OVERHEAD;
-    // glibc: an 8-byte header, rounded up to 16 bytes.
-    let heap = |n: usize| (n + 8).next_multiple_of(16);
-    if klen + vlen <= INLINE_CAP {
-        node
-    } else if klen <= KEY_INLINE_CAP {
-        node + heap(vlen)
-    } else {
-        node + heap(klen + vlen)
+/// A version pushed onto a [`Chain`]: one heap allocation, immutable once published.
+struct Version {
+    /// The next older pushed version; null: the chain's `first`. Written before publication, never after.
+    next: AtomicPtr<Version>,
+    entry: MemEntry,
+}
+
+/// A position in a [`Chain`]: its node's own version or a pushed one.
+#[derive(Clone, Copy)]
+enum Pos<'a> {
+    First,
+    Pushed(&'a Version),
+}
+
+impl<'a> Pos<'a> {
+    /// The next older version of the same chain.
+    #[inline]
+    fn older(self) -> Option<Pos<'a>> {
+        match self {
+            Pos::First => None,
+            Pos::Pushed(v) => Some(v.older().map_or(Pos::First, Pos::Pushed)),
+        }
     }
 }
 
-/// A lock-free register-blocked Bloom filter over a memtable's user keys: each key sets up to
-/// [`BLOOM_PROBES`] bits in one 64-bit word, so a check is one load and an insert at most one atomic OR —
-/// instead of a skiplist search (many node visits, each a likely cache miss) when the key is not in the
-/// table, the common case for every memtable but the one holding a key's newest version.
-struct MemBloom {
-    words: Box<[AtomicU64]>,
+impl Version {
+    /// The next older pushed version (None: the chain's `first` comes next).
+    #[inline]
+    fn older(&self) -> Option<&Version> {
+        let p = self.next.load(AtomicOrdering::Acquire);
+        // SAFETY: a non-null `next` was set by `Chain::push` to a version of the same chain (from
+        // `Box::into_raw`, fully written before the Release store that published it, which happens-before
+        // the Acquire load that led here). Versions are never changed or freed until `Chain::drop` frees the
+        // whole chain at once, so the older version lives at least as long as `self`, which bounds the borrow.
+        unsafe { p.as_ref() }
+    }
 }
 
-/// Bits set per key (within one 64-bit word; fewer when two probes coincide).
-const BLOOM_PROBES: u32 = 6;
-
-/// The hash a [`MemBloom`] is probed with (computed once per lookup, shared by all memtables).
-#[inline]
-pub(crate) fn bloom_hash(user_key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(user_key)
-}
-
-impl MemBloom {
-    /// A filter with `bits` bits (rounded up to whole words, at least one).
-    fn new(bits: usize) -> Self {
-        let n = bits.div_ceil(64).max(1);
-        MemBloom {
-            words: (0..n).map(|_| AtomicU64::new(0)).collect(),
+impl Chain {
+    /// A node for a new key, holding its first version.
+    #[inline]
+    fn new(first: MemEntry) -> Self {
+        Chain {
+            head: AtomicPtr::new(std::ptr::null_mut()),
+            first,
         }
     }
 
-    /// The word and the bit mask of hash `h`.
+    /// A search probe equal to every node of `user_key`.
     #[inline]
-    fn slot(&self, h: u64) -> (&AtomicU64, u64) {
-        // fastrange on the low 32 bits picks the word; 6-bit groups of a remixed hash pick the bits.
-        let i = ((h & 0xFFFF_FFFF) * self.words.len() as u64) >> 32;
-        let word = self
-            .words
-            .get(i as usize)
-            .or_else(|| self.words.first())
-            .unwrap_or(&EMPTY_WORD);
-        let x = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mask = (0..BLOOM_PROBES).fold(0u64, |m, j| m | 1 << ((x >> (28 + 6 * j)) & 63));
-        (word, mask)
+    fn probe(user_key: &[u8]) -> Self {
+        Self::new(MemEntry::new(user_key, 0, &[]))
     }
 
+    /// The user key.
     #[inline]
-    fn may_contain(&self, h: u64) -> bool {
-        let (word, mask) = self.slot(h);
-        word.load(AtomicOrdering::Relaxed) & mask == mask
+    fn user_key(&self) -> &[u8] {
+        ikey::user_key(self.first.ikey())
     }
 
-    /// Bytes allocated.
-    fn bytes(&self) -> usize {
-        self.words.len() * 8
+    /// The newest version.
+    #[inline]
+    fn newest(&self) -> Pos<'_> {
+        let p = self.head.load(AtomicOrdering::Acquire);
+        // SAFETY: a non-null `head` was stored by `push` from `Box::into_raw` after the version was fully
+        // written (Release; this load is Acquire). Pushed versions are never changed and are freed only by
+        // `Chain::drop` (`&mut self`), so the version lives at least as long as this borrow of `self`.
+        match unsafe { p.as_ref() } {
+            Some(v) => Pos::Pushed(v),
+            None => Pos::First,
+        }
+    }
+
+    /// The entry at `pos` (a position in this chain).
+    #[inline]
+    fn entry<'a>(&'a self, pos: Pos<'a>) -> &'a MemEntry {
+        match pos {
+            Pos::First => &self.first,
+            Pos::Pushed(v) => &v.entry,
+        }
+    }
+
+    /// The first position whose internal key is `>= (this user key, trailer)`: skips the versions with a
+    /// larger trailer (newer). None: every version is newer.
+    #[inline]
+    fn seek(&self, trailer: u64) -> Option<Pos<'_>> {
+        let mut pos = Some(self.newest());
+        while let Some(p) = pos {
+            if self.entry(p).trailer() <= trailer {
+                break;
+            }
+            pos = p.older();
+        }
+        pos
+    }
+
+    /// Publishes `entry` as the newest version. Only the table's single writer calls this, and `entry` must
+    /// be newer (larger trailer) than every version already in the chain.
+    #[inline]
+    fn push(&self, entry: MemEntry) {
+        let v = Box::new(Version {
+            next: AtomicPtr::new(self.head.load(AtomicOrdering::Relaxed)),
+            entry,
+        });
+        self.head.store(Box::into_raw(v), AtomicOrdering::Release);
     }
 }
 
-/// Never used (a filter has at least one word); keeps the probe path free of panics.
-static EMPTY_WORD: AtomicU64 = AtomicU64::new(0);
+impl Drop for Chain {
+    fn drop(&mut self) {
+        let mut p = *self.head.get_mut();
+        while !p.is_null() {
+            // SAFETY: every pointer in the pushed part of the chain came from `Box::into_raw` in `push` and
+            // appears exactly once in it; `&mut self` means no reader holds a position in this chain any more
+            // (readers borrow the table, cursors hold an `Arc` of it, and the skiplist drops its nodes only
+            // when the table is dropped — nodes are never removed), so each version is freed exactly once.
+            let mut v = unsafe { Box::from_raw(p) };
+            p = *v.next.get_mut();
+        }
+    }
+}
+
+impl PartialEq for Chain {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Chain {}
+
+impl PartialOrd for Chain {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Chain {
+    /// By user key: one node per user key.
+    #[inline]
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.first.cmp_user_key(&other.first)
+    }
+}
+
+/// Bytes a skiplist node costs beyond its [`Chain`]: reference count and height (8), the tower (8 per level,
+/// 2 levels on average), the allocator's header and rounding (measured: `memtable_bytes_per_entry`, 85.3 B
+/// per small new key with the 48-byte `Chain`).
+const NODE_OVERHEAD: usize = 37;
+
+/// glibc's cost of an allocation of `n` bytes: an 8-byte header, rounded up to 16 bytes (at least 32).
+#[inline]
+fn heap(n: usize) -> usize {
+    (n + 8).next_multiple_of(16).max(32)
+}
+
+/// The heap buffer of a [`MemEntry`] with an internal key of `klen` bytes and a value of `vlen` bytes, as
+/// [`MemEntry::new`] lays it out (0 when it is all inline).
+#[inline]
+fn entry_heap(klen: usize, vlen: usize) -> usize {
+    if klen + vlen <= INLINE_CAP {
+        0
+    } else if klen <= KEY_INLINE_CAP {
+        heap(vlen)
+    } else {
+        heap(klen + vlen)
+    }
+}
+
+/// The memory a new key's node takes, as allocated (its first version inline).
+#[inline]
+fn charge_node(klen: usize, vlen: usize) -> usize {
+    std::mem::size_of::<Chain>() + NODE_OVERHEAD + entry_heap(klen, vlen)
+}
+
+/// The memory a pushed version takes, as allocated.
+#[inline]
+fn charge_version(klen: usize, vlen: usize) -> usize {
+    heap(std::mem::size_of::<Version>()) + entry_heap(klen, vlen)
+}
+
+/// The hash a memtable's point index is probed with (computed once per lookup, shared by all memtables).
+#[inline]
+pub(crate) fn key_hash(user_key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(user_key)
+}
+
+/// Point-index slots per byte of memtable capacity: one 8-byte slot per 64 bytes, so the index takes 1/8
+/// of the budget, and a table of only distinct small keys (≈ 84 bytes each) fills to a load of ≈ 0.6.
+const BYTES_PER_SLOT: usize = 64;
+
+/// Slots a probe looks at before giving up ("don't know": the caller searches the skiplist).
+const PROBE_WINDOW: usize = 32;
+
+/// Bits of a slot holding the node's address (user-space addresses of x86-64 and AArch64 Linux fit).
+const ADDR_BITS: u32 = 48;
+const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
+
+/// The address part of a slot whose node's address does not fit in [`ADDR_BITS`]: "a key with this tag is
+/// only in the skiplist" (never a node's address: nodes are 8-aligned).
+const POISON: u64 = 1;
+
+/// The tag a slot keeps of a key's [`key_hash`] `h`: its low bits.
+#[inline]
+fn tag(h: u64) -> u64 {
+    h & (u64::MAX >> ADDR_BITS)
+}
+
+/// What a probe of the point index found.
+enum Probe<'a> {
+    /// The key's node.
+    Found(&'a Chain),
+    /// Not found in the window. `sure`: the key is not in the table (the probe reached an empty slot, where
+    /// the key's insert would have gone). `free`: that empty slot.
+    Missing { free: Option<usize>, sure: bool },
+}
 
 /// A memtable. Entries are never removed; the whole table is dropped after it is flushed.
+///
+/// One writer at a time calls [`add`](Self::add) (the engine's write lock serialises every write, and the
+/// WAL replay is single-threaded), concurrently with any number of readers.
 pub(crate) struct MemTable {
-    list: SkipList<MemEntry, ()>,
+    /// One node per user key, by user key. Only `get_or_insert` is ever called on it (never `insert` or
+    /// `remove`, which could unlink a node): nodes live until the table is dropped.
+    list: SkipList<Chain, ()>,
+    /// Point index, open addressing with linear probing over a fixed number of slots: 0 (empty) or
+    /// `tag << 48 | address` of a node of `list` (`tag`: the low 16 bits of [`key_hash`]). Written only by
+    /// the writer, each slot once (0 -> value, Release); read with Acquire. Empty when sized for nothing.
+    index: Box<[AtomicU64]>,
     bytes: AtomicUsize,
     max_seqno: AtomicU64,
     range_dels: RwLock<Vec<RangeTombstone>>,
     /// Number of range tombstones, read without the lock (most memtables hold none).
     range_del_count: AtomicUsize,
-    /// Filter over the user keys of point entries (`None`: off).
-    bloom: Option<MemBloom>,
     /// The WAL file that holds this memtable's writes (0 without a WAL).
     pub wal_number: u64,
+    /// Set while `add` runs (debug builds): catches a second concurrent writer.
+    #[cfg(debug_assertions)]
+    writing: std::sync::atomic::AtomicBool,
 }
 
 impl MemTable {
-    /// An empty memtable logging to WAL `wal_number`, without a key filter.
+    /// An empty memtable logging to WAL `wal_number`, without a point index (lookups search the skiplist).
     pub fn new(wal_number: u64) -> Self {
-        Self::with_bloom(wal_number, 0, 0)
+        Self::with_capacity(wal_number, 0)
     }
 
-    /// An empty memtable logging to WAL `wal_number` with a key filter of `bits_per_key` bits for the
-    /// entries `capacity_bytes` holds (0: no filter). The filter's memory is charged to the table.
-    pub fn with_bloom(wal_number: u64, capacity_bytes: usize, bits_per_key: usize) -> Self {
-        let bloom = (bits_per_key > 0 && capacity_bytes > 0)
-            .then(|| MemBloom::new(capacity_bytes / charge(0, 0) * bits_per_key));
+    /// An empty memtable logging to WAL `wal_number` with a point index sized for a table of
+    /// `capacity_bytes` (one slot per [`BYTES_PER_SLOT`] bytes). The index's memory is charged to the table.
+    pub fn with_capacity(wal_number: u64, capacity_bytes: usize) -> Self {
+        let slots = capacity_bytes / BYTES_PER_SLOT;
+        let index: Box<[AtomicU64]> = (0..slots).map(|_| AtomicU64::new(0)).collect();
         Self {
             list: SkipList::new(epoch::default_collector().clone()),
-            bytes: AtomicUsize::new(bloom.as_ref().map_or(0, MemBloom::bytes)),
-            bloom,
+            bytes: AtomicUsize::new(std::mem::size_of_val(&*index)),
+            index,
             max_seqno: AtomicU64::new(0),
             range_dels: RwLock::new(Vec::new()),
             range_del_count: AtomicUsize::new(0),
             wal_number,
+            #[cfg(debug_assertions)]
+            writing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// Inserts one entry.
+    /// Looks `user_key` (hash `h`) up in the point index.
+    #[inline]
+    fn probe(&self, user_key: &[u8], h: u64) -> Probe<'_> {
+        let n = self.index.len();
+        let tag = tag(h);
+        // fastrange: the high bits of `h` pick the home slot (the tag is its low bits).
+        let mut i = ((u128::from(h) * n as u128) >> 64) as usize;
+        let mut sure = true;
+        for _ in 0..PROBE_WINDOW.min(n) {
+            let Some(slot) = self.index.get(i) else { break };
+            let s = slot.load(AtomicOrdering::Acquire);
+            if s == 0 {
+                return Probe::Missing {
+                    free: Some(i),
+                    sure,
+                };
+            }
+            if s >> ADDR_BITS == tag {
+                let addr = s & ADDR_MASK;
+                if addr == POISON {
+                    sure = false;
+                } else {
+                    // SAFETY: a slot's address is only ever that of a `Chain` inside a node of `self.list`
+                    // (`publish`), stored with Release after the node was inserted, loaded here with Acquire.
+                    // Nodes are never removed from the list (only `get_or_insert` is called on it) and are
+                    // freed when the list is dropped with the table, so the node outlives this borrow of
+                    // `self`; a `Chain` is only mutated through atomics.
+                    let chain = unsafe { &*(addr as usize as *const Chain) };
+                    if chain.user_key() == user_key {
+                        return Probe::Found(chain);
+                    }
+                }
+            }
+            i += 1;
+            if i == n {
+                i = 0;
+            }
+        }
+        Probe::Missing {
+            free: None,
+            sure: false,
+        }
+    }
+
+    /// Records `chain` (a node of `self.list`, user key hash `h`) in the free slot `i` a probe returned.
+    /// Writer only; the slot is still empty (slots are only written by the writer).
+    #[inline]
+    fn publish(&self, i: usize, h: u64, chain: &Chain) {
+        let tag = tag(h);
+        let addr = chain as *const Chain as usize as u64;
+        let addr = if addr & !ADDR_MASK == 0 { addr } else { POISON };
+        if let Some(slot) = self.index.get(i) {
+            debug_assert_eq!(slot.load(AtomicOrdering::Relaxed), 0);
+            slot.store(tag << ADDR_BITS | addr, AtomicOrdering::Release);
+        }
+    }
+
+    /// Inserts one entry. Callers are serialised (one writer at a time), and for each user key the seqnos
+    /// increase from one call to the next (the engine assigns seqnos in write order under its write lock).
     pub fn add(&self, seqno: u64, kind: ValueKind, key: &[u8], value: &[u8]) {
+        #[cfg(debug_assertions)]
+        assert!(
+            !self.writing.swap(true, AtomicOrdering::Acquire),
+            "concurrent MemTable::add"
+        );
         if kind == ValueKind::RangeDelete {
             let mut t = self.range_dels.write();
             t.push(RangeTombstone {
@@ -368,32 +606,45 @@ impl MemTable {
             });
             self.range_del_count.store(t.len(), AtomicOrdering::Release);
         }
-        self.bytes.fetch_add(
-            charge(key.len() + ikey::TRAILER_LEN, value.len()),
-            AtomicOrdering::Relaxed,
-        );
-        self.max_seqno.fetch_max(seqno, AtomicOrdering::Relaxed);
-        // Load the filter word first (its cache miss overlaps the skiplist insert); set the bits after the
-        // insert, still before the caller publishes the write's seqno — readers see both or neither.
-        let filter = match &self.bloom {
-            Some(b) if kind != ValueKind::RangeDelete => {
-                let (word, mask) = b.slot(bloom_hash(key));
-                Some((word, mask, word.load(AtomicOrdering::Relaxed)))
+        // The engine's seqnos only grow: a version newer than the whole table is newer than its chain.
+        let newest_in_table = seqno > self.max_seqno.fetch_max(seqno, AtomicOrdering::Relaxed);
+        let (klen, vlen) = (key.len() + ikey::TRAILER_LEN, value.len());
+        let trailer = ikey::trailer(seqno, kind);
+        let h = key_hash(key);
+        let charged = match self.probe(key, h) {
+            Probe::Found(chain) => {
+                push_checked(chain, MemEntry::new(key, trailer, value), newest_in_table);
+                charge_version(klen, vlen)
             }
-            _ => None,
+            Probe::Missing { free, .. } => {
+                let guard = epoch::pin();
+                let mut inserted = false;
+                let e = self.list.get_or_insert_with(
+                    Chain::new(MemEntry::new(key, trailer, value)),
+                    || inserted = true,
+                    &guard,
+                );
+                let charged = if inserted {
+                    if let Some(i) = free {
+                        self.publish(i, h, e.key());
+                    }
+                    charge_node(klen, vlen)
+                } else {
+                    // In the skiplist but not in the index (its probe window is full).
+                    push_checked(e.key(), MemEntry::new(key, trailer, value), newest_in_table);
+                    charge_version(klen, vlen)
+                };
+                e.release(&guard);
+                charged
+            }
         };
-        let entry = MemEntry::new(key, ikey::trailer(seqno, kind), value);
-        let guard = epoch::pin();
-        self.list.insert(entry, (), &guard).release(&guard);
-        if let Some((word, mask, seen)) = filter {
-            // Bits are only ever set, so bits already seen set are still set.
-            if seen & mask != mask {
-                word.fetch_or(mask, AtomicOrdering::Relaxed);
-            }
-        }
+        self.bytes.fetch_add(charged, AtomicOrdering::Relaxed);
+        #[cfg(debug_assertions)]
+        self.writing.store(false, AtomicOrdering::Release);
     }
 
-    /// Approximate memory use in bytes: what the entries' nodes and buffers take from the allocator.
+    /// Approximate memory use in bytes: what the nodes, versions, their buffers and the index take from the
+    /// allocator.
     pub fn approximate_bytes(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
@@ -406,19 +657,6 @@ impl MemTable {
     /// The largest seqno inserted.
     pub fn max_seqno(&self) -> u64 {
         self.max_seqno.load(AtomicOrdering::Relaxed)
-    }
-
-    /// False if no point entry of the user key with hash `h` ([`bloom_hash`]) is in the table; true if
-    /// one may be (or the table has no filter). Range tombstones are not in the filter.
-    #[inline]
-    pub fn may_contain(&self, h: u64) -> bool {
-        self.bloom.as_ref().is_none_or(|b| b.may_contain(h))
-    }
-
-    /// Whether the table has a key filter.
-    #[inline]
-    pub fn has_bloom(&self) -> bool {
-        self.bloom.is_some()
     }
 
     /// Whether the table holds a range tombstone.
@@ -444,20 +682,47 @@ impl MemTable {
         f(&self.range_dels.read())
     }
 
+    /// The node of `user_key` (hash `h`, [`key_hash`]): the index, else (when it does not know) the skiplist.
+    #[inline]
+    fn chain<'g>(&'g self, user_key: &[u8], h: u64, guard: &'g epoch::Guard) -> Option<&'g Chain> {
+        match self.probe(user_key, h) {
+            Probe::Found(chain) => Some(chain),
+            Probe::Missing { sure: true, .. } => None,
+            Probe::Missing { sure: false, .. } => self
+                .list
+                .get(&Chain::probe(user_key), guard)
+                .map(|e| e.key()),
+        }
+    }
+
     /// The versions of `user_key` with seqno `<= snapshot`, newest first, borrowed for the guard's lifetime
     /// (entries are never removed, so the bytes stay valid while the table and the guard live).
-    #[inline]
+    #[cfg(test)]
     pub fn versions<'g>(
         &'g self,
-        user_key: &'g [u8],
+        user_key: &[u8],
         snapshot: u64,
         guard: &'g epoch::Guard,
     ) -> Versions<'g> {
-        let probe = MemEntry::probe(user_key, snapshot);
+        self.versions_hashed(user_key, key_hash(user_key), snapshot, guard)
+    }
+
+    /// The versions of `user_key` (whose [`key_hash`] is `h`) with seqno `<= snapshot`, newest first,
+    /// borrowed for the guard's lifetime (nothing is removed or changed in place, so the bytes stay valid while
+    /// the table and the guard live).
+    #[inline]
+    pub fn versions_hashed<'g>(
+        &'g self,
+        user_key: &[u8],
+        h: u64,
+        snapshot: u64,
+        guard: &'g epoch::Guard,
+    ) -> Versions<'g> {
+        let chain = self.chain(user_key, h, guard);
         Versions {
-            cur: self.list.lower_bound(Bound::Included(&probe), guard),
-            advance: false,
-            user_key,
+            chain,
+            pos: chain.map(Chain::newest),
+            snapshot,
         }
     }
 
@@ -485,21 +750,39 @@ impl MemTable {
         let guard = epoch::pin();
         let mut cur = self.list.front(&guard);
         while let Some(e) = cur {
-            let entry = e.key();
-            f(entry.ikey(), entry.value())?;
+            let chain = e.key();
+            let mut pos = Some(chain.newest());
+            while let Some(p) = pos {
+                let entry = chain.entry(p);
+                f(entry.ikey(), entry.value())?;
+                pos = p.older();
+            }
             cur = e.next();
         }
         Ok(())
     }
 }
 
-/// Iterator returned by [`MemTable::versions`]: `(seqno, kind, value)`, newest first. It steps to the next
-/// node only when asked for the next version (a lookup that stops at the newest one makes no extra hop).
+/// Pushes `entry` onto `chain`, checking (unless `newest_in_table` already proves it) that it is newer than
+/// the chain's newest version: a chain out of order would break the table's internal-key order.
+#[inline]
+fn push_checked(chain: &Chain, entry: MemEntry, newest_in_table: bool) {
+    if !newest_in_table {
+        let newest = chain.entry(chain.newest()).trailer();
+        assert!(
+            entry.trailer() > newest,
+            "MemTable::add: a version of a key must be newer than its versions already in the table"
+        );
+    }
+    chain.push(entry);
+}
+
+/// Iterator returned by [`MemTable::versions`]: `(seqno, kind, value)`, newest first.
 pub(crate) struct Versions<'g> {
-    /// The entry to yield next, or (with `advance`) the one yielded last.
-    cur: Option<Entry<'g, 'g, MemEntry, ()>>,
-    advance: bool,
-    user_key: &'g [u8],
+    chain: Option<&'g Chain>,
+    /// The next version to look at.
+    pos: Option<Pos<'g>>,
+    snapshot: u64,
 }
 
 impl<'g> Iterator for Versions<'g> {
@@ -507,18 +790,17 @@ impl<'g> Iterator for Versions<'g> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
+        let chain = self.chain?;
         loop {
-            if self.advance {
-                self.cur = self.cur.take()?.next();
-            }
-            self.advance = true;
-            let entry: &'g MemEntry = self.cur.as_ref()?.key();
+            let pos = self.pos?;
+            self.pos = pos.older();
+            let entry: &'g MemEntry = chain.entry(pos);
             let Some(p) = ikey::parse(entry.ikey()) else {
                 continue;
             };
-            if p.user_key != self.user_key {
-                self.cur = None;
-                return None;
+            // Newer than the read: skipped (the chain is newest first).
+            if p.seqno > self.snapshot {
+                continue;
             }
             return Some((p.seqno, p.kind, entry.value()));
         }
@@ -526,11 +808,11 @@ impl<'g> Iterator for Versions<'g> {
 }
 
 /// A forward cursor over a memtable that owns a share of it and can outlive any epoch guard: it holds a
-/// reference count on its current node (entries are never removed, so a step is one pointer hop), and
-/// copies nothing out.
+/// reference count on its current node and a position in that node's chain (nothing is removed or changed
+/// in place, so a step is one pointer hop), and copies nothing out.
 pub(crate) struct MemCursor {
-    /// The current node. Declared before `mem` so it is released while the table is still alive.
-    cur: Option<RefEntry<'static, MemEntry, ()>>,
+    /// The current node and version. Declared before `mem` so it is released while the table is alive.
+    cur: Option<(RefEntry<'static, Chain, ()>, Pos<'static>)>,
     mem: Arc<MemTable>,
 }
 
@@ -540,9 +822,31 @@ impl MemCursor {
         Self { cur: None, mem }
     }
 
-    /// Makes `next` (an entry of `self.mem.list`) the current entry, releasing the previous one.
-    fn set(&mut self, next: Option<RefEntry<'static, MemEntry, ()>>, guard: &epoch::Guard) {
-        if let Some(old) = std::mem::replace(&mut self.cur, next) {
+    /// Positions at the first version at or after node `e` (of `self.mem.list`) whose internal key is
+    /// `>= (user_key, trailer)` of `target` (None: the newest version of `e`): within `e` if it is the node of
+    /// `user_key`, else (or if every version there is newer) the newest version of the next node.
+    fn settle(
+        &mut self,
+        mut e: Option<RefEntry<'static, Chain, ()>>,
+        target: Option<(&[u8], u64)>,
+        guard: &epoch::Guard,
+    ) {
+        while let Some(node) = e {
+            let chain = node_chain(&node);
+            let pos = match target {
+                Some((uk, t)) if chain.user_key() == uk => chain.seek(t),
+                _ => Some(chain.newest()),
+            };
+            if let Some(pos) = pos {
+                if let Some((old, _)) = self.cur.replace((node, pos)) {
+                    old.release(guard);
+                }
+                return;
+            }
+            e = node.next(guard);
+            node.release(guard);
+        }
+        if let Some((old, _)) = self.cur.take() {
             old.release(guard);
         }
     }
@@ -551,51 +855,77 @@ impl MemCursor {
     pub fn seek_to_first(&mut self) {
         let guard = epoch::pin();
         let first = detach(self.mem.list.front(&guard).and_then(|e| e.pin()));
-        self.set(first, &guard);
+        self.settle(first, None, &guard);
     }
 
     /// Positions at the first entry whose internal key is `>= target`.
     pub fn seek(&mut self, target: &[u8]) {
-        let probe = MemEntry::probe_ikey(target);
+        let split = target.len().saturating_sub(ikey::TRAILER_LEN);
+        let (uk, t) = target.split_at(split);
+        // Not a whole internal key (never produced by the engine): the newest version of `target` on.
+        let (uk, t) = match <[u8; 8]>::try_from(t) {
+            Ok(t) => (uk, u64::from_be_bytes(t)),
+            Err(_) => (target, u64::MAX),
+        };
+        let probe = Chain::probe(uk);
         let guard = epoch::pin();
-        let found = self
+        let start = self
             .mem
             .list
             .lower_bound(Bound::Included(&probe), &guard)
             .and_then(|e| e.pin());
-        let found = detach(found);
-        self.set(found, &guard);
+        self.settle(detach(start), Some((uk, t)), &guard);
     }
 
     /// Advances to the next entry.
     pub fn next(&mut self) {
+        let Some((node, pos)) = &mut self.cur else {
+            return;
+        };
+        if let Some(older) = pos.older() {
+            *pos = older;
+            return;
+        }
         let guard = epoch::pin();
-        let next = detach(self.cur.as_ref().and_then(|c| c.next(&guard)));
-        self.set(next, &guard);
+        let next = node.next(&guard);
+        self.settle(next, None, &guard);
     }
 
     /// The current entry.
     #[inline]
     pub fn entry(&self) -> Option<&MemEntry> {
-        self.cur.as_ref().map(|e| e.key())
+        self.cur.as_ref().map(|(node, pos)| node.key().entry(*pos))
     }
 }
 
 /// Extends the lifetime of an entry of a [`MemCursor`]'s own table to `'static`, so the cursor can hold it
 /// next to the `Arc` that keeps the table alive.
 #[inline]
-fn detach(e: Option<RefEntry<'_, MemEntry, ()>>) -> Option<RefEntry<'static, MemEntry, ()>> {
+fn detach(e: Option<RefEntry<'_, Chain, ()>>) -> Option<RefEntry<'static, Chain, ()>> {
     // SAFETY: only called on entries of `MemCursor::mem.list`, which lives inside the `Arc` allocation the
-    // cursor holds (never replaced) for as long as the cursor exists, so the list and the node (entries are
+    // cursor holds (never replaced) for as long as the cursor exists, so the list and the node (nodes are
     // never removed; the reference count pins it anyway) outlive the entry. The `'static` lifetime never
-    // escapes: `MemCursor::entry` hands out borrows of the cursor, and the entry is released (in `set` or
+    // escapes: `MemCursor::entry` hands out borrows of the cursor, and the entry is released (in `settle` or
     // `Drop`) before `mem` is dropped (`Drop` runs before fields are dropped). Only the lifetime changes.
-    unsafe { std::mem::transmute::<Option<RefEntry<'_, MemEntry, ()>>, _>(e) }
+    unsafe { std::mem::transmute::<Option<RefEntry<'_, Chain, ()>>, _>(e) }
+}
+
+/// The chain of a node a [`MemCursor`] holds, borrowed as long as the node (so positions in it can be kept
+/// in the cursor beside the node).
+#[inline]
+fn node_chain(node: &RefEntry<'static, Chain, ()>) -> &'static Chain {
+    let chain: *const Chain = node.key();
+    // SAFETY: `node` is a node of `MemCursor::mem.list` (made `'static` by `detach`): it is never removed
+    // from the list, so it stays allocated, and its chain's versions stay alive, until the list is dropped
+    // with the table, which the cursor's `Arc` prevents while the cursor exists. The cursor keeps positions
+    // derived from this reference only beside the node itself (released before `mem`), and hands out only
+    // borrows of itself; a `Chain` is only mutated through atomics.
+    unsafe { &*chain }
 }
 
 impl Drop for MemCursor {
     fn drop(&mut self) {
-        if let Some(e) = self.cur.take() {
+        if let Some((e, _)) = self.cur.take() {
             e.release_with_pin(epoch::pin);
         }
     }
@@ -718,6 +1048,9 @@ mod tests {
     #[test]
     fn entry_stays_small_and_long_entries_go_to_the_heap() {
         assert_eq!(std::mem::size_of::<MemEntry>(), 40);
+        // A node's key and a pushed version: the entry plus one pointer (the accounting assumes both).
+        assert_eq!(std::mem::size_of::<Chain>(), 48);
+        assert_eq!(std::mem::size_of::<Version>(), 48);
         let short = MemEntry::new(b"key", ikey::trailer(7, ValueKind::Put), b"value");
         assert!(matches!(short, MemEntry::Inline { .. }));
         let long_key = vec![b'k'; 60];
@@ -748,7 +1081,13 @@ mod tests {
 
     #[test]
     fn lookups_and_cursor_mix_inline_and_heap_entries() {
-        let m = Arc::new(MemTable::new(0));
+        // Without an index (every lookup searches the skiplist) and with one.
+        for m in [MemTable::new(0), MemTable::with_capacity(0, 1 << 20)] {
+            lookups_and_cursor_mix_inline_and_heap_entries_in(Arc::new(m));
+        }
+    }
+
+    fn lookups_and_cursor_mix_inline_and_heap_entries_in(m: Arc<MemTable>) {
         let keys: Vec<Vec<u8>> = (0..200u32)
             .map(|i| {
                 let mut k = format!("k{i:04}").into_bytes();
@@ -829,52 +1168,336 @@ mod tests {
         assert!(c.entry().is_none());
     }
 
-    /// Heap bytes per entry actually allocated (glibc `mallinfo2`), for the memory accounting: run with
-    /// `cargo test --release --lib memtable_bytes_per_entry -- --ignored --nocapture`.
+    /// Every entry of `m` through a cursor, as `(user key, seqno)`, checking strict internal-key order.
+    fn cursor_entries(m: &Arc<MemTable>) -> Vec<(Vec<u8>, u64)> {
+        let mut c = MemCursor::new(Arc::clone(m));
+        c.seek_to_first();
+        let mut out = Vec::new();
+        let mut prev: Option<Vec<u8>> = None;
+        while let Some(e) = c.entry() {
+            if let Some(p) = &prev {
+                assert_eq!(
+                    ikey::compare(p, e.ikey()),
+                    Ordering::Less,
+                    "{p:?} {:?}",
+                    e.ikey()
+                );
+            }
+            prev = Some(e.ikey().to_vec());
+            let p = ikey::parse(e.ikey()).expect("internal key");
+            out.push((p.user_key.to_vec(), p.seqno));
+            c.next();
+        }
+        out
+    }
+
+    #[test]
+    fn versions_of_one_key_come_newest_first_in_cursor_order() {
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20));
+        m.add(1, ValueKind::Put, b"b", b"b1");
+        m.add(2, ValueKind::Put, b"a", b"a2");
+        m.add(3, ValueKind::Merge, b"b", b"b3");
+        m.add(4, ValueKind::Put, b"c", b"c4");
+        m.add(5, ValueKind::Delete, b"b", b"");
+        m.add(6, ValueKind::Put, b"b", b"b6");
+        let want: Vec<(Vec<u8>, u64)> = [
+            (&b"a"[..], 2),
+            (b"b", 6),
+            (b"b", 5),
+            (b"b", 3),
+            (b"b", 1),
+            (b"c", 4),
+        ]
+        .iter()
+        .map(|(k, s)| (k.to_vec(), *s))
+        .collect();
+        assert_eq!(cursor_entries(&m), want);
+        // The flush walk sees the same order.
+        let mut flushed = Vec::new();
+        m.try_for_each(|k, v| {
+            let p = ikey::parse(k).expect("internal key");
+            flushed.push((p.user_key.to_vec(), p.seqno, v.to_vec()));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        let keys: Vec<(Vec<u8>, u64)> = flushed.iter().map(|(k, s, _)| (k.clone(), *s)).collect();
+        assert_eq!(keys, want);
+        assert_eq!(flushed[1].2, b"b6");
+        assert_eq!(flushed[4].2, b"b1");
+        // A seek into the middle of a chain lands on the first version at or below the target's seqno.
+        let mut c = MemCursor::new(Arc::clone(&m));
+        c.seek(&lookup_key(b"b", 4));
+        let at = c
+            .entry()
+            .and_then(|e| ikey::parse(e.ikey()).map(|p| p.seqno));
+        assert_eq!(at, Some(3));
+        c.next();
+        c.next();
+        let at = c
+            .entry()
+            .and_then(|e| ikey::parse(e.ikey()).map(|p| (p.user_key.to_vec(), p.seqno)));
+        assert_eq!(at, Some((b"c".to_vec(), 4)));
+    }
+
+    #[test]
+    fn read_at_older_snapshot_skips_newer_chain_versions() {
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20));
+        for s in [1u64, 3, 5] {
+            m.add(s, ValueKind::Put, b"k", format!("v{s}").as_bytes());
+            m.add(s + 1, ValueKind::Put, b"other", b"x");
+        }
+        let read = |snapshot: u64| {
+            let mut seen = Vec::new();
+            m.for_each_version(b"k", snapshot, |s, _, v| {
+                seen.push((s, v.to_vec()));
+                true
+            });
+            seen
+        };
+        assert_eq!(
+            read(u64::MAX),
+            vec![
+                (5, b"v5".to_vec()),
+                (3, b"v3".to_vec()),
+                (1, b"v1".to_vec())
+            ]
+        );
+        assert_eq!(read(4), vec![(3, b"v3".to_vec()), (1, b"v1".to_vec())]);
+        assert_eq!(read(3), vec![(3, b"v3".to_vec()), (1, b"v1".to_vec())]);
+        assert_eq!(read(2), vec![(1, b"v1".to_vec())]);
+        assert!(read(0).is_empty());
+        // A cursor seek at a snapshot older than every version moves on to the next key.
+        let mut c = MemCursor::new(Arc::clone(&m));
+        c.seek(&lookup_key(b"k", 0));
+        let at = c
+            .entry()
+            .and_then(|e| ikey::parse(e.ikey()).map(|p| (p.user_key.to_vec(), p.seqno)));
+        assert_eq!(at, Some((b"other".to_vec(), 6)));
+    }
+
+    #[test]
+    fn key_whose_probe_window_is_full_is_still_found_via_the_skiplist() {
+        // 8 slots (the whole table is one probe window) for 40 keys: 32 keys are only in the skiplist.
+        let m = Arc::new(MemTable::with_capacity(0, 8 * BYTES_PER_SLOT));
+        assert_eq!(m.index.len(), 8);
+        let key = |i: u64| format!("key{i:03}").into_bytes();
+        let mut seq = 0;
+        for round in 0..2 {
+            for i in 0..40 {
+                seq += 1;
+                m.add(seq, ValueKind::Put, &key(i), format!("{round}").as_bytes());
+            }
+        }
+        let mut unindexed = 0;
+        for i in 0..40 {
+            let k = key(i);
+            match m.probe(&k, key_hash(&k)) {
+                Probe::Found(c) => assert_eq!(c.user_key(), &k[..]),
+                Probe::Missing { sure, free } => {
+                    assert!(!sure && free.is_none(), "a present key ruled out");
+                    unindexed += 1;
+                }
+            }
+            let mut seen = Vec::new();
+            m.for_each_version(&k, u64::MAX, |s, _, v| {
+                seen.push((s, v.to_vec()));
+                true
+            });
+            assert_eq!(
+                seen,
+                vec![(41 + i, b"1".to_vec()), (1 + i, b"0".to_vec())],
+                "{i}"
+            );
+        }
+        assert_eq!(unindexed, 32);
+        // Absent keys are absent, with the index full ("don't know") as with it not.
+        for i in 40..60 {
+            m.for_each_version(&key(i), u64::MAX, |_, _, _| panic!("absent key {i} found"));
+        }
+        assert_eq!(cursor_entries(&m).len(), 80);
+    }
+
+    #[test]
+    fn absent_keys_are_ruled_out_by_the_index_of_a_full_table() {
+        // A table full of distinct small keys: the index at its highest load.
+        let capacity = 1 << 20;
+        let m = MemTable::with_capacity(0, capacity);
+        let mut n = 0u64;
+        while m.approximate_bytes() < capacity {
+            n += 1;
+            m.add(n, ValueKind::Put, &n.to_be_bytes(), b"v");
+        }
+        let load = n as f64 / m.index.len() as f64;
+        let mut indexed = 0;
+        for i in 1..=n {
+            if matches!(
+                m.probe(&i.to_be_bytes(), key_hash(&i.to_be_bytes())),
+                Probe::Found(_)
+            ) {
+                indexed += 1;
+            }
+        }
+        let absent = 10_000u64;
+        let ruled_out = (n + 1..=n + absent)
+            .filter(|i| {
+                matches!(
+                    m.probe(&i.to_be_bytes(), key_hash(&i.to_be_bytes())),
+                    Probe::Missing { sure: true, .. }
+                )
+            })
+            .count();
+        println!("index load {load:.2}: {indexed}/{n} keys indexed, {ruled_out}/{absent} absent keys ruled out");
+        assert!(load > 0.5, "load {load}");
+        assert!(indexed as f64 >= 0.99 * n as f64, "{indexed}/{n}");
+        assert!(
+            ruled_out as f64 >= 0.99 * absent as f64,
+            "{ruled_out}/{absent}"
+        );
+    }
+
+    #[test]
+    fn concurrent_reader_sees_a_sorted_consistent_view_while_the_writer_pushes() {
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20));
+        let keys: Vec<Vec<u8>> = (0..200u32)
+            .map(|i| format!("k{:05}", i * 7 % 200).into_bytes())
+            .collect();
+        // Every value is its own seqno, so a reader can check each version it sees.
+        for (i, k) in keys.iter().enumerate() {
+            let s = i as u64 + 1;
+            m.add(s, ValueKind::Put, k, &s.to_be_bytes());
+        }
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (m, done, keys) = (Arc::clone(&m), Arc::clone(&done), keys.clone());
+                std::thread::spawn(move || {
+                    let mut passes = 0;
+                    while !done.load(AtomicOrdering::Acquire) || passes == 0 {
+                        let mut c = MemCursor::new(Arc::clone(&m));
+                        c.seek_to_first();
+                        let mut prev: Option<Vec<u8>> = None;
+                        while let Some(e) = c.entry() {
+                            if let Some(p) = &prev {
+                                assert_eq!(ikey::compare(p, e.ikey()), Ordering::Less);
+                            }
+                            let seqno = ikey::parse(e.ikey()).map(|p| p.seqno);
+                            assert_eq!(
+                                Some(e.value()),
+                                seqno.map(u64::to_be_bytes).as_ref().map(|b| &b[..])
+                            );
+                            prev = Some(e.ikey().to_vec());
+                            c.next();
+                        }
+                        for k in keys.iter().step_by(17) {
+                            let guard = epoch::pin();
+                            let seqnos: Vec<u64> =
+                                m.versions(k, u64::MAX, &guard).map(|v| v.0).collect();
+                            assert!(!seqnos.is_empty());
+                            assert!(seqnos.windows(2).all(|w| w[0] > w[1]), "{seqnos:?}");
+                        }
+                        passes += 1;
+                    }
+                    passes
+                })
+            })
+            .collect();
+        let mut s = keys.len() as u64;
+        for round in 0..30u32 {
+            for k in &keys {
+                s += 1;
+                m.add(s, ValueKind::Put, k, &s.to_be_bytes());
+            }
+            // Some new keys too (skiplist inserts and index inserts under the readers).
+            s += 1;
+            m.add(
+                s,
+                ValueKind::Put,
+                format!("n{round:03}").as_bytes(),
+                &s.to_be_bytes(),
+            );
+        }
+        done.store(true, AtomicOrdering::Release);
+        for r in readers {
+            assert!(r.join().expect("reader") > 0);
+        }
+        assert_eq!(cursor_entries(&m).len(), s as usize);
+    }
+
+    #[test]
+    fn accounting_grows_with_versions_and_index() {
+        let capacity = 64 << 10;
+        let m = MemTable::with_capacity(0, capacity);
+        let index = capacity / BYTES_PER_SLOT * 8;
+        assert_eq!(m.approximate_bytes(), index);
+        assert_eq!(MemTable::new(0).approximate_bytes(), 0);
+        m.add(1, ValueKind::Put, b"key", b"v");
+        let node = charge_node(3 + ikey::TRAILER_LEN, 1);
+        assert_eq!(m.approximate_bytes(), index + node);
+        m.add(2, ValueKind::Put, b"key", b"v2");
+        let version = charge_version(3 + ikey::TRAILER_LEN, 2);
+        assert_eq!(m.approximate_bytes(), index + node + version);
+        // A large value is charged with its heap buffer, on a pushed version as on a node.
+        m.add(3, ValueKind::Put, b"key", &[0u8; 100]);
+        assert_eq!(
+            m.approximate_bytes(),
+            index + node + version + charge_version(3 + ikey::TRAILER_LEN, 100)
+        );
+        assert!(charge_version(11, 100) > charge_version(11, 2));
+        assert_eq!(charge_version(11, 2), 64);
+    }
+
+    #[test]
+    #[should_panic(expected = "must be newer")]
+    fn an_out_of_order_version_of_a_key_is_refused() {
+        let m = MemTable::with_capacity(0, 1 << 20);
+        m.add(5, ValueKind::Put, b"k", b"new");
+        m.add(7, ValueKind::Put, b"j", b"x");
+        m.add(
+            6,
+            ValueKind::Put,
+            b"k",
+            b"older than the table's newest, newer than k's",
+        );
+        m.add(4, ValueKind::Put, b"k", b"old");
+    }
+
+    /// Heap bytes per new key and per pushed version actually allocated (glibc `mallinfo2`), for the memory
+    /// accounting: run with `cargo test --release --lib memtable_bytes_per_entry -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn memtable_bytes_per_entry() {
         for (klen, vlen) in [(12usize, 8usize), (20, 9), (10, 100), (40, 100)] {
-            // SAFETY: `mallinfo2` only reads allocator statistics.
-            let before = unsafe { libc::mallinfo2() }.uordblks;
-            let m = MemTable::new(0);
             let n = 500_000u64;
             let mut key = vec![0u8; klen];
             let value = vec![7u8; vlen];
+            // SAFETY: `mallinfo2` only reads allocator statistics.
+            let before = unsafe { libc::mallinfo2() }.uordblks;
+            let m = MemTable::new(0);
             for i in 0..n {
                 key[klen - 8..]
                     .copy_from_slice(&(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes());
                 m.add(i + 1, ValueKind::Put, &key, &value);
             }
             // SAFETY: as above.
+            let mid = unsafe { libc::mallinfo2() }.uordblks;
+            let charged_nodes = m.approximate_bytes();
+            for i in 0..n {
+                key[klen - 8..]
+                    .copy_from_slice(&(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes());
+                m.add(n + i + 1, ValueKind::Put, &key, &value);
+            }
+            // SAFETY: as above.
             let after = unsafe { libc::mallinfo2() }.uordblks;
-            let (allocated, charged) = (
-                (after - before) as f64 / n as f64,
-                m.approximate_bytes() as f64 / n as f64,
+            let per = |bytes: usize| bytes as f64 / n as f64;
+            let (node, node_charged) = (per(mid - before), per(charged_nodes));
+            let (version, version_charged) =
+                (per(after - mid), per(m.approximate_bytes() - charged_nodes));
+            println!(
+                "key {klen} value {vlen}: new key {node:.1} B allocated, {node_charged:.1} charged; \
+                 version {version:.1} B allocated, {version_charged:.1} charged"
             );
-            println!("key {klen} value {vlen}: {allocated:.1} bytes/entry allocated, {charged:.1} charged");
-            assert!((charged / allocated - 1.0).abs() < 0.05);
+            assert!((node_charged / node - 1.0).abs() < 0.05);
+            assert!((version_charged / version - 1.0).abs() < 0.05);
         }
-    }
-
-    #[test]
-    fn bloom_has_no_false_negatives_and_few_false_positives() {
-        let m = MemTable::with_bloom(0, 64 << 10, 10);
-        let n = (64 << 10) / charge(0, 0);
-        for i in 0..n as u64 {
-            m.add(i + 1, ValueKind::Put, &i.to_be_bytes(), b"v");
-        }
-        for i in 0..n as u64 {
-            assert!(m.may_contain(bloom_hash(&i.to_be_bytes())), "{i}");
-        }
-        let fp = (n as u64..n as u64 + 10_000)
-            .filter(|i| m.may_contain(bloom_hash(&i.to_be_bytes())))
-            .count();
-        println!("memtable filter false positives: {fp}/10000");
-        assert!(fp < 500, "false positive rate {fp}/10000");
-        // A table without a filter may contain anything.
-        assert!(MemTable::new(0).may_contain(bloom_hash(b"anything")));
-        // The filter's memory is charged: an empty table is not empty in bytes.
-        assert!(MemTable::with_bloom(0, 64 << 10, 10).approximate_bytes() >= n * 10 / 8);
     }
 }
