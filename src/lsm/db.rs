@@ -54,6 +54,9 @@ pub struct DbStats {
     pub level_files: Vec<usize>,
     /// Bytes per level.
     pub level_bytes: Vec<u64>,
+    /// The level L0 compacts into: 1 with static level targets; with
+    /// [`Options::dynamic_level_bytes`] the shallowest level the tree needs (the last one while it is small).
+    pub base_level: usize,
     /// Bytes in the active and immutable memtables.
     pub memtable_bytes: usize,
     /// Number of immutable memtables waiting for flush.
@@ -1031,6 +1034,36 @@ impl Db {
         compaction::run_manual(&self.inner, Some((start, end)))
     }
 
+    /// Waits until the background threads are idle: no immutable memtable waits for its flush and (with
+    /// `auto_compaction`) no level needs compaction. The active memtable is not flushed.
+    pub fn wait_for_compactions(&self) -> Result<()> {
+        let inner = &self.inner;
+        loop {
+            let mut st = inner.state.lock();
+            loop {
+                if let Some(e) = &st.bg_error {
+                    return Err(LsmError::Background(Arc::clone(e)));
+                }
+                if st.imm.is_empty() && !compaction::needs_compaction(&st.version, &inner.opts) {
+                    break;
+                }
+                if st.shutting_down {
+                    return Err(LsmError::Closed);
+                }
+                inner.cv.wait(&mut st);
+            }
+            drop(st);
+            // A compaction already running (picked before the version changed) ends before the check
+            // is repeated.
+            drop(inner.compaction_lock.lock());
+            let st = inner.state.lock();
+            if st.imm.is_empty() && !compaction::needs_compaction(&st.version, &inner.opts) {
+                drop(st);
+                return inner.check_bg_error();
+            }
+        }
+    }
+
     /// Counters and sizes.
     pub fn stats(&self) -> DbStats {
         let c = &self.inner.counters;
@@ -1047,6 +1080,7 @@ impl Db {
             files_dropped_by_range_delete: c.files_dropped.load(Ordering::Relaxed),
             level_files: st.version.levels.iter().map(|l| l.len()).collect(),
             level_bytes: st.version.level_bytes(),
+            base_level: compaction::base_level(&st.version, &self.inner.opts),
             memtable_bytes: st.mem.approximate_bytes()
                 + st.imm.iter().map(|m| m.approximate_bytes()).sum::<usize>(),
             immutable_memtables: st.imm.len(),
