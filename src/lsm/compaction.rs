@@ -430,9 +430,15 @@ fn merge_into(
         .all(|(_, f)| !f.info.overlaps(&lo, &hi));
     let mut snaps = db.snapshots.seqnos();
     snaps.sort_unstable();
-    let tombs: Vec<RangeTombstone> = files
+    // The range tombstones that may cover input entries: every one in the version overlapping the inputs' key
+    // range, not only the inputs' own. A file's key range covers a tombstone's start key only, so a file holding
+    // a tombstone over an input key can lie outside the compaction (beside an input file, in its level or in
+    // the output level); without its tombstone, operands newer than it would be merged into a value it deleted.
+    let tombs: Vec<RangeTombstone> = version
+        .range_dels
         .iter()
-        .flat_map(|f| f.range_dels.iter().cloned())
+        .filter(|t| t.overlaps(&lo, &hi))
+        .cloned()
         .collect();
     let mut filter = db.opts.compaction_filter_factory.as_ref().map(|f| {
         f.create(&CompactionFilterContext {
@@ -863,5 +869,62 @@ mod tests {
             assert_eq!(numbers(&c.inputs), numbers(&[x]));
             assert_eq!(numbers(&c.next), numbers(&[p]));
         }
+    }
+
+    /// A range tombstone whose file lies outside a compaction still separates the operands above it from the
+    /// value below it: here the tombstone's file sits beside the value's file in the output level, and only
+    /// the value's file overlaps the compacted operand.
+    #[test]
+    fn operands_are_not_merged_across_a_range_tombstone_outside_the_compaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            auto_compaction: false,
+            num_levels: 3,
+            level_base_size: 1,
+            dynamic_level_bytes: false,
+            merge_operator: Some(Arc::new(crate::lsm::merge::ListAppendOperator)),
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        // p: the old value of k5 (the file reaches past the tombstone, so it is not dropped whole).
+        db.put(b"k5", b"old").unwrap();
+        db.put(b"z", b"z").unwrap();
+        db.flush().unwrap();
+        // t: a tombstone over k0..k9 in a file whose key range is [k0, k0].
+        db.put(b"k0", b"zero").unwrap();
+        db.delete_range(b"k0", b"k9").unwrap();
+        db.flush().unwrap();
+        // m: an operand written after the tombstone.
+        db.merge(b"k5", b"new").unwrap();
+        db.flush().unwrap();
+        let get = |db: &Db| db.get(b"k5").unwrap().map(|v| v.to_vec());
+        assert_eq!(get(&db), Some(b"new".to_vec()));
+        let files = {
+            let v = Arc::clone(&db.inner().state.lock().version);
+            let mut f = v.levels[0].clone();
+            f.reverse();
+            f
+        };
+        assert_eq!(files.len(), 3);
+        let [p, t, m] = [0, 1, 2].map(|i| Arc::clone(&files[i]));
+        assert_eq!(t.info.largest_user(), b"k0");
+        // Lay the files out as compactions could have: m in L1, t and p side by side in L2.
+        {
+            let mut st = db.inner().state.lock();
+            st.version = Arc::new(Version::from_levels(vec![vec![], vec![m], vec![t, p]]));
+            st.refresh_super_version();
+        }
+        assert_eq!(get(&db), Some(b"new".to_vec()));
+        let mut pointers = vec![Vec::new(); 3];
+        let version = Arc::clone(&db.inner().state.lock().version);
+        let c = pick(&version, &opts, &mut pointers).unwrap();
+        assert_eq!((c.level, c.next.len()), (1, 1));
+        run(db.inner(), &version, c).unwrap();
+        assert_eq!(get(&db), Some(b"new".to_vec()));
+        assert_eq!(db.get(b"k0").unwrap().map(|v| v.to_vec()), None);
+        assert_eq!(
+            db.get(b"z").unwrap().map(|v| v.to_vec()),
+            Some(b"z".to_vec())
+        );
     }
 }
