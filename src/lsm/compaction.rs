@@ -317,6 +317,10 @@ fn pick(v: &Version, opts: &Options, pointers: &mut [Vec<u8>]) -> Option<Compact
 /// Runs one automatically picked compaction, if any.
 pub(crate) fn run_auto(db: &DbInner) -> Result<()> {
     let mut pointers = db.compaction_lock.lock();
+    // A manual compaction asked for the lock meanwhile: it goes first (it rewrites what this one would).
+    if db.manual_compactions.load(Ordering::SeqCst) > 0 {
+        return Ok(());
+    }
     let version = Arc::clone(&db.state.lock().version);
     if let Some(c) = pick(&version, &db.opts, &mut pointers) {
         run(db, &version, c)?;
