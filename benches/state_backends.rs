@@ -134,8 +134,8 @@ fn lsm_options() -> Options {
 fn describe_lsm(o: &Options) -> String {
     format!(
         "memtable={}MiB x (1 + {} immutable), block_cache={}MiB, block={}B, restart_interval={}, \
-         compression={:?}, bloom={}, compaction=level (L0 trigger {}, stop {}), target_file={}MiB, l1_base={}MiB, \
-         level_multiplier={}, wal={}, background threads=2 (flush + compaction)",
+         compression={:?}, bloom={}, compaction=level (L0 trigger {}, stop {}, {} level sizing, pick {:?}), \
+         target_file={}MiB, level_base={}MiB, level_multiplier={}, wal={}, background threads=2 (flush + compaction)",
         o.memtable_size / MIB,
         o.max_immutable_memtables,
         o.block_cache_size / MIB,
@@ -149,6 +149,12 @@ fn describe_lsm(o: &Options) -> String {
         },
         o.l0_compaction_trigger,
         o.l0_stop_writes_trigger,
+        if o.dynamic_level_bytes {
+            "dynamic"
+        } else {
+            "static"
+        },
+        o.compaction_priority,
         o.target_file_size / MIB as u64,
         o.level_base_size / MIB as u64,
         o.level_multiplier,

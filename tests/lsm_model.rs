@@ -26,7 +26,8 @@ enum Op {
     CompactRange(u8, u8),
     TakeSnapshot,
     CheckSnapshot(usize),
-    Reopen,
+    /// Close (or crash, with the WAL) and reopen; `true` also switches between dynamic and static level sizing.
+    Reopen(bool),
     Get(u8),
     Scan(Option<u8>),
 }
@@ -44,7 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::CompactRange(a, b)),
         1 => Just(Op::TakeSnapshot),
         1 => any::<usize>().prop_map(Op::CheckSnapshot),
-        1 => Just(Op::Reopen),
+        1 => any::<bool>().prop_map(Op::Reopen),
         3 => any::<u8>().prop_map(Op::Get),
         1 => prop::option::of(any::<u8>()).prop_map(Op::Scan),
     ]
@@ -61,9 +62,10 @@ fn value(v: u8) -> Vec<u8> {
     format!("v{v:03}-{}", "x".repeat(40)).into_bytes()
 }
 
-fn opts(wal: bool) -> Options {
+fn opts(wal: bool, dynamic_level_bytes: bool) -> Options {
     Options {
         wal,
+        dynamic_level_bytes,
         memtable_size: 2 << 10,
         max_immutable_memtables: 2,
         l0_compaction_trigger: 2,
@@ -107,7 +109,7 @@ fn scan(db: &Db, snapshot: Option<&Snapshot>, prefix: Option<Vec<u8>>) -> Vec<(V
     out
 }
 
-fn run(ops: Vec<Op>, wal: bool) {
+fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
     // tmpfs when available: the test exercises logic, not the disk's fsync latency.
     let shm = std::path::Path::new("/dev/shm");
     let dir = if shm.is_dir() {
@@ -116,7 +118,7 @@ fn run(ops: Vec<Op>, wal: bool) {
         tempfile::tempdir()
     }
     .unwrap();
-    let mut db = Some(Db::open(dir.path(), opts(wal)).unwrap());
+    let mut db = Some(Db::open(dir.path(), opts(wal, dynamic)).unwrap());
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
     for op in ops {
@@ -194,15 +196,16 @@ fn run(ops: Vec<Op>, wal: bool) {
                     }
                 }
             }
-            Op::Reopen => {
+            Op::Reopen(switch) => {
                 snaps.clear();
+                dynamic ^= switch;
                 if wal {
                     // A crash: nothing is flushed, the WAL must bring back every write.
                     db.take().unwrap().abandon();
                 } else {
                     db.take().unwrap().close().unwrap();
                 }
-                db = Some(Db::open(dir.path(), opts(wal)).unwrap());
+                db = Some(Db::open(dir.path(), opts(wal, dynamic)).unwrap());
             }
             Op::Get(k) => {
                 assert_eq!(
@@ -238,19 +241,20 @@ fn run(ops: Vec<Op>, wal: bool) {
     );
     snaps.clear();
     db.take().unwrap().close().unwrap();
-    let d = Db::open(dir.path(), opts(wal)).unwrap();
+    let d = Db::open(dir.path(), opts(wal, dynamic)).unwrap();
     assert_eq!(scan(&d, None, None), model.into_iter().collect::<Vec<_>>());
 }
 
 proptest! {
+    /// `dynamic`: the level sizing the database is opened with (dynamic or static targets).
     #[test]
-    fn engine_matches_btreemap_model(ops in prop::collection::vec(op(), 1..80)) {
-        run(ops, false);
+    fn engine_matches_btreemap_model(ops in prop::collection::vec(op(), 1..80), dynamic in any::<bool>()) {
+        run(ops, false, dynamic);
     }
 
     /// With the WAL on, `Reopen` is a crash (no flush) and every write must come back.
     #[test]
-    fn engine_with_wal_survives_crashes(ops in prop::collection::vec(op(), 1..80)) {
-        run(ops, true);
+    fn engine_with_wal_survives_crashes(ops in prop::collection::vec(op(), 1..80), dynamic in any::<bool>()) {
+        run(ops, true, dynamic);
     }
 }

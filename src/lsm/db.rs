@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -56,6 +56,9 @@ pub struct DbStats {
     pub level_files: Vec<usize>,
     /// Bytes per level.
     pub level_bytes: Vec<u64>,
+    /// The level L0 compacts into: 1 with static level targets; with
+    /// [`Options::dynamic_level_bytes`] the shallowest level the tree needs (the last one while it is small).
+    pub base_level: usize,
     /// Bytes in the active and immutable memtables.
     pub memtable_bytes: usize,
     /// Number of immutable memtables waiting for flush.
@@ -165,6 +168,9 @@ pub(crate) struct DbInner {
     pub writer: Mutex<WriterState>,
     pub manifest: Mutex<ManifestState>,
     pub compaction_lock: Mutex<Vec<Vec<u8>>>,
+    /// Manual compactions waiting or running: automatic compactions do not start meanwhile (RocksDB's
+    /// `exclusive_manual_compaction`), so that they do not rewrite data the manual one rewrites anyway.
+    pub manual_compactions: AtomicUsize,
     next_file: AtomicU64,
     pub last_seqno: AtomicU64,
     pub snapshots: Arc<SnapshotList>,
@@ -552,6 +558,7 @@ impl DbInner {
                         return;
                     }
                     if st.bg_error.is_none()
+                        && self.manual_compactions.load(Ordering::SeqCst) == 0
                         && compaction::needs_compaction(&st.version, &self.opts)
                     {
                         break;
@@ -817,6 +824,7 @@ impl Db {
             writer: Mutex::new(WriterState { wal: None }),
             manifest: Mutex::new(ManifestState { writer: None }),
             compaction_lock: Mutex::new(vec![Vec::new(); opts.num_levels]),
+            manual_compactions: AtomicUsize::new(0),
             next_file: AtomicU64::new(next_file),
             last_seqno: AtomicU64::new(last_seqno),
             snapshots: Arc::new(SnapshotList::default()),
@@ -1057,14 +1065,18 @@ impl Db {
         self.inner.wait_for_background_work()
     }
 
-    /// Flushes, then compacts all files into the deepest level, and waits for it.
+    /// Flushes, then compacts all files into one level (the last with dynamic level sizing, else the deepest
+    /// non-empty one), and waits for it. No automatic compaction starts from the call until it returns.
     pub fn compact_all(&self) -> Result<()> {
+        let _exclusive = ManualCompaction::start(&self.inner);
         self.flush()?;
         compaction::run_manual(&self.inner, None)
     }
 
-    /// Flushes, then compacts the files overlapping `[start, end]` level by level, and waits for it.
+    /// Flushes, then compacts the files overlapping `[start, end]` level by level, and waits for it. No
+    /// automatic compaction starts from the call until it returns.
     pub fn compact_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        let _exclusive = ManualCompaction::start(&self.inner);
         self.flush()?;
         compaction::run_manual(&self.inner, Some((start, end)))
     }
@@ -1086,6 +1098,7 @@ impl Db {
             files_dropped_by_range_delete: c.files_dropped.load(Ordering::Relaxed),
             level_files: st.version.levels.iter().map(|l| l.len()).collect(),
             level_bytes: st.version.level_bytes(),
+            base_level: compaction::base_level(&st.version, &self.inner.opts),
             memtable_bytes: st.mem.approximate_bytes()
                 + st.imm.iter().map(|m| m.approximate_bytes()).sum::<usize>(),
             immutable_memtables: st.imm.len(),
@@ -1131,6 +1144,27 @@ impl Db {
             let _ = t.join();
         }
         res
+    }
+}
+
+/// A manual compaction in progress: counted in `DbInner::manual_compactions` while it lives.
+struct ManualCompaction<'a>(&'a DbInner);
+
+impl<'a> ManualCompaction<'a> {
+    fn start(inner: &'a DbInner) -> Self {
+        inner.manual_compactions.fetch_add(1, Ordering::SeqCst);
+        ManualCompaction(inner)
+    }
+}
+
+impl Drop for ManualCompaction<'_> {
+    fn drop(&mut self) {
+        // Under the state lock, so that the compaction thread, which checks the count under it, is either
+        // before its check or already waiting for this notification.
+        let st = self.0.state.lock();
+        self.0.manual_compactions.fetch_sub(1, Ordering::SeqCst);
+        drop(st);
+        self.0.cv.notify_all();
     }
 }
 

@@ -23,10 +23,21 @@ pub struct Options {
     pub l0_stop_writes_trigger: usize,
     /// Number of levels, L0 included (default 7).
     pub num_levels: usize,
-    /// Target total size of L1 in bytes (default 256 MiB).
+    /// Target total size of the level L0 compacts into, in bytes (default 256 MiB): L1 in static mode; with
+    /// [`Options::dynamic_level_bytes`] the upper bound of the base level's target and the floor of every
+    /// level's target.
     pub level_base_size: u64,
     /// Size ratio between adjacent levels (default 10).
     pub level_multiplier: u64,
+    /// Dynamic level sizing, as RocksDB's `level_compaction_dynamic_level_bytes` (default true, as in
+    /// RocksDB 11.8): the last level's target is its actual size, each level above is `level_multiplier`
+    /// times smaller, L0 compacts straight into the *base level* (the shallowest level the tree needs) and
+    /// the levels between L1 and the base level stay empty. `false`: static targets, L1 =
+    /// `level_base_size`, Ln = L1 * `level_multiplier`^(n-1), L0 compacts into L1.
+    pub dynamic_level_bytes: bool,
+    /// Which file of a level L1+ a size-triggered compaction takes (default
+    /// [`CompactionPriority::MinOverlappingRatio`], as RocksDB's default `kMinOverlappingRatio`).
+    pub compaction_priority: CompactionPriority,
     /// Target size of one SST written by flush or compaction (default 64 MiB).
     pub target_file_size: u64,
     /// SST writer options.
@@ -60,6 +71,8 @@ impl Default for Options {
             num_levels: 7,
             level_base_size: 256 << 20,
             level_multiplier: 10,
+            dynamic_level_bytes: true,
+            compaction_priority: CompactionPriority::MinOverlappingRatio,
             target_file_size: 64 << 20,
             sst: SstOptions::default(),
             block_cache_size: 64 << 20,
@@ -84,6 +97,8 @@ impl fmt::Debug for Options {
             .field("num_levels", &self.num_levels)
             .field("level_base_size", &self.level_base_size)
             .field("level_multiplier", &self.level_multiplier)
+            .field("dynamic_level_bytes", &self.dynamic_level_bytes)
+            .field("compaction_priority", &self.compaction_priority)
             .field("target_file_size", &self.target_file_size)
             .field("wal", &self.wal)
             .field("wal_sync", &self.wal_sync)
@@ -93,6 +108,18 @@ impl fmt::Debug for Options {
             )
             .finish_non_exhaustive()
     }
+}
+
+/// How a size-triggered compaction of a level L1+ picks its input file (L0 compactions take every L0 file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CompactionPriority {
+    /// The file whose overlapping bytes in the output level, divided by its own size, are the smallest
+    /// (RocksDB's `kMinOverlappingRatio`): the least rewriting per byte moved down.
+    #[default]
+    MinOverlappingRatio,
+    /// The file after the one the level's previous compaction took, in key order (a per-level compaction
+    /// pointer, wrapping around; RocksDB's `kRoundRobin`).
+    RoundRobin,
 }
 
 /// Options of one read or iterator.
