@@ -1065,3 +1065,60 @@ fn compact_all_runs_alone_without_automatic_compactions_in_between() {
         assert_eq!(get(&db, b"k0042").as_deref(), Some(&[b'b'; 64][..]));
     }
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn background_threads_run_at_the_configured_lower_priority() {
+    /// Nice values of this process's threads named `name` (`/proc/self/task/*/stat`, field 19).
+    fn nice_of(name: &str) -> Vec<i64> {
+        let mut out = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap() {
+            let dir = t.unwrap().path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            // Fields after the parenthesised command name: state is field 3, nice field 19.
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            out.push(rest.split_whitespace().nth(16).unwrap().parse().unwrap());
+        }
+        out
+    }
+    let base: i64 = {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split_whitespace().nth(16).unwrap().parse().unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            background_nice: 3,
+            ..small_opts()
+        },
+    )
+    .unwrap();
+    // The threads set their priority first thing; give them a moment to start. Tests running in parallel
+    // have flush threads of their own, at the default increment (5), so look for one at +3.
+    let expected = (base + 3).min(19);
+    let found = |name: &str| nice_of(name).contains(&expected);
+    for _ in 0..100 {
+        if found("lsm-flush") && found("lsm-compact") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        found("lsm-flush"),
+        "{:?} (base {base})",
+        nice_of("lsm-flush")
+    );
+    assert!(
+        found("lsm-compact"),
+        "{:?} (base {base})",
+        nice_of("lsm-compact")
+    );
+    db.put(b"k", b"v").unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
+}

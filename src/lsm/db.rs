@@ -210,6 +210,26 @@ fn io_err(path: &Path, source: std::io::Error) -> LsmError {
     }
 }
 
+/// Raises the calling thread's nice value by `increment` (Linux; elsewhere, or if the kernel refuses, the
+/// thread keeps its priority: this only affects scheduling, never correctness).
+fn lower_thread_priority(increment: i32) {
+    #[cfg(target_os = "linux")]
+    if increment > 0 {
+        // SAFETY: plain system calls on the calling thread, with no pointers.
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+            libc::setpriority(
+                libc::PRIO_PROCESS,
+                tid,
+                current.saturating_add(increment).min(19),
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = increment;
+}
+
 impl DbInner {
     /// A fresh memtable (with the key filter the options ask for) logging to WAL `wal_number`.
     pub fn new_memtable(&self, wal_number: u64) -> MemTable {
@@ -911,11 +931,15 @@ impl Db {
                 Some(WalWriter::create(&dir, wal_number, inner.opts.wal_sync)?);
         }
         let mut threads = Vec::new();
+        let nice = inner.opts.background_nice;
         let spawn = |name: &str, f: fn(Arc<DbInner>)| {
             let i = Arc::clone(&inner);
             std::thread::Builder::new()
                 .name(name.to_string())
-                .spawn(move || f(i))
+                .spawn(move || {
+                    lower_thread_priority(nice);
+                    f(i)
+                })
                 .map_err(|e| io_err(&dir, e))
         };
         threads.push(spawn("lsm-flush", DbInner::flush_thread)?);
