@@ -318,8 +318,9 @@ mod rocks {
             opts.set_num_levels(7);
             opts.set_max_background_jobs(2);
             opts.set_merge_operator_associative("stringappendtest", string_append);
-            // Background threads yield to the client, as ours do (`Options::background_nice`): RocksDB's
-            // `LowerThreadPoolCPUPriority` for the compaction (LOW) and flush (HIGH) pools (nice 19).
+            // Background threads yield to the client, as ours do (`Options::background_nice`, +5 unless
+            // `KS_BENCH_BG_NICE` says otherwise): RocksDB's `LowerThreadPoolCPUPriority` for the compaction
+            // (LOW) and flush (HIGH) pools, whose only level through the C API is nice 19.
             let mut env = rocksdb::Env::new().expect("rocksdb env");
             env.lower_thread_pool_cpu_priority();
             env.lower_high_priority_thread_pool_cpu_priority();
@@ -441,7 +442,9 @@ mod rocks {
                 self.cache_bytes
             ));
             out.push("WriteOptions.disableWAL=true".into());
-            out.push("Env: LowerThreadPoolCPUPriority(LOW and HIGH pools) (set in code)".into());
+            out.push(
+                "Env: LowerThreadPoolCPUPriority(LOW and HIGH pools, nice 19) (set in code)".into(),
+            );
             out.join("; ")
         }
     }

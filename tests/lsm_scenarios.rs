@@ -1122,3 +1122,89 @@ fn background_threads_run_at_the_configured_lower_priority() {
     db.put(b"k", b"v").unwrap();
     assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
 }
+
+#[test]
+fn a_manual_compaction_started_while_writes_are_stopped_by_a_deep_l0_does_not_deadlock() {
+    /// Makes every compaction slow, so L0 reaches the stop trigger and writes stall.
+    struct SlowFactory;
+    impl CompactionFilterFactory for SlowFactory {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            Box::new(DropOld)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 4 << 10,
+        l0_compaction_trigger: 2,
+        l0_stop_writes_trigger: 3,
+        compaction_filter_factory: Some(Arc::new(SlowFactory)),
+        ..small_opts()
+    };
+    let db = Arc::new(Db::open(dir.path(), opts).unwrap());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let writer = {
+        let (db, tx) = (Arc::clone(&db), done_tx.clone());
+        std::thread::spawn(move || {
+            for i in 0..3000u32 {
+                db.put(format!("k{:05}", i % 1500).as_bytes(), &[b'x'; 64])
+                    .unwrap();
+            }
+            tx.send("writer").unwrap();
+        })
+    };
+    let compactor = {
+        let (db, tx) = (Arc::clone(&db), done_tx);
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                db.compact_range(b"k00000", b"k01499").unwrap();
+            }
+            tx.send("compactor").unwrap();
+        })
+    };
+    // Before automatic compactions could override a waiting manual one, the stalled writer (holding the
+    // write lock) and the manual compaction (waiting for it to flush) waited for each other for good.
+    let timeout = std::time::Duration::from_secs(120);
+    for _ in 0..2 {
+        done_rx
+            .recv_timeout(timeout)
+            .expect("writer and manual compaction finish");
+    }
+    writer.join().unwrap();
+    compactor.join().unwrap();
+    assert!(db.stats().write_stalls > 0, "the scenario stalled writes");
+    assert_eq!(get(&db, b"k01499").as_deref(), Some(&[b'x'; 64][..]));
+}
+
+#[test]
+fn a_zero_level_base_size_neither_spins_nor_hangs_the_compaction_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(
+        Db::open(
+            dir.path(),
+            Options {
+                level_base_size: 0,
+                ..small_opts()
+            },
+        )
+        .unwrap(),
+    );
+    for i in 0..2000u32 {
+        db.put(&i.to_be_bytes(), &[1u8; 32]).unwrap();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || tx.send(db.wait_for_background_work()).unwrap())
+    };
+    // Before, an empty L0 scored above 1 with a zero base size: the thread looped picking nothing, and
+    // waiting for it never returned.
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("background work settles")
+        .unwrap();
+    waiter.join().unwrap();
+    assert_eq!(get(&db, &1999u32.to_be_bytes()), Some(vec![1u8; 32]));
+}

@@ -584,7 +584,7 @@ impl DbInner {
                         return;
                     }
                     if st.bg_error.is_none()
-                        && self.manual_compactions.load(Ordering::SeqCst) == 0
+                        && !self.auto_compaction_paused(&st)
                         && compaction::needs_compaction(&st.version, &self.opts)
                     {
                         break;
@@ -670,6 +670,23 @@ impl DbInner {
         Ok(())
     }
 
+    /// Whether automatic compactions wait for a manual one. Not while writes are stopped by a deep L0: a
+    /// stalled writer holds the write lock that the manual compaction's own flush needs, so only an automatic
+    /// L0 compaction can let both go on.
+    pub(crate) fn auto_compaction_paused(&self, st: &State) -> bool {
+        self.manual_compactions.load(Ordering::SeqCst) > 0 && !self.writes_stopped_by_l0(st)
+    }
+
+    /// Whether L0 is deep enough that writes wait for compaction (see [`make_room`](Self::make_room)).
+    fn writes_stopped_by_l0(&self, st: &State) -> bool {
+        self.opts.auto_compaction
+            && st.version.levels.first().map_or(0, |l| l.len())
+                >= self
+                    .opts
+                    .l0_stop_writes_trigger
+                    .max(self.opts.l0_compaction_trigger)
+    }
+
     /// Makes room in the memtable for a write, switching memtables and stalling as needed; returns the
     /// memtable to write into (taken under the same state lock).
     pub(crate) fn make_room(
@@ -703,12 +720,7 @@ impl DbInner {
             if st.shutting_down {
                 return Err(LsmError::Closed);
             }
-            let l0_deep = self.opts.auto_compaction
-                && st.version.levels.first().map_or(0, |l| l.len())
-                    >= self
-                        .opts
-                        .l0_stop_writes_trigger
-                        .max(self.opts.l0_compaction_trigger);
+            let l0_deep = self.writes_stopped_by_l0(&st);
             let full = st.mem.approximate_bytes() >= self.opts.memtable_size;
             if !force_switch && l0_deep {
                 if stalled.is_none() {
