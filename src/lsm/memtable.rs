@@ -15,6 +15,7 @@ pub(crate) use crossbeam_epoch as epoch;
 use crossbeam_skiplist::base::{Entry, RefEntry, SkipList};
 use parking_lot::RwLock;
 
+use super::arena::{Arena, ArenaBytes};
 use super::ikey::{self, ValueKind};
 use super::rangedel::RangeTombstone;
 
@@ -28,7 +29,7 @@ pub(crate) const KEY_INLINE_CAP: usize = 22;
 ///
 /// The internal key stays inside the skiplist node whenever it is short, so comparisons during a search never
 /// leave the node; only the value of a large entry, or the whole of an entry with a long key, is on the heap.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) enum MemEntry {
     /// Key and value inline (no allocation besides the skiplist node).
     Inline {
@@ -39,20 +40,29 @@ pub(crate) enum MemEntry {
         /// `internal key | value | unused`.
         buf: [u8; INLINE_CAP],
     },
-    /// A short key inline, the value on the heap.
+    /// A short key inline, the value in the memtable's arena.
     KeyInline {
         /// Internal-key length.
         klen: u8,
         /// `internal key | unused`.
         key: [u8; KEY_INLINE_CAP],
         /// The value.
-        value: Box<[u8]>,
+        value: ArenaBytes,
     },
-    /// A long key: one heap buffer `internal key | value`, and the first 8 user-key bytes inline.
+    /// A long key: `internal key | value` in the memtable's arena, and the first 8 user-key bytes inline.
     Heap {
         /// Internal-key length.
         klen: u32,
         /// [`key_word`] of the user key: orders most pairs of entries without reading `buf`.
+        word: u64,
+        /// `internal key | value`.
+        buf: ArenaBytes,
+    },
+    /// As `Heap`, in a buffer of its own: search probes and entries built outside a memtable.
+    Owned {
+        /// Internal-key length.
+        klen: u32,
+        /// [`key_word`] of the user key.
         word: u64,
         /// `internal key | value`.
         buf: Box<[u8]>,
@@ -60,26 +70,29 @@ pub(crate) enum MemEntry {
 }
 
 impl MemEntry {
-    /// An entry `user_key | trailer | value`.
+    /// An entry `user_key | trailer | value` that owns its bytes (inline, or one buffer of its own).
     fn new(user_key: &[u8], trailer: u64, value: &[u8]) -> Self {
-        let klen = user_key.len() + ikey::TRAILER_LEN;
-        let total = klen + value.len();
-        if total <= INLINE_CAP {
-            let mut buf = [0u8; INLINE_CAP];
-            let (k, rest) = buf.split_at_mut(user_key.len());
-            k.copy_from_slice(user_key);
-            let (t, rest) = rest.split_at_mut(ikey::TRAILER_LEN);
-            t.copy_from_slice(&trailer.to_be_bytes());
-            if let Some(v) = rest.get_mut(..value.len()) {
-                v.copy_from_slice(value);
-            }
-            // Both fit in a u8: total <= INLINE_CAP < 256.
-            return MemEntry::Inline {
-                klen: klen as u8,
-                vlen: value.len() as u8,
-                buf,
-            };
+        if let Some(e) = Self::inline(user_key, trailer, value) {
+            return e;
         }
+        let klen = user_key.len() + ikey::TRAILER_LEN;
+        let mut buf = Vec::with_capacity(klen + value.len());
+        buf.extend_from_slice(user_key);
+        buf.extend_from_slice(&trailer.to_be_bytes());
+        buf.extend_from_slice(value);
+        MemEntry::Owned {
+            klen: klen as u32,
+            word: key_word(user_key),
+            buf: buf.into_boxed_slice(),
+        }
+    }
+
+    /// An entry `user_key | trailer | value` whose bytes that do not fit in the node go to `arena`.
+    fn new_in(user_key: &[u8], trailer: u64, value: &[u8], arena: &Arena) -> Self {
+        if let Some(e) = Self::inline(user_key, trailer, value) {
+            return e;
+        }
+        let klen = user_key.len() + ikey::TRAILER_LEN;
         if klen <= KEY_INLINE_CAP {
             let mut key = [0u8; KEY_INLINE_CAP];
             let (k, rest) = key.split_at_mut(user_key.len());
@@ -90,18 +103,37 @@ impl MemEntry {
             return MemEntry::KeyInline {
                 klen: klen as u8,
                 key,
-                value: value.into(),
+                value: arena.copy(&[value]),
             };
         }
-        let mut buf = Vec::with_capacity(total);
-        buf.extend_from_slice(user_key);
-        buf.extend_from_slice(&trailer.to_be_bytes());
-        buf.extend_from_slice(value);
         MemEntry::Heap {
             klen: klen as u32,
             word: key_word(user_key),
-            buf: buf.into_boxed_slice(),
+            buf: arena.copy(&[user_key, &trailer.to_be_bytes(), value]),
         }
+    }
+
+    /// The entry with key and value inside the node, if they fit.
+    #[inline]
+    fn inline(user_key: &[u8], trailer: u64, value: &[u8]) -> Option<Self> {
+        let klen = user_key.len() + ikey::TRAILER_LEN;
+        if klen + value.len() > INLINE_CAP {
+            return None;
+        }
+        let mut buf = [0u8; INLINE_CAP];
+        let (k, rest) = buf.split_at_mut(user_key.len());
+        k.copy_from_slice(user_key);
+        let (t, rest) = rest.split_at_mut(ikey::TRAILER_LEN);
+        t.copy_from_slice(&trailer.to_be_bytes());
+        if let Some(v) = rest.get_mut(..value.len()) {
+            v.copy_from_slice(value);
+        }
+        // Both fit in a u8: klen + vlen <= INLINE_CAP < 256.
+        Some(MemEntry::Inline {
+            klen: klen as u8,
+            vlen: value.len() as u8,
+            buf,
+        })
     }
 
     /// The probe that sorts before every version of `user_key` with seqno `<= snapshot`.
@@ -118,7 +150,7 @@ impl MemEntry {
         match <[u8; 8]>::try_from(t) {
             Ok(t) => Self::new(uk, u64::from_be_bytes(t), &[]),
             // Not a whole internal key (never produced by the engine): compare it as given.
-            Err(_) => MemEntry::Heap {
+            Err(_) => MemEntry::Owned {
                 klen: ikey.len() as u32,
                 word: key_word(ikey::user_key(ikey)),
                 buf: ikey.into(),
@@ -132,7 +164,12 @@ impl MemEntry {
         match self {
             MemEntry::Inline { klen, buf, .. } => buf.get(..usize::from(*klen)).unwrap_or(&[]),
             MemEntry::KeyInline { klen, key, .. } => key.get(..usize::from(*klen)).unwrap_or(&[]),
-            MemEntry::Heap { klen, buf, .. } => buf.get(..*klen as usize).unwrap_or(&[]),
+            // SAFETY: an arena-backed entry only exists inside the memtable that owns the arena, and is only
+            // reached through a borrow of (or an `Arc` on) that memtable.
+            MemEntry::Heap { klen, buf, .. } => unsafe { buf.as_slice() }
+                .get(..*klen as usize)
+                .unwrap_or(&[]),
+            MemEntry::Owned { klen, buf, .. } => buf.get(..*klen as usize).unwrap_or(&[]),
         }
     }
 
@@ -144,8 +181,13 @@ impl MemEntry {
                 let k = usize::from(*klen);
                 buf.get(k..k + usize::from(*vlen)).unwrap_or(&[])
             }
-            MemEntry::KeyInline { value, .. } => value,
-            MemEntry::Heap { klen, buf, .. } => buf.get(*klen as usize..).unwrap_or(&[]),
+            // SAFETY: as in `ikey`.
+            MemEntry::KeyInline { value, .. } => unsafe { value.as_slice() },
+            // SAFETY: as in `ikey`.
+            MemEntry::Heap { klen, buf, .. } => unsafe { buf.as_slice() }
+                .get(*klen as usize..)
+                .unwrap_or(&[]),
+            MemEntry::Owned { klen, buf, .. } => buf.get(*klen as usize..).unwrap_or(&[]),
         }
     }
 
@@ -153,7 +195,7 @@ impl MemEntry {
     #[inline]
     fn first_word(&self) -> u64 {
         match self {
-            MemEntry::Heap { word, .. } => *word,
+            MemEntry::Heap { word, .. } | MemEntry::Owned { word, .. } => *word,
             _ => key_word(ikey::user_key(self.ikey())),
         }
     }
@@ -162,7 +204,7 @@ impl MemEntry {
     #[inline]
     fn heap_word(&self) -> Option<u64> {
         match self {
-            MemEntry::Heap { word, .. } => Some(*word),
+            MemEntry::Heap { word, .. } | MemEntry::Owned { word, .. } => Some(*word),
             _ => None,
         }
     }
@@ -249,19 +291,18 @@ impl PartialOrd for MemEntry {
 /// level, 2 levels on average), the allocator's header and rounding (measured: `memtable_bytes_per_entry`).
 const NODE_OVERHEAD: usize = 35;
 
-/// The memory an entry with an internal key of `klen` bytes and a value of `vlen` bytes takes, as allocated:
-/// its node, plus the heap buffer of a large entry (as [`MemEntry::new`] lays it out).
+/// The memory an entry with an internal key of `klen` bytes and a value of `vlen` bytes takes: its node,
+/// plus the bytes it copies into the arena (as [`MemEntry::new_in`] lays it out). The arena's chunks are
+/// 1/64 of the memtable (at most 1 MiB), so their unused tails add at most a few percent.
 #[inline]
 fn charge(klen: usize, vlen: usize) -> usize {
     let node = std::mem::size_of::<MemEntry>() + NODE_OVERHEAD;
-    // glibc: an 8-byte header, rounded up to 16 bytes.
-    let heap = |n: usize| (n + 8).next_multiple_of(16);
     if klen + vlen <= INLINE_CAP {
         node
     } else if klen <= KEY_INLINE_CAP {
-        node + heap(vlen)
+        node + vlen
     } else {
-        node + heap(klen + vlen)
+        node + klen + vlen
     }
 }
 
@@ -323,7 +364,11 @@ static EMPTY_WORD: AtomicU64 = AtomicU64::new(0);
 
 /// A memtable. Entries are never removed; the whole table is dropped after it is flushed.
 pub(crate) struct MemTable {
+    /// Declared before `arena`, so it is dropped first (entries point into the arena; dropping them never
+    /// reads those bytes, but the order keeps every view valid for as long as its entry exists).
     list: SkipList<MemEntry, ()>,
+    /// Bytes of entries too large for their node.
+    arena: Arena,
     bytes: AtomicUsize,
     max_seqno: AtomicU64,
     range_dels: RwLock<Vec<RangeTombstone>>,
@@ -348,6 +393,7 @@ impl MemTable {
             .then(|| MemBloom::new(capacity_bytes / charge(0, 0) * bits_per_key));
         Self {
             list: SkipList::new(epoch::default_collector().clone()),
+            arena: Arena::new((capacity_bytes / 64).clamp(4 << 10, 1 << 20)),
             bytes: AtomicUsize::new(bloom.as_ref().map_or(0, MemBloom::bytes)),
             bloom,
             max_seqno: AtomicU64::new(0),
@@ -382,7 +428,7 @@ impl MemTable {
             }
             _ => None,
         };
-        let entry = MemEntry::new(key, ikey::trailer(seqno, kind), value);
+        let entry = MemEntry::new_in(key, ikey::trailer(seqno, kind), value, &self.arena);
         let guard = epoch::pin();
         self.list.insert(entry, (), &guard).release(&guard);
         if let Some((word, mask, seen)) = filter {
@@ -716,13 +762,18 @@ mod tests {
     }
 
     #[test]
-    fn entry_stays_small_and_long_entries_go_to_the_heap() {
+    fn entry_stays_small_and_long_entries_go_to_the_arena() {
         assert_eq!(std::mem::size_of::<MemEntry>(), 40);
-        let short = MemEntry::new(b"key", ikey::trailer(7, ValueKind::Put), b"value");
+        let arena = Arena::new(4096);
+        let short = MemEntry::new_in(b"key", ikey::trailer(7, ValueKind::Put), b"value", &arena);
         assert!(matches!(short, MemEntry::Inline { .. }));
         let long_key = vec![b'k'; 60];
-        let long = MemEntry::new(&long_key, ikey::trailer(7, ValueKind::Put), b"v");
+        let long = MemEntry::new_in(&long_key, ikey::trailer(7, ValueKind::Put), b"v", &arena);
         assert!(matches!(long, MemEntry::Heap { .. }));
+        // Outside a memtable (search probes) a long entry owns its buffer.
+        let probe = MemEntry::new(&long_key, ikey::trailer(7, ValueKind::Put), b"v");
+        assert!(matches!(probe, MemEntry::Owned { .. }));
+        assert_eq!((probe.ikey(), probe.value()), (long.ikey(), long.value()));
         for e in [&short, &long] {
             assert_eq!(ikey::parse(e.ikey()).map(|p| p.seqno), Some(7));
         }
@@ -730,20 +781,25 @@ mod tests {
         assert_eq!(long.value(), b"v");
         // Exactly at the inline capacity, and one byte over.
         let k = vec![1u8; INLINE_CAP - ikey::TRAILER_LEN - 4];
-        let at = MemEntry::new(&k, 1, b"abcd");
-        let over = MemEntry::new(&k, 1, b"abcde");
+        let at = MemEntry::new_in(&k, 1, b"abcd", &arena);
+        let over = MemEntry::new_in(&k, 1, b"abcde", &arena);
         assert!(matches!(at, MemEntry::Inline { .. }));
         assert!(matches!(over, MemEntry::Heap { .. }));
         assert_eq!((at.value(), over.value()), (&b"abcd"[..], &b"abcde"[..]));
         // A short key with a large value keeps the key inline, at the key capacity and one byte over.
         let k = vec![2u8; KEY_INLINE_CAP - ikey::TRAILER_LEN];
         let big = vec![9u8; 100];
-        let key_inline = MemEntry::new(&k, ikey::trailer(3, ValueKind::Merge), &big);
+        let key_inline = MemEntry::new_in(&k, ikey::trailer(3, ValueKind::Merge), &big, &arena);
         assert!(matches!(key_inline, MemEntry::KeyInline { .. }));
         assert_eq!(ikey::user_key(key_inline.ikey()), &k[..]);
         assert_eq!(key_inline.value(), &big[..]);
         let k2 = vec![2u8; KEY_INLINE_CAP - ikey::TRAILER_LEN + 1];
-        assert!(matches!(MemEntry::new(&k2, 3, &big), MemEntry::Heap { .. }));
+        let heap = MemEntry::new_in(&k2, 3, &big, &arena);
+        assert!(matches!(heap, MemEntry::Heap { .. }));
+        assert_eq!(
+            (ikey::user_key(heap.ikey()), heap.value()),
+            (&k2[..], &big[..])
+        );
     }
 
     #[test]
