@@ -33,14 +33,45 @@ impl ArenaBytes {
     }
 }
 
+/// One buffer owned by the arena, held as a raw pointer from `Box::into_raw`: bytes are written into its unused
+/// part and read from handed-out parts only through pointers derived from this one, so no `&mut` to the
+/// whole buffer ever exists while views into it are read.
+struct Chunk {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl Chunk {
+    fn new(len: usize) -> Self {
+        let boxed: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let raw = Box::into_raw(boxed);
+        // `Box::into_raw` never returns null; a zero-length box gives a dangling, non-null pointer.
+        let base = NonNull::new(raw.cast::<u8>()).unwrap_or(NonNull::dangling());
+        Chunk { base, len }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        let slice = std::ptr::slice_from_raw_parts_mut(self.base.as_ptr(), self.len);
+        // SAFETY: `base`/`len` came from `Box::into_raw` of a `Box<[u8]>` of this length in `Chunk::new`, and
+        // the box is rebuilt only here, once. The arena (and so every chunk) is dropped only after every entry
+        // viewing it (see `ArenaBytes`).
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+// SAFETY: a chunk is a uniquely owned heap buffer (like `Box<[u8]>`); writes happen under the arena's mutex
+// into parts not yet handed out, reads only of parts handed out, which are never written again.
+unsafe impl Send for Chunk {}
+
 struct Chunks {
-    /// The chunks that small copies fill, the last one current; a chunk's heap buffer never moves, also when
-    /// this vector grows.
-    chunks: Vec<Box<[u8]>>,
+    /// The chunks that small copies fill, the last one current.
+    chunks: Vec<Chunk>,
     /// Bytes used in the last chunk.
     used: usize,
     /// Buffers of copies larger than a quarter chunk, one each.
-    large: Vec<Box<[u8]>>,
+    large: Vec<Chunk>,
 }
 
 /// Chunked bump allocator; frees everything when dropped.
@@ -50,7 +81,7 @@ pub(crate) struct Arena {
 }
 
 impl Arena {
-    /// An arena that allocates chunks of `chunk_size` bytes (larger requests get a chunk of their own).
+    /// An arena that allocates chunks of `chunk_size` bytes (larger requests get a buffer of their own).
     pub fn new(chunk_size: usize) -> Self {
         Arena {
             chunk_size: chunk_size.max(64),
@@ -66,28 +97,26 @@ impl Arena {
     pub fn copy(&self, parts: &[&[u8]]) -> ArenaBytes {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut g = self.inner.lock();
-        let room = g.chunks.last().map_or(0, |c| c.len() - g.used);
+        let room = g.chunks.last().map_or(0, |c| c.len - g.used);
+        if room < len && len > self.chunk_size / 4 {
+            // A large copy gets a buffer of its own; the current chunk keeps filling.
+            let chunk = Chunk::new(len);
+            let view = fill(&chunk, 0, parts, len);
+            g.large.push(chunk);
+            return view;
+        }
         if room < len {
-            if len > self.chunk_size / 4 {
-                // A large copy gets a buffer of its own; the current chunk keeps filling.
-                g.large.push(vec![0u8; len].into_boxed_slice());
-                return match g.large.last_mut() {
-                    Some(dst) => fill(dst, 0, parts, len),
-                    None => ArenaBytes {
-                        ptr: NonNull::dangling(),
-                        len: 0,
-                    },
-                };
-            }
-            g.chunks.push(vec![0u8; self.chunk_size].into_boxed_slice());
+            g.chunks.push(Chunk::new(self.chunk_size));
             g.used = 0;
         }
         let start = g.used;
-        g.used += len;
-        let Chunks { chunks, .. } = &mut *g;
-        match chunks.last_mut() {
-            Some(dst) => fill(dst, start, parts, len),
-            // Unreachable: a chunk was pushed above when there was no room.
+        match g.chunks.last() {
+            Some(chunk) => {
+                let view = fill(chunk, start, parts, len);
+                g.used += len;
+                view
+            }
+            // Only for a zero-length copy into an arena without chunks.
             None => ArenaBytes {
                 ptr: NonNull::dangling(),
                 len: 0,
@@ -96,23 +125,27 @@ impl Arena {
     }
 }
 
-/// Writes `parts` into `chunk` from `start` and returns the view of those `len` bytes.
-fn fill(chunk: &mut [u8], start: usize, parts: &[&[u8]], len: usize) -> ArenaBytes {
+/// Writes `parts` (`len` bytes in all) into `chunk` from `start`, a part of the chunk not handed out yet, and
+/// returns the view of those bytes.
+fn fill(chunk: &Chunk, start: usize, parts: &[&[u8]], len: usize) -> ArenaBytes {
+    assert!(
+        start.checked_add(len).is_some_and(|end| end <= chunk.len),
+        "arena copy out of its chunk"
+    );
     let mut at = start;
     for p in parts {
-        if let Some(dst) = chunk.get_mut(at..at + p.len()) {
-            dst.copy_from_slice(p);
+        // SAFETY: `start + len <= chunk.len` (checked above) and the parts add up to `len`, so the
+        // destination lies inside the chunk's allocation, in a region no view points into yet; the arena's
+        // mutex (held by the caller) excludes other writers, and `p` cannot overlap a region not yet handed
+        // out.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p.as_ptr(), chunk.base.as_ptr().add(at), p.len());
         }
         at += p.len();
     }
-    let ptr = chunk
-        .get_mut(start..)
-        .and_then(|s| NonNull::new(s.as_mut_ptr()))
-        .unwrap_or(NonNull::dangling());
-    ArenaBytes {
-        ptr,
-        len: if start + len <= chunk.len() { len } else { 0 },
-    }
+    // SAFETY: `start <= chunk.len`, so the pointer stays inside (or one past the end of) the allocation.
+    let ptr = unsafe { NonNull::new_unchecked(chunk.base.as_ptr().add(start)) };
+    ArenaBytes { ptr, len }
 }
 
 #[cfg(test)]
