@@ -173,6 +173,18 @@ impl CompactionFilter for DropOld {
         }
     }
 }
+/// Makes every compaction slow (30 ms before it starts), so L0 fills up faster than it drains.
+struct SlowFactory;
+impl CompactionFilterFactory for SlowFactory {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        Box::new(DropOld)
+    }
+}
+
 struct DropOldFactory;
 impl CompactionFilterFactory for DropOldFactory {
     fn name(&self) -> &str {
@@ -392,17 +404,6 @@ fn checkpoint_opens_as_db() {
 #[test]
 fn write_stall_when_l0_deep() {
     let dir = tempfile::tempdir().unwrap();
-    /// Makes every compaction slow, so L0 fills up faster than it drains.
-    struct SlowFactory;
-    impl CompactionFilterFactory for SlowFactory {
-        fn name(&self) -> &str {
-            "slow"
-        }
-        fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
-            std::thread::sleep(std::time::Duration::from_millis(30));
-            Box::new(DropOld)
-        }
-    }
     let opts = Options {
         memtable_size: 4 << 10,
         l0_compaction_trigger: 2,
@@ -1125,17 +1126,6 @@ fn background_threads_run_at_the_configured_lower_priority() {
 
 #[test]
 fn a_manual_compaction_started_while_writes_are_stopped_by_a_deep_l0_does_not_deadlock() {
-    /// Makes every compaction slow, so L0 reaches the stop trigger and writes stall.
-    struct SlowFactory;
-    impl CompactionFilterFactory for SlowFactory {
-        fn name(&self) -> &str {
-            "slow"
-        }
-        fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
-            std::thread::sleep(std::time::Duration::from_millis(30));
-            Box::new(DropOld)
-        }
-    }
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
         memtable_size: 4 << 10,
