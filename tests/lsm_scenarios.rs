@@ -185,6 +185,17 @@ impl CompactionFilterFactory for SlowFactory {
     }
 }
 
+/// Tiny memtables, L0 stopping writes at 3 files, and slow compactions: writes stall.
+fn stalling_opts() -> Options {
+    Options {
+        memtable_size: 4 << 10,
+        l0_compaction_trigger: 2,
+        l0_stop_writes_trigger: 3,
+        compaction_filter_factory: Some(Arc::new(SlowFactory)),
+        ..small_opts()
+    }
+}
+
 struct DropOldFactory;
 impl CompactionFilterFactory for DropOldFactory {
     fn name(&self) -> &str {
@@ -404,13 +415,7 @@ fn checkpoint_opens_as_db() {
 #[test]
 fn write_stall_when_l0_deep() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = Options {
-        memtable_size: 4 << 10,
-        l0_compaction_trigger: 2,
-        l0_stop_writes_trigger: 3,
-        compaction_filter_factory: Some(Arc::new(SlowFactory)),
-        ..small_opts()
-    };
+    let opts = stalling_opts();
     let db = Db::open(dir.path(), opts).unwrap();
     for i in 0..5000u32 {
         db.put(format!("k{:05}", i % 1500).as_bytes(), &[b'x'; 64])
@@ -1127,13 +1132,7 @@ fn background_threads_run_at_the_configured_lower_priority() {
 #[test]
 fn a_manual_compaction_started_while_writes_are_stopped_by_a_deep_l0_does_not_deadlock() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = Options {
-        memtable_size: 4 << 10,
-        l0_compaction_trigger: 2,
-        l0_stop_writes_trigger: 3,
-        compaction_filter_factory: Some(Arc::new(SlowFactory)),
-        ..small_opts()
-    };
+    let opts = stalling_opts();
     let db = Arc::new(Db::open(dir.path(), opts).unwrap());
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let writer = {
