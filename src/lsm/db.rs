@@ -48,7 +48,8 @@ pub struct DbStats {
     pub trivial_moves: u64,
     /// Number of times a write waited for flush or compaction.
     pub write_stalls: u64,
-    /// Microseconds writes spent waiting for flush or compaction.
+    /// Microseconds writes spent stalled: from a write's first wait for flush or compaction until it
+    /// proceeds (including the memtable switch that may end the wait).
     pub write_stall_micros: u64,
     /// Number of files dropped whole by `delete_range`.
     pub files_dropped_by_range_delete: u64,
