@@ -18,7 +18,8 @@
 //!
 //! Environment: `KS_BENCH_KEYS` (default 1,000,000), `KS_BENCH_REPS` (2), `KS_BENCH_CACHE_MB` (64),
 //! `KS_BENCH_DIR` (default `/work/tmp-lsm-bench` if it exists, else the system temp dir),
-//! `KS_BENCH_ONLY` (`ours` or `rocksdb`: run one engine only).
+//! `KS_BENCH_ONLY` (`ours` or `rocksdb`: run one engine only), `KS_BENCH_BG_NICE` (nice increment of our
+//! background threads, default 5 as `Options::default()`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -203,6 +204,8 @@ mod ours {
                 block_cache_size: cache_bytes,
                 wal: false,
                 merge_operator: Some(Arc::new(ListAppendOperator)),
+                // Our default (flush/compaction threads at nice +5); `KS_BENCH_BG_NICE` overrides it.
+                background_nice: env_u64("KS_BENCH_BG_NICE", 5) as i32,
                 ..Options::default()
             };
             let desc = format!("{opts:?} sst={:?} block_cache={}", opts.sst, cache_bytes);
@@ -315,6 +318,13 @@ mod rocks {
             opts.set_num_levels(7);
             opts.set_max_background_jobs(2);
             opts.set_merge_operator_associative("stringappendtest", string_append);
+            // Background threads yield to the client, as ours do (`Options::background_nice`, +5 unless
+            // `KS_BENCH_BG_NICE` says otherwise): RocksDB's `LowerThreadPoolCPUPriority` for the compaction
+            // (LOW) and flush (HIGH) pools, whose only level through the C API is nice 19.
+            let mut env = rocksdb::Env::new().expect("rocksdb env");
+            env.lower_thread_pool_cpu_priority();
+            env.lower_high_priority_thread_pool_cpu_priority();
+            opts.set_env(&env);
             let db = DB::open(&opts, dir).expect("open rocksdb");
             let mut wo = WriteOptions::default();
             wo.disable_wal(true);
@@ -432,6 +442,9 @@ mod rocks {
                 self.cache_bytes
             ));
             out.push("WriteOptions.disableWAL=true".into());
+            out.push(
+                "Env: LowerThreadPoolCPUPriority(LOW and HIGH pools, nice 19) (set in code)".into(),
+            );
             out.join("; ")
         }
     }

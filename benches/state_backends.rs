@@ -135,7 +135,7 @@ fn describe_lsm(o: &Options) -> String {
     format!(
         "memtable={}MiB x (1 + {} immutable), block_cache={}MiB, block={}B, restart_interval={}, \
          compression={:?}, bloom={}, compaction=level (L0 trigger {}, stop {}, {} level sizing, pick {:?}), \
-         target_file={}MiB, level_base={}MiB, level_multiplier={}, wal={}, background threads=2 (flush + compaction)",
+         target_file={}MiB, level_base={}MiB, level_multiplier={}, wal={}, background threads=2 (flush + compaction) at nice +{}",
         o.memtable_size / MIB,
         o.max_immutable_memtables,
         o.block_cache_size / MIB,
@@ -159,6 +159,7 @@ fn describe_lsm(o: &Options) -> String {
         o.level_base_size / MIB as u64,
         o.level_multiplier,
         if o.wal { "on" } else { "off" },
+        o.background_nice,
     )
 }
 

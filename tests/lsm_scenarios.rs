@@ -173,6 +173,29 @@ impl CompactionFilter for DropOld {
         }
     }
 }
+/// Makes every compaction slow (30 ms before it starts), so L0 fills up faster than it drains.
+struct SlowFactory;
+impl CompactionFilterFactory for SlowFactory {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        Box::new(DropOld)
+    }
+}
+
+/// Tiny memtables, L0 stopping writes at 3 files, and slow compactions: writes stall.
+fn stalling_opts() -> Options {
+    Options {
+        memtable_size: 4 << 10,
+        l0_compaction_trigger: 2,
+        l0_stop_writes_trigger: 3,
+        compaction_filter_factory: Some(Arc::new(SlowFactory)),
+        ..small_opts()
+    }
+}
+
 struct DropOldFactory;
 impl CompactionFilterFactory for DropOldFactory {
     fn name(&self) -> &str {
@@ -392,24 +415,7 @@ fn checkpoint_opens_as_db() {
 #[test]
 fn write_stall_when_l0_deep() {
     let dir = tempfile::tempdir().unwrap();
-    /// Makes every compaction slow, so L0 fills up faster than it drains.
-    struct SlowFactory;
-    impl CompactionFilterFactory for SlowFactory {
-        fn name(&self) -> &str {
-            "slow"
-        }
-        fn create(&self, _ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter> {
-            std::thread::sleep(std::time::Duration::from_millis(30));
-            Box::new(DropOld)
-        }
-    }
-    let opts = Options {
-        memtable_size: 4 << 10,
-        l0_compaction_trigger: 2,
-        l0_stop_writes_trigger: 3,
-        compaction_filter_factory: Some(Arc::new(SlowFactory)),
-        ..small_opts()
-    };
+    let opts = stalling_opts();
     let db = Db::open(dir.path(), opts).unwrap();
     for i in 0..5000u32 {
         db.put(format!("k{:05}", i % 1500).as_bytes(), &[b'x'; 64])
@@ -1038,7 +1044,8 @@ fn compact_all_runs_alone_without_automatic_compactions_in_between() {
     for round in 0..5u32 {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path(), small_opts()).unwrap();
-        for i in 0..100u32 {
+        // 80 keys fill most of one memtable.
+        for i in 0..80u32 {
             db.put(format!("k{i:04}").as_bytes(), &[b'a'; 64]).unwrap();
         }
         db.flush().unwrap();
@@ -1047,7 +1054,7 @@ fn compact_all_runs_alone_without_automatic_compactions_in_between() {
         assert_eq!(before.level_files[0], 1, "{before:?}");
         // compact_all's own flush brings L0 to its trigger; that L0 compaction would only rewrite what the
         // manual one rewrites anyway, so it must not start first.
-        for i in 0..100u32 {
+        for i in 0..80u32 {
             db.put(format!("k{i:04}").as_bytes(), &[b'b'; 64]).unwrap();
         }
         db.compact_all().unwrap();
@@ -1064,4 +1071,130 @@ fn compact_all_runs_alone_without_automatic_compactions_in_between() {
         );
         assert_eq!(get(&db, b"k0042").as_deref(), Some(&[b'b'; 64][..]));
     }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn background_threads_run_at_the_configured_lower_priority() {
+    /// Nice values of this process's threads named `name` (`/proc/self/task/*/stat`, field 19).
+    fn nice_of(name: &str) -> Vec<i64> {
+        let mut out = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap() {
+            let dir = t.unwrap().path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            // Fields after the parenthesised command name: state is field 3, nice field 19.
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            out.push(rest.split_whitespace().nth(16).unwrap().parse().unwrap());
+        }
+        out
+    }
+    let base: i64 = {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split_whitespace().nth(16).unwrap().parse().unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            background_nice: 3,
+            ..small_opts()
+        },
+    )
+    .unwrap();
+    // The threads set their priority first thing; give them a moment to start. Tests running in parallel
+    // have flush threads of their own, at the default increment (5), so look for one at +3.
+    let expected = (base + 3).min(19);
+    let found = |name: &str| nice_of(name).contains(&expected);
+    for _ in 0..100 {
+        if found("lsm-flush") && found("lsm-compact") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        found("lsm-flush"),
+        "{:?} (base {base})",
+        nice_of("lsm-flush")
+    );
+    assert!(
+        found("lsm-compact"),
+        "{:?} (base {base})",
+        nice_of("lsm-compact")
+    );
+    db.put(b"k", b"v").unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
+}
+
+#[test]
+fn a_manual_compaction_started_while_writes_are_stopped_by_a_deep_l0_does_not_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = stalling_opts();
+    let db = Arc::new(Db::open(dir.path(), opts).unwrap());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let writer = {
+        let (db, tx) = (Arc::clone(&db), done_tx.clone());
+        std::thread::spawn(move || {
+            for i in 0..3000u32 {
+                db.put(format!("k{:05}", i % 1500).as_bytes(), &[b'x'; 64])
+                    .unwrap();
+            }
+            tx.send("writer").unwrap();
+        })
+    };
+    let compactor = {
+        let (db, tx) = (Arc::clone(&db), done_tx);
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                db.compact_range(b"k00000", b"k01499").unwrap();
+            }
+            tx.send("compactor").unwrap();
+        })
+    };
+    // Before automatic compactions could override a waiting manual one, the stalled writer (holding the
+    // write lock) and the manual compaction (waiting for it to flush) waited for each other for good.
+    let timeout = std::time::Duration::from_secs(120);
+    for _ in 0..2 {
+        done_rx
+            .recv_timeout(timeout)
+            .expect("writer and manual compaction finish");
+    }
+    writer.join().unwrap();
+    compactor.join().unwrap();
+    assert!(db.stats().write_stalls > 0, "the scenario stalled writes");
+    assert_eq!(get(&db, b"k01499").as_deref(), Some(&[b'x'; 64][..]));
+}
+
+#[test]
+fn a_zero_level_base_size_neither_spins_nor_hangs_the_compaction_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(
+        Db::open(
+            dir.path(),
+            Options {
+                level_base_size: 0,
+                ..small_opts()
+            },
+        )
+        .unwrap(),
+    );
+    for i in 0..2000u32 {
+        db.put(&i.to_be_bytes(), &[1u8; 32]).unwrap();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let db = Arc::clone(&db);
+        std::thread::spawn(move || tx.send(db.wait_for_background_work()).unwrap())
+    };
+    // Before, an empty L0 scored above 1 with a zero base size: the thread looped picking nothing, and
+    // waiting for it never returned.
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("background work settles")
+        .unwrap();
+    waiter.join().unwrap();
+    assert_eq!(get(&db, &1999u32.to_be_bytes()), Some(vec![1u8; 32]));
 }

@@ -189,7 +189,7 @@ fn level_scores(bytes: &[u64], l0_files: usize, opts: &Options, t: &LevelTargets
         let score = if l == 0 {
             downcompact += b as f64;
             let mut s = l0_files / trigger;
-            if b >= opts.level_base_size {
+            if l0_files > 0.0 && b >= opts.level_base_size.max(1) {
                 s = s.max(1.01);
             }
             let base_target = t.targets[t.base_level];
@@ -317,11 +317,14 @@ fn pick(v: &Version, opts: &Options, pointers: &mut [Vec<u8>]) -> Option<Compact
 /// Runs one automatically picked compaction, if any.
 pub(crate) fn run_auto(db: &DbInner) -> Result<()> {
     let mut pointers = db.compaction_lock.lock();
+    let (version, paused) = {
+        let st = db.state.lock();
+        (Arc::clone(&st.version), db.auto_compaction_paused(&st))
+    };
     // A manual compaction asked for the lock meanwhile: it goes first (it rewrites what this one would).
-    if db.manual_compactions.load(Ordering::SeqCst) > 0 {
+    if paused {
         return Ok(());
     }
-    let version = Arc::clone(&db.state.lock().version);
     if let Some(c) = pick(&version, &db.opts, &mut pointers) {
         run(db, &version, c)?;
     }

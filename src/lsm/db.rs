@@ -48,7 +48,8 @@ pub struct DbStats {
     pub trivial_moves: u64,
     /// Number of times a write waited for flush or compaction.
     pub write_stalls: u64,
-    /// Microseconds writes spent waiting for flush or compaction.
+    /// Microseconds writes spent stalled: from a write's first wait for flush or compaction until it
+    /// proceeds (including the memtable switch that may end the wait).
     pub write_stall_micros: u64,
     /// Number of files dropped whole by `delete_range`.
     pub files_dropped_by_range_delete: u64,
@@ -210,10 +211,31 @@ fn io_err(path: &Path, source: std::io::Error) -> LsmError {
     }
 }
 
+/// Raises the calling thread's nice value by `increment` (Linux; elsewhere, or if the kernel refuses, the
+/// thread keeps its priority: this only affects scheduling, never correctness).
+fn lower_thread_priority(increment: i32) {
+    #[cfg(target_os = "linux")]
+    if increment > 0 {
+        // SAFETY: plain system calls on the calling thread, with no pointers.
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+            libc::setpriority(
+                libc::PRIO_PROCESS,
+                tid,
+                current.saturating_add(increment).min(19),
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = increment;
+}
+
 impl DbInner {
-    /// A fresh memtable (with a point index sized for `memtable_size`) logging to WAL `wal_number`.
-    pub fn new_memtable(&self, wal_number: u64) -> MemTable {
-        MemTable::with_capacity(wal_number, self.opts.memtable_size)
+    /// A fresh memtable logging to WAL `wal_number`, whose point index starts at `index_slots` slots (the
+    /// size the previous memtable's index grew to, so that a steady workload never rebuilds it).
+    pub fn new_memtable(&self, wal_number: u64, index_slots: usize) -> MemTable {
+        MemTable::with_capacity(wal_number, self.opts.memtable_size, index_slots)
     }
 
     /// Allocates a never-reused file number.
@@ -558,7 +580,7 @@ impl DbInner {
                         return;
                     }
                     if st.bg_error.is_none()
-                        && self.manual_compactions.load(Ordering::SeqCst) == 0
+                        && !self.auto_compaction_paused(&st)
                         && compaction::needs_compaction(&st.version, &self.opts)
                     {
                         break;
@@ -644,6 +666,23 @@ impl DbInner {
         Ok(())
     }
 
+    /// Whether automatic compactions wait for a manual one. Not while writes are stopped by a deep L0: a
+    /// stalled writer holds the write lock that the manual compaction's own flush needs, so only an automatic
+    /// L0 compaction can let both go on.
+    pub(crate) fn auto_compaction_paused(&self, st: &State) -> bool {
+        self.manual_compactions.load(Ordering::SeqCst) > 0 && !self.writes_stopped_by_l0(st)
+    }
+
+    /// Whether L0 is deep enough that writes wait for compaction (see [`make_room`](Self::make_room)).
+    fn writes_stopped_by_l0(&self, st: &State) -> bool {
+        self.opts.auto_compaction
+            && st.version.levels.first().map_or(0, |l| l.len())
+                >= self
+                    .opts
+                    .l0_stop_writes_trigger
+                    .max(self.opts.l0_compaction_trigger)
+    }
+
     /// Makes room in the memtable for a write, switching memtables and stalling as needed; returns the
     /// memtable to write into (taken under the same state lock).
     pub(crate) fn make_room(
@@ -677,12 +716,7 @@ impl DbInner {
             if st.shutting_down {
                 return Err(LsmError::Closed);
             }
-            let l0_deep = self.opts.auto_compaction
-                && st.version.levels.first().map_or(0, |l| l.len())
-                    >= self
-                        .opts
-                        .l0_stop_writes_trigger
-                        .max(self.opts.l0_compaction_trigger);
+            let l0_deep = self.writes_stopped_by_l0(&st);
             let full = st.mem.approximate_bytes() >= self.opts.memtable_size;
             if !force_switch && l0_deep {
                 if stalled.is_none() {
@@ -714,7 +748,11 @@ impl DbInner {
             } else {
                 0
             };
-            let old = std::mem::replace(&mut st.mem, Arc::new(self.new_memtable(wal_number)));
+            let index_slots = st.mem.index_slots();
+            let old = std::mem::replace(
+                &mut st.mem,
+                Arc::new(self.new_memtable(wal_number, index_slots)),
+            );
             st.imm.push_front(old);
             st.refresh_super_version();
             let mem = Arc::clone(&st.mem);
@@ -857,7 +895,7 @@ impl Db {
             let _ = std::fs::remove_file(p);
         }
         // Replay WAL files into a memtable and flush it to L0.
-        let replay = inner.new_memtable(0);
+        let replay = inner.new_memtable(0, 0);
         for n in &logs {
             let (batches, _torn) = wal::read_wal(&wal::wal_path(&dir, *n))?;
             for (seq, b) in batches {
@@ -886,7 +924,7 @@ impl Db {
             let mut st = inner.state.lock();
             let v = st.version.apply(&[], &added);
             st.version = Arc::new(v);
-            st.mem = Arc::new(inner.new_memtable(wal_number));
+            st.mem = Arc::new(inner.new_memtable(wal_number, 0));
             st.refresh_super_version();
             st.flushed_seqno = inner.last_seqno.load(Ordering::SeqCst);
         }
@@ -905,11 +943,15 @@ impl Db {
                 Some(WalWriter::create(&dir, wal_number, inner.opts.wal_sync)?);
         }
         let mut threads = Vec::new();
+        let nice = inner.opts.background_nice;
         let spawn = |name: &str, f: fn(Arc<DbInner>)| {
             let i = Arc::clone(&inner);
             std::thread::Builder::new()
                 .name(name.to_string())
-                .spawn(move || f(i))
+                .spawn(move || {
+                    lower_thread_priority(nice);
+                    f(i)
+                })
                 .map_err(|e| io_err(&dir, e))
         };
         threads.push(spawn("lsm-flush", DbInner::flush_thread)?);

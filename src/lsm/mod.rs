@@ -7,6 +7,7 @@ pub mod io;
 pub mod slice;
 pub mod sst;
 
+pub(crate) mod arena;
 pub mod batch;
 pub mod checkpoint;
 pub(crate) mod compaction;

@@ -54,6 +54,11 @@ pub struct Options {
     pub compaction_filter_factory: Option<Arc<dyn CompactionFilterFactory>>,
     /// I/O mode for file copies (default auto).
     pub io_mode: IoMode,
+    /// Nice increment of the flush and compaction threads (Linux; default 5, 0 keeps the caller's priority).
+    /// Background work then yields the CPU to the threads that read and write when cores are short, and
+    /// catches up when they idle; write stalls (memtables or L0 full) bound how far it can fall behind.
+    /// RocksDB's equivalent is `Env::LowerThreadPoolCPUPriority`.
+    pub background_nice: i32,
     /// Whether the background thread compacts automatically (default true). Without it, writes never
     /// stall on a deep L0; only `compact_all`/`compact_range` compact.
     pub auto_compaction: bool,
@@ -81,6 +86,7 @@ impl Default for Options {
             merge_operator: None,
             compaction_filter_factory: None,
             io_mode: IoMode::Auto,
+            background_nice: 5,
             auto_compaction: true,
             create_if_missing: true,
         }
@@ -100,6 +106,7 @@ impl fmt::Debug for Options {
             .field("dynamic_level_bytes", &self.dynamic_level_bytes)
             .field("compaction_priority", &self.compaction_priority)
             .field("target_file_size", &self.target_file_size)
+            .field("background_nice", &self.background_nice)
             .field("wal", &self.wal)
             .field("wal_sync", &self.wal_sync)
             .field(

@@ -1,0 +1,210 @@
+//! A bump allocator for the bytes of memtable entries that do not fit in a skiplist node (large values,
+//! long keys): one allocation per chunk instead of one per entry, no allocator header per entry, and the
+//! whole table's buffers freed at once when the memtable is dropped.
+
+use std::ptr::NonNull;
+
+use parking_lot::Mutex;
+
+/// Bytes copied into an [`Arena`]: valid, immutable and at a fixed address for as long as the arena lives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ArenaBytes {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: an `ArenaBytes` only reads immutable bytes that no one writes after the copy; sharing or sending
+// the view is as safe as sharing `&[u8]`. Its users (memtable entries) never outlive their arena: entries live
+// in the skiplist of the memtable that owns the arena, and readers hold the memtable (an `Arc` or a borrow).
+unsafe impl Send for ArenaBytes {}
+// SAFETY: as above.
+unsafe impl Sync for ArenaBytes {}
+
+impl ArenaBytes {
+    /// The bytes.
+    ///
+    /// # Safety
+    /// The arena that made this view must still be alive.
+    #[inline]
+    pub unsafe fn as_slice<'a>(&self) -> &'a [u8] {
+        // SAFETY: `ptr..ptr + len` lies in one chunk of the arena, initialised by `Arena::copy` before the
+        // view was made and never written again; the caller guarantees the arena (owner of the chunk) lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+/// One buffer owned by the arena, held as a raw pointer from `Box::into_raw`: bytes are written into its unused
+/// part and read from handed-out parts only through pointers derived from this one, so no `&mut` to the
+/// whole buffer ever exists while views into it are read.
+struct Chunk {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl Chunk {
+    fn new(len: usize) -> Self {
+        let boxed: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let raw = Box::into_raw(boxed);
+        // `Box::into_raw` never returns null; a zero-length box gives a dangling, non-null pointer.
+        let base = NonNull::new(raw.cast::<u8>()).unwrap_or(NonNull::dangling());
+        Chunk { base, len }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        let slice = std::ptr::slice_from_raw_parts_mut(self.base.as_ptr(), self.len);
+        // SAFETY: `base`/`len` came from `Box::into_raw` of a `Box<[u8]>` of this length in `Chunk::new`, and
+        // the box is rebuilt only here, once. The arena (and so every chunk) is dropped only after every entry
+        // viewing it (see `ArenaBytes`).
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+// SAFETY: a chunk is a uniquely owned heap buffer (like `Box<[u8]>`); writes happen under the arena's mutex
+// into parts not yet handed out, reads only of parts handed out, which are never written again.
+unsafe impl Send for Chunk {}
+
+struct Chunks {
+    /// The chunks that small copies fill, the last one current.
+    chunks: Vec<Chunk>,
+    /// Bytes used in the last chunk.
+    used: usize,
+    /// Buffers of copies larger than a quarter chunk, one each.
+    large: Vec<Chunk>,
+}
+
+/// Chunked bump allocator; frees everything when dropped.
+pub(crate) struct Arena {
+    chunk_size: usize,
+    inner: Mutex<Chunks>,
+}
+
+impl Arena {
+    /// An arena that allocates chunks of `chunk_size` bytes (larger requests get a buffer of their own).
+    pub fn new(chunk_size: usize) -> Self {
+        Arena {
+            chunk_size: chunk_size.max(64),
+            inner: Mutex::new(Chunks {
+                chunks: Vec::new(),
+                used: 0,
+                large: Vec::new(),
+            }),
+        }
+    }
+
+    /// Copies the concatenation of `parts` into the arena.
+    pub fn copy(&self, parts: &[&[u8]]) -> ArenaBytes {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut g = self.inner.lock();
+        let room = g.chunks.last().map_or(0, |c| c.len - g.used);
+        if room < len && len > self.chunk_size / 4 {
+            // A large copy gets a buffer of its own; the current chunk keeps filling.
+            let chunk = Chunk::new(len);
+            let view = fill(&chunk, 0, parts, len);
+            g.large.push(chunk);
+            return view;
+        }
+        if room < len {
+            g.chunks.push(Chunk::new(self.chunk_size));
+            g.used = 0;
+        }
+        let start = g.used;
+        match g.chunks.last() {
+            Some(chunk) => {
+                let view = fill(chunk, start, parts, len);
+                g.used += len;
+                view
+            }
+            // Only for a zero-length copy into an arena without chunks.
+            None => ArenaBytes {
+                ptr: NonNull::dangling(),
+                len: 0,
+            },
+        }
+    }
+}
+
+impl Arena {
+    /// Moves `value` into the arena and returns its address: valid, aligned and never moved for as long as
+    /// the arena lives, and never dropped (so `T` must not need dropping).
+    pub fn alloc<T>(&self, value: T) -> NonNull<T> {
+        const { assert!(!std::mem::needs_drop::<T>()) };
+        let (size, align) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
+        let mut g = self.inner.lock();
+        let at = |chunk: &Chunk, used: usize| {
+            let addr = chunk.base.as_ptr() as usize + used;
+            let pad = addr.next_multiple_of(align) - addr;
+            (used + pad + size <= chunk.len).then_some(used + pad)
+        };
+        let fits = g.chunks.last().and_then(|c| Some((c.base, at(c, g.used)?)));
+        let (base, start) = match fits {
+            Some(fits) => fits,
+            None => {
+                // A fresh chunk holds `size + align` bytes at least: the padding (< align) and `T` fit.
+                let chunk = Chunk::new(self.chunk_size.max(size + align));
+                let addr = chunk.base.as_ptr() as usize;
+                let start = addr.next_multiple_of(align) - addr;
+                let base = chunk.base;
+                g.chunks.push(chunk);
+                (base, start)
+            }
+        };
+        g.used = start + size;
+        // SAFETY: `start + size <= len` of the current chunk (checked by `at`; a fresh chunk holds `size + align`
+        // bytes and `start < align`), and
+        // `base + start` is aligned for `T`, in a part of the chunk no view points into yet (the bump pointer
+        // only grows, under the mutex held here).
+        unsafe {
+            let p = base.as_ptr().add(start).cast::<T>();
+            p.write(value);
+            NonNull::new_unchecked(p)
+        }
+    }
+}
+
+/// Writes `parts` (`len` bytes in all) into `chunk` from `start`, a part of the chunk not handed out yet, and
+/// returns the view of those bytes.
+fn fill(chunk: &Chunk, start: usize, parts: &[&[u8]], len: usize) -> ArenaBytes {
+    assert!(
+        start.checked_add(len).is_some_and(|end| end <= chunk.len),
+        "arena copy out of its chunk"
+    );
+    let mut at = start;
+    for p in parts {
+        // SAFETY: `start + len <= chunk.len` (checked above) and the parts add up to `len`, so the
+        // destination lies inside the chunk's allocation, in a region no view points into yet; the arena's
+        // mutex (held by the caller) excludes other writers, and `p` cannot overlap a region not yet handed
+        // out.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p.as_ptr(), chunk.base.as_ptr().add(at), p.len());
+        }
+        at += p.len();
+    }
+    // SAFETY: `start <= chunk.len`, so the pointer stays inside (or one past the end of) the allocation.
+    let ptr = unsafe { NonNull::new_unchecked(chunk.base.as_ptr().add(start)) };
+    ArenaBytes { ptr, len }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_stay_valid_and_apart_across_chunks_and_large_requests() {
+        let a = Arena::new(64);
+        let mut views = Vec::new();
+        for i in 0..200u32 {
+            let n = (i as usize * 7) % 90; // some larger than a quarter chunk, some than a chunk
+            let bytes = vec![i as u8; n];
+            views.push((a.copy(&[&i.to_be_bytes(), &bytes]), i, n));
+        }
+        for (v, i, n) in views {
+            // SAFETY: `a` is alive.
+            let s = unsafe { v.as_slice() };
+            assert_eq!(s.len(), 4 + n);
+            assert_eq!(&s[..4], &i.to_be_bytes());
+            assert!(s[4..].iter().all(|b| *b == i as u8));
+        }
+    }
+}
