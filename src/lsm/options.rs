@@ -13,7 +13,7 @@ use super::sst::SstOptions;
 #[derive(Clone)]
 pub struct Options {
     /// Memtable size at which it is switched to immutable and flushed (default 64 MiB). Includes each
-    /// memtable's point index (1/8 of it, allocated up front).
+    /// memtable's point index (charged as it grows, ≈ 17 bytes per distinct key).
     pub memtable_size: usize,
     /// Immutable memtables allowed before writes stall (default 2).
     pub max_immutable_memtables: usize,
