@@ -10,7 +10,7 @@
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
 //! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
 //! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
-//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
+//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
@@ -445,7 +445,7 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 continue;
             }
             for bi in rotation(benches.len(), round) {
-                quiesce(&mut benches)?;
+                quiesce(&mut benches, op)?;
                 let b: &mut Bench<ValueState<LongSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
@@ -507,7 +507,7 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 continue;
             }
             for bi in rotation(benches.len(), round) {
-                quiesce(&mut benches)?;
+                quiesce(&mut benches, op)?;
                 let b: &mut Bench<ListState<LongSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
@@ -603,7 +603,7 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 continue;
             }
             for bi in rotation(benches.len(), round) {
-                quiesce(&mut benches)?;
+                quiesce(&mut benches, op)?;
                 let b: &mut Bench<MapState<LongSerializer, DoubleSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops / per_op, cfg.secs, per_op, |i| {
@@ -672,9 +672,14 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
 
 /// Waits for every backend's background flushes and compactions, so that no sample pays for work left by
 /// an earlier sample (of the same or another backend: on 2 cores they compete).
-fn quiesce<H>(benches: &mut [Bench<H>]) -> Result<()> {
+fn quiesce<H>(benches: &mut [Bench<H>], op: &str) -> Result<()> {
     for b in benches {
         b.store.backend_mut().wait_for_background_work()?;
+        if std::env::var_os("BENCH_SHAPE").is_some() {
+            if let Some(s) = b.store.backend_mut().engine_summary() {
+                eprintln!("  before {op}, {}: {s}", b.kind.name());
+            }
+        }
     }
     Ok(())
 }

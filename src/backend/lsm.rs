@@ -635,6 +635,17 @@ impl StateBackend for LsmBackend {
         Ok(self.shared.db.wait_for_background_work()?)
     }
 
+    fn engine_summary(&self) -> Option<String> {
+        let s = self.shared.db.stats();
+        Some(format!(
+            "files per level {:?}, memtable {} KiB + {} immutable, base level {}",
+            s.level_files,
+            s.memtable_bytes >> 10,
+            s.immutable_memtables,
+            s.base_level
+        ))
+    }
+
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
         // Synchronous part: register the current sequence number (O(1)); compaction keeps every version it
         // reads until the snapshot is dropped, and range deletes stop dropping whole files under it.

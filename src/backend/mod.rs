@@ -160,6 +160,12 @@ pub trait StateBackend: Send {
         Ok(())
     }
 
+    /// A one-line summary of the engine's shape (files per level, memtables), for benchmark and debug
+    /// output; None for backends without one.
+    fn engine_summary(&self) -> Option<String> {
+        None
+    }
+
     /// The synchronous part of a snapshot: pins the current state and returns a view that can be read (on any
     /// thread) while this backend keeps changing.
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>>;

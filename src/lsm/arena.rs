@@ -125,6 +125,44 @@ impl Arena {
     }
 }
 
+impl Arena {
+    /// Moves `value` into the arena and returns its address: valid, aligned and never moved for as long as
+    /// the arena lives, and never dropped (so `T` must not need dropping).
+    pub fn alloc<T>(&self, value: T) -> NonNull<T> {
+        const { assert!(!std::mem::needs_drop::<T>()) };
+        let (size, align) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
+        let mut g = self.inner.lock();
+        let at = |chunk: &Chunk, used: usize| {
+            let addr = chunk.base.as_ptr() as usize + used;
+            let pad = addr.next_multiple_of(align) - addr;
+            (used + pad + size <= chunk.len).then_some(used + pad)
+        };
+        let fits = g.chunks.last().and_then(|c| Some((c.base, at(c, g.used)?)));
+        let (base, start) = match fits {
+            Some(fits) => fits,
+            None => {
+                // A fresh chunk holds `size + align` bytes at least: the padding (< align) and `T` fit.
+                let chunk = Chunk::new(self.chunk_size.max(size + align));
+                let addr = chunk.base.as_ptr() as usize;
+                let start = addr.next_multiple_of(align) - addr;
+                let base = chunk.base;
+                g.chunks.push(chunk);
+                (base, start)
+            }
+        };
+        g.used = start + size;
+        // SAFETY: `start + size <= len` of the current chunk (checked by `at`; a fresh chunk holds `size + align`
+        // bytes and `start < align`), and
+        // `base + start` is aligned for `T`, in a part of the chunk no view points into yet (the bump pointer
+        // only grows, under the mutex held here).
+        unsafe {
+            let p = base.as_ptr().add(start).cast::<T>();
+            p.write(value);
+            NonNull::new_unchecked(p)
+        }
+    }
+}
+
 /// Writes `parts` (`len` bytes in all) into `chunk` from `start`, a part of the chunk not handed out yet, and
 /// returns the view of those bytes.
 fn fill(chunk: &Chunk, start: usize, parts: &[&[u8]], len: usize) -> ArenaBytes {

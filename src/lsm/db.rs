@@ -15,7 +15,7 @@ use super::flush;
 use super::ikey::ValueKind;
 use super::iter::{full_merge, DbIter, IterParts};
 use super::manifest::{self, ManifestWriter};
-use super::memtable::{bloom_hash, epoch, with_lookup_key, MemTable};
+use super::memtable::{epoch, key_hash, with_lookup_key, MemTable};
 use super::options::{Options, ReadOptions};
 use super::rangedel::max_covering;
 use super::slice::ValueSlice;
@@ -232,13 +232,10 @@ fn lower_thread_priority(increment: i32) {
 }
 
 impl DbInner {
-    /// A fresh memtable (with the key filter the options ask for) logging to WAL `wal_number`.
-    pub fn new_memtable(&self, wal_number: u64) -> MemTable {
-        MemTable::with_bloom(
-            wal_number,
-            self.opts.memtable_size,
-            self.opts.memtable_bloom_bits_per_key,
-        )
+    /// A fresh memtable logging to WAL `wal_number`, whose point index starts at `index_slots` slots (the
+    /// size the previous memtable's index grew to, so that a steady workload never rebuilds it).
+    pub fn new_memtable(&self, wal_number: u64, index_slots: usize) -> MemTable {
+        MemTable::with_capacity(wal_number, self.opts.memtable_size, index_slots)
     }
 
     /// Allocates a never-reused file number.
@@ -437,12 +434,10 @@ impl DbInner {
         }
         // Operands, newest first: memtable ones borrowed, SST ones as zero-copy views of their blocks.
         let mut operands: Vec<Operand<'g>> = Vec::new();
-        let hash = mems.iter().any(|m| m.has_bloom()).then(|| bloom_hash(key));
+        // Hashed once for every memtable's point index (a table without the key answers from its index).
+        let hash = key_hash(key);
         for m in mems {
-            if hash.is_some_and(|h| !m.may_contain(h)) {
-                continue;
-            }
-            for (s, kind, value) in m.versions(key, seqno, guard) {
+            for (s, kind, value) in m.versions_hashed(key, hash, seqno, guard) {
                 if kind == ValueKind::RangeDelete {
                     continue;
                 }
@@ -753,7 +748,11 @@ impl DbInner {
             } else {
                 0
             };
-            let old = std::mem::replace(&mut st.mem, Arc::new(self.new_memtable(wal_number)));
+            let index_slots = st.mem.index_slots();
+            let old = std::mem::replace(
+                &mut st.mem,
+                Arc::new(self.new_memtable(wal_number, index_slots)),
+            );
             st.imm.push_front(old);
             st.refresh_super_version();
             let mem = Arc::clone(&st.mem);
@@ -896,7 +895,7 @@ impl Db {
             let _ = std::fs::remove_file(p);
         }
         // Replay WAL files into a memtable and flush it to L0.
-        let replay = MemTable::new(0);
+        let replay = inner.new_memtable(0, 0);
         for n in &logs {
             let (batches, _torn) = wal::read_wal(&wal::wal_path(&dir, *n))?;
             for (seq, b) in batches {
@@ -925,7 +924,7 @@ impl Db {
             let mut st = inner.state.lock();
             let v = st.version.apply(&[], &added);
             st.version = Arc::new(v);
-            st.mem = Arc::new(inner.new_memtable(wal_number));
+            st.mem = Arc::new(inner.new_memtable(wal_number, 0));
             st.refresh_super_version();
             st.flushed_seqno = inner.last_seqno.load(Ordering::SeqCst);
         }

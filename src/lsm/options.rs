@@ -12,12 +12,9 @@ use super::sst::SstOptions;
 /// Options of a [`Db`](super::db::Db).
 #[derive(Clone)]
 pub struct Options {
-    /// Memtable size at which it is switched to immutable and flushed (default 64 MiB).
+    /// Memtable size at which it is switched to immutable and flushed (default 64 MiB). Includes each
+    /// memtable's point index (charged as it grows, ≈ 17 bytes per distinct key).
     pub memtable_size: usize,
-    /// Bits per key of each memtable's key filter, sized for a full memtable of small entries (default 10;
-    /// 0 turns it off). A point lookup skips a memtable whose filter rules the key out, instead of searching
-    /// its skiplist; the filter's memory (≈ `memtable_size` / 60 at 10 bits) is charged to the memtable.
-    pub memtable_bloom_bits_per_key: usize,
     /// Immutable memtables allowed before writes stall (default 2).
     pub max_immutable_memtables: usize,
     /// Number of L0 files that triggers an L0 compaction (default 4).
@@ -73,7 +70,6 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             memtable_size: 64 << 20,
-            memtable_bloom_bits_per_key: 10,
             max_immutable_memtables: 2,
             l0_compaction_trigger: 4,
             l0_stop_writes_trigger: 20,
@@ -101,10 +97,6 @@ impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Options")
             .field("memtable_size", &self.memtable_size)
-            .field(
-                "memtable_bloom_bits_per_key",
-                &self.memtable_bloom_bits_per_key,
-            )
             .field("max_immutable_memtables", &self.max_immutable_memtables)
             .field("l0_compaction_trigger", &self.l0_compaction_trigger)
             .field("l0_stop_writes_trigger", &self.l0_stop_writes_trigger)
