@@ -464,3 +464,9 @@ criterion_group! {
     targets = value_state, list_state, map_state
 }
 criterion_main!(benches);
+
+/// mimalloc as the global allocator (feature `mimalloc`, on by default): see design/architecture.md,
+/// "Allocator".
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -969,3 +969,9 @@ fn main() {
     }
     load("at end");
 }
+
+/// mimalloc as the global allocator (feature `mimalloc`, on by default): see design/architecture.md,
+/// "Allocator".
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

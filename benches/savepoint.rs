@@ -129,3 +129,9 @@ criterion_group! {
     targets = savepoint
 }
 criterion_main!(benches);
+
+/// mimalloc as the global allocator (feature `mimalloc`, on by default): see design/architecture.md,
+/// "Allocator".
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -811,3 +811,9 @@ fn main() -> Result<()> {
     println!("\nload average at end: {}", loadavg());
     Ok(())
 }
+
+/// mimalloc as the global allocator (feature `mimalloc`, on by default): see design/architecture.md,
+/// "Allocator".
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -318,3 +318,9 @@ fn run_demo(
     );
     Ok(())
 }
+
+/// mimalloc as the global allocator (feature `mimalloc`, on by default): see design/architecture.md,
+/// "Allocator".
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
