@@ -950,6 +950,34 @@ impl StateBackend for RocksDbBackend {
         Ok(n)
     }
 
+    fn engine_summary(&self) -> Option<String> {
+        let db = &self.holder.db;
+        let mut parts = Vec::new();
+        for (i, name) in self.cf_names.iter().enumerate() {
+            let Ok(cf) = cf_handle(db, &self.cf_names, i) else {
+                continue;
+            };
+            let files: Vec<u64> = (0..7)
+                .map(|l| {
+                    db.property_int_value_cf(&cf, format!("rocksdb.num-files-at-level{l}").as_str())
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0)
+                })
+                .collect();
+            let mem = db
+                .property_int_value_cf(&cf, "rocksdb.cur-size-active-mem-table")
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            parts.push(format!(
+                "{name}: files per level {files:?}, memtable {} KiB",
+                mem >> 10
+            ));
+        }
+        Some(parts.join("; "))
+    }
+
     fn wait_for_background_work(&mut self) -> Result<()> {
         let mut opts = rocksdb::WaitForCompactOptions::default();
         opts.set_flush(false);
