@@ -750,6 +750,9 @@ impl MemTable {
         // SAFETY: `prev` was the current generation and is no longer reachable from `self.index`; readers
         // that loaded it hold guards pinned before this point, and `defer_destroy` waits for them.
         unsafe { guard.defer_destroy(prev) };
+        // Hand the old generation to the global queue now: a thread-local bag is only flushed when it holds 64
+        // deferred items, and until then the generation (megabytes) would stay allocated.
+        guard.flush();
         self.bytes.fetch_add(added, AtomicOrdering::Relaxed);
     }
 
