@@ -71,6 +71,9 @@ pub struct SstReader {
     cache: Arc<BlockCache>,
     /// One bit per data block: its checksum was verified (raw blocks, served from the map).
     verified: Box<[AtomicU64]>,
+    /// One bit per data block: the checksum of its compressed payload was verified (the file is immutable, so
+    /// a block decompressed again after its cached copy was evicted is not hashed again).
+    lz4_verified: Box<[AtomicU64]>,
     /// Format version 2 or later: data blocks may carry a hash index.
     hashed_blocks: bool,
 }
@@ -186,6 +189,9 @@ impl SstReader {
         let verified = (0..index.len().div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
+        let lz4_verified = (0..index.len().div_ceil(64))
+            .map(|_| AtomicU64::new(0))
+            .collect();
         Ok(Arc::new(SstReader {
             path: path.to_path_buf(),
             file_number,
@@ -196,6 +202,7 @@ impl SstReader {
             filter,
             cache,
             verified,
+            lz4_verified,
             hashed_blocks: footer.version >= 2,
         }))
     }
@@ -364,8 +371,8 @@ impl SstReader {
     }
 
     /// The decompressed contents of data block `idx`: a view into the map for raw blocks, the cached block
-    /// otherwise. Checksums are verified before decompression (raw blocks once per reader); a cached block was
-    /// verified when it entered the cache and is not verified again.
+    /// otherwise. Checksums are verified before decompression, once per reader and block (raw and LZ4 blocks
+    /// alike: the mapped file is immutable); a cached block was verified when it entered the cache.
     ///
     /// A raw block already verified (its bit in `verified`) is served from the map at once. Otherwise the cache
     /// is probed before the file is touched: only verified LZ4 blocks are ever cached, and reading the codec
@@ -400,8 +407,19 @@ impl SstReader {
                 self.corruption(format!("data block at offset {start} out of bounds"))
             });
         }
-        let (_, payload) =
-            checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
+        let lz4_flag = self.lz4_verified.get(word);
+        let payload = match file.get(start..end) {
+            // Verified by an earlier read of this reader (which also checked the codec).
+            Some(p) if lz4_flag.is_some_and(|f| f.load(AtomicOrdering::Relaxed) & bit != 0) => p,
+            _ => {
+                let (_, p) = checked_block(file, handle)
+                    .map_err(|e| self.corruption(format!("data {e}")))?;
+                if let Some(f) = lz4_flag {
+                    f.fetch_or(bit, AtomicOrdering::Relaxed);
+                }
+                p
+            }
+        };
         let buf = self.cache.take_buffer(
             self.file_number,
             handle.offset,
