@@ -166,9 +166,9 @@ pub fn checked_block(file: &[u8], handle: BlockHandle) -> Result<(u8, &[u8]), St
     Ok((codec, payload))
 }
 
-/// Decompresses a verified LZ4 payload into `buf` (cleared first; a recycled buffer of enough capacity is
-/// not reallocated, otherwise capacity is reserved only after the length passed the plausibility check) and
-/// returns it holding exactly the block.
+/// Decompresses a verified LZ4 payload into `buf` (a recycled buffer of enough length is overwritten without
+/// being zeroed first, one of enough capacity is not reallocated, otherwise capacity is reserved only after
+/// the length passed the plausibility check) and returns it holding exactly the block.
 pub fn decompress_lz4(payload: &[u8], offset: u64, mut buf: Vec<u8>) -> Result<Vec<u8>, String> {
     let ulen = get_u32(payload, 0).ok_or_else(|| {
         format!("block at offset {offset}: LZ4 payload shorter than its length prefix")
@@ -180,12 +180,17 @@ pub fn decompress_lz4(payload: &[u8], offset: u64, mut buf: Vec<u8>) -> Result<V
             input.len()
         ));
     }
-    buf.clear();
-    if buf.capacity() < ulen {
-        // Rounded up so that the buffer, once recycled by the block cache, fits most other blocks.
-        buf.reserve_exact(ulen.next_multiple_of(512));
+    if buf.len() >= ulen {
+        // A recycled buffer: its old bytes are overwritten below (no zeroing pass); a block is returned only
+        // if exactly `ulen` bytes were written.
+        buf.truncate(ulen);
+    } else {
+        if buf.capacity() < ulen {
+            // Rounded up so that the buffer, once recycled by the block cache, fits most other blocks.
+            buf.reserve_exact(ulen.next_multiple_of(512) - buf.len());
+        }
+        buf.resize(ulen, 0);
     }
-    buf.resize(ulen, 0);
     match lz4_flex::block::decompress_into(input, &mut buf) {
         Ok(n) if n == ulen => Ok(buf),
         Ok(n) => Err(format!(
@@ -292,6 +297,21 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn decompression_into_a_recycled_buffer_returns_exactly_the_block() {
+        let block: Vec<u8> = (0..3000u32).map(|i| (i % 7) as u8).collect();
+        let mut payload = (block.len() as u32).to_le_bytes().to_vec();
+        payload.extend_from_slice(&lz4_flex::block::compress(&block));
+        // Longer than the block and full of another block's bytes; shorter; empty.
+        for stale in [vec![0xEE; 4096], vec![0xEE; 100], Vec::new()] {
+            let out = decompress_lz4(&payload, 0, stale).unwrap();
+            assert_eq!(out, block);
+        }
+        // A payload cut short errors instead of returning the stale tail.
+        let cut = &payload[..payload.len() - 5];
+        assert!(decompress_lz4(cut, 0, vec![0xEE; 4096]).is_err());
     }
 
     #[test]
