@@ -1668,6 +1668,33 @@ mod tests {
     }
 
     #[test]
+    fn growth_indexes_keys_a_full_window_left_out() {
+        // 8 slots for 40 keys: 32 keys only in the skiplist. A growth rebuilds from the skiplist and indexes
+        // all of them; absent keys are then ruled out.
+        let m = MemTable::with_fixed_index(8);
+        let key = |i: u64| format!("key{i:03}").into_bytes();
+        for i in 0..40 {
+            m.add(i + 1, ValueKind::Put, &key(i), b"v");
+        }
+        let guard = epoch::pin();
+        let found = |m: &MemTable| {
+            (0..40)
+                .filter(|&i| matches!(m.probe(&key(i), key_hash(&key(i)), &guard), Probe::Found(_)))
+                .count()
+        };
+        assert_eq!(found(&m), 8);
+        m.grow_index(1024, &guard);
+        assert_eq!(m.index_slots(), 1024);
+        assert_eq!(found(&m), 40);
+        for i in 40..60 {
+            assert!(matches!(
+                m.probe(&key(i), key_hash(&key(i)), &guard),
+                Probe::Missing { sure: true, .. }
+            ));
+        }
+    }
+
+    #[test]
     fn accounting_grows_with_versions_and_index() {
         let m = MemTable::with_capacity(0, 64 << 20, 0);
         let index = MIN_INDEX_SLOTS * 8;
