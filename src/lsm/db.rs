@@ -233,9 +233,13 @@ fn lower_thread_priority(increment: i32) {
 
 impl DbInner {
     /// A fresh memtable logging to WAL `wal_number`, whose point index starts at `index_slots` slots (the
-    /// size the previous memtable's index grew to, so that a steady workload never rebuilds it).
+    /// size the previous memtable's index grew to, so that a steady workload never rebuilds it), at most
+    /// 1/4 of the memtable budget.
     pub fn new_memtable(&self, wal_number: u64, index_slots: usize) -> MemTable {
-        MemTable::with_capacity(wal_number, self.opts.memtable_size, index_slots)
+        // Capped at 1/4 of the memtable's budget (8-byte slots): a single large batch can grow one table's
+        // index past its budget, and a successor inheriting that would be full before its first write.
+        let cap = (self.opts.memtable_size / 32).max(1);
+        MemTable::with_capacity(wal_number, self.opts.memtable_size, index_slots.min(cap))
     }
 
     /// Allocates a never-reused file number.

@@ -532,6 +532,8 @@ struct IndexTable {
 
 impl IndexTable {
     fn new(n: usize) -> Self {
+        #[cfg(test)]
+        LIVE_INDEX_TABLES.with(|c| c.set(c.get() + 1));
         IndexTable {
             slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
@@ -539,7 +541,7 @@ impl IndexTable {
 
     /// Looks `user_key` (hash `h`) up.
     #[inline]
-    fn probe<'a>(&self, user_key: &[u8], h: u64) -> Probe<'a> {
+    fn probe<'a>(&'a self, user_key: &[u8], h: u64) -> Probe<'a> {
         let n = self.slots.len();
         let tag = tag(h);
         // fastrange: the high bits of `h` pick the home slot (the tag is its low bits).
@@ -562,8 +564,10 @@ impl IndexTable {
                     // SAFETY: a slot's address is only ever that of a `Chain` inside a node of the table's
                     // skiplist (`publish`), stored with Release after the node was inserted, loaded here with
                     // Acquire. Nodes are never removed from the list (only `get_or_insert` is called on it)
-                    // and are freed when the list is dropped with the table; every caller borrows the table
-                    // for 'a, so the node outlives the borrow. A `Chain` is only mutated through atomics.
+                    // and are freed when the list is dropped with the table. An index generation is reached
+                    // only through `MemTable::index`, which ties its borrow ('a) to a borrow of the table, or
+                    // while `grow_index` (holding `&self`) builds one; so the node outlives 'a. A `Chain` is
+                    // only mutated through atomics.
                     let chain = unsafe { &*(addr as usize as *const Chain) };
                     if chain.user_key() == user_key {
                         return Probe::Found(chain);
@@ -596,12 +600,45 @@ impl IndexTable {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Index generations made and not yet freed on this thread (tests of `MemTable::drop`).
+    static LIVE_INDEX_TABLES: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+impl Drop for IndexTable {
+    fn drop(&mut self) {
+        LIVE_INDEX_TABLES.with(|c| c.set(c.get() - 1));
+    }
+}
+
 /// The slot value recording `chain` with key hash `h`.
 #[inline]
 fn slot_value(h: u64, chain: &Chain) -> u64 {
     let addr = chain as *const Chain as usize as u64;
     let addr = if addr & !ADDR_MASK == 0 { addr } else { POISON };
     tag(h) << ADDR_BITS | addr
+}
+
+impl Drop for MemTable {
+    fn drop(&mut self) {
+        // `epoch::Atomic` frees nothing when dropped: free the current index generation here (the replaced
+        // ones went to the epoch collector in `grow_index`).
+        // SAFETY: `&mut self` means no borrow of the table is alive, and every reference into an index
+        // generation is tied to such a borrow (`MemTable::index`), so no thread can read this generation
+        // any more; the pointer was made from an `Owned` (`with_capacity` or `grow_index`) and is taken out
+        // of the table (replaced by null) before it is freed, once.
+        unsafe {
+            let guard = epoch::unprotected();
+            let current = self
+                .index
+                .swap(epoch::Shared::null(), AtomicOrdering::Relaxed, guard);
+            if !current.is_null() {
+                drop(current.into_owned());
+            }
+        }
+    }
 }
 
 /// A memtable. Entries are never removed; the whole table is dropped after it is flushed.
@@ -682,11 +719,11 @@ impl MemTable {
 
     /// The current index generation.
     #[inline]
-    fn index<'g>(&self, guard: &'g epoch::Guard) -> Option<&'g IndexTable> {
+    fn index<'g>(&'g self, guard: &'g epoch::Guard) -> Option<&'g IndexTable> {
         // SAFETY: the pointer is either the table's initial generation or one stored by `grow_index`; a
         // generation replaced by `grow_index` is destroyed through `defer_destroy`, only after every guard
-        // pinned before the swap (like `guard`) is gone, and the last one is dropped with the table, which
-        // the caller borrows.
+        // pinned before the swap (like `guard`) is gone, and the current one is freed by `MemTable::drop`,
+        // which cannot run while this borrow of the table lives.
         unsafe { self.index.load(AtomicOrdering::Acquire, guard).as_ref() }
     }
 
@@ -1692,6 +1729,20 @@ mod tests {
                 Probe::Missing { sure: true, .. }
             ));
         }
+    }
+
+    #[test]
+    fn dropping_a_memtable_frees_its_index() {
+        let live = || LIVE_INDEX_TABLES.with(|c| c.get());
+        let before = live();
+        {
+            let m = MemTable::with_capacity(0, 1 << 20, 1 << 12);
+            for i in 0..100u64 {
+                m.add(i + 1, ValueKind::Put, &i.to_be_bytes(), b"v");
+            }
+            assert_eq!(live(), before + 1);
+        }
+        assert_eq!(live(), before, "the current index generation leaked");
     }
 
     #[test]
