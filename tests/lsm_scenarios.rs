@@ -1198,3 +1198,37 @@ fn a_zero_level_base_size_neither_spins_nor_hangs_the_compaction_thread() {
     waiter.join().unwrap();
     assert_eq!(get(&db, &1999u32.to_be_bytes()), Some(vec![1u8; 32]));
 }
+
+#[test]
+fn memtables_after_an_oversized_batch_start_with_an_index_within_their_budget() {
+    // One batch of 20,000 distinct keys lands in one 16 KiB memtable (a batch is never split), whose point
+    // index grows to tens of thousands of slots. Its successors inherit the index size, capped at a quarter
+    // of the budget: without the cap each would be full at its first write, and every write would switch
+    // memtables (and soon stall behind the flushes).
+    let dir = tempfile::tempdir().unwrap();
+    let opts = small_opts();
+    let budget = opts.memtable_size;
+    let db = Db::open(dir.path(), opts).unwrap();
+    let mut batch = WriteBatch::new();
+    for i in 0..20_000u32 {
+        batch.put(&i.to_be_bytes(), b"v");
+    }
+    db.write(&batch).unwrap();
+    db.put(b"after", b"1").unwrap(); // switches away from the oversized memtable
+    let flushes_before = db.stats().flushes;
+    for i in 0..50u32 {
+        db.put(format!("small{i:02}").as_bytes(), b"v").unwrap();
+    }
+    db.wait_for_background_work().unwrap();
+    let s = db.stats();
+    assert!(s.memtable_bytes <= budget / 4 + (8 << 10), "{s:?}");
+    assert!(
+        s.flushes - flushes_before <= 2,
+        "50 small puts fit one memtable: {s:?}"
+    );
+    assert_eq!(get(&db, b"small49").as_deref(), Some(&b"v"[..]));
+    assert_eq!(
+        get(&db, &19_999u32.to_be_bytes()).as_deref(),
+        Some(&b"v"[..])
+    );
+}

@@ -657,7 +657,8 @@ pub(crate) struct MemTable {
     index: epoch::Atomic<IndexTable>,
     /// Slots taken in the current index generation (writer only).
     index_used: AtomicUsize,
-    /// Set when the index must not grow (tests of a fixed index).
+    /// Set by tests that fix the index to a size (it then never grows).
+    #[cfg(test)]
     index_frozen: std::sync::atomic::AtomicBool,
     bytes: AtomicUsize,
     max_seqno: AtomicU64,
@@ -691,6 +692,7 @@ impl MemTable {
             bytes: AtomicUsize::new(index.bytes()),
             index: epoch::Atomic::new(index),
             index_used: AtomicUsize::new(0),
+            #[cfg(test)]
             index_frozen: std::sync::atomic::AtomicBool::new(false),
             max_seqno: AtomicU64::new(0),
             range_dels: RwLock::new(Vec::new()),
@@ -715,6 +717,15 @@ impl MemTable {
         unsafe { guard.defer_destroy(old) };
         m.index_frozen.store(true, AtomicOrdering::Relaxed);
         m
+    }
+
+    /// Whether the index may grow (always, except in tests that fix its size).
+    #[inline]
+    fn index_may_grow(&self) -> bool {
+        #[cfg(test)]
+        return !self.index_frozen.load(AtomicOrdering::Relaxed);
+        #[cfg(not(test))]
+        true
     }
 
     /// The current index generation.
@@ -754,9 +765,7 @@ impl MemTable {
         let Some(i) = free else { return };
         t.publish(i, slot_value(h, chain));
         let used = self.index_used.fetch_add(1, AtomicOrdering::Relaxed) + 1;
-        if used * GROW_DEN > t.slots.len() * GROW_NUM
-            && !self.index_frozen.load(AtomicOrdering::Relaxed)
-        {
+        if used * GROW_DEN > t.slots.len() * GROW_NUM && self.index_may_grow() {
             self.grow_index(t.slots.len() * 2, guard);
         }
     }
