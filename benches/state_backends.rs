@@ -10,7 +10,7 @@
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
 //! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
 //! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
-//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
+//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
@@ -81,6 +81,15 @@ impl Kind {
     }
 }
 
+/// Filter bits per state-key prefix of the LSM backend (`BENCH_PREFIX_BLOOM`, default 10 as the backend
+/// ships; 0 = off). RocksDB has no counterpart in Flink's configuration (no prefix extractor).
+fn prefix_bloom_bits() -> u32 {
+    std::env::var("BENCH_PREFIX_BLOOM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+}
+
 /// Bloom filter bits per key on both sides (`BENCH_BLOOM`, default 0 = off as in Flink's benchmark).
 fn bloom_bits() -> u32 {
     std::env::var("BENCH_BLOOM")
@@ -125,6 +134,7 @@ fn lsm_options() -> Options {
             block_size: block,
             bloom_bits_per_key: bloom,
             compression: SstCompression::Lz4,
+            prefix_bloom_bits_per_key: prefix_bloom_bits(),
             ..SstOptions::default()
         },
         ..Options::default()
@@ -134,7 +144,7 @@ fn lsm_options() -> Options {
 fn describe_lsm(o: &Options) -> String {
     format!(
         "memtable={}MiB x (1 + {} immutable), block_cache={}MiB, block={}B, restart_interval={}, \
-         compression={:?}, bloom={}, compaction=level (L0 trigger {}, stop {}, {} level sizing, pick {:?}), \
+         compression={:?}, bloom={}, prefix filter={}, compaction=level (L0 trigger {}, stop {}, {} level sizing, pick {:?}), \
          target_file={}MiB, level_base={}MiB, level_multiplier={}, wal={}, background threads=2 (flush + compaction) at nice +{}",
         o.memtable_size / MIB,
         o.max_immutable_memtables,
@@ -146,6 +156,14 @@ fn describe_lsm(o: &Options) -> String {
             "off".to_string()
         } else {
             format!("{}bits", o.sst.bloom_bits_per_key)
+        },
+        if o.sst.prefix_bloom_bits_per_key == 0 {
+            "off".to_string()
+        } else {
+            format!(
+                "{}bits per state|KG|K|NS prefix",
+                o.sst.prefix_bloom_bits_per_key
+            )
         },
         o.l0_compaction_trigger,
         o.l0_stop_writes_trigger,

@@ -14,6 +14,10 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 
+# Seed the SST fuzzer with the format fixtures (every format version, and a format-3 prefix filter).
+mkdir -p fuzz/corpus/sst_open_scan
+cp tests/fixtures/*.sst fuzz/corpus/sst_open_scan/
+
 for target in savepoint_decode sst_block sst_open_scan manifest_decode; do
   echo "== fuzz $target for ${secs}s"
   (cd fuzz && cargo +nightly fuzz run "$target" -- -max_total_time="$secs")

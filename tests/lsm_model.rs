@@ -7,6 +7,7 @@ use keyed_state::lsm::batch::WriteBatch;
 use keyed_state::lsm::db::Db;
 use keyed_state::lsm::merge::ListAppendOperator;
 use keyed_state::lsm::options::{Options, ReadOptions};
+use keyed_state::lsm::prefix::PrefixExtractor;
 use keyed_state::lsm::snapshot::Snapshot;
 use keyed_state::lsm::sst::{Compression, SstOptions};
 use proptest::prelude::*;
@@ -62,7 +63,29 @@ fn value(v: u8) -> Vec<u8> {
     format!("v{v:03}-{}", "x".repeat(40)).into_bytes()
 }
 
-fn opts(wal: bool, dynamic_level_bytes: bool) -> Options {
+/// Two-byte prefixes (`k0`, `k1`, `k2`: the model's scan prefixes) of the keys `k0*` and `k1*`, and of
+/// `k2*` once `grown` (an extractor's domain may grow: files written before must still read whole).
+struct ModelPrefix {
+    grown: bool,
+}
+
+impl PrefixExtractor for ModelPrefix {
+    fn name(&self) -> &str {
+        "model.two-bytes"
+    }
+
+    fn prefix_len(&self, key: &[u8]) -> Option<usize> {
+        match key.get(..2)? {
+            b"k0" | b"k1" => Some(2),
+            b"k2" if self.grown => Some(2),
+            _ => None,
+        }
+    }
+}
+
+/// `grown`: the prefix extractor maps `k2*` keys too (set from the first reopen on). With the WAL off,
+/// files have no whole-key filter, so only prefixes rule files out.
+fn opts(wal: bool, dynamic_level_bytes: bool, grown: bool) -> Options {
     Options {
         wal,
         dynamic_level_bytes,
@@ -77,6 +100,8 @@ fn opts(wal: bool, dynamic_level_bytes: bool) -> Options {
         sst: SstOptions {
             block_size: 256,
             compression: Compression::Lz4,
+            bloom_bits_per_key: if wal { 10 } else { 0 },
+            prefix_extractor: Some(Arc::new(ModelPrefix { grown })),
             ..SstOptions::default()
         },
         block_cache_size: 256 << 10,
@@ -118,7 +143,8 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
         tempfile::tempdir()
     }
     .unwrap();
-    let mut db = Some(Db::open(dir.path(), opts(wal, dynamic)).unwrap());
+    let mut grown = false;
+    let mut db = Some(Db::open(dir.path(), opts(wal, dynamic, grown)).unwrap());
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
     for op in ops {
@@ -205,7 +231,8 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
                 } else {
                     db.take().unwrap().close().unwrap();
                 }
-                db = Some(Db::open(dir.path(), opts(wal, dynamic)).unwrap());
+                grown = true;
+                db = Some(Db::open(dir.path(), opts(wal, dynamic, grown)).unwrap());
             }
             Op::Get(k) => {
                 assert_eq!(
@@ -241,7 +268,7 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
     );
     snaps.clear();
     db.take().unwrap().close().unwrap();
-    let d = Db::open(dir.path(), opts(wal, dynamic)).unwrap();
+    let d = Db::open(dir.path(), opts(wal, dynamic, true)).unwrap();
     assert_eq!(scan(&d, None, None), model.into_iter().collect::<Vec<_>>());
 }
 

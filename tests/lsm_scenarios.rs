@@ -11,6 +11,7 @@ use keyed_state::lsm::filter::{
 };
 use keyed_state::lsm::merge::ListAppendOperator;
 use keyed_state::lsm::options::{Options, ReadOptions};
+use keyed_state::lsm::prefix::{FixedPrefix, PrefixExtractor};
 use keyed_state::lsm::sst::{Compression, SstOptions};
 use keyed_state::lsm::LsmError;
 
@@ -1231,4 +1232,144 @@ fn memtables_after_an_oversized_batch_start_with_an_index_within_their_budget() 
         get(&db, &19_999u32.to_be_bytes()).as_deref(),
         Some(&b"v"[..])
     );
+}
+
+/// Options with a prefix extractor and no whole-key filter: only prefixes can rule a file out.
+fn prefix_opts(extractor: Arc<dyn PrefixExtractor>) -> Options {
+    let mut o = small_opts();
+    o.auto_compaction = false;
+    o.memtable_size = 1 << 20;
+    o.target_file_size = 1 << 20;
+    o.sst.bloom_bits_per_key = 0;
+    o.sst.prefix_extractor = Some(extractor);
+    o
+}
+
+/// Key `i` of group `g`: a 4-byte prefix `g` then `i`.
+fn pkey(g: u32, i: u32) -> Vec<u8> {
+    [g.to_be_bytes(), i.to_be_bytes()].concat()
+}
+
+/// Writes groups `groups` (20 keys each) and flushes them into one file.
+fn write_groups_as_one_file(db: &Db, groups: impl Iterator<Item = u32>) {
+    for g in groups {
+        for i in 0..20 {
+            db.put(&pkey(g, i), format!("v{g}-{i}").as_bytes()).unwrap();
+        }
+    }
+    db.flush().unwrap();
+}
+
+fn group_scan(db: &Db, g: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    scan(
+        db,
+        ReadOptions {
+            lower_bound: Some(g.to_be_bytes().to_vec()),
+            upper_bound: Some((g + 1).to_be_bytes().to_vec()),
+            ..ReadOptions::default()
+        },
+    )
+}
+
+#[test]
+fn gets_and_scans_within_one_prefix_skip_files_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), prefix_opts(Arc::new(FixedPrefix::new(4)))).unwrap();
+    // Four files, each spanning the whole key range (groups f, f + 4, f + 8, ...).
+    for f in 0..4 {
+        write_groups_as_one_file(&db, (0..40).filter(|g| g % 4 == f));
+    }
+    assert_eq!(db.stats().level_files.first(), Some(&4));
+    let before = db.stats().prefix_filter_skips;
+    for g in 0..40 {
+        assert_eq!(get(&db, &pkey(g, 7)), Some(format!("v{g}-7").into_bytes()));
+        let got = group_scan(&db, g);
+        assert_eq!(got.len(), 20, "group {g}");
+        assert_eq!(got[3], (pkey(g, 3), format!("v{g}-3").into_bytes()));
+    }
+    // Each group lives in one of the four files: a scan skips (almost always) the other three, a get the
+    // newer ones it passes before finding the key (on average 1.5).
+    let skips = db.stats().prefix_filter_skips - before;
+    assert!(
+        skips >= (40 * 3 + 60) * 9 / 10,
+        "only {skips} files skipped"
+    );
+    // Absent groups and keys.
+    assert_eq!(get(&db, &pkey(99, 1)), None);
+    assert!(group_scan(&db, 99).is_empty());
+    // A scan reaching past one prefix reads every file.
+    let before = db.stats().prefix_filter_skips;
+    let wide = scan(
+        &db,
+        ReadOptions {
+            lower_bound: Some(pkey(3, 0)),
+            upper_bound: Some(pkey(5, 0)),
+            ..ReadOptions::default()
+        },
+    );
+    assert_eq!(wide.len(), 40);
+    assert_eq!(db.stats().prefix_filter_skips, before);
+}
+
+/// Maps 4-byte prefixes of keys whose first byte is 0; of the others only once `grown` is set (allowed:
+/// an extractor's domain may grow, never shrink).
+struct GrowingPrefix {
+    grown: Arc<AtomicBool>,
+}
+
+impl PrefixExtractor for GrowingPrefix {
+    fn name(&self) -> &str {
+        "test.growing"
+    }
+
+    fn prefix_len(&self, key: &[u8]) -> Option<usize> {
+        let mapped = key.first() == Some(&0) || self.grown.load(Ordering::SeqCst);
+        (mapped && key.len() >= 4).then_some(4)
+    }
+}
+
+#[test]
+fn a_file_with_keys_outside_the_extractors_domain_is_never_filtered_by_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let grown = Arc::new(AtomicBool::new(false));
+    let x = Arc::new(GrowingPrefix {
+        grown: Arc::clone(&grown),
+    });
+    let db = Db::open(dir.path(), prefix_opts(x)).unwrap();
+    // File 1: groups 0..10 (mapped). File 2: groups 0x0100_0000.. (not mapped yet) and 10..20.
+    write_groups_as_one_file(&db, 0..10);
+    for i in 0..20 {
+        db.put(&pkey(0x0100_0000, i), b"late").unwrap();
+    }
+    write_groups_as_one_file(&db, 0..20);
+    grown.store(true, Ordering::SeqCst);
+    // Now the late group is mapped, but file 2 recorded no prefixes: it must still be read.
+    assert_eq!(get(&db, &pkey(0x0100_0000, 5)), Some(b"late".to_vec()));
+    assert_eq!(group_scan(&db, 0x0100_0000).len(), 20);
+    assert_eq!(group_scan(&db, 15).len(), 20);
+    // File 1 recorded every prefix: both scans skip it.
+    assert_eq!(db.stats().prefix_filter_skips, 2);
+}
+
+#[test]
+fn filters_written_by_another_extractor_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), prefix_opts(Arc::new(FixedPrefix::new(4)))).unwrap();
+        write_groups_as_one_file(&db, 0..20);
+        write_groups_as_one_file(&db, (0..20).step_by(2));
+        db.close().unwrap();
+    }
+    // 8-byte prefixes (whole keys here): under the old filters every probe would miss.
+    let db = Db::open(dir.path(), prefix_opts(Arc::new(FixedPrefix::new(8)))).unwrap();
+    for g in 0..20 {
+        assert_eq!(get(&db, &pkey(g, 4)), Some(format!("v{g}-4").into_bytes()));
+    }
+    assert_eq!(db.stats().prefix_filter_skips, 0);
+    // And without an extractor.
+    db.close().unwrap();
+    let mut o = small_opts();
+    o.sst.bloom_bits_per_key = 0;
+    let db = Db::open(dir.path(), o).unwrap();
+    assert_eq!(group_scan(&db, 12).len(), 20);
 }

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use keyed_state::lsm::cache::BlockCache;
 use keyed_state::lsm::ikey::{self, ValueKind};
 use keyed_state::lsm::io::{self, IoMode};
+use keyed_state::lsm::prefix::{FixedPrefix, PrefixExtractor};
 use keyed_state::lsm::sst::format::{Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
 use keyed_state::lsm::sst::{
-    Compression, PropertiesCollector, SstMeta, SstOptions, SstReader, SstWriter,
+    Compression, PrefixProbe, PropertiesCollector, SstMeta, SstOptions, SstReader, SstWriter,
 };
 use keyed_state::lsm::LsmError;
 use proptest::prelude::*;
@@ -95,6 +96,7 @@ proptest! {
             restart_interval: restart,
             bloom_bits_per_key: bloom_bits,
             compression: if lz4 { Compression::Lz4 } else { Compression::None },
+            ..SstOptions::default()
         };
         let meta = write(&path, opts, &model);
         prop_assert_eq!(meta.file_size, std::fs::metadata(&path).unwrap().len());
@@ -176,6 +178,7 @@ proptest! {
             restart_interval: restart,
             bloom_bits_per_key: 10,
             compression: if lz4 { Compression::Lz4 } else { Compression::None },
+            ..SstOptions::default()
         };
         write(&path, opts, &model);
         let r = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
@@ -758,6 +761,7 @@ fn reads_format_version_1_fixture() {
         restart_interval: 4,
         bloom_bits_per_key: 10,
         compression: Compression::Lz4,
+        ..SstOptions::default()
     };
     write(&p2, opts, &model);
     assert_eq!(
@@ -795,4 +799,72 @@ fn lz4_blocks_decompressed_again_after_eviction_read_back_unchanged() {
     for _ in 0..3 {
         assert_eq!(scan_all(&r).unwrap(), want);
     }
+}
+
+/// `tests/fixtures/sst_v3.sst`: the v1 fixture's entries written with a prefix extractor (5-byte prefixes,
+/// `k0001` of `k0001-ab`), block size 512, restart interval 4, bloom 10 bits per key and per prefix, LZ4.
+fn v3_fixture_options() -> SstOptions {
+    SstOptions {
+        block_size: 512,
+        restart_interval: 4,
+        bloom_bits_per_key: 10,
+        compression: Compression::Lz4,
+        prefix_extractor: Some(Arc::new(FixedPrefix::new(5))),
+        prefix_bloom_bits_per_key: 10,
+    }
+}
+
+#[test]
+fn reads_format_version_3_fixture_and_writes_it_byte_for_byte() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sst_v3.sst");
+    let model = v1_fixture_model();
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("v3.sst");
+    write(&fresh, v3_fixture_options(), &model);
+    if std::env::var_os("KS_WRITE_FIXTURES").is_some() {
+        std::fs::copy(&fresh, &path).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(Footer::decode(&bytes).unwrap().version, 3);
+    // The format is pinned: today's writer produces the fixture exactly.
+    assert!(
+        std::fs::read(&fresh).unwrap() == bytes,
+        "the v3 writer's bytes changed"
+    );
+    let r = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
+    let want: Vec<_> = model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
+    assert_eq!(scan_all(&r).unwrap(), want);
+    let name = FixedPrefix::new(5).name().to_string();
+    assert!(r.filters_prefixes_of(&name));
+    assert!(!r.filters_prefixes_of("another extractor"));
+    // Whole keys and prefixes: no false negatives, most absent ones ruled out.
+    assert!(model.keys().all(|k| r.may_contain(ikey::user_key(&k.0))));
+    assert!(model
+        .keys()
+        .all(|k| r.may_contain_prefix(&PrefixProbe::new(&name, &ikey::user_key(&k.0)[..5]))));
+    let fp = (0..1000u32)
+        .filter(|i| r.may_contain_prefix(&PrefixProbe::new(&name, format!("x{i:04}").as_bytes())))
+        .count();
+    assert!(fp < 100, "{fp} of 1000 absent prefixes pass");
+    // A probe under another extractor's name is never ruled out.
+    assert!(r.may_contain_prefix(&PrefixProbe::new("another extractor", b"x0001")));
+}
+
+#[test]
+fn a_file_with_a_key_shorter_than_the_prefix_records_no_prefixes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.sst");
+    let mut model = v1_fixture_model();
+    model.insert(IKey(ik(b"k0", 5, ValueKind::Put)), b"short".to_vec());
+    let mut opts = v3_fixture_options();
+    opts.bloom_bits_per_key = 0;
+    write(&path, opts, &model);
+    let r = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
+    let name = FixedPrefix::new(5).name().to_string();
+    assert!(!r.filters_prefixes_of(&name));
+    assert!(r.may_contain_prefix(&PrefixProbe::new(&name, b"x0001")));
+    assert_eq!(scan_all(&r).unwrap().len(), model.len());
 }

@@ -1,5 +1,5 @@
 //! Fuzzes opening an SST image from bytes and scanning it fully, plus a few seeks and point lookups (the
-//! `SstReader::get` path, hash index included): any input must either fail with an error or be read without
+//! `SstReader::get` path, hash index included) and filter probes (whole keys, and prefixes of format 3): any input must either fail with an error or be read without
 //! panicking, and the block cache must stay within its bound.
 #![no_main]
 
@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use keyed_state::lsm::cache::BlockCache;
-use keyed_state::lsm::sst::SstReader;
+use keyed_state::lsm::sst::{PrefixProbe, SstReader};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,6 +17,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = reader.may_contain(b"key");
+    // The name of the extractor `tests/fixtures/sst_v3.sst` was written with (a format-3 filter of prefixes).
+    const FIXTURE_EXTRACTOR: &str = "keyed-state.fixed-prefix/5";
+    let _ = reader.may_contain_prefix(&PrefixProbe::new(FIXTURE_EXTRACTOR, b"k0001"));
     let mut it = reader.iter();
     let mut keys = Vec::new();
     if it.seek_to_first().is_ok() {
@@ -33,6 +36,10 @@ fuzz_target!(|data: &[u8]| {
     for k in &keys {
         let _ = it.seek(k);
         let user = keyed_state::lsm::ikey::user_key(k);
+        let _ = reader.may_contain_prefix(&PrefixProbe::new(
+            FIXTURE_EXTRACTOR,
+            user.get(..5).unwrap_or(user),
+        ));
         let _ = reader.get(user, k, u64::MAX >> 8, &mut |_, _, v| {
             let _ = v().len();
             true

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::state_prefix::StateKeyPrefix;
 use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::{
@@ -35,6 +36,7 @@ use crate::lsm::db::Db;
 use crate::lsm::iter::DbIter;
 use crate::lsm::merge::ListAppendOperator;
 use crate::lsm::options::{Options, ReadOptions};
+use crate::lsm::prefix::prefix_successor;
 use crate::lsm::snapshot::Snapshot;
 use crate::meta::{StateKind, StateMetaInfo};
 
@@ -51,6 +53,8 @@ const BATCH_OPS: usize = 4096;
 /// Shared with open snapshots, so a snapshot may outlive its backend.
 struct Shared {
     db: Db,
+    /// The prefix extractor the engine's filters use, if any (states are mapped as they register).
+    prefixes: Option<Arc<StateKeyPrefix>>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -144,18 +148,6 @@ fn kg_prefix(state: StateId, kg: KeyGroup, prefix_len: usize) -> Vec<u8> {
     v
 }
 
-/// The first key greater than every key starting with `prefix` (`None`: no such key).
-fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut v = prefix.to_vec();
-    while let Some(last) = v.pop() {
-        if last < 0xFF {
-            v.push(last + 1);
-            return Some(v);
-        }
-    }
-    None
-}
-
 /// Read options for the keys in `[lower, upper)`.
 fn bounds<'a>(
     snapshot: Option<&'a Snapshot>,
@@ -205,15 +197,17 @@ impl LsmBackend {
                 ),
                 source: e,
             })?;
-        let db = Db::open(tmp.path(), Self::engine_options(options))?;
-        Self::from_db(config, Vec::new(), db, Some(tmp))
+        let (options, prefixes) = Self::engine_options(options, &config, &[]);
+        let db = Db::open(tmp.path(), options)?;
+        Self::from_db(config, Vec::new(), db, prefixes, Some(tmp))
     }
 
     /// An LSM backend whose engine lives in `dir` (created if missing). The directory is working storage:
     /// whatever an earlier run left there is discarded (state comes back through savepoints).
     pub fn open(dir: impl AsRef<Path>, config: BackendConfig, options: Options) -> Result<Self> {
-        let db = Db::open(dir.as_ref(), Self::engine_options(options))?;
-        let mut b = Self::from_db(config, Vec::new(), db, None)?;
+        let (options, prefixes) = Self::engine_options(options, &config, &[]);
+        let db = Db::open(dir.as_ref(), options)?;
+        let mut b = Self::from_db(config, Vec::new(), db, prefixes, None)?;
         b.delete_all()?;
         Ok(b)
     }
@@ -228,22 +222,45 @@ impl LsmBackend {
         states: Vec<StateMetaInfo>,
         options: Options,
     ) -> Result<Self> {
-        let db = Db::open(dir.as_ref(), Self::engine_options(options))?;
+        // The states are mapped before the engine opens: it may flush or compact their keys at once.
+        let (options, prefixes) = Self::engine_options(options, &config, &states);
+        let db = Db::open(dir.as_ref(), options)?;
         let range = config.key_group_range;
-        let mut b = Self::from_db(config, states, db, None)?;
+        let mut b = Self::from_db(config, states, db, prefixes, None)?;
         b.clip_to(range)?;
         Ok(b)
     }
 
-    fn engine_options(mut options: Options) -> Options {
+    /// The engine options the backend needs: its merge operator and, unless
+    /// `options.sst.prefix_bloom_bits_per_key` is 0, its prefix extractor (replacing any given) with
+    /// `states` mapped.
+    fn engine_options(
+        mut options: Options,
+        config: &BackendConfig,
+        states: &[StateMetaInfo],
+    ) -> (Options, Option<Arc<StateKeyPrefix>>) {
         options.merge_operator = Some(Arc::new(ListAppendOperator));
-        options
+        let prefixes = if options.sst.prefix_bloom_bits_per_key > 0 {
+            StateKeyPrefix::new(config.max_parallelism, &config.key_serializer).map(Arc::new)
+        } else {
+            None
+        };
+        if let Some(x) = &prefixes {
+            for (id, meta) in states.iter().enumerate() {
+                x.register(id, meta);
+            }
+        }
+        options.sst.prefix_extractor = prefixes
+            .clone()
+            .map(|x| x as Arc<dyn crate::lsm::prefix::PrefixExtractor>);
+        (options, prefixes)
     }
 
     fn from_db(
         config: BackendConfig,
         states: Vec<StateMetaInfo>,
         db: Db,
+        prefixes: Option<Arc<StateKeyPrefix>>,
         tmp: Option<tempfile::TempDir>,
     ) -> Result<Self> {
         crate::keygroup::check_max_parallelism(config.max_parallelism)?;
@@ -265,7 +282,11 @@ impl LsmBackend {
             prefix_len: key_group_prefix_len(config.max_parallelism),
             config,
             states,
-            shared: Arc::new(Shared { db, _tmp: tmp }),
+            shared: Arc::new(Shared {
+                db,
+                prefixes,
+                _tmp: tmp,
+            }),
             kbuf: Vec::with_capacity(64),
             vbuf: Vec::new(),
             load,
@@ -403,6 +424,10 @@ impl StateBackend for LsmBackend {
             return Err(Error::InvalidArgument(
                 "the LSM backend holds at most 65536 states".into(),
             ));
+        }
+        if let Some(x) = &self.shared.prefixes {
+            // Before any key of the state reaches the engine.
+            x.register(self.states.len(), &meta);
         }
         self.states.push(meta);
         self.load.push(LoadRun::default());

@@ -13,6 +13,7 @@ pub mod heap;
 pub mod lsm;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
+mod state_prefix;
 
 use crate::error::Result;
 use crate::keygroup::{KeyGroup, KeyGroupRange};

@@ -20,6 +20,7 @@ use super::options::{Options, ReadOptions};
 use super::rangedel::max_covering;
 use super::slice::ValueSlice;
 use super::snapshot::{Snapshot, SnapshotList};
+use super::sst::PrefixProbe;
 use super::version::{FileMeta, Version, VersionEdit};
 use super::wal::{self, WalWriter};
 use super::LsmError;
@@ -53,6 +54,9 @@ pub struct DbStats {
     pub write_stall_micros: u64,
     /// Number of files dropped whole by `delete_range`.
     pub files_dropped_by_range_delete: u64,
+    /// Number of SST files that reads (point lookups and scans within one prefix) left unread because their
+    /// prefix filter ruled the prefix out.
+    pub prefix_filter_skips: u64,
     /// Files per level.
     pub level_files: Vec<usize>,
     /// Bytes per level.
@@ -91,6 +95,7 @@ pub(crate) struct Counters {
     pub stalls: AtomicU64,
     pub stall_micros: AtomicU64,
     pub files_dropped: AtomicU64,
+    pub prefix_skips: AtomicU64,
 }
 
 /// What a read needs: the memtables (newest first) and the version, shared by every read until one of them
@@ -483,6 +488,11 @@ impl DbInner {
                 }
             }
         };
+        // The key's prefix, for files whose filter holds prefixes rather than whole keys.
+        let probe = self.opts.sst.prefix_extractor.as_ref().and_then(|x| {
+            let n = x.prefix_len(key)?;
+            Some(PrefixProbe::new(x.name(), key.get(..n)?))
+        });
         with_lookup_key(key, seqno, |lk| -> Result<()> {
             for (level, files) in version.levels.iter().enumerate() {
                 // L0: every file, newest first; deeper levels: the one file that may hold `key`.
@@ -494,6 +504,10 @@ impl DbInner {
                 };
                 for f in candidates {
                     if !f.info.overlaps(key, key) || !f.reader.may_contain(key) {
+                        continue;
+                    }
+                    if probe.is_some_and(|p| !f.reader.may_contain_prefix(&p)) {
+                        self.counters.prefix_skips.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
                     if !f
@@ -1085,7 +1099,16 @@ impl Db {
             Some(s) => (s.seqno(), Some(self.inner.snapshots.acquire(s.seqno()))),
             None => (self.inner.last_seqno.load(Ordering::SeqCst), None),
         };
-        DbIter::new(IterParts {
+        let probe = self.inner.opts.sst.prefix_extractor.as_ref().and_then(|x| {
+            let p = crate::lsm::prefix::scan_prefix(
+                x.as_ref(),
+                ro.lower_bound.as_deref(),
+                ro.upper_bound.as_deref(),
+                ro.prefix.as_deref(),
+            )?;
+            Some(PrefixProbe::new(x.name(), p))
+        });
+        let it = DbIter::new(IterParts {
             mems,
             version,
             snapshot,
@@ -1094,7 +1117,15 @@ impl Db {
             upper: ro.upper_bound,
             prefix: ro.prefix,
             hold,
-        })
+            probe,
+        });
+        if it.prefix_skips > 0 {
+            self.inner
+                .counters
+                .prefix_skips
+                .fetch_add(it.prefix_skips as u64, Ordering::Relaxed);
+        }
+        it
     }
 
     /// Flushes all memtables to L0 and waits for it.
@@ -1142,6 +1173,7 @@ impl Db {
             write_stalls: c.stalls.load(Ordering::Relaxed),
             write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
             files_dropped_by_range_delete: c.files_dropped.load(Ordering::Relaxed),
+            prefix_filter_skips: c.prefix_skips.load(Ordering::Relaxed),
             level_files: st.version.levels.iter().map(|l| l.len()).collect(),
             level_bytes: st.version.level_bytes(),
             base_level: compaction::base_level(&st.version, &self.inner.opts),

@@ -9,7 +9,7 @@ use super::merge::MergeOperator;
 use super::rangedel::Fragments;
 use super::slice::ValueSlice;
 use super::snapshot::Snapshot;
-use super::sst::SstIter;
+use super::sst::{PrefixProbe, SstIter};
 use super::version::{FileMeta, Version};
 use super::LsmError;
 
@@ -234,18 +234,33 @@ impl InternalIterator for MergingIter {
 }
 
 /// Children for a full view: memtables (newest first), each L0 file, then one iterator per deeper level.
+/// The sources of a read: every memtable, every L0 file and one iterator per deeper level. With `probe` (the
+/// prefix every key of the read shares), files whose filter rules the prefix out are left out.
 pub(crate) fn children(
     mems: &[Arc<MemTable>],
     version: &Version,
+    probe: Option<&PrefixProbe>,
+    skipped: &mut usize,
 ) -> Vec<Box<dyn InternalIterator>> {
     let mut out: Vec<Box<dyn InternalIterator>> = Vec::new();
     for m in mems {
         out.push(Box::new(MemIter::new(Arc::clone(m))));
     }
+    let mut wanted = |f: &Arc<FileMeta>| {
+        let keep = probe.is_none_or(|p| f.reader.may_contain_prefix(p));
+        *skipped += usize::from(!keep);
+        keep
+    };
     for (level, files) in version.levels.iter().enumerate() {
         if level == 0 {
-            for f in files {
+            for f in files.iter().filter(|f| wanted(f)) {
                 out.push(Box::new(f.reader.iter()));
+            }
+        } else if probe.is_some() {
+            // A sorted, disjoint subset of a level is still a level.
+            let kept: Vec<Arc<FileMeta>> = files.iter().filter(|f| wanted(f)).cloned().collect();
+            if !kept.is_empty() {
+                out.push(Box::new(LevelIter::new(kept)));
             }
         } else if !files.is_empty() {
             out.push(Box::new(LevelIter::new(files.clone())));
@@ -300,6 +315,8 @@ pub struct DbIter {
     status: Option<LsmError>,
     _version: Arc<Version>,
     _snapshot: Option<Snapshot>,
+    /// Files left out because their prefix filter ruled the scan's prefix out.
+    pub(crate) prefix_skips: usize,
 }
 
 /// What a [`DbIter`] is built from.
@@ -312,6 +329,8 @@ pub(crate) struct IterParts {
     pub upper: Option<Vec<u8>>,
     pub prefix: Option<Vec<u8>>,
     pub hold: Option<Snapshot>,
+    /// The prefix every key of the read shares, for the SST filters (see [`children`]).
+    pub probe: Option<PrefixProbe>,
 }
 
 impl DbIter {
@@ -321,7 +340,13 @@ impl DbIter {
             tombs.extend(m.range_dels());
         }
         let frags = Fragments::build(tombs.iter().chain(p.version.range_dels.iter()), p.snapshot);
-        let inner = MergingIter::new(children(&p.mems, &p.version));
+        let mut prefix_skips = 0;
+        let inner = MergingIter::new(children(
+            &p.mems,
+            &p.version,
+            p.probe.as_ref(),
+            &mut prefix_skips,
+        ));
         DbIter {
             inner,
             snapshot: p.snapshot,
@@ -340,6 +365,7 @@ impl DbIter {
             status: None,
             _version: p.version,
             _snapshot: p.hold,
+            prefix_skips,
         }
     }
 

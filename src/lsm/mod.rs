@@ -20,6 +20,7 @@ pub mod manifest;
 pub(crate) mod memtable;
 pub mod merge;
 pub mod options;
+pub mod prefix;
 pub(crate) mod rangedel;
 pub mod snapshot;
 pub(crate) mod version;

@@ -1,12 +1,60 @@
-//! The whole-file bloom filter over user keys.
+//! The whole-file bloom filter over user keys and/or key prefixes.
 //!
 //! ```text
-//! filter := bits: [u8; n] | num_probes: u8        (n >= 8; bit i is bits[i / 8] >> (i % 8) & 1)
+//! filter    := bits: [u8; n] | num_probes: u8        (n >= 8; bit i is bits[i / 8] >> (i % 8) & 1)
+//! filter_v3 := flags: u8 | name_len: varint | name | filter      (format version 3)
 //! ```
+//! Format versions 1 and 2 hold whole user keys only. Version 3 says what the bits hold: `flags` bit 0
+//! ([`FILTER_WHOLE_KEYS`]) every distinct user key, bit 1 ([`FILTER_PREFIXES`]) the prefix of every entry
+//! under the extractor `name` (present, non-empty, iff bit 1 is set).
 //! A key's 64-bit xxh3 hash `h` yields probe `j` (0-based) at `fastrange(h + j * delta, n * 8)` with
 //! `delta = h.rotate_left(21) | 1` (double hashing; `fastrange(x, m) = (x * m) >> 64` on 128 bits).
 
 use xxhash_rust::xxh3::xxh3_64;
+
+use super::format::{get_varint_usize, put_varint};
+
+/// Format-3 filter flag: the filter holds every distinct user key of the file.
+pub const FILTER_WHOLE_KEYS: u8 = 1;
+/// Format-3 filter flag: the filter holds the prefix of every entry of the file under the named extractor.
+pub const FILTER_PREFIXES: u8 = 2;
+/// Longest extractor name a filter records.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The header of a format-3 filter block.
+pub fn encode_v3_header(out: &mut Vec<u8>, flags: u8, name: &[u8]) {
+    out.push(flags);
+    put_varint(out, name.len() as u64);
+    out.extend_from_slice(name);
+}
+
+/// Splits a format-3 filter block into `(flags, extractor name, bloom bytes)`, validating all three.
+pub fn parse_v3(payload: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
+    let (&flags, _) = payload.split_first().ok_or("filter block (v3) is empty")?;
+    if flags == 0 || flags & !(FILTER_WHOLE_KEYS | FILTER_PREFIXES) != 0 {
+        return Err(format!("filter block (v3): invalid flags {flags:#04x}"));
+    }
+    let (len, p) =
+        get_varint_usize(payload, 1).ok_or("filter block (v3): bad extractor name length")?;
+    if len > MAX_NAME_LEN {
+        return Err(format!(
+            "filter block (v3): extractor name of {len} bytes exceeds {MAX_NAME_LEN}"
+        ));
+    }
+    let name = p
+        .checked_add(len)
+        .and_then(|end| payload.get(p..end))
+        .ok_or("filter block (v3): extractor name overruns the block")?;
+    let has_prefixes = flags & FILTER_PREFIXES != 0;
+    if has_prefixes == name.is_empty() {
+        return Err(format!(
+            "filter block (v3): flags {flags:#04x} with an extractor name of {len} bytes"
+        ));
+    }
+    let bits = payload.get(p + len..).unwrap_or_default();
+    validate(bits)?;
+    Ok((flags, name, bits))
+}
 
 /// Hash of a user key as stored in the filter.
 #[inline]
@@ -81,6 +129,28 @@ pub fn may_contain(filter: &[u8], h: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn v3_header_round_trips_and_rejects_inconsistent_flags() {
+        let bits = build(&[1, 2, 3], 10);
+        let mut f = Vec::new();
+        encode_v3_header(&mut f, FILTER_WHOLE_KEYS | FILTER_PREFIXES, b"x/1");
+        f.extend_from_slice(&bits);
+        assert_eq!(parse_v3(&f).unwrap(), (3, &b"x/1"[..], &bits[..]));
+        for (flags, name) in [
+            (0u8, &b""[..]),
+            (4, b""),
+            (FILTER_PREFIXES, b""),
+            (FILTER_WHOLE_KEYS, b"x"),
+        ] {
+            let mut f = Vec::new();
+            encode_v3_header(&mut f, flags, name);
+            f.extend_from_slice(&bits);
+            assert!(parse_v3(&f).is_err(), "flags {flags} name {name:?}");
+        }
+        assert!(parse_v3(&f[..3]).is_err());
+        assert!(parse_v3(&[]).is_err());
+    }
 
     #[test]
     fn no_false_negatives_and_low_fp() {

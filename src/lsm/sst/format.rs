@@ -5,8 +5,11 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Magic number closing every SST file (`"KSTSST\0\x01"` as little-endian bytes).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"KSTSST\0\x01");
-/// Format version written by this code (2: data blocks may carry a hash index).
+/// Format version written by this code without a prefix extractor (2: data blocks may carry a hash index).
 pub const FORMAT_VERSION: u32 = 2;
+/// Format version written with a prefix extractor (3: as 2, and the filter block starts with a header
+/// saying whether it holds whole keys, prefixes, or both).
+pub const FORMAT_VERSION_PREFIX: u32 = 3;
 /// The oldest format version the reader accepts (1: no hash indexes).
 pub const MIN_FORMAT_VERSION: u32 = 1;
 /// Bytes after each block payload: codec (1) + xxh3-64 checksum (8).
@@ -258,7 +261,7 @@ impl Footer {
             return Err("footer: checksum mismatch".into());
         }
         let version = get_u32(f, 48).unwrap_or(0);
-        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+        if !(MIN_FORMAT_VERSION..=FORMAT_VERSION_PREFIX).contains(&version) {
             return Err(format!("footer: unsupported format version {version}"));
         }
         if get_u32(f, 52) != Some(0) {

@@ -12,8 +12,12 @@ pub mod properties;
 mod reader;
 mod writer;
 
-pub use reader::{SstIter, SstReader};
+pub use reader::{PrefixProbe, SstIter, SstReader};
 pub use writer::{SstWriter, MAX_ENTRY_BYTES};
+
+use std::sync::Arc;
+
+use super::prefix::PrefixExtractor;
 
 /// Block compression codec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,6 +32,11 @@ pub enum Compression {
 /// Options of an SST writer.
 #[derive(Debug, Clone)]
 pub struct SstOptions {
+    /// Records key prefixes in the filter (format version 3), so lookups and scans within one prefix skip
+    /// files without it (default: none; format version 2 files).
+    pub prefix_extractor: Option<Arc<dyn PrefixExtractor>>,
+    /// Filter bits per distinct prefix when a prefix extractor is set (default 10; 0 = no prefixes).
+    pub prefix_bloom_bits_per_key: u32,
     /// Target uncompressed size of a data block.
     pub block_size: usize,
     /// Entries between restart points in data blocks.
@@ -45,6 +54,8 @@ impl Default for SstOptions {
             restart_interval: 16,
             bloom_bits_per_key: 10,
             compression: Compression::Lz4,
+            prefix_extractor: None,
+            prefix_bloom_bits_per_key: 10,
         }
     }
 }

@@ -19,7 +19,7 @@ use memmap2::Mmap;
 use super::block::{user_key_hash, BlockCursor, HashLookup};
 use super::format::{
     checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
-    BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN,
+    BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN, FORMAT_VERSION_PREFIX,
 };
 use super::{bloom, properties, SstProperties};
 use crate::lsm::cache::BlockCache;
@@ -56,6 +56,28 @@ struct IndexEntry {
     handle: BlockHandle,
 }
 
+/// A prefix to test against SST filters: the hash of its extractor's name and of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixProbe {
+    extractor: u64,
+    hash: u64,
+}
+
+impl PrefixProbe {
+    /// A probe for `prefix` under the extractor named `extractor_name`.
+    pub fn new(extractor_name: &str, prefix: &[u8]) -> Self {
+        PrefixProbe {
+            extractor: name_hash(extractor_name.as_bytes()),
+            hash: bloom::key_hash(prefix),
+        }
+    }
+}
+
+/// How a filter's extractor name is compared (hashed once per file and per probe).
+fn name_hash(name: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name)
+}
+
 /// An open, immutable SST file.
 pub struct SstReader {
     path: PathBuf,
@@ -66,8 +88,12 @@ pub struct SstReader {
     /// `key_prefix` of each index entry's last key, in index order (non-decreasing): the index binary search
     /// runs over this dense array and compares whole keys only among entries sharing the target's prefix.
     index_prefixes: Box<[u64]>,
-    /// Byte range of the filter payload in the file, if the file has a filter.
+    /// Byte range of the filter's bloom bytes in the file, if the file has a filter.
     filter: Option<(usize, usize)>,
+    /// The filter holds every distinct user key (always, before format version 3).
+    filter_whole: bool,
+    /// The filter holds the prefix of every entry, under the extractor whose name hashes to this.
+    filter_prefix: Option<u64>,
     cache: Arc<BlockCache>,
     /// One bit per data block: its checksum was verified (raw blocks, served from the map).
     verified: Box<[AtomicU64]>,
@@ -143,6 +169,7 @@ impl SstReader {
         }
         let properties = properties::decode(payload).map_err(err)?;
         // Filter.
+        let (mut filter_whole, mut filter_prefix) = (false, None);
         let filter = if footer.filter.size == 0 {
             None
         } else {
@@ -151,9 +178,17 @@ impl SstReader {
             if codec != CODEC_NONE {
                 return Err(err("filter block: unexpected codec".into()));
             }
-            bloom::validate(payload).map_err(err)?;
-            let start = footer.filter.offset as usize;
-            Some((start, start + payload.len()))
+            let end = footer.filter.offset as usize + payload.len();
+            if footer.version >= FORMAT_VERSION_PREFIX {
+                let (flags, name, bits) = bloom::parse_v3(payload).map_err(err)?;
+                filter_whole = flags & bloom::FILTER_WHOLE_KEYS != 0;
+                filter_prefix = (flags & bloom::FILTER_PREFIXES != 0).then(|| name_hash(name));
+                Some((end - bits.len(), end))
+            } else {
+                bloom::validate(payload).map_err(err)?;
+                filter_whole = true;
+                Some((footer.filter.offset as usize, end))
+            }
         };
         // Index.
         let index_bytes =
@@ -200,6 +235,8 @@ impl SstReader {
             index,
             index_prefixes,
             filter,
+            filter_whole,
+            filter_prefix,
             cache,
             verified,
             lz4_verified,
@@ -241,13 +278,34 @@ impl SstReader {
 
     /// False only if no key with this user key is in the file (bloom filter over user keys).
     pub fn may_contain(&self, user_key: &[u8]) -> bool {
+        if !self.filter_whole {
+            return true;
+        }
+        self.filter_says(bloom::key_hash(user_key))
+    }
+
+    /// False only if no entry of the file has the probe's prefix (a filter of the probe's extractor).
+    pub fn may_contain_prefix(&self, probe: &PrefixProbe) -> bool {
+        if self.filter_prefix != Some(probe.extractor) {
+            return true;
+        }
+        self.filter_says(probe.hash)
+    }
+
+    /// Whether the file's filter admits the hash `h` (true without a filter).
+    fn filter_says(&self, h: u64) -> bool {
         match self.filter {
             None => true,
             Some((s, e)) => match self.backing.bytes().get(s..e) {
-                Some(f) => bloom::may_contain(f, bloom::key_hash(user_key)),
+                Some(f) => bloom::may_contain(f, h),
                 None => true,
             },
         }
+    }
+
+    /// Whether the filter holds prefixes under the extractor `name` (format version 3).
+    pub fn filters_prefixes_of(&self, name: &str) -> bool {
+        self.filter_prefix == Some(name_hash(name.as_bytes()))
     }
 
     /// An iterator over the file, initially not positioned.

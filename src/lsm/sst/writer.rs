@@ -3,7 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use super::block::BlockBuilder;
-use super::format::{block_trailer, BlockHandle, Footer, CODEC_LZ4, CODEC_NONE, FORMAT_VERSION};
+use super::format::{
+    block_trailer, BlockHandle, Footer, CODEC_LZ4, CODEC_NONE, FORMAT_VERSION,
+    FORMAT_VERSION_PREFIX,
+};
 use super::{
     bloom, properties, Compression, PropertiesCollector, SstMeta, SstOptions, SstProperties,
 };
@@ -27,6 +30,11 @@ pub struct SstWriter {
     compress_buf: Vec<u8>,
     handle_buf: Vec<u8>,
     bloom_hashes: Vec<u64>,
+    /// Hashes of the distinct prefixes (with a prefix extractor).
+    prefix_hashes: Vec<u64>,
+    /// The last prefix added, and whether every entry so far had one (else the filter records none).
+    last_prefix: Vec<u8>,
+    all_in_domain: bool,
     props: SstProperties,
 }
 
@@ -50,6 +58,15 @@ impl SstWriter {
         options.block_size = options.block_size.clamp(64, 64 << 20);
         options.restart_interval = options.restart_interval.clamp(1, 1 << 16);
         options.bloom_bits_per_key = options.bloom_bits_per_key.min(64);
+        options.prefix_bloom_bits_per_key = options.prefix_bloom_bits_per_key.min(64);
+        if options.prefix_bloom_bits_per_key == 0
+            || options
+                .prefix_extractor
+                .as_ref()
+                .is_some_and(|x| x.name().is_empty() || x.name().len() > bloom::MAX_NAME_LEN)
+        {
+            options.prefix_extractor = None;
+        }
         let out = FileWriter::create(path, mode)?;
         Ok(SstWriter {
             path: path.to_path_buf(),
@@ -61,6 +78,9 @@ impl SstWriter {
             compress_buf: Vec::new(),
             handle_buf: Vec::new(),
             bloom_hashes: Vec::new(),
+            prefix_hashes: Vec::new(),
+            last_prefix: Vec::new(),
+            all_in_domain: true,
             props: SstProperties {
                 min_seqno: u64::MAX,
                 ..SstProperties::default()
@@ -105,6 +125,27 @@ impl SstWriter {
         {
             self.bloom_hashes.push(bloom::key_hash(parsed.user_key));
         }
+        // Range tombstones are served from the version, never through a filter.
+        if parsed.kind != ValueKind::RangeDelete && self.all_in_domain {
+            if let Some(x) = &self.options.prefix_extractor {
+                match x
+                    .prefix_len(parsed.user_key)
+                    .and_then(|n| parsed.user_key.get(..n))
+                {
+                    Some(p) => {
+                        if self.prefix_hashes.is_empty() || self.last_prefix != p {
+                            self.prefix_hashes.push(bloom::key_hash(p));
+                            self.last_prefix.clear();
+                            self.last_prefix.extend_from_slice(p);
+                        }
+                    }
+                    None => {
+                        self.all_in_domain = false;
+                        self.prefix_hashes = Vec::new();
+                    }
+                }
+            }
+        }
         let p = &mut self.props;
         if p.entries == 0 {
             p.smallest = ikey.to_vec();
@@ -134,6 +175,8 @@ impl SstWriter {
             + self.block.estimated_size() as u64
             + self.index.estimated_size() as u64
             + self.bloom_hashes.len() as u64 * u64::from(self.options.bloom_bits_per_key) / 8
+            + self.prefix_hashes.len() as u64 * u64::from(self.options.prefix_bloom_bits_per_key)
+                / 8
             + 128
     }
 
@@ -161,7 +204,41 @@ impl SstWriter {
             version: FORMAT_VERSION,
             ..Footer::default()
         };
-        if self.options.bloom_bits_per_key > 0 {
+        if let Some(x) = self.options.prefix_extractor.clone() {
+            // Format version 3: the filter says what it holds.
+            footer.version = FORMAT_VERSION_PREFIX;
+            let whole = self.options.bloom_bits_per_key > 0;
+            let prefixes = self.all_in_domain;
+            let flags = u8::from(whole) * bloom::FILTER_WHOLE_KEYS
+                + u8::from(prefixes) * bloom::FILTER_PREFIXES;
+            if flags != 0 {
+                let mut hashes = Vec::new();
+                let mut bits = 0u64;
+                if whole {
+                    hashes.extend_from_slice(&self.bloom_hashes);
+                    bits +=
+                        self.bloom_hashes.len() as u64 * u64::from(self.options.bloom_bits_per_key);
+                }
+                if prefixes {
+                    hashes.extend_from_slice(&self.prefix_hashes);
+                    bits += self.prefix_hashes.len() as u64
+                        * u64::from(self.options.prefix_bloom_bits_per_key);
+                }
+                let per_key = u32::try_from(bits / (hashes.len() as u64).max(1))
+                    .unwrap_or(64)
+                    .clamp(1, 64);
+                let mut filter = Vec::new();
+                let name = if prefixes { x.name().as_bytes() } else { &[] };
+                bloom::encode_v3_header(&mut filter, flags, name);
+                filter.extend_from_slice(&bloom::build(&hashes, per_key));
+                footer.filter = write_block(
+                    &mut self.out,
+                    &mut self.compress_buf,
+                    &filter,
+                    Compression::None,
+                )?;
+            }
+        } else if self.options.bloom_bits_per_key > 0 {
             let filter = bloom::build(&self.bloom_hashes, self.options.bloom_bits_per_key);
             footer.filter = write_block(
                 &mut self.out,
