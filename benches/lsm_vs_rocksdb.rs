@@ -200,6 +200,9 @@ mod ours {
                     restart_interval: 16,
                     bloom_bits_per_key: 10,
                     compression: Compression::Lz4,
+                    // Whole-key bloom only, as RocksDB here (no prefix extractor).
+                    prefix_extractor: None,
+                    prefix_bloom_bits_per_key: 0,
                 },
                 block_cache_size: cache_bytes,
                 wal: false,
