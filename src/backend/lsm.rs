@@ -231,9 +231,9 @@ impl LsmBackend {
         Ok(b)
     }
 
-    /// The engine options the backend needs: its merge operator and, unless
-    /// `options.sst.prefix_bloom_bits_per_key` is 0, its prefix extractor (replacing any given) with
-    /// `states` mapped.
+    /// The engine options the backend needs: its merge operator and its own prefix extractor with `states`
+    /// mapped (always replacing any extractor in `options`: none when `options.sst.prefix_bloom_bits_per_key`
+    /// is 0 or serialized keys vary in length).
     fn engine_options(
         mut options: Options,
         config: &BackendConfig,
@@ -343,11 +343,15 @@ impl LsmBackend {
         Ok(())
     }
 
-    /// Deletes everything in the engine.
+    /// Deletes everything in the engine: one range tombstone over every key whenever the engine holds any
+    /// file or visible key. Files whose entries are all deleted already still get it: their prefix filters
+    /// were built with an earlier run's state widths, so a read may skip the file holding a tombstone and
+    /// find an older put in another file — unless a tombstone from the version covers every old entry.
     fn delete_all(&mut self) -> Result<()> {
+        let has_files = self.shared.db.stats().level_files.iter().any(|&n| n > 0);
         let mut it = self.shared.db.iter(ReadOptions::default());
         it.seek_to_first();
-        if it.valid() {
+        if has_files || it.valid() {
             drop(it);
             self.shared.db.delete_range(&[], &[0xFF; 3])?;
         }
@@ -417,6 +421,22 @@ impl StateBackend for LsmBackend {
     }
 
     fn register_state(&mut self, meta: StateMetaInfo) -> Result<StateId> {
+        if let (Some(x), Some(id)) = (
+            &self.shared.prefixes,
+            self.states.iter().position(|m| m.name == meta.name),
+        ) {
+            // A width given to a state's keys is what its files' prefix filters were built with: a new
+            // namespace serializer of another fixed width would make a checkpoint of this backend, opened
+            // with the new meta, probe those filters with prefixes they never saw.
+            if let (Some(old), Some(new)) = (x.width(id), x.width_for(&meta)) {
+                if old != new {
+                    return Err(Error::InvalidArgument(format!(
+                        "state '{}': namespace serializer {} would change its keys' prefix from {old} to {new} bytes; the LSM backend cannot re-register a state with another key layout",
+                        meta.name, meta.namespace_serializer
+                    )));
+                }
+            }
+        }
         if let Some(id) = super::reregister(&mut self.states, &meta)? {
             return Ok(id);
         }
@@ -782,6 +802,134 @@ impl BackendSnapshot for LsmSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serializer::{
+        IntSerializer, LongSerializer, SerializerSnapshot, StringSerializer, TypeSerializer,
+    };
+
+    fn long_keys() -> BackendConfig {
+        BackendConfig {
+            max_parallelism: 8,
+            key_group_range: KeyGroupRange::all(8),
+            key_serializer: LongSerializer.snapshot(),
+        }
+    }
+
+    fn map_meta(name: &str, ns: SerializerSnapshot) -> StateMetaInfo {
+        StateMetaInfo {
+            name: name.into(),
+            kind: StateKind::Map,
+            namespace_serializer: ns,
+            value_serializer: LongSerializer.snapshot(),
+            ttl: None,
+        }
+    }
+
+    #[test]
+    fn map_reads_skip_files_without_the_map() -> Result<()> {
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        let key_ns = |k: i64| [&[1u8][..], &k.to_be_bytes(), &0i32.to_be_bytes()].concat();
+        // Four files, each holding the maps of every fourth key.
+        for f in 0..4i64 {
+            for k in (0..40).filter(|k| k % 4 == f) {
+                for uk in 0..5i64 {
+                    b.map_put(s, 1, &key_ns(k), &uk.to_be_bytes(), &[k as u8, uk as u8])?;
+                }
+            }
+            b.db().flush()?;
+        }
+        let before = b.db().stats().prefix_filter_skips;
+        for k in 0..40i64 {
+            let mut n = 0;
+            b.map_scan(s, 1, &key_ns(k), &mut |uk, v| {
+                assert_eq!(v, [k as u8, uk[7]]);
+                n += 1;
+                true
+            })?;
+            assert_eq!(n, 5, "map of key {k}");
+            assert_eq!(
+                b.map_get(s, 1, &key_ns(k), &3i64.to_be_bytes())?,
+                Some(&[k as u8, 3][..])
+            );
+        }
+        // Every scan leaves out (almost always) the three files without its map.
+        let skips = b.db().stats().prefix_filter_skips - before;
+        assert!(skips >= 40 * 3 * 9 / 10, "only {skips} files skipped");
+        Ok(())
+    }
+
+    #[test]
+    fn reopening_a_directory_whose_last_run_deleted_everything_brings_nothing_back() -> Result<()> {
+        // Found by a second reading: a file holding only tombstones, filtered by the widths of the earlier
+        // run, was skipped, and an older put of the same key bytes came back.
+        let dir = tempfile::tempdir().map_err(|e| Error::Io {
+            context: "tempdir".into(),
+            source: e,
+        })?;
+        let key_ns = [&[1u8][..], &7i64.to_be_bytes(), &3i32.to_be_bytes()].concat();
+        let uk = 0x0102030405060708i64.to_be_bytes();
+        let other = [1u8, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+        {
+            let mut b = LsmBackend::open(dir.path(), long_keys(), LsmBackend::small_options())?;
+            let s = b.register_state(map_meta("a", IntSerializer.snapshot()))?;
+            let t = b.register_state(map_meta("t", StringSerializer.snapshot()))?;
+            b.map_put(s, 1, &key_ns, &uk, b"old")?;
+            b.map_put(t, 1, &other, &[1], b"x")?;
+            b.db().flush()?;
+            b.map_remove(s, 1, &key_ns, &uk)?;
+            b.db().flush()?;
+            b.map_remove(t, 1, &other, &[1])?;
+            b.db().flush()?;
+            assert!(b.map_get(s, 1, &key_ns, &uk)?.is_none());
+        }
+        let mut b = LsmBackend::open(dir.path(), long_keys(), LsmBackend::small_options())?;
+        // The same state id, now with an 8-byte namespace: the same bytes are a shorter map key.
+        let s = b.register_state(map_meta("b", LongSerializer.snapshot()))?;
+        let key_ns2 = [&key_ns[..], &uk[..4]].concat();
+        assert_eq!(b.map_get(s, 1, &key_ns2, &uk[4..])?, None);
+        assert_eq!(b.num_entries()?, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn re_registering_a_state_with_a_namespace_of_another_width_is_refused() -> Result<()> {
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        let key_ns = [&[1u8][..], &7i64.to_be_bytes(), &3i32.to_be_bytes()].concat();
+        b.map_put(s, 1, &key_ns, &9i64.to_be_bytes(), b"v")?;
+        b.db().flush()?;
+        let err = b
+            .register_state(map_meta("m", LongSerializer.snapshot()))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("prefix from 15 to 19 bytes"),
+            "{err}"
+        );
+        // The same width, and a namespace of varying length (no width: the state keeps its own), are fine.
+        assert_eq!(
+            b.register_state(map_meta("m", IntSerializer.snapshot()))?,
+            s
+        );
+        assert_eq!(
+            b.register_state(map_meta("m", StringSerializer.snapshot()))?,
+            s
+        );
+        // A checkpoint opened with the latest meta still finds the entry.
+        let dir = tempfile::tempdir().map_err(|e| Error::Io {
+            context: "tempdir".into(),
+            source: e,
+        })?;
+        let cp = dir.path().join("cp");
+        b.checkpoint(&cp)?;
+        let states = b.states().to_vec();
+        let mut c =
+            LsmBackend::open_checkpoint(&cp, long_keys(), states, LsmBackend::small_options())?;
+        assert_eq!(
+            c.map_get(s, 1, &key_ns, &9i64.to_be_bytes())?,
+            Some(&b"v"[..])
+        );
+        Ok(())
+    }
 
     #[test]
     fn snapshot_visits_in_any_key_group_order() -> Result<()> {

@@ -50,27 +50,31 @@ impl StateKeyPrefix {
         })
     }
 
-    /// Maps the keys of state `id` (first registration wins: a state's key layout never changes).
-    pub(crate) fn register(&self, id: usize, meta: &StateMetaInfo) {
-        let Some(slot) = self.widths.get(id) else {
-            return;
-        };
+    /// The prefix width a state with `meta` gets, if its keys have one.
+    pub(crate) fn width_for(&self, meta: &StateMetaInfo) -> Option<usize> {
         let Some(Some(ns_len)) = is_fixed_length(&meta.namespace_serializer) else {
-            return;
+            return None;
         };
         let ts = if meta.kind == StateKind::Timers {
             TIMER_TS_LEN
         } else {
             0
         };
-        let width = self.head + ts + self.key_len + ns_len;
+        Some(self.head + ts + self.key_len + ns_len)
+    }
+
+    /// Maps the keys of state `id` (first registration wins: a width, once given, never changes — the
+    /// files written under it rely on it; the backend refuses a re-registration that would change it).
+    pub(crate) fn register(&self, id: usize, meta: &StateMetaInfo) {
+        let (Some(slot), Some(width)) = (self.widths.get(id), self.width_for(meta)) else {
+            return;
+        };
         if let Ok(w) = u32::try_from(width) {
             let _ = slot.compare_exchange(0, w, Ordering::AcqRel, Ordering::Acquire);
         }
     }
 
     /// The prefix width of state `id`'s keys, if mapped.
-    #[cfg(test)]
     pub(crate) fn width(&self, id: usize) -> Option<usize> {
         let w = self.widths.get(id)?.load(Ordering::Acquire);
         (w != 0).then_some(w as usize)

@@ -233,9 +233,9 @@ impl InternalIterator for MergingIter {
     }
 }
 
-/// Children for a full view: memtables (newest first), each L0 file, then one iterator per deeper level.
-/// The sources of a read: every memtable, every L0 file and one iterator per deeper level. With `probe` (the
-/// prefix every key of the read shares), files whose filter rules the prefix out are left out.
+/// The sources of a read: every memtable (newest first), every L0 file and one iterator per deeper level.
+/// With `probe` (the prefix every key of the read shares), files whose filter rules the prefix out are left
+/// out and counted in `skipped`.
 pub(crate) fn children(
     mems: &[Arc<MemTable>],
     version: &Version,
