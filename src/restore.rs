@@ -113,30 +113,12 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         }
         self.sync_registered();
 
-        // 4. Load, key group by key group.
+        // 4. Load, key group by key group. A failure still finishes the load (a backend may be loading in the
+        // background, e.g. the LSM backend's loader thread: nothing may still be written after we return).
         let mut summary = RestoreSummary::default();
-        for kg in range.iter() {
-            let mut had = false;
-            for (sp, map) in savepoints.iter().zip(&ids) {
-                let sp_range: KeyGroupRange = sp.header().key_group_range;
-                if !sp_range.contains(kg) {
-                    continue;
-                }
-                let backend = &mut self.backend;
-                sp.read_key_group(kg, &mut |state_index, key, value| {
-                    let id = *map.get(state_index).ok_or_else(|| Error::Corruption {
-                        location: format!("savepoint key group {kg}"),
-                        detail: format!("state index {state_index} not in the header"),
-                    })?;
-                    had = true;
-                    summary.entries += 1;
-                    summary.bytes += (key.len() + value.len()) as u64;
-                    backend.load_entry(id, kg, key, value)
-                })?;
-            }
-            if had {
-                summary.key_groups += 1;
-            }
+        if let Err(e) = self.load_range(range, savepoints, &ids, &mut summary) {
+            let _ = self.backend.finish_load();
+            return Err(e);
         }
         self.backend.finish_load()?;
 
@@ -161,5 +143,39 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             summary.migrated_states.push(name);
         }
         Ok(summary)
+    }
+
+    /// Loads the key groups of `range` from `savepoints` (state indexes mapped to backend ids by `ids`).
+    fn load_range(
+        &mut self,
+        range: KeyGroupRange,
+        savepoints: &[SavepointReader],
+        ids: &[Vec<usize>],
+        summary: &mut RestoreSummary,
+    ) -> Result<()> {
+        for kg in range.iter() {
+            let mut had = false;
+            for (sp, map) in savepoints.iter().zip(ids) {
+                let sp_range: KeyGroupRange = sp.header().key_group_range;
+                if !sp_range.contains(kg) {
+                    continue;
+                }
+                let backend = &mut self.backend;
+                sp.read_key_group(kg, &mut |state_index, key, value| {
+                    let id = *map.get(state_index).ok_or_else(|| Error::Corruption {
+                        location: format!("savepoint key group {kg}"),
+                        detail: format!("state index {state_index} not in the header"),
+                    })?;
+                    had = true;
+                    summary.entries += 1;
+                    summary.bytes += (key.len() + value.len()) as u64;
+                    backend.load_entry(id, kg, key, value)
+                })?;
+            }
+            if had {
+                summary.key_groups += 1;
+            }
+        }
+        Ok(())
     }
 }

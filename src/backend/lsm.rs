@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::lsm_load::{LoadRun, Loader};
 use super::state_prefix::StateKeyPrefix;
 use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
@@ -43,8 +44,9 @@ use crate::meta::{StateKind, StateMetaInfo};
 /// Width of the state-id prefix of every engine key.
 pub const STATE_PREFIX_LEN: usize = 2;
 
-/// Restore buffers are ingested once they hold this many bytes of keys and values (over all states).
-const LOAD_BUFFER_BYTES: usize = 32 << 20;
+/// Restore buffers are handed to the loader thread once they hold this many bytes of keys and values (over
+/// all states); with one batch queued and one being ingested, a restore buffers at most three times this.
+const LOAD_BUFFER_BYTES: usize = 16 << 20;
 
 /// Writes of `transform_values` and `map_clear` are batched this many at a time.
 const BATCH_OPS: usize = 4096;
@@ -58,52 +60,9 @@ struct Shared {
     _tmp: Option<tempfile::TempDir>,
 }
 
-/// A sorted run being collected for one state during a restore.
-#[derive(Default)]
-struct LoadRun {
-    /// Buffered entries back to back (`key | value` each), with no allocation per entry.
-    data: Vec<u8>,
-    /// Per entry: where its key ends and where its value ends in `data`.
-    ends: Vec<(usize, usize)>,
-    /// The last engine key given to the engine for this state (ingested or put), to keep runs ascending.
-    last: Option<Vec<u8>>,
-}
-
-impl LoadRun {
-    /// The last buffered key.
-    fn last_key(&self) -> Option<&[u8]> {
-        let n = self.ends.len();
-        let start = match n {
-            0 => return None,
-            1 => 0,
-            _ => self.ends[n - 2].1,
-        };
-        self.data.get(start..self.ends[n - 1].0)
-    }
-
-    /// Buffers one entry.
-    fn push(&mut self, key: &[u8], value: &[u8]) {
-        self.data.extend_from_slice(key);
-        let key_end = self.data.len();
-        self.data.extend_from_slice(value);
-        self.ends.push((key_end, self.data.len()));
-    }
-
-    /// Hands the buffered entries to the engine, remembering the last key (to keep later runs ascending).
-    fn ingest(&mut self, db: &Db) -> Result<()> {
-        if let Some(k) = self.last_key() {
-            self.last = Some(k.to_vec());
-            let data = &self.data;
-            let mut start = 0;
-            db.ingest_sorted(self.ends.iter().map(|&(key_end, value_end)| {
-                let entry = (&data[start..key_end], &data[key_end..value_end]);
-                start = value_end;
-                entry
-            }))?;
-            self.data.clear();
-            self.ends.clear();
-        }
-        Ok(())
+impl AsRef<Db> for Shared {
+    fn as_ref(&self) -> &Db {
+        &self.db
     }
 }
 
@@ -138,6 +97,10 @@ pub struct LsmBackend {
     /// Restore buffers per state id.
     load: Vec<LoadRun>,
     load_bytes: usize,
+    /// Ingests full restore buffers while the restore goes on.
+    loader: Loader,
+    /// Bytes buffered before a hand-over to the loader ([`LOAD_BUFFER_BYTES`]; tests make it small).
+    load_buffer_bytes: usize,
 }
 
 /// The first engine key of `state`'s key group `kg`: `sid | KG`.
@@ -291,6 +254,8 @@ impl LsmBackend {
             vbuf: Vec::new(),
             load,
             load_bytes: 0,
+            loader: Loader::default(),
+            load_buffer_bytes: LOAD_BUFFER_BYTES,
         })
     }
 
@@ -387,14 +352,10 @@ impl LsmBackend {
         }
     }
 
-    /// Ingests every buffered restore run, in state order (each run is ascending and lies after everything
-    /// ingested before for its state, and states occupy disjoint key ranges).
+    /// Hands every buffered restore run to the loader thread (see `lsm_load`).
     fn ingest_buffers(&mut self) -> Result<()> {
-        for run in &mut self.load {
-            run.ingest(&self.shared.db)?;
-        }
         self.load_bytes = 0;
-        Ok(())
+        self.loader.hand_over(&self.shared, &mut self.load)
     }
 
     /// Visits every engine entry whose key starts with `prefix`, until `f` returns false.
@@ -635,22 +596,17 @@ impl StateBackend for LsmBackend {
             return Err(Error::UnknownState(format!("id {state}")));
         }
         self.build_key(state, &[key]);
-        let run = &mut self.load[state];
-        let ascending = match run.last_key() {
-            Some(k) => k < self.kbuf.as_slice(),
-            None => run.last.as_deref().is_none_or(|l| l < self.kbuf.as_slice()),
-        };
-        if !ascending {
-            // Out of order (savepoints with overlapping ranges): ingest what is buffered, then put this one.
-            run.ingest(&self.shared.db)?;
+        if !self.load[state].accepts(&self.kbuf) {
+            // Out of order (savepoints with overlapping ranges): ingest everything buffered and wait for it,
+            // then put this one, newer than all of it.
+            self.ingest_buffers()?;
+            self.loader.drain()?;
             self.shared.db.put(&self.kbuf, value)?;
             return Ok(());
         }
-        // `run.last` is only needed once the run is handed to the engine (`LoadRun::ingest`), so the key
-        // is not copied twice per entry.
-        run.push(&self.kbuf, value);
+        self.load[state].push(&self.kbuf, value);
         self.load_bytes += self.kbuf.len() + value.len();
-        if self.load_bytes >= LOAD_BUFFER_BYTES {
+        if self.load_bytes >= self.load_buffer_bytes {
             self.ingest_buffers()?;
         }
         Ok(())
@@ -658,8 +614,9 @@ impl StateBackend for LsmBackend {
 
     fn finish_load(&mut self) -> Result<()> {
         self.ingest_buffers()?;
+        self.loader.drain()?;
         for run in &mut self.load {
-            run.last = None;
+            run.finish();
         }
         Ok(())
     }
@@ -822,6 +779,55 @@ mod tests {
             value_serializer: LongSerializer.snapshot(),
             ttl: None,
         }
+    }
+
+    #[test]
+    fn restore_hands_sorted_runs_to_the_loader_and_keeps_arrival_order() -> Result<()> {
+        use crate::serializer::VoidNamespaceSerializer;
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        b.load_buffer_bytes = 300;
+        let value = |name: &str| StateMetaInfo {
+            name: name.into(),
+            kind: StateKind::Value,
+            namespace_serializer: VoidNamespaceSerializer.snapshot(),
+            value_serializer: LongSerializer.snapshot(),
+            ttl: None,
+        };
+        let v = b.register_state(value("v"))?;
+        let m = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        b.put(v, 0, &[0, 200], b"kept")?;
+        for kg in 1..6u8 {
+            for i in 0..20u8 {
+                b.load_entry(v, kg as KeyGroup, &[kg, i], &[i])?;
+                b.load_entry(m, kg as KeyGroup, &[kg, 1, i], &[0, i])?;
+            }
+        }
+        // Out of order and a duplicate: written after everything before them, so the last arrival wins.
+        b.load_entry(v, 7, &[7, 2], b"first")?;
+        b.load_entry(v, 7, &[7, 1], b"one")?;
+        b.load_entry(v, 7, &[7, 2], b"last")?;
+        b.load_entry(v, 7, &[7, 3], b"three")?;
+        b.finish_load()?;
+        // Many hand-overs, each its own ingestion.
+        let files: usize = b.db().stats().level_files.iter().sum();
+        assert!(files >= 5, "{files} files");
+        assert_eq!(b.num_entries()?, 1 + 100 + 100 + 3);
+        assert_eq!(b.get(v, 0, &[0, 200])?, Some(&b"kept"[..]));
+        assert_eq!(b.get(v, 3, &[3, 7])?, Some(&[7u8][..]));
+        assert_eq!(b.get(v, 7, &[7, 2])?, Some(&b"last"[..]));
+        assert_eq!(b.get(v, 7, &[7, 3])?, Some(&b"three"[..]));
+        let mut seen = Vec::new();
+        b.map_scan(m, 5, &[5, 1], &mut |uk, val| {
+            seen.push((uk.to_vec(), val.to_vec()));
+            true
+        })?;
+        assert_eq!(seen.len(), 20);
+        assert_eq!(seen[19], (vec![19], vec![0, 19]));
+        // A second restore into other key groups starts a new loader.
+        b.load_entry(v, 6, &[6, 1], b"again")?;
+        b.finish_load()?;
+        assert_eq!(b.get(v, 6, &[6, 1])?, Some(&b"again"[..]));
+        Ok(())
     }
 
     #[test]

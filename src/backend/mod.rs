@@ -11,6 +11,7 @@
 
 pub mod heap;
 pub mod lsm;
+mod lsm_load;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 mod state_prefix;
@@ -148,7 +149,8 @@ pub trait StateBackend: Send {
     /// write them as sorted runs instead of one put at a time. [`finish_load`](Self::finish_load) ends a restore.
     fn load_entry(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()>;
 
-    /// Makes every entry given to [`load_entry`](Self::load_entry) visible.
+    /// Makes every entry given to [`load_entry`](Self::load_entry) visible. Must end every restore, a failed
+    /// one too, before the backend is used otherwise: a backend may load in the background until then.
     fn finish_load(&mut self) -> Result<()>;
 
     /// The number of stored entries over all states (map entries count one each).

@@ -1,0 +1,191 @@
+//! Restore into the LSM backend: entries arrive key group by key group and are buffered per state as sorted
+//! runs; full buffers go to a loader thread that bulk-loads them ([`Db::ingest_sorted`]: SST files written
+//! directly) while the restore goes on decoding the next entries.
+//!
+//! Order is what makes this correct: one loader thread ingests the chunks in the order they were handed
+//! over, every chunk of a state lies after the chunks before it (the backend checks each entry against the
+//! last one buffered or handed over), and anything written to the engine some other way during a restore
+//! (an entry out of order is a plain `put`) waits until the loader has drained, so that it is newer than
+//! every ingested entry.
+
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::error::{Error, Result};
+use crate::lsm::db::Db;
+
+/// Buffered entries of one state, back to back (`key | value` each), with no allocation per entry.
+#[derive(Default)]
+pub(crate) struct LoadChunk {
+    data: Vec<u8>,
+    /// Per entry: where its key ends and where its value ends in `data`.
+    ends: Vec<(usize, usize)>,
+}
+
+impl LoadChunk {
+    fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+    }
+
+    /// Bulk-loads the chunk (ascending keys).
+    fn ingest(&self, db: &Db) -> Result<()> {
+        let data = &self.data;
+        let mut start = 0;
+        db.ingest_sorted(self.ends.iter().map(|&(key_end, value_end)| {
+            let entry = (&data[start..key_end], &data[key_end..value_end]);
+            start = value_end;
+            entry
+        }))?;
+        Ok(())
+    }
+}
+
+/// The sorted run being collected for one state.
+#[derive(Default)]
+pub(crate) struct LoadRun {
+    chunk: LoadChunk,
+    /// The last engine key handed over for this state (ingested or put), to keep runs ascending.
+    last: Option<Vec<u8>>,
+}
+
+impl LoadRun {
+    /// The last buffered key.
+    fn last_key(&self) -> Option<&[u8]> {
+        let ends = &self.chunk.ends;
+        let n = ends.len();
+        let start = match n {
+            0 => return None,
+            1 => 0,
+            _ => ends[n - 2].1,
+        };
+        self.chunk.data.get(start..ends[n - 1].0)
+    }
+
+    /// Whether `key` comes after everything buffered or handed over for this state.
+    pub(crate) fn accepts(&self, key: &[u8]) -> bool {
+        match self.last_key() {
+            Some(k) => k < key,
+            None => self.last.as_deref().is_none_or(|l| l < key),
+        }
+    }
+
+    /// Buffers one entry (which [`accepts`](Self::accepts) said is in order).
+    pub(crate) fn push(&mut self, key: &[u8], value: &[u8]) {
+        let c = &mut self.chunk;
+        c.data.extend_from_slice(key);
+        let key_end = c.data.len();
+        c.data.extend_from_slice(value);
+        c.ends.push((key_end, c.data.len()));
+    }
+
+    /// Takes the buffered entries (if any), leaving `spare` in their place and remembering the last key.
+    fn take(&mut self, spare: &mut Option<LoadChunk>) -> Option<LoadChunk> {
+        let last = self.last_key()?.to_vec();
+        self.last = Some(last);
+        Some(std::mem::replace(
+            &mut self.chunk,
+            spare.take().unwrap_or_default(),
+        ))
+    }
+
+    /// Forgets the last key handed over (the restore is complete).
+    pub(crate) fn finish(&mut self) {
+        self.last = None;
+    }
+}
+
+/// The loader thread and its channels (started by the first hand-over of a restore, joined by
+/// [`drain`](Loader::drain)).
+#[derive(Default)]
+pub(crate) struct Loader {
+    tx: Option<SyncSender<Vec<LoadChunk>>>,
+    /// Chunks the loader has ingested, cleared, for reuse (their memory is already faulted in).
+    spares: Option<Receiver<LoadChunk>>,
+    handle: Option<JoinHandle<Result<()>>>,
+}
+
+impl Loader {
+    /// Hands every run's buffered entries to the loader, in state order (states occupy disjoint key ranges,
+    /// so the order between states does not matter; within a state it does, and is kept).
+    pub(crate) fn hand_over<D>(&mut self, owner: &Arc<D>, runs: &mut [LoadRun]) -> Result<()>
+    where
+        D: AsRef<Db> + Send + Sync + 'static,
+    {
+        let mut batch = Vec::new();
+        for run in runs {
+            let mut spare = self.spare();
+            if let Some(chunk) = run.take(&mut spare) {
+                batch.push(chunk);
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if self.tx.is_none() {
+            self.start(owner)?;
+        }
+        let sent = self.tx.as_ref().map(|tx| tx.send(batch));
+        match sent {
+            Some(Ok(())) => Ok(()),
+            // The loader stopped: it failed, and `drain` returns why.
+            _ => self.drain(),
+        }
+    }
+
+    /// Waits until everything handed over is ingested; the first error of the loader, if any.
+    pub(crate) fn drain(&mut self) -> Result<()> {
+        self.tx = None;
+        self.spares = None;
+        match self.handle.take() {
+            None => Ok(()),
+            Some(h) => h
+                .join()
+                .map_err(|_| Error::InvalidArgument("the restore loader thread panicked".into()))?,
+        }
+    }
+
+    fn spare(&mut self) -> Option<LoadChunk> {
+        self.spares.as_ref().and_then(|r| r.try_recv().ok())
+    }
+
+    fn start<D>(&mut self, owner: &Arc<D>) -> Result<()>
+    where
+        D: AsRef<Db> + Send + Sync + 'static,
+    {
+        // One batch queued while one is ingested: at most three buffers' worth in memory.
+        let (tx, rx) = mpsc::sync_channel::<Vec<LoadChunk>>(1);
+        let (spare_tx, spare_rx) = mpsc::channel();
+        let owner = Arc::clone(owner);
+        let handle = std::thread::Builder::new()
+            .name("ks-restore".into())
+            .spawn(move || -> Result<()> {
+                for batch in rx {
+                    for mut chunk in batch {
+                        chunk.ingest(owner.as_ref().as_ref())?;
+                        chunk.clear();
+                        // The backend may be gone already; then the chunk is simply dropped.
+                        let _ = spare_tx.send(chunk);
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| Error::Io {
+                context: "starting the restore loader thread".into(),
+                source: e,
+            })?;
+        self.tx = Some(tx);
+        self.spares = Some(spare_rx);
+        self.handle = Some(handle);
+        Ok(())
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        // A restore abandoned half way: let the loader finish what it has, so no thread writes into the
+        // engine after its backend is gone (errors were the restore's to report).
+        let _ = self.drain();
+    }
+}
