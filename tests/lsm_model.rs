@@ -191,8 +191,18 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
             }
             Op::Ingest(keys, v) => {
                 let keys: std::collections::BTreeSet<Vec<u8>> = keys.into_iter().map(key).collect();
-                d.ingest_sorted(keys.iter().map(|k| (k.clone(), value(v))))
-                    .unwrap();
+                let keys: Vec<Vec<u8>> = keys.into_iter().collect();
+                if v % 2 == 1 && keys.len() >= 2 {
+                    // Two runs in key order, written by two threads.
+                    let (a, b) = keys.split_at(keys.len() / 2);
+                    let run = |ks: &[Vec<u8>]| -> Vec<(Vec<u8>, Vec<u8>)> {
+                        ks.iter().map(|k| (k.clone(), value(v))).collect()
+                    };
+                    d.ingest_sorted_runs(vec![run(a), run(b)]).unwrap();
+                } else {
+                    d.ingest_sorted(keys.iter().map(|k| (k.clone(), value(v))))
+                        .unwrap();
+                }
                 for k in keys {
                     model.insert(k, value(v));
                 }

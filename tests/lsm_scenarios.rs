@@ -660,6 +660,54 @@ fn ingest_sorted_places_non_overlapping_files_in_last_level() {
 }
 
 #[test]
+fn ingest_sorted_runs_writes_runs_in_parallel_and_rejects_runs_out_of_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let run = |r: std::ops::Range<u32>| {
+        r.map(|i| {
+            (
+                format!("k{i:05}").into_bytes(),
+                format!("v{i}").into_bytes(),
+            )
+        })
+        .collect::<Vec<_>>()
+    };
+    let info = db
+        .ingest_sorted_runs(vec![run(0..1500), run(1500..3000), run(3000..3001)])
+        .unwrap();
+    assert_eq!(info.entries, 3001);
+    assert!(info.files >= 3, "{} files", info.files);
+    assert_eq!(info.level, 3);
+    for i in [0u32, 1499, 1500, 2999, 3000] {
+        assert_eq!(
+            get(&db, format!("k{i:05}").as_bytes()),
+            Some(format!("v{i}").into_bytes())
+        );
+    }
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 3001);
+    // Runs that overlap, or come in the wrong order: an error, nothing installed, no file left behind.
+    let files = sst_count(dir.path());
+    for runs in [
+        vec![run(5000..5010), run(4000..4010)],
+        vec![run(6000..6010), run(6005..6020)],
+    ] {
+        let err = db.ingest_sorted_runs(runs);
+        assert!(matches!(err, Err(LsmError::InvalidArgument(_))), "{err:?}");
+    }
+    assert_eq!(sst_count(dir.path()), files);
+    assert_eq!(get(&db, b"k04000"), None);
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 3001);
+    // Empty runs are fine.
+    let info = db
+        .ingest_sorted_runs(vec![run(0..0), run(7000..7002)])
+        .unwrap();
+    assert_eq!(info.entries, 2);
+    db.close().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 3003);
+}
+
+#[test]
 fn db_and_iterators_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}

@@ -15,6 +15,10 @@ use std::thread::JoinHandle;
 use crate::error::{Error, Result};
 use crate::lsm::db::Db;
 
+/// A chunk with at least this many entries and bytes is ingested as two runs, in parallel.
+const SPLIT_MIN_ENTRIES: usize = 4096;
+const SPLIT_MIN_BYTES: usize = 1 << 20;
+
 /// Buffered entries of one state, back to back (`key | value` each), with no allocation per entry.
 #[derive(Default)]
 pub(crate) struct LoadChunk {
@@ -29,16 +33,36 @@ impl LoadChunk {
         self.ends.clear();
     }
 
-    /// Bulk-loads the chunk (ascending keys).
+    /// Bulk-loads the chunk (ascending keys); a large chunk as two halves written by two threads.
     fn ingest(&self, db: &Db) -> Result<()> {
+        let n = self.ends.len();
+        if n < SPLIT_MIN_ENTRIES || self.data.len() < SPLIT_MIN_BYTES {
+            db.ingest_sorted(self.entries(0..n))?;
+        } else {
+            db.ingest_sorted_runs(vec![self.entries(0..n / 2), self.entries(n / 2..n)])?;
+        }
+        Ok(())
+    }
+
+    /// The entries `range` of the chunk as `(key, value)` pairs.
+    fn entries(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = (&[u8], &[u8])> + Send + '_ {
         let data = &self.data;
-        let mut start = 0;
-        db.ingest_sorted(self.ends.iter().map(|&(key_end, value_end)| {
-            let entry = (&data[start..key_end], &data[key_end..value_end]);
+        let ends = self.ends.get(range.clone()).unwrap_or_default();
+        let mut start = match range.start {
+            0 => 0,
+            i => self.ends.get(i - 1).map_or(0, |e| e.1),
+        };
+        ends.iter().map(move |&(key_end, value_end)| {
+            let entry = (
+                data.get(start..key_end).unwrap_or_default(),
+                data.get(key_end..value_end).unwrap_or_default(),
+            );
             start = value_end;
             entry
-        }))?;
-        Ok(())
+        })
     }
 }
 

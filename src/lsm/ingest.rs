@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::db::Db;
+use super::db::{Db, DbInner};
 use super::flush::Outputs;
 use super::ikey::{self, ValueKind};
 use super::version::{FileMeta, VersionEdit};
@@ -40,14 +40,98 @@ impl Db {
         inner.make_room(&mut w, true)?;
         inner.wait_flushed()?;
         let seqno = inner.last_seqno.load(Ordering::SeqCst) + 1;
-        let mut out = Outputs::new(inner, Some(inner.opts.target_file_size));
-        let mut prev: Vec<u8> = Vec::new();
-        let mut count = 0u64;
-        let mut ikey_buf = Vec::new();
-        let mut bytes = 0u64;
+        let run = write_run(inner, entries, seqno)?;
+        let info = install(inner, vec![run], seqno)?;
+        drop(w);
+        Ok(info)
+    }
+
+    /// As [`ingest_sorted`](Self::ingest_sorted), for `runs` that follow one another in key order (every
+    /// key of a run below every key of the next), each written into its own files by its own thread. A run
+    /// out of order is an error, and the files already written are deleted.
+    pub fn ingest_sorted_runs<I, K, V>(&self, runs: Vec<I>) -> Result<IngestInfo, LsmError>
+    where
+        I: IntoIterator<Item = (K, V)> + Send,
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let inner = self.inner();
+        let mut w = inner.writer.lock();
+        inner.make_room(&mut w, true)?;
+        inner.wait_flushed()?;
+        let seqno = inner.last_seqno.load(Ordering::SeqCst) + 1;
+        let mut runs = runs.into_iter();
+        let first = runs.next();
+        let written: Vec<Result<Run, LsmError>> = std::thread::scope(|scope| {
+            let others: Vec<_> = runs
+                .map(|run| scope.spawn(move || write_run(inner, run, seqno)))
+                .collect();
+            let mut out =
+                vec![first.map_or_else(|| Ok(Run::default()), |r| write_run(inner, r, seqno))];
+            for h in others {
+                out.push(h.join().unwrap_or_else(|_| {
+                    Err(LsmError::InvalidArgument(
+                        "ingest_sorted_runs: a writer thread panicked".into(),
+                    ))
+                }));
+            }
+            out
+        });
+        let mut done = Vec::with_capacity(written.len());
+        let mut failed = None;
+        for r in written {
+            match r {
+                Ok(run) => done.push(run),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        let in_order = done
+            .iter()
+            .filter(|r| r.entries > 0)
+            .zip(done.iter().filter(|r| r.entries > 0).skip(1))
+            .all(|(a, b)| a.last < b.first);
+        if failed.is_none() && !in_order {
+            failed = Some(LsmError::InvalidArgument(
+                "ingest_sorted_runs: runs overlap or are out of key order".into(),
+            ));
+        }
+        if let Some(e) = failed {
+            // Not installed: the files go when their last reference does.
+            for f in done.iter().flat_map(|r| &r.files) {
+                f.mark_obsolete();
+            }
+            return Err(e);
+        }
+        let info = install(inner, done, seqno)?;
+        drop(w);
+        Ok(info)
+    }
+}
+
+/// The files one run of an ingestion was written into.
+#[derive(Default)]
+struct Run {
+    files: Vec<Arc<FileMeta>>,
+    entries: u64,
+    bytes: u64,
+    first: Vec<u8>,
+    last: Vec<u8>,
+}
+
+/// Writes strictly ascending `entries` as puts at `seqno` into new SST files (not yet part of the tree).
+fn write_run<I, K, V>(inner: &DbInner, entries: I, seqno: u64) -> Result<Run, LsmError>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
+    let mut out = Outputs::new(inner, Some(inner.opts.target_file_size));
+    let mut run = Run::default();
+    let mut ikey_buf = Vec::new();
+    let result = (|| -> Result<(), LsmError> {
         for (k, v) in entries {
             let (k, v) = (k.as_ref(), v.as_ref());
-            if count > 0 && prev.as_slice() >= k {
+            if run.entries > 0 && run.last.as_slice() >= k {
                 return Err(LsmError::InvalidArgument(
                     "ingest_sorted: keys must be strictly ascending".into(),
                 ));
@@ -55,60 +139,84 @@ impl Db {
             ikey_buf.clear();
             ikey::encode(&mut ikey_buf, k, seqno, ValueKind::Put);
             out.add(&ikey_buf, v)?;
-            bytes += (k.len() + v.len()) as u64;
-            count += 1;
-            prev.clear();
-            prev.extend_from_slice(k);
+            run.bytes += (k.len() + v.len()) as u64;
+            if run.entries == 0 {
+                run.first = k.to_vec();
+            }
+            run.entries += 1;
+            run.last.clear();
+            run.last.extend_from_slice(k);
         }
-        let files = out.finish()?;
-        if files.is_empty() {
-            return Ok(IngestInfo {
-                entries: 0,
-                files: 0,
-                level: 0,
-                seqno: inner.last_seqno.load(Ordering::SeqCst),
-            });
+        Ok(())
+    })();
+    let files = out.finish();
+    match result {
+        Ok(()) => {
+            run.files = files?;
+            Ok(run)
         }
-        let lo = files
-            .iter()
-            .map(|f| f.info.smallest_user())
-            .min()
-            .unwrap_or_default()
-            .to_vec();
-        let hi = files
-            .iter()
-            .map(|f| f.info.largest_user())
-            .max()
-            .unwrap_or_default()
-            .to_vec();
-        let level = {
-            // The compaction lock keeps the level layout stable until the edit is applied.
-            let _c = inner.compaction_lock.lock();
-            let version = Arc::clone(&inner.state.lock().version);
-            let overlaps = version.files().any(|(_, f)| f.info.overlaps(&lo, &hi))
-                || version.range_dels.iter().any(|t| t.overlaps(&lo, &hi));
-            let level = if overlaps {
-                0
-            } else {
-                version.levels.len() - 1
-            };
-            let added: Vec<(usize, Arc<FileMeta>)> =
-                files.iter().map(|f| (level, Arc::clone(f))).collect();
-            inner.last_seqno.store(seqno, Ordering::SeqCst);
-            inner.log_and_apply(VersionEdit::default(), &[], &added, false)?;
-            inner.state.lock().flushed_seqno = seqno;
-            level
-        };
-        inner
-            .counters
-            .user_bytes
-            .fetch_add(bytes, Ordering::Relaxed);
-        drop(w);
-        Ok(IngestInfo {
-            entries: count,
-            files: files.len(),
-            level,
-            seqno,
-        })
+        Err(e) => {
+            // Not installed: the files go when their last reference does.
+            for f in files.iter().flatten() {
+                f.mark_obsolete();
+            }
+            Err(e)
+        }
     }
+}
+
+/// Makes the files of `runs` (written at `seqno`) part of the tree: in the last level when their key range
+/// overlaps no existing file or range tombstone, otherwise in L0. The caller holds the writer lock.
+fn install(inner: &DbInner, runs: Vec<Run>, seqno: u64) -> Result<IngestInfo, LsmError> {
+    let entries: u64 = runs.iter().map(|r| r.entries).sum();
+    let bytes: u64 = runs.iter().map(|r| r.bytes).sum();
+    let files: Vec<Arc<FileMeta>> = runs.into_iter().flat_map(|r| r.files).collect();
+    if files.is_empty() {
+        return Ok(IngestInfo {
+            entries: 0,
+            files: 0,
+            level: 0,
+            seqno: inner.last_seqno.load(Ordering::SeqCst),
+        });
+    }
+    let lo = files
+        .iter()
+        .map(|f| f.info.smallest_user())
+        .min()
+        .unwrap_or_default()
+        .to_vec();
+    let hi = files
+        .iter()
+        .map(|f| f.info.largest_user())
+        .max()
+        .unwrap_or_default()
+        .to_vec();
+    let level = {
+        // The compaction lock keeps the level layout stable until the edit is applied.
+        let _c = inner.compaction_lock.lock();
+        let version = Arc::clone(&inner.state.lock().version);
+        let overlaps = version.files().any(|(_, f)| f.info.overlaps(&lo, &hi))
+            || version.range_dels.iter().any(|t| t.overlaps(&lo, &hi));
+        let level = if overlaps {
+            0
+        } else {
+            version.levels.len() - 1
+        };
+        let added: Vec<(usize, Arc<FileMeta>)> =
+            files.iter().map(|f| (level, Arc::clone(f))).collect();
+        inner.last_seqno.store(seqno, Ordering::SeqCst);
+        inner.log_and_apply(VersionEdit::default(), &[], &added, false)?;
+        inner.state.lock().flushed_seqno = seqno;
+        level
+    };
+    inner
+        .counters
+        .user_bytes
+        .fetch_add(bytes, Ordering::Relaxed);
+    Ok(IngestInfo {
+        entries,
+        files: files.len(),
+        level,
+        seqno,
+    })
 }
