@@ -13,8 +13,9 @@
 //! * A snapshot pins an engine [`Snapshot`] (a registered sequence number: compaction keeps every version it
 //!   can read); the asynchronous part iterates `[sid | KG, sid | KG+1)` at that sequence number, one key
 //!   group at a time, handing values straight out of the memory-mapped SST blocks.
-//! * A restore buffers the sorted runs it is given per state and bulk-loads them with
-//!   [`Db::ingest_sorted`] (SST files written directly, placed in the last level when nothing overlaps).
+//! * A restore buffers the sorted runs it is given per state and hands them to a loader thread that
+//!   bulk-loads them with [`Db::ingest_sorted_runs`] while the restore decodes on (SST files written
+//!   directly, placed in the last level when nothing overlaps; see `lsm_load`).
 //! * [`LsmBackend::clip_to`] deletes every key group outside a range with range tombstones (the engine drops
 //!   whole files inside them), for rescaling from a checkpoint ([`LsmBackend::checkpoint`],
 //!   [`LsmBackend::open_checkpoint`]).
@@ -284,6 +285,8 @@ impl LsmBackend {
     /// Deletes every entry of every state outside `range` (one range tombstone per state and side; the
     /// engine drops files lying entirely inside them) and makes `range` this backend's key-group range.
     pub fn clip_to(&mut self, range: KeyGroupRange) -> Result<()> {
+        // Whatever a restore handed over is in the engine first.
+        self.loader.drain()?;
         if !range.is_empty() && range.end() as u32 >= self.config.max_parallelism {
             return Err(Error::InvalidArgument(format!(
                 "key-group range {range} does not fit max parallelism {}",
@@ -601,6 +604,11 @@ impl StateBackend for LsmBackend {
             // then put this one, newer than all of it.
             self.ingest_buffers()?;
             self.loader.drain()?;
+            #[cfg(test)]
+            assert!(
+                self.loader.is_idle(),
+                "a put during a restore must follow every ingestion"
+            );
             self.shared.db.put(&self.kbuf, value)?;
             return Ok(());
         }
@@ -613,15 +621,18 @@ impl StateBackend for LsmBackend {
     }
 
     fn finish_load(&mut self) -> Result<()> {
-        self.ingest_buffers()?;
-        self.loader.drain()?;
+        let handed = self.ingest_buffers();
+        let drained = self.loader.drain();
+        // Reset even after a failure: the next restore starts afresh.
         for run in &mut self.load {
             run.finish();
         }
-        Ok(())
+        handed.and(drained)
     }
 
     fn num_entries(&mut self) -> Result<u64> {
+        // Whatever a restore handed over is in the engine first.
+        self.loader.drain()?;
         let mut n = 0u64;
         let mut it = self.shared.db.iter(ReadOptions::default());
         it.seek_to_first();
@@ -634,6 +645,8 @@ impl StateBackend for LsmBackend {
     }
 
     fn wait_for_background_work(&mut self) -> Result<()> {
+        // Whatever a restore handed over is in the engine first.
+        self.loader.drain()?;
         Ok(self.shared.db.wait_for_background_work()?)
     }
 
@@ -649,6 +662,8 @@ impl StateBackend for LsmBackend {
     }
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
+        // Whatever a restore handed over is in the engine first.
+        self.loader.drain()?;
         // Synchronous part: register the current sequence number (O(1)); compaction keeps every version it
         // reads until the snapshot is dropped, and range deletes stop dropping whole files under it.
         let snap = self.shared.db.snapshot();

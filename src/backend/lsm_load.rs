@@ -4,9 +4,14 @@
 //!
 //! Order is what makes this correct: one loader thread ingests the chunks in the order they were handed
 //! over, every chunk of a state lies after the chunks before it (the backend checks each entry against the
-//! last one buffered or handed over), and anything written to the engine some other way during a restore
-//! (an entry out of order is a plain `put`) waits until the loader has drained, so that it is newer than
-//! every ingested entry.
+//! last one buffered or handed over), and an entry out of order, written with a plain `put`, waits until the
+//! loader has drained, so that it is newer than every ingested entry. The backend's other `&mut` operations
+//! drain the loader first too; `finish_load` ends a restore.
+//!
+//! Memory: the loader holds one batch while one more waits in the channel and the backend fills a third;
+//! each holds about the hand-over threshold of key and value bytes (in vectors of up to twice that capacity)
+//! plus 16 bytes of offsets per entry. Chunks come back cleared for reuse during a restore and are freed when
+//! it finishes.
 
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
@@ -70,7 +75,7 @@ impl LoadChunk {
 #[derive(Default)]
 pub(crate) struct LoadRun {
     chunk: LoadChunk,
-    /// The last engine key handed over for this state (ingested or put), to keep runs ascending.
+    /// The last engine key handed over to the loader for this state, to keep runs ascending.
     last: Option<Vec<u8>>,
 }
 
@@ -114,9 +119,14 @@ impl LoadRun {
         ))
     }
 
-    /// Forgets the last key handed over (the restore is complete).
+    /// Forgets the last key handed over and frees the buffers (the restore is complete).
     pub(crate) fn finish(&mut self) {
         self.last = None;
+        self.chunk = LoadChunk::default();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.chunk.ends.is_empty()
     }
 }
 
@@ -138,7 +148,7 @@ impl Loader {
         D: AsRef<Db> + Send + Sync + 'static,
     {
         let mut batch = Vec::new();
-        for run in runs {
+        for run in runs.iter_mut().filter(|r| !r.is_empty()) {
             let mut spare = self.spare();
             if let Some(chunk) = run.take(&mut spare) {
                 batch.push(chunk);
@@ -154,7 +164,12 @@ impl Loader {
         match sent {
             Some(Ok(())) => Ok(()),
             // The loader stopped: it failed, and `drain` returns why.
-            _ => self.drain(),
+            _ => {
+                self.drain()?;
+                Err(Error::InvalidArgument(
+                    "the restore loader stopped before taking the next batch".into(),
+                ))
+            }
         }
     }
 
@@ -164,10 +179,21 @@ impl Loader {
         self.spares = None;
         match self.handle.take() {
             None => Ok(()),
-            Some(h) => h
-                .join()
-                .map_err(|_| Error::InvalidArgument("the restore loader thread panicked".into()))?,
+            Some(h) => h.join().map_err(|panic| {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Error::InvalidArgument(format!("the restore loader thread panicked: {why}"))
+            })?,
         }
+    }
+
+    /// Whether no loader thread is running (nothing handed over since the last drain).
+    #[cfg(test)]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.handle.is_none()
     }
 
     fn spare(&mut self) -> Option<LoadChunk> {
@@ -178,7 +204,7 @@ impl Loader {
     where
         D: AsRef<Db> + Send + Sync + 'static,
     {
-        // One batch queued while one is ingested: at most three buffers' worth in memory.
+        // One batch queued while one is ingested (see the module documentation on memory).
         let (tx, rx) = mpsc::sync_channel::<Vec<LoadChunk>>(1);
         let (spare_tx, spare_rx) = mpsc::channel();
         let owner = Arc::clone(owner);
@@ -211,5 +237,73 @@ impl Drop for Loader {
         // A restore abandoned half way: let the loader finish what it has, so no thread writes into the
         // engine after its backend is gone (errors were the restore's to report).
         let _ = self.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lsm::options::Options;
+
+    struct Owner(Db, tempfile::TempDir);
+
+    impl AsRef<Db> for Owner {
+        fn as_ref(&self) -> &Db {
+            &self.0
+        }
+    }
+
+    fn owner() -> Arc<Owner> {
+        let t = tempfile::tempdir().unwrap();
+        let db = Db::open(t.path(), Options::default()).unwrap();
+        Arc::new(Owner(db, t))
+    }
+
+    #[test]
+    fn a_failed_ingestion_is_reported_and_a_blocked_hand_over_wakes_up() {
+        let o = owner();
+        let mut l = Loader::default();
+        let mut runs = vec![LoadRun::default()];
+        // A large valid batch keeps the loader busy; the next one is out of order (pushed around `accepts`).
+        for i in 0..200_000u32 {
+            runs[0].push(&i.to_be_bytes(), &[7u8; 64]);
+        }
+        l.hand_over(&o, &mut runs).unwrap();
+        runs[0].push(&[0xFF, 0xFF, 0xFF, 0xFF, 2], b"x");
+        runs[0].push(&[0xFF, 0xFF, 0xFF, 0xFF, 1], b"y");
+        l.hand_over(&o, &mut runs).unwrap();
+        // This one blocks until the loader fails on the bad batch, then reports why.
+        runs[0].push(&[0xFF, 0xFF, 0xFF, 0xFF, 9], b"z");
+        let third = l.hand_over(&o, &mut runs);
+        let drained = l.drain();
+        let err = third.err().or(drained.err()).expect("the bad batch fails");
+        assert!(err.to_string().contains("strictly ascending"), "{err}");
+        assert!(l.is_idle());
+    }
+
+    #[test]
+    fn dropping_the_loader_mid_restore_waits_for_it() {
+        let o = owner();
+        let dir = o.1.path().to_path_buf();
+        let mut l = Loader::default();
+        let mut runs = vec![LoadRun::default(), LoadRun::default()];
+        for i in 0..100_000u32 {
+            runs[1].push(&i.to_be_bytes(), &[7u8; 64]);
+        }
+        l.hand_over(&o, &mut runs).unwrap();
+        drop(o);
+        drop(l);
+        // The loader held the last reference: the engine closed and its temporary directory went.
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn finishing_a_run_frees_its_buffers() {
+        let mut r = LoadRun::default();
+        r.push(b"a", b"1");
+        assert!(!r.accepts(b"a"));
+        r.finish();
+        assert!(r.accepts(b"a"));
+        assert_eq!(r.chunk.data.capacity(), 0);
     }
 }
