@@ -708,6 +708,47 @@ fn ingest_sorted_runs_writes_runs_in_parallel_and_rejects_runs_out_of_order() {
 }
 
 #[test]
+fn a_panic_while_ingesting_runs_installs_nothing_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.flush().unwrap();
+    let files = sst_count(dir.path());
+    // A run that panics half way, once in a writer thread and once in the caller's own run.
+    let panicking = |from: u32| {
+        (from..from + 2000).map(move |i| {
+            assert!(i < from + 1000, "the input broke");
+            (format!("k{i:05}").into_bytes(), vec![7u8; 100])
+        })
+    };
+    let fine = |from: u32| {
+        (from..from + 2000)
+            .map(|i| (format!("k{i:05}").into_bytes(), vec![7u8; 100]))
+            .collect::<Vec<_>>()
+            .into_iter()
+    };
+    let err = db
+        .ingest_sorted_runs(vec![
+            Box::new(fine(0)) as Box<dyn Iterator<Item = (Vec<u8>, Vec<u8>)> + Send>,
+            Box::new(panicking(10_000)),
+        ])
+        .unwrap_err();
+    assert!(err.to_string().contains("the input broke"), "{err}");
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        db.ingest_sorted_runs(vec![
+            Box::new(panicking(20_000)) as Box<dyn Iterator<Item = (Vec<u8>, Vec<u8>)> + Send>,
+            Box::new(fine(30_000)),
+        ])
+    }));
+    assert!(caught.is_err());
+    assert_eq!(sst_count(dir.path()), files);
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 1);
+    // The engine goes on.
+    db.ingest_sorted_runs(vec![fine(0), fine(2000)]).unwrap();
+    assert_eq!(scan(&db, ReadOptions::default()).len(), 4001);
+}
+
+#[test]
 fn db_and_iterators_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}

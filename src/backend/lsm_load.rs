@@ -1,6 +1,7 @@
 //! Restore into the LSM backend: entries arrive key group by key group and are buffered per state as sorted
-//! runs; full buffers go to a loader thread that bulk-loads them ([`Db::ingest_sorted`]: SST files written
-//! directly) while the restore goes on decoding the next entries.
+//! runs; full buffers go to a loader thread that bulk-loads them ([`Db::ingest_sorted`], or
+//! [`Db::ingest_sorted_runs`] in two halves on two threads for a large chunk: SST files written directly)
+//! while the restore goes on decoding the next entries.
 //!
 //! Order is what makes this correct: one loader thread ingests the chunks in the order they were handed
 //! over, every chunk of a state lies after the chunks before it (the backend checks each entry against the
@@ -61,6 +62,8 @@ impl LoadChunk {
             i => self.ends.get(i - 1).map_or(0, |e| e.1),
         };
         ends.iter().map(move |&(key_end, value_end)| {
+            // `push` is the only writer of the offsets.
+            debug_assert!(start <= key_end && key_end <= value_end && value_end <= data.len());
             let entry = (
                 data.get(start..key_end).unwrap_or_default(),
                 data.get(key_end..value_end).unwrap_or_default(),
@@ -295,6 +298,53 @@ mod tests {
         drop(l);
         // The loader held the last reference: the engine closed and its temporary directory went.
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_chunk_ingested_in_two_halves_loads_every_entry() {
+        let o = owner();
+        let mut l = Loader::default();
+        let mut runs = vec![LoadRun::default()];
+        let n = 3 * SPLIT_MIN_ENTRIES as u32;
+        for i in 0..n {
+            runs[0].push(&i.to_be_bytes(), &[i as u8; 300]);
+        }
+        assert!(runs[0].chunk.data.len() >= SPLIT_MIN_BYTES);
+        // The halves meet exactly: entries n/2 - 1 and n/2 end one and start the other.
+        let halves: Vec<Vec<(Vec<u8>, Vec<u8>)>> = [0..n as usize / 2, n as usize / 2..n as usize]
+            .into_iter()
+            .map(|r| {
+                runs[0]
+                    .chunk
+                    .entries(r)
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(halves[0].len() + halves[1].len(), n as usize);
+        assert_eq!(
+            halves[0].last().map(|e| e.0.clone()),
+            Some((n / 2 - 1).to_be_bytes().to_vec())
+        );
+        assert_eq!(
+            halves[1].first().map(|e| e.0.clone()),
+            Some((n / 2).to_be_bytes().to_vec())
+        );
+        l.hand_over(&o, &mut runs).unwrap();
+        l.drain().unwrap();
+        let db: &Db = o.as_ref().as_ref();
+        let mut it = db.iter(crate::lsm::options::ReadOptions::default());
+        it.seek_to_first();
+        let mut i = 0u32;
+        while it.valid() {
+            assert_eq!(it.key(), &i.to_be_bytes()[..]);
+            assert_eq!(it.value(), &[i as u8; 300][..]);
+            i += 1;
+            it.next();
+        }
+        assert_eq!(i, n);
+        // Two runs: at least one file each.
+        assert!(db.stats().level_files.iter().sum::<usize>() >= 2);
     }
 
     #[test]

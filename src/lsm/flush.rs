@@ -12,7 +12,9 @@ use super::version::{sst_path, FileInfo, FileMeta};
 use super::LsmError;
 
 /// Writes a sorted stream of internal keys into one or more SST files, splitting at `target_size` but
-/// never inside the versions of one user key.
+/// never inside the versions of one user key. Dropped without [`finish`](Self::finish) succeeding (an error,
+/// a panic), it deletes what it wrote: the file being written at once, the finished ones (never installed)
+/// when their last reference goes.
 pub(crate) struct Outputs<'a> {
     db: &'a DbInner,
     target_size: Option<u64>,
@@ -61,9 +63,18 @@ impl<'a> Outputs<'a> {
 
     fn finish_current(&mut self) -> Result<(), LsmError> {
         if let Some((w, number)) = self.cur.take() {
-            let meta = w.finish()?;
-            let f = open_file(self.db, number, meta.file_size)?;
-            self.done.push(f);
+            let path = sst_path(&self.db.dir, number);
+            let opened = w
+                .finish()
+                .and_then(|meta| open_file(self.db, number, meta.file_size));
+            match opened {
+                Ok(f) => self.done.push(f),
+                Err(e) => {
+                    // Not part of the tree: the half-written (or unreadable) file goes.
+                    let _ = std::fs::remove_file(&path);
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
@@ -72,6 +83,17 @@ impl<'a> Outputs<'a> {
     pub fn finish(mut self) -> Result<Vec<Arc<FileMeta>>, LsmError> {
         self.finish_current()?;
         Ok(std::mem::take(&mut self.done))
+    }
+}
+
+impl Drop for Outputs<'_> {
+    fn drop(&mut self) {
+        if let Some((w, _)) = self.cur.take() {
+            let _ = w.abandon();
+        }
+        for f in &self.done {
+            f.mark_obsolete();
+        }
     }
 }
 

@@ -47,8 +47,11 @@ impl Db {
     }
 
     /// As [`ingest_sorted`](Self::ingest_sorted), for `runs` that follow one another in key order (every
-    /// key of a run below every key of the next), each written into its own files by its own thread. A run
-    /// out of order is an error, and the files already written are deleted.
+    /// key of a run below every key of the next), each written into its own files by its own thread (one
+    /// thread per run besides the caller's). A run out of order inside, runs that overlap, an I/O error or a
+    /// panic in a writer thread: nothing is installed and the files written are deleted (a panic of the
+    /// caller's own run goes on unwinding after that; the others are reported as errors). On an error the
+    /// other runs still write to their end before their files go.
     pub fn ingest_sorted_runs<I, K, V>(&self, runs: Vec<I>) -> Result<IngestInfo, LsmError>
     where
         I: IntoIterator<Item = (K, V)> + Send,
@@ -69,10 +72,15 @@ impl Db {
             let mut out =
                 vec![first.map_or_else(|| Ok(Run::default()), |r| write_run(inner, r, seqno))];
             for h in others {
-                out.push(h.join().unwrap_or_else(|_| {
-                    Err(LsmError::InvalidArgument(
-                        "ingest_sorted_runs: a writer thread panicked".into(),
-                    ))
+                out.push(h.join().unwrap_or_else(|panic| {
+                    let why = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(LsmError::InvalidArgument(format!(
+                        "ingest_sorted_runs: a writer thread panicked: {why}"
+                    )))
                 }));
             }
             out
@@ -85,6 +93,7 @@ impl Db {
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
+        // Dropping `done` on an error below deletes every run's files (`Run`'s drop).
         let in_order = done
             .iter()
             .filter(|r| r.entries > 0)
@@ -96,10 +105,6 @@ impl Db {
             ));
         }
         if let Some(e) = failed {
-            // Not installed: the files go when their last reference does.
-            for f in done.iter().flat_map(|r| &r.files) {
-                f.mark_obsolete();
-            }
             return Err(e);
         }
         let info = install(inner, done, seqno)?;
@@ -108,7 +113,8 @@ impl Db {
     }
 }
 
-/// The files one run of an ingestion was written into.
+/// The files one run of an ingestion was written into. Dropped before [`install`] took its files (another
+/// run failed, the runs overlap, a panic), it marks them obsolete: they are deleted with their last reference.
 #[derive(Default)]
 struct Run {
     files: Vec<Arc<FileMeta>>,
@@ -116,6 +122,14 @@ struct Run {
     bytes: u64,
     first: Vec<u8>,
     last: Vec<u8>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for f in &self.files {
+            f.mark_obsolete();
+        }
+    }
 }
 
 /// Writes strictly ascending `entries` as puts at `seqno` into new SST files (not yet part of the tree).
@@ -149,20 +163,10 @@ where
         }
         Ok(())
     })();
-    let files = out.finish();
-    match result {
-        Ok(()) => {
-            run.files = files?;
-            Ok(run)
-        }
-        Err(e) => {
-            // Not installed: the files go when their last reference does.
-            for f in files.iter().flatten() {
-                f.mark_obsolete();
-            }
-            Err(e)
-        }
-    }
+    // On an error `out` is dropped unfinished and deletes what it wrote.
+    result?;
+    run.files = out.finish()?;
+    Ok(run)
 }
 
 /// Makes the files of `runs` (written at `seqno`) part of the tree: in the last level when their key range
@@ -170,7 +174,12 @@ where
 fn install(inner: &DbInner, runs: Vec<Run>, seqno: u64) -> Result<IngestInfo, LsmError> {
     let entries: u64 = runs.iter().map(|r| r.entries).sum();
     let bytes: u64 = runs.iter().map(|r| r.bytes).sum();
-    let files: Vec<Arc<FileMeta>> = runs.into_iter().flat_map(|r| r.files).collect();
+    // Taken out of the runs: from here on (the edit may become durable even if `log_and_apply` fails), the
+    // files are the tree's.
+    let files: Vec<Arc<FileMeta>> = runs
+        .into_iter()
+        .flat_map(|mut r| std::mem::take(&mut r.files))
+        .collect();
     if files.is_empty() {
         return Ok(IngestInfo {
             entries: 0,
