@@ -3,7 +3,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::db::{Db, DbInner};
+use parking_lot::MutexGuard;
+
+use super::db::{Db, DbInner, WriterState};
 use super::flush::Outputs;
 use super::ikey::{self, ValueKind};
 use super::version::{FileMeta, VersionEdit};
@@ -36,10 +38,7 @@ impl Db {
         V: AsRef<[u8]>,
     {
         let inner = self.inner();
-        let mut w = inner.writer.lock();
-        inner.make_room(&mut w, true)?;
-        inner.wait_flushed()?;
-        let seqno = inner.last_seqno.load(Ordering::SeqCst) + 1;
+        let (w, seqno) = begin(inner)?;
         let run = write_run(inner, entries, seqno)?;
         let info = install(inner, vec![run], seqno)?;
         drop(w);
@@ -59,10 +58,7 @@ impl Db {
         V: AsRef<[u8]>,
     {
         let inner = self.inner();
-        let mut w = inner.writer.lock();
-        inner.make_room(&mut w, true)?;
-        inner.wait_flushed()?;
-        let seqno = inner.last_seqno.load(Ordering::SeqCst) + 1;
+        let (w, seqno) = begin(inner)?;
         let mut runs = runs.into_iter();
         let first = runs.next();
         let written: Vec<Result<Run, LsmError>> = std::thread::scope(|scope| {
@@ -111,6 +107,16 @@ impl Db {
         drop(w);
         Ok(info)
     }
+}
+
+/// Starts an ingestion: takes the write lock (writes wait until the files are in), flushes the memtables,
+/// and picks the ingested entries' seqno.
+fn begin(inner: &DbInner) -> Result<(MutexGuard<'_, WriterState>, u64), LsmError> {
+    let mut w = inner.writer.lock();
+    inner.make_room(&mut w, true)?;
+    inner.wait_flushed()?;
+    let seqno = inner.last_seqno.load(Ordering::SeqCst) + 1;
+    Ok((w, seqno))
 }
 
 /// The files one run of an ingestion was written into. Dropped before [`install`] took its files (another

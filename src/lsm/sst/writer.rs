@@ -204,14 +204,14 @@ impl SstWriter {
             version: FORMAT_VERSION,
             ..Footer::default()
         };
-        if let Some(x) = self.options.prefix_extractor.clone() {
+        let filter = if let Some(x) = self.options.prefix_extractor.clone() {
             // Format version 3: the filter says what it holds.
             footer.version = FORMAT_VERSION_PREFIX;
             let whole = self.options.bloom_bits_per_key > 0;
             let prefixes = self.all_in_domain;
             let flags = u8::from(whole) * bloom::FILTER_WHOLE_KEYS
                 + u8::from(prefixes) * bloom::FILTER_PREFIXES;
-            if flags != 0 {
+            (flags != 0).then(|| {
                 let mut hashes = Vec::new();
                 let mut bits = 0u64;
                 if whole {
@@ -231,15 +231,13 @@ impl SstWriter {
                 let name = if prefixes { x.name().as_bytes() } else { &[] };
                 bloom::encode_v3_header(&mut filter, flags, name);
                 filter.extend_from_slice(&bloom::build(&hashes, per_key));
-                footer.filter = write_block(
-                    &mut self.out,
-                    &mut self.compress_buf,
-                    &filter,
-                    Compression::None,
-                )?;
-            }
-        } else if self.options.bloom_bits_per_key > 0 {
-            let filter = bloom::build(&self.bloom_hashes, self.options.bloom_bits_per_key);
+                filter
+            })
+        } else {
+            (self.options.bloom_bits_per_key > 0)
+                .then(|| bloom::build(&self.bloom_hashes, self.options.bloom_bits_per_key))
+        };
+        if let Some(filter) = filter {
             footer.filter = write_block(
                 &mut self.out,
                 &mut self.compress_buf,
