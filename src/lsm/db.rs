@@ -1106,7 +1106,7 @@ impl Db {
                 ro.upper_bound.as_deref(),
                 ro.prefix.as_deref(),
             )?;
-            Some(PrefixProbe::new(x.name(), p))
+            Some((p.to_vec(), PrefixProbe::new(x.name(), p)))
         });
         let it = DbIter::new(IterParts {
             mems,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::ikey::{self, ValueKind};
 use super::memtable::{MemCursor, MemTable};
 use super::merge::MergeOperator;
+use super::prefix::prefix_successor;
 use super::rangedel::Fragments;
 use super::slice::ValueSlice;
 use super::snapshot::Snapshot;
@@ -234,20 +235,30 @@ impl InternalIterator for MergingIter {
 }
 
 /// The sources of a read: every memtable (newest first), every L0 file and one iterator per deeper level.
-/// With `probe` (the prefix every key of the read shares), files whose filter rules the prefix out are left
-/// out and counted in `skipped`.
+/// With `prefix` (the prefix every key of the read shares, and its probe), files whose key range holds no key
+/// with the prefix are left out, and so are files whose filter rules it out (counted in `skipped`).
 pub(crate) fn children(
     mems: &[Arc<MemTable>],
     version: &Version,
-    probe: Option<&PrefixProbe>,
+    prefix: Option<&(Vec<u8>, PrefixProbe)>,
     skipped: &mut usize,
 ) -> Vec<Box<dyn InternalIterator>> {
     let mut out: Vec<Box<dyn InternalIterator>> = Vec::new();
     for m in mems {
         out.push(Box::new(MemIter::new(Arc::clone(m))));
     }
+    let end = prefix.and_then(|(p, _)| prefix_successor(p));
     let mut wanted = |f: &Arc<FileMeta>| {
-        let keep = probe.is_none_or(|p| f.reader.may_contain_prefix(p));
+        let Some((p, probe)) = prefix else {
+            return true;
+        };
+        // The key range first (no filter read for the many files of a deep level that lie elsewhere).
+        if f.info.largest_user() < p.as_slice()
+            || end.as_deref().is_some_and(|e| f.info.smallest_user() >= e)
+        {
+            return false;
+        }
+        let keep = f.reader.may_contain_prefix(probe);
         *skipped += usize::from(!keep);
         keep
     };
@@ -256,7 +267,7 @@ pub(crate) fn children(
             for f in files.iter().filter(|f| wanted(f)) {
                 out.push(Box::new(f.reader.iter()));
             }
-        } else if probe.is_some() {
+        } else if prefix.is_some() {
             // A sorted, disjoint subset of a level is still a level.
             let kept: Vec<Arc<FileMeta>> = files.iter().filter(|f| wanted(f)).cloned().collect();
             if !kept.is_empty() {
@@ -329,8 +340,8 @@ pub(crate) struct IterParts {
     pub upper: Option<Vec<u8>>,
     pub prefix: Option<Vec<u8>>,
     pub hold: Option<Snapshot>,
-    /// The prefix every key of the read shares, for the SST filters (see [`children`]).
-    pub probe: Option<PrefixProbe>,
+    /// The prefix every key of the read shares and its probe, for the SST filters (see [`children`]).
+    pub probe: Option<(Vec<u8>, PrefixProbe)>,
 }
 
 impl DbIter {
