@@ -53,12 +53,17 @@ fn run(flush_first: bool) -> Result<f64, Box<dyn std::error::Error>> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("| round | flush beside the puts, k puts/s | memtable flushed first, k puts/s | ratio |");
+    println!(
+        "| round | flush beside the puts, k puts/s | memtable flushed first, k puts/s | ratio |"
+    );
     println!("|---:|---:|---:|---:|");
     for round in 1..=3 {
         let beside = run(false)?;
         let first = run(true)?;
-        println!("| {round} | {beside:.0} | {first:.0} | {:.2} |", beside / first);
+        println!(
+            "| {round} | {beside:.0} | {first:.0} | {:.2} |",
+            beside / first
+        );
     }
     Ok(())
 }
