@@ -868,3 +868,44 @@ fn a_file_with_a_key_shorter_than_the_prefix_records_no_prefixes() {
     assert!(r.may_contain_prefix(&PrefixProbe::new(&name, b"x0001")));
     assert_eq!(scan_all(&r).unwrap().len(), model.len());
 }
+
+#[test]
+fn a_prefix_that_is_the_whole_key_is_not_counted_twice_in_the_filter() {
+    // Keys of exactly the prefix width (as value and list state keys are): with the whole-key filter on, the
+    // filter is no larger than a whole-key-only one (plus its header), and both probes still pass.
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..2000u32 {
+        model.insert(
+            IKey(ik(format!("k{i:04}").as_bytes(), 7, ValueKind::Put)),
+            b"v".to_vec(),
+        );
+    }
+    let whole_only = dir.path().join("whole.sst");
+    write(&whole_only, SstOptions::default(), &model);
+    let both = dir.path().join("both.sst");
+    let x = FixedPrefix::new(5);
+    write(
+        &both,
+        SstOptions {
+            prefix_extractor: Some(Arc::new(x.clone())),
+            ..SstOptions::default()
+        },
+        &model,
+    );
+    let size = |p: &Path| {
+        Footer::decode(&std::fs::read(p).unwrap())
+            .unwrap()
+            .filter
+            .size
+    };
+    let header = 2 + x.name().len() as u64;
+    assert_eq!(size(&both), size(&whole_only) + header);
+    let r = SstReader::open(&both, 1, BlockCache::new(1 << 20)).unwrap();
+    assert!(r.filters_prefixes_of(x.name()));
+    for i in 0..2000u32 {
+        let k = format!("k{i:04}");
+        assert!(r.may_contain(k.as_bytes()));
+        assert!(r.may_contain_prefix(&PrefixProbe::new(x.name(), k.as_bytes())));
+    }
+}

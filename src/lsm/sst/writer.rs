@@ -32,8 +32,9 @@ pub struct SstWriter {
     bloom_hashes: Vec<u64>,
     /// Hashes of the distinct prefixes (with a prefix extractor).
     prefix_hashes: Vec<u64>,
-    /// The last prefix added, and whether every entry so far had one (else the filter records none).
+    /// The last prefix seen (if any), and whether every entry so far had one (else the filter records none).
     last_prefix: Vec<u8>,
+    has_last_prefix: bool,
     all_in_domain: bool,
     props: SstProperties,
 }
@@ -80,6 +81,7 @@ impl SstWriter {
             bloom_hashes: Vec::new(),
             prefix_hashes: Vec::new(),
             last_prefix: Vec::new(),
+            has_last_prefix: false,
             all_in_domain: true,
             props: SstProperties {
                 min_seqno: u64::MAX,
@@ -133,8 +135,13 @@ impl SstWriter {
                     .and_then(|n| parsed.user_key.get(..n))
                 {
                     Some(p) => {
-                        if self.prefix_hashes.is_empty() || self.last_prefix != p {
-                            self.prefix_hashes.push(bloom::key_hash(p));
+                        if !self.has_last_prefix || self.last_prefix != p {
+                            // A prefix that is the whole key is in the filter already, as that key.
+                            let whole = self.options.bloom_bits_per_key > 0;
+                            if !(whole && p.len() == parsed.user_key.len()) {
+                                self.prefix_hashes.push(bloom::key_hash(p));
+                            }
+                            self.has_last_prefix = true;
                             self.last_prefix.clear();
                             self.last_prefix.extend_from_slice(p);
                         }
