@@ -183,12 +183,10 @@ impl Loader {
         match self.handle.take() {
             None => Ok(()),
             Some(h) => h.join().map_err(|panic| {
-                let why = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                Error::InvalidArgument(format!("the restore loader thread panicked: {why}"))
+                Error::InvalidArgument(format!(
+                    "the restore loader thread panicked: {}",
+                    crate::lsm::panic_message(&*panic)
+                ))
             })?,
         }
     }

@@ -231,7 +231,8 @@ pub(crate) fn needs_compaction(v: &Version, opts: &Options) -> bool {
             .any(|s| *s >= 1.0)
 }
 
-fn key_range(files: &[Arc<FileMeta>]) -> Option<(Vec<u8>, Vec<u8>)> {
+/// The user-key range `[smallest, largest]` the files span (None for no files).
+pub(crate) fn key_range(files: &[Arc<FileMeta>]) -> Option<(Vec<u8>, Vec<u8>)> {
     let lo = files.iter().map(|f| f.info.smallest_user()).min()?;
     let hi = files.iter().map(|f| f.info.largest_user()).max()?;
     Some((lo.to_vec(), hi.to_vec()))

@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use parking_lot::MutexGuard;
 
+use super::compaction::key_range;
 use super::db::{Db, DbInner, WriterState};
 use super::flush::Outputs;
 use super::ikey::{self, ValueKind};
+use super::panic_message;
 use super::version::{FileMeta, VersionEdit};
 use super::LsmError;
 
@@ -69,13 +71,9 @@ impl Db {
                 vec![first.map_or_else(|| Ok(Run::default()), |r| write_run(inner, r, seqno))];
             for h in others {
                 out.push(h.join().unwrap_or_else(|panic| {
-                    let why = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
                     Err(LsmError::InvalidArgument(format!(
-                        "ingest_sorted_runs: a writer thread panicked: {why}"
+                        "ingest_sorted_runs: a writer thread panicked: {}",
+                        panic_message(&*panic)
                     )))
                 }));
             }
@@ -186,26 +184,14 @@ fn install(inner: &DbInner, runs: Vec<Run>, seqno: u64) -> Result<IngestInfo, Ls
         .into_iter()
         .flat_map(|mut r| std::mem::take(&mut r.files))
         .collect();
-    if files.is_empty() {
+    let Some((lo, hi)) = key_range(&files) else {
         return Ok(IngestInfo {
             entries: 0,
             files: 0,
             level: 0,
             seqno: inner.last_seqno.load(Ordering::SeqCst),
         });
-    }
-    let lo = files
-        .iter()
-        .map(|f| f.info.smallest_user())
-        .min()
-        .unwrap_or_default()
-        .to_vec();
-    let hi = files
-        .iter()
-        .map(|f| f.info.largest_user())
-        .max()
-        .unwrap_or_default()
-        .to_vec();
+    };
     let level = {
         // The compaction lock keeps the level layout stable until the edit is applied.
         let _c = inner.compaction_lock.lock();

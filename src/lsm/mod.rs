@@ -26,6 +26,15 @@ pub mod snapshot;
 pub(crate) mod version;
 pub(crate) mod wal;
 
+/// The message of a panic payload (`panic!` with a literal or a formatted string), empty otherwise.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
 /// Errors of the LSM engine.
 #[derive(Debug, thiserror::Error)]
 pub enum LsmError {
