@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::arena::ChunkPool;
 use super::batch::WriteBatch;
 use super::cache::BlockCache;
 use super::compaction;
@@ -15,7 +16,7 @@ use super::flush;
 use super::ikey::ValueKind;
 use super::iter::{full_merge, DbIter, IterParts};
 use super::manifest::{self, ManifestWriter};
-use super::memtable::{epoch, key_hash, with_lookup_key, MemTable};
+use super::memtable::{self, epoch, key_hash, with_lookup_key, MemTable};
 use super::options::{Options, ReadOptions};
 use super::rangedel::max_covering;
 use super::slice::ValueSlice;
@@ -181,6 +182,8 @@ pub(crate) struct DbInner {
     pub last_seqno: AtomicU64,
     pub snapshots: Arc<SnapshotList>,
     pub counters: Counters,
+    /// Arena chunks of flushed memtables, reused by the next ones (up to one memtable's worth).
+    pub chunk_pool: Arc<ChunkPool>,
 }
 
 /// An embedded LSM key-value store. `Send + Sync`: share it through an `Arc`.
@@ -244,7 +247,12 @@ impl DbInner {
         // Capped at 1/4 of the memtable's budget (8-byte slots): a single large batch can grow one table's
         // index past its budget, and a successor inheriting that would be full before its first write.
         let cap = (self.opts.memtable_size / 32).max(1);
-        MemTable::with_capacity(wal_number, self.opts.memtable_size, index_slots.min(cap))
+        MemTable::with_capacity(
+            wal_number,
+            self.opts.memtable_size,
+            index_slots.min(cap),
+            Some(Arc::clone(&self.chunk_pool)),
+        )
     }
 
     /// Allocates a never-reused file number.
@@ -885,6 +893,10 @@ impl Db {
             last_seqno: AtomicU64::new(last_seqno),
             snapshots: Arc::new(SnapshotList::default()),
             counters: Counters::default(),
+            chunk_pool: Arc::new(ChunkPool::new(
+                memtable::arena_chunk_size(opts.memtable_size),
+                opts.memtable_size,
+            )),
             opts,
         });
         // Open the live files.

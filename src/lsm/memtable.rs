@@ -13,17 +13,16 @@
 //! skiplist of internal keys: nodes in user-key order, each chain newest first.
 
 use std::cmp::Ordering;
-use std::ops::Bound;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 pub(crate) use crossbeam_epoch as epoch;
-use crossbeam_skiplist::base::{RefEntry, SkipList};
 use parking_lot::RwLock;
 
-use super::arena::{Arena, ArenaBytes};
+use super::arena::{Arena, ArenaBytes, ChunkPool};
 use super::ikey::{self, ValueKind};
 use super::rangedel::RangeTombstone;
+use super::skiplist::{Inserted, NodeRef, SkipList};
 
 /// Bytes of `internal key | value` stored inline in a skiplist node (keeps [`MemEntry`] at 40 bytes).
 pub(crate) const INLINE_CAP: usize = 37;
@@ -64,35 +63,9 @@ pub(crate) enum MemEntry {
         /// `internal key | value`.
         buf: ArenaBytes,
     },
-    /// As `Heap`, in a buffer of its own: search probes and entries built outside a memtable.
-    Owned {
-        /// Internal-key length.
-        klen: u32,
-        /// [`key_word`] of the user key.
-        word: u64,
-        /// `internal key | value`.
-        buf: Box<[u8]>,
-    },
 }
 
 impl MemEntry {
-    /// An entry `user_key | trailer | value` that owns its bytes (inline, or one buffer of its own).
-    fn new(user_key: &[u8], trailer: u64, value: &[u8]) -> Self {
-        if let Some(e) = Self::inline(user_key, trailer, value) {
-            return e;
-        }
-        let klen = user_key.len() + ikey::TRAILER_LEN;
-        let mut buf = Vec::with_capacity(klen + value.len());
-        buf.extend_from_slice(user_key);
-        buf.extend_from_slice(&trailer.to_be_bytes());
-        buf.extend_from_slice(value);
-        MemEntry::Owned {
-            klen: klen as u32,
-            word: key_word(user_key),
-            buf: buf.into_boxed_slice(),
-        }
-    }
-
     /// An entry `user_key | trailer | value` whose bytes that do not fit in the node go to `arena`.
     fn new_in(user_key: &[u8], trailer: u64, value: &[u8], arena: &Arena) -> Self {
         if let Some(e) = Self::inline(user_key, trailer, value) {
@@ -153,7 +126,6 @@ impl MemEntry {
             MemEntry::Heap { klen, buf, .. } => unsafe { buf.as_slice() }
                 .get(..*klen as usize)
                 .unwrap_or(&[]),
-            MemEntry::Owned { klen, buf, .. } => buf.get(..*klen as usize).unwrap_or(&[]),
         }
     }
 
@@ -171,16 +143,6 @@ impl MemEntry {
             MemEntry::Heap { klen, buf, .. } => unsafe { buf.as_slice() }
                 .get(*klen as usize..)
                 .unwrap_or(&[]),
-            MemEntry::Owned { klen, buf, .. } => buf.get(*klen as usize..).unwrap_or(&[]),
-        }
-    }
-
-    /// [`key_word`] of the user key (without touching the heap).
-    #[inline]
-    fn first_word(&self) -> u64 {
-        match self {
-            MemEntry::Heap { word, .. } | MemEntry::Owned { word, .. } => *word,
-            _ => key_word(ikey::user_key(self.ikey())),
         }
     }
 
@@ -188,39 +150,21 @@ impl MemEntry {
     #[inline]
     fn heap_word(&self) -> Option<u64> {
         match self {
-            MemEntry::Heap { word, .. } | MemEntry::Owned { word, .. } => Some(*word),
+            MemEntry::Heap { word, .. } => Some(*word),
             _ => None,
         }
     }
 
-    /// Orders by user key alone (the order of the skiplist's nodes, [`Chain`]).
+    /// Orders by user key against `user_key`, whose [`key_word`] is `word` (a long key's first word is
+    /// compared before its heap buffer is read).
     #[inline(always)]
-    fn cmp_user_key(&self, other: &Self) -> Ordering {
-        // The hot case (every state-backend key): both inline, the user key a prefix of the node's bytes.
-        if let (
-            MemEntry::Inline {
-                klen: ka, buf: a, ..
-            },
-            MemEntry::Inline {
-                klen: kb, buf: b, ..
-            },
-        ) = (self, other)
-        {
-            let ua = a.get(..usize::from(*ka).saturating_sub(ikey::TRAILER_LEN));
-            let ub = b.get(..usize::from(*kb).saturating_sub(ikey::TRAILER_LEN));
-            if let (Some(ua), Some(ub)) = (ua, ub) {
-                return compare_user_keys(ua, ub);
+    fn cmp_user_key_to(&self, user_key: &[u8], word: u64) -> Ordering {
+        if let Some(w) = self.heap_word() {
+            if w != word {
+                return w.cmp(&word);
             }
         }
-        // A long key's first word is inline: compare words before reading its heap buffer (a zero pad only
-        // ever stands for "the key ended here", so different words order the keys).
-        if self.heap_word().is_some() || other.heap_word().is_some() {
-            let (x, y) = (self.first_word(), other.first_word());
-            if x != y {
-                return x.cmp(&y);
-            }
-        }
-        compare_user_keys(ikey::user_key(self.ikey()), ikey::user_key(other.ikey()))
+        compare_user_keys(ikey::user_key(self.ikey()), user_key)
     }
 
     /// The trailer `(seqno << 8) | kind` (0 for a malformed key, never stored).
@@ -230,46 +174,6 @@ impl MemEntry {
         k.get(k.len().saturating_sub(ikey::TRAILER_LEN)..)
             .and_then(|t| <[u8; 8]>::try_from(t).ok())
             .map_or(0, u64::from_be_bytes)
-    }
-}
-
-impl PartialEq for MemEntry {
-    #[inline]
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for MemEntry {}
-
-impl Ord for MemEntry {
-    #[inline]
-    fn cmp(&self, other: &Self) -> Ordering {
-        // A long key's first word is inline: compare words before reading its heap buffer (a zero pad only
-        // ever stands for "the key ended here", so different words order the keys).
-        if self.heap_word().is_some() || other.heap_word().is_some() {
-            let (x, y) = (self.first_word(), other.first_word());
-            if x != y {
-                return x.cmp(&y);
-            }
-        }
-        compare_ikeys(self.ikey(), other.ikey())
-    }
-}
-
-/// [`ikey::compare`] for the skiplist's hot loop: user keys compared 8 bytes at a time as big-endian words
-/// (the state backends' keys share long prefixes — state id, key group, the high bytes of an i64 key — so
-/// most comparisons run past the first word), the tail zero-padded into one word; no `memcmp` call.
-#[inline]
-fn compare_ikeys(a: &[u8], b: &[u8]) -> Ordering {
-    let (ua, ta) = a.split_at(a.len().saturating_sub(ikey::TRAILER_LEN));
-    let (ub, tb) = b.split_at(b.len().saturating_sub(ikey::TRAILER_LEN));
-    match compare_user_keys(ua, ub) {
-        Ordering::Equal => match (<[u8; 8]>::try_from(ta), <[u8; 8]>::try_from(tb)) {
-            (Ok(x), Ok(y)) => u64::from_be_bytes(y).cmp(&u64::from_be_bytes(x)),
-            _ => tb.cmp(ta),
-        },
-        o => o,
     }
 }
 
@@ -301,13 +205,6 @@ fn key_word(bytes: &[u8]) -> u64 {
         dst.copy_from_slice(src);
     }
     u64::from_be_bytes(w)
-}
-
-impl PartialOrd for MemEntry {
-    #[inline]
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
 }
 
 /// One user key's node in the skiplist: the key's versions in this table, newest first.
@@ -374,10 +271,10 @@ impl Chain {
         }
     }
 
-    /// A search probe equal to every node of `user_key`.
-    #[inline]
-    fn probe(user_key: &[u8]) -> Self {
-        Self::new(MemEntry::new(user_key, 0, &[]))
+    /// Orders this node against `user_key` (whose [`key_word`] is `word`).
+    #[inline(always)]
+    fn cmp_to(&self, user_key: &[u8], word: u64) -> Ordering {
+        self.first.cmp_user_key_to(user_key, word)
     }
 
     /// The user key.
@@ -424,35 +321,6 @@ impl Chain {
     }
 }
 
-impl PartialEq for Chain {
-    #[inline]
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Chain {}
-
-impl PartialOrd for Chain {
-    #[inline]
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Chain {
-    /// By user key: one node per user key.
-    #[inline]
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.first.cmp_user_key(&other.first)
-    }
-}
-
-/// Bytes a skiplist node costs beyond its [`Chain`]: reference count and height (8), the tower (8 per level,
-/// 2 levels on average), the allocator's header and rounding (measured: `memtable_bytes_per_entry`, 85.3 B
-/// per small new key with the 48-byte `Chain`).
-const NODE_OVERHEAD: usize = 37;
-
 /// The bytes an entry with an internal key of `klen` bytes and a value of `vlen` bytes copies into the arena,
 /// as [`MemEntry::new_in`] lays it out (0 when it is all inline). The arena's chunks are 1/64 of the memtable
 /// (at most 1 MiB), so their unused tails add at most a few percent.
@@ -467,16 +335,23 @@ fn entry_arena(klen: usize, vlen: usize) -> usize {
     }
 }
 
-/// The memory a new key's node takes, as allocated (its first version inline).
+/// The memory a new key's node takes, as allocated: the node (`node_bytes`, its chain and its next pointers)
+/// and the entry's bytes that did not fit in it.
 #[inline]
-fn charge_node(klen: usize, vlen: usize) -> usize {
-    std::mem::size_of::<Chain>() + NODE_OVERHEAD + entry_arena(klen, vlen)
+fn charge_node(node_bytes: usize, klen: usize, vlen: usize) -> usize {
+    node_bytes + entry_arena(klen, vlen)
 }
 
 /// The memory a pushed version takes in the arena.
 #[inline]
 fn charge_version(klen: usize, vlen: usize) -> usize {
     std::mem::size_of::<Version>() + entry_arena(klen, vlen)
+}
+
+/// The arena chunk size of a memtable of `capacity_bytes`: 1/64 of it, from 4 KiB to 1 MiB (the unused tail
+/// of the last chunk is at most a few percent of a table).
+pub(crate) fn arena_chunk_size(capacity_bytes: usize) -> usize {
+    (capacity_bytes / 64).clamp(4 << 10, 1 << 20)
 }
 
 /// The hash a memtable's point index is probed with (computed once per lookup, shared by all memtables).
@@ -563,8 +438,8 @@ impl IndexTable {
                 } else {
                     // SAFETY: a slot's address is only ever that of a `Chain` inside a node of the table's
                     // skiplist (`publish`), stored with Release after the node was inserted, loaded here with
-                    // Acquire. Nodes are never removed from the list (only `get_or_insert` is called on it)
-                    // and are freed when the list is dropped with the table. An index generation is reached
+                    // Acquire. Nodes are never removed from the list (it is insert-only) and their memory,
+                    // in the table's arena, is freed only with the table. An index generation is reached
                     // only through `MemTable::index`, which ties its borrow ('a) to a borrow of the table, or
                     // while `grow_index` (holding `&self`) builds one; so the node outlives 'a. A `Chain` is
                     // only mutated through atomics.
@@ -646,11 +521,10 @@ impl Drop for MemTable {
 /// One writer at a time calls [`add`](Self::add) (the engine's write lock serialises every write, and the
 /// WAL replay is single-threaded), concurrently with any number of readers.
 pub(crate) struct MemTable {
-    /// One node per user key, by user key. Only `get_or_insert` is ever called on it (never `insert` or
-    /// `remove`, which could unlink a node): nodes live until the table is dropped. Declared before `arena`,
-    /// so it is dropped first (nodes point into the arena; dropping them never reads those bytes).
-    list: SkipList<Chain, ()>,
-    /// Pushed versions and the bytes of entries too large for their node.
+    /// One node per user key, by user key (insert-only: nodes live until the table is dropped), its nodes
+    /// in `arena`.
+    list: SkipList<Chain>,
+    /// The skiplist's nodes, pushed versions and the bytes of entries too large for their node.
     arena: Arena,
     /// Point index, grown by the writer (doubling, rebuilt from the nodes) and swapped in whole: readers keep
     /// using the generation they loaded, which is freed through the epoch collector once none can hold it.
@@ -675,20 +549,28 @@ pub(crate) struct MemTable {
 impl MemTable {
     /// An empty memtable logging to WAL `wal_number`, with a point index of [`MIN_INDEX_SLOTS`].
     pub fn new(wal_number: u64) -> Self {
-        Self::with_capacity(wal_number, MIN_INDEX_SLOTS * START_BYTES_PER_SLOT, 0)
+        Self::with_capacity(wal_number, MIN_INDEX_SLOTS * START_BYTES_PER_SLOT, 0, None)
     }
 
     /// An empty memtable logging to WAL `wal_number`, for a table of up to `capacity_bytes` (sizes the
     /// arena's chunks and the first index), whose point index starts with `index_slots` slots (a table as
     /// large as the previous one then needs no rebuild), or more for a large table: `capacity_bytes / 256`,
     /// from 8 to [`MIN_INDEX_SLOTS`], rounded up to a power of two. The index's memory is charged to the
-    /// table as it grows.
-    pub fn with_capacity(wal_number: u64, capacity_bytes: usize, index_slots: usize) -> Self {
+    /// table as it grows. The arena's chunks come from `pool` (and go back to it) when one is given.
+    pub fn with_capacity(
+        wal_number: u64,
+        capacity_bytes: usize,
+        index_slots: usize,
+        pool: Option<Arc<ChunkPool>>,
+    ) -> Self {
         let start = (capacity_bytes / START_BYTES_PER_SLOT).clamp(8, MIN_INDEX_SLOTS);
         let index = IndexTable::new(index_slots.max(start).next_power_of_two());
         Self {
-            list: SkipList::new(epoch::default_collector().clone()),
-            arena: Arena::new((capacity_bytes / 64).clamp(4 << 10, 1 << 20)),
+            list: SkipList::new(),
+            arena: match pool {
+                Some(pool) => Arena::with_pool(pool),
+                None => Arena::new(arena_chunk_size(capacity_bytes)),
+            },
             bytes: AtomicUsize::new(index.bytes()),
             index: epoch::Atomic::new(index),
             index_used: AtomicUsize::new(0),
@@ -778,9 +660,9 @@ impl MemTable {
         let Some(old) = self.index(guard) else { return };
         let new = IndexTable::new(slots);
         let mut used = 0;
-        let mut cur = self.list.front(guard);
+        let mut cur = self.list.first();
         while let Some(e) = cur {
-            let chain = e.key();
+            let chain = e.get();
             let h = key_hash(chain.user_key());
             if let Probe::Missing { free: Some(i), .. } = new.probe(chain.user_key(), h) {
                 new.publish(i, slot_value(h, chain));
@@ -830,24 +712,22 @@ impl MemTable {
                 self.push_checked(chain, key, trailer, value, newest_in_table);
                 charge_version(klen, vlen)
             }
-            Probe::Missing { free, sure } => {
-                let known = if sure {
-                    None
-                } else {
-                    self.list.get(&Chain::probe(key), &guard)
-                };
-                match known {
-                    Some(e) => {
-                        // In the skiplist but not in the index (its probe window is full).
-                        self.push_checked(e.key(), key, trailer, value, newest_in_table);
+            Probe::Missing { free, .. } => {
+                // New, or in the skiplist but not in the index (its probe window is full): one search
+                // finds it or inserts it.
+                let word = key_word(key);
+                match self.list.find_or_insert(
+                    &self.arena,
+                    |c| c.cmp_to(key, word),
+                    || Chain::new(MemEntry::new_in(key, trailer, value, &self.arena)),
+                ) {
+                    Inserted::Found(chain) => {
+                        self.push_checked(chain, key, trailer, value, newest_in_table);
                         charge_version(klen, vlen)
                     }
-                    None => {
-                        let node = Chain::new(MemEntry::new_in(key, trailer, value, &self.arena));
-                        let e = self.list.get_or_insert(node, (), &guard);
-                        self.publish(free, h, e.key(), &guard);
-                        e.release(&guard);
-                        charge_node(klen, vlen)
+                    Inserted::New(chain, node_bytes) => {
+                        self.publish(free, h, chain, &guard);
+                        charge_node(node_bytes, klen, vlen)
                     }
                 }
             }
@@ -929,10 +809,10 @@ impl MemTable {
         match self.probe(user_key, h, guard) {
             Probe::Found(chain) => Some(chain),
             Probe::Missing { sure: true, .. } => None,
-            Probe::Missing { sure: false, .. } => self
-                .list
-                .get(&Chain::probe(user_key), guard)
-                .map(|e| e.key()),
+            Probe::Missing { sure: false, .. } => {
+                let word = key_word(user_key);
+                self.list.find(|c| c.cmp_to(user_key, word))
+            }
         }
     }
 
@@ -988,10 +868,9 @@ impl MemTable {
         &self,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let guard = epoch::pin();
-        let mut cur = self.list.front(&guard);
+        let mut cur = self.list.first();
         while let Some(e) = cur {
-            let chain = e.key();
+            let chain = e.get();
             let mut pos = Some(chain.newest());
             while let Some(p) = pos {
                 let entry = chain.entry(p);
@@ -1034,14 +913,20 @@ impl<'g> Iterator for Versions<'g> {
     }
 }
 
-/// A forward cursor over a memtable that owns a share of it and can outlive any epoch guard: it holds a
-/// reference count on its current node and a position in that node's chain (nothing is removed or changed
-/// in place, so a step is one pointer hop), and copies nothing out.
+/// A forward cursor over a memtable that owns a share of it and can outlive any borrow: it holds its current
+/// node and a position in that node's chain (nothing is removed or changed in place, so a step is one
+/// pointer hop), and copies nothing out.
 pub(crate) struct MemCursor {
-    /// The current node and version. Declared before `mem` so it is released while the table is alive.
-    cur: Option<(RefEntry<'static, Chain, ()>, Pos<'static>)>,
+    /// The current node and version, in `mem`'s list: valid while `mem` is held (see `detach`).
+    cur: Option<(NodeRef<'static, Chain>, Pos<'static>)>,
     mem: Arc<MemTable>,
 }
+
+// SAFETY: the cursor only reads the node and versions it points to (through shared references, like the
+// `Arc<MemTable>` it holds, which is `Send + Sync`), and they live as long as that `Arc`.
+unsafe impl Send for MemCursor {}
+// SAFETY: as above.
+unsafe impl Sync for MemCursor {}
 
 impl MemCursor {
     /// An unpositioned cursor over `mem`.
@@ -1052,37 +937,26 @@ impl MemCursor {
     /// Positions at the first version at or after node `e` (of `self.mem.list`) whose internal key is
     /// `>= (user_key, trailer)` of `target` (None: the newest version of `e`): within `e` if it is the node of
     /// `user_key`, else (or if every version there is newer) the newest version of the next node.
-    fn settle(
-        &mut self,
-        mut e: Option<RefEntry<'static, Chain, ()>>,
-        target: Option<(&[u8], u64)>,
-        guard: &epoch::Guard,
-    ) {
+    fn settle(&mut self, mut e: Option<NodeRef<'static, Chain>>, target: Option<(&[u8], u64)>) {
         while let Some(node) = e {
-            let chain = node_chain(&node);
+            let chain = node.get();
             let pos = match target {
                 Some((uk, t)) if chain.user_key() == uk => chain.seek(t),
                 _ => Some(chain.newest()),
             };
             if let Some(pos) = pos {
-                if let Some((old, _)) = self.cur.replace((node, pos)) {
-                    old.release(guard);
-                }
+                self.cur = Some((node, pos));
                 return;
             }
-            e = node.next(guard);
-            node.release(guard);
+            e = node.next();
         }
-        if let Some((old, _)) = self.cur.take() {
-            old.release(guard);
-        }
+        self.cur = None;
     }
 
     /// Positions at the first entry.
     pub fn seek_to_first(&mut self) {
-        let guard = epoch::pin();
-        let first = detach(self.mem.list.front(&guard).and_then(|e| e.pin()));
-        self.settle(first, None, &guard);
+        let first = detach(self.mem.list.first());
+        self.settle(first, None);
     }
 
     /// Positions at the first entry whose internal key is `>= target`.
@@ -1094,14 +968,9 @@ impl MemCursor {
             Ok(t) => (uk, u64::from_be_bytes(t)),
             Err(_) => (target, u64::MAX),
         };
-        let probe = Chain::probe(uk);
-        let guard = epoch::pin();
-        let start = self
-            .mem
-            .list
-            .lower_bound(Bound::Included(&probe), &guard)
-            .and_then(|e| e.pin());
-        self.settle(detach(start), Some((uk, t)), &guard);
+        let word = key_word(uk);
+        let start = detach(self.mem.list.lower_bound(|c| c.cmp_to(uk, word)));
+        self.settle(start, Some((uk, t)));
     }
 
     /// Advances to the next entry.
@@ -1113,49 +982,26 @@ impl MemCursor {
             *pos = older;
             return;
         }
-        let guard = epoch::pin();
-        let next = node.next(&guard);
-        self.settle(next, None, &guard);
+        let next = node.next();
+        self.settle(next, None);
     }
 
     /// The current entry.
     #[inline]
     pub fn entry(&self) -> Option<&MemEntry> {
-        self.cur.as_ref().map(|(node, pos)| node.key().entry(*pos))
+        self.cur.as_ref().map(|(node, pos)| node.get().entry(*pos))
     }
 }
 
-/// Extends the lifetime of an entry of a [`MemCursor`]'s own table to `'static`, so the cursor can hold it
+/// Extends the lifetime of a node of a [`MemCursor`]'s own table to `'static`, so the cursor can hold it
 /// next to the `Arc` that keeps the table alive.
 #[inline]
-fn detach(e: Option<RefEntry<'_, Chain, ()>>) -> Option<RefEntry<'static, Chain, ()>> {
-    // SAFETY: only called on entries of `MemCursor::mem.list`, which lives inside the `Arc` allocation the
-    // cursor holds (never replaced) for as long as the cursor exists, so the list and the node (nodes are
-    // never removed; the reference count pins it anyway) outlive the entry. The `'static` lifetime never
-    // escapes: `MemCursor::entry` hands out borrows of the cursor, and the entry is released (in `settle` or
-    // `Drop`) before `mem` is dropped (`Drop` runs before fields are dropped). Only the lifetime changes.
-    unsafe { std::mem::transmute::<Option<RefEntry<'_, Chain, ()>>, _>(e) }
-}
-
-/// The chain of a node a [`MemCursor`] holds, borrowed as long as the node (so positions in it can be kept
-/// in the cursor beside the node).
-#[inline]
-fn node_chain(node: &RefEntry<'static, Chain, ()>) -> &'static Chain {
-    let chain: *const Chain = node.key();
-    // SAFETY: `node` is a node of `MemCursor::mem.list` (made `'static` by `detach`): it is never removed
-    // from the list, so it stays allocated, and its chain's versions stay alive, until the list is dropped
-    // with the table, which the cursor's `Arc` prevents while the cursor exists. The cursor keeps positions
-    // derived from this reference only beside the node itself (released before `mem`), and hands out only
-    // borrows of itself; a `Chain` is only mutated through atomics.
-    unsafe { &*chain }
-}
-
-impl Drop for MemCursor {
-    fn drop(&mut self) {
-        if let Some((e, _)) = self.cur.take() {
-            e.release_with_pin(epoch::pin);
-        }
-    }
+fn detach(e: Option<NodeRef<'_, Chain>>) -> Option<NodeRef<'static, Chain>> {
+    // SAFETY: only called on nodes of `MemCursor::mem.list`, which lives inside the `Arc` allocation the
+    // cursor holds (never replaced) for as long as the cursor exists; nodes are never removed, and their
+    // memory (the table's arena) is freed only with the table. The `'static` lifetime never escapes:
+    // `MemCursor::entry` hands out borrows of the cursor.
+    e.map(|n| unsafe { n.extend() })
 }
 
 /// Calls `f` with the internal key that sorts before every version of `user_key` with seqno `<= snapshot`,
@@ -1258,15 +1104,14 @@ mod tests {
         for p in [&b""[..], b"a", b"abcdefgh", b"abcdefgi", b"b"] {
             keys.push(long(p));
         }
-        // Inline, key-inline (large value) and heap entries against each other.
+        // Inline, key-inline (large value) and heap entries against every user key.
+        let arena = Arena::new(4096);
         for x in &keys {
             for y in &keys {
-                for (sx, sy) in [(1, 2), (2, 1), (3, 3)] {
-                    for (vx, vy) in [(0, 0), (0, 100), (100, 0), (100, 100)] {
-                        let a = MemEntry::new(x, ikey::trailer(sx, ValueKind::Put), &vec![1; vx]);
-                        let b = MemEntry::new(y, ikey::trailer(sy, ValueKind::Put), &vec![2; vy]);
-                        assert_eq!(a.cmp(&b), ikey::compare(a.ikey(), b.ikey()), "{x:?} {y:?}");
-                    }
+                for vx in [0, 100] {
+                    let a =
+                        MemEntry::new_in(x, ikey::trailer(1, ValueKind::Put), &vec![1; vx], &arena);
+                    assert_eq!(a.cmp_user_key_to(y, key_word(y)), x.cmp(y), "{x:?} {y:?}");
                 }
             }
         }
@@ -1284,10 +1129,7 @@ mod tests {
         let long_key = vec![b'k'; 60];
         let long = MemEntry::new_in(&long_key, ikey::trailer(7, ValueKind::Put), b"v", &arena);
         assert!(matches!(long, MemEntry::Heap { .. }));
-        // Outside a memtable (search probes) a long entry owns its buffer.
-        let probe = MemEntry::new(&long_key, ikey::trailer(7, ValueKind::Put), b"v");
-        assert!(matches!(probe, MemEntry::Owned { .. }));
-        assert_eq!((probe.ikey(), probe.value()), (long.ikey(), long.value()));
+        assert_eq!(ikey::user_key(long.ikey()), &long_key[..]);
         for e in [&short, &long] {
             assert_eq!(ikey::parse(e.ikey()).map(|p| p.seqno), Some(7));
         }
@@ -1321,7 +1163,7 @@ mod tests {
         // Without an index (every lookup searches the skiplist) and with one.
         for m in [
             MemTable::new(0),
-            MemTable::with_capacity(0, 1 << 20, 1 << 14),
+            MemTable::with_capacity(0, 1 << 20, 1 << 14, None),
         ] {
             lookups_and_cursor_mix_inline_and_heap_entries_in(Arc::new(m));
         }
@@ -1433,7 +1275,7 @@ mod tests {
 
     #[test]
     fn versions_of_one_key_come_newest_first_in_cursor_order() {
-        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14));
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14, None));
         m.add(1, ValueKind::Put, b"b", b"b1");
         m.add(2, ValueKind::Put, b"a", b"a2");
         m.add(3, ValueKind::Merge, b"b", b"b3");
@@ -1481,7 +1323,7 @@ mod tests {
 
     #[test]
     fn read_at_older_snapshot_skips_newer_chain_versions() {
-        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14));
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14, None));
         for s in [1u64, 3, 5] {
             m.add(s, ValueKind::Put, b"k", format!("v{s}").as_bytes());
             m.add(s + 1, ValueKind::Put, b"other", b"x");
@@ -1607,7 +1449,7 @@ mod tests {
 
     #[test]
     fn concurrent_reader_sees_a_sorted_consistent_view_while_the_writer_pushes() {
-        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14));
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14, None));
         let keys: Vec<Vec<u8>> = (0..200u32)
             .map(|i| format!("k{:05}", i * 7 % 200).into_bytes())
             .collect();
@@ -1677,7 +1519,7 @@ mod tests {
     fn readers_find_every_published_key_while_the_index_grows_under_them() {
         // From an 8-slot index to thousands of slots: each key, once its `add` returned, must be found by
         // every later lookup, whichever generation of the index the reader holds.
-        let m = Arc::new(MemTable::with_capacity(0, 0, 0));
+        let m = Arc::new(MemTable::with_capacity(0, 0, 0, None));
         assert_eq!(m.index_slots(), 8);
         let published = Arc::new(AtomicU64::new(0));
         let key = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes();
@@ -1745,7 +1587,7 @@ mod tests {
         let live = || LIVE_INDEX_TABLES.with(|c| c.get());
         let before = live();
         {
-            let m = MemTable::with_capacity(0, 1 << 20, 1 << 12);
+            let m = MemTable::with_capacity(0, 1 << 20, 1 << 12, None);
             for i in 0..100u64 {
                 m.add(i + 1, ValueKind::Put, &i.to_be_bytes(), b"v");
             }
@@ -1756,13 +1598,14 @@ mod tests {
 
     #[test]
     fn accounting_grows_with_versions_and_index() {
-        let m = MemTable::with_capacity(0, 64 << 20, 0);
+        let m = MemTable::with_capacity(0, 64 << 20, 0, None);
         let index = MIN_INDEX_SLOTS * 8;
         assert_eq!(m.approximate_bytes(), index);
         assert_eq!(MemTable::new(0).approximate_bytes(), index);
         m.add(1, ValueKind::Put, b"key", b"v");
-        let node = charge_node(3 + ikey::TRAILER_LEN, 1);
-        assert_eq!(m.approximate_bytes(), index + node);
+        // A node is its chain and 8 bytes per level (its height is random).
+        let node = m.approximate_bytes() - index;
+        assert!(is_node_size(node), "{node}");
         m.add(2, ValueKind::Put, b"key", b"v2");
         let version = charge_version(3 + ikey::TRAILER_LEN, 2);
         assert_eq!(m.approximate_bytes(), index + node + version);
@@ -1775,23 +1618,31 @@ mod tests {
         assert!(charge_version(11, 100) > charge_version(11, 2));
         assert_eq!(charge_version(11, 2), 48);
         // The index is charged as it grows: 0.7 of the smallest index filled doubles it.
-        let before = m.approximate_bytes();
-        let mut charged = 0;
         let mut i = 0u64;
         while m.index_slots() == MIN_INDEX_SLOTS {
+            let before = m.approximate_bytes();
             m.add(10 + i, ValueKind::Put, &i.to_be_bytes(), b"v");
-            charged += charge_node(8 + ikey::TRAILER_LEN, 1);
+            let mut added = m.approximate_bytes() - before;
+            if m.index_slots() != MIN_INDEX_SLOTS {
+                added -= index;
+            }
+            assert!(is_node_size(added), "{added}");
             i += 1;
         }
         assert!(i as usize <= MIN_INDEX_SLOTS * 7 / 10 + 16, "{i}");
         assert_eq!(m.index_slots(), 2 * MIN_INDEX_SLOTS);
-        assert_eq!(m.approximate_bytes(), before + charged + index);
+    }
+
+    /// Whether `bytes` is what a small key's node is charged: its chain and 1 to `MAX_HEIGHT` next pointers.
+    fn is_node_size(bytes: usize) -> bool {
+        (1..=crate::lsm::skiplist::MAX_HEIGHT)
+            .any(|h| bytes == charge_node(SkipList::<Chain>::node_bytes(h), 11, 1))
     }
 
     #[test]
     #[should_panic(expected = "must be newer")]
     fn an_out_of_order_version_of_a_key_is_refused() {
-        let m = MemTable::with_capacity(0, 1 << 20, 1 << 14);
+        let m = MemTable::with_capacity(0, 1 << 20, 1 << 14, None);
         m.add(5, ValueKind::Put, b"k", b"new");
         m.add(7, ValueKind::Put, b"j", b"x");
         m.add(
@@ -1820,7 +1671,7 @@ mod tests {
             let value = vec![7u8; vlen];
             // The index is sized up front (no generation is rebuilt and freed while measuring) and allocated
             // before the first reading: it is reported on its own.
-            let m = MemTable::with_capacity(0, 64 << 20, 1 << 20);
+            let m = MemTable::with_capacity(0, 64 << 20, 1 << 20, None);
             // SAFETY: `mallinfo2` only reads allocator statistics.
             let before = unsafe { heap_in_use() };
             for i in 0..n {

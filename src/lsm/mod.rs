@@ -22,6 +22,7 @@ pub mod merge;
 pub mod options;
 pub mod prefix;
 pub(crate) mod rangedel;
+pub(crate) mod skiplist;
 pub mod snapshot;
 pub(crate) mod version;
 pub(crate) mod wal;
