@@ -1467,3 +1467,41 @@ fn filters_written_by_another_extractor_are_ignored() {
     let db = Db::open(dir.path(), o).unwrap();
     assert_eq!(group_scan(&db, 12).len(), 20);
 }
+
+#[test]
+fn flushed_memtables_leave_their_arena_chunks_to_the_next_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 1 << 20,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    let value = |i: u32, round: u8| {
+        let mut v = vec![round; 100];
+        v[..4].copy_from_slice(&i.to_be_bytes());
+        v
+    };
+    for i in 0..3000u32 {
+        db.put(&i.to_be_bytes(), &value(i, 1)).unwrap();
+    }
+    assert_eq!(db.stats().memtable_pool_bytes, 0);
+    db.flush().unwrap();
+    let pooled = db.stats().memtable_pool_bytes;
+    assert!(
+        pooled > 0,
+        "the flushed memtable's chunks went back to the pool"
+    );
+    assert!(
+        pooled <= 1 << 20,
+        "at most one memtable's worth is kept: {pooled}"
+    );
+    // The next memtable writes into the pooled chunks (their old bytes never show through).
+    for i in 0..3000u32 {
+        db.put(&(i + 5000).to_be_bytes(), &value(i, 2)).unwrap();
+    }
+    assert!(db.stats().memtable_pool_bytes < pooled);
+    for i in (0..3000u32).step_by(7) {
+        assert_eq!(get(&db, &i.to_be_bytes()), Some(value(i, 1)));
+        assert_eq!(get(&db, &(i + 5000).to_be_bytes()), Some(value(i, 2)));
+    }
+}

@@ -1,6 +1,7 @@
-//! A bump allocator for the bytes of memtable entries that do not fit in a skiplist node (large values,
-//! long keys): one allocation per chunk instead of one per entry, no allocator header per entry, and the
-//! whole table's buffers freed at once when the memtable is dropped.
+//! A bump allocator for a memtable: its skiplist nodes, pushed versions and the bytes of entries that do not
+//! fit in a node (large values, long keys). One allocation per chunk instead of one per entry, no allocator
+//! header per entry, and the whole table's memory released at once when the memtable is dropped: freed, or
+//! handed to a [`ChunkPool`] that the next memtables of the same database take their chunks from.
 
 use std::ptr::NonNull;
 
@@ -225,7 +226,6 @@ impl ChunkPool {
     }
 
     /// Bytes the pool holds.
-    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.free.lock().len() * self.chunk_size
     }

@@ -69,6 +69,9 @@ pub struct DbStats {
     pub memtable_bytes: usize,
     /// Number of immutable memtables waiting for flush.
     pub immutable_memtables: usize,
+    /// Bytes of arena chunks that flushed memtables left for the next ones (at most one memtable's worth,
+    /// kept mapped so new memtables do not fault in and zero fresh pages; not part of `memtable_bytes`).
+    pub memtable_pool_bytes: usize,
     /// The last sequence number.
     pub last_seqno: u64,
 }
@@ -1192,6 +1195,7 @@ impl Db {
             memtable_bytes: st.mem.approximate_bytes()
                 + st.imm.iter().map(|m| m.approximate_bytes()).sum::<usize>(),
             immutable_memtables: st.imm.len(),
+            memtable_pool_bytes: self.inner.chunk_pool.bytes(),
             last_seqno: self.inner.last_seqno.load(Ordering::SeqCst),
         }
     }

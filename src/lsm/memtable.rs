@@ -1,15 +1,16 @@
-//! The in-memory write buffer: a lock-free skiplist with one node per user key, each node holding the key's
-//! versions as a chain (newest first), a point index from user key to node, and memory accounting.
+//! The in-memory write buffer: an insert-only skiplist ([`SkipList`], lock-free for readers) with one node
+//! per user key, each node holding the key's versions as a chain (newest first), a point index from user key
+//! to node, and memory accounting. Nodes, versions and large entries' bytes all live in the table's arena.
 //!
 //! Entries live *inside* the skiplist nodes and versions: an entry whose internal key and value fit in
 //! [`INLINE_CAP`] bytes (every entry of the state backends' fixed-width keys) is stored inline, so a new key
-//! is one allocation (the node, holding its first version) and each further version of a key one more (a
-//! [`Version`] pushed onto the node's chain). An update of a key already in the table finds its node through
+//! is one arena allocation (the node, holding its first version) and each further version of a key one more
+//! (a [`Version`] pushed onto the node's chain). An update of a key already in the table finds its node through
 //! the point index (open addressing, one probe of usually one cache line) and pushes a version: no skiplist
 //! search. A point lookup is an index probe and a walk down the chain; the skiplist is searched only for new
-//! keys and when the index does not know a key (its probe window is full). Readers walk the list with an
-//! epoch guard (no reference counting per step); [`MemCursor`] is a reference-counted cursor for iterators
-//! that outlive a guard. The internal-key view (user key ascending, seqno descending) is the same as a
+//! keys and when the index does not know a key (its probe window is full). Readers walk the list with plain
+//! Acquire loads (nodes are never removed; an epoch guard only protects the index's generations);
+//! [`MemCursor`] is a cursor that holds an `Arc` of its table, for iterators that outlive a borrow. The internal-key view (user key ascending, seqno descending) is the same as a
 //! skiplist of internal keys: nodes in user-key order, each chain newest first.
 
 use std::cmp::Ordering;
@@ -210,7 +211,7 @@ fn key_word(bytes: &[u8]) -> u64 {
 /// One user key's node in the skiplist: the key's versions in this table, newest first.
 ///
 /// The version that created the node (the oldest one in this table) lives in the node itself (`first`), so
-/// a new key costs one allocation as before; each later version is one heap [`Version`] pushed at `head`.
+/// a new key costs one allocation as before; each later version is one [`Version`] in the arena, pushed at `head`.
 /// The chain is `head -> ... -> (the oldest pushed version, whose next is null) -> first`, in internal-key
 /// order (seqno descending) because versions are only ever pushed newer than every version already there
 /// ([`MemTable::add`] checks it). Published versions are never changed, and none is freed before the node.
@@ -226,7 +227,7 @@ pub(crate) struct Chain {
 struct Version {
     /// The next older pushed version; null: the chain's `first`. Written before publication, never after.
     next: AtomicPtr<Version>,
-    entry: std::mem::ManuallyDrop<MemEntry>,
+    entry: MemEntry,
 }
 
 /// A position in a [`Chain`]: its node's own version or a pushed one.
@@ -521,11 +522,9 @@ impl Drop for MemTable {
 /// One writer at a time calls [`add`](Self::add) (the engine's write lock serialises every write, and the
 /// WAL replay is single-threaded), concurrently with any number of readers.
 pub(crate) struct MemTable {
-    /// One node per user key, by user key (insert-only: nodes live until the table is dropped), its nodes
-    /// in `arena`.
+    /// One node per user key, by user key (insert-only: nodes live until the table is dropped). Its arena
+    /// also holds the pushed versions and the bytes of entries too large for their node.
     list: SkipList<Chain>,
-    /// The skiplist's nodes, pushed versions and the bytes of entries too large for their node.
-    arena: Arena,
     /// Point index, grown by the writer (doubling, rebuilt from the nodes) and swapped in whole: readers keep
     /// using the generation they loaded, which is freed through the epoch collector once none can hold it.
     index: epoch::Atomic<IndexTable>,
@@ -553,10 +552,11 @@ impl MemTable {
     }
 
     /// An empty memtable logging to WAL `wal_number`, for a table of up to `capacity_bytes` (sizes the
-    /// arena's chunks and the first index), whose point index starts with `index_slots` slots (a table as
+    /// first index, and the arena's chunks when no pool is given), whose point index starts with `index_slots` slots (a table as
     /// large as the previous one then needs no rebuild), or more for a large table: `capacity_bytes / 256`,
     /// from 8 to [`MIN_INDEX_SLOTS`], rounded up to a power of two. The index's memory is charged to the
-    /// table as it grows. The arena's chunks come from `pool` (and go back to it) when one is given.
+    /// table as it grows. The arena's chunks come from `pool` (and go back to it) when one is given; its
+    /// chunk size is the pool's.
     pub fn with_capacity(
         wal_number: u64,
         capacity_bytes: usize,
@@ -566,11 +566,10 @@ impl MemTable {
         let start = (capacity_bytes / START_BYTES_PER_SLOT).clamp(8, MIN_INDEX_SLOTS);
         let index = IndexTable::new(index_slots.max(start).next_power_of_two());
         Self {
-            list: SkipList::new(),
-            arena: match pool {
+            list: SkipList::new(match pool {
                 Some(pool) => Arena::with_pool(pool),
                 None => Arena::new(arena_chunk_size(capacity_bytes)),
-            },
+            }),
             bytes: AtomicUsize::new(index.bytes()),
             index: epoch::Atomic::new(index),
             index_used: AtomicUsize::new(0),
@@ -717,9 +716,8 @@ impl MemTable {
                 // finds it or inserts it.
                 let word = key_word(key);
                 match self.list.find_or_insert(
-                    &self.arena,
                     |c| c.cmp_to(key, word),
-                    || Chain::new(MemEntry::new_in(key, trailer, value, &self.arena)),
+                    || Chain::new(MemEntry::new_in(key, trailer, value, self.list.arena())),
                 ) {
                     Inserted::Found(chain) => {
                         self.push_checked(chain, key, trailer, value, newest_in_table);
@@ -756,10 +754,11 @@ impl MemTable {
                 "MemTable::add: a version of a key must be newer than its versions already in the table"
             );
         }
-        let entry = MemEntry::new_in(key, trailer, value, &self.arena);
-        let v = self.arena.alloc(Version {
+        let arena = self.list.arena();
+        let entry = MemEntry::new_in(key, trailer, value, arena);
+        let v = arena.alloc(Version {
             next: AtomicPtr::new(chain.head.load(AtomicOrdering::Relaxed)),
-            entry: std::mem::ManuallyDrop::new(entry),
+            entry,
         });
         chain.head.store(v.as_ptr(), AtomicOrdering::Release);
     }

@@ -131,10 +131,13 @@ impl<'a, T> NodeRef<'a, T> {
     }
 }
 
-/// An insert-only skiplist of `T` (ordered by the comparisons its callers pass), nodes in an [`Arena`].
+/// An insert-only skiplist of `T` (ordered by the comparisons its callers pass), its nodes in the [`Arena`]
+/// it owns (which its owner may use for other bytes that live as long as the list).
 ///
-/// Payloads are never dropped (a memtable's nodes hold no owned heap memory; see `Chain`).
+/// Payloads are never dropped: `T` must not need dropping (checked at compile time).
 pub(crate) struct SkipList<T> {
+    /// Where the nodes live; freed (or handed to its chunk pool) only when the list is dropped.
+    arena: Arena,
     /// The head's next pointers, one per level.
     head: [AtomicPtr<Node<T>>; MAX_HEIGHT],
     /// Levels in use (readers may see a stale value: any level is a complete sorted list, so starting a
@@ -160,20 +163,22 @@ pub(crate) enum Inserted<'a, T> {
     New(&'a T, usize),
 }
 
-impl<T> Default for SkipList<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl<T> SkipList<T> {
-    /// An empty list.
-    pub fn new() -> Self {
+    /// An empty list whose nodes go to `arena`.
+    pub fn new(arena: Arena) -> Self {
+        const { assert!(!std::mem::needs_drop::<T>()) };
         SkipList {
+            arena,
             head: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             height: AtomicUsize::new(1),
             rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
         }
+    }
+
+    /// The arena holding the nodes (bytes allocated there live as long as the list).
+    #[inline]
+    pub fn arena(&self) -> &Arena {
+        &self.arena
     }
 
     /// The bytes a node of `height` levels takes in the arena.
@@ -203,8 +208,9 @@ impl<T> SkipList<T> {
 
     /// Walks down from the top: for each level, the last node (or the head) whose payload is `Less` than the
     /// target (`cmp(payload)` orders the payload against it), stored in `preds` (levels below `height`).
-    /// Returns the first node that is not `Less` at level 0 (None: past the end), and whether it compared
-    /// `Equal`.
+    /// Returns the first node that compares `Equal` (at whatever level it is met; `preds` are then
+    /// incomplete), with `true`; else the first node that is not `Less` at level 0 (null: past the end),
+    /// with `false`.
     #[inline(always)]
     fn descend(
         &self,
@@ -220,7 +226,6 @@ impl<T> SkipList<T> {
         // A node already found not `Less` at a higher level: the same node at a lower level is not compared
         // again (RocksDB's `last_bigger`).
         let mut bigger: *mut Node<T> = std::ptr::null_mut();
-        let mut equal = false;
         loop {
             // SAFETY: `x` is the head's tower (MAX_HEIGHT levels) or that of a node reached at `level` or
             // above, so it has a pointer at `level`.
@@ -238,13 +243,8 @@ impl<T> SkipList<T> {
                         x = unsafe { tower_of(next) };
                         continue;
                     }
-                    o => {
-                        bigger = next;
-                        equal = o == Ordering::Equal;
-                        if equal && preds.is_none() {
-                            return (next, true);
-                        }
-                    }
+                    Ordering::Equal => return (next, true),
+                    Ordering::Greater => bigger = next,
                 }
             }
             if let Some(p) = preds.as_deref_mut() {
@@ -253,7 +253,7 @@ impl<T> SkipList<T> {
                 }
             }
             if level == 0 {
-                return (next, equal && next == bigger);
+                return (next, false);
             }
             level -= 1;
         }
@@ -291,13 +291,13 @@ impl<T> SkipList<T> {
     }
 
     /// The node equal to the target (`cmp` orders a payload against it), or a new node holding `make()`
-    /// (which must compare `Equal`), allocated in `arena` and linked in.
+    /// (which must compare `Equal`), allocated in the list's arena and linked in.
     ///
-    /// Callers are serialised (one writer at a time; readers may run concurrently), and `arena` outlives the
-    /// list (its nodes live there, and are never freed before it).
+    /// Callers are serialised: one writer at a time, readers may run concurrently. (Two concurrent writers
+    /// could lose one of their nodes: never unsound, since every field is atomic and a pointer at level `l`
+    /// always leads to a node with more than `l` levels, but wrong; the memtable checks it in debug builds.)
     pub fn find_or_insert(
         &self,
-        arena: &Arena,
         cmp: impl Fn(&T) -> Ordering,
         make: impl FnOnce() -> T,
     ) -> Inserted<'_, T> {
@@ -315,7 +315,8 @@ impl<T> SkipList<T> {
             .clamp(1, MAX_HEIGHT);
         let height = self.random_height(current);
         let bytes = Self::node_bytes(height);
-        let node = arena
+        let node = self
+            .arena
             .alloc_bytes(bytes, align_of::<Node<T>>())
             .cast::<Node<T>>()
             .as_ptr();
@@ -323,7 +324,13 @@ impl<T> SkipList<T> {
         // `height` next pointers), derived from the chunk's pointer; nothing else refers to them until the
         // release stores below publish the node, after every field is written.
         unsafe {
-            std::ptr::addr_of_mut!((*node).payload).write(ManuallyDrop::new(make()));
+            let payload = make();
+            debug_assert_eq!(
+                cmp(&payload),
+                Ordering::Equal,
+                "a new node must equal its key"
+            );
+            std::ptr::addr_of_mut!((*node).payload).write(ManuallyDrop::new(payload));
             for (level, pred) in preds.iter().enumerate().take(height) {
                 let succ = next_at(*pred, level).load(AtomicOrdering::Relaxed);
                 tower_of(node)
@@ -355,11 +362,8 @@ mod tests {
     use std::collections::BTreeSet;
     use std::sync::Arc;
 
-    fn insert(list: &SkipList<u64>, arena: &Arena, k: u64) -> bool {
-        matches!(
-            list.find_or_insert(arena, |p| p.cmp(&k), || k),
-            Inserted::New(..)
-        )
+    fn insert(list: &SkipList<u64>, k: u64) -> bool {
+        matches!(list.find_or_insert(|p| p.cmp(&k), || k), Inserted::New(..))
     }
 
     fn contents(list: &SkipList<u64>) -> Vec<u64> {
@@ -384,11 +388,10 @@ mod tests {
 
     #[test]
     fn finds_inserts_and_orders() {
-        let arena = Arena::new(4096);
-        let list = SkipList::new();
+        let list = SkipList::new(Arena::new(4096));
         assert!(list.is_empty());
         for k in [5u64, 1, 9, 3, 7, 5, 1] {
-            insert(&list, &arena, k);
+            insert(&list, k);
         }
         assert_eq!(contents(&list), vec![1, 3, 5, 7, 9]);
         assert_eq!(list.find(|p| p.cmp(&7)), Some(&7));
@@ -396,22 +399,18 @@ mod tests {
         assert_eq!(list.lower_bound(|p| p.cmp(&4)).map(|n| *n.get()), Some(5));
         assert_eq!(list.lower_bound(|p| p.cmp(&10)).map(|n| *n.get()), None);
         assert_eq!(list.lower_bound(|p| p.cmp(&0)).map(|n| *n.get()), Some(1));
-        assert!(
-            !insert(&list, &arena, 3),
-            "an equal key is found, not inserted"
-        );
+        assert!(!insert(&list, 3), "an equal key is found, not inserted");
     }
 
     #[test]
     fn grows_tall_and_stays_sorted() {
-        let arena = Arena::new(1 << 16);
-        let list = SkipList::new();
+        let list = SkipList::new(Arena::new(1 << 16));
         let mut x = 1u64;
         let mut model = BTreeSet::new();
         for _ in 0..if cfg!(miri) { 2_000 } else { 50_000 } {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
             let k = x >> 40;
-            assert_eq!(insert(&list, &arena, k), model.insert(k));
+            assert_eq!(insert(&list, k), model.insert(k));
         }
         assert!(list.height.load(AtomicOrdering::Relaxed) >= if cfg!(miri) { 6 } else { 10 });
         assert_eq!(contents(&list), model.into_iter().collect::<Vec<_>>());
@@ -419,8 +418,7 @@ mod tests {
 
     #[test]
     fn readers_see_complete_sorted_lists_while_one_writer_inserts() {
-        let arena = Arc::new(Arena::new(1 << 14));
-        let list = Arc::new(SkipList::<[u64; 2]>::new());
+        let list = Arc::new(SkipList::<[u64; 2]>::new(Arena::new(1 << 14)));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let readers: Vec<_> = (0..2)
             .map(|_| {
@@ -449,7 +447,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let k = x % 1_000_000;
-            list.find_or_insert(&arena, |p| p[0].cmp(&k), || [k, !k]);
+            list.find_or_insert(|p| p[0].cmp(&k), || [k, !k]);
         }
         stop.store(true, AtomicOrdering::Relaxed);
         for r in readers {
@@ -460,12 +458,11 @@ mod tests {
     proptest! {
         #[test]
         fn behaves_like_a_btreeset(ops in proptest::collection::vec((0u8..3, 0u64..200), 1..400)) {
-            let arena = Arena::new(512);
-            let list = SkipList::new();
+            let list = SkipList::new(Arena::new(512));
             let mut model = BTreeSet::new();
             for (op, k) in ops {
                 match op {
-                    0 => prop_assert_eq!(insert(&list, &arena, k), model.insert(k)),
+                    0 => prop_assert_eq!(insert(&list, k), model.insert(k)),
                     1 => prop_assert_eq!(list.find(|p| p.cmp(&k)).copied(), model.get(&k).copied()),
                     _ => prop_assert_eq!(
                         list.lower_bound(|p| p.cmp(&k)).map(|n| *n.get()),
