@@ -11,7 +11,8 @@
 //! Why not crossbeam-skiplist (which the memtable used until 2026-11-30): its nodes are one global
 //! allocation each, so every memtable faults in and zeroes fresh pages for its nodes (12 % of the state
 //! benchmark's listAdd thread in a profile), and frees them node by node when dropped; its search reads a
-//! node's tower before comparing its key; it keeps a reference count and height per node. Measurements:
+//! node's tower before comparing its key; it keeps a reference count and height per node. (A software
+//! prefetch of a node's tower line while its key is compared was tried: no gain beyond the noise, dropped.) Measurements:
 //! `benches/skiplist_insert.rs` and `design/lsm-engine.md` ("The memtable's skiplist").
 
 use std::cmp::Ordering;
@@ -57,20 +58,6 @@ unsafe fn tower_of<T>(node: *const Node<T>) -> Tower<T> {
 unsafe fn next_at<'a, T>(tower: Tower<T>, level: usize) -> &'a AtomicPtr<Node<T>> {
     // SAFETY: the caller guarantees that the tower has a pointer at `level`, inside its allocation.
     unsafe { &*tower.add(level) }
-}
-
-/// Asks the CPU to bring the cache line of `p` in (a hint: it never faults, whatever the address).
-#[inline(always)]
-fn prefetch<P>(p: &P) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults and changes no memory; `p` is a valid reference anyway.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            std::ptr::from_ref(p).cast(),
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// A node of a [`SkipList`], borrowed for `'a`: its payload and its successor.
@@ -231,10 +218,6 @@ impl<T> SkipList<T> {
             // above, so it has a pointer at `level`.
             let next = unsafe { next_at(x, level) }.load(AtomicOrdering::Acquire);
             if !next.is_null() && next != bigger {
-                // The pointer read next if `next` is `Less` often sits in the line after its key: ask for
-                // both lines at once.
-                // SAFETY: `next` is a published node with a pointer at `level` (it was linked there).
-                prefetch(unsafe { next_at(tower_of(next), level) });
                 // SAFETY: a non-null next pointer is a published node of this list (payload written before
                 // the release store that linked it; this load is acquire), alive as long as the list.
                 match cmp(unsafe { &(*next).payload }) {
