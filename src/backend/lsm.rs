@@ -653,11 +653,10 @@ impl StateBackend for LsmBackend {
     fn engine_summary(&self) -> Option<String> {
         let s = self.shared.db.stats();
         Some(format!(
-            "files per level {:?}, memtable {} KiB + {} immutable (pool {} KiB), base level {}, write stalls {} ({} ms)",
+            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms)",
             s.level_files,
             s.memtable_bytes >> 10,
             s.immutable_memtables,
-            s.memtable_pool_bytes >> 10,
             s.base_level,
             s.write_stalls,
             s.write_stall_micros / 1000

@@ -1,7 +1,6 @@
 //! A bump allocator for a memtable: its skiplist nodes, pushed versions and the bytes of entries that do not
 //! fit in a node (large values, long keys). One allocation per chunk instead of one per entry, no allocator
-//! header per entry, and the whole table's memory released at once when the memtable is dropped: freed, or
-//! handed to a [`ChunkPool`] that the next memtables of the same database take their chunks from.
+//! header per entry, and the whole table's memory freed at once when the memtable is dropped.
 
 use std::ptr::NonNull;
 
@@ -75,11 +74,10 @@ struct Chunks {
     large: Vec<Chunk>,
 }
 
-/// Chunked bump allocator; frees everything when dropped (or gives its chunks back to its pool).
+/// Chunked bump allocator; frees everything when dropped.
 pub(crate) struct Arena {
     chunk_size: usize,
     inner: Mutex<Chunks>,
-    pool: Option<std::sync::Arc<ChunkPool>>,
 }
 
 impl Arena {
@@ -92,16 +90,7 @@ impl Arena {
                 used: 0,
                 large: Vec::new(),
             }),
-            pool: None,
         }
-    }
-
-    /// An arena whose chunks (of the pool's chunk size) come from `pool` when it has some and go back to it
-    /// when the arena is dropped.
-    pub fn with_pool(pool: std::sync::Arc<ChunkPool>) -> Self {
-        let mut a = Self::new(pool.chunk_size());
-        a.pool = Some(pool);
-        a
     }
 
     /// Copies the concatenation of `parts` into the arena.
@@ -117,7 +106,7 @@ impl Arena {
             return view;
         }
         if room < len {
-            g.chunks.push(self.new_chunk(len));
+            g.chunks.push(Chunk::new(self.chunk_size));
             g.used = 0;
         }
         let start = g.used;
@@ -149,8 +138,8 @@ impl Arena {
         p
     }
 
-    /// `size` bytes aligned to `align` (a power of two), uninitialised (a recycled chunk holds old bytes),
-    /// valid and never moved for as long as the arena lives; the pointer's provenance is the chunk's.
+    /// `size` bytes aligned to `align` (a power of two), zeroed or holding bytes of nothing handed out, valid
+    /// and never moved for as long as the arena lives; the pointer's provenance is the chunk's.
     pub fn alloc_bytes(&self, size: usize, align: usize) -> NonNull<u8> {
         let align = align.max(1);
         let mut g = self.inner.lock();
@@ -164,7 +153,7 @@ impl Arena {
             Some(fits) => fits,
             None => {
                 // A fresh chunk holds `size + align` bytes at least: the padding (< align) and the bytes fit.
-                let chunk = self.new_chunk(size + align);
+                let chunk = Chunk::new(self.chunk_size.max(size + align));
                 let addr = chunk.base.as_ptr() as usize;
                 let start = addr.next_multiple_of(align) - addr;
                 let base = chunk.base;
@@ -177,70 +166,6 @@ impl Arena {
         // `size + align` bytes and `start < align`), so the pointer stays inside the chunk's allocation, in a
         // part no view points into yet (the bump pointer only grows, under the mutex held here).
         unsafe { NonNull::new_unchecked(base.as_ptr().add(start)) }
-    }
-
-    /// A chunk for small copies and allocations (from the pool if it has one), of at least `min` bytes.
-    fn new_chunk(&self, min: usize) -> Chunk {
-        if min <= self.chunk_size {
-            if let Some(c) = self.pool.as_ref().and_then(|p| p.take()) {
-                return c;
-            }
-        }
-        Chunk::new(self.chunk_size.max(min))
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        // The chunks of the pool's size go back to it (the pool keeps what fits under its cap).
-        if let Some(pool) = &self.pool {
-            let chunks = std::mem::take(&mut self.inner.get_mut().chunks);
-            pool.give_back(chunks);
-        }
-    }
-}
-
-/// Chunks of arenas that were dropped, kept for the next arenas of the same chunk size, so that a new
-/// memtable writes into memory that is already mapped and faulted in instead of fresh pages the kernel must
-/// zero (a memtable's nodes and versions all live in its arena). Holds at most `cap_bytes`.
-pub(crate) struct ChunkPool {
-    chunk_size: usize,
-    cap_chunks: usize,
-    free: Mutex<Vec<Chunk>>,
-}
-
-impl ChunkPool {
-    /// A pool of chunks of `chunk_size` bytes, keeping at most `cap_bytes` of them.
-    pub fn new(chunk_size: usize, cap_bytes: usize) -> Self {
-        let chunk_size = chunk_size.max(64);
-        ChunkPool {
-            chunk_size,
-            cap_chunks: cap_bytes / chunk_size,
-            free: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// The chunk size of the arenas this pool serves.
-    pub fn chunk_size(&self) -> usize {
-        self.chunk_size
-    }
-
-    /// Bytes the pool holds.
-    pub fn bytes(&self) -> usize {
-        self.free.lock().len() * self.chunk_size
-    }
-
-    fn take(&self) -> Option<Chunk> {
-        self.free.lock().pop()
-    }
-
-    fn give_back(&self, chunks: Vec<Chunk>) {
-        let mut free = self.free.lock();
-        for c in chunks {
-            if c.len == self.chunk_size && free.len() < self.cap_chunks {
-                free.push(c);
-            }
-        }
     }
 }
 
@@ -287,33 +212,5 @@ mod tests {
             assert_eq!(&s[..4], &i.to_be_bytes());
             assert!(s[4..].iter().all(|b| *b == i as u8));
         }
-    }
-
-    #[test]
-    fn a_pool_takes_back_chunks_up_to_its_cap_and_hands_them_out_again() {
-        let pool = std::sync::Arc::new(ChunkPool::new(1024, 3 * 1024));
-        let first = Arena::with_pool(std::sync::Arc::clone(&pool));
-        let mut addrs = Vec::new();
-        for i in 0..5u32 {
-            // One chunk each (more than half a chunk apiece), one large copy of its own.
-            addrs.push(first.alloc_bytes(600, 8).as_ptr() as usize);
-            let _ = first.copy(&[&i.to_be_bytes()]);
-        }
-        let _ = first.copy(&[&[7u8; 2000]]);
-        assert_eq!(pool.bytes(), 0);
-        drop(first);
-        // Five chunks came back, three kept (the cap); the large buffer was freed.
-        assert_eq!(pool.bytes(), 3 * 1024);
-        let second = Arena::with_pool(std::sync::Arc::clone(&pool));
-        let reused = second.alloc_bytes(600, 8).as_ptr() as usize;
-        assert_eq!(pool.bytes(), 2 * 1024);
-        assert!(addrs.contains(&reused), "a pooled chunk is reused");
-        // Requests larger than a chunk never take one from the pool.
-        let _ = second.alloc_bytes(5000, 8);
-        assert_eq!(pool.bytes(), 2 * 1024);
-        // Bytes written into a reused chunk read back (stale contents never leak into a copy).
-        let v = second.copy(&[b"fresh"]);
-        // SAFETY: `second` is alive.
-        assert_eq!(unsafe { v.as_slice() }, b"fresh");
     }
 }

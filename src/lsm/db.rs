@@ -8,7 +8,6 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::arena::ChunkPool;
 use super::batch::WriteBatch;
 use super::cache::BlockCache;
 use super::compaction;
@@ -16,7 +15,7 @@ use super::flush;
 use super::ikey::ValueKind;
 use super::iter::{full_merge, DbIter, IterParts};
 use super::manifest::{self, ManifestWriter};
-use super::memtable::{self, epoch, key_hash, with_lookup_key, MemTable};
+use super::memtable::{epoch, key_hash, with_lookup_key, MemTable};
 use super::options::{Options, ReadOptions};
 use super::rangedel::max_covering;
 use super::slice::ValueSlice;
@@ -69,9 +68,6 @@ pub struct DbStats {
     pub memtable_bytes: usize,
     /// Number of immutable memtables waiting for flush.
     pub immutable_memtables: usize,
-    /// Bytes of arena chunks that flushed memtables left for the next ones (at most one memtable's worth,
-    /// kept mapped so new memtables do not fault in and zero fresh pages; not part of `memtable_bytes`).
-    pub memtable_pool_bytes: usize,
     /// The last sequence number.
     pub last_seqno: u64,
 }
@@ -185,8 +181,6 @@ pub(crate) struct DbInner {
     pub last_seqno: AtomicU64,
     pub snapshots: Arc<SnapshotList>,
     pub counters: Counters,
-    /// Arena chunks of flushed memtables, reused by the next ones (up to one memtable's worth).
-    pub chunk_pool: Arc<ChunkPool>,
 }
 
 /// An embedded LSM key-value store. `Send + Sync`: share it through an `Arc`.
@@ -250,12 +244,7 @@ impl DbInner {
         // Capped at 1/4 of the memtable's budget (8-byte slots): a single large batch can grow one table's
         // index past its budget, and a successor inheriting that would be full before its first write.
         let cap = (self.opts.memtable_size / 32).max(1);
-        MemTable::with_capacity(
-            wal_number,
-            self.opts.memtable_size,
-            index_slots.min(cap),
-            Some(Arc::clone(&self.chunk_pool)),
-        )
+        MemTable::with_capacity(wal_number, self.opts.memtable_size, index_slots.min(cap))
     }
 
     /// Allocates a never-reused file number.
@@ -896,10 +885,6 @@ impl Db {
             last_seqno: AtomicU64::new(last_seqno),
             snapshots: Arc::new(SnapshotList::default()),
             counters: Counters::default(),
-            chunk_pool: Arc::new(ChunkPool::new(
-                memtable::arena_chunk_size(opts.memtable_size),
-                opts.memtable_size,
-            )),
             opts,
         });
         // Open the live files.
@@ -1195,7 +1180,6 @@ impl Db {
             memtable_bytes: st.mem.approximate_bytes()
                 + st.imm.iter().map(|m| m.approximate_bytes()).sum::<usize>(),
             immutable_memtables: st.imm.len(),
-            memtable_pool_bytes: self.inner.chunk_pool.bytes(),
             last_seqno: self.inner.last_seqno.load(Ordering::SeqCst),
         }
     }

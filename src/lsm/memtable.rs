@@ -20,7 +20,7 @@ use std::sync::Arc;
 pub(crate) use crossbeam_epoch as epoch;
 use parking_lot::RwLock;
 
-use super::arena::{Arena, ArenaBytes, ChunkPool};
+use super::arena::{Arena, ArenaBytes};
 use super::ikey::{self, ValueKind};
 use super::rangedel::RangeTombstone;
 use super::skiplist::{Inserted, NodeRef, SkipList};
@@ -351,7 +351,7 @@ fn charge_version(klen: usize, vlen: usize) -> usize {
 
 /// The arena chunk size of a memtable of `capacity_bytes`: 1/64 of it, from 4 KiB to 1 MiB (the unused tail
 /// of the last chunk is at most a few percent of a table).
-pub(crate) fn arena_chunk_size(capacity_bytes: usize) -> usize {
+fn arena_chunk_size(capacity_bytes: usize) -> usize {
     (capacity_bytes / 64).clamp(4 << 10, 1 << 20)
 }
 
@@ -548,28 +548,19 @@ pub(crate) struct MemTable {
 impl MemTable {
     /// An empty memtable logging to WAL `wal_number`, with a point index of [`MIN_INDEX_SLOTS`].
     pub fn new(wal_number: u64) -> Self {
-        Self::with_capacity(wal_number, MIN_INDEX_SLOTS * START_BYTES_PER_SLOT, 0, None)
+        Self::with_capacity(wal_number, MIN_INDEX_SLOTS * START_BYTES_PER_SLOT, 0)
     }
 
     /// An empty memtable logging to WAL `wal_number`, for a table of up to `capacity_bytes` (sizes the
-    /// first index, and the arena's chunks when no pool is given), whose point index starts with `index_slots` slots (a table as
+    /// arena's chunks and the first index), whose point index starts with `index_slots` slots (a table as
     /// large as the previous one then needs no rebuild), or more for a large table: `capacity_bytes / 256`,
     /// from 8 to [`MIN_INDEX_SLOTS`], rounded up to a power of two. The index's memory is charged to the
-    /// table as it grows. The arena's chunks come from `pool` (and go back to it) when one is given; its
-    /// chunk size is the pool's.
-    pub fn with_capacity(
-        wal_number: u64,
-        capacity_bytes: usize,
-        index_slots: usize,
-        pool: Option<Arc<ChunkPool>>,
-    ) -> Self {
+    /// table as it grows.
+    pub fn with_capacity(wal_number: u64, capacity_bytes: usize, index_slots: usize) -> Self {
         let start = (capacity_bytes / START_BYTES_PER_SLOT).clamp(8, MIN_INDEX_SLOTS);
         let index = IndexTable::new(index_slots.max(start).next_power_of_two());
         Self {
-            list: SkipList::new(match pool {
-                Some(pool) => Arena::with_pool(pool),
-                None => Arena::new(arena_chunk_size(capacity_bytes)),
-            }),
+            list: SkipList::new(Arena::new(arena_chunk_size(capacity_bytes))),
             bytes: AtomicUsize::new(index.bytes()),
             index: epoch::Atomic::new(index),
             index_used: AtomicUsize::new(0),
@@ -1162,7 +1153,7 @@ mod tests {
         // Without an index (every lookup searches the skiplist) and with one.
         for m in [
             MemTable::new(0),
-            MemTable::with_capacity(0, 1 << 20, 1 << 14, None),
+            MemTable::with_capacity(0, 1 << 20, 1 << 14),
         ] {
             lookups_and_cursor_mix_inline_and_heap_entries_in(Arc::new(m));
         }
@@ -1274,7 +1265,7 @@ mod tests {
 
     #[test]
     fn versions_of_one_key_come_newest_first_in_cursor_order() {
-        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14, None));
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14));
         m.add(1, ValueKind::Put, b"b", b"b1");
         m.add(2, ValueKind::Put, b"a", b"a2");
         m.add(3, ValueKind::Merge, b"b", b"b3");
@@ -1322,7 +1313,7 @@ mod tests {
 
     #[test]
     fn read_at_older_snapshot_skips_newer_chain_versions() {
-        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14, None));
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14));
         for s in [1u64, 3, 5] {
             m.add(s, ValueKind::Put, b"k", format!("v{s}").as_bytes());
             m.add(s + 1, ValueKind::Put, b"other", b"x");
@@ -1448,7 +1439,7 @@ mod tests {
 
     #[test]
     fn concurrent_reader_sees_a_sorted_consistent_view_while_the_writer_pushes() {
-        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14, None));
+        let m = Arc::new(MemTable::with_capacity(0, 1 << 20, 1 << 14));
         let keys: Vec<Vec<u8>> = (0..200u32)
             .map(|i| format!("k{:05}", i * 7 % 200).into_bytes())
             .collect();
@@ -1518,7 +1509,7 @@ mod tests {
     fn readers_find_every_published_key_while_the_index_grows_under_them() {
         // From an 8-slot index to thousands of slots: each key, once its `add` returned, must be found by
         // every later lookup, whichever generation of the index the reader holds.
-        let m = Arc::new(MemTable::with_capacity(0, 0, 0, None));
+        let m = Arc::new(MemTable::with_capacity(0, 0, 0));
         assert_eq!(m.index_slots(), 8);
         let published = Arc::new(AtomicU64::new(0));
         let key = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes();
@@ -1586,7 +1577,7 @@ mod tests {
         let live = || LIVE_INDEX_TABLES.with(|c| c.get());
         let before = live();
         {
-            let m = MemTable::with_capacity(0, 1 << 20, 1 << 12, None);
+            let m = MemTable::with_capacity(0, 1 << 20, 1 << 12);
             for i in 0..100u64 {
                 m.add(i + 1, ValueKind::Put, &i.to_be_bytes(), b"v");
             }
@@ -1597,7 +1588,7 @@ mod tests {
 
     #[test]
     fn accounting_grows_with_versions_and_index() {
-        let m = MemTable::with_capacity(0, 64 << 20, 0, None);
+        let m = MemTable::with_capacity(0, 64 << 20, 0);
         let index = MIN_INDEX_SLOTS * 8;
         assert_eq!(m.approximate_bytes(), index);
         assert_eq!(MemTable::new(0).approximate_bytes(), index);
@@ -1641,7 +1632,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "must be newer")]
     fn an_out_of_order_version_of_a_key_is_refused() {
-        let m = MemTable::with_capacity(0, 1 << 20, 1 << 14, None);
+        let m = MemTable::with_capacity(0, 1 << 20, 1 << 14);
         m.add(5, ValueKind::Put, b"k", b"new");
         m.add(7, ValueKind::Put, b"j", b"x");
         m.add(
@@ -1670,7 +1661,7 @@ mod tests {
             let value = vec![7u8; vlen];
             // The index is sized up front (no generation is rebuilt and freed while measuring) and allocated
             // before the first reading: it is reported on its own.
-            let m = MemTable::with_capacity(0, 64 << 20, 1 << 20, None);
+            let m = MemTable::with_capacity(0, 64 << 20, 1 << 20);
             // SAFETY: `mallinfo2` only reads allocator statistics.
             let before = unsafe { heap_in_use() };
             for i in 0..n {

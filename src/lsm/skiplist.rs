@@ -123,7 +123,7 @@ impl<'a, T> NodeRef<'a, T> {
 ///
 /// Payloads are never dropped: `T` must not need dropping (checked at compile time).
 pub(crate) struct SkipList<T> {
-    /// Where the nodes live; freed (or handed to its chunk pool) only when the list is dropped.
+    /// Where the nodes live; freed only when the list is dropped.
     arena: Arena,
     /// The head's next pointers, one per level.
     head: [AtomicPtr<Node<T>>; MAX_HEIGHT],
