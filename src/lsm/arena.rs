@@ -15,7 +15,8 @@ pub(crate) struct ArenaBytes {
 
 // SAFETY: an `ArenaBytes` only reads immutable bytes that no one writes after the copy; sharing or sending
 // the view is as safe as sharing `&[u8]`. Its users (memtable entries) never outlive their arena: entries live
-// in the skiplist of the memtable that owns the arena, and readers hold the memtable (an `Arc` or a borrow).
+// in the skiplist that owns the arena, inside its memtable, and readers hold the memtable (an `Arc` or a
+// borrow).
 unsafe impl Send for ArenaBytes {}
 // SAFETY: as above.
 unsafe impl Sync for ArenaBytes {}
@@ -141,7 +142,12 @@ impl Arena {
     /// `size` bytes aligned to `align` (a power of two), zeroed or holding bytes of nothing handed out, valid
     /// and never moved for as long as the arena lives; the pointer's provenance is the chunk's.
     pub fn alloc_bytes(&self, size: usize, align: usize) -> NonNull<u8> {
-        let align = align.max(1);
+        // Bounds that keep the arithmetic below from overflowing (callers ask for nodes and versions: tens
+        // to hundreds of bytes, 8-aligned).
+        assert!(
+            align.is_power_of_two() && align <= 4096 && size <= isize::MAX as usize / 2,
+            "arena allocation of {size} bytes aligned to {align}"
+        );
         let mut g = self.inner.lock();
         let at = |chunk: &Chunk, used: usize| {
             let addr = chunk.base.as_ptr() as usize + used;

@@ -10,8 +10,9 @@
 //! search. A point lookup is an index probe and a walk down the chain; the skiplist is searched only for new
 //! keys and when the index does not know a key (its probe window is full). Readers walk the list with plain
 //! Acquire loads (nodes are never removed; an epoch guard only protects the index's generations);
-//! [`MemCursor`] is a cursor that holds an `Arc` of its table, for iterators that outlive a borrow. The internal-key view (user key ascending, seqno descending) is the same as a
-//! skiplist of internal keys: nodes in user-key order, each chain newest first.
+//! [`MemCursor`] is a cursor that holds an `Arc` of its table, for iterators that outlive a borrow. The
+//! internal-key view (user key ascending, seqno descending) is the same as a skiplist of internal keys: nodes
+//! in user-key order, each chain newest first.
 
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
@@ -31,10 +32,11 @@ pub(crate) const INLINE_CAP: usize = 37;
 /// Internal-key bytes kept inline by [`MemEntry::KeyInline`] (user keys up to 14 bytes).
 pub(crate) const KEY_INLINE_CAP: usize = 22;
 
-/// One memtable entry, `internal key | value`, ordered by its internal key ([`ikey::compare`]).
+/// One memtable entry, `internal key | value`.
 ///
 /// The internal key stays inside the skiplist node whenever it is short, so comparisons during a search never
-/// leave the node; only the value of a large entry, or the whole of an entry with a long key, is on the heap.
+/// leave the node; only the value of a large entry, or the whole of an entry with a long key, is elsewhere in
+/// the arena.
 #[derive(Debug)]
 pub(crate) enum MemEntry {
     /// Key and value inline (no allocation besides the skiplist node).
@@ -211,7 +213,8 @@ fn key_word(bytes: &[u8]) -> u64 {
 /// One user key's node in the skiplist: the key's versions in this table, newest first.
 ///
 /// The version that created the node (the oldest one in this table) lives in the node itself (`first`), so
-/// a new key costs one allocation as before; each later version is one [`Version`] in the arena, pushed at `head`.
+/// a new key costs one allocation as before; each later version is one [`Version`] in the arena, pushed at
+/// `head`.
 /// The chain is `head -> ... -> (the oldest pushed version, whose next is null) -> first`, in internal-key
 /// order (seqno descending) because versions are only ever pushed newer than every version already there
 /// ([`MemTable::add`] checks it). Published versions are never changed, and none is freed before the node.
@@ -256,8 +259,8 @@ impl Version {
         // SAFETY: a non-null `next` was set by `MemTable::push_checked` to a version of the same chain (placed
         // in the table's arena, fully written before the Release store that published it, which
         // happens-before the Acquire load that led here). Versions are never changed, and their memory is
-        // freed only with the arena, after the skiplist, so the older version lives at least as long as
-        // `self`, which bounds the borrow.
+        // freed only with the arena, which the skiplist holding the chain owns, so the older version lives at
+        // least as long as `self`, which bounds the borrow.
         unsafe { p.as_ref() }
     }
 }
@@ -290,8 +293,8 @@ impl Chain {
         let p = self.head.load(AtomicOrdering::Acquire);
         // SAFETY: a non-null `head` was stored by `MemTable::push_checked` (an arena allocation) after the
         // version was fully written (Release; this load is Acquire). Pushed versions are never changed and are
-        // freed only with the table's arena, after its skiplist (which holds `self`), so the version lives at
-        // least as long as this borrow of `self`.
+        // freed only with the arena of the skiplist that holds `self`, so the version lives at least as long
+        // as this borrow of `self`.
         match unsafe { p.as_ref() } {
             Some(v) => Pos::Pushed(v),
             None => Pos::First,
@@ -1071,7 +1074,7 @@ mod tests {
     }
 
     #[test]
-    fn entry_order_agrees_with_internal_key_order() {
+    fn entry_order_against_a_user_key_is_bytewise() {
         let long = |p: &[u8]| {
             let mut k = p.to_vec();
             k.resize(40, b'~');

@@ -3,7 +3,7 @@
 //! One writer at a time inserts (the memtable's callers are serialised); any number of readers walk the
 //! list concurrently without locks, reference counts or epoch guards. Nodes are never removed or moved, and
 //! their memory is freed only with the arena, so a reader's reference is valid for as long as it borrows the
-//! list (the memtable owns both). A node is `payload | next pointer per level` in one arena allocation (no
+//! list (which owns the arena). A node is `payload | next pointer per level` in one arena allocation (no
 //! allocator header, no reference count, no stored height: a search only ever reads level `l` of a node it
 //! reached at level `l` or above), linked bottom-up with release stores after it is fully written, so a
 //! reader's acquire load of a next pointer always sees a complete node.
@@ -12,8 +12,8 @@
 //! allocation each, so every memtable faults in and zeroes fresh pages for its nodes (12 % of the state
 //! benchmark's listAdd thread in a profile), and frees them node by node when dropped; its search reads a
 //! node's tower before comparing its key; it keeps a reference count and height per node. (A software
-//! prefetch of a node's tower line while its key is compared was tried: no gain beyond the noise, dropped.) Measurements:
-//! `benches/skiplist_insert.rs` and `design/lsm-engine.md` ("The memtable's skiplist").
+//! prefetch of a node's tower line while its key is compared was tried: no gain beyond the noise, dropped.)
+//! Measurements: `benches/skiplist_insert.rs` and `design/lsm-engine.md` ("The memtable's skiplist").
 
 use std::cmp::Ordering;
 use std::marker::PhantomData;
@@ -144,9 +144,9 @@ unsafe impl<T: Send + Sync> Sync for SkipList<T> {}
 
 /// What [`SkipList::find_or_insert`] did.
 pub(crate) enum Inserted<'a, T> {
-    /// The key was there: its node.
+    /// The key was there: its node's payload.
     Found(&'a T),
-    /// A new node of `bytes` bytes (payload and next pointers, as allocated) was linked.
+    /// A new node of `bytes` bytes (payload and next pointers, as allocated) was linked: its payload.
     New(&'a T, usize),
 }
 
@@ -327,9 +327,8 @@ impl<T> SkipList<T> {
         }
         for (level, pred) in preds.iter().enumerate().take(height) {
             // SAFETY: `pred` is the head's tower or that of a node reached at `level` (so it has a pointer
-            // there), and `node`
-            // is complete: the release store publishes it at this level. The single writer means no other
-            // insert changed `pred`'s pointer since `descend` read it.
+            // there), and `node` is complete: the release store publishes it at this level. The single writer
+            // means no other insert changed `pred`'s pointer since `descend` read it.
             unsafe { next_at(*pred, level) }.store(node, AtomicOrdering::Release);
         }
         // SAFETY: `node` is now published in this list.
