@@ -393,6 +393,59 @@ fn tag(h: u64) -> u64 {
     h & (u64::MAX >> ADDR_BITS)
 }
 
+/// The writer's filter of the user keys that have a node in this table (a blocked Bloom filter, 3 bits of
+/// one 64-bit word per key, about 8 bits per key at a full table): "absent" lets a new key skip the point
+/// index's probe — one cache miss — before its skiplist search. Only a hint: a wrong "absent" would only make
+/// the insert search the skiplist, which finds an existing node anyway. Writer only (Relaxed loads and
+/// stores, no read-modify-write).
+struct KeyFilter {
+    words: Box<[AtomicU64]>,
+}
+
+impl KeyFilter {
+    /// A filter of `bytes` bytes (rounded up to a power of two, at least 512).
+    fn new(bytes: usize) -> Self {
+        let n = (bytes / 8).next_power_of_two().max(64);
+        KeyFilter {
+            words: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The word and the mask of the bits that key hash `h` sets (bits other than the index's: the middle of
+    /// the hash picks the word, its low 18 bits the three bits).
+    #[inline(always)]
+    fn bits(&self, h: u64) -> (Option<&AtomicU64>, u64) {
+        let w = ((h >> 20) as usize) & (self.words.len() - 1);
+        let mask = (1u64 << (h & 63)) | (1u64 << ((h >> 6) & 63)) | (1u64 << ((h >> 12) & 63));
+        (self.words.get(w), mask)
+    }
+
+    /// Whether a key of hash `h` may have a node (false: it certainly has none).
+    #[inline(always)]
+    fn may_contain(&self, h: u64) -> bool {
+        match self.bits(h) {
+            (Some(w), mask) => w.load(AtomicOrdering::Relaxed) & mask == mask,
+            (None, _) => true,
+        }
+    }
+
+    /// Records a key of hash `h` (writer only).
+    #[inline(always)]
+    fn insert(&self, h: u64) {
+        if let (Some(w), mask) = self.bits(h) {
+            w.store(
+                w.load(AtomicOrdering::Relaxed) | mask,
+                AtomicOrdering::Relaxed,
+            );
+        }
+    }
+
+    /// Bytes allocated.
+    fn bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
 /// What a probe of the point index found.
 enum Probe<'a> {
     /// The key's node.
@@ -410,6 +463,24 @@ struct IndexTable {
 }
 
 impl IndexTable {
+    /// Asks the CPU for the cache line of the home slot of key hash `h` (a hint, so that a probe issued after
+    /// a skiplist search finds it in cache).
+    #[inline(always)]
+    fn prefetch_home(&self, h: u64) {
+        let i = ((u128::from(h) * self.slots.len() as u128) >> 64) as usize;
+        #[cfg(target_arch = "x86_64")]
+        if let Some(slot) = self.slots.get(i) {
+            // SAFETY: a prefetch never faults and writes nothing; `slot` is a valid reference anyway.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    std::ptr::from_ref(slot).cast(),
+                );
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = i;
+    }
+
     fn new(n: usize) -> Self {
         #[cfg(test)]
         LIVE_INDEX_TABLES.with(|c| c.set(c.get() + 1));
@@ -533,6 +604,8 @@ pub(crate) struct MemTable {
     index: epoch::Atomic<IndexTable>,
     /// Slots taken in the current index generation (writer only).
     index_used: AtomicUsize,
+    /// The writer's filter of the keys with a node here (lets a new key skip the index probe).
+    new_keys: KeyFilter,
     /// Set by tests that fix the index to a size (it then never grows).
     #[cfg(test)]
     index_frozen: std::sync::atomic::AtomicBool,
@@ -562,11 +635,13 @@ impl MemTable {
     pub fn with_capacity(wal_number: u64, capacity_bytes: usize, index_slots: usize) -> Self {
         let start = (capacity_bytes / START_BYTES_PER_SLOT).clamp(8, MIN_INDEX_SLOTS);
         let index = IndexTable::new(index_slots.max(start).next_power_of_two());
+        let new_keys = KeyFilter::new(capacity_bytes / 64);
         Self {
             list: SkipList::new(Arena::new(arena_chunk_size(capacity_bytes))),
-            bytes: AtomicUsize::new(index.bytes()),
+            bytes: AtomicUsize::new(index.bytes() + new_keys.bytes()),
             index: epoch::Atomic::new(index),
             index_used: AtomicUsize::new(0),
+            new_keys,
             #[cfg(test)]
             index_frozen: std::sync::atomic::AtomicBool::new(false),
             max_seqno: AtomicU64::new(0),
@@ -700,33 +775,79 @@ impl MemTable {
         let trailer = ikey::trailer(seqno, kind);
         let h = key_hash(key);
         let guard = epoch::pin();
-        let charged = match self.probe(key, h, &guard) {
-            Probe::Found(chain) => {
-                self.push_checked(chain, key, trailer, value, newest_in_table);
-                charge_version(klen, vlen)
+        let word = key_word(key);
+        let charged = if !self.new_keys.may_contain(h) {
+            // Certainly a new key: search the skiplist at once, with the index's slot line on its way for
+            // the publication afterwards.
+            if let Some(t) = self.index(&guard) {
+                t.prefetch_home(h);
             }
-            Probe::Missing { free, .. } => {
+            self.insert_node(key, h, word, trailer, value, newest_in_table, &guard, None)
+        } else {
+            match self.probe(key, h, &guard) {
+                Probe::Found(chain) => {
+                    self.push_checked(chain, key, trailer, value, newest_in_table);
+                    charge_version(klen, vlen)
+                }
                 // New, or in the skiplist but not in the index (its probe window is full): one search
                 // finds it or inserts it.
-                let word = key_word(key);
-                match self.list.find_or_insert(
-                    |c| c.cmp_to(key, word),
-                    || Chain::new(MemEntry::new_in(key, trailer, value, self.list.arena())),
-                ) {
-                    Inserted::Found(chain) => {
-                        self.push_checked(chain, key, trailer, value, newest_in_table);
-                        charge_version(klen, vlen)
-                    }
-                    Inserted::New(chain, node_bytes) => {
-                        self.publish(free, h, chain, &guard);
-                        charge_node(node_bytes, klen, vlen)
-                    }
-                }
+                Probe::Missing { free, .. } => self.insert_node(
+                    key,
+                    h,
+                    word,
+                    trailer,
+                    value,
+                    newest_in_table,
+                    &guard,
+                    Some(free),
+                ),
             }
         };
         self.bytes.fetch_add(charged, AtomicOrdering::Relaxed);
         #[cfg(debug_assertions)]
         self.writing.store(false, AtomicOrdering::Release);
+    }
+
+    /// Finds the node of `key` (hash `h`, first word `word`) in the skiplist and pushes the version onto it,
+    /// or inserts a node holding it, records it in the key filter and publishes it in the index (in the free
+    /// slot `free` a probe found, or, when no probe was made, in the one a probe finds now). Returns the
+    /// bytes to charge.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn insert_node(
+        &self,
+        key: &[u8],
+        h: u64,
+        word: u64,
+        trailer: u64,
+        value: &[u8],
+        newest_in_table: bool,
+        guard: &epoch::Guard,
+        free: Option<Option<usize>>,
+    ) -> usize {
+        let (klen, vlen) = (key.len() + ikey::TRAILER_LEN, value.len());
+        match self.list.find_or_insert(
+            |c| c.cmp_to(key, word),
+            || Chain::new(MemEntry::new_in(key, trailer, value, self.list.arena())),
+        ) {
+            Inserted::Found(chain) => {
+                self.push_checked(chain, key, trailer, value, newest_in_table);
+                charge_version(klen, vlen)
+            }
+            Inserted::New(chain, node_bytes) => {
+                self.new_keys.insert(h);
+                let free = match free {
+                    Some(free) => free,
+                    None => match self.probe(key, h, guard) {
+                        Probe::Missing { free, .. } => free,
+                        // Never: the node was just created; a key is published once.
+                        Probe::Found(_) => None,
+                    },
+                };
+                self.publish(free, h, chain, guard);
+                charge_node(node_bytes, klen, vlen)
+            }
+        }
     }
 
     /// Pushes `key | trailer | value` onto `chain` (the node of `key`), checking (unless `newest_in_table`
@@ -1592,9 +1713,13 @@ mod tests {
     #[test]
     fn accounting_grows_with_versions_and_index() {
         let m = MemTable::with_capacity(0, 64 << 20, 0);
-        let index = MIN_INDEX_SLOTS * 8;
+        // The index and the key filter (1/64 of the table) are charged from the start.
+        let index = MIN_INDEX_SLOTS * 8 + (1 << 20);
         assert_eq!(m.approximate_bytes(), index);
-        assert_eq!(MemTable::new(0).approximate_bytes(), index);
+        assert_eq!(
+            MemTable::new(0).approximate_bytes(),
+            MIN_INDEX_SLOTS * 8 + MIN_INDEX_SLOTS * START_BYTES_PER_SLOT / 64
+        );
         m.add(1, ValueKind::Put, b"key", b"v");
         // A node is its chain and 8 bytes per level (its height is random).
         let node = m.approximate_bytes() - index;
@@ -1617,7 +1742,7 @@ mod tests {
             m.add(10 + i, ValueKind::Put, &i.to_be_bytes(), b"v");
             let mut added = m.approximate_bytes() - before;
             if m.index_slots() != MIN_INDEX_SLOTS {
-                added -= index;
+                added -= MIN_INDEX_SLOTS * 8;
             }
             assert!(is_node_size(added), "{added}");
             i += 1;
@@ -1630,6 +1755,50 @@ mod tests {
     fn is_node_size(bytes: usize) -> bool {
         (1..=crate::lsm::skiplist::MAX_HEIGHT)
             .any(|h| bytes == charge_node(SkipList::<Chain>::node_bytes(h), 11, 1))
+    }
+
+    #[test]
+    fn key_filter_keeps_every_inserted_key_and_rules_out_most_others() {
+        let f = KeyFilter::new(64 << 10); // 512k bits
+        let hashes: Vec<u64> = (0..65_536u64).map(|i| key_hash(&i.to_be_bytes())).collect();
+        for &h in &hashes {
+            f.insert(h);
+        }
+        assert!(
+            hashes.iter().all(|&h| f.may_contain(h)),
+            "no false negatives"
+        );
+        // 8 bits per key, 3 bits in one word: a few percent of absent keys pass.
+        let passed = (1_000_000..1_100_000u64)
+            .filter(|i| f.may_contain(key_hash(&i.to_be_bytes())))
+            .count();
+        assert!(passed < 10_000, "{passed} of 100000 absent keys passed");
+    }
+
+    #[test]
+    fn new_keys_skip_the_index_probe_and_are_still_published() {
+        let m = MemTable::with_capacity(0, 1 << 20, 1 << 14);
+        for i in 0..2000u64 {
+            m.add(i + 1, ValueKind::Put, &i.to_be_bytes(), b"v");
+        }
+        let guard = epoch::pin();
+        for i in 0..2000u64 {
+            let k = i.to_be_bytes();
+            assert!(
+                matches!(m.probe(&k, key_hash(&k), &guard), Probe::Found(_)),
+                "{i} indexed"
+            );
+        }
+        // A second version of each goes through the index (the filter says "maybe").
+        for i in 0..2000u64 {
+            m.add(3000 + i, ValueKind::Put, &i.to_be_bytes(), b"w");
+        }
+        let mut seen = Vec::new();
+        m.for_each_version(&7u64.to_be_bytes(), u64::MAX, |s, _, v| {
+            seen.push((s, v.to_vec()));
+            true
+        });
+        assert_eq!(seen, vec![(3007, b"w".to_vec()), (8, b"v".to_vec())]);
     }
 
     #[test]
