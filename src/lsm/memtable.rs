@@ -8,7 +8,8 @@
 //! (a [`Version`] pushed onto the node's chain). An update of a key already in the table finds its node through
 //! the point index (open addressing, one probe of usually one cache line) and pushes a version: no skiplist
 //! search. A point lookup is an index probe and a walk down the chain; the skiplist is searched only for new
-//! keys and when the index does not know a key (its probe window is full). Readers walk the list with plain
+//! keys and when the index does not know a key (its probe window is full). A key the writer's filter rules
+//! out (certainly new) skips the index probe and goes straight to the skiplist search. Readers walk the list with plain
 //! Acquire loads (nodes are never removed; an epoch guard only protects the index's generations);
 //! [`MemCursor`] is a cursor that holds an `Arc` of its table, for iterators that outlive a borrow. The
 //! internal-key view (user key ascending, seqno descending) is the same as a skiplist of internal keys: nodes
@@ -403,16 +404,17 @@ struct KeyFilter {
 }
 
 impl KeyFilter {
-    /// A filter of `bytes` bytes (rounded up to a power of two, at least 512).
+    /// A filter of `bytes` bytes (rounded up to a power of two, at least one word).
     fn new(bytes: usize) -> Self {
-        let n = (bytes / 8).next_power_of_two().max(64);
+        let n = (bytes / 8).max(1).next_power_of_two();
         KeyFilter {
             words: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
-    /// The word and the mask of the bits that key hash `h` sets (bits other than the index's: the middle of
-    /// the hash picks the word, its low 18 bits the three bits).
+    /// The word and the mask of the bits that key hash `h` sets: hash bits 20 and up pick the word (below the
+    /// high bits the index's home slot uses, for any table under 2^44 filter words and slots together), its
+    /// low 18 bits the three bits.
     #[inline(always)]
     fn bits(&self, h: u64) -> (Option<&AtomicU64>, u64) {
         let w = ((h >> 20) as usize) & (self.words.len() - 1);
@@ -463,11 +465,17 @@ struct IndexTable {
 }
 
 impl IndexTable {
+    /// The home slot of key hash `h`: its high bits by fastrange (the tag is its low bits).
+    #[inline(always)]
+    fn home(&self, h: u64) -> usize {
+        ((u128::from(h) * self.slots.len() as u128) >> 64) as usize
+    }
+
     /// Asks the CPU for the cache line of the home slot of key hash `h` (a hint, so that a probe issued after
     /// a skiplist search finds it in cache).
     #[inline(always)]
     fn prefetch_home(&self, h: u64) {
-        let i = ((u128::from(h) * self.slots.len() as u128) >> 64) as usize;
+        let i = self.home(h);
         #[cfg(target_arch = "x86_64")]
         if let Some(slot) = self.slots.get(i) {
             // SAFETY: a prefetch never faults and writes nothing; `slot` is a valid reference anyway.
@@ -495,7 +503,7 @@ impl IndexTable {
         let n = self.slots.len();
         let tag = tag(h);
         // fastrange: the high bits of `h` pick the home slot (the tag is its low bits).
-        let mut i = ((u128::from(h) * n as u128) >> 64) as usize;
+        let mut i = self.home(h);
         let mut sure = true;
         for _ in 0..PROBE_WINDOW.min(n) {
             let Some(slot) = self.slots.get(i) else { break };
@@ -631,7 +639,8 @@ impl MemTable {
     /// arena's chunks and the first index), whose point index starts with `index_slots` slots (a table as
     /// large as the previous one then needs no rebuild), or more for a large table: `capacity_bytes / 256`,
     /// from 8 to [`MIN_INDEX_SLOTS`], rounded up to a power of two. The index's memory is charged to the
-    /// table as it grows.
+    /// table as it grows; the writer's key filter (`capacity_bytes / 64`, rounded up to a power of two) from
+    /// the start.
     pub fn with_capacity(wal_number: u64, capacity_bytes: usize, index_slots: usize) -> Self {
         let start = (capacity_bytes / START_BYTES_PER_SLOT).clamp(8, MIN_INDEX_SLOTS);
         let index = IndexTable::new(index_slots.max(start).next_power_of_two());
@@ -658,7 +667,8 @@ impl MemTable {
     fn with_fixed_index(slots: usize) -> Self {
         let m = Self::new(0);
         let t = IndexTable::new(slots);
-        m.bytes.store(t.bytes(), AtomicOrdering::Relaxed);
+        m.bytes
+            .store(t.bytes() + m.new_keys.bytes(), AtomicOrdering::Relaxed);
         let guard = epoch::pin();
         let old = m
             .index
@@ -810,8 +820,8 @@ impl MemTable {
 
     /// Finds the node of `key` (hash `h`, first word `word`) in the skiplist and pushes the version onto it,
     /// or inserts a node holding it, records it in the key filter and publishes it in the index (in the free
-    /// slot `free` a probe found, or, when no probe was made, in the one a probe finds now). Returns the
-    /// bytes to charge.
+    /// slot `free` a probe found, or, when no probe was made, in the one a probe finds now; not at all when
+    /// the key's probe window is full). Returns the bytes to charge.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn insert_node(
@@ -841,7 +851,10 @@ impl MemTable {
                     None => match self.probe(key, h, guard) {
                         Probe::Missing { free, .. } => free,
                         // Never: the node was just created; a key is published once.
-                        Probe::Found(_) => None,
+                        Probe::Found(_) => {
+                            debug_assert!(false, "a new node was already in the index");
+                            None
+                        }
                     },
                 };
                 self.publish(free, h, chain, guard);
@@ -878,8 +891,8 @@ impl MemTable {
         chain.head.store(v.as_ptr(), AtomicOrdering::Release);
     }
 
-    /// Approximate memory use in bytes: what the nodes, versions, their buffers and the index take from the
-    /// allocator.
+    /// Approximate memory use in bytes: what the nodes, versions, their buffers, the index and the writer's
+    /// key filter take from the allocator.
     pub fn approximate_bytes(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
@@ -1843,7 +1856,7 @@ mod tests {
             }
             // SAFETY: as above.
             let mid = unsafe { heap_in_use() };
-            let index = m.index_slots() * 8;
+            let index = m.index_slots() * 8 + m.new_keys.bytes();
             let charged_nodes = m.approximate_bytes() - index;
             for i in 0..n {
                 key[klen - 8..]
