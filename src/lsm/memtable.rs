@@ -785,14 +785,13 @@ impl MemTable {
         let trailer = ikey::trailer(seqno, kind);
         let h = key_hash(key);
         let guard = epoch::pin();
-        let word = key_word(key);
         let charged = if !self.new_keys.may_contain(h) {
             // Certainly a new key: search the skiplist at once, with the index's slot line on its way for
             // the publication afterwards.
             if let Some(t) = self.index(&guard) {
                 t.prefetch_home(h);
             }
-            self.insert_node(key, h, word, trailer, value, newest_in_table, &guard, None)
+            self.insert_node(key, h, trailer, value, newest_in_table, &guard, None)
         } else {
             match self.probe(key, h, &guard) {
                 Probe::Found(chain) => {
@@ -801,16 +800,9 @@ impl MemTable {
                 }
                 // New, or in the skiplist but not in the index (its probe window is full): one search
                 // finds it or inserts it.
-                Probe::Missing { free, .. } => self.insert_node(
-                    key,
-                    h,
-                    word,
-                    trailer,
-                    value,
-                    newest_in_table,
-                    &guard,
-                    Some(free),
-                ),
+                Probe::Missing { free, .. } => {
+                    self.insert_node(key, h, trailer, value, newest_in_table, &guard, Some(free))
+                }
             }
         };
         self.bytes.fetch_add(charged, AtomicOrdering::Relaxed);
@@ -818,7 +810,7 @@ impl MemTable {
         self.writing.store(false, AtomicOrdering::Release);
     }
 
-    /// Finds the node of `key` (hash `h`, first word `word`) in the skiplist and pushes the version onto it,
+    /// Finds the node of `key` (hash `h`) in the skiplist and pushes the version onto it,
     /// or inserts a node holding it, records it in the key filter and publishes it in the index (in the free
     /// slot `free` a probe found, or, when no probe was made, in the one a probe finds now; not at all when
     /// the key's probe window is full). Returns the bytes to charge.
@@ -828,7 +820,6 @@ impl MemTable {
         &self,
         key: &[u8],
         h: u64,
-        word: u64,
         trailer: u64,
         value: &[u8],
         newest_in_table: bool,
@@ -836,6 +827,7 @@ impl MemTable {
         free: Option<Option<usize>>,
     ) -> usize {
         let (klen, vlen) = (key.len() + ikey::TRAILER_LEN, value.len());
+        let word = key_word(key);
         match self.list.find_or_insert(
             |c| c.cmp_to(key, word),
             || Chain::new(MemEntry::new_in(key, trailer, value, self.list.arena())),
