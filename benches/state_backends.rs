@@ -10,7 +10,7 @@
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
 //! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
 //! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
-//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
+//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
@@ -376,6 +376,15 @@ impl Results {
                 self.rows.len() - 1
             }
         };
+        if std::env::var_os("BENCH_SAMPLES").is_some() {
+            eprintln!(
+                "  sample {op} {}: {} ops, {:.0}k/s wall, {:.0}k/s cpu",
+                kind.name(),
+                s.ops,
+                s.wall_rate() / 1000.0,
+                s.cpu_rate() / 1000.0
+            );
+        }
         self.rows[row].1[k].push(s);
     }
 

@@ -653,13 +653,15 @@ impl StateBackend for LsmBackend {
     fn engine_summary(&self) -> Option<String> {
         let s = self.shared.db.stats();
         Some(format!(
-            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms)",
+            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms), memtable index growths {} ({} ms)",
             s.level_files,
             s.memtable_bytes >> 10,
             s.immutable_memtables,
             s.base_level,
             s.write_stalls,
-            s.write_stall_micros / 1000
+            s.write_stall_micros / 1000,
+            s.memtable_index_growths,
+            s.memtable_index_growth_micros / 1000
         ))
     }
 

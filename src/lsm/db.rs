@@ -52,6 +52,10 @@ pub struct DbStats {
     /// Microseconds writes spent stalled: from a write's first wait for flush or compaction until it
     /// proceeds (including the memtable switch that may end the wait).
     pub write_stall_micros: u64,
+    /// Number of times a memtable's point index grew (each a rebuild by the writer, which waits for it).
+    pub memtable_index_growths: u64,
+    /// Microseconds writes spent growing memtable point indexes.
+    pub memtable_index_growth_micros: u64,
     /// Number of files dropped whole by `delete_range`.
     pub files_dropped_by_range_delete: u64,
     /// Number of SST files that reads (point lookups and scans within one prefix) left unread because their
@@ -94,6 +98,9 @@ pub(crate) struct Counters {
     pub trivial_moves: AtomicU64,
     pub stalls: AtomicU64,
     pub stall_micros: AtomicU64,
+    /// Index growths of the memtables flushed so far (a live table reports its own).
+    pub index_growths: AtomicU64,
+    pub index_growth_micros: AtomicU64,
     pub files_dropped: AtomicU64,
     pub prefix_skips: AtomicU64,
 }
@@ -326,6 +333,13 @@ impl DbInner {
             if pop_imm {
                 if let Some(m) = st.imm.pop_back() {
                     st.flushed_seqno = st.flushed_seqno.max(m.max_seqno());
+                    let (growths, micros) = m.index_growth_stats();
+                    self.counters
+                        .index_growths
+                        .fetch_add(growths, Ordering::Relaxed);
+                    self.counters
+                        .index_growth_micros
+                        .fetch_add(micros, Ordering::Relaxed);
                 }
             }
             st.refresh_super_version();
@@ -1162,6 +1176,10 @@ impl Db {
     pub fn stats(&self) -> DbStats {
         let c = &self.inner.counters;
         let st = self.inner.state.lock();
+        let (live_growths, live_growth_micros) = std::iter::once(&st.mem)
+            .chain(st.imm.iter())
+            .map(|m| m.index_growth_stats())
+            .fold((0, 0), |(g, t), (mg, mt)| (g + mg, t + mt));
         DbStats {
             user_bytes_written: c.user_bytes.load(Ordering::Relaxed),
             flush_bytes_written: c.flush_bytes.load(Ordering::Relaxed),
@@ -1172,6 +1190,9 @@ impl Db {
             trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
             write_stalls: c.stalls.load(Ordering::Relaxed),
             write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
+            memtable_index_growths: c.index_growths.load(Ordering::Relaxed) + live_growths,
+            memtable_index_growth_micros: c.index_growth_micros.load(Ordering::Relaxed)
+                + live_growth_micros,
             files_dropped_by_range_delete: c.files_dropped.load(Ordering::Relaxed),
             prefix_filter_skips: c.prefix_skips.load(Ordering::Relaxed),
             level_files: st.version.levels.iter().map(|l| l.len()).collect(),
