@@ -13,6 +13,13 @@
 //! benchmark's listAdd thread in a profile), and frees them node by node when dropped; its search reads a
 //! node's tower before comparing its key; it keeps a reference count and height per node. (A software
 //! prefetch of a node's tower line while its key is compared was tried: no gain beyond the noise, dropped.)
+//!
+//! The search does prefetch, one level down: before comparing `next` at level `l`, it asks for the node at
+//! level `l - 1` after the current one, where it goes if `next` turns out not `Less`. With one node in two
+//! reaching the next level, about half the steps go down, so about half the cache misses of a search in a
+//! list larger than the caches overlap with the one before. A/B (session 7, alternating builds): Flink's
+//! `valueAdd` alone, LSM, six rounds, four pairs: +9-13 % on the rounds that insert new keys;
+//! `lsm_vs_rocksdb` at 1M keys, three pairs: random put +4-6 %, merge +4 %; map iteration (seeks) unchanged.
 //! Measurements: `benches/skiplist_insert.rs` and `design/lsm-engine.md` ("The memtable's skiplist").
 
 use std::cmp::Ordering;
@@ -58,6 +65,18 @@ unsafe fn tower_of<T>(node: *const Node<T>) -> Tower<T> {
 unsafe fn next_at<'a, T>(tower: Tower<T>, level: usize) -> &'a AtomicPtr<Node<T>> {
     // SAFETY: the caller guarantees that the tower has a pointer at `level`, inside its allocation.
     unsafe { &*tower.add(level) }
+}
+
+/// Asks the CPU for the cache line at `p` (a hint: never faults, reads nothing architecturally).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch of any address is harmless.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// A node of a [`SkipList`], borrowed for `'a`: its payload and its successor.
@@ -217,6 +236,16 @@ impl<T> SkipList<T> {
             // SAFETY: `x` is the head's tower (MAX_HEIGHT levels) or that of a node reached at `level` or
             // above, so it has a pointer at `level`.
             let next = unsafe { next_at(x, level) }.load(AtomicOrdering::Acquire);
+            // The node this search moves to if `next` is not `Less` (unless it is `next` itself): its line is
+            // requested now, so that its cache miss overlaps the comparison of `next` (+5-13 % on inserts of
+            // new keys into a large table; see the module docs).
+            if level > 0 {
+                // SAFETY: `x` has a pointer at `level`, so also at `level - 1`.
+                let down = unsafe { next_at(x, level - 1) }.load(AtomicOrdering::Relaxed);
+                if down != next && !down.is_null() {
+                    prefetch(down);
+                }
+            }
             if !next.is_null() && next != bigger {
                 // SAFETY: a non-null next pointer is a published node of this list (payload written before
                 // the release store that linked it; this load is acquire), alive as long as the list.
