@@ -607,7 +607,9 @@ fn prefetch_node(addr: u64) {
         // SAFETY: a prefetch never faults and reads or writes nothing architecturally; `p` is only a hint.
         unsafe {
             std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(48));
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                p.wrapping_add(48),
+            );
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -859,7 +861,10 @@ impl MemTable {
                     prefetch_node(addr);
                 }
             }
-            let s = old.slots.get(i).map_or(0, |s| s.load(AtomicOrdering::Relaxed));
+            let s = old
+                .slots
+                .get(i)
+                .map_or(0, |s| s.load(AtomicOrdering::Relaxed));
             let addr = s & ADDR_MASK;
             // Empty, or the marker of a node in `left_out`.
             if s != 0 && addr != POISON {
@@ -1830,7 +1835,11 @@ mod tests {
                     Probe::Missing { sure, .. } => assert!(!sure, "key {i} lost by the index"),
                 }
             }
-            assert_eq!(found + listed.len(), n as usize, "indexed + left out != nodes");
+            assert_eq!(
+                found + listed.len(),
+                n as usize,
+                "indexed + left out != nodes"
+            );
             found
         };
         for i in 0..40 {
