@@ -18,8 +18,9 @@
 //! level `l - 1` after the current one, where it goes if `next` turns out not `Less`. With one node in two
 //! reaching the next level, about half the steps go down, so about half the cache misses of a search in a
 //! list larger than the caches overlap with the one before. A/B (session 7, alternating builds): Flink's
-//! `valueAdd` alone, LSM, six rounds, four pairs: +9-13 % on the rounds that insert new keys;
-//! `lsm_vs_rocksdb` at 1M keys, three pairs: random put +4-6 %, merge +4 %; map iteration (seeks) unchanged.
+//! `valueAdd` alone, LSM, six rounds, four pairs: +10-16 % on the rounds that insert new keys (mean per
+//! round); `lsm_vs_rocksdb` at 1M keys, three pairs: random put +2-4 % (an outlier of the old build aside),
+//! merge +4-7 %; map iteration (seeks) unchanged within the noise.
 //! Measurements: `benches/skiplist_insert.rs` and `design/lsm-engine.md` ("The memtable's skiplist").
 
 use std::cmp::Ordering;
@@ -237,7 +238,7 @@ impl<T> SkipList<T> {
             // above, so it has a pointer at `level`.
             let next = unsafe { next_at(x, level) }.load(AtomicOrdering::Acquire);
             // The node this search moves to if `next` is not `Less` (unless it is `next` itself): its line is
-            // requested now, so that its cache miss overlaps the comparison of `next` (+5-13 % on inserts of
+            // requested now, so that its cache miss overlaps the comparison of `next` (+2-16 % on inserts of
             // new keys into a large table; see the module docs).
             if level > 0 {
                 // SAFETY: `x` has a pointer at `level`, so also at `level - 1`.
