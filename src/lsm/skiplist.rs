@@ -18,9 +18,9 @@
 //! level `l - 1` after the current one, where it goes if `next` turns out not `Less`. With one node in two
 //! reaching the next level, about half the steps go down, so about half the cache misses of a search in a
 //! list larger than the caches overlap with the one before. A/B (session 7, alternating builds): Flink's
-//! `valueAdd` alone, LSM, six rounds, four pairs: +10-16 % on the rounds that insert new keys (mean per
-//! round); `lsm_vs_rocksdb` at 1M keys, three pairs: random put +2-4 % (an outlier of the old build aside),
-//! merge +4-7 %; map iteration (seeks) unchanged within the noise.
+//! `valueAdd` alone, LSM, six rounds, four pairs: +2-16 % per round on the rounds that insert keys new to
+//! the memtable; `lsm_vs_rocksdb` at 1M keys, three pairs: random put +4-6 % (an outlier of the old build
+//! aside), merge +3-8 %; map iteration (seeks) unchanged within the noise.
 //! Measurements: `benches/skiplist_insert.rs` and `design/lsm-engine.md` ("The memtable's skiplist").
 
 use std::cmp::Ordering;
