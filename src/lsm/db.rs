@@ -171,6 +171,13 @@ impl State {
     pub fn note_change(&self) {
         self.changes.fetch_add(1, Ordering::Release);
     }
+
+    /// What `make_room` leaves for the writer's fast path (see [`WriterState::mem`]): the current memtable
+    /// and change count; nothing after a forced switch, which skips the checks (a deep L0 does not stop a
+    /// flush), so the next write takes the slow path and makes them.
+    fn fast_path_entry(&self, force_switch: bool) -> Option<(u64, Arc<MemTable>)> {
+        (!force_switch).then(|| (self.changes.load(Ordering::Relaxed), Arc::clone(&self.mem)))
+    }
 }
 
 pub(crate) struct WriterState {
@@ -181,6 +188,14 @@ pub(crate) struct WriterState {
     /// holds this) switches memtables: a write that finds the count unchanged and the table not full goes
     /// straight into it, without the state lock ([`DbInner::fast_mem`]).
     pub mem: Option<(u64, Arc<MemTable>)>,
+}
+
+impl WriterState {
+    /// The memtable [`DbInner::room_for_write`] left for the write.
+    #[inline]
+    fn memtable(&self) -> Result<&MemTable> {
+        self.mem.as_ref().map(|(_, m)| &**m).ok_or(LsmError::Closed)
+    }
 }
 
 pub(crate) struct ManifestState {
@@ -748,11 +763,15 @@ impl DbInner {
             .then_some(&**mem)
     }
 
-    /// What `make_room` leaves for the writer's fast path (see [`WriterState::mem`]): the current memtable
-    /// and change count; nothing after a forced switch, which skips the checks (a deep L0 does not stop a
-    /// flush), so the next write takes the slow path and makes them.
-    fn fast_path_entry(&self, st: &State, force_switch: bool) -> Option<(u64, Arc<MemTable>)> {
-        (!force_switch).then(|| (st.changes.load(Ordering::Relaxed), Arc::clone(&st.mem)))
+    /// Makes sure `w.mem` holds the memtable the next write goes into: the recorded one if
+    /// [`fast_mem`](Self::fast_mem) accepts it, else the one an unforced [`make_room`](Self::make_room)
+    /// records. Read it with [`WriterState::memtable`].
+    #[inline]
+    fn room_for_write(&self, w: &mut WriterState) -> Result<()> {
+        if self.fast_mem(w).is_none() {
+            self.make_room(w, false)?;
+        }
+        Ok(())
     }
 
     /// Makes room in the memtable for a write, switching memtables and stalling as needed; records the
@@ -795,7 +814,7 @@ impl DbInner {
                 continue;
             }
             if !(full || force_switch) {
-                w.mem = self.fast_path_entry(&st, force_switch);
+                w.mem = st.fast_path_entry(force_switch);
                 return Ok(());
             }
             if !force_switch && st.imm.len() >= self.opts.max_immutable_memtables {
@@ -807,7 +826,7 @@ impl DbInner {
                 continue;
             }
             if st.mem.is_empty() {
-                w.mem = self.fast_path_entry(&st, force_switch);
+                w.mem = st.fast_path_entry(force_switch);
                 return Ok(());
             }
             // Switch: a new WAL and a new memtable.
@@ -825,7 +844,7 @@ impl DbInner {
             );
             st.imm.push_front(old);
             st.refresh_super_version();
-            w.mem = self.fast_path_entry(&st, force_switch);
+            w.mem = st.fast_path_entry(force_switch);
             drop(st);
             self.cv.notify_all();
             return Ok(());
@@ -1055,17 +1074,12 @@ impl Db {
         }
         let inner = &self.inner;
         let mut w = inner.writer.lock();
-        if inner.fast_mem(&w).is_none() {
-            inner.make_room(&mut w, false)?;
-        }
+        inner.room_for_write(&mut w)?;
         let seq = inner.last_seqno.load(Ordering::SeqCst) + 1;
         if let Some(wal) = &mut w.wal {
             wal.append(&batch.encode(seq))?;
         }
-        // The table `fast_mem` found current, or the one `make_room` just recorded.
-        let Some((_, mem)) = &w.mem else {
-            return Err(LsmError::Closed);
-        };
+        let mem = w.memtable()?;
         for (i, op) in batch.ops.iter().enumerate() {
             mem.add(seq + i as u64, op.kind, &op.key, &op.value);
         }
@@ -1093,13 +1107,8 @@ impl Db {
             return self.write(&b);
         }
         let mut w = inner.writer.lock();
-        if inner.fast_mem(&w).is_none() {
-            inner.make_room(&mut w, false)?;
-        }
-        // The table `fast_mem` found current, or the one `make_room` just recorded.
-        let Some((_, mem)) = &w.mem else {
-            return Err(LsmError::Closed);
-        };
+        inner.room_for_write(&mut w)?;
+        let mem = w.memtable()?;
         let seq = inner.last_seqno.load(Ordering::SeqCst) + 1;
         mem.add(seq, kind, key, value);
         inner

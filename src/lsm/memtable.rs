@@ -801,10 +801,11 @@ impl MemTable {
     }
 
     /// Replaces the index with one of `slots` slots, rebuilt from the current generation's slots and the
-    /// nodes it left out: a sequential scan, each node's key prefetched ahead (2–5x faster than a walk
-    /// of the skiplist, whose nodes are in key order but scattered over the arena: 23–63 instead of
-    /// 123–127 ms at 734k nodes, allocation included). Writer only (no node is added while it runs); readers see the old or the new
-    /// generation, each complete for every key it holds.
+    /// nodes it left out: a sequential scan, each node's key prefetched ahead (4–5x faster than a walk of
+    /// the skiplist, whose nodes are in key order but scattered over the arena: 23–31 ms instead of
+    /// 123–127 at 734k nodes, allocation included; `design/lsm-engine.md`, "Growth cost"). Writer only (no
+    /// node is added while it runs); readers see the old or the new generation, each complete for every
+    /// key it holds.
     #[cold]
     fn grow_index(&self, slots: usize, guard: &epoch::Guard) {
         let Some(old) = self.index(guard) else { return };
