@@ -1,4 +1,4 @@
-//! Our entry bytes are Flink's: for the logical state in `flink-interop/fixtures/expected.json`, the entries
+//! Our entry bytes are Flink's: for the logical state in `tests/fixtures/flink/expected.json`, the entries
 //! our savepoint holds equal the canonical entries Flink 2.3.0 wrote (`DUMP.txt` of the canonical
 //! savepoints of both Flink backends), TTL timestamps aside. Timer entries are checked against our timer
 //! key layout (timers are a reserved state kind in format v1).
@@ -14,7 +14,7 @@ use serde_json::Value;
 
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/flink-interop/fixtures"
+    "/tests/fixtures/flink"
 );
 
 fn hex(bytes: &[u8]) -> String {
@@ -25,7 +25,7 @@ fn hex(bytes: &[u8]) -> String {
 fn flink_entries(fixture: &str) -> BTreeMap<(String, String), String> {
     let path = format!("{FIXTURES}/{fixture}/DUMP.txt");
     let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {path}: {e} (shared/ must sit beside the repo)"));
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e} (see tests/fixtures/flink/README.md)"));
     let mut out = BTreeMap::new();
     for line in text.lines() {
         let line = line.trim();

@@ -1,4 +1,4 @@
-//! Checks every vector of `shared/reference/flink-vectors.json` (computed by Apache Flink 2.3.0): murmur
+//! Checks every vector of `tests/fixtures/flink/flink-vectors.json` (computed by Apache Flink 2.3.0): murmur
 //! hashes, Java hash codes, key groups, serialized key bytes, operator ranges and default max parallelism.
 
 use keyed_state::keygroup::{
@@ -12,14 +12,13 @@ use serde_json::Value;
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/reference/flink-vectors.json"
+    "/tests/fixtures/flink/flink-vectors.json"
 );
 
 fn vectors() -> Value {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| {
         panic!(
-            "cannot read the Flink test vectors at {VECTORS}: {e}. \
-             They live in shared/reference/ beside the repository clone (CI lays shared/ there)."
+            "cannot read the Flink test vectors at {VECTORS}: {e} (see tests/fixtures/flink/README.md)"
         )
     });
     serde_json::from_str(&text).expect("flink-vectors.json is valid JSON")
