@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
-use keyed_state::backend::{BackendConfig, StateBackend};
+use keyed_state::backend::{BackendConfig, EngineHandle, StateBackend};
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::lsm::options::Options;
 use keyed_state::lsm::sst::{Compression as SstCompression, SstOptions};
@@ -181,21 +181,39 @@ fn describe_lsm(o: &Options) -> String {
     )
 }
 
-fn backend(kind: Kind, config: BackendConfig) -> Result<Box<dyn StateBackend>> {
+/// A backend of `kind`, and a handle on its engine (for waiting on background work between samples).
+fn backend(
+    kind: Kind,
+    config: BackendConfig,
+) -> Result<(Box<dyn StateBackend>, Option<Box<dyn EngineHandle>>)> {
     Ok(match kind {
-        Kind::Heap => Box::new(HeapBackend::new(config)?),
-        Kind::Lsm => Box::new(LsmBackend::temp_with(config, lsm_options())?),
+        Kind::Heap => (Box::new(HeapBackend::new(config)?), None),
+        Kind::Lsm => {
+            let b = LsmBackend::temp_with(config, lsm_options())?;
+            let engine: Box<dyn EngineHandle> = Box::new(b.engine());
+            (Box::new(b), Some(engine))
+        }
         #[cfg(feature = "rocksdb")]
-        Kind::RocksDb => Box::new(keyed_state::backend::rocksdb::RocksDbBackend::temporary(
-            config,
-            rocksdb_options(),
-        )?),
+        Kind::RocksDb => {
+            let b = keyed_state::backend::rocksdb::RocksDbBackend::temporary(
+                config,
+                rocksdb_options(),
+            )?;
+            let engine: Box<dyn EngineHandle> = Box::new(b.engine());
+            (Box::new(b), Some(engine))
+        }
     })
 }
 
-fn store(kind: Kind, max_parallelism: u32, range: KeyGroupRange) -> Result<Store> {
+/// A store on a backend of `kind`, and a handle on its engine.
+fn store(
+    kind: Kind,
+    max_parallelism: u32,
+    range: KeyGroupRange,
+) -> Result<(Store, Option<Box<dyn EngineHandle>>)> {
     let config = Store::config_for(&LongSerializer, max_parallelism, range);
-    KeyedStateStore::new(backend(kind, config)?, LongSerializer)
+    let (backend, engine) = backend(kind, config)?;
+    Ok((KeyedStateStore::new(backend, LongSerializer)?, engine))
 }
 
 /// CPU time of the calling thread in seconds.
@@ -355,6 +373,7 @@ impl Cfg {
 struct Bench<H> {
     kind: Kind,
     store: Store,
+    engine: Option<Box<dyn EngineHandle>>,
     h: H,
     counter: u64,
 }
@@ -447,7 +466,7 @@ impl Results {
 fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     let mut benches = Vec::new();
     for kind in Kind::all() {
-        let mut store = store(kind, 2, KeyGroupRange::all(2))?;
+        let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
         let h = store.register_value(ValueStateDescriptor::new("value", LongSerializer))?;
         let t = Instant::now();
         for i in 0..SETUP_KEY_COUNT {
@@ -462,6 +481,7 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         benches.push(Bench {
             kind,
             store,
+            engine,
             h,
             counter: 0,
         });
@@ -502,7 +522,7 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     for round in 0..cfg.rounds {
         let mut benches = Vec::new();
         for kind in Kind::all() {
-            let mut store = store(kind, 2, KeyGroupRange::all(2))?;
+            let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
             let h = store.register_list(ListStateDescriptor::new("list", LongSerializer))?;
             let t = Instant::now();
             for i in 0..SETUP_KEY_COUNT {
@@ -517,6 +537,7 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             benches.push(Bench {
                 kind,
                 store,
+                engine,
                 h,
                 counter: 0,
             });
@@ -579,7 +600,7 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
 fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     let mut benches = Vec::new();
     for kind in Kind::all() {
-        let mut store = store(kind, 2, KeyGroupRange::all(2))?;
+        let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
         let h = store.register_map(MapStateDescriptor::new(
             "map",
             LongSerializer,
@@ -601,6 +622,7 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         benches.push(Bench {
             kind,
             store,
+            engine,
             h,
             counter: 0,
         });
@@ -701,11 +723,10 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
 /// an earlier sample (of the same or another backend: on 2 cores they compete).
 fn quiesce<H>(benches: &mut [Bench<H>], op: &str) -> Result<()> {
     for b in benches {
-        b.store.backend_mut().wait_for_background_work()?;
+        let Some(engine) = &b.engine else { continue };
+        engine.wait_for_background_work()?;
         if std::env::var_os("BENCH_SHAPE").is_some() {
-            if let Some(s) = b.store.backend_mut().engine_summary() {
-                eprintln!("  before {op}, {}: {s}", b.kind.name());
-            }
+            eprintln!("  before {op}, {}: {}", b.kind.name(), engine.summary());
         }
     }
     Ok(())
@@ -731,7 +752,7 @@ fn run_savepoint(cfg: &Cfg) -> Result<()> {
     let mut reference: Option<Vec<u8>> = None;
     let mut identical = true;
     for kind in Kind::all() {
-        let mut st = store(kind, MAX_P, KeyGroupRange::all(MAX_P))?;
+        let (mut st, _) = store(kind, MAX_P, KeyGroupRange::all(MAX_P))?;
         let h = st.register_value(ValueStateDescriptor::new("payload", BytesSerializer))?;
         let mut rng = StdRng::seed_from_u64(7);
         let t = Instant::now();
@@ -761,7 +782,7 @@ fn run_savepoint(cfg: &Cfg) -> Result<()> {
         }
         // Restore everything into a fresh backend.
         let bytes = out.clone();
-        let mut fresh = store(kind, MAX_P, KeyGroupRange::all(MAX_P))?;
+        let (mut fresh, _) = store(kind, MAX_P, KeyGroupRange::all(MAX_P))?;
         let c0 = thread_cpu();
         let t0 = Instant::now();
         let reader = SavepointReader::from_bytes(bytes)?;
@@ -770,7 +791,7 @@ fn run_savepoint(cfg: &Cfg) -> Result<()> {
         assert_eq!(sum.entries, cfg.sp_keys as u64);
         drop(fresh);
         // Rescale 1→2: instance 0 restores its half from the parallelism-1 savepoint.
-        let mut inst0 = store(kind, MAX_P, half)?;
+        let (mut inst0, _) = store(kind, MAX_P, half)?;
         let c0 = thread_cpu();
         let t0 = Instant::now();
         let reader = SavepointReader::from_bytes(out)?;

@@ -10,7 +10,6 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
-pub mod demo;
 pub mod error;
 pub mod keygroup;
 pub mod layout;
@@ -20,6 +19,5 @@ pub mod restore;
 pub mod savepoint;
 pub mod serializer;
 pub mod state;
-pub mod tools;
 
 pub use error::{Error, Result};

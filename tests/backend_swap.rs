@@ -3,6 +3,11 @@
 
 mod conformance;
 
+/// The CLI's demo workload (a module of the binary, not of the library).
+#[allow(dead_code)]
+#[path = "../src/bin/keyed-state/demo.rs"]
+mod demo;
+
 use conformance::SumAgg;
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
@@ -22,8 +27,7 @@ const NAMESPACES: i32 = 3;
 enum Kind {
     Heap,
     Lsm,
-    /// The RocksDB-backed variant (`--features rocksdb`; written against main's
-    /// `RocksDbBackend::temporary(config, RocksDbOptions)`, not yet built on this branch).
+    /// The RocksDB-backed variant (`--features rocksdb`).
     #[cfg(feature = "rocksdb")]
     RocksDb,
 }
@@ -417,7 +421,6 @@ proptest! {
 
 #[test]
 fn demo_workload_savepoints_are_identical_on_heap_and_lsm() {
-    use keyed_state::demo;
     let bytes: Vec<Vec<u8>> = KINDS
         .iter()
         .map(|k| {

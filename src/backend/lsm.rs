@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 
 use super::lsm_load::{LoadRun, Loader};
 use super::state_prefix::StateKeyPrefix;
-use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
+use super::{BackendConfig, BackendSnapshot, EngineHandle, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::{
     key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup, KeyGroupRange,
@@ -81,6 +81,29 @@ impl LsmEngine {
     /// [`states`](StateBackend::states) it is what [`LsmBackend::open_checkpoint`] opens.
     pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
         Ok(self.0.db.checkpoint(dir)?)
+    }
+}
+
+impl EngineHandle for LsmEngine {
+    /// Waits for the engine's flushes and compactions. A restore's entries are in the engine once
+    /// [`finish_load`](StateBackend::finish_load) returned, so they are waited for too.
+    fn wait_for_background_work(&self) -> Result<()> {
+        Ok(self.0.db.wait_for_background_work()?)
+    }
+
+    fn summary(&self) -> String {
+        let s = self.0.db.stats();
+        format!(
+            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms), memtable index growths {} ({} ms)",
+            s.level_files,
+            s.memtable_bytes >> 10,
+            s.immutable_memtables,
+            s.base_level,
+            s.write_stalls,
+            s.write_stall_micros / 1000,
+            s.memtable_index_growths,
+            s.memtable_index_growth_micros / 1000
+        )
     }
 }
 
@@ -642,27 +665,6 @@ impl StateBackend for LsmBackend {
         }
         it.take_status()?;
         Ok(n)
-    }
-
-    fn wait_for_background_work(&mut self) -> Result<()> {
-        // Whatever a restore handed over is in the engine first.
-        self.loader.drain()?;
-        Ok(self.shared.db.wait_for_background_work()?)
-    }
-
-    fn engine_summary(&self) -> Option<String> {
-        let s = self.shared.db.stats();
-        Some(format!(
-            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms), memtable index growths {} ({} ms)",
-            s.level_files,
-            s.memtable_bytes >> 10,
-            s.immutable_memtables,
-            s.base_level,
-            s.write_stalls,
-            s.write_stall_micros / 1000,
-            s.memtable_index_growths,
-            s.memtable_index_growth_micros / 1000
-        ))
     }
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {

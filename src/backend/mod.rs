@@ -156,22 +156,21 @@ pub trait StateBackend: Send {
     /// The number of stored entries over all states (map entries count one each).
     fn num_entries(&mut self) -> Result<u64>;
 
-    /// Waits until the background work the backend has queued (memtable flushes, compactions) is done. A
-    /// caller timing one phase uses it so that the phase does not pay for work left by an earlier one.
-    /// Backends without background work return at once.
-    fn wait_for_background_work(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    /// A one-line summary of the engine's shape (files per level, memtables), for benchmark and debug
-    /// output; None for backends without one.
-    fn engine_summary(&self) -> Option<String> {
-        None
-    }
-
     /// The synchronous part of a snapshot: pins the current state and returns a view that can be read (on any
     /// thread) while this backend keeps changing.
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>>;
+}
+
+/// A handle on a backend's storage engine for code that drives it from outside the store: benchmarks that time
+/// one phase at a time, tools. Not part of the state contract; taken from a concrete backend before it is boxed
+/// into a store ([`lsm::LsmBackend::engine`], and `RocksDbBackend::engine` with the `rocksdb` feature).
+pub trait EngineHandle: Send + Sync {
+    /// Waits until the background work the engine has queued (memtable flushes, compactions) is done, so
+    /// that a timed phase does not pay for work left by an earlier one.
+    fn wait_for_background_work(&self) -> Result<()>;
+
+    /// A one-line summary of the engine's shape (files per level, memtables), for benchmark and debug output.
+    fn summary(&self) -> String;
 }
 
 /// A consistent, immutable view of a backend at one point, for the savepoint encoder.

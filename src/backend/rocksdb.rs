@@ -1312,24 +1312,4 @@ mod tests {
         assert_eq!(count, 100);
         assert!(!path.exists(), "removed with the last snapshot");
     }
-
-    #[test]
-    fn demo_savepoint_is_byte_identical_to_the_heap_backend() {
-        use crate::backend::heap::HeapBackend;
-        let run = |backend: Box<dyn StateBackend>| {
-            let mut store = crate::demo::store(backend).unwrap();
-            let states = crate::demo::register(&mut store).unwrap();
-            for e in crate::demo::events(7, 20_000) {
-                crate::demo::process(&mut store, &states, &e).unwrap();
-            }
-            let snap = store.snapshot().unwrap();
-            (savepoint_bytes(&*snap), store.num_entries().unwrap())
-        };
-        let heap = run(Box::new(HeapBackend::new(crate::demo::config()).unwrap()));
-        let rocks = run(Box::new(
-            RocksDbBackend::temporary(crate::demo::config(), RocksDbOptions::default()).unwrap(),
-        ));
-        assert_eq!(heap.1, rocks.1);
-        assert!(heap.0 == rocks.0, "savepoint bytes differ");
-    }
 }

@@ -8,11 +8,11 @@
 //! - `page-clicks`: `MapState<String, i64>` counting clicks per page;
 //! - `ctr-window`: `ReducingState<i64>` of clicks per hour window (namespace = window start).
 
-use crate::backend::StateBackend;
-use crate::error::Result;
-use crate::keygroup::KeyGroupRange;
-use crate::serializer::{LongSerializer, StringSerializer};
-use crate::state::*;
+use keyed_state::backend::StateBackend;
+use keyed_state::error::Result;
+use keyed_state::keygroup::KeyGroupRange;
+use keyed_state::serializer::{LongSerializer, StringSerializer};
+use keyed_state::state::*;
 
 /// A small, stable pseudo-random generator (SplitMix64): the event stream must not depend on a crate's
 /// version.
@@ -116,7 +116,7 @@ pub fn store(backend: Box<dyn StateBackend>) -> Result<KeyedStateStore<LongSeria
 }
 
 /// The backend configuration of the demo (one instance owning all key groups).
-pub fn config() -> crate::backend::BackendConfig {
+pub fn config() -> keyed_state::backend::BackendConfig {
     KeyedStateStore::config_for(
         &LongSerializer,
         DEMO_MAX_PARALLELISM,

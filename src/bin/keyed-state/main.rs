@@ -14,7 +14,10 @@ use keyed_state::keygroup::{
     operator_index_for_key_group,
 };
 use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
-use keyed_state::{demo, tools, Error};
+use keyed_state::Error;
+
+mod demo;
+mod tools;
 
 #[derive(Parser)]
 #[command(

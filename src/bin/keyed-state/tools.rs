@@ -4,13 +4,13 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use crate::error::{Error, Result};
-use crate::keygroup::{key_group_prefix_len, read_key_group_prefix};
-use crate::layout::{variable_int_len, LIST_DELIMITER, MAP_VALUE_NULL, MAP_VALUE_PRESENT};
-use crate::meta::{StateKind, StateMetaInfo};
-use crate::savepoint::SavepointReader;
-use crate::serializer::dynamic::{decode_to_json, is_fixed_length};
-use crate::serializer::SerializerSnapshot;
+use keyed_state::error::{Error, Result};
+use keyed_state::keygroup::{key_group_prefix_len, read_key_group_prefix};
+use keyed_state::layout::{variable_int_len, LIST_DELIMITER, MAP_VALUE_NULL, MAP_VALUE_PRESENT};
+use keyed_state::meta::{StateKind, StateMetaInfo};
+use keyed_state::savepoint::SavepointReader;
+use keyed_state::serializer::dynamic::{decode_to_json, is_fixed_length};
+use keyed_state::serializer::SerializerSnapshot;
 
 fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
