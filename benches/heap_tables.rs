@@ -1,10 +1,9 @@
-//! Copy-on-write tables vs persistent maps for the heap backend (`HeapBackend::new` = `CowTables` vs
-//! `HeapBackend::<PersistentTables>::with_tables`).
+//! The heap backend's copy-on-write tables: point operations, the cost of the first writes after a snapshot,
+//! the synchronous snapshot part and memory.
 //!
 //! Setup: one `ValueState<i64>` over 500,000 `i64` keys (shuffled access order, random values), void
 //! namespace, max parallelism 2 (key-group range 0..=1, Flink's benchmark setup) and 128 (all 128 key
-//! groups, Flink's default max parallelism). Measured through the typed store API, per family and key-group
-//! count:
+//! groups, Flink's default max parallelism). Measured through the typed store API, per key-group count:
 //!
 //! * `get`, `update`: no snapshot open.
 //! * `first-update-after-snapshot`: one update right after a snapshot was taken (the write that first touches
@@ -14,7 +13,7 @@
 //! * `snapshot-sync`: the synchronous part of a snapshot (`store.snapshot()`).
 //!
 //! Snapshots are taken and dropped outside the timed region. Live heap bytes (a counting global allocator)
-//! are printed to stderr for each table family: after the load, and after a snapshot plus an update of
+//! are printed to stderr: after the load, and after a snapshot plus an update of
 //! every key (both versions alive).
 //!
 //! Times are CPU time of the benchmark thread (`support/cpu_time.rs`): the machines are shared. Where single
@@ -33,7 +32,6 @@ use std::time::Duration;
 
 use cpu_time::CpuTime;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use keyed_state::backend::heap::table::{CowTables, PersistentTables, TableFamily};
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::serializer::LongSerializer;
@@ -42,7 +40,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-/// Counts live heap bytes (relaxed atomics; the same overhead for both table families).
+/// Counts live heap bytes (relaxed atomics).
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -91,10 +89,10 @@ impl Inputs {
     }
 }
 
-fn store<F: TableFamily>(kgs: u32, inp: &Inputs) -> (Store, ValueState<LongSerializer>) {
+fn store(kgs: u32, inp: &Inputs) -> (Store, ValueState<LongSerializer>) {
     let range = KeyGroupRange::all(kgs);
     let config = KeyedStateStore::config_for(&LongSerializer, kgs, range);
-    let backend = HeapBackend::<F>::with_tables(config).unwrap();
+    let backend = HeapBackend::new(config).unwrap();
     let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
     let h = store
         .register_value(ValueStateDescriptor::new("value", LongSerializer))
@@ -120,9 +118,9 @@ fn mb(bytes: isize) -> f64 {
     bytes as f64 / 1e6
 }
 
-fn memory<F: TableFamily>(kgs: u32, inp: &Inputs) {
+fn memory(kgs: u32, inp: &Inputs) {
     let base = LIVE.load(Ordering::Relaxed);
-    let (mut s, h) = store::<F>(kgs, inp);
+    let (mut s, h) = store(kgs, inp);
     let loaded = LIVE.load(Ordering::Relaxed) - base;
     let snap = s.snapshot().unwrap();
     for i in 0..KEYS {
@@ -132,9 +130,8 @@ fn memory<F: TableFamily>(kgs: u32, inp: &Inputs) {
     drop(snap);
     let after = LIVE.load(Ordering::Relaxed) - base;
     eprintln!(
-        "memory {} kg={kgs}: {:.1} MB live after loading {KEYS} keys ({:.1} B/entry); {:.1} MB with a snapshot \
+        "memory kg={kgs}: {:.1} MB live after loading {KEYS} keys ({:.1} B/entry); {:.1} MB with a snapshot \
          open after updating every key; {:.1} MB after dropping the snapshot",
-        F::NAME,
         mb(loaded),
         loaded as f64 / KEYS as f64,
         mb(both),
@@ -142,10 +139,10 @@ fn memory<F: TableFamily>(kgs: u32, inp: &Inputs) {
     );
 }
 
-fn family<F: TableFamily>(c: &mut Criterion<CpuTime>, inp: &Inputs, kgs: u32) {
-    memory::<F>(kgs, inp);
-    let (mut s, h) = store::<F>(kgs, inp);
-    let label = format!("{}/kg{kgs}", F::NAME);
+fn bench_key_groups(c: &mut Criterion<CpuTime>, inp: &Inputs, kgs: u32) {
+    memory(kgs, inp);
+    let (mut s, h) = store(kgs, inp);
+    let label = format!("cow/kg{kgs}");
     let mut i = 0usize;
     let overhead = cpu_time::clock_overhead();
 
@@ -221,8 +218,7 @@ fn family<F: TableFamily>(c: &mut Criterion<CpuTime>, inp: &Inputs, kgs: u32) {
 fn tables(c: &mut Criterion<CpuTime>) {
     let inp = Inputs::new();
     for kgs in [2, 128] {
-        family::<CowTables>(c, &inp, kgs);
-        family::<PersistentTables>(c, &inp, kgs);
+        bench_key_groups(c, &inp, kgs);
     }
 }
 

@@ -2,14 +2,10 @@
 
 mod conformance;
 
-use keyed_state::backend::heap::table::PersistentTables;
 use keyed_state::backend::heap::HeapBackend;
 
 conformance_suite!(heap_cow, |cfg| Box::new(
     HeapBackend::new(cfg).expect("heap backend")
-));
-conformance_suite!(heap_persistent, |cfg| Box::new(
-    HeapBackend::<PersistentTables>::with_tables(cfg).expect("heap backend")
 ));
 conformance_suite!(lsm, |cfg| Box::new(
     keyed_state::backend::lsm::LsmBackend::temp_with(

@@ -6,7 +6,6 @@ mod conformance;
 
 use std::collections::BTreeMap;
 
-use keyed_state::backend::heap::table::PersistentTables;
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::StateBackend;
@@ -68,27 +67,23 @@ struct Instance {
 /// Which backend the instances run on.
 #[derive(Debug, Clone, Copy)]
 enum Kind {
-    HeapCow,
-    HeapPersistent,
+    Heap,
     Lsm,
 }
 
 struct Job {
-    persistent: Kind,
+    kind: Kind,
     instances: Vec<Instance>,
 }
 
 impl Job {
-    fn new(parallelism: u32, persistent: Kind, restore_from: &[SavepointReader]) -> Job {
+    fn new(parallelism: u32, kind: Kind, restore_from: &[SavepointReader]) -> Job {
         let instances = (0..parallelism)
             .map(|i| {
                 let range = key_group_range_for_operator(MAX_P, parallelism, i).unwrap();
                 let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-                let backend: Box<dyn StateBackend> = match persistent {
-                    Kind::HeapPersistent => {
-                        Box::new(HeapBackend::<PersistentTables>::with_tables(cfg).unwrap())
-                    }
-                    Kind::HeapCow => Box::new(HeapBackend::new(cfg).unwrap()),
+                let backend: Box<dyn StateBackend> = match kind {
+                    Kind::Heap => Box::new(HeapBackend::new(cfg).unwrap()),
                     Kind::Lsm => {
                         Box::new(LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap())
                     }
@@ -126,10 +121,7 @@ impl Job {
                 }
             })
             .collect();
-        Job {
-            persistent,
-            instances,
-        }
+        Job { kind, instances }
     }
 
     fn route(&mut self, key: i64) -> &mut Instance {
@@ -183,8 +175,8 @@ impl Job {
     }
 }
 
-fn run(ops: Vec<Op>, persistent: Kind) {
-    let mut job = Job::new(1, persistent, &[]);
+fn run(ops: Vec<Op>, kind: Kind) {
+    let mut job = Job::new(1, kind, &[]);
     let mut model = Model::default();
     let mut latest: Option<(Vec<Vec<u8>>, Model)> = None;
     for op in ops {
@@ -246,13 +238,13 @@ fn run(ops: Vec<Op>, persistent: Kind) {
                         .iter()
                         .map(|b| SavepointReader::from_bytes(b.clone()).unwrap())
                         .collect();
-                    job = Job::new(p, job.persistent, &sps);
+                    job = Job::new(p, job.kind, &sps);
                     model = m.clone();
                 }
             }
             Op::Rescale(p) => {
                 let sps = job.savepoints();
-                job = Job::new(p, job.persistent, &sps);
+                job = Job::new(p, job.kind, &sps);
             }
         }
     }
@@ -267,13 +259,8 @@ proptest! {
     })]
 
     #[test]
-    fn heap_cow_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
-        run(ops, Kind::HeapCow);
-    }
-
-    #[test]
-    fn heap_persistent_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
-        run(ops, Kind::HeapPersistent);
+    fn heap_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
+        run(ops, Kind::Heap);
     }
 }
 

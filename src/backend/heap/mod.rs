@@ -6,7 +6,7 @@
 //! bytes of `crate::layout`, so a snapshot hands them to the savepoint encoder unchanged.
 //!
 //! A snapshot clones every table (O(states × key groups), independent of the state size); the tables are
-//! copy-on-write or persistent ([`table`]), so writes after the snapshot never disturb it. Any number of
+//! copy-on-write ([`table`]), so writes after the snapshot never disturb it. Any number of
 //! snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
 
 pub mod bytes;
@@ -15,19 +15,19 @@ pub mod table;
 use std::sync::Arc;
 
 use self::bytes::SmallBytes;
-use self::table::{CowTables, KvTable, OrderedTable, Rewrite, TableFamily};
+use self::table::{CowOrdered, CowTable, KvTable, OrderedTable, Rewrite};
 use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroup;
 use crate::meta::{StateKind, StateMetaInfo};
 
 /// The tables of one state: one per key group of the backend's range.
-enum StateTables<F: TableFamily> {
-    Kv(Vec<F::Kv>),
-    Ordered(Vec<F::Ordered>),
+enum StateTables {
+    Kv(Vec<CowTable>),
+    Ordered(Vec<CowOrdered>),
 }
 
-impl<F: TableFamily> Clone for StateTables<F> {
+impl Clone for StateTables {
     fn clone(&self) -> Self {
         match self {
             StateTables::Kv(t) => StateTables::Kv(t.clone()),
@@ -36,36 +36,28 @@ impl<F: TableFamily> Clone for StateTables<F> {
     }
 }
 
-impl<F: TableFamily> StateTables<F> {
+impl StateTables {
     fn new(kind: StateKind, groups: usize) -> Self {
         if kind == StateKind::Map {
-            StateTables::Ordered((0..groups).map(|_| F::Ordered::default()).collect())
+            StateTables::Ordered((0..groups).map(|_| CowOrdered::default()).collect())
         } else {
-            StateTables::Kv((0..groups).map(|_| F::Kv::default()).collect())
+            StateTables::Kv((0..groups).map(|_| CowTable::default()).collect())
         }
     }
 }
 
-/// The heap backend, generic over its table implementation (copy-on-write by default; see
-/// `design/heap-backend.md` for the measurement behind the default).
-pub struct HeapBackend<F: TableFamily = CowTables> {
+/// The heap backend: copy-on-write tables per (state, key group); see `design/heap-backend.md`.
+pub struct HeapBackend {
     config: BackendConfig,
     states: Vec<StateMetaInfo>,
-    tables: Vec<StateTables<F>>,
+    tables: Vec<StateTables>,
     /// Length of the key-group prefix of entry keys (1 or 2 bytes): hash tables store keys without it.
     prefix_len: usize,
 }
 
-impl HeapBackend<CowTables> {
-    /// A heap backend with copy-on-write tables.
+impl HeapBackend {
+    /// A heap backend for `config`'s key-group range.
     pub fn new(config: BackendConfig) -> Result<Self> {
-        Self::with_tables(config)
-    }
-}
-
-impl<F: TableFamily> HeapBackend<F> {
-    /// A heap backend with the table family `F`.
-    pub fn with_tables(config: BackendConfig) -> Result<Self> {
         crate::keygroup::check_max_parallelism(config.max_parallelism)?;
         let range = config.key_group_range;
         if !range.is_empty() && range.end() as u32 >= config.max_parallelism {
@@ -107,7 +99,7 @@ impl<F: TableFamily> HeapBackend<F> {
         kg: KeyGroup,
         key: &'k [u8],
         op: &'static str,
-    ) -> Result<(&mut F::Kv, &'k [u8])> {
+    ) -> Result<(&mut CowTable, &'k [u8])> {
         let g = self.group_index(kg)?;
         let suffix = strip_prefix(key, self.prefix_len)?;
         match self.tables.get_mut(state) {
@@ -127,7 +119,7 @@ impl<F: TableFamily> HeapBackend<F> {
         kg: KeyGroup,
         key: &'k [u8],
         op: &'static str,
-    ) -> Result<(&F::Kv, &'k [u8])> {
+    ) -> Result<(&CowTable, &'k [u8])> {
         let g = self.group_index(kg)?;
         let suffix = strip_prefix(key, self.prefix_len)?;
         match self.tables.get(state) {
@@ -145,7 +137,7 @@ impl<F: TableFamily> HeapBackend<F> {
         state: StateId,
         kg: KeyGroup,
         op: &'static str,
-    ) -> Result<&mut F::Ordered> {
+    ) -> Result<&mut CowOrdered> {
         let g = self.group_index(kg)?;
         if !matches!(self.tables.get(state), Some(StateTables::Ordered(_))) {
             return Err(self.wrong_kind(state, op));
@@ -175,7 +167,7 @@ fn wrong_kind(states: &[StateMetaInfo], state: StateId, op: &'static str) -> Err
     }
 }
 
-impl<F: TableFamily> StateBackend for HeapBackend<F> {
+impl StateBackend for HeapBackend {
     fn backend_name(&self) -> &'static str {
         "heap"
     }
@@ -237,7 +229,7 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
         let mut buf = Vec::with_capacity(key_ns.len() + user_key.len());
         buf.extend_from_slice(key_ns);
         buf.extend_from_slice(user_key);
-        let t: &F::Ordered = self.ordered(state, kg, "map_get")?;
+        let t: &CowOrdered = self.ordered(state, kg, "map_get")?;
         Ok(t.get(&buf).map(SmallBytes::as_slice))
     }
 
@@ -277,7 +269,7 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
         key_ns: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        let t: &F::Ordered = self.ordered(state, kg, "map_scan")?;
+        let t: &CowOrdered = self.ordered(state, kg, "map_scan")?;
         t.scan_from(key_ns, &mut |k, v| match k.strip_prefix(key_ns) {
             Some(user_key) => f(user_key, v),
             None => false,
@@ -402,7 +394,7 @@ impl<F: TableFamily> StateBackend for HeapBackend<F> {
     }
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
-        Ok(Box::new(HeapSnapshot::<F> {
+        Ok(Box::new(HeapSnapshot {
             prefix_len: self.prefix_len,
             config: self.config.clone(),
             states: self.states.clone(),
@@ -417,14 +409,14 @@ fn unknown_state(state: StateId) -> Error {
 }
 
 /// A point-in-time view of a [`HeapBackend`]: clones of its tables.
-pub struct HeapSnapshot<F: TableFamily> {
+pub struct HeapSnapshot {
     prefix_len: usize,
     config: BackendConfig,
     states: Vec<StateMetaInfo>,
-    tables: Arc<Vec<StateTables<F>>>,
+    tables: Arc<Vec<StateTables>>,
 }
 
-impl<F: TableFamily> BackendSnapshot for HeapSnapshot<F> {
+impl BackendSnapshot for HeapSnapshot {
     fn config(&self) -> &BackendConfig {
         &self.config
     }

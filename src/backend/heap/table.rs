@@ -1,15 +1,9 @@
-//! The per-(state, key group) tables of the heap backend, in two interchangeable implementations.
+//! The per-(state, key group) tables of the heap backend: copy-on-write hash and ordered tables.
 //!
-//! A snapshot clones every table of every state: O(states × key groups), whatever the state size. What a
-//! clone costs afterwards depends on the implementation:
-//!
-//! * [`CowTable`]: a `hashbrown` map behind an `Arc`. Cloning bumps a reference count; the first write to a
-//!   shared table copies that whole table (one key group of one state), later writes are plain hash-map
-//!   writes. Fastest reads and writes when no snapshot is open.
-//! * [`PersistentTable`]: an `imbl` hash array mapped trie. Cloning is O(1) and each write after a clone
-//!   copies only the path to the entry. Slower point operations, no copy spike after a snapshot.
-//!
-//! `benches/heap_tables.rs` measures both; `design/heap-backend.md` records the numbers and the choice.
+//! A snapshot clones every table of every state: O(states × key groups), whatever the state size. Cloning
+//! a table bumps a reference count; the first write to a shared table copies that whole table (one key
+//! group of one state), later writes are plain hash-map writes. `design/heap-backend.md` records why this
+//! and not a persistent (path-copying) map.
 
 use std::sync::Arc;
 
@@ -402,76 +396,6 @@ fn sort_prefix(key: &[u8]) -> u128 {
     u128::from_be_bytes(b)
 }
 
-/// Persistent hash table (`imbl` HAMT): O(1) clones, path copying on writes.
-#[derive(Clone)]
-pub struct PersistentTable(
-    imbl::GenericHashMap<SmallBytes, SmallBytes, FastHasher, imbl::shared_ptr::DefaultSharedPtr>,
-);
-
-impl Default for PersistentTable {
-    fn default() -> Self {
-        PersistentTable(imbl::GenericHashMap::with_hasher(FastHasher::default()))
-    }
-}
-
-impl KvTable for PersistentTable {
-    #[inline]
-    fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.0.get(key).map(SmallBytes::as_slice)
-    }
-    #[inline]
-    fn put(&mut self, key: &[u8], value: &[u8]) {
-        match self.0.get_mut(key) {
-            Some(v) => v.set(value),
-            None => {
-                self.0.insert(SmallBytes::new(key), SmallBytes::new(value));
-            }
-        }
-    }
-    fn append(&mut self, key: &[u8], delimiter: u8, elements: &[u8]) {
-        match self.0.get_mut(key) {
-            Some(v) if !v.as_slice().is_empty() => v.extend(&[&[delimiter], elements]),
-            Some(v) => v.set(elements),
-            None => {
-                self.0
-                    .insert(SmallBytes::new(key), SmallBytes::new(elements));
-            }
-        }
-    }
-    #[inline]
-    fn remove(&mut self, key: &[u8]) -> bool {
-        self.0.remove(key).is_some()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn for_each(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
-        for (k, v) in self.0.iter() {
-            if !f(k.as_slice(), v.as_slice()) {
-                return;
-            }
-        }
-    }
-    fn for_each_sorted(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
-        visit_sorted(self.0.iter(), f)
-    }
-    fn retain(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Rewrite) {
-        let mut out = imbl::GenericHashMap::with_hasher(FastHasher::default());
-        for (k, v) in self.0.iter() {
-            match f(k.as_slice(), v.as_slice()) {
-                Rewrite::Keep => {
-                    out.insert(k.clone(), v.clone());
-                }
-                Rewrite::Replace(new) => {
-                    out.insert(k.clone(), SmallBytes::new(&new));
-                }
-                Rewrite::Remove => {}
-            }
-        }
-        self.0 = out;
-    }
-}
-
 /// An ordered map from entry-key bytes to values (map states: one entry per user key), cheap to clone.
 pub trait OrderedTable: Clone + Default + Send + Sync {
     /// The value for `key`.
@@ -552,87 +476,6 @@ impl OrderedTable for CowOrdered {
     fn retain(&mut self, f: &mut dyn FnMut(&[u8], &mut SmallBytes) -> bool) {
         Arc::make_mut(&mut self.0).retain(|k, v| f(k.as_slice(), v));
     }
-}
-
-/// Persistent ordered table (`imbl::OrdMap`, a B-tree with structural sharing).
-#[derive(Clone, Default)]
-pub struct PersistentOrdered(imbl::OrdMap<SmallBytes, SmallBytes>);
-
-impl OrderedTable for PersistentOrdered {
-    fn get(&self, key: &[u8]) -> Option<&SmallBytes> {
-        self.0.get(key)
-    }
-    fn insert(&mut self, key: &[u8], value: &[u8]) {
-        match self.0.get_mut(key) {
-            Some(v) => v.set(value),
-            None => {
-                self.0.insert(SmallBytes::new(key), SmallBytes::new(value));
-            }
-        }
-    }
-    fn remove(&mut self, key: &[u8]) -> bool {
-        self.0.remove(key).is_some()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn scan_from(&self, from: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
-        for (k, v) in self
-            .0
-            .range::<_, [u8]>((Bound::Included(from), Bound::Unbounded))
-        {
-            if !f(k.as_slice(), v.as_slice()) {
-                break;
-            }
-        }
-    }
-    fn remove_prefix(&mut self, prefix: &[u8]) {
-        let keys: Vec<SmallBytes> = self
-            .0
-            .range::<_, [u8]>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(k, _)| k.as_slice().starts_with(prefix))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in keys {
-            self.0.remove(&k);
-        }
-    }
-    fn retain(&mut self, f: &mut dyn FnMut(&[u8], &mut SmallBytes) -> bool) {
-        let mut out = imbl::OrdMap::new();
-        for (k, v) in self.0.iter() {
-            let mut v = v.clone();
-            if f(k.as_slice(), &mut v) {
-                out.insert(k.clone(), v);
-            }
-        }
-        self.0 = out;
-    }
-}
-
-/// A pair of table implementations the heap backend is built from.
-pub trait TableFamily: Send + Sync + 'static {
-    /// Hash table for value, list, reducing, aggregating and timer states.
-    type Kv: KvTable;
-    /// Ordered table for map states.
-    type Ordered: OrderedTable;
-    /// A name for reports.
-    const NAME: &'static str;
-}
-
-/// Copy-on-write tables ([`CowTable`], [`CowOrdered`]).
-pub struct CowTables;
-impl TableFamily for CowTables {
-    type Kv = CowTable;
-    type Ordered = CowOrdered;
-    const NAME: &'static str = "copy-on-write";
-}
-
-/// Persistent tables ([`PersistentTable`], [`PersistentOrdered`]).
-pub struct PersistentTables;
-impl TableFamily for PersistentTables {
-    type Kv = PersistentTable;
-    type Ordered = PersistentOrdered;
-    const NAME: &'static str = "persistent";
 }
 
 #[cfg(test)]

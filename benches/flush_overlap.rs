@@ -3,7 +3,7 @@
 //! memtable is nearly full (the switch comes after ≈ 40k puts and the flush runs beside the rest), against the
 //! same puts after the memtable was flushed first (a fresh memtable, no flush beside them).
 //!
-//! `cargo run --release --example flush_overlap` (alternates the two cases, 3 times each).
+//! `cargo bench --bench flush_overlap` (alternates the two cases, 3 times each).
 
 use std::time::Instant;
 

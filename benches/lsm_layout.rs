@@ -3,7 +3,7 @@
 //! memtable, files and background threads). 10 states, N keys spread over them: value put, value get,
 //! list append, snapshot (sync part) and savepoint write (async part).
 //!
-//! `cargo run --release --example lsm_layout -- [keys]` (default 500000).
+//! `cargo bench --bench lsm_layout -- [keys]` (default 500000).
 
 use std::time::Instant;
 
@@ -166,9 +166,10 @@ fn run(per_state: bool, keys: u64) {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench` first; the key count is the first number among the arguments.
     let keys = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
+        .skip(1)
+        .find_map(|a| a.parse().ok())
         .unwrap_or(500_000u64);
     for round in 0..2 {
         println!("round {round}, {keys} keys, {STATES} states");
