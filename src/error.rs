@@ -9,6 +9,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in keyed state, each variant naming what is wrong.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// An I/O operation failed.
     #[error("I/O error during {context}: {source}")]
@@ -118,6 +119,7 @@ pub enum Error {
     #[error(transparent)]
     Lsm(#[from] crate::lsm::LsmError),
     /// The RocksDB library reported an error (RocksDB backend).
+    #[cfg(feature = "rocksdb")]
     #[error("RocksDB error during {context}: {detail}")]
     RocksDb {
         /// What was being done.

@@ -19,6 +19,7 @@ pub const UPPER_BOUND_MAX_PARALLELISM: u32 = 1 << 15;
 
 /// Errors from key-group arithmetic on invalid arguments.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyGroupError {
     /// The max parallelism is outside `1..=32768`.
     #[error("max parallelism {0} is out of range (1..=32768)")]

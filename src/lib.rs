@@ -6,7 +6,7 @@
 //! parallelism. Entry bytes follow Flink's RocksDB working-state layout exactly ([`layout`]).
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;

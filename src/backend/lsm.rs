@@ -351,21 +351,14 @@ impl LsmBackend {
 
     #[inline]
     fn check(&self, state: StateId, kg: KeyGroup, map: bool, op: &'static str) -> Result<()> {
-        if !self.config.key_group_range.contains(kg) {
-            return Err(Error::KeyGroupOutOfRange {
-                key_group: kg,
-                range: self.config.key_group_range,
-            });
-        }
-        match self.states.get(state) {
-            Some(m) if (m.kind == StateKind::Map) == map => Ok(()),
-            Some(m) => Err(Error::WrongKind {
-                name: m.name.clone(),
-                kind: m.kind,
-                operation: op,
-            }),
-            None => Err(Error::UnknownState(format!("id {state}"))),
-        }
+        super::check_access(
+            &self.states,
+            self.config.key_group_range,
+            state,
+            kg,
+            map,
+            op,
+        )
     }
 
     /// Builds `sid | parts...` into the key buffer.

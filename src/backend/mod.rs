@@ -57,6 +57,51 @@ pub(crate) fn reregister(
     Ok(Some(id))
 }
 
+/// Checks the target of an operation, as every backend does before touching storage: `state` is known, its
+/// kind fits the operation (`map` operations on map states, the others on the rest), and `kg` lies in
+/// `range`. The typed store has checked all three already; this keeps a backend used directly safe.
+#[inline]
+pub(crate) fn check_access(
+    states: &[StateMetaInfo],
+    range: KeyGroupRange,
+    state: StateId,
+    kg: KeyGroup,
+    map: bool,
+    op: &'static str,
+) -> Result<()> {
+    match states.get(state) {
+        Some(m) if (m.kind == crate::meta::StateKind::Map) == map && range.contains(kg) => Ok(()),
+        Some(m) if (m.kind == crate::meta::StateKind::Map) == map => Err(out_of_range(range, kg)),
+        _ => Err(wrong_kind(states, state, op)),
+    }
+}
+
+/// The error for an operation `op` on `state` of the wrong kind, or on an unknown state id.
+#[cold]
+pub(crate) fn wrong_kind(
+    states: &[StateMetaInfo],
+    state: StateId,
+    op: &'static str,
+) -> crate::Error {
+    match states.get(state) {
+        Some(m) => crate::Error::WrongKind {
+            name: m.name.clone(),
+            kind: m.kind,
+            operation: op,
+        },
+        None => crate::Error::UnknownState(format!("id {state}")),
+    }
+}
+
+/// The error for key group `kg` outside a backend's `range`.
+#[cold]
+pub(crate) fn out_of_range(range: KeyGroupRange, kg: KeyGroup) -> crate::Error {
+    crate::Error::KeyGroupOutOfRange {
+        key_group: kg,
+        range,
+    }
+}
+
 /// The byte-level keyed-state backend contract.
 ///
 /// All keys passed in are full entry keys whose key-group prefix equals `kg`, and `kg` lies in the backend's

@@ -562,24 +562,14 @@ impl RocksDbBackend {
     /// the rest) and the key group.
     #[inline]
     fn check(&self, state: StateId, kg: KeyGroup, map: bool, op: &'static str) -> Result<()> {
-        let meta = self
-            .states
-            .get(state)
-            .ok_or_else(|| Error::UnknownState(format!("id {state}")))?;
-        if (meta.kind == StateKind::Map) != map {
-            return Err(Error::WrongKind {
-                name: meta.name.clone(),
-                kind: meta.kind,
-                operation: op,
-            });
-        }
-        if !self.config.key_group_range.contains(kg) {
-            return Err(Error::KeyGroupOutOfRange {
-                key_group: kg,
-                range: self.config.key_group_range,
-            });
-        }
-        Ok(())
+        super::check_access(
+            &self.states,
+            self.config.key_group_range,
+            state,
+            kg,
+            map,
+            op,
+        )
     }
 
     fn context(&self, op: &str, state: StateId) -> String {

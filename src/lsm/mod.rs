@@ -38,6 +38,7 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Errors of the LSM engine.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LsmError {
     /// An I/O operation failed.
     #[error("I/O error on {path}: {source}")]

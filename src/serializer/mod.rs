@@ -25,6 +25,7 @@ pub use snapshot::{SerializerSnapshot, SnapshotDecodeError, MAX_SNAPSHOT_DEPTH};
 
 /// Errors from serializing or deserializing one value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SerializerError {
     /// The input ended before the value was complete.
     #[error("input truncated: {what} needs {needed} more bytes")]

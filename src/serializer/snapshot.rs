@@ -25,6 +25,7 @@ pub const MAX_SNAPSHOT_DEPTH: usize = 16;
 
 /// Why snapshot bytes could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SnapshotDecodeError {
     /// The bytes end inside the snapshot.
     #[error("serializer snapshot truncated while reading {0}")]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use self::bytes::SmallBytes;
 use self::table::{CowOrdered, CowTable, KvTable, OrderedTable, Rewrite};
-use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
+use super::{out_of_range, wrong_kind, BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroup;
 use crate::meta::{StateKind, StateMetaInfo};
@@ -79,15 +79,7 @@ impl HeapBackend {
     fn group_index(&self, kg: KeyGroup) -> Result<usize> {
         match self.config.key_group_range.index_of(kg) {
             Some(g) => Ok(g),
-            None => Err(self.out_of_range(kg)),
-        }
-    }
-
-    #[cold]
-    fn out_of_range(&self, kg: KeyGroup) -> Error {
-        Error::KeyGroupOutOfRange {
-            key_group: kg,
-            range: self.config.key_group_range,
+            None => Err(out_of_range(self.config.key_group_range, kg)),
         }
     }
 
@@ -150,20 +142,6 @@ impl HeapBackend {
 
     fn wrong_kind(&self, state: StateId, op: &'static str) -> Error {
         wrong_kind(&self.states, state, op)
-    }
-}
-
-#[cold]
-fn wrong_kind(states: &[StateMetaInfo], state: StateId, op: &'static str) -> Error {
-    {
-        match states.get(state) {
-            Some(m) => Error::WrongKind {
-                name: m.name.clone(),
-                kind: m.kind,
-                operation: op,
-            },
-            None => Error::UnknownState(format!("id {state}")),
-        }
     }
 }
 
