@@ -21,3 +21,8 @@ pub mod serializer;
 pub mod state;
 
 pub use error::{Error, Result};
+
+/// The README's code blocks, compiled and run as doctests so that its API example stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -28,13 +28,13 @@ pub enum SavepointError {
         /// The minimum length.
         min: u64,
     },
-    /// The file does not start with [`MAGIC`].
+    /// The file does not start with [`MAGIC`](super::MAGIC).
     #[error("bad magic at offset 0: {found:02x?} is not a keyed-state savepoint")]
     BadMagic {
         /// The first 8 bytes.
         found: [u8; 8],
     },
-    /// The file does not end with [`FOOTER_MAGIC`]: the write never finished or the file was cut.
+    /// The file does not end with [`FOOTER_MAGIC`](super::FOOTER_MAGIC): the write never finished or the file was cut.
     #[error("bad footer magic at offset {offset}: {found:02x?}: the savepoint is truncated or incomplete")]
     BadFooterMagic {
         /// Offset of the footer magic.
