@@ -10,13 +10,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::db::DbInner;
 use super::filter::{CompactionFilter, CompactionFilterContext, FilterDecision, FilterEntryKind};
 use super::flush::Outputs;
 use super::ikey::{self, ValueKind};
 use super::iter::{full_merge, InternalIterator, MergingIter};
 use super::options::{CompactionPriority, Options};
 use super::rangedel::RangeTombstone;
+use super::state::DbInner;
 use super::version::{FileMeta, Version, VersionEdit};
 use super::LsmError;
 
