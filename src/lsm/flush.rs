@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use super::db::DbInner;
 use super::ikey;
 use super::memtable::MemTable;
 use super::rangedel::{self, RangeDelCollector, PROP_RANGE_DELS};
 use super::sst::{SstReader, SstWriter};
+use super::state::DbInner;
 use super::version::{sst_path, FileInfo, FileMeta};
 use super::LsmError;
 
@@ -24,6 +24,7 @@ pub(crate) struct Outputs<'a> {
 }
 
 impl<'a> Outputs<'a> {
+    /// Outputs of `db` that start a new file past `target_size` bytes (None: a single file).
     pub fn new(db: &'a DbInner, target_size: Option<u64>) -> Self {
         Self {
             db,

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use parking_lot::MutexGuard;
 
 use super::compaction::key_range;
-use super::db::{Db, DbInner, WriterState};
+use super::db::Db;
 use super::flush::Outputs;
 use super::ikey::{self, ValueKind};
 use super::panic_message;
+use super::state::{DbInner, WriterState};
 use super::version::{FileMeta, VersionEdit};
 use super::LsmError;
 

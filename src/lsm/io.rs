@@ -39,7 +39,8 @@ pub fn io_uring_available() -> bool {
     *AVAILABLE.get_or_init(|| IoUring::new(4).is_ok())
 }
 
-fn io_err(path: &Path, source: io::Error) -> LsmError {
+/// An [`LsmError::Io`] for `source` on `path`.
+pub(crate) fn io_err(path: &Path, source: io::Error) -> LsmError {
     LsmError::Io {
         path: path.display().to_string(),
         source,

@@ -24,6 +24,7 @@ pub mod prefix;
 pub(crate) mod rangedel;
 pub(crate) mod skiplist;
 pub mod snapshot;
+pub(crate) mod state;
 pub(crate) mod version;
 pub(crate) mod wal;
 

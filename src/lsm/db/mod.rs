@@ -1,0 +1,171 @@
+//! The database handle, [`Db`]: an embedded LSM key-value store with merge operands, range deletes,
+//! snapshots, and background flush and compaction.
+//!
+//! This module holds the handle and its public API; the work is in the submodules: `open` (opening and
+//! recovery), `write` (the write path), `read` (the read path), `background` (the flush and compaction
+//! threads, waiting for them, shutdown) and `stats` ([`DbStats`]). What they share with the flush and
+//! compaction jobs is `DbInner`, in `lsm::state`.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+
+use super::batch::WriteBatch;
+use super::compaction;
+use super::ikey::ValueKind;
+use super::iter::DbIter;
+use super::options::{Options, ReadOptions};
+use super::slice::ValueSlice;
+use super::snapshot::Snapshot;
+use super::state::DbInner;
+use super::LsmError;
+
+mod background;
+mod open;
+mod read;
+mod stats;
+mod write;
+
+pub use stats::DbStats;
+
+type Result<T> = std::result::Result<T, LsmError>;
+
+/// An embedded LSM key-value store. `Send + Sync`: share it through an `Arc`.
+pub struct Db {
+    inner: Arc<DbInner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The `LOCK` file, exclusively `flock`ed while the database is open.
+    _lock: std::fs::File,
+}
+
+impl Db {
+    /// Opens (or creates) the database in `path`, replaying WAL files if any.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        open::open(path.as_ref(), opts)
+    }
+
+    /// The shared state, for the handle's extensions (ingestion, checkpoints).
+    pub(crate) fn inner(&self) -> &Arc<DbInner> {
+        &self.inner
+    }
+
+    /// Applies a batch atomically: all its updates get consecutive seqnos and become visible together.
+    pub fn write(&self, batch: &WriteBatch) -> Result<()> {
+        self.write_seq(batch).map(|_| ())
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write_one(ValueKind::Put, key, value)
+    }
+
+    /// Deletes `key`.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.write_one(ValueKind::Delete, key, &[])
+    }
+
+    /// Adds a merge operand for `key`.
+    pub fn merge(&self, key: &[u8], operand: &[u8]) -> Result<()> {
+        self.write_one(ValueKind::Merge, key, operand)
+    }
+
+    /// Deletes every key in `[start, end)` with one range tombstone.
+    pub fn delete_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        let mut b = WriteBatch::new();
+        b.delete_range(start, end);
+        let seqno = self.write_seq(&b)?;
+        self.inner.drop_files_in_range(start, end, seqno)
+    }
+
+    /// Reads the latest value of `key` (zero-copy when it sits in an uncompressed SST block).
+    pub fn get(&self, key: &[u8]) -> Result<Option<ValueSlice>> {
+        self.inner.get_at_seqno(key, None)
+    }
+
+    /// Reads the latest value of `key` into `out` (cleared first); returns whether `key` has a value.
+    /// Cheaper than [`Db::get`] for values in memtables: they are copied into `out`, never allocated.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.inner.get_into_at_seqno(key, None, out)
+    }
+
+    /// Reads `key` as of `snapshot`.
+    pub fn get_at(&self, key: &[u8], snapshot: &Snapshot) -> Result<Option<ValueSlice>> {
+        self.inner.get_at_seqno(key, Some(snapshot.seqno()))
+    }
+
+    /// A snapshot of the current state.
+    pub fn snapshot(&self) -> Snapshot {
+        // Register under the writer lock so no write is half-visible relative to the seqno.
+        let _w = self.inner.writer.lock();
+        let seq = self.inner.last_seqno.load(Ordering::SeqCst);
+        self.inner.snapshots.acquire(seq)
+    }
+
+    /// An iterator (unpositioned: call `seek` or `seek_to_first`).
+    pub fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
+        self.inner.iter(ro)
+    }
+
+    /// Flushes all memtables to L0 and waits for it.
+    pub fn flush(&self) -> Result<()> {
+        {
+            let mut w = self.inner.writer.lock();
+            self.inner.make_room(&mut w, true)?;
+        }
+        self.inner.wait_flushed()
+    }
+
+    /// Waits until pending flushes are done and automatic compaction is idle (RocksDB's `WaitForCompact`).
+    pub fn wait_for_background_work(&self) -> Result<()> {
+        self.inner.wait_for_background_work()
+    }
+
+    /// Flushes, then compacts all files into one level (the last with dynamic level sizing, else the deepest
+    /// non-empty one), and waits for it. No automatic compaction starts from the call until it returns.
+    pub fn compact_all(&self) -> Result<()> {
+        let _exclusive = background::ManualCompaction::start(&self.inner);
+        self.flush()?;
+        compaction::run_manual(&self.inner, None)
+    }
+
+    /// Flushes, then compacts the files overlapping `[start, end]` level by level, and waits for it. No
+    /// automatic compaction starts from the call until it returns.
+    pub fn compact_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        let _exclusive = background::ManualCompaction::start(&self.inner);
+        self.flush()?;
+        compaction::run_manual(&self.inner, Some((start, end)))
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> DbStats {
+        self.inner.stats()
+    }
+
+    /// The directory of the database.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Flushes the memtables (without a WAL they would be lost), stops background threads and closes.
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    /// Stops the background threads *without* flushing, as if the process died here: what survives is what
+    /// the manifest and (if on) the WAL hold. For crash tests.
+    pub fn abandon(self) {
+        self.stop_without_flush()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

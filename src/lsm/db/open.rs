@@ -1,0 +1,206 @@
+//! Opening a database: the directory lock, manifest replay, a scan of the directory (file numbers in use,
+//! orphaned files to delete), opening the live files, WAL replay into L0, then a fresh WAL and manifest
+//! and the background threads.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::lsm::cache::BlockCache;
+use crate::lsm::flush;
+use crate::lsm::io::io_err;
+use crate::lsm::manifest::{self, ManifestWriter};
+use crate::lsm::options::Options;
+use crate::lsm::state::DbInner;
+use crate::lsm::version::{FileInfo, FileMeta, Version};
+use crate::lsm::wal::{self, WalWriter};
+use crate::lsm::LsmError;
+
+use super::{background, Db, Result};
+
+/// Takes an exclusive advisory lock on `dir/LOCK`, failing if another handle holds it.
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io_err(&path, e))?;
+    // SAFETY: `flock` only reads the descriptor, which `file` owns and keeps open for the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(LsmError::Locked(path.display().to_string()));
+    }
+    Ok(file)
+}
+
+/// Opens (or creates) the database in `dir` (see [`Db::open`]).
+pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
+    let dir = dir.to_path_buf();
+    if opts.num_levels < 2 {
+        return Err(LsmError::InvalidArgument(
+            "num_levels must be at least 2".into(),
+        ));
+    }
+    if !dir.exists() {
+        if !opts.create_if_missing {
+            return Err(io_err(&dir, std::io::ErrorKind::NotFound.into()));
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+    }
+    let lock = lock_dir(&dir)?;
+    let cache = BlockCache::new(opts.block_cache_size);
+    // Replay the manifest.
+    let current = manifest::read_current(&dir)?;
+    let mut files: BTreeMap<u64, (usize, FileInfo)> = BTreeMap::new();
+    let (mut next_file, mut last_seqno, mut log_number) = (1u64, 0u64, 0u64);
+    if let Some(num) = current {
+        let mpath = manifest::manifest_path(&dir, num);
+        let bytes = std::fs::read(&mpath).map_err(|e| io_err(&mpath, e))?;
+        let name = mpath.display().to_string();
+        let edits = manifest::decode_manifest(&bytes, &name)?;
+        if edits.is_empty() {
+            return Err(LsmError::Corruption {
+                file: name,
+                detail: "manifest holds no record".into(),
+            });
+        }
+        for e in edits {
+            for (l, n) in &e.deleted {
+                if files.get(n).is_some_and(|(fl, _)| *fl == *l as usize) {
+                    files.remove(n);
+                }
+            }
+            for (l, f) in e.added {
+                if l as usize >= opts.num_levels {
+                    return Err(LsmError::Corruption {
+                        file: name,
+                        detail: format!("file {} at level {l} beyond num_levels", f.number),
+                    });
+                }
+                files.insert(f.number, (l as usize, f));
+            }
+            next_file = next_file.max(e.next_file_number.unwrap_or(0));
+            last_seqno = last_seqno.max(e.last_seqno.unwrap_or(0));
+            log_number = log_number.max(e.log_number.unwrap_or(0));
+        }
+        next_file = next_file.max(num + 1);
+    }
+    // Scan the directory: never reuse a number seen on disk.
+    let mut logs = Vec::new();
+    let mut orphans = Vec::new();
+    let entries = std::fs::read_dir(&dir).map_err(|e| io_err(&dir, e))?;
+    for ent in entries {
+        let ent = ent.map_err(|e| io_err(&dir, e))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        let num = name
+            .strip_suffix(".sst")
+            .or_else(|| name.strip_suffix(".log"))
+            .or_else(|| name.strip_prefix("MANIFEST-"))
+            .and_then(|n| n.parse::<u64>().ok());
+        let Some(num) = num else { continue };
+        next_file = next_file.max(num + 1);
+        if name.ends_with(".log") {
+            if num >= log_number {
+                logs.push(num);
+            } else {
+                orphans.push(ent.path());
+            }
+        } else if (name.ends_with(".sst") && !files.contains_key(&num))
+            || (name.starts_with("MANIFEST-") && Some(num) != current)
+        {
+            orphans.push(ent.path());
+        }
+    }
+    logs.sort_unstable();
+    let inner = Arc::new(DbInner::new(
+        dir.clone(),
+        opts,
+        Arc::clone(&cache),
+        next_file,
+        last_seqno,
+    ));
+    // Open the live files.
+    let mut levels: Vec<Vec<Arc<FileMeta>>> = vec![Vec::new(); inner.opts.num_levels];
+    for (number, (level, info)) in &files {
+        let f = flush::open_file(&inner, *number, info.size)?;
+        last_seqno = last_seqno.max(f.info.max_seqno);
+        levels[*level].push(f);
+    }
+    inner.last_seqno.fetch_max(last_seqno, Ordering::SeqCst);
+    let version = Version::from_levels(levels);
+    if let Some(num) = current {
+        version
+            .check_invariants()
+            .map_err(|detail| LsmError::Corruption {
+                file: manifest::manifest_path(&dir, num).display().to_string(),
+                detail,
+            })?;
+    }
+    {
+        let mut st = inner.state.lock();
+        st.version = Arc::new(version);
+        st.refresh_super_version();
+    }
+    for p in orphans {
+        let _ = std::fs::remove_file(p);
+    }
+    // Replay WAL files into a memtable and flush it to L0.
+    let replay = inner.new_memtable(0, 0);
+    for n in &logs {
+        let (batches, _torn) = wal::read_wal(&wal::wal_path(&dir, *n))?;
+        for (seq, b) in batches {
+            for (i, op) in b.ops.iter().enumerate() {
+                replay.add(seq + i as u64, op.kind, &op.key, &op.value);
+            }
+            let end = seq + b.ops.len() as u64;
+            inner
+                .last_seqno
+                .fetch_max(end.saturating_sub(1), Ordering::SeqCst);
+        }
+    }
+    let mut added = Vec::new();
+    if !replay.is_empty() {
+        for f in flush::write_memtable(&inner, &replay)? {
+            added.push((0usize, f));
+        }
+    }
+    // A fresh WAL and a fresh manifest holding the full state.
+    let wal_number = if inner.opts.wal {
+        inner.new_file_number()
+    } else {
+        0
+    };
+    {
+        let mut st = inner.state.lock();
+        let v = st.version.apply(&[], &added);
+        st.version = Arc::new(v);
+        st.mem = Arc::new(inner.new_memtable(wal_number, 0));
+        st.refresh_super_version();
+        st.flushed_seqno = inner.last_seqno.load(Ordering::SeqCst);
+    }
+    let version = Arc::clone(&inner.state.lock().version);
+    let man_number = inner.new_file_number();
+    let base = inner.snapshot_edit(&version, Some(wal_number));
+    inner.manifest.lock().writer = Some(ManifestWriter::create(&dir, man_number, &base)?);
+    if let Some(old) = current {
+        let _ = std::fs::remove_file(manifest::manifest_path(&dir, old));
+    }
+    for n in &logs {
+        let _ = std::fs::remove_file(wal::wal_path(&dir, *n));
+    }
+    if inner.opts.wal {
+        inner.writer.lock().wal = Some(WalWriter::create(&dir, wal_number, inner.opts.wal_sync)?);
+    }
+    let threads = background::start_threads(&inner)?;
+    Ok(Db {
+        inner,
+        threads: Mutex::new(threads),
+        _lock: lock,
+    })
+}
