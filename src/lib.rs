@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod demo;
 pub mod error;
+mod fsutil;
 pub mod keygroup;
 pub mod layout;
 pub mod lsm;
