@@ -978,7 +978,7 @@ impl Db {
                 .check_invariants()
                 .map_err(|detail| LsmError::Corruption {
                     file: manifest::manifest_path(&dir, num).display().to_string(),
-                    detail,
+                    detail: detail.to_string(),
                 })?;
         }
         {

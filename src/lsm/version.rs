@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::batch::Reader;
 use super::cache::BlockCache;
+use super::coding::{put_len_prefixed_u32, put_u32, put_u64, ByteReader, DecodeError};
 use super::ikey;
 use super::rangedel::RangeTombstone;
 use super::sst::SstReader;
@@ -147,14 +147,15 @@ impl Version {
     }
 
     /// Checks that levels 1+ are sorted and non-overlapping by user key.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), DecodeError> {
         for (level, files) in self.levels.iter().enumerate().skip(1) {
             for w in files.windows(2) {
                 if w[0].info.largest_user() >= w[1].info.smallest_user() {
-                    return Err(format!(
-                        "files {} and {} overlap in level {level}",
-                        w[0].info.number, w[1].info.number
-                    ));
+                    return Err(DecodeError::FilesOverlap {
+                        level,
+                        first: w[0].info.number,
+                        second: w[1].info.number,
+                    });
                 }
             }
         }
@@ -214,7 +215,7 @@ impl VersionEdit {
         let u64f = |out: &mut Vec<u8>, tag: u8, v: Option<u64>| {
             if let Some(v) = v {
                 out.push(tag);
-                out.extend_from_slice(&v.to_le_bytes());
+                put_u64(out, v);
             }
         };
         u64f(&mut out, TAG_NEXT_FILE, self.next_file_number);
@@ -222,28 +223,28 @@ impl VersionEdit {
         u64f(&mut out, TAG_LOG_NUMBER, self.log_number);
         for (level, number) in &self.deleted {
             out.push(TAG_DELETE);
-            out.extend_from_slice(&level.to_le_bytes());
-            out.extend_from_slice(&number.to_le_bytes());
+            put_u32(&mut out, *level);
+            put_u64(&mut out, *number);
         }
         for (level, f) in &self.added {
             out.push(TAG_ADD);
-            out.extend_from_slice(&level.to_le_bytes());
+            put_u32(&mut out, *level);
             for v in [f.number, f.size, f.min_seqno, f.max_seqno] {
-                out.extend_from_slice(&v.to_le_bytes());
+                put_u64(&mut out, v);
             }
             for k in [&f.smallest, &f.largest] {
-                out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-                out.extend_from_slice(k);
+                put_len_prefixed_u32(&mut out, k);
             }
         }
         out
     }
 
     /// Decodes [`VersionEdit::encode`]'s output; never panics on arbitrary bytes.
-    pub fn decode(bytes: &[u8]) -> Result<VersionEdit, String> {
-        let mut r = Reader { buf: bytes, pos: 0 };
+    pub fn decode(bytes: &[u8]) -> Result<VersionEdit, DecodeError> {
+        let mut r = ByteReader::new(bytes);
         let mut e = VersionEdit::default();
         while !r.is_empty() {
+            let offset = r.position() as u64;
             match r.u8()? {
                 TAG_NEXT_FILE => e.next_file_number = Some(r.u64()?),
                 TAG_LAST_SEQNO => e.last_seqno = Some(r.u64()?),
@@ -258,10 +259,8 @@ impl VersionEdit {
                     let size = r.u64()?;
                     let min_seqno = r.u64()?;
                     let max_seqno = r.u64()?;
-                    let sl = r.u32()? as usize;
-                    let smallest = r.bytes(sl)?.to_vec();
-                    let ll = r.u32()? as usize;
-                    let largest = r.bytes(ll)?.to_vec();
+                    let smallest = r.len_prefixed_u32()?.to_vec();
+                    let largest = r.len_prefixed_u32()?.to_vec();
                     e.added.push((
                         level,
                         FileInfo {
@@ -274,7 +273,13 @@ impl VersionEdit {
                         },
                     ));
                 }
-                t => return Err(format!("unknown tag {t} at offset {}", r.pos - 1)),
+                tag => {
+                    return Err(DecodeError::BadTag {
+                        what: "tag",
+                        tag,
+                        offset,
+                    })
+                }
             }
         }
         Ok(e)
