@@ -27,6 +27,7 @@ pub(crate) struct BatchOp {
 /// A group of updates that become visible all at once.
 #[derive(Debug, Clone, Default)]
 pub struct WriteBatch {
+    /// The updates, in the order they get sequence numbers.
     pub(crate) ops: Vec<BatchOp>,
     bytes: usize,
 }

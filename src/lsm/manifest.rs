@@ -1,7 +1,7 @@
 //! The manifest: an append-only log of version-edit records, and the `CURRENT` pointer.
 //!
 //! Records are framed as described in [`record_log`](super::record_log), each payload one encoded
-//! [`VersionEdit`]. A record cut short at the end of the file (a crash during the append, before it was
+//! version edit. A record cut short at the end of the file (a crash during the append, before it was
 //! acknowledged) is ignored. A complete record whose checksum does not match, or whose payload does not
 //! decode, is a [`LsmError::Corruption`] naming the file. `CURRENT` holds the manifest's file name and is
 //! replaced by write-to-temp, fsync, rename, fsync-directory.
@@ -85,7 +85,9 @@ pub(crate) fn set_current(dir: &Path, number: u64) -> Result<(), LsmError> {
 pub(crate) struct ManifestWriter {
     file: File,
     path: PathBuf,
+    /// The manifest's file number.
     pub number: u64,
+    /// Bytes written so far.
     pub size: u64,
 }
 

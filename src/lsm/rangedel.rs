@@ -14,8 +14,11 @@ pub(crate) const PROP_RANGE_DELS: &str = "ks.range_dels";
 /// One range tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RangeTombstone {
+    /// First user key deleted.
     pub start: Vec<u8>,
+    /// First user key after the deleted range.
     pub end: Vec<u8>,
+    /// The tombstone's sequence number: it hides older entries only.
     pub seqno: u64,
 }
 

@@ -23,20 +23,26 @@ pub(crate) fn sst_path(dir: &std::path::Path, number: u64) -> PathBuf {
 /// What the manifest records about one SST file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FileInfo {
+    /// The file number.
     pub number: u64,
+    /// Size in bytes.
     pub size: u64,
     /// Smallest internal key.
     pub smallest: Vec<u8>,
     /// Largest internal key.
     pub largest: Vec<u8>,
+    /// Smallest sequence number.
     pub min_seqno: u64,
+    /// Largest sequence number.
     pub max_seqno: u64,
 }
 
 impl FileInfo {
+    /// The user key of the smallest internal key.
     pub fn smallest_user(&self) -> &[u8] {
         ikey::user_key(&self.smallest)
     }
+    /// The user key of the largest internal key.
     pub fn largest_user(&self) -> &[u8] {
         ikey::user_key(&self.largest)
     }
@@ -48,15 +54,20 @@ impl FileInfo {
 
 /// An open SST file shared by versions.
 pub(crate) struct FileMeta {
+    /// What the manifest records.
     pub info: FileInfo,
+    /// The open file.
     pub reader: Arc<SstReader>,
+    /// The file's range tombstones.
     pub range_dels: Vec<RangeTombstone>,
+    /// Where the file is.
     pub path: PathBuf,
     obsolete: AtomicBool,
     cache: Arc<BlockCache>,
 }
 
 impl FileMeta {
+    /// Metadata of an open file, not obsolete.
     pub fn new(
         info: FileInfo,
         reader: Arc<SstReader>,
@@ -100,6 +111,7 @@ pub(crate) struct Version {
 }
 
 impl Version {
+    /// A version without files.
     pub fn empty(num_levels: usize) -> Self {
         Self {
             levels: vec![Vec::new(); num_levels],
@@ -125,6 +137,7 @@ impl Version {
         v
     }
 
+    /// A version of these files per level, sorted as [`Version::levels`] requires.
     pub fn from_levels(mut levels: Vec<Vec<Arc<FileMeta>>>) -> Version {
         for (i, l) in levels.iter_mut().enumerate() {
             if i == 0 {
@@ -195,10 +208,15 @@ impl Version {
 /// A change from one version to the next, as recorded in the manifest.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct VersionEdit {
+    /// The next file number to allocate.
     pub next_file_number: Option<u64>,
+    /// The largest sequence number in use.
     pub last_seqno: Option<u64>,
+    /// WALs numbered below this one are flushed and need no replay.
     pub log_number: Option<u64>,
+    /// Files removed: (level, file number).
     pub deleted: Vec<(u32, u64)>,
+    /// Files added: (level, file).
     pub added: Vec<(u32, FileInfo)>,
 }
 

@@ -317,16 +317,19 @@ impl BlockCursor {
         Ok(())
     }
 
+    /// Whether positioned at an entry.
     #[inline]
     pub(crate) fn valid(&self) -> bool {
         self.valid
     }
 
+    /// The current key.
     #[inline]
     pub(crate) fn key(&self) -> &[u8] {
         &self.key
     }
 
+    /// Where the current value lies in the block.
     #[inline]
     pub(crate) fn value_range(&self) -> Range<usize> {
         self.value.clone()
