@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod error;
+mod fsutil;
 pub mod keygroup;
 pub mod layout;
 pub mod lsm;

@@ -31,6 +31,7 @@ use crate::keygroup::{
     key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup,
 };
 use crate::layout::LIST_DELIMITER;
+use crate::lsm::prefix::prefix_successor;
 use crate::meta::{StateKind, StateMetaInfo};
 
 /// The RocksDB database type: multi-threaded column-family handling, so column families can be created
@@ -268,19 +269,6 @@ pub fn column_family_name(state_name: &str) -> String {
     } else {
         state_name.to_string()
     }
-}
-
-/// The smallest key greater than every key starting with `prefix`, if there is one.
-fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut s = prefix.to_vec();
-    while let Some(last) = s.last_mut() {
-        if *last < 0xFF {
-            *last += 1;
-            return Some(s);
-        }
-        s.pop();
-    }
-    None
 }
 
 /// Maps a RocksDB error into [`Error::RocksDb`].
@@ -1086,14 +1074,6 @@ impl BackendSnapshot for RocksDbSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_successor_increments_and_carries() {
-        assert_eq!(prefix_successor(&[1, 2]), Some(vec![1, 3]));
-        assert_eq!(prefix_successor(&[1, 0xFF]), Some(vec![2]));
-        assert_eq!(prefix_successor(&[0xFF, 0xFF]), None);
-        assert_eq!(prefix_successor(&[]), None);
-    }
 
     #[test]
     fn column_family_names_escape_default() {

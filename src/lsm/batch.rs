@@ -10,6 +10,7 @@
 //!
 //! Operation `i` gets sequence number `seqno + i`.
 
+use super::coding::{put_len_prefixed_u32, put_u32, put_u64, ByteReader, DecodeError};
 use super::ikey::ValueKind;
 
 /// One update inside a [`WriteBatch`].
@@ -26,6 +27,7 @@ pub(crate) struct BatchOp {
 /// A group of updates that become visible all at once.
 #[derive(Debug, Clone, Default)]
 pub struct WriteBatch {
+    /// The updates, in the order they get sequence numbers.
     pub(crate) ops: Vec<BatchOp>,
     bytes: usize,
 }
@@ -93,72 +95,36 @@ impl WriteBatch {
     /// Encodes the batch with its first sequence number.
     pub(crate) fn encode(&self, seqno: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(12 + self.bytes);
-        out.extend_from_slice(&seqno.to_le_bytes());
-        out.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
+        put_u64(&mut out, seqno);
+        put_u32(&mut out, self.ops.len() as u32);
         for op in &self.ops {
             out.push(op.kind as u8);
-            out.extend_from_slice(&(op.key.len() as u32).to_le_bytes());
-            out.extend_from_slice(&op.key);
-            out.extend_from_slice(&(op.value.len() as u32).to_le_bytes());
-            out.extend_from_slice(&op.value);
+            put_len_prefixed_u32(&mut out, &op.key);
+            put_len_prefixed_u32(&mut out, &op.value);
         }
         out
     }
 
     /// Decodes an encoded batch into its first sequence number and the batch.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, WriteBatch), String> {
-        let mut r = Reader { buf: bytes, pos: 0 };
+    pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
+        let mut r = ByteReader::new(bytes);
         let seqno = r.u64()?;
         let count = r.u32()?;
         let mut batch = WriteBatch::new();
         for _ in 0..count {
-            let kind = r.u8()?;
-            let kind = ValueKind::from_u8(kind).ok_or_else(|| format!("unknown kind {kind}"))?;
-            let klen = r.u32()? as usize;
-            let key = r.bytes(klen)?;
-            let vlen = r.u32()? as usize;
-            let value = r.bytes(vlen)?;
+            let offset = r.position() as u64;
+            let tag = r.u8()?;
+            let kind = ValueKind::from_u8(tag).ok_or(DecodeError::BadTag {
+                what: "kind",
+                tag,
+                offset,
+            })?;
+            let key = r.len_prefixed_u32()?;
+            let value = r.len_prefixed_u32()?;
             batch.push(kind, key, value);
         }
-        if r.pos != bytes.len() {
-            return Err("trailing bytes after batch".into());
-        }
+        r.finish("batch")?;
         Ok((seqno, batch))
-    }
-}
-
-/// A bounds-checked little-endian reader.
-pub(crate) struct Reader<'a> {
-    pub buf: &'a [u8],
-    pub pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|e| *e <= self.buf.len())
-            .ok_or_else(|| format!("truncated at offset {} (need {n} bytes)", self.pos))?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    pub fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.bytes(1)?[0])
-    }
-    pub fn u32(&mut self) -> Result<u32, String> {
-        let b = self.bytes(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    pub fn u64(&mut self) -> Result<u64, String> {
-        let b = self.bytes(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-    pub fn is_empty(&self) -> bool {
-        self.pos >= self.buf.len()
     }
 }
 

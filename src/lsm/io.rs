@@ -272,11 +272,9 @@ pub fn copy_file(src: &Path, dst: &Path, mode: IoMode) -> Result<u64, LsmError> 
     Ok(copied)
 }
 
-/// Fsyncs a directory so that files created or renamed in it are durable.
+/// Fsyncs a directory so that files created or renamed in it are durable ([`LsmError::Io`] naming it).
 pub fn sync_dir(dir: &Path) -> Result<(), LsmError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err(dir, e))
+    crate::fsutil::sync_dir(dir).map_err(|e| io_err(dir, e))
 }
 
 #[cfg(test)]

@@ -1,30 +1,20 @@
-//! The manifest: an append-only log of checksummed version-edit records, and the `CURRENT` pointer.
+//! The manifest: an append-only log of version-edit records, and the `CURRENT` pointer.
 //!
-//! Record layout (little-endian):
-//!
-//! ```text
-//! +------------+------------------------+-------------------+
-//! | len: u32   | xxh3_64(payload): u64  | payload (len B)   |
-//! +------------+------------------------+-------------------+
-//! ```
-//!
-//! A record cut short at the end of the file (a crash during the append, before it was acknowledged) is
-//! ignored. A complete record whose checksum does not match, or whose payload does not decode, is a
-//! [`LsmError::Corruption`] naming the file. `CURRENT` holds the manifest's file name and is replaced by
-//! write-to-temp, fsync, rename, fsync-directory.
+//! Records are framed as described in [`record_log`](super::record_log), each payload one encoded
+//! version edit. A record cut short at the end of the file (a crash during the append, before it was
+//! acknowledged) is ignored. A complete record whose checksum does not match, or whose payload does not
+//! decode, is a [`LsmError::Corruption`] naming the file. `CURRENT` holds the manifest's file name and is
+//! replaced by write-to-temp, fsync, rename, fsync-directory.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use xxhash_rust::xxh3::xxh3_64;
-
+use super::record_log::{frame, read_frame, Frame};
 use super::version::VersionEdit;
 use super::LsmError;
 
-/// Record header length.
-pub(crate) const HEADER_LEN: usize = 12;
-
+/// The path of manifest `number` in `dir`.
 pub(crate) fn manifest_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("MANIFEST-{number:06}"))
 }
@@ -34,44 +24,6 @@ fn io_err(path: &Path, source: std::io::Error) -> LsmError {
         path: path.display().to_string(),
         source,
     }
-}
-
-/// Frames a payload as a checksummed record (shared with the WAL).
-pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&xxh3_64(payload).to_le_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
-/// The outcome of reading one framed record.
-pub(crate) enum Frame<'a> {
-    /// A record and the offset after it.
-    Record(&'a [u8], usize),
-    /// End of data, or a record cut short at the end.
-    End,
-    /// A complete record with a bad checksum.
-    BadChecksum,
-}
-
-/// Reads the record at `pos`.
-pub(crate) fn read_frame(buf: &[u8], pos: usize) -> Frame<'_> {
-    let Some(header) = buf.get(pos..pos.saturating_add(HEADER_LEN)) else {
-        return Frame::End;
-    };
-    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-    let mut sum = [0u8; 8];
-    sum.copy_from_slice(&header[4..12]);
-    let sum = u64::from_le_bytes(sum);
-    let start = pos + HEADER_LEN;
-    let Some(payload) = start.checked_add(len).and_then(|end| buf.get(start..end)) else {
-        return Frame::End;
-    };
-    if xxh3_64(payload) != sum {
-        return Frame::BadChecksum;
-    }
-    Frame::Record(payload, start + len)
 }
 
 /// Decodes every edit of a manifest's bytes; `file` names it in errors.
@@ -133,7 +85,9 @@ pub(crate) fn set_current(dir: &Path, number: u64) -> Result<(), LsmError> {
 pub(crate) struct ManifestWriter {
     file: File,
     path: PathBuf,
+    /// The manifest's file number.
     pub number: u64,
+    /// Bytes written so far.
     pub size: u64,
 }
 
@@ -173,11 +127,6 @@ impl ManifestWriter {
 /// records, or a typed error naming `file`. Never panics on arbitrary input (fuzzed).
 pub fn validate_manifest(buf: &[u8], file: &str) -> Result<usize, LsmError> {
     decode_manifest(buf, file).map(|edits| edits.len())
-}
-
-/// The record checksum (xxh3-64) used by the manifest and the WAL.
-pub fn checksum(payload: &[u8]) -> u64 {
-    xxh3_64(payload)
 }
 
 #[cfg(test)]

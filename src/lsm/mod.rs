@@ -2,6 +2,7 @@
 //! checkpoints. It knows nothing of state kinds or serializers; key groups reach it only as key prefixes.
 
 pub mod cache;
+pub mod coding;
 pub mod ikey;
 pub mod io;
 pub mod slice;
@@ -22,6 +23,7 @@ pub mod merge;
 pub mod options;
 pub mod prefix;
 pub(crate) mod rangedel;
+pub mod record_log;
 pub(crate) mod skiplist;
 pub mod snapshot;
 pub(crate) mod state;

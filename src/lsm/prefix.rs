@@ -95,7 +95,9 @@ mod tests {
     fn successor_skips_trailing_ff() {
         assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
         assert_eq!(prefix_successor(&[1, 0xFF, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[1, 2]), Some(vec![1, 3]));
         assert_eq!(prefix_successor(&[0xFF]), None);
+        assert_eq!(prefix_successor(&[0xFF, 0xFF]), None);
         assert_eq!(prefix_successor(b""), None);
     }
 

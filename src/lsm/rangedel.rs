@@ -4,7 +4,7 @@
 //! are stored inline in memtables and SSTs (kind `RangeDelete`, user key = start, value = end) and also
 //! aggregated per SST into the `ks.range_dels` table property, so readers get them without scanning.
 
-use super::batch::Reader;
+use super::coding::{put_len_prefixed_u32, put_u32, put_u64, ByteReader, DecodeError};
 use super::ikey::{self, ValueKind};
 use super::sst::PropertiesCollector;
 
@@ -14,8 +14,11 @@ pub(crate) const PROP_RANGE_DELS: &str = "ks.range_dels";
 /// One range tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RangeTombstone {
+    /// First user key deleted.
     pub start: Vec<u8>,
+    /// First user key after the deleted range.
     pub end: Vec<u8>,
+    /// The tombstone's sequence number: it hides older entries only.
     pub seqno: u64,
 }
 
@@ -47,27 +50,23 @@ pub(crate) fn max_covering<'a>(
 /// Encodes tombstones as `count u32 | (slen u32, start, elen u32, end, seqno u64)*`, little-endian.
 pub(crate) fn encode(tombs: &[RangeTombstone]) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(&(tombs.len() as u32).to_le_bytes());
+    put_u32(&mut out, tombs.len() as u32);
     for t in tombs {
-        out.extend_from_slice(&(t.start.len() as u32).to_le_bytes());
-        out.extend_from_slice(&t.start);
-        out.extend_from_slice(&(t.end.len() as u32).to_le_bytes());
-        out.extend_from_slice(&t.end);
-        out.extend_from_slice(&t.seqno.to_le_bytes());
+        put_len_prefixed_u32(&mut out, &t.start);
+        put_len_prefixed_u32(&mut out, &t.end);
+        put_u64(&mut out, t.seqno);
     }
     out
 }
 
 /// Decodes [`encode`]'s output.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<RangeTombstone>, String> {
-    let mut r = Reader { buf: bytes, pos: 0 };
+pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<RangeTombstone>, DecodeError> {
+    let mut r = ByteReader::new(bytes);
     let n = r.u32()? as usize;
     let mut out = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
-        let sl = r.u32()? as usize;
-        let start = r.bytes(sl)?.to_vec();
-        let el = r.u32()? as usize;
-        let end = r.bytes(el)?.to_vec();
+        let start = r.len_prefixed_u32()?.to_vec();
+        let end = r.len_prefixed_u32()?.to_vec();
         let seqno = r.u64()?;
         out.push(RangeTombstone { start, end, seqno });
     }

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::batch::Reader;
 use super::cache::BlockCache;
+use super::coding::{put_len_prefixed_u32, put_u32, put_u64, ByteReader, DecodeError};
 use super::ikey;
 use super::rangedel::RangeTombstone;
 use super::sst::SstReader;
@@ -23,20 +23,26 @@ pub(crate) fn sst_path(dir: &std::path::Path, number: u64) -> PathBuf {
 /// What the manifest records about one SST file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FileInfo {
+    /// The file number.
     pub number: u64,
+    /// Size in bytes.
     pub size: u64,
     /// Smallest internal key.
     pub smallest: Vec<u8>,
     /// Largest internal key.
     pub largest: Vec<u8>,
+    /// Smallest sequence number.
     pub min_seqno: u64,
+    /// Largest sequence number.
     pub max_seqno: u64,
 }
 
 impl FileInfo {
+    /// The user key of the smallest internal key.
     pub fn smallest_user(&self) -> &[u8] {
         ikey::user_key(&self.smallest)
     }
+    /// The user key of the largest internal key.
     pub fn largest_user(&self) -> &[u8] {
         ikey::user_key(&self.largest)
     }
@@ -48,15 +54,20 @@ impl FileInfo {
 
 /// An open SST file shared by versions.
 pub(crate) struct FileMeta {
+    /// What the manifest records.
     pub info: FileInfo,
+    /// The open file.
     pub reader: Arc<SstReader>,
+    /// The file's range tombstones.
     pub range_dels: Vec<RangeTombstone>,
+    /// Where the file is.
     pub path: PathBuf,
     obsolete: AtomicBool,
     cache: Arc<BlockCache>,
 }
 
 impl FileMeta {
+    /// Metadata of an open file, not obsolete.
     pub fn new(
         info: FileInfo,
         reader: Arc<SstReader>,
@@ -100,6 +111,7 @@ pub(crate) struct Version {
 }
 
 impl Version {
+    /// A version without files.
     pub fn empty(num_levels: usize) -> Self {
         Self {
             levels: vec![Vec::new(); num_levels],
@@ -125,6 +137,7 @@ impl Version {
         v
     }
 
+    /// A version of these files per level, sorted as [`Version::levels`] requires.
     pub fn from_levels(mut levels: Vec<Vec<Arc<FileMeta>>>) -> Version {
         for (i, l) in levels.iter_mut().enumerate() {
             if i == 0 {
@@ -147,14 +160,15 @@ impl Version {
     }
 
     /// Checks that levels 1+ are sorted and non-overlapping by user key.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), DecodeError> {
         for (level, files) in self.levels.iter().enumerate().skip(1) {
             for w in files.windows(2) {
                 if w[0].info.largest_user() >= w[1].info.smallest_user() {
-                    return Err(format!(
-                        "files {} and {} overlap in level {level}",
-                        w[0].info.number, w[1].info.number
-                    ));
+                    return Err(DecodeError::FilesOverlap {
+                        level,
+                        first: w[0].info.number,
+                        second: w[1].info.number,
+                    });
                 }
             }
         }
@@ -194,10 +208,15 @@ impl Version {
 /// A change from one version to the next, as recorded in the manifest.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct VersionEdit {
+    /// The next file number to allocate.
     pub next_file_number: Option<u64>,
+    /// The largest sequence number in use.
     pub last_seqno: Option<u64>,
+    /// WALs numbered below this one are flushed and need no replay.
     pub log_number: Option<u64>,
+    /// Files removed: (level, file number).
     pub deleted: Vec<(u32, u64)>,
+    /// Files added: (level, file).
     pub added: Vec<(u32, FileInfo)>,
 }
 
@@ -214,7 +233,7 @@ impl VersionEdit {
         let u64f = |out: &mut Vec<u8>, tag: u8, v: Option<u64>| {
             if let Some(v) = v {
                 out.push(tag);
-                out.extend_from_slice(&v.to_le_bytes());
+                put_u64(out, v);
             }
         };
         u64f(&mut out, TAG_NEXT_FILE, self.next_file_number);
@@ -222,28 +241,28 @@ impl VersionEdit {
         u64f(&mut out, TAG_LOG_NUMBER, self.log_number);
         for (level, number) in &self.deleted {
             out.push(TAG_DELETE);
-            out.extend_from_slice(&level.to_le_bytes());
-            out.extend_from_slice(&number.to_le_bytes());
+            put_u32(&mut out, *level);
+            put_u64(&mut out, *number);
         }
         for (level, f) in &self.added {
             out.push(TAG_ADD);
-            out.extend_from_slice(&level.to_le_bytes());
+            put_u32(&mut out, *level);
             for v in [f.number, f.size, f.min_seqno, f.max_seqno] {
-                out.extend_from_slice(&v.to_le_bytes());
+                put_u64(&mut out, v);
             }
             for k in [&f.smallest, &f.largest] {
-                out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-                out.extend_from_slice(k);
+                put_len_prefixed_u32(&mut out, k);
             }
         }
         out
     }
 
     /// Decodes [`VersionEdit::encode`]'s output; never panics on arbitrary bytes.
-    pub fn decode(bytes: &[u8]) -> Result<VersionEdit, String> {
-        let mut r = Reader { buf: bytes, pos: 0 };
+    pub fn decode(bytes: &[u8]) -> Result<VersionEdit, DecodeError> {
+        let mut r = ByteReader::new(bytes);
         let mut e = VersionEdit::default();
         while !r.is_empty() {
+            let offset = r.position() as u64;
             match r.u8()? {
                 TAG_NEXT_FILE => e.next_file_number = Some(r.u64()?),
                 TAG_LAST_SEQNO => e.last_seqno = Some(r.u64()?),
@@ -258,10 +277,8 @@ impl VersionEdit {
                     let size = r.u64()?;
                     let min_seqno = r.u64()?;
                     let max_seqno = r.u64()?;
-                    let sl = r.u32()? as usize;
-                    let smallest = r.bytes(sl)?.to_vec();
-                    let ll = r.u32()? as usize;
-                    let largest = r.bytes(ll)?.to_vec();
+                    let smallest = r.len_prefixed_u32()?.to_vec();
+                    let largest = r.len_prefixed_u32()?.to_vec();
                     e.added.push((
                         level,
                         FileInfo {
@@ -274,7 +291,13 @@ impl VersionEdit {
                         },
                     ));
                 }
-                t => return Err(format!("unknown tag {t} at offset {}", r.pos - 1)),
+                tag => {
+                    return Err(DecodeError::BadTag {
+                        what: "tag",
+                        tag,
+                        offset,
+                    })
+                }
             }
         }
         Ok(e)

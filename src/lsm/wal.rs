@@ -1,6 +1,6 @@
 //! The write-ahead log (optional): one file per memtable, one framed record per write batch.
 //!
-//! Record layout is the manifest's (`len u32 | xxh3_64 u64 | payload`), the payload an encoded
+//! Records are framed as described in [`record_log`](super::record_log), each payload an encoded
 //! [`WriteBatch`](super::batch::WriteBatch). Replay stops at the first record that is cut short or fails
 //! its checksum: that is a torn tail from a crash during an unacknowledged write.
 
@@ -9,9 +9,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::batch::WriteBatch;
-use super::manifest::{frame, read_frame, Frame};
+use super::record_log::{frame, read_frame, Frame};
 use super::LsmError;
 
+/// The path of WAL `number` in `dir`.
 pub(crate) fn wal_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("{number:06}.log"))
 }
@@ -24,6 +25,7 @@ pub(crate) struct WalWriter {
 }
 
 impl WalWriter {
+    /// Creates WAL `number` in `dir` (durably: the directory is synced); `sync` makes every append durable.
     pub fn create(dir: &Path, number: u64, sync: bool) -> Result<Self, LsmError> {
         let path = wal_path(dir, number);
         let file = OpenOptions::new()

@@ -374,16 +374,6 @@ pub fn write_savepoint(
         .map_err(io_err(&format!("syncing the temporary file for {shown}")))?;
     tmp.persist(path)
         .map_err(|e| io_err(&format!("renaming the temporary file to {shown}"))(e.error))?;
-    sync_dir(dir).map_err(io_err(&format!("syncing the directory of {shown}")))?;
+    crate::fsutil::sync_dir(dir).map_err(io_err(&format!("syncing the directory of {shown}")))?;
     Ok(summary)
-}
-
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> std::io::Result<()> {
-    Ok(())
 }

@@ -139,7 +139,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
             .check_invariants()
             .map_err(|detail| LsmError::Corruption {
                 file: manifest::manifest_path(&dir, num).display().to_string(),
-                detail,
+                detail: detail.to_string(),
             })?;
     }
     {

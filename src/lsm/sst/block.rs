@@ -18,7 +18,7 @@
 use std::cmp::Ordering;
 use std::ops::Range;
 
-use super::format::{get_u32, get_varint_usize, put_varint};
+use crate::lsm::coding::{get_u32, get_varint_usize, put_u32, put_varint64, DecodeError};
 use crate::lsm::ikey;
 
 /// Bit 31 of a version-2 block's trailing `u32`: the block carries a hash index.
@@ -114,9 +114,9 @@ impl BlockBuilder {
             }
         }
         let unshared = key.get(shared..).unwrap_or(&[]);
-        put_varint(&mut self.buf, shared as u64);
-        put_varint(&mut self.buf, unshared.len() as u64);
-        put_varint(&mut self.buf, value.len() as u64);
+        put_varint64(&mut self.buf, shared as u64);
+        put_varint64(&mut self.buf, unshared.len() as u64);
+        put_varint64(&mut self.buf, value.len() as u64);
         self.buf.extend_from_slice(unshared);
         self.buf.extend_from_slice(value);
         self.last_key.clear();
@@ -153,8 +153,8 @@ impl BlockBuilder {
 
     /// Appends the restart array (and the hash index, if any) and returns the finished block bytes.
     pub fn finish(&mut self) -> &[u8] {
-        for r in &self.restarts {
-            self.buf.extend_from_slice(&r.to_le_bytes());
+        for &r in &self.restarts {
+            put_u32(&mut self.buf, r);
         }
         let m = self.num_buckets();
         let mut n = self.restarts.len() as u32;
@@ -173,7 +173,7 @@ impl BlockBuilder {
             self.buf.extend_from_slice(&(m as u16).to_le_bytes());
             n |= HASH_INDEX_FLAG;
         }
-        self.buf.extend_from_slice(&n.to_le_bytes());
+        put_u32(&mut self.buf, n);
         &self.buf
     }
 
@@ -193,7 +193,7 @@ impl BlockBuilder {
 
 /// The position state of a cursor over one block. It does not borrow the block: every method takes the block
 /// bytes, so an owner (the SST iterator) can keep block and cursor side by side. All decoding is bounds-checked
-/// and reports malformed bytes as an error string.
+/// and reports malformed bytes as a [`DecodeError`] (offsets are within the block).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct BlockCursor {
     restarts_off: usize,
@@ -211,7 +211,7 @@ pub(crate) struct BlockCursor {
 impl BlockCursor {
     /// Prepares to iterate over `data`, validating the restart array's framing (format version 1: no hash
     /// index; the flag bit is an error).
-    pub(crate) fn reset(&mut self, data: &[u8]) -> Result<(), String> {
+    pub(crate) fn reset(&mut self, data: &[u8]) -> Result<(), DecodeError> {
         self.reset_versioned(data, false)
     }
 
@@ -221,46 +221,55 @@ impl BlockCursor {
         &mut self,
         data: &[u8],
         hash_index_allowed: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), DecodeError> {
         self.valid = false;
         self.key.clear();
-        let n_off = data
-            .len()
-            .checked_sub(4)
-            .ok_or("block shorter than its restart count")?;
-        let mut n = get_u32(data, n_off).ok_or("block shorter than its restart count")?;
+        let short = DecodeError::Invalid("block shorter than its restart count");
+        let n_off = data.len().checked_sub(4).ok_or(short)?;
+        let mut n = get_u32(data, n_off).ok_or(short)?;
         let mut restarts_end = n_off;
         self.num_buckets = 0;
         self.buckets_off = 0;
         if hash_index_allowed && n & HASH_INDEX_FLAG != 0 {
             n &= !HASH_INDEX_FLAG;
-            let m_off = n_off
-                .checked_sub(2)
-                .ok_or("block shorter than its hash index")?;
+            let short = DecodeError::Invalid("block shorter than its hash index");
+            let m_off = n_off.checked_sub(2).ok_or(short)?;
             let m = data
                 .get(m_off..n_off)
                 .and_then(|b| b.try_into().ok())
                 .map(u16::from_le_bytes)
-                .ok_or("block shorter than its hash index")? as usize;
-            let b_off = m_off
-                .checked_sub(m)
-                .ok_or_else(|| format!("hash index of {m} buckets exceeds the block"))?;
-            if m == 0 || n as usize > MAX_HASHED_RESTARTS {
-                return Err(format!(
-                    "hash index of {m} buckets over {n} restart points is malformed"
-                ));
+                .ok_or(short)? as usize;
+            let b_off = m_off.checked_sub(m).ok_or(DecodeError::TooLarge {
+                what: "hash index bucket count",
+                value: m as u64,
+                limit: m_off as u64,
+            })?;
+            if m == 0 {
+                return Err(DecodeError::Invalid("hash index of 0 buckets"));
+            }
+            if n as usize > MAX_HASHED_RESTARTS {
+                return Err(DecodeError::TooLarge {
+                    what: "restart count of a hashed block",
+                    value: u64::from(n),
+                    limit: MAX_HASHED_RESTARTS as u64,
+                });
             }
             self.num_buckets = m;
             self.buckets_off = b_off;
             restarts_end = b_off;
         }
         let n = n as usize;
-        let restarts_len = n.checked_mul(4).ok_or("restart count overflows")?;
-        let restarts_off = restarts_end
-            .checked_sub(restarts_len)
-            .ok_or_else(|| format!("restart count {n} exceeds the block ({} bytes)", data.len()))?;
+        let too_many = DecodeError::TooLarge {
+            what: "restart count",
+            value: n as u64,
+            limit: (restarts_end / 4) as u64,
+        };
+        let restarts_len = n.checked_mul(4).ok_or(too_many)?;
+        let restarts_off = restarts_end.checked_sub(restarts_len).ok_or(too_many)?;
         if n == 0 && restarts_off != 0 {
-            return Err("block has entries but no restart point".into());
+            return Err(DecodeError::Invalid(
+                "block has entries but no restart point",
+            ));
         }
         self.restarts_off = restarts_off;
         self.num_restarts = n;
@@ -270,22 +279,23 @@ impl BlockCursor {
 
     /// What the block's hash index says about the user key with hash `h` (see [`user_key_hash`]).
     #[inline]
-    pub(crate) fn hash_lookup(&self, data: &[u8], h: u64) -> Result<HashLookup, String> {
+    pub(crate) fn hash_lookup(&self, data: &[u8], h: u64) -> Result<HashLookup, DecodeError> {
         if self.num_buckets == 0 {
             return Ok(HashLookup::Unknown);
         }
         let b = data
             .get(self.buckets_off + bucket_of(h, self.num_buckets))
             .copied()
-            .ok_or("hash bucket out of bounds")?;
+            .ok_or(DecodeError::Invalid("hash bucket out of bounds"))?;
         match b {
             BUCKET_EMPTY => Ok(HashLookup::Absent),
             BUCKET_COLLISION => Ok(HashLookup::Unknown),
             r if (r as usize) < self.num_restarts => Ok(HashLookup::Restart(r as usize)),
-            r => Err(format!(
-                "hash bucket names restart point {r} of {}",
-                self.num_restarts
-            )),
+            r => Err(DecodeError::TooLarge {
+                what: "restart point named by a hash bucket",
+                value: u64::from(r),
+                limit: self.num_restarts as u64,
+            }),
         }
     }
 
@@ -296,7 +306,7 @@ impl BlockCursor {
         data: &[u8],
         r: usize,
         target: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), DecodeError> {
         self.valid = false;
         self.key.clear();
         self.next = self.restart(data, r)?;
@@ -307,26 +317,32 @@ impl BlockCursor {
         Ok(())
     }
 
+    /// Whether positioned at an entry.
     #[inline]
     pub(crate) fn valid(&self) -> bool {
         self.valid
     }
 
+    /// The current key.
     #[inline]
     pub(crate) fn key(&self) -> &[u8] {
         &self.key
     }
 
+    /// Where the current value lies in the block.
     #[inline]
     pub(crate) fn value_range(&self) -> Range<usize> {
         self.value.clone()
     }
 
-    fn restart(&self, data: &[u8], i: usize) -> Result<usize, String> {
-        let off =
-            get_u32(data, self.restarts_off + i * 4).ok_or("restart array out of bounds")? as usize;
+    fn restart(&self, data: &[u8], i: usize) -> Result<usize, DecodeError> {
+        let off = get_u32(data, self.restarts_off + i * 4)
+            .ok_or(DecodeError::Invalid("restart array out of bounds"))? as usize;
         if off >= self.restarts_off {
-            return Err(format!("restart point {i} at {off} is past the entries"));
+            return Err(DecodeError::Malformed {
+                what: "restart point past the entries",
+                offset: off as u64,
+            });
         }
         Ok(off)
     }
@@ -337,8 +353,11 @@ impl BlockCursor {
         &self,
         data: &[u8],
         pos: usize,
-    ) -> Result<(usize, Range<usize>, Range<usize>), String> {
-        let bad = || format!("malformed entry at block offset {pos}");
+    ) -> Result<(usize, Range<usize>, Range<usize>), DecodeError> {
+        let bad = || DecodeError::Malformed {
+            what: "malformed entry",
+            offset: pos as u64,
+        };
         let (shared, unshared, vlen, p) = match data.get(pos..).and_then(|d| d.first_chunk::<3>()) {
             // Fast path: all three lengths are one-byte varints (short keys and values).
             Some(&[a, b, c]) if (a | b | c) < 0x80 => (a as usize, b as usize, c as usize, pos + 3),
@@ -352,16 +371,17 @@ impl BlockCursor {
         let key_end = p.checked_add(unshared).ok_or_else(bad)?;
         let val_end = key_end.checked_add(vlen).ok_or_else(bad)?;
         if val_end > self.restarts_off {
-            return Err(format!(
-                "entry at block offset {pos} overruns the entries area"
-            ));
+            return Err(DecodeError::Malformed {
+                what: "entry overruns the entries area",
+                offset: pos as u64,
+            });
         }
         Ok((shared, p..key_end, key_end..val_end))
     }
 
     /// Decodes the entry at `self.next` into the cursor; invalid at the end of the entries.
     #[inline]
-    fn parse_next(&mut self, data: &[u8]) -> Result<(), String> {
+    fn parse_next(&mut self, data: &[u8]) -> Result<(), DecodeError> {
         let pos = self.next;
         if pos >= self.restarts_off {
             self.valid = false;
@@ -376,9 +396,10 @@ impl BlockCursor {
         };
         if shared > self.key.len() || (!self.valid && shared != 0) {
             self.valid = false;
-            return Err(format!(
-                "entry at block offset {pos} shares {shared} bytes with a shorter key"
-            ));
+            return Err(DecodeError::Malformed {
+                what: "entry shares more bytes than the previous key has",
+                offset: pos as u64,
+            });
         }
         self.key.truncate(shared);
         self.key.extend_from_slice(data.get(suffix).unwrap_or(&[]));
@@ -389,7 +410,7 @@ impl BlockCursor {
     }
 
     /// Positions at the first entry.
-    pub(crate) fn seek_to_first(&mut self, data: &[u8]) -> Result<(), String> {
+    pub(crate) fn seek_to_first(&mut self, data: &[u8]) -> Result<(), DecodeError> {
         self.valid = false;
         self.key.clear();
         self.next = 0;
@@ -398,7 +419,7 @@ impl BlockCursor {
 
     /// Advances to the next entry.
     #[inline]
-    pub(crate) fn next(&mut self, data: &[u8]) -> Result<(), String> {
+    pub(crate) fn next(&mut self, data: &[u8]) -> Result<(), DecodeError> {
         if !self.valid {
             return Ok(());
         }
@@ -411,7 +432,7 @@ impl BlockCursor {
         data: &[u8],
         target: &[u8],
         cmp: impl Fn(&[u8], &[u8]) -> Ordering,
-    ) -> Result<(), String> {
+    ) -> Result<(), DecodeError> {
         self.valid = false;
         self.key.clear();
         if self.num_restarts == 0 {
@@ -424,9 +445,10 @@ impl BlockCursor {
             let pos = self.restart(data, mid)?;
             let (shared, suffix, _) = self.header(data, pos)?;
             if shared != 0 {
-                return Err(format!(
-                    "restart entry at block offset {pos} has shared bytes"
-                ));
+                return Err(DecodeError::Malformed {
+                    what: "restart entry has shared bytes",
+                    offset: pos as u64,
+                });
             }
             if cmp(data.get(suffix).unwrap_or(&[]), target) == Ordering::Less {
                 lo = mid;
@@ -444,7 +466,7 @@ impl BlockCursor {
 
     /// Positions at the first entry `>= target` in internal-key order.
     #[inline]
-    pub(crate) fn seek(&mut self, data: &[u8], target: &[u8]) -> Result<(), String> {
+    pub(crate) fn seek(&mut self, data: &[u8], target: &[u8]) -> Result<(), DecodeError> {
         self.seek_by(data, target, ikey::compare)
     }
 }
@@ -458,21 +480,21 @@ pub struct BlockIter<'a> {
 
 impl<'a> BlockIter<'a> {
     /// Opens a block, validating its restart array framing.
-    pub fn new(data: &'a [u8]) -> Result<Self, String> {
+    pub fn new(data: &'a [u8]) -> Result<Self, DecodeError> {
         let mut cursor = BlockCursor::default();
         cursor.reset(data)?;
         Ok(BlockIter { data, cursor })
     }
 
     /// Opens a format-version-2 data block (which may carry a hash index), validating its framing.
-    pub fn new_v2(data: &'a [u8]) -> Result<Self, String> {
+    pub fn new_v2(data: &'a [u8]) -> Result<Self, DecodeError> {
         let mut cursor = BlockCursor::default();
         cursor.reset_versioned(data, true)?;
         Ok(BlockIter { data, cursor })
     }
 
     /// Positions at the first entry.
-    pub fn seek_to_first(&mut self) -> Result<(), String> {
+    pub fn seek_to_first(&mut self) -> Result<(), DecodeError> {
         self.cursor.seek_to_first(self.data)
     }
 
@@ -480,7 +502,7 @@ impl<'a> BlockIter<'a> {
     /// the target's user key, using the hash index when there is one; returns false (position unspecified)
     /// when the hash index proves the user key absent. Equivalent to [`BlockIter::seek`] for every entry of
     /// that user key.
-    pub fn seek_for_get(&mut self, target: &[u8]) -> Result<bool, String> {
+    pub fn seek_for_get(&mut self, target: &[u8]) -> Result<bool, DecodeError> {
         let h = user_key_hash(ikey::user_key(target));
         match self.cursor.hash_lookup(self.data, h)? {
             HashLookup::Absent => Ok(false),
@@ -496,18 +518,18 @@ impl<'a> BlockIter<'a> {
     }
 
     /// Positions at the first entry `>= target` (internal-key order).
-    pub fn seek(&mut self, target: &[u8]) -> Result<(), String> {
+    pub fn seek(&mut self, target: &[u8]) -> Result<(), DecodeError> {
         self.cursor.seek(self.data, target)
     }
 
     /// Positions at the first entry `>= target` (bytewise order).
-    pub fn seek_bytewise(&mut self, target: &[u8]) -> Result<(), String> {
+    pub fn seek_bytewise(&mut self, target: &[u8]) -> Result<(), DecodeError> {
         self.cursor.seek_by(self.data, target, |a, b| a.cmp(b))
     }
 
     /// Advances.
     #[allow(clippy::should_implement_trait)] // fallible cursor step, not an Iterator
-    pub fn next(&mut self) -> Result<(), String> {
+    pub fn next(&mut self) -> Result<(), DecodeError> {
         self.cursor.next(self.data)
     }
 

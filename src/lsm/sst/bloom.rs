@@ -12,7 +12,7 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::format::{get_varint_usize, put_varint};
+use crate::lsm::coding::{get_varint_usize, put_varint64, DecodeError};
 
 /// Format-3 filter flag: the filter holds every distinct user key of the file.
 pub const FILTER_WHOLE_KEYS: u8 = 1;
@@ -24,31 +24,41 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// The header of a format-3 filter block.
 pub fn encode_v3_header(out: &mut Vec<u8>, flags: u8, name: &[u8]) {
     out.push(flags);
-    put_varint(out, name.len() as u64);
+    put_varint64(out, name.len() as u64);
     out.extend_from_slice(name);
 }
 
 /// Splits a format-3 filter block into `(flags, extractor name, bloom bytes)`, validating all three.
-pub fn parse_v3(payload: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
-    let (&flags, _) = payload.split_first().ok_or("filter block (v3) is empty")?;
+pub fn parse_v3(payload: &[u8]) -> Result<(u8, &[u8], &[u8]), DecodeError> {
+    let (&flags, _) = payload
+        .split_first()
+        .ok_or(DecodeError::Truncated { offset: 0, need: 1 })?;
     if flags == 0 || flags & !(FILTER_WHOLE_KEYS | FILTER_PREFIXES) != 0 {
-        return Err(format!("filter block (v3): invalid flags {flags:#04x}"));
+        return Err(DecodeError::BadTag {
+            what: "filter flags",
+            tag: flags,
+            offset: 0,
+        });
     }
-    let (len, p) =
-        get_varint_usize(payload, 1).ok_or("filter block (v3): bad extractor name length")?;
+    let (len, p) = get_varint_usize(payload, 1).ok_or(DecodeError::BadVarint { offset: 1 })?;
     if len > MAX_NAME_LEN {
-        return Err(format!(
-            "filter block (v3): extractor name of {len} bytes exceeds {MAX_NAME_LEN}"
-        ));
+        return Err(DecodeError::TooLarge {
+            what: "filter extractor name length",
+            value: len as u64,
+            limit: MAX_NAME_LEN as u64,
+        });
     }
     let name = p
         .checked_add(len)
         .and_then(|end| payload.get(p..end))
-        .ok_or("filter block (v3): extractor name overruns the block")?;
+        .ok_or(DecodeError::Truncated {
+            offset: p as u64,
+            need: len as u64,
+        })?;
     let has_prefixes = flags & FILTER_PREFIXES != 0;
     if has_prefixes == name.is_empty() {
-        return Err(format!(
-            "filter block (v3): flags {flags:#04x} with an extractor name of {len} bytes"
+        return Err(DecodeError::Invalid(
+            "filter flags disagree with the presence of an extractor name",
         ));
     }
     let bits = payload.get(p + len..).unwrap_or_default();
@@ -98,14 +108,17 @@ pub fn build(hashes: &[u64], bits_per_key: u32) -> Vec<u8> {
 }
 
 /// Validates filter bytes: at least 8 bit bytes and a probe count in 1..=30.
-pub fn validate(filter: &[u8]) -> Result<(), String> {
+pub fn validate(filter: &[u8]) -> Result<(), DecodeError> {
     match filter.split_last() {
         Some((&k, bits)) if bits.len() >= 8 && (1..=30).contains(&k) => Ok(()),
-        Some((&k, bits)) => Err(format!(
-            "filter block: {} bit bytes with {k} probes is malformed",
-            bits.len()
-        )),
-        None => Err("filter block is empty".into()),
+        Some((_, bits)) if bits.len() < 8 => {
+            Err(DecodeError::Invalid("filter has fewer than 8 bit bytes"))
+        }
+        Some((&k, _)) => Err(DecodeError::Unsupported {
+            what: "filter probe count",
+            value: u64::from(k),
+        }),
+        None => Err(DecodeError::Invalid("filter block is empty")),
     }
 }
 

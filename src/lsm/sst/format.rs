@@ -1,7 +1,10 @@
-//! Low-level encoding shared by the SST writer and reader: varints, block handles, block trailers
-//! (codec byte + xxh3 checksum) and the footer. See `design/sst-format.md`.
+//! Low-level encoding shared by the SST writer and reader: block handles, block trailers (codec byte + xxh3
+//! checksum) and the footer. See `design/sst-format.md`; varints and fixed-width integers are
+//! [`crate::lsm::coding`]'s.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::lsm::coding::{get_u32, get_u64, get_varint64, put_varint64, DecodeError};
 
 /// Magic number closing every SST file (`"KSTSST\0\x01"` as little-endian bytes).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"KSTSST\0\x01");
@@ -23,64 +26,6 @@ pub const CODEC_LZ4: u8 = 1;
 /// LZ4 cannot expand data by more than this factor; bounds the allocation for a decompressed block.
 const LZ4_MAX_RATIO: usize = 255;
 
-/// Appends `v` as a LEB128 varint.
-#[inline]
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Decodes a LEB128 varint at `pos`; returns the value and the position after it.
-#[inline]
-pub fn get_varint(data: &[u8], mut pos: usize) -> Option<(u64, usize)> {
-    // Fast path: one-byte varints (key lengths and short values in blocks).
-    let first = *data.get(pos)?;
-    if first < 0x80 {
-        return Some((u64::from(first), pos + 1));
-    }
-    let mut v = 0u64;
-    let mut shift = 0u32;
-    loop {
-        let b = *data.get(pos)?;
-        pos += 1;
-        if shift == 63 && b > 1 {
-            return None;
-        }
-        v |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Some((v, pos));
-        }
-        shift += 7;
-        if shift > 63 {
-            return None;
-        }
-    }
-}
-
-/// Decodes a varint that must fit a `usize`.
-#[inline]
-pub fn get_varint_usize(data: &[u8], pos: usize) -> Option<(usize, usize)> {
-    let (v, p) = get_varint(data, pos)?;
-    Some((usize::try_from(v).ok()?, p))
-}
-
-/// Reads a little-endian u32 at `pos`.
-#[inline]
-pub fn get_u32(data: &[u8], pos: usize) -> Option<u32> {
-    let b = data.get(pos..pos.checked_add(4)?)?;
-    Some(u32::from_le_bytes(b.try_into().ok()?))
-}
-
-/// Reads a little-endian u64 at `pos`.
-#[inline]
-pub fn get_u64(data: &[u8], pos: usize) -> Option<u64> {
-    let b = data.get(pos..pos.checked_add(8)?)?;
-    Some(u64::from_le_bytes(b.try_into().ok()?))
-}
-
 /// Where a block's payload lies in the file (its trailer follows it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlockHandle {
@@ -100,14 +45,14 @@ impl BlockHandle {
 
     /// Appends the handle as two varints.
     pub fn encode_varint(&self, out: &mut Vec<u8>) {
-        put_varint(out, self.offset);
-        put_varint(out, self.size);
+        put_varint64(out, self.offset);
+        put_varint64(out, self.size);
     }
 
     /// Decodes a handle written by [`BlockHandle::encode_varint`]; must consume all of `data`.
     pub fn decode_varint(data: &[u8]) -> Option<Self> {
-        let (offset, p) = get_varint(data, 0)?;
-        let (size, p) = get_varint(data, p)?;
+        let (offset, p) = get_varint64(data, 0)?;
+        let (size, p) = get_varint64(data, p)?;
         (p == data.len()).then_some(BlockHandle { offset, size })
     }
 }
@@ -127,18 +72,16 @@ pub fn block_trailer(payload: &[u8], codec: u8) -> [u8; BLOCK_TRAILER_LEN] {
 }
 
 /// Returns `(codec, payload range)` of the block at `handle` in `file`, checking bounds only.
-pub fn locate_block(file: &[u8], handle: BlockHandle) -> Result<(u8, usize, usize), String> {
+pub fn locate_block(file: &[u8], handle: BlockHandle) -> Result<(u8, usize, usize), DecodeError> {
     let end = handle
         .end()
         .and_then(|e| usize::try_from(e).ok())
         .filter(|&e| e <= file.len())
-        .ok_or_else(|| {
-            format!(
-                "block at offset {} size {} exceeds the file ({} bytes)",
-                handle.offset,
-                handle.size,
-                file.len()
-            )
+        .ok_or(DecodeError::OutOfBounds {
+            what: "block",
+            offset: handle.offset,
+            size: handle.size,
+            limit: file.len() as u64,
         })?;
     let start = end - BLOCK_TRAILER_LEN - handle.size as usize;
     let codec = file
@@ -149,39 +92,44 @@ pub fn locate_block(file: &[u8], handle: BlockHandle) -> Result<(u8, usize, usiz
 }
 
 /// Verifies the checksum of the block at `handle` (before any decompression) and returns its codec and payload.
-pub fn checked_block(file: &[u8], handle: BlockHandle) -> Result<(u8, &[u8]), String> {
+pub fn checked_block(file: &[u8], handle: BlockHandle) -> Result<(u8, &[u8]), DecodeError> {
     let (codec, start, end) = locate_block(file, handle)?;
     let payload = file.get(start..end).unwrap_or(&[]);
-    let stored = get_u64(file, end + 1)
-        .ok_or_else(|| format!("block at offset {}: truncated trailer", handle.offset))?;
+    let stored = get_u64(file, end + 1).ok_or(DecodeError::Malformed {
+        what: "block trailer cut short",
+        offset: end as u64,
+    })?;
     if block_checksum(payload, codec) != stored {
-        return Err(format!(
-            "block at offset {}: checksum mismatch",
-            handle.offset
-        ));
+        return Err(DecodeError::Checksum {
+            what: "block",
+            offset: handle.offset,
+        });
     }
     if codec != CODEC_NONE && codec != CODEC_LZ4 {
-        return Err(format!(
-            "block at offset {}: unknown codec {codec}",
-            handle.offset
-        ));
+        return Err(DecodeError::BadTag {
+            what: "block codec",
+            tag: codec,
+            offset: end as u64,
+        });
     }
     Ok((codec, payload))
 }
 
-/// Decompresses a verified LZ4 payload into `buf` (a recycled buffer of enough length is overwritten without
-/// being zeroed first, one of enough capacity is not reallocated, otherwise capacity is reserved only after
-/// the length passed the plausibility check) and returns it holding exactly the block.
-pub fn decompress_lz4(payload: &[u8], offset: u64, mut buf: Vec<u8>) -> Result<Vec<u8>, String> {
-    let ulen = get_u32(payload, 0).ok_or_else(|| {
-        format!("block at offset {offset}: LZ4 payload shorter than its length prefix")
-    })? as usize;
+/// Decompresses a verified LZ4 payload of the block at `offset` into `buf` (a recycled buffer of enough
+/// length is overwritten without being zeroed first, one of enough capacity is not reallocated, otherwise
+/// capacity is reserved only after the length passed the plausibility check) and returns it holding exactly
+/// the block.
+pub fn decompress_lz4(
+    payload: &[u8],
+    offset: u64,
+    mut buf: Vec<u8>,
+) -> Result<Vec<u8>, DecodeError> {
+    let lz4_err = |reason| DecodeError::Lz4 { offset, reason };
+    let ulen =
+        get_u32(payload, 0).ok_or(lz4_err("payload shorter than its length prefix"))? as usize;
     let input = payload.get(4..).unwrap_or(&[]);
     if ulen > input.len().saturating_mul(LZ4_MAX_RATIO).saturating_add(16) {
-        return Err(format!(
-            "block at offset {offset}: implausible uncompressed length {ulen} for {} compressed bytes",
-            input.len()
-        ));
+        return Err(lz4_err("implausible uncompressed length"));
     }
     if buf.len() >= ulen {
         // A recycled buffer: its old bytes are overwritten below (no zeroing pass); a block is returned only
@@ -196,10 +144,20 @@ pub fn decompress_lz4(payload: &[u8], offset: u64, mut buf: Vec<u8>) -> Result<V
     }
     match lz4_flex::block::decompress_into(input, &mut buf) {
         Ok(n) if n == ulen => Ok(buf),
-        Ok(n) => Err(format!(
-            "block at offset {offset}: LZ4 produced {n} bytes, expected {ulen}"
-        )),
-        Err(e) => Err(format!("block at offset {offset}: LZ4 error: {e}")),
+        Ok(_) => Err(lz4_err("decompressed length differs from the recorded one")),
+        Err(e) => Err(lz4_err(lz4_reason(&e))),
+    }
+}
+
+/// A static description of an LZ4 decoding error (keeps [`DecodeError`] `Copy`).
+fn lz4_reason(e: &lz4_flex::block::DecompressError) -> &'static str {
+    use lz4_flex::block::DecompressError as E;
+    match e {
+        E::OutputTooSmall { .. } => "output shorter than the recorded length",
+        E::LiteralOutOfBounds => "literal out of bounds",
+        E::ExpectedAnotherByte => "data cut short",
+        E::OffsetOutOfBounds => "match offset out of bounds",
+        _ => "malformed data",
     }
 }
 
@@ -245,27 +203,36 @@ impl Footer {
     }
 
     /// Decodes and validates the footer at the end of `file`.
-    pub fn decode(file: &[u8]) -> Result<Self, String> {
-        let start = file.len().checked_sub(FOOTER_LEN).ok_or_else(|| {
-            format!(
-                "file of {} bytes is too short for the {FOOTER_LEN}-byte footer",
-                file.len()
-            )
-        })?;
+    pub fn decode(file: &[u8]) -> Result<Self, DecodeError> {
+        let start = file
+            .len()
+            .checked_sub(FOOTER_LEN)
+            .ok_or(DecodeError::Truncated {
+                offset: 0,
+                need: FOOTER_LEN as u64,
+            })?;
         let f = file.get(start..).unwrap_or(&[]);
         let field = |i: usize| get_u64(f, i * 8).unwrap_or(0);
         if field(8) != MAGIC {
-            return Err("footer: bad magic (not an SST file, or truncated)".into());
+            return Err(DecodeError::Invalid(
+                "bad magic (not an SST file, or truncated)",
+            ));
         }
         if xxh3_64_with_seed(f.get(..56).unwrap_or(&[]), 0) != field(7) {
-            return Err("footer: checksum mismatch".into());
+            return Err(DecodeError::Checksum {
+                what: "fields",
+                offset: start as u64,
+            });
         }
         let version = get_u32(f, 48).unwrap_or(0);
         if !(MIN_FORMAT_VERSION..=FORMAT_VERSION_PREFIX).contains(&version) {
-            return Err(format!("footer: unsupported format version {version}"));
+            return Err(DecodeError::Unsupported {
+                what: "format version",
+                value: u64::from(version),
+            });
         }
         if get_u32(f, 52) != Some(0) {
-            return Err("footer: reserved bytes are not zero".into());
+            return Err(DecodeError::Invalid("reserved bytes are not zero"));
         }
         let h = |i: usize| BlockHandle {
             offset: field(i),
@@ -283,24 +250,6 @@ impl Footer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn varints() {
-        for v in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
-            let mut b = Vec::new();
-            put_varint(&mut b, v);
-            assert_eq!(get_varint(&b, 0), Some((v, b.len())));
-            assert_eq!(get_varint(&b[..b.len() - 1], 0), None);
-        }
-        assert_eq!(get_varint(&[0xff; 11], 0), None);
-        assert_eq!(
-            get_varint(
-                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
-                0
-            ),
-            None
-        );
-    }
 
     #[test]
     fn decompression_into_a_recycled_buffer_returns_exactly_the_block() {

@@ -7,19 +7,14 @@
 //!             | user_count: varint | (name_len: varint | name (UTF-8) | value_len: varint | value)*
 //! ```
 
-use super::format::{get_varint, get_varint_usize, put_varint};
 use super::SstProperties;
-
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    put_varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
+use crate::lsm::coding::{put_len_prefixed_varint, put_varint64, ByteReader, DecodeError};
 
 /// Encodes properties.
 pub fn encode(p: &SstProperties) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + p.smallest.len() + p.largest.len());
-    put_bytes(&mut out, &p.smallest);
-    put_bytes(&mut out, &p.largest);
+    put_len_prefixed_varint(&mut out, &p.smallest);
+    put_len_prefixed_varint(&mut out, &p.largest);
     for v in [
         p.entries,
         p.merge_operands,
@@ -30,60 +25,38 @@ pub fn encode(p: &SstProperties) -> Vec<u8> {
         p.min_seqno,
         p.max_seqno,
     ] {
-        put_varint(&mut out, v);
+        put_varint64(&mut out, v);
     }
-    put_varint(&mut out, p.user.len() as u64);
+    put_varint64(&mut out, p.user.len() as u64);
     for (name, value) in &p.user {
-        put_bytes(&mut out, name.as_bytes());
-        put_bytes(&mut out, value);
+        put_len_prefixed_varint(&mut out, name.as_bytes());
+        put_len_prefixed_varint(&mut out, value);
     }
     out
 }
 
 /// Decodes properties; every length is checked against the remaining bytes before anything is allocated.
-pub fn decode(data: &[u8]) -> Result<SstProperties, String> {
-    let mut pos = 0usize;
-    let mut bytes = |what: &str| -> Result<&[u8], String> {
-        let (len, p) = get_varint_usize(data, pos)
-            .ok_or_else(|| format!("properties: bad length of {what}"))?;
-        let b = p
-            .checked_add(len)
-            .and_then(|end| data.get(p..end))
-            .ok_or_else(|| format!("properties: {what} ({len} bytes) overruns the block"))?;
-        pos = p + len;
-        Ok(b)
-    };
-    let smallest = bytes("smallest key")?.to_vec();
-    let largest = bytes("largest key")?.to_vec();
+pub fn decode(data: &[u8]) -> Result<SstProperties, DecodeError> {
+    let mut r = ByteReader::new(data);
+    let smallest = r.len_prefixed_varint()?.to_vec();
+    let largest = r.len_prefixed_varint()?.to_vec();
     let mut nums = [0u64; 8];
     for n in nums.iter_mut() {
-        let (v, p) = get_varint(data, pos).ok_or("properties: bad counter")?;
-        *n = v;
-        pos = p;
+        *n = r.varint64()?;
     }
-    let (count, p) = get_varint(data, pos).ok_or("properties: bad user property count")?;
-    pos = p;
+    let count = r.varint64()?;
     let mut user = Vec::new();
     for i in 0..count {
-        let mut bytes = |what: &str| -> Result<&[u8], String> {
-            let (len, p) = get_varint_usize(data, pos)
-                .ok_or_else(|| format!("properties: bad length of {what} {i}"))?;
-            let b = p
-                .checked_add(len)
-                .and_then(|end| data.get(p..end))
-                .ok_or_else(|| format!("properties: {what} {i} overruns the block"))?;
-            pos = p + len;
-            Ok(b)
-        };
-        let name = std::str::from_utf8(bytes("user property name")?)
-            .map_err(|_| format!("properties: user property name {i} is not UTF-8"))?
+        let name = std::str::from_utf8(r.len_prefixed_varint()?)
+            .map_err(|_| DecodeError::Entry {
+                what: "user property name is not UTF-8",
+                index: i,
+            })?
             .to_string();
-        let value = bytes("user property value")?.to_vec();
+        let value = r.len_prefixed_varint()?.to_vec();
         user.push((name, value));
     }
-    if pos != data.len() {
-        return Err(format!("properties: {} trailing bytes", data.len() - pos));
-    }
+    r.finish("properties")?;
     let [entries, merge_operands, tombstones, range_tombstones, raw_key_bytes, raw_value_bytes, min_seqno, max_seqno] =
         nums;
     Ok(SstProperties {

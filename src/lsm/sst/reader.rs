@@ -23,6 +23,7 @@ use super::format::{
 };
 use super::{bloom, properties, SstProperties};
 use crate::lsm::cache::BlockCache;
+use crate::lsm::coding::DecodeError;
 use crate::lsm::ikey::{self, ValueKind};
 use crate::lsm::slice::ValueSlice;
 use crate::lsm::LsmError;
@@ -147,7 +148,7 @@ impl SstReader {
     ) -> Result<Arc<Self>, LsmError> {
         let err = |d: String| corruption(path, d);
         let file = backing.bytes();
-        let footer = Footer::decode(file).map_err(err)?;
+        let footer = Footer::decode(file).map_err(|e| err(format!("footer: {e}")))?;
         let meta_end = (file.len() - FOOTER_LEN) as u64;
         for (name, h) in [
             ("filter", footer.filter),
@@ -167,7 +168,8 @@ impl SstReader {
         if codec != CODEC_NONE {
             return Err(err("properties block: unexpected codec".into()));
         }
-        let properties = properties::decode(payload).map_err(err)?;
+        let properties =
+            properties::decode(payload).map_err(|e| err(format!("properties block: {e}")))?;
         // Filter.
         let (mut filter_whole, mut filter_prefix) = (false, None);
         let filter = if footer.filter.size == 0 {
@@ -180,12 +182,13 @@ impl SstReader {
             }
             let end = footer.filter.offset as usize + payload.len();
             if footer.version >= FORMAT_VERSION_PREFIX {
-                let (flags, name, bits) = bloom::parse_v3(payload).map_err(err)?;
+                let (flags, name, bits) =
+                    bloom::parse_v3(payload).map_err(|e| err(format!("filter block: {e}")))?;
                 filter_whole = flags & bloom::FILTER_WHOLE_KEYS != 0;
                 filter_prefix = (flags & bloom::FILTER_PREFIXES != 0).then(|| name_hash(name));
                 Some((end - bits.len(), end))
             } else {
-                bloom::validate(payload).map_err(err)?;
+                bloom::validate(payload).map_err(|e| err(format!("filter block: {e}")))?;
                 filter_whole = true;
                 Some((footer.filter.offset as usize, end))
             }
@@ -199,7 +202,8 @@ impl SstReader {
             .map(|h| h.offset)
             .min()
             .unwrap_or(meta_end);
-        let index = decode_index(&index_bytes, data_end).map_err(err)?;
+        let index =
+            decode_index(&index_bytes, data_end).map_err(|e| err(format!("index block: {e}")))?;
         // Cross-checks between properties and index.
         if (properties.entries == 0) != index.is_empty() {
             return Err(err(format!(
@@ -383,7 +387,7 @@ impl SstReader {
         let mut first = true;
         while idx < self.index.len() {
             let block = self.data_block(idx)?;
-            let berr = |e: String| {
+            let berr = |e: DecodeError| {
                 let off = self.index.get(idx).map_or(0, |i| i.handle.offset);
                 self.corruption(format!("data block at offset {off}: {e}"))
             };
@@ -409,7 +413,7 @@ impl SstReader {
             }
             while cursor.valid() {
                 let Some(p) = ikey::parse(cursor.key()) else {
-                    return Err(berr("malformed internal key".into()));
+                    return Err(berr(DecodeError::Invalid("malformed internal key")));
                 };
                 if p.user_key != user_key {
                     return Ok(true);
@@ -533,7 +537,7 @@ fn corruption(path: &Path, detail: String) -> LsmError {
 }
 
 /// Verifies and (if needed) decompresses a metadata block into owned bytes.
-fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, String> {
+fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, DecodeError> {
     let (codec, payload) = checked_block(file, handle)?;
     if codec == CODEC_NONE {
         Ok(payload.to_vec())
@@ -543,38 +547,38 @@ fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, String>
 }
 
 /// Decodes the index block: last keys strictly ascending, handles ascending, non-overlapping, before `data_end`.
-fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, String> {
+fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, DecodeError> {
     let mut cursor = BlockCursor::default();
-    cursor
-        .reset(bytes)
-        .map_err(|e| format!("index block: {e}"))?;
-    cursor
-        .seek_to_first(bytes)
-        .map_err(|e| format!("index block: {e}"))?;
+    cursor.reset(bytes)?;
+    cursor.seek_to_first(bytes)?;
     let mut out: Vec<IndexEntry> = Vec::new();
     let mut next_free = 0u64;
     while cursor.valid() {
-        let i = out.len();
+        let entry_err = |what| DecodeError::Entry {
+            what,
+            index: out.len() as u64,
+        };
         let key = cursor.key();
         if ikey::parse(key).is_none() {
-            return Err(format!("index entry {i}: malformed internal key"));
+            return Err(entry_err("malformed internal key"));
         }
         if out
             .last()
             .is_some_and(|p| ikey::compare(&p.last_key, key) != Ordering::Less)
         {
-            return Err(format!("index entry {i}: keys not ascending"));
+            return Err(entry_err("keys not ascending"));
         }
         let handle = bytes
             .get(cursor.value_range())
             .and_then(BlockHandle::decode_varint)
-            .ok_or_else(|| format!("index entry {i}: malformed block handle"))?;
+            .ok_or_else(|| entry_err("malformed block handle"))?;
         match handle.end() {
-            Some(end) if handle.offset >= next_free && end <= data_end && handle.size > 0 => next_free = end,
+            Some(end) if handle.offset >= next_free && end <= data_end && handle.size > 0 => {
+                next_free = end
+            }
             _ => {
-                return Err(format!(
-                    "index entry {i}: block at offset {} size {} overlaps or lies outside the data area",
-                    handle.offset, handle.size
+                return Err(entry_err(
+                    "block handle overlaps another or lies outside the data area",
                 ))
             }
         }
@@ -582,9 +586,7 @@ fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, String> 
             last_key: key.into(),
             handle,
         });
-        cursor
-            .next(bytes)
-            .map_err(|e| format!("index block: {e}"))?;
+        cursor.next(bytes)?;
     }
     Ok(out)
 }
@@ -613,7 +615,7 @@ impl SstIter {
         Ok(true)
     }
 
-    fn block_err(&self, e: String) -> LsmError {
+    fn block_err(&self, e: DecodeError) -> LsmError {
         let off = self
             .reader
             .index

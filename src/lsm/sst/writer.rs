@@ -10,6 +10,7 @@ use super::format::{
 use super::{
     bloom, properties, Compression, PropertiesCollector, SstMeta, SstOptions, SstProperties,
 };
+use crate::lsm::coding::put_u32;
 use crate::lsm::ikey::{self, ValueKind};
 use crate::lsm::io::{FileWriter, IoMode};
 use crate::lsm::LsmError;
@@ -300,7 +301,7 @@ fn write_block(
     let offset = out.offset();
     if compression == Compression::Lz4 && raw.len() >= MIN_COMPRESS_LEN {
         buf.clear();
-        buf.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+        put_u32(buf, raw.len() as u32);
         buf.resize(4 + lz4_flex::block::get_maximum_output_size(raw.len()), 0);
         if let Some(dst) = buf.get_mut(4..) {
             if let Ok(n) = lz4_flex::block::compress_into(raw, dst) {
