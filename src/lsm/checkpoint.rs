@@ -1,6 +1,7 @@
 //! Checkpoints: flush, then hard-link (or copy) the live SST files of one version into a directory and
 //! write a manifest of that moment there. The directory opens as a [`Db`].
 
+use super::io::io_err;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -44,10 +45,6 @@ impl Db {
     /// empty). Files are hard-linked where the filesystem allows, copied otherwise.
     pub fn checkpoint(&self, target: impl AsRef<Path>) -> Result<CheckpointInfo, LsmError> {
         let target = target.as_ref().to_path_buf();
-        let io_err = |p: &Path, e: std::io::Error| LsmError::Io {
-            path: p.display().to_string(),
-            source: e,
-        };
         if target.exists() {
             let mut rd = std::fs::read_dir(&target).map_err(|e| io_err(&target, e))?;
             if rd.next().is_some() {

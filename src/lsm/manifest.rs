@@ -6,6 +6,7 @@
 //! decode, is a [`LsmError::Corruption`] naming the file. `CURRENT` holds the manifest's file name and is
 //! replaced by write-to-temp, fsync, rename, fsync-directory.
 
+use super::io::io_err;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,13 +18,6 @@ use super::LsmError;
 /// The path of manifest `number` in `dir`.
 pub(crate) fn manifest_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("MANIFEST-{number:06}"))
-}
-
-fn io_err(path: &Path, source: std::io::Error) -> LsmError {
-    LsmError::Io {
-        path: path.display().to_string(),
-        source,
-    }
 }
 
 /// Decodes every edit of a manifest's bytes; `file` names it in errors.

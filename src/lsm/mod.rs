@@ -1,8 +1,16 @@
 //! The native LSM engine: a sorted key-value store with merge operands, compaction filters, snapshots and
 //! checkpoints. It knows nothing of state kinds or serializers; key groups reach it only as key prefixes.
+//!
+//! What an embedding user needs is re-exported here: [`Db`], [`Options`], [`ReadOptions`], [`WriteBatch`],
+//! [`Snapshot`], [`DbIter`], [`MergeOperator`], [`CompactionFilter`], [`DbStats`] and [`LsmError`].
+//! Modules marked hidden in the docs (`cache`, `coding`, `ikey`, `manifest`, `record_log`, and the SST
+//! reader, writer and block formats) are format internals, public for the tests and fuzz targets only.
 
+#[doc(hidden)]
 pub mod cache;
+#[doc(hidden)]
 pub mod coding;
+#[doc(hidden)]
 pub mod ikey;
 pub mod io;
 pub mod slice;
@@ -17,18 +25,28 @@ pub mod filter;
 pub(crate) mod flush;
 pub mod ingest;
 pub mod iter;
+#[doc(hidden)]
 pub mod manifest;
 pub(crate) mod memtable;
 pub mod merge;
 pub mod options;
 pub mod prefix;
 pub(crate) mod rangedel;
+#[doc(hidden)]
 pub mod record_log;
 pub(crate) mod skiplist;
 pub mod snapshot;
 pub(crate) mod state;
 pub(crate) mod version;
 pub(crate) mod wal;
+
+pub use batch::WriteBatch;
+pub use db::{Db, DbStats};
+pub use filter::{CompactionFilter, CompactionFilterFactory};
+pub use iter::DbIter;
+pub use merge::{ListAppendOperator, MergeOperator};
+pub use options::{Options, ReadOptions};
+pub use snapshot::Snapshot;
 
 /// The message of a panic payload (`panic!` with a literal or a formatted string), empty otherwise.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

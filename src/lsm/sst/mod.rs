@@ -5,14 +5,20 @@
 //! carries an xxh3 checksum verified before decompression. The byte format is specified in
 //! `design/sst-format.md`. Files are read through memory maps; see [`SstReader`] for the soundness invariant.
 
+#[doc(hidden)]
 pub mod block;
+#[doc(hidden)]
 pub mod bloom;
+#[doc(hidden)]
 pub mod format;
+#[doc(hidden)]
 pub mod properties;
 mod reader;
 mod writer;
 
+#[doc(hidden)]
 pub use reader::{PrefixProbe, SstIter, SstReader};
+#[doc(hidden)]
 pub use writer::{SstWriter, MAX_ENTRY_BYTES};
 
 use std::sync::Arc;

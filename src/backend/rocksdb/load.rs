@@ -1,0 +1,126 @@
+//! Restore: entries buffered per state and written as SST files (`SstFileWriter`) that are ingested into the
+//! state's column family, instead of going through the memtable.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocksdb::{
+    BlockBasedOptions, BoundColumnFamily, Cache, DBCompactionStyle, DBCompressionType,
+    DBWithThreadMode, IngestExternalFileOptions, MergeOperands, MultiThreaded, Options,
+    ReadOptions, SnapshotWithThreadMode, SstFileWriter, WriteBatch, WriteOptions,
+};
+
+use crate::backend::{BackendConfig, BackendSnapshot, StateBackend, StateId};
+use crate::error::{Error, Result};
+use crate::keygroup::{
+    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup,
+};
+use crate::layout::LIST_DELIMITER;
+use crate::meta::{StateKind, StateMetaInfo};
+
+use super::*;
+
+/// Restored entries of one state not yet written out, in arrival order.
+#[derive(Default)]
+struct LoadRun {
+    /// Keys and values back to back.
+    data: Vec<u8>,
+    /// (offset, key length, value length) per entry.
+    entries: Vec<(usize, usize, usize)>,
+    /// Whether keys arrived strictly ascending.
+    sorted: bool,
+}
+
+impl LoadRun {
+    fn key(&self, e: (usize, usize, usize)) -> &[u8] {
+        &self.data[e.0..e.0 + e.1]
+    }
+
+    fn value(&self, e: (usize, usize, usize)) -> &[u8] {
+        &self.data[e.0 + e.1..e.0 + e.1 + e.2]
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        if self.entries.is_empty() {
+            self.sorted = true;
+        } else if let Some(&last) = self.entries.last() {
+            self.sorted &= self.key(last) < key;
+        }
+        self.entries.push((self.data.len(), key.len(), value.len()));
+        self.data.extend_from_slice(key);
+        self.data.extend_from_slice(value);
+    }
+
+    /// The entries in ascending key order, the last arrival winning for duplicate keys.
+    fn ordered(&self) -> Vec<(usize, usize, usize)> {
+        let mut v = self.entries.clone();
+        if !self.sorted {
+            // Stable: equal keys stay in arrival order, then keep the last of each run of equal keys.
+            v.sort_by(|a, b| self.key(*a).cmp(self.key(*b)));
+            let mut out: Vec<(usize, usize, usize)> = Vec::with_capacity(v.len());
+            for e in v {
+                match out.last_mut() {
+                    Some(last) if self.key(*last) == self.key(e) => *last = e,
+                    _ => out.push(e),
+                }
+            }
+            v = out;
+        }
+        v
+    }
+
+    fn clear(&mut self) {
+        self.data.clear();
+        self.entries.clear();
+    }
+}
+
+/// Restore state: buffered runs and the SST files written so far, per state.
+#[derive(Default)]
+struct Loader {
+    runs: Vec<LoadRun>,
+    files: Vec<Vec<PathBuf>>,
+    buffered: usize,
+    next_file: u64,
+}
+
+impl RocksDbBackend {
+    /// The directory SST files for restore are written to (inside the database directory).
+    fn ingest_dir(&self) -> PathBuf {
+        self.holder.db.path().join("keyed-state-ingest")
+    }
+
+    /// Writes every buffered restore run out as one SST file per state.
+    fn spill_runs(&mut self) -> Result<()> {
+        let dir = self.ingest_dir();
+        if self.loader.runs.iter().any(|r| !r.entries.is_empty()) {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        }
+        for state in 0..self.loader.runs.len() {
+            let run = &self.loader.runs[state];
+            if run.entries.is_empty() {
+                continue;
+            }
+            let path = dir.join(format!("restore-{:06}.sst", self.loader.next_file));
+            self.loader.next_file += 1;
+            let context = || self.context("writing a restore SST file", state);
+            let mut writer = SstFileWriter::create(&self.holder.cf_options);
+            writer.open(&path).map_err(|e| rdb_error(context(), e))?;
+            for e in run.ordered() {
+                writer
+                    .put(run.key(e), run.value(e))
+                    .map_err(|e| rdb_error(context(), e))?;
+            }
+            writer.finish().map_err(|e| rdb_error(context(), e))?;
+            if self.loader.files.len() <= state {
+                self.loader.files.resize_with(state + 1, Vec::new);
+            }
+            self.loader.files[state].push(path);
+            self.loader.runs[state].clear();
+        }
+        self.loader.buffered = 0;
+        Ok(())
+    }
+}
