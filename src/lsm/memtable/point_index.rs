@@ -33,7 +33,7 @@ const PROBE_WINDOW: usize = 32;
 
 /// Bits of a slot holding the node's address (user-space addresses of x86-64 and AArch64 Linux fit).
 const ADDR_BITS: u32 = 48;
-/// The address part of a slot.
+/// Mask of the address part of a slot.
 const ADDR_MASK: u64 = (1 << ADDR_BITS) - 1;
 
 /// The address part of a slot whose node's address does not fit in [`ADDR_BITS`]: "a key with this tag is
@@ -50,12 +50,11 @@ fn tag(h: u64) -> u64 {
 pub(super) enum Probe<'a> {
     /// The key's node.
     Found(&'a Chain),
-    /// Not found in the window. `sure`: the key is not in the table (the probe reached an empty slot, where
-    /// the key's insert would have gone). `free`: that empty slot.
+    /// Not found in the window.
     Missing {
-        /// The empty slot the probe reached, where the key's insert goes.
+        /// The empty slot the probe reached, where the key's insert would go (None: the window is full).
         free: Option<usize>,
-        /// Whether the key is certainly not in the table.
+        /// Whether the key is certainly not in the table (the probe reached an empty slot).
         sure: bool,
     },
 }
