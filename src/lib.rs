@@ -16,6 +16,7 @@ pub mod keygroup;
 pub mod layout;
 pub mod lsm;
 pub mod meta;
+mod prefetch;
 pub mod restore;
 pub mod savepoint;
 pub mod serializer;

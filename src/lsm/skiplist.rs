@@ -8,19 +8,18 @@
 //! reached at level `l` or above), linked bottom-up with release stores after it is fully written, so a
 //! reader's acquire load of a next pointer always sees a complete node.
 //!
-//! Why not crossbeam-skiplist (which the memtable used until 2026-11-30): its nodes are one global
-//! allocation each, so every memtable faults in and zeroes fresh pages for its nodes (12 % of the state
-//! benchmark's listAdd thread in a profile), and frees them node by node when dropped; its search reads a
-//! node's tower before comparing its key; it keeps a reference count and height per node. (A software
-//! prefetch of a node's tower line while its key is compared was tried: no gain beyond the noise, dropped.)
+//! Why not crossbeam-skiplist: its nodes are one global allocation each, so every memtable faults in and
+//! zeroes fresh pages for its nodes (12 % of the state benchmark's listAdd thread in a profile), and frees
+//! them node by node when dropped; its search reads a node's tower before comparing its key; it keeps a
+//! reference count and height per node.
 //!
-//! The search does prefetch, one level down: before comparing `next` at level `l`, it asks for the node at
+//! The search prefetches one level down: before comparing `next` at level `l`, it asks for the node at
 //! level `l - 1` after the current one, where it goes if `next` turns out not `Less`. With one node in two
 //! reaching the next level, about half the steps go down, so about half the cache misses of a search in a
-//! list larger than the caches overlap with the one before. A/B (session 7, alternating builds): Flink's
-//! `valueAdd` alone, LSM, six rounds, four pairs: +2-16 % per round on the rounds that insert keys new to
-//! the memtable; `lsm_vs_rocksdb` at 1M keys, three pairs: random put +4-6 % (an outlier of the old build
-//! aside), merge +3-8 %; map iteration (seeks) unchanged within the noise.
+//! list larger than the caches overlap with the one before: measured, inserts of keys new to a large
+//! memtable are 2-16 % faster, random puts and merges at 1M keys 3-8 %, seeks unchanged within the noise.
+//! (Prefetching a node's tower line while its key is compared measured no gain beyond the noise, so the
+//! search does not.)
 //! Measurements: `benches/skiplist_insert.rs` and `design/lsm-engine.md` ("The memtable's skiplist").
 
 use std::cmp::Ordering;
@@ -30,6 +29,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 
 use super::arena::Arena;
+use crate::prefetch::prefetch_read;
 
 /// Levels at most. With one node in two reaching each next level, 2^20 ≈ 1M keys fill the levels; a larger
 /// list only searches a little longer at the top.
@@ -66,18 +66,6 @@ unsafe fn tower_of<T>(node: *const Node<T>) -> Tower<T> {
 unsafe fn next_at<'a, T>(tower: Tower<T>, level: usize) -> &'a AtomicPtr<Node<T>> {
     // SAFETY: the caller guarantees that the tower has a pointer at `level`, inside its allocation.
     unsafe { &*tower.add(level) }
-}
-
-/// Asks the CPU for the cache line at `p` (a hint: never faults, reads nothing architecturally).
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch of any address is harmless.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// A node of a [`SkipList`], borrowed for `'a`: its payload and its successor.
@@ -238,13 +226,12 @@ impl<T> SkipList<T> {
             // above, so it has a pointer at `level`.
             let next = unsafe { next_at(x, level) }.load(AtomicOrdering::Acquire);
             // The node this search moves to if `next` is not `Less` (unless it is `next` itself): its line is
-            // requested now, so that its cache miss overlaps the comparison of `next` (+2-16 % on inserts of
-            // new keys into a large table; see the module docs).
+            // requested now, so that its cache miss overlaps the comparison of `next` (see the module docs).
             if level > 0 {
                 // SAFETY: `x` has a pointer at `level`, so also at `level - 1`.
                 let down = unsafe { next_at(x, level - 1) }.load(AtomicOrdering::Relaxed);
                 if down != next && !down.is_null() {
-                    prefetch(down);
+                    prefetch_read(down);
                 }
             }
             if !next.is_null() && next != bigger {

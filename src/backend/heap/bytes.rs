@@ -12,6 +12,8 @@ use std::hash::{Hash, Hasher};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
 
+use crate::prefetch::prefetch_read;
+
 const INLINE: usize = 14;
 
 /// Bytes stored inline up to 14 bytes, else in a shared, growable buffer (copied only when written while
@@ -155,8 +157,8 @@ impl SharedBuf {
     #[inline(always)]
     fn prefetch(&self) {
         let p = self.ptr.as_ptr().cast::<u8>();
-        prefetch(p);
-        prefetch(p.wrapping_add(64));
+        prefetch_read(p);
+        prefetch_read(p.wrapping_add(64));
     }
 }
 
@@ -228,7 +230,7 @@ impl SmallBytes {
     /// Hints the CPU to start loading this `SmallBytes` itself (stage 0: e.g. a table slot). Never faults.
     #[inline(always)]
     pub fn prefetch_slot(&self) {
-        prefetch((self as *const Self).cast());
+        prefetch_read(self);
     }
 
     /// Hints the CPU to start loading what [`as_slice`](Self::as_slice) will read for a shared buffer
@@ -264,19 +266,6 @@ impl SmallBytes {
             SmallBytes::Shared(b) => b.assign(parts, true),
         }
     }
-}
-
-/// A read prefetch hint (no-op off x86_64).
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults and has no effect on program state, whatever `p`.
-    #[allow(unused_unsafe)]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 impl std::fmt::Debug for SmallBytes {
