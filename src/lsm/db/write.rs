@@ -309,12 +309,23 @@ mod tests {
             },
         )
         .unwrap();
+        // Write until the memtable switches, and not one write more: a write after the flush is installed
+        // would record the new state and rightly take the fast path. The switch is seen under the state
+        // lock, where the install moves the memtable from `imm` into L0 in one step.
+        let switched = || {
+            let st = db.inner.state.lock();
+            !st.imm.is_empty() || st.version.files().next().is_some()
+        };
         let mut i = 0u32;
-        while db.stats().flushes == 0 {
+        while !switched() {
             db.put(&i.to_be_bytes(), &[7; 100]).unwrap();
             i += 1;
         }
         db.inner.wait_flushed().unwrap();
+        assert!(
+            switched() && db.inner.state.lock().imm.is_empty(),
+            "the flush is installed"
+        );
         assert!(db.inner.fast_mem(&db.inner.writer.lock()).is_none());
         db.put(b"b", b"2").unwrap();
         assert!(db.inner.fast_mem(&db.inner.writer.lock()).is_some());
