@@ -1,5 +1,5 @@
 //! Evidence for a design decision, not product code: how fast does a memtable insert a *new* key into
-//! crossbeam-skiplist (what `src/lsm/memtable.rs` used until 2026-11-30) against an insert-only skiplist
+//! crossbeam-skiplist (the general-purpose concurrent skiplist crate) against an insert-only skiplist
 //! whose nodes are bump-allocated in an arena, with RocksDB's branching factor 4 or crossbeam's 2? (The arena
 //! node keeps its tower after the payload, as crossbeam's node does; RocksDB puts it before the key, which a
 //! reviewer tried in this benchmark: no faster, 0.9–1.0x.)
