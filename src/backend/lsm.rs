@@ -250,14 +250,7 @@ impl LsmBackend {
         prefixes: Option<Arc<StateKeyPrefix>>,
         tmp: Option<tempfile::TempDir>,
     ) -> Result<Self> {
-        crate::keygroup::check_max_parallelism(config.max_parallelism)?;
-        let range = config.key_group_range;
-        if !range.is_empty() && range.end() as u32 >= config.max_parallelism {
-            return Err(Error::InvalidArgument(format!(
-                "key-group range {range} does not fit max parallelism {}",
-                config.max_parallelism
-            )));
-        }
+        config.validate()?;
         if states.len() > usize::from(u16::MAX) + 1 {
             return Err(Error::InvalidArgument(format!(
                 "{} states exceed the LSM backend's limit of 65536",
@@ -310,12 +303,7 @@ impl LsmBackend {
     pub fn clip_to(&mut self, range: KeyGroupRange) -> Result<()> {
         // Whatever a restore handed over is in the engine first.
         self.loader.drain()?;
-        if !range.is_empty() && range.end() as u32 >= self.config.max_parallelism {
-            return Err(Error::InvalidArgument(format!(
-                "key-group range {range} does not fit max parallelism {}",
-                self.config.max_parallelism
-            )));
-        }
+        super::check_range_fits(range, self.config.max_parallelism)?;
         let db = &self.shared.db;
         for sid in 0..self.states.len() {
             let start = (sid as u16).to_be_bytes().to_vec();

@@ -36,6 +36,25 @@ pub struct BackendConfig {
     pub key_serializer: SerializerSnapshot,
 }
 
+impl BackendConfig {
+    /// Checks what every backend requires of its configuration: a max parallelism Flink accepts, and a
+    /// key-group range inside it.
+    pub fn validate(&self) -> Result<()> {
+        crate::keygroup::check_max_parallelism(self.max_parallelism)?;
+        check_range_fits(self.key_group_range, self.max_parallelism)
+    }
+}
+
+/// Checks that `range` lies inside `0..max_parallelism`.
+pub(crate) fn check_range_fits(range: KeyGroupRange, max_parallelism: u32) -> Result<()> {
+    if !range.is_empty() && range.end() as u32 >= max_parallelism {
+        return Err(crate::Error::InvalidArgument(format!(
+            "key-group range {range} does not fit max parallelism {max_parallelism}"
+        )));
+    }
+    Ok(())
+}
+
 /// The registration rule every backend shares: a state already known under `meta.name` keeps its id and takes
 /// the new meta when the kind matches (the caller has checked the serializers); another kind is an error.
 /// `Ok(None)`: the name is new.

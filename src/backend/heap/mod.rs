@@ -58,14 +58,7 @@ pub struct HeapBackend {
 impl HeapBackend {
     /// A heap backend for `config`'s key-group range.
     pub fn new(config: BackendConfig) -> Result<Self> {
-        crate::keygroup::check_max_parallelism(config.max_parallelism)?;
-        let range = config.key_group_range;
-        if !range.is_empty() && range.end() as u32 >= config.max_parallelism {
-            return Err(Error::InvalidArgument(format!(
-                "key-group range {range} does not fit max parallelism {}",
-                config.max_parallelism
-            )));
-        }
+        config.validate()?;
         let prefix_len = crate::keygroup::key_group_prefix_len(config.max_parallelism);
         Ok(HeapBackend {
             config,

@@ -135,14 +135,7 @@ impl RocksDbBackend {
         config: BackendConfig,
         options: RocksDbOptions,
     ) -> Result<Self> {
-        crate::keygroup::check_max_parallelism(config.max_parallelism)?;
-        let range = config.key_group_range;
-        if !range.is_empty() && range.end() as u32 >= config.max_parallelism {
-            return Err(Error::InvalidArgument(format!(
-                "key-group range {range} does not fit max parallelism {}",
-                config.max_parallelism
-            )));
-        }
+        config.validate()?;
         match std::fs::read_dir(dir) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
