@@ -405,3 +405,88 @@ fn truncated_and_flipped_keyed_files_give_errors_never_panics() {
         }
     }
 }
+
+/// The fixtures' streams are uncompressed; this re-frames each key group of one as Flink does with
+/// `execution.checkpointing.snapshot-compression` (one Snappy framed stream per key group, the proxy's
+/// compression flag set) and reads the same entries back.
+#[test]
+fn snappy_framed_key_groups_read_the_same_entries() {
+    use keyed_state::flink::keyed_stream::write_key_group;
+    use keyed_state::flink::snappy::FramedWriter;
+    let sp = FlinkSavepoint::open(Path::new(&format!(
+        "{FIXTURES}/rocksdb-canonical-savepoint"
+    )))
+    .unwrap();
+    let op = sp.operator("state-op").unwrap();
+    for st in &op.subtasks {
+        let Some(KeyedHandle::KeyGroups {
+            range,
+            offsets,
+            stream,
+            ..
+        }) = &st.managed_keyed
+        else {
+            panic!()
+        };
+        let data = keyed_state::flink::location::open_stream(stream, sp.dir()).unwrap();
+        let header_end = offsets.iter().filter(|o| **o != 0).min().copied().unwrap() as usize;
+        let proxy = read_proxy(&data, "f", Some(header_end)).unwrap();
+        let mut out = data[..header_end].to_vec();
+        out[4] = 1; // usingKeyGroupCompression
+        let mut new_offsets = vec![0i64; offsets.len()];
+        let mut plain = Vec::new();
+        let mut w = FramedWriter::new();
+        for (i, off) in offsets.iter().enumerate() {
+            if *off == 0 {
+                continue;
+            }
+            let kg = range.start() + i as u16;
+            let mut entries = Vec::new();
+            read_key_group(
+                &data,
+                *off as usize,
+                kg,
+                128,
+                false,
+                proxy.states.len(),
+                "f",
+                &mut |s, k, v| {
+                    entries.push((s as u16, k, v));
+                    Ok(())
+                },
+            )
+            .unwrap();
+            new_offsets[i] = out.len() as i64;
+            write_key_group(
+                entries.iter().map(|(s, k, v)| (*s, &k[..], &v[..])),
+                Some(&mut w),
+                &mut out,
+            );
+            plain.push((kg, entries));
+        }
+        assert!(read_proxy(&out, "f", Some(header_end)).unwrap().compressed);
+        for (kg, entries) in plain {
+            let i = (kg - range.start()) as usize;
+            let mut got = Vec::new();
+            read_key_group(
+                &out,
+                new_offsets[i] as usize,
+                kg,
+                128,
+                true,
+                proxy.states.len(),
+                "f",
+                &mut |s, k, v| {
+                    got.push((s as u16, k, v));
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(got, entries, "key group {kg}");
+        }
+        assert_eq!(read_stream(&out, &new_offsets, range.start()).unwrap(), 376);
+        for cut in (header_end..out.len()).step_by(7) {
+            assert!(read_stream(&out[..cut], &new_offsets, range.start()).is_err());
+        }
+    }
+}

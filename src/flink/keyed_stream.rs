@@ -258,6 +258,21 @@ mod tests {
     }
 
     #[test]
+    fn two_byte_key_group_prefix_above_max_parallelism_128() {
+        let key = [0x01u8, 0x2c, 7];
+        let mut out = Vec::new();
+        write_key_group([(0u16, &key[..], &[1u8][..])], None, &mut out);
+        let mut got = Vec::new();
+        read_key_group(&out, 0, 300, 1024, false, 1, "t", &mut |_, k, _| {
+            got.push(k);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, vec![key.to_vec()]);
+        assert!(read_key_group(&out, 0, 301, 1024, false, 1, "t", &mut |_, _, _| Ok(())).is_err());
+    }
+
+    #[test]
     fn wrong_prefix_and_state_id_are_errors() {
         let mut out = Vec::new();
         write_key_group([(0u16, &[2u8][..], &[][..])], None, &mut out);
