@@ -109,6 +109,7 @@ fn import_then_dump_json_equals_expected_json() {
         "hashmap-canonical-savepoint",
         "hashmap-canonical-savepoint-inline",
         "rocksdb-canonical-savepoint",
+        "hashmap-native-savepoint",
     ] {
         let info: Value = serde_json::from_str(
             &std::fs::read_to_string(format!("{FIXTURES}/{fixture}/run-info.json")).unwrap(),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::heap_native::read_native_key_group;
 use super::keyed_stream::{read_key_group, KeyGroupStats};
 use super::location::{display_name, open_stream};
 use super::metadata::{
@@ -132,10 +133,15 @@ pub struct KeyedFile {
     pub offsets: Vec<i64>,
     /// The stream's header.
     pub proxy: KeyedProxy,
+    /// The header's states mapped to ours, by Flink state id.
+    pub metas: Vec<StateMetaInfo>,
+    /// The HashMap backend's native format (`KeyGroupsStateHandle`) rather than the canonical one.
+    pub native: bool,
 }
 
 impl KeyedFile {
-    /// Opens a canonical keyed-state handle (`KeyGroupsSavepointStateHandle`). Other handle types give
+    /// Opens a key-groups handle: canonical (`KeyGroupsSavepointStateHandle`) or, uncompressed, the HashMap
+    /// backend's native format (`KeyGroupsStateHandle`). Other handle types give
     /// [`FlinkError::UnsupportedHandle`] naming them.
     pub fn open(
         sp: &FlinkSavepoint,
@@ -150,19 +156,14 @@ impl KeyedFile {
             handle: h.type_name(),
             detail: detail.to_string(),
         };
-        let (range, offsets, stream) = match h {
+        let (range, offsets, stream, native) = match h {
             KeyedHandle::KeyGroups {
-                kind: KeyGroupsHandleKind::Savepoint,
+                kind,
                 range,
                 offsets,
                 stream,
                 ..
-            } => (*range, offsets.clone(), stream),
-            KeyedHandle::KeyGroups { .. } => {
-                return Err(unsupported(
-                    "the HashMap backend's native snapshot format is not imported yet; take a CANONICAL savepoint",
-                ))
-            }
+            } => (*range, offsets.clone(), stream, *kind == KeyGroupsHandleKind::Checkpoint),
             KeyedHandle::Incremental { .. } => {
                 return Err(unsupported(
                     "RocksDB native savepoints and incremental checkpoints (SST files) are not imported yet; take a CANONICAL savepoint",
@@ -185,6 +186,16 @@ impl KeyedFile {
             .min()
             .map(|o| *o as usize);
         let proxy = read_proxy(&data, &name, header_end)?;
+        if native && proxy.compressed {
+            return Err(unsupported(
+                "compressed HashMap native snapshots are not imported yet; take a CANONICAL savepoint",
+            ));
+        }
+        let metas = proxy
+            .states
+            .iter()
+            .map(|s| s.to_meta(&name))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(KeyedFile {
             name,
             subtask,
@@ -192,6 +203,8 @@ impl KeyedFile {
             range,
             offsets,
             proxy,
+            metas,
+            native,
         })
     }
 
@@ -208,6 +221,42 @@ impl KeyedFile {
         let off = self.offsets[(kg - self.range.start()) as usize];
         if off == 0 {
             return Ok(None);
+        }
+        if self.native {
+            let mut entries = 0u64;
+            let mut bytes = 0u64;
+            let end = read_native_key_group(
+                &self.data,
+                off as usize,
+                kg,
+                max_parallelism,
+                &self.proxy.key_serializer.snapshot,
+                &self.metas,
+                &self.name,
+                &mut |s, k, v| {
+                    entries += 1;
+                    bytes += (k.len() + v.len()) as u64;
+                    f(s, k, v)
+                },
+            )?;
+            let j = (kg - self.range.start()) as usize;
+            let next = self
+                .offsets
+                .get(j + 1)
+                .map(|o| *o as usize)
+                .unwrap_or(self.data.len());
+            if end != next {
+                return Err(FlinkError::BadKeyGroup {
+                    file: self.name.clone(),
+                    key_group: kg,
+                    detail: format!("ends at byte {end}, the next key group starts at {next}"),
+                });
+            }
+            return Ok(Some(KeyGroupStats {
+                entries,
+                bytes,
+                end,
+            }));
         }
         read_key_group(
             &self.data,
@@ -257,8 +306,7 @@ impl FlinkImport {
                 )));
             }
             let mut map = Vec::with_capacity(f.proxy.states.len());
-            for s in &f.proxy.states {
-                let meta = s.to_meta(&f.name)?;
+            for meta in f.metas.iter().cloned() {
                 match states.iter().position(|m| m.name == meta.name) {
                     Some(i) => {
                         if states[i] != meta {

@@ -5,6 +5,7 @@
 //! - [`proxy`]: the keyed-state stream header (serialization proxy, state meta infos), mapped to ours;
 //! - [`typeser`]: Flink's serializer snapshots, mapped to ours, unknown ones kept as raw bytes;
 //! - [`keyed_stream`]: the canonical per-key-group entry stream, uncompressed or [`snappy`]-framed;
+//! - [`heap_native`]: the HashMap backend's native snapshot format, rebuilt as canonical entries;
 //! - [`import`]: one operator's keyed state as a [`BackendSnapshot`](crate::backend::BackendSnapshot)
 //!   that our savepoint writer encodes;
 //! - [`operator_id`]: the operator id Flink derives from a uid.
@@ -13,6 +14,7 @@
 //! what is wrong and where, never panics, and has a fuzz target.
 
 mod error;
+pub mod heap_native;
 pub mod import;
 pub mod input;
 pub mod keyed_stream;
