@@ -115,6 +115,9 @@ pub enum Error {
     /// A savepoint could not be read or written.
     #[error(transparent)]
     Savepoint(#[from] crate::savepoint::SavepointError),
+    /// A Flink savepoint could not be read or written.
+    #[error(transparent)]
+    Flink(#[from] crate::flink::FlinkError),
     /// The LSM engine failed.
     #[error(transparent)]
     Lsm(#[from] crate::lsm::LsmError),

@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod error;
+pub mod flink;
 mod fsutil;
 pub mod keygroup;
 pub mod layout;

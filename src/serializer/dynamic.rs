@@ -14,6 +14,9 @@
 //! | Map | array of `[key, value]` pairs in stored order (keys need not be strings); a Flink `null` value is `null` |
 //! | Option | `null` or the value |
 //! | TTL value | `{"timestamp": i64, "value": …}` |
+//! | Flink `TimeWindow` | `{"start": i64, "end": i64}` |
+//! | Flink tuple | array of the fields |
+//! | Flink timer | `{"timestamp": i64, "key": …, "namespace": …}` |
 //!
 //! Snapshots whose identifier (or any nested identifier) is not one of these give `None`.
 
@@ -29,6 +32,16 @@ use super::{
     DoubleSerializer, IntSerializer, LongSerializer, SerializerError, SerializerSnapshot,
     StringSerializer, TypeSerializer,
 };
+
+/// Flink's `TimeWindow.Serializer` snapshot identifier (`i64 start | i64 end`).
+pub const TIME_WINDOW_SNAPSHOT_ID: &str =
+    "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot";
+/// Flink's `TupleSerializerSnapshot` identifier (the fields one after another).
+pub const TUPLE_SNAPSHOT_ID: &str =
+    "org.apache.flink.api.java.typeutils.runtime.TupleSerializerSnapshot";
+/// Flink's `TimerSerializerSnapshot` identifier (`i64 timestamp ^ i64::MIN | key | namespace`).
+pub const TIMER_SNAPSHOT_ID: &str =
+    "org.apache.flink.streaming.api.operators.TimerSerializerSnapshot";
 
 /// Nesting accepted by the decoder (snapshots decoded from bytes are limited to [`MAX_SNAPSHOT_DEPTH`]).
 const MAX_DEPTH: usize = MAX_SNAPSHOT_DEPTH + 1;
@@ -47,6 +60,9 @@ enum Kind {
     Map,
     Option,
     Ttl,
+    TimeWindow,
+    Tuple,
+    Timer,
 }
 
 fn kind_of(snapshot: &SerializerSnapshot) -> Option<Kind> {
@@ -62,6 +78,9 @@ fn kind_of(snapshot: &SerializerSnapshot) -> Option<Kind> {
         MAP_SNAPSHOT_ID => (Kind::Map, 2),
         OPTION_SNAPSHOT_ID => (Kind::Option, 1),
         TTL_SNAPSHOT_ID => (Kind::Ttl, 2),
+        TIME_WINDOW_SNAPSHOT_ID => (Kind::TimeWindow, 0),
+        TUPLE_SNAPSHOT_ID => (Kind::Tuple, snapshot.nested.len()),
+        TIMER_SNAPSHOT_ID => (Kind::Timer, 2),
         _ => return None,
     };
     (snapshot.nested.len() == nested).then_some(kind)
@@ -99,7 +118,26 @@ pub fn is_fixed_length(snapshot: &SerializerSnapshot) -> Option<Option<usize>> {
             Kind::Long | Kind::Double => Some(8),
             Kind::Int => Some(4),
             Kind::Bool | Kind::Void => Some(1),
+            Kind::TimeWindow => Some(16),
             Kind::String | Kind::Bytes | Kind::List | Kind::Map | Kind::Option => None,
+            Kind::Tuple => {
+                let mut total = Some(0usize);
+                for n in &s.nested {
+                    total = match (total, go(n, depth + 1)?) {
+                        (Some(a), Some(b)) => a.checked_add(b),
+                        _ => None,
+                    };
+                }
+                total
+            }
+            Kind::Timer => {
+                let k = go(s.nested.first()?, depth + 1)?;
+                let n = go(s.nested.get(1)?, depth + 1)?;
+                match (k, n) {
+                    (Some(a), Some(b)) => a.checked_add(b).and_then(|x| x.checked_add(8)),
+                    _ => None,
+                }
+            }
             Kind::Ttl => {
                 let ts = go(s.nested.first()?, depth + 1)?;
                 let user = go(s.nested.get(1)?, depth + 1)?;
@@ -198,6 +236,24 @@ fn decode(
             let value = decode(nested(s, 1)?, input, depth + 1)?;
             json!({ "timestamp": timestamp, "value": value })
         }
+        Kind::TimeWindow => {
+            let start = LongSerializer.deserialize(input)?;
+            let end = LongSerializer.deserialize(input)?;
+            json!({ "start": start, "end": end })
+        }
+        Kind::Tuple => {
+            let mut out = Vec::with_capacity(s.nested.len());
+            for n in &s.nested {
+                out.push(decode(n, input, depth + 1)?);
+            }
+            Value::Array(out)
+        }
+        Kind::Timer => {
+            let timestamp = LongSerializer.deserialize(input)? ^ i64::MIN;
+            let key = decode(nested(s, 0)?, input, depth + 1)?;
+            let namespace = decode(nested(s, 1)?, input, depth + 1)?;
+            json!({ "timestamp": timestamp, "key": key, "namespace": namespace })
+        }
     })
 }
 
@@ -265,6 +321,31 @@ mod tests {
             dump(&t, &TtlValue::new(None, 1)),
             json!({"timestamp": 1, "value": null})
         );
+    }
+
+    #[test]
+    fn flink_window_tuple_and_timer_shapes() {
+        let tw = SerializerSnapshot::simple(TIME_WINDOW_SNAPSHOT_ID, 3);
+        let mut b = Vec::new();
+        b.extend_from_slice(&5i64.to_be_bytes());
+        b.extend_from_slice(&10i64.to_be_bytes());
+        assert_eq!(
+            decode_to_json(&tw, &mut &b[..]).unwrap().unwrap(),
+            json!({"start": 5, "end": 10})
+        );
+        assert_eq!(is_fixed_length(&tw), Some(Some(16)));
+        let tuple = SerializerSnapshot::composite(
+            TUPLE_SNAPSHOT_ID,
+            3,
+            vec![LongSerializer.snapshot(), StringSerializer.snapshot()],
+        );
+        let mut b = 7i64.to_be_bytes().to_vec();
+        b.extend_from_slice(&[3, b'h', b'i']);
+        assert_eq!(
+            decode_to_json(&tuple, &mut &b[..]).unwrap().unwrap(),
+            json!([7, "hi"])
+        );
+        assert_eq!(is_fixed_length(&tuple), Some(None));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
 use keyed_state::Error;
 
 mod demo;
+mod flink_cmds;
 mod tools;
 
 #[derive(Parser)]
@@ -72,10 +73,25 @@ enum Command {
         #[arg(long, default_value = "demo.savepoint")]
         savepoint: PathBuf,
     },
-    /// Show a savepoint's states, serializers, key groups, entries and bytes.
+    /// Show a savepoint's states, serializers, key groups, entries and bytes (our savepoint files, and
+    /// Flink savepoint or checkpoint directories holding `_metadata`).
     Inspect {
-        /// The savepoint file.
+        /// The savepoint file, or a Flink savepoint directory.
         savepoint: PathBuf,
+    },
+    /// Import one operator's keyed state from a Flink canonical savepoint into one of our savepoints.
+    ImportFlink {
+        /// The Flink savepoint directory (holding `_metadata`).
+        flink_savepoint: PathBuf,
+        /// The operator: its uid or its 32-digit hex operator id.
+        #[arg(long)]
+        operator: String,
+        /// Where to write our savepoint.
+        #[arg(long)]
+        out: PathBuf,
+        /// LZ4-compress the frames of the savepoint written.
+        #[arg(long)]
+        lz4: bool,
     },
     /// Print every entry of a savepoint.
     Dump {
@@ -144,6 +160,22 @@ fn run(command: Command) -> Result<(), Error> {
             seed,
             savepoint,
         } => run_demo(backend, dir.as_deref(), records, seed, &savepoint),
+        Command::Inspect { savepoint } if keyed_state::flink::is_flink_savepoint(&savepoint) => {
+            print!("{}", flink_cmds::inspect(&savepoint)?);
+            Ok(())
+        }
+        Command::ImportFlink {
+            flink_savepoint,
+            operator,
+            out,
+            lz4,
+        } => {
+            print!(
+                "{}",
+                flink_cmds::import(&flink_savepoint, &operator, &out, lz4)?
+            );
+            Ok(())
+        }
         Command::Inspect { savepoint } => {
             let reader = open(&savepoint)?;
             print!("{}", tools::inspect(&reader)?);

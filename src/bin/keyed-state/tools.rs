@@ -10,7 +10,7 @@ use keyed_state::layout::{variable_int_len, LIST_DELIMITER, MAP_VALUE_NULL, MAP_
 use keyed_state::meta::{StateKind, StateMetaInfo};
 use keyed_state::savepoint::SavepointReader;
 use keyed_state::serializer::dynamic::{decode_to_json, is_fixed_length};
-use keyed_state::serializer::SerializerSnapshot;
+use keyed_state::serializer::{SerializerSnapshot, TTL_SNAPSHOT_ID};
 
 fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
@@ -88,7 +88,6 @@ pub fn entry_json(
                 obj.insert("namespace".into(), Value::Null);
             }
         }
-        obj.insert("value".into(), Value::Null);
         return Value::Object(obj);
     }
 
@@ -132,39 +131,85 @@ pub fn entry_json(
             }
         }
     }
-    obj.insert("value".into(), value_json(meta, value));
+    let (v, ttl) = value_json(meta, value);
+    obj.insert("value".into(), v);
+    if let Some(ts) = ttl {
+        obj.insert("ttl_timestamp".into(), ts);
+    }
     Value::Object(obj)
 }
 
-fn value_json(meta: &StateMetaInfo, value: &[u8]) -> Value {
+/// The user serializer inside Flink's TTL wrapper (`TtlValue` = `i64 BE timestamp | user value`).
+fn ttl_user(s: &SerializerSnapshot) -> Option<&SerializerSnapshot> {
+    (s.identifier == TTL_SNAPSHOT_ID && s.nested.len() == 2).then(|| &s.nested[1])
+}
+
+/// Splits a TTL value at the front of `input` into its timestamp and user value.
+fn decode_ttl_front(user: &SerializerSnapshot, input: &mut &[u8]) -> Option<(Value, Value)> {
+    let ts = i64::from_be_bytes(input.get(..8)?.try_into().ok()?);
+    let mut rest = &input[8..];
+    let v = decode_front(user, &mut rest)?;
+    *input = rest;
+    Some((v, json!(ts)))
+}
+
+fn decode_ttl_exact(user: &SerializerSnapshot, bytes: &[u8]) -> Option<(Value, Value)> {
+    let mut input = bytes;
+    let r = decode_ttl_front(user, &mut input)?;
+    input.is_empty().then_some(r)
+}
+
+/// The value's JSON and, for state with TTL, its last-access timestamp(s).
+fn value_json(meta: &StateMetaInfo, value: &[u8]) -> (Value, Option<Value>) {
     match meta.kind {
         StateKind::List => {
             let Some(el) = meta.value_serializer.nested.first() else {
-                return hex_value(value);
+                return (hex_value(value), None);
             };
+            let ttl = ttl_user(el);
             let mut items = Vec::new();
+            let mut stamps = Vec::new();
             let mut input = value;
             while !input.is_empty() {
-                match decode_front(el, &mut input) {
+                let item = match ttl {
+                    Some(user) => decode_ttl_front(user, &mut input).map(|(v, ts)| {
+                        stamps.push(ts);
+                        v
+                    }),
+                    None => decode_front(el, &mut input),
+                };
+                match item {
                     Some(v) => items.push(v),
-                    None => return hex_value(value),
+                    None => return (hex_value(value), None),
                 }
                 if let Some((d, tail)) = input.split_first() {
                     if *d != LIST_DELIMITER {
-                        return hex_value(value);
+                        return (hex_value(value), None);
                     }
                     input = tail;
                 }
             }
-            Value::Array(items)
+            (Value::Array(items), ttl.map(|_| Value::Array(stamps)))
         }
         StateKind::Map => match (value.split_first(), meta.value_serializer.nested.get(1)) {
-            (Some((&MAP_VALUE_NULL, [])), _) => Value::Null,
-            (Some((&MAP_VALUE_PRESENT, rest)), Some(s)) => decode_exact(s, rest),
-            _ => hex_value(value),
+            (Some((&MAP_VALUE_NULL, [])), _) => (Value::Null, None),
+            (Some((&MAP_VALUE_PRESENT, rest)), Some(s)) => match ttl_user(s) {
+                Some(user) => match decode_ttl_exact(user, rest) {
+                    Some((v, ts)) => (v, Some(ts)),
+                    None => (hex_value(value), None),
+                },
+                None => (decode_exact(s, rest), None),
+            },
+            _ => (hex_value(value), None),
         },
-        StateKind::Timers => Value::Null,
-        _ => decode_exact(&meta.value_serializer, value),
+        StateKind::Timers => (Value::Null, None),
+        _ => match ttl_user(&meta.value_serializer) {
+            Some(user) => match decode_ttl_exact(user, value) {
+                Some((v, ts)) => (v, Some(ts)),
+                None => (hex_value(value), None),
+            },
+            None => (decode_exact(&meta.value_serializer, value), None),
+        },
     }
 }
 

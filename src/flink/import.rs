@@ -1,0 +1,445 @@
+//! Importing one operator's keyed state from a Flink savepoint directory into one of our savepoints:
+//! [`FlinkSavepoint`] opens `_metadata`, [`FlinkSavepoint::import`] opens the operator's keyed-state
+//! streams and gives a [`FlinkImport`], a [`BackendSnapshot`] that our savepoint writer encodes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::heap_native::read_native_key_group;
+use super::keyed_stream::{read_key_group, KeyGroupStats};
+use super::location::{display_name, open_stream};
+use super::metadata::{
+    parse_metadata, CheckpointMetadata, KeyGroupsHandleKind, KeyedHandle, OperatorId, OperatorState,
+};
+use super::operator_id::operator_id_for_uid;
+use super::proxy::{read_proxy, KeyedProxy};
+use super::FlinkError;
+use crate::backend::{BackendConfig, BackendSnapshot, StateId};
+use crate::keygroup::{KeyGroup, KeyGroupRange};
+use crate::meta::StateMetaInfo;
+
+/// A Flink savepoint or checkpoint directory with its decoded `_metadata`.
+#[derive(Debug, Clone)]
+pub struct FlinkSavepoint {
+    dir: PathBuf,
+    /// The decoded `_metadata`.
+    pub metadata: CheckpointMetadata,
+}
+
+/// Whether `path` is a Flink savepoint or checkpoint: a directory holding `_metadata`, or such a file.
+pub fn is_flink_savepoint(path: &Path) -> bool {
+    (path.is_dir() && path.join("_metadata").is_file())
+        || (path.is_file() && path.file_name().is_some_and(|n| n == "_metadata"))
+}
+
+impl FlinkSavepoint {
+    /// Opens a savepoint directory (or its `_metadata` file) and decodes `_metadata`.
+    pub fn open(path: &Path) -> Result<Self, FlinkError> {
+        let (dir, meta) = if path.is_dir() {
+            (path.to_path_buf(), path.join("_metadata"))
+        } else {
+            (
+                path.parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from(".")),
+                path.to_path_buf(),
+            )
+        };
+        let bytes = std::fs::read(&meta).map_err(|e| FlinkError::io(meta.display(), e))?;
+        let metadata = parse_metadata(&bytes, "_metadata")?;
+        Ok(FlinkSavepoint { dir, metadata })
+    }
+
+    /// From `_metadata` bytes already read; relative handles resolve against `dir`.
+    pub fn from_bytes(dir: &Path, bytes: &[u8]) -> Result<Self, FlinkError> {
+        Ok(FlinkSavepoint {
+            dir: dir.to_path_buf(),
+            metadata: parse_metadata(bytes, "_metadata")?,
+        })
+    }
+
+    /// The directory relative handles resolve against.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The operator with this uid, or with this 32-digit hex id, or whose id Flink derives from this uid.
+    pub fn operator(&self, uid_or_id: &str) -> Result<&OperatorState, FlinkError> {
+        let ops = &self.metadata.operators;
+        if let Some(op) = ops.iter().find(|o| o.uid.as_deref() == Some(uid_or_id)) {
+            return Ok(op);
+        }
+        if let Some(id) = OperatorId::from_hex(uid_or_id) {
+            if let Some(op) = ops.iter().find(|o| o.id == id) {
+                return Ok(op);
+            }
+        }
+        let derived = operator_id_for_uid(uid_or_id);
+        if let Some(op) = ops.iter().find(|o| o.id == derived) {
+            return Ok(op);
+        }
+        let available = ops
+            .iter()
+            .map(|o| match &o.uid {
+                Some(u) => format!("{u} / {}", o.id),
+                None => format!("(no uid) / {}", o.id),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(FlinkError::OperatorNotFound {
+            wanted: uid_or_id.to_string(),
+            available: if available.is_empty() {
+                "none".into()
+            } else {
+                available
+            },
+        })
+    }
+
+    /// Opens every managed keyed-state handle of `op` and prepares the import.
+    pub fn import(&self, op: &OperatorState) -> Result<FlinkImport, FlinkError> {
+        let label = op.label();
+        let mut files = Vec::new();
+        for st in &op.subtasks {
+            let Some(h) = &st.managed_keyed else { continue };
+            files.push(KeyedFile::open(
+                self,
+                &label,
+                st.index,
+                h,
+                op.max_parallelism,
+            )?);
+        }
+        if files.is_empty() {
+            return Err(FlinkError::NoKeyedState { operator: label });
+        }
+        FlinkImport::new(op.max_parallelism, files)
+    }
+}
+
+/// One subtask's canonical keyed-state stream.
+#[derive(Debug)]
+pub struct KeyedFile {
+    /// The file name (or `inline:<name>`).
+    pub name: String,
+    /// The subtask index.
+    pub subtask: u32,
+    /// The stream's bytes.
+    pub data: Vec<u8>,
+    /// The handle's key groups.
+    pub range: KeyGroupRange,
+    /// Offsets per key group (0 = empty).
+    pub offsets: Vec<i64>,
+    /// The stream's header.
+    pub proxy: KeyedProxy,
+    /// The header's states mapped to ours, by Flink state id.
+    pub metas: Vec<StateMetaInfo>,
+    /// The HashMap backend's native format (`KeyGroupsStateHandle`) rather than the canonical one.
+    pub native: bool,
+}
+
+impl KeyedFile {
+    /// Opens a key-groups handle: canonical (`KeyGroupsSavepointStateHandle`) or, uncompressed, the HashMap
+    /// backend's native format (`KeyGroupsStateHandle`). Other handle types give
+    /// [`FlinkError::UnsupportedHandle`] naming them.
+    pub fn open(
+        sp: &FlinkSavepoint,
+        operator: &str,
+        subtask: u32,
+        h: &KeyedHandle,
+        max_parallelism: u32,
+    ) -> Result<Self, FlinkError> {
+        let unsupported = |detail: &str| FlinkError::UnsupportedHandle {
+            operator: operator.to_string(),
+            subtask,
+            handle: h.type_name(),
+            detail: detail.to_string(),
+        };
+        let (range, offsets, stream, native) = match h {
+            KeyedHandle::KeyGroups {
+                kind,
+                range,
+                offsets,
+                stream,
+                ..
+            } => (*range, offsets.clone(), stream, *kind == KeyGroupsHandleKind::Checkpoint),
+            KeyedHandle::Incremental { .. } => {
+                return Err(unsupported(
+                    "RocksDB native savepoints and incremental checkpoints (SST files) are not imported yet; take a CANONICAL savepoint",
+                ))
+            }
+            KeyedHandle::Changelog { .. } => {
+                return Err(unsupported("changelog state backend handles are not imported"))
+            }
+        };
+        if range.end() as u32 >= max_parallelism {
+            return Err(FlinkError::Inconsistent(format!(
+                "subtask {subtask}: key groups {range} exceed max parallelism {max_parallelism}"
+            )));
+        }
+        let name = display_name(stream);
+        let data = open_stream(stream, sp.dir())?;
+        let header_end = offsets
+            .iter()
+            .filter(|o| **o != 0)
+            .min()
+            .map(|o| *o as usize);
+        let proxy = read_proxy(&data, &name, header_end)?;
+        if native && proxy.compressed {
+            return Err(unsupported(
+                "compressed HashMap native snapshots are not imported yet; take a CANONICAL savepoint",
+            ));
+        }
+        let metas = proxy
+            .states
+            .iter()
+            .map(|s| s.to_meta(&name))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(KeyedFile {
+            name,
+            subtask,
+            data,
+            range,
+            offsets,
+            proxy,
+            metas,
+            native,
+        })
+    }
+
+    /// Reads key group `kg` of this file, calling `f(flink state id, key, value)`.
+    pub fn read_key_group(
+        &self,
+        kg: KeyGroup,
+        max_parallelism: u32,
+        f: &mut dyn FnMut(usize, Vec<u8>, Vec<u8>) -> Result<(), FlinkError>,
+    ) -> Result<Option<KeyGroupStats>, FlinkError> {
+        if !self.range.contains(kg) {
+            return Ok(None);
+        }
+        let off = self.offsets[(kg - self.range.start()) as usize];
+        if off == 0 {
+            return Ok(None);
+        }
+        if self.native {
+            let mut entries = 0u64;
+            let mut bytes = 0u64;
+            let end = read_native_key_group(
+                &self.data,
+                off as usize,
+                kg,
+                max_parallelism,
+                &self.proxy.key_serializer.snapshot,
+                &self.metas,
+                &self.name,
+                &mut |s, k, v| {
+                    entries += 1;
+                    bytes += (k.len() + v.len()) as u64;
+                    f(s, k, v)
+                },
+            )?;
+            let j = (kg - self.range.start()) as usize;
+            let next = self
+                .offsets
+                .get(j + 1)
+                .map(|o| *o as usize)
+                .unwrap_or(self.data.len());
+            if end != next {
+                return Err(FlinkError::BadKeyGroup {
+                    file: self.name.clone(),
+                    key_group: kg,
+                    detail: format!("ends at byte {end}, the next key group starts at {next}"),
+                });
+            }
+            return Ok(Some(KeyGroupStats {
+                entries,
+                bytes,
+                end,
+            }));
+        }
+        read_key_group(
+            &self.data,
+            off as usize,
+            kg,
+            max_parallelism,
+            self.proxy.compressed,
+            self.proxy.states.len(),
+            &self.name,
+            f,
+        )
+        .map(Some)
+    }
+}
+
+type Entries = Vec<Vec<(Vec<u8>, Vec<u8>)>>;
+
+/// The keyed state of one Flink operator as a [`BackendSnapshot`]: every key group of every subtask
+/// handle, states merged by name (in the order the first handle lists them), entries sorted per state and
+/// key group as our format requires. Key groups are decoded one at a time when visited.
+#[derive(Debug)]
+pub struct FlinkImport {
+    config: BackendConfig,
+    states: Vec<StateMetaInfo>,
+    files: Vec<KeyedFile>,
+    /// Per file: Flink state id → our state index.
+    maps: Vec<Vec<usize>>,
+    /// Per key group of the range: the file holding data for it.
+    owners: BTreeMap<KeyGroup, usize>,
+    warnings: Vec<String>,
+    cache: Mutex<Option<(KeyGroup, Entries)>>,
+}
+
+impl FlinkImport {
+    fn new(max_parallelism: u32, files: Vec<KeyedFile>) -> Result<Self, FlinkError> {
+        let first = &files[0];
+        let key_serializer = first.proxy.key_serializer.snapshot.clone();
+        let mut states: Vec<StateMetaInfo> = Vec::new();
+        let mut origin: Vec<String> = Vec::new();
+        let mut maps = Vec::new();
+        let mut warnings = Vec::new();
+        for f in &files {
+            if f.proxy.key_serializer.snapshot != key_serializer {
+                return Err(FlinkError::Inconsistent(format!(
+                    "key serializer of {} ({}) differs from {}'s ({})",
+                    f.name, f.proxy.key_serializer.snapshot, first.name, key_serializer
+                )));
+            }
+            let mut map = Vec::with_capacity(f.proxy.states.len());
+            for meta in f.metas.iter().cloned() {
+                match states.iter().position(|m| m.name == meta.name) {
+                    Some(i) => {
+                        if states[i] != meta {
+                            return Err(FlinkError::StateMismatch {
+                                state: meta.name,
+                                first: origin[i].clone(),
+                                second: f.name.clone(),
+                            });
+                        }
+                        map.push(i);
+                    }
+                    None => {
+                        map.push(states.len());
+                        states.push(meta);
+                        origin.push(f.name.clone());
+                    }
+                }
+            }
+            maps.push(map);
+        }
+        for (place, class) in files.iter().flat_map(|f| f.proxy.raw_serializers()) {
+            let w = format!(
+                "state '{place}': serializer {class} has no known layout; its snapshot and values are kept as raw bytes"
+            );
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+        let mut owners = BTreeMap::new();
+        for (i, f) in files.iter().enumerate() {
+            for (j, off) in f.offsets.iter().enumerate() {
+                if *off == 0 {
+                    continue;
+                }
+                let kg = f.range.start() + j as KeyGroup;
+                if let Some(prev) = owners.insert(kg, i) {
+                    return Err(FlinkError::Inconsistent(format!(
+                        "key group {kg} has data in both {} and {}",
+                        files[prev].name, f.name
+                    )));
+                }
+            }
+        }
+        let start = files.iter().map(|f| f.range.start()).min().unwrap_or(0);
+        let end = files.iter().map(|f| f.range.end()).max().unwrap_or(0);
+        Ok(FlinkImport {
+            config: BackendConfig {
+                max_parallelism,
+                key_group_range: KeyGroupRange::new(start, end),
+                key_serializer,
+            },
+            states,
+            files,
+            maps,
+            owners,
+            warnings,
+            cache: Mutex::new(None),
+        })
+    }
+
+    /// Serializers kept as raw bytes, as messages for the user.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The subtask streams read.
+    pub fn files(&self) -> &[KeyedFile] {
+        &self.files
+    }
+
+    /// Key groups with data.
+    pub fn key_groups(&self) -> impl Iterator<Item = KeyGroup> + '_ {
+        self.owners.keys().copied()
+    }
+
+    /// Decodes key group `kg`: per our state index, its entries sorted by key. Duplicate keys are errors.
+    pub fn decode_key_group(&self, kg: KeyGroup) -> Result<Entries, FlinkError> {
+        let mut out: Entries = vec![Vec::new(); self.states.len()];
+        let Some(&fi) = self.owners.get(&kg) else {
+            return Ok(out);
+        };
+        let file = &self.files[fi];
+        let map = &self.maps[fi];
+        file.read_key_group(kg, self.config.max_parallelism, &mut |sid, k, v| {
+            out[map[sid]].push((k, v));
+            Ok(())
+        })?;
+        for (i, entries) in out.iter_mut().enumerate() {
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(FlinkError::BadKeyGroup {
+                    file: file.name.clone(),
+                    key_group: kg,
+                    detail: format!(
+                        "state '{}' holds key {:02x?} twice",
+                        self.states[i].name, w[0].0
+                    ),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl BackendSnapshot for FlinkImport {
+    fn config(&self) -> &BackendConfig {
+        &self.config
+    }
+
+    fn states(&self) -> &[StateMetaInfo] {
+        &self.states
+    }
+
+    fn visit(
+        &self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> crate::Result<()>,
+    ) -> crate::Result<()> {
+        let mut cache = self
+            .cache
+            .lock()
+            .map_err(|_| crate::Error::Closed("Flink import after a panic"))?;
+        if cache.as_ref().map(|c| c.0) != Some(kg) {
+            *cache = Some((kg, self.decode_key_group(kg)?));
+        }
+        if let Some((_, entries)) = cache.as_ref() {
+            if let Some(list) = entries.get(state) {
+                for (k, v) in list {
+                    f(k, v)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
