@@ -380,6 +380,9 @@ fn rescale_adopts_files_and_clips_foreign_key_groups() {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
     let (backend, info) = restore_lsm(&storage, 2, cfg, options()).unwrap();
     assert_eq!(info.adopted.len() + info.copied.len(), 2);
+    // The instances restored from the 1 -> 2 rescale still hold the other's key groups under their clip
+    // tombstones: the base is adopted, the other copied (design/checkpoints.md, "Restore").
+    assert_eq!(info.adopted.len(), 1, "{info:?}");
     let (store, counter) = store_on(backend);
     let mut one = Inst {
         store,
@@ -453,4 +456,40 @@ fn gc_keeps_the_newest_checkpoints_and_what_they_reference() {
     assert_eq!(list_completed(&storage).unwrap().len(), 2);
     assert_storage_exact(&storage);
     assert!(tools::verify(&storage, None).unwrap().problems.is_empty());
+}
+
+#[test]
+fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut two: Vec<Inst> = (0..2)
+        .map(|i| {
+            fresh(
+                &storage,
+                key_group_range_for_operator(MAX_P, 2, i).unwrap(),
+                3,
+            )
+        })
+        .collect();
+    for k in 0..6000 {
+        let i = two.iter().position(|x| x.owns(k)).unwrap();
+        two[i].put(k, k * 2);
+    }
+    for x in two.iter_mut() {
+        x.checkpoint(1);
+        x.ck.notify_complete(1).unwrap();
+    }
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, info) = restore_lsm(&storage, 1, cfg, options()).unwrap();
+    assert_eq!(info.adopted.len(), 2, "{info:?}");
+    assert!(info.copied.is_empty());
+    let (store, counter) = store_on(backend);
+    let mut one = Inst {
+        store,
+        counter,
+        ck: two.pop().unwrap().ck,
+    };
+    for k in 0..6000 {
+        assert_eq!(one.get(k), Some(k * 2), "key {k}");
+    }
+    assert_eq!(one.store.num_entries().unwrap(), 6000);
 }
