@@ -120,7 +120,7 @@ fn a_checkpoint_holds_the_state_at_its_synchronous_part() {
     for k in 0..2000 {
         a.put(k, k);
     }
-    let p = a.ck.begin(1, a.store.backend_mut()).unwrap();
+    let p = a.store.checkpoint(&a.ck, 1).unwrap();
     for k in 0..2000 {
         a.put(k, -1);
     }
