@@ -136,6 +136,14 @@ pub enum Error {
     /// An invalid argument.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The backend does not support the operation.
+    #[error("the {backend} backend does not support {what}")]
+    Unsupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// The operation.
+        what: &'static str,
+    },
 }
 
 impl Error {

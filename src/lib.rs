@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+pub mod checkpoint;
 pub mod error;
 pub mod flink;
 mod fsutil;

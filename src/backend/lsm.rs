@@ -218,6 +218,23 @@ impl LsmBackend {
         Ok(b)
     }
 
+    /// [`open_checkpoint`](Self::open_checkpoint) of a directory inside `tmp`, which the backend then owns
+    /// (removed when the backend and its snapshots are gone).
+    pub(crate) fn open_checkpoint_in_temp(
+        tmp: tempfile::TempDir,
+        dir: &Path,
+        config: BackendConfig,
+        states: Vec<StateMetaInfo>,
+        options: Options,
+    ) -> Result<Self> {
+        let (options, prefixes) = Self::engine_options(options, &config, &states);
+        let db = Db::open(dir, options)?;
+        let range = config.key_group_range;
+        let mut b = Self::from_db(config, states, db, prefixes, Some(tmp))?;
+        b.clip_to(range)?;
+        Ok(b)
+    }
+
     /// The engine options the backend needs: its merge operator and its own prefix extractor with `states`
     /// mapped (always replacing any extractor in `options`: none when `options.sst.prefix_bloom_bits_per_key`
     /// is 0 or serialized keys vary in length).
@@ -227,6 +244,7 @@ impl LsmBackend {
         states: &[StateMetaInfo],
     ) -> (Options, Option<Arc<StateKeyPrefix>>) {
         options.merge_operator = Some(Arc::new(ListAppendOperator));
+        options.partition_prefix_len = STATE_PREFIX_LEN;
         let prefixes = if options.sst.prefix_bloom_bits_per_key > 0 {
             StateKeyPrefix::new(config.max_parallelism, &config.key_serializer).map(Arc::new)
         } else {
@@ -376,6 +394,37 @@ impl LsmBackend {
             it.next();
         }
         Ok(it.take_status()?)
+    }
+}
+
+/// The synchronous part of an LSM checkpoint: the engine's pending checkpoint and the engine it belongs to.
+struct LsmCapture {
+    pending: crate::lsm::checkpoint::PendingCheckpoint,
+    shared: Arc<Shared>,
+}
+
+impl super::CheckpointCapture for LsmCapture {
+    fn wait(
+        self: Box<Self>,
+        cancelled: &std::sync::atomic::AtomicBool,
+    ) -> Result<super::CapturedFiles> {
+        let LsmCapture { pending, shared } = *self;
+        let captured = pending.wait(cancelled)?;
+        let files = captured
+            .files
+            .iter()
+            .map(|f| super::CapturedFile {
+                number: f.number,
+                level: f.level,
+                size: f.size,
+                path: f.path.clone(),
+            })
+            .collect();
+        Ok(super::CapturedFiles {
+            files,
+            seqno: captured.seqno,
+            keep_alive: Box::new((captured, shared)),
+        })
     }
 }
 
@@ -646,6 +695,15 @@ impl StateBackend for LsmBackend {
         }
         it.take_status()?;
         Ok(n)
+    }
+
+    fn checkpoint_capture(&mut self) -> Result<Box<dyn super::CheckpointCapture>> {
+        self.loader.drain()?;
+        let pending = self.shared.db.begin_checkpoint()?;
+        Ok(Box::new(LsmCapture {
+            pending,
+            shared: Arc::clone(&self.shared),
+        }))
     }
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {

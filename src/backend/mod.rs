@@ -9,6 +9,7 @@
 //! while the backend keeps taking writes). The savepoint encoder reads only [`BackendSnapshot`], so every
 //! backend produces the same savepoint bytes for the same logical state.
 
+mod checkpoint_capture;
 pub mod heap;
 pub mod lsm;
 mod lsm_load;
@@ -20,6 +21,7 @@ use crate::error::Result;
 use crate::keygroup::{KeyGroup, KeyGroupRange};
 use crate::meta::StateMetaInfo;
 use crate::serializer::SerializerSnapshot;
+pub use checkpoint_capture::{CapturedFile, CapturedFiles, CheckpointCapture};
 
 /// Index of a registered state in a backend, in registration order. The savepoint header lists states in
 /// this order.
@@ -223,6 +225,15 @@ pub trait StateBackend: Send {
     /// The synchronous part of a snapshot: pins the current state and returns a view that can be read (on any
     /// thread) while this backend keeps changing.
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>>;
+
+    /// The synchronous part of an incremental checkpoint (`design/checkpoints.md`): no cost in the state
+    /// size. Backends without checkpoints return [`Error::Unsupported`](crate::Error::Unsupported).
+    fn checkpoint_capture(&mut self) -> Result<Box<dyn CheckpointCapture>> {
+        Err(crate::Error::Unsupported {
+            backend: self.backend_name(),
+            what: "incremental checkpoints",
+        })
+    }
 }
 
 /// A handle on a backend's storage engine for code that drives it from outside the store: benchmarks that time

@@ -92,3 +92,164 @@ impl Db {
         })
     }
 }
+
+/// One file of a [`CapturedCheckpoint`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedFile {
+    /// The file number (never reused: equal numbers mean identical files).
+    pub number: u64,
+    /// The level the file sits in.
+    pub level: usize,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where the file is (kept on disk while the capture lives).
+    pub path: PathBuf,
+}
+
+/// The files holding exactly the writes up to a checkpoint's sequence number, kept on disk while this
+/// lives (the version is pinned).
+pub struct CapturedCheckpoint {
+    /// The files, in level order.
+    pub files: Vec<CapturedFile>,
+    /// Every write with a sequence number up to this one is in the files, and no other.
+    pub seqno: u64,
+    _version: Arc<super::version::Version>,
+}
+
+impl std::fmt::Debug for CapturedCheckpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapturedCheckpoint")
+            .field("files", &self.files)
+            .field("seqno", &self.seqno)
+            .finish()
+    }
+}
+
+enum Pending {
+    Ready(Arc<super::version::Version>),
+    Waiting(u64),
+}
+
+/// The synchronous part of a two-part checkpoint ([`Db::begin_checkpoint`]); [`wait`](Self::wait) is the
+/// asynchronous part.
+pub struct PendingCheckpoint {
+    inner: Arc<super::state::DbInner>,
+    seqno: u64,
+    pending: Option<Pending>,
+    _snapshot: super::snapshot::Snapshot,
+}
+
+static CAPTURE_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Db {
+    /// The synchronous part of a checkpoint: pins the current sequence number `S` (a snapshot, so range
+    /// deletes cannot drop files the state at `S` needs) and switches the memtable, without I/O. The engine's
+    /// own flush of that memtable installs the version holding exactly the writes up to `S`;
+    /// [`PendingCheckpoint::wait`] returns it (`design/checkpoints.md`, "The two parts").
+    pub fn begin_checkpoint(&self) -> Result<PendingCheckpoint, LsmError> {
+        let inner = self.inner();
+        let mut w = inner.writer.lock();
+        let seqno = inner.last_seqno.load(std::sync::atomic::Ordering::SeqCst);
+        let snapshot = inner.snapshots.acquire(seqno);
+        inner.make_room(&mut w, true)?;
+        let mut st = inner.state.lock();
+        let pending = match st.imm.front() {
+            None => Pending::Ready(Arc::clone(&st.version)),
+            Some(m) => {
+                let id = CAPTURE_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mem = Arc::clone(m);
+                st.captures.push(super::state::Capture {
+                    id,
+                    mem,
+                    version: None,
+                });
+                Pending::Waiting(id)
+            }
+        };
+        drop(st);
+        drop(w);
+        Ok(PendingCheckpoint {
+            inner: Arc::clone(inner),
+            seqno,
+            pending: Some(pending),
+            _snapshot: snapshot,
+        })
+    }
+}
+
+impl PendingCheckpoint {
+    /// The checkpoint's sequence number.
+    pub fn seqno(&self) -> u64 {
+        self.seqno
+    }
+
+    /// Waits for the flush of the switched memtable and returns the files of the state at
+    /// [`seqno`](Self::seqno). Fails with the engine's background error, with [`LsmError::Closed`] if the
+    /// engine shut down first, or with [`LsmError::Cancelled`] once `cancelled` is set.
+    pub fn wait(
+        mut self,
+        cancelled: &std::sync::atomic::AtomicBool,
+    ) -> Result<CapturedCheckpoint, LsmError> {
+        let version = match self.pending.take() {
+            Some(Pending::Ready(v)) => v,
+            Some(Pending::Waiting(id)) => {
+                let r = self.wait_capture(id, cancelled);
+                self.inner.state.lock().captures.retain(|c| c.id != id);
+                r?
+            }
+            None => return Err(LsmError::Closed),
+        };
+        let files = version
+            .files()
+            .map(|(level, f)| CapturedFile {
+                number: f.info.number,
+                level,
+                size: f.info.size,
+                path: f.path.clone(),
+            })
+            .collect();
+        Ok(CapturedCheckpoint {
+            files,
+            seqno: self.seqno,
+            _version: version,
+        })
+    }
+
+    fn wait_capture(
+        &self,
+        id: u64,
+        cancelled: &std::sync::atomic::AtomicBool,
+    ) -> Result<Arc<super::version::Version>, LsmError> {
+        let inner = &self.inner;
+        let mut st = inner.state.lock();
+        loop {
+            let Some(c) = st.captures.iter().find(|c| c.id == id) else {
+                return Err(LsmError::Closed);
+            };
+            if let Some(v) = &c.version {
+                return Ok(Arc::clone(v));
+            }
+            if let Some(e) = &st.bg_error {
+                return Err(LsmError::Background(Arc::clone(e)));
+            }
+            if cancelled.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(LsmError::Cancelled);
+            }
+            if st.shutting_down && !st.imm.iter().any(|m| Arc::ptr_eq(m, &c.mem)) {
+                return Err(LsmError::Closed);
+            }
+            // Bounded waits: cancellation is a flag, not a notification.
+            inner
+                .cv
+                .wait_for(&mut st, std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for PendingCheckpoint {
+    fn drop(&mut self) {
+        if let Some(Pending::Waiting(id)) = self.pending.take() {
+            self.inner.state.lock().captures.retain(|c| c.id != id);
+        }
+    }
+}

@@ -43,6 +43,14 @@ impl<'a> Outputs<'a> {
                 self.finish_current()?;
             }
         }
+        let p = self.db.opts.partition_prefix_len;
+        if p > 0
+            && self.cur.is_some()
+            && uk.get(..p.min(uk.len()))
+                != self.last_user_key.get(..p.min(self.last_user_key.len()))
+        {
+            self.finish_current()?;
+        }
         if self.cur.is_none() {
             let number = self.db.new_file_number();
             let w = SstWriter::create(

@@ -16,6 +16,7 @@ pub mod io;
 pub mod slice;
 pub mod sst;
 
+pub mod adopt;
 pub(crate) mod arena;
 pub mod batch;
 pub mod checkpoint;
@@ -103,6 +104,9 @@ pub enum LsmError {
     /// The database is closed.
     #[error("database is closed")]
     Closed,
+    /// The operation was cancelled by its caller.
+    #[error("cancelled")]
+    Cancelled,
     /// Another handle holds the database's `LOCK` file.
     #[error("database is locked by another handle: {0}")]
     Locked(String),

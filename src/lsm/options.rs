@@ -64,6 +64,10 @@ pub struct Options {
     pub auto_compaction: bool,
     /// Create the database if missing (default true).
     pub create_if_missing: bool,
+    /// Flush, compaction and ingestion start a new SST file whenever the first this-many bytes of the user
+    /// key change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`. The LSM state backend sets
+    /// it to its state-id width, so no file spans two states (`design/checkpoints.md`, "Restore").
+    pub partition_prefix_len: usize,
 }
 
 impl Default for Options {
@@ -89,6 +93,7 @@ impl Default for Options {
             background_nice: 5,
             auto_compaction: true,
             create_if_missing: true,
+            partition_prefix_len: 0,
         }
     }
 }

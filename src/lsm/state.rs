@@ -85,6 +85,19 @@ pub(crate) struct State {
     /// lock, by every change of `mem`, `imm` or `version`, and by `bg_error` and `shutting_down`. Shared with
     /// [`DbInner::state_changes`], which writers read without the lock.
     pub changes: Arc<AtomicU64>,
+    /// Checkpoints waiting for the version installed by the flush of one memtable
+    /// ([`Db::begin_checkpoint`](super::db::Db::begin_checkpoint)).
+    pub captures: Vec<Capture>,
+}
+
+/// A checkpoint's request for the version installed by the flush of `mem` (filled in by `log_and_apply`).
+pub(crate) struct Capture {
+    /// Identifies the request.
+    pub id: u64,
+    /// The memtable whose flush the checkpoint waits for.
+    pub mem: Arc<MemTable>,
+    /// The version that flush installed.
+    pub version: Option<Arc<Version>>,
 }
 
 impl State {
@@ -199,6 +212,7 @@ impl DbInner {
                     version: Arc::new(Version::empty(opts.num_levels)),
                 }),
                 changes: Arc::clone(&state_changes),
+                captures: Vec::new(),
             }),
             cv: Condvar::new(),
             writer: Mutex::new(WriterState {
@@ -308,6 +322,10 @@ impl DbInner {
             st.version = Arc::new(newv);
             if pop_imm {
                 if let Some(m) = st.imm.pop_back() {
+                    let installed = Arc::clone(&st.version);
+                    for c in st.captures.iter_mut().filter(|c| Arc::ptr_eq(&c.mem, &m)) {
+                        c.version = Some(Arc::clone(&installed));
+                    }
                     st.flushed_seqno = st.flushed_seqno.max(m.max_seqno());
                     let (growths, micros) = m.index_growth_stats();
                     self.counters

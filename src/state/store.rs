@@ -260,6 +260,18 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         self.backend.snapshot()
     }
 
+    /// The synchronous part of checkpoint `id` through `checkpointer` (`design/checkpoints.md`): no cost in
+    /// the state size. Run the returned part on any thread while this store keeps taking writes, then tell
+    /// the checkpointer what the host decided (`notify_complete` / `notify_aborted`).
+    pub fn checkpoint(
+        &mut self,
+        checkpointer: &crate::checkpoint::Checkpointer,
+        id: u64,
+    ) -> std::result::Result<crate::checkpoint::PendingCheckpoint, crate::checkpoint::CheckpointError>
+    {
+        checkpointer.begin(id, self.backend.as_mut())
+    }
+
     /// The number of stored entries over all states.
     pub fn num_entries(&mut self) -> Result<u64> {
         self.backend.num_entries()

@@ -16,6 +16,7 @@ use keyed_state::keygroup::{
 use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
 use keyed_state::Error;
 
+mod checkpoint_cmds;
 mod demo;
 mod flink_cmds;
 mod tools;
@@ -121,10 +122,19 @@ enum Command {
         #[arg(required = true, allow_hyphen_values = true)]
         keys: Vec<String>,
     },
+    /// List, verify, garbage-collect checkpoints, or turn one into a savepoint.
+    Checkpoint {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: checkpoint_cmds::CheckpointCommand,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Checkpoint { cmd } = cli.command {
+        return checkpoint_cmds::main(cmd);
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
@@ -206,6 +216,10 @@ fn run(command: Command) -> Result<(), Error> {
             );
             Ok(())
         }
+        // Handled in `main`, which owns its exit code.
+        Command::Checkpoint { .. } => Err(Error::InvalidArgument(
+            "checkpoint commands run through checkpoint_cmds::main".into(),
+        )),
         Command::KeyGroup {
             max_parallelism,
             parallelism,

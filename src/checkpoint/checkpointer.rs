@@ -1,0 +1,594 @@
+//! One instance's checkpoints: the two parts, the host's confirmations, retention and the sweep
+//! (`design/checkpoints.md`, "Shared-file registry and deletion protocol").
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::format::{BackendKind, CheckpointMetadata, FileRef, ObjectRef};
+use super::storage::{CheckpointStorage, Upload};
+use super::{instance_name, metadata_path, CheckpointError};
+use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, StateBackend};
+use crate::meta::StateMetaInfo;
+
+/// How a checkpointer treats the checkpoint its backend was restored from (Flink's restore modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestoreMode {
+    /// The restored checkpoint's metadata and objects are never deleted by this run; its first checkpoint
+    /// uploads every file.
+    #[default]
+    NoClaim,
+    /// This run owns the restored checkpoint: it is the incremental base, counts as retained and is deleted
+    /// once subsumed.
+    Claim,
+}
+
+/// Options of a [`Checkpointer`].
+#[derive(Debug, Clone)]
+pub struct CheckpointOptions {
+    /// Confirmed checkpoints kept (default 3, at least 1).
+    pub retain: usize,
+    /// The instance name; default [`instance_name`] of the backend's key-group range.
+    pub instance: Option<String>,
+    /// Files smaller than this are packed together (default 1 MiB).
+    pub pack_threshold: u64,
+    /// Largest pack (default 8 MiB).
+    pub pack_max: u64,
+}
+
+impl Default for CheckpointOptions {
+    fn default() -> Self {
+        CheckpointOptions {
+            retain: 3,
+            instance: None,
+            pack_threshold: 1 << 20,
+            pack_max: 8 << 20,
+        }
+    }
+}
+
+/// What one finished checkpoint wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointSummary {
+    /// The checkpoint id.
+    pub id: u64,
+    /// Files uploaded by this checkpoint.
+    pub files_new: usize,
+    /// Files referenced from the incremental base.
+    pub files_reused: usize,
+    /// Objects written (data objects and the metadata).
+    pub objects_written: usize,
+    /// Bytes written to storage (data objects and the metadata).
+    pub bytes_written: u64,
+    /// Bytes of local files uploaded.
+    pub bytes_new_files: u64,
+    /// Bytes of every file of the checkpoint.
+    pub state_size: u64,
+    /// Microseconds of the asynchronous part.
+    pub async_micros: u64,
+}
+
+struct InFlight {
+    cancel: Arc<AtomicBool>,
+    /// Objects the checkpoint may reference or is uploading: live for the sweep until its metadata exists.
+    protect: BTreeSet<String>,
+    /// The metadata once written (complete on storage, not yet confirmed by the host).
+    written: Option<CheckpointMetadata>,
+}
+
+struct Registry {
+    base: Option<CheckpointMetadata>,
+    /// Confirmed checkpoints, oldest first; `true` when this run may delete its metadata.
+    retained: VecDeque<(u64, bool)>,
+    in_flight: BTreeMap<u64, InFlight>,
+    last_confirmed: Option<u64>,
+    /// After a no-claim restore nothing is reused until the first own confirmation.
+    reuse_restored: bool,
+}
+
+struct Inner {
+    storage: Arc<CheckpointStorage>,
+    instance: String,
+    run: u64,
+    opts: CheckpointOptions,
+    reg: Mutex<Registry>,
+    closed: AtomicBool,
+    next_object: AtomicU64,
+}
+
+/// One instance's checkpoints into one storage root. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Checkpointer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("instance", &self.inner.instance)
+            .field("run", &format_args!("{:016x}", self.inner.run))
+            .finish()
+    }
+}
+
+fn new_run_id() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut b = Vec::with_capacity(32);
+    b.extend_from_slice(&nanos.to_le_bytes());
+    b.extend_from_slice(&std::process::id().to_le_bytes());
+    b.extend_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    xxhash_rust::xxh3::xxh3_64(&b)
+}
+
+fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Checkpointer {
+    /// A checkpointer for an instance owning `config`'s key groups, writing into `storage`. Runs the sweep
+    /// once: leftovers of an earlier run of the same instance name (uploads without metadata) go.
+    pub fn open(
+        storage: Arc<CheckpointStorage>,
+        config: &BackendConfig,
+        opts: CheckpointOptions,
+    ) -> Result<Self, CheckpointError> {
+        if opts.retain == 0 {
+            return Err(CheckpointError::Invalid("retain must be at least 1".into()));
+        }
+        let instance = opts
+            .instance
+            .clone()
+            .unwrap_or_else(|| instance_name(config.key_group_range));
+        if instance.is_empty() || instance.contains('/') || instance.len() > 200 {
+            return Err(CheckpointError::Invalid(format!(
+                "instance name {instance:?} must be 1..200 bytes without '/'"
+            )));
+        }
+        let c = Checkpointer {
+            inner: Arc::new(Inner {
+                storage,
+                instance,
+                run: new_run_id(),
+                opts,
+                reg: Mutex::new(Registry {
+                    base: None,
+                    retained: VecDeque::new(),
+                    in_flight: BTreeMap::new(),
+                    last_confirmed: None,
+                    reuse_restored: false,
+                }),
+                closed: AtomicBool::new(false),
+                next_object: AtomicU64::new(0),
+            }),
+        };
+        c.sweep()?;
+        Ok(c)
+    }
+
+    /// The instance name.
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &Arc<CheckpointStorage> {
+        &self.inner.storage
+    }
+
+    /// Tells the checkpointer which checkpoint its backend was restored from. In [`RestoreMode::Claim`]
+    /// (one instance of the same range) it becomes the incremental base and counts as retained.
+    pub fn restored_from(
+        &self,
+        metas: &[CheckpointMetadata],
+        range: crate::keygroup::KeyGroupRange,
+        mode: RestoreMode,
+    ) -> Result<(), CheckpointError> {
+        if mode == RestoreMode::NoClaim {
+            return Ok(());
+        }
+        let [m] = metas else {
+            return Err(claim_err(metas, range));
+        };
+        if m.key_group_range != range || m.instance != self.inner.instance {
+            return Err(claim_err(metas, range));
+        }
+        let mut reg = self.inner.reg.lock();
+        reg.base = Some(m.clone());
+        reg.reuse_restored = true;
+        reg.last_confirmed = Some(m.checkpoint_id);
+        reg.retained.push_back((m.checkpoint_id, true));
+        Ok(())
+    }
+
+    /// The synchronous part of checkpoint `id`: captures the backend's state (no cost in its size) and
+    /// returns the asynchronous part. Ids must grow.
+    pub fn begin(
+        &self,
+        id: u64,
+        backend: &mut dyn StateBackend,
+    ) -> Result<PendingCheckpoint, CheckpointError> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(CheckpointError::Invalid(
+                "the checkpointer is closed".into(),
+            ));
+        }
+        let mut reg = self.inner.reg.lock();
+        if reg.in_flight.contains_key(&id)
+            || reg.last_confirmed.is_some_and(|c| id <= c)
+            || reg.in_flight.keys().next_back().is_some_and(|&l| id <= l)
+        {
+            return Err(CheckpointError::Invalid(format!(
+                "checkpoint id {id} is not larger than every earlier one"
+            )));
+        }
+        let capture = backend.checkpoint_capture()?;
+        let base = if reg.last_confirmed.is_some() || reg.reuse_restored {
+            reg.base.clone()
+        } else {
+            None
+        };
+        let protect = base
+            .iter()
+            .flat_map(|b| b.objects.iter().map(|o| o.path.clone()))
+            .collect();
+        let cancel = Arc::new(AtomicBool::new(false));
+        reg.in_flight.insert(
+            id,
+            InFlight {
+                cancel: Arc::clone(&cancel),
+                protect,
+                written: None,
+            },
+        );
+        Ok(PendingCheckpoint {
+            inner: Arc::clone(&self.inner),
+            id,
+            capture: Some(capture),
+            config: backend.config().clone(),
+            states: backend.states().to_vec(),
+            created_millis: now_millis(),
+            base,
+            cancel,
+        })
+    }
+
+    /// The host confirms checkpoint `id` (every instance finished it): it becomes the incremental base,
+    /// older checkpoints in flight are subsumed, retention drops the oldest beyond `retain`, and the sweep
+    /// deletes what no retained checkpoint references.
+    pub fn notify_complete(&self, id: u64) -> Result<(), CheckpointError> {
+        let storage = &self.inner.storage;
+        let mut reg = self.inner.reg.lock();
+        let Some(f) = reg.in_flight.get(&id) else {
+            return Err(CheckpointError::Invalid(format!(
+                "checkpoint {id} is not in flight"
+            )));
+        };
+        let Some(meta) = f.written.clone() else {
+            return Err(CheckpointError::Invalid(format!(
+                "checkpoint {id} has not finished writing"
+            )));
+        };
+        reg.in_flight.remove(&id);
+        let older: Vec<u64> = reg.in_flight.range(..id).map(|(k, _)| *k).collect();
+        for o in older {
+            if let Some(f) = reg.in_flight.remove(&o) {
+                f.cancel.store(true, Ordering::Release);
+                if f.written.is_some() {
+                    storage.delete(&metadata_path(o, &self.inner.instance))?;
+                }
+            }
+        }
+        reg.base = Some(meta);
+        reg.reuse_restored = false;
+        reg.last_confirmed = Some(id);
+        reg.retained.push_back((id, true));
+        while reg.retained.len() > self.inner.opts.retain {
+            if let Some((old, own)) = reg.retained.pop_front() {
+                if own {
+                    storage.delete(&metadata_path(old, &self.inner.instance))?;
+                }
+            }
+        }
+        self.sweep_locked(&reg)
+    }
+
+    /// The host aborts checkpoint `id`: a running one is cancelled, a finished one loses its metadata, and
+    /// the sweep runs. Unknown ids are ignored (as Flink ignores late aborts).
+    pub fn notify_aborted(&self, id: u64) -> Result<(), CheckpointError> {
+        let mut reg = self.inner.reg.lock();
+        if let Some(f) = reg.in_flight.remove(&id) {
+            f.cancel.store(true, Ordering::Release);
+            if f.written.is_some() {
+                self.inner
+                    .storage
+                    .delete(&metadata_path(id, &self.inner.instance))?;
+            }
+        }
+        self.sweep_locked(&reg)
+    }
+
+    /// Cancels every checkpoint in flight; later [`begin`](Self::begin)s fail.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        for f in self.inner.reg.lock().in_flight.values() {
+            f.cancel.store(true, Ordering::Release);
+        }
+    }
+
+    /// Confirmed checkpoints still retained, oldest first.
+    pub fn retained(&self) -> Vec<u64> {
+        self.inner
+            .reg
+            .lock()
+            .retained
+            .iter()
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
+    /// Deletes every object under this instance's `shared/<instance>/` that no metadata in the root and no
+    /// checkpoint in flight references.
+    pub fn sweep(&self) -> Result<(), CheckpointError> {
+        let reg = self.inner.reg.lock();
+        self.sweep_locked(&reg)
+    }
+
+    fn sweep_locked(&self, reg: &Registry) -> Result<(), CheckpointError> {
+        let storage = &self.inner.storage;
+        let Some(mut live) = super::tools::referenced_objects(storage)? else {
+            // A metadata file that does not decode: what it references is unknown, so nothing is deleted.
+            return Ok(());
+        };
+        for f in reg.in_flight.values() {
+            live.extend(f.protect.iter().cloned());
+        }
+        let prefix = format!("shared/{}/", self.inner.instance);
+        for (path, _) in storage.list(&prefix)? {
+            if !live.contains(&path) {
+                storage.delete(&path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn claim_err(
+    metas: &[CheckpointMetadata],
+    range: crate::keygroup::KeyGroupRange,
+) -> CheckpointError {
+    CheckpointError::ClaimNeedsSameRange {
+        restored: metas
+            .iter()
+            .map(|m| format!("{} ({})", m.key_group_range, m.instance))
+            .collect::<Vec<_>>()
+            .join(", "),
+        target: range,
+    }
+}
+
+/// The asynchronous part of a checkpoint ([`Checkpointer::begin`]); run it on any thread.
+pub struct PendingCheckpoint {
+    inner: Arc<Inner>,
+    id: u64,
+    capture: Option<Box<dyn CheckpointCapture>>,
+    config: BackendConfig,
+    states: Vec<StateMetaInfo>,
+    created_millis: u64,
+    base: Option<CheckpointMetadata>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PendingCheckpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingCheckpoint")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl PendingCheckpoint {
+    /// The checkpoint id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Waits for the backend's files, uploads those the incremental base lacks, and writes the metadata
+    /// last. On any failure (cancellation included) the objects it uploaded are deleted and no metadata
+    /// exists.
+    pub fn run(mut self) -> Result<CheckpointSummary, CheckpointError> {
+        let t = Instant::now();
+        let mut uploaded: Vec<String> = Vec::new();
+        let r = self.run_inner(&mut uploaded, t);
+        if r.is_err() {
+            for p in &uploaded {
+                let _ = self.inner.storage.delete(p);
+            }
+            self.inner.reg.lock().in_flight.remove(&self.id);
+        }
+        r
+    }
+
+    fn check_cancel(&self) -> Result<(), CheckpointError> {
+        if self.cancel.load(Ordering::Acquire) {
+            Err(CheckpointError::Cancelled(self.id))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn run_inner(
+        &mut self,
+        uploaded: &mut Vec<String>,
+        t: Instant,
+    ) -> Result<CheckpointSummary, CheckpointError> {
+        let capture = self
+            .capture
+            .take()
+            .ok_or_else(|| CheckpointError::Invalid("checkpoint already run".into()))?;
+        let captured = match capture.wait(&self.cancel) {
+            Ok(c) => c,
+            Err(crate::Error::Lsm(crate::lsm::LsmError::Cancelled)) => {
+                return Err(CheckpointError::Cancelled(self.id))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.check_cancel()?;
+        let inner = &self.inner;
+        let id = self.id;
+
+        let mut objects: Vec<ObjectRef> = Vec::new();
+        let mut object_index: BTreeMap<String, u32> = BTreeMap::new();
+        let mut files: Vec<FileRef> = Vec::new();
+        let mut new_files: Vec<&CapturedFile> = Vec::new();
+        for f in &captured.files {
+            let reused = self.base.as_ref().and_then(|b| {
+                b.files
+                    .iter()
+                    .find(|r| r.number == f.number && r.length == f.size)
+                    .and_then(|r| b.objects.get(r.object as usize).map(|o| (r, o)))
+            });
+            match reused {
+                Some((r, o)) => {
+                    let idx = match object_index.get(&o.path) {
+                        Some(i) => *i,
+                        None => {
+                            let i = objects.len() as u32;
+                            objects.push(o.clone());
+                            object_index.insert(o.path.clone(), i);
+                            i
+                        }
+                    };
+                    files.push(FileRef {
+                        number: f.number,
+                        level: f.level as u8,
+                        object: idx,
+                        offset: r.offset,
+                        length: r.length,
+                        checksum: r.checksum,
+                    });
+                }
+                None => new_files.push(f),
+            }
+        }
+        let files_reused = files.len();
+
+        // Large files one object each, small ones packed (design/checkpoints.md, "Small files").
+        let mut groups: Vec<Vec<&CapturedFile>> = Vec::new();
+        let mut small: Vec<&CapturedFile> = Vec::new();
+        let mut small_bytes = 0u64;
+        for f in &new_files {
+            if f.size >= inner.opts.pack_threshold {
+                groups.push(vec![f]);
+            } else {
+                if small_bytes + f.size > inner.opts.pack_max && !small.is_empty() {
+                    groups.push(std::mem::take(&mut small));
+                    small_bytes = 0;
+                }
+                small_bytes += f.size;
+                small.push(f);
+            }
+        }
+        if !small.is_empty() {
+            groups.push(small);
+        }
+        let uploads: Vec<Upload> = groups
+            .iter()
+            .map(|g| {
+                let n = inner.next_object.fetch_add(1, Ordering::Relaxed);
+                let ext = if g.len() == 1 { "sst" } else { "pack" };
+                Upload {
+                    path: format!(
+                        "shared/{}/{:016x}/{id}-{n}.{ext}",
+                        inner.instance, inner.run
+                    ),
+                    files: g.iter().map(|f| f.path.clone()).collect(),
+                }
+            })
+            .collect();
+        {
+            let mut reg = inner.reg.lock();
+            let Some(f) = reg.in_flight.get_mut(&id) else {
+                return Err(CheckpointError::Cancelled(id));
+            };
+            f.protect.extend(uploads.iter().map(|u| u.path.clone()));
+        }
+        self.check_cancel()?;
+        uploaded.extend(uploads.iter().map(|u| u.path.clone()));
+        let results = inner.storage.upload_all(&uploads)?;
+        self.check_cancel()?;
+        let mut bytes_written = 0u64;
+        let mut bytes_new_files = 0u64;
+        for ((u, g), r) in uploads.iter().zip(&groups).zip(&results) {
+            let idx = objects.len() as u32;
+            objects.push(ObjectRef {
+                path: u.path.clone(),
+                size: r.size,
+                checksum: r.checksum,
+                uploaded_by: id,
+            });
+            bytes_written += r.size;
+            let mut offset = 0u64;
+            for (f, (len, sum)) in g.iter().zip(&r.files) {
+                files.push(FileRef {
+                    number: f.number,
+                    level: f.level as u8,
+                    object: idx,
+                    offset,
+                    length: *len,
+                    checksum: *sum,
+                });
+                bytes_new_files += len;
+                offset += len;
+            }
+        }
+        files.sort_by_key(|f| (f.level, f.number));
+        let meta = CheckpointMetadata {
+            checkpoint_id: id,
+            backend: BackendKind::Lsm,
+            instance: inner.instance.clone(),
+            run: inner.run,
+            max_parallelism: self.config.max_parallelism,
+            key_group_range: self.config.key_group_range,
+            seqno: captured.seqno,
+            created_millis: self.created_millis,
+            key_serializer: self.config.key_serializer.clone(),
+            states: self.states.clone(),
+            objects,
+            files,
+        };
+        let bytes = meta.encode()?;
+        let meta_len = bytes.len() as u64;
+        {
+            // Metadata written and in-flight protection dropped under one lock: a sweep sees one or the other.
+            let mut reg = inner.reg.lock();
+            let cancelled = self.cancel.load(Ordering::Acquire);
+            let Some(f) = reg.in_flight.get_mut(&id).filter(|_| !cancelled) else {
+                return Err(CheckpointError::Cancelled(id));
+            };
+            inner
+                .storage
+                .put(&metadata_path(id, &inner.instance), bytes)?;
+            f.written = Some(meta.clone());
+            f.protect.clear();
+        }
+        drop(captured);
+        Ok(CheckpointSummary {
+            id,
+            files_new: meta.files.len() - files_reused,
+            files_reused,
+            objects_written: uploads.len() + 1,
+            bytes_written: bytes_written + meta_len,
+            bytes_new_files,
+            state_size: meta.state_size(),
+            async_micros: u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
+        })
+    }
+}

@@ -1,0 +1,563 @@
+//! The checkpoint metadata file (`chk-<id>/<instance>/_metadata`, version 1): byte layout in
+//! `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
+
+use super::CheckpointError;
+use crate::backend::{BackendConfig, BackendSnapshot, StateId};
+use crate::keygroup::{KeyGroup, KeyGroupRange};
+use crate::meta::StateMetaInfo;
+use crate::savepoint::{SavepointReader, WriteOptions};
+use crate::serializer::SerializerSnapshot;
+
+/// The first eight bytes of every metadata file.
+pub const MAGIC: [u8; 8] = *b"KSCKPT\0\x01";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+const PREAMBLE_LEN: usize = 16;
+const CHECKSUM_LEN: usize = 8;
+/// Smallest encoded size of one object record (an empty path).
+const OBJECT_MIN: usize = 2 + 8 + 8 + 8;
+/// Encoded size of one file record.
+const FILE_LEN: usize = 8 + 1 + 4 + 8 + 8 + 8;
+
+/// The backend that wrote a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// The LSM backend: every file is an engine SST.
+    Lsm,
+}
+
+impl BackendKind {
+    fn code(self) -> u8 {
+        match self {
+            BackendKind::Lsm => 1,
+        }
+    }
+}
+
+/// One object in checkpoint storage that a checkpoint references.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// Path relative to the storage root.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// xxh3-64 of the whole object.
+    pub checksum: u64,
+    /// The checkpoint that uploaded it.
+    pub uploaded_by: u64,
+}
+
+/// One backend file and where its bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRef {
+    /// The backend's local file number (LSM: `NNNNNN.sst`).
+    pub number: u64,
+    /// The LSM level it sits in.
+    pub level: u8,
+    /// Index into [`CheckpointMetadata::objects`].
+    pub object: u32,
+    /// Offset of the file inside the object.
+    pub offset: u64,
+    /// Length of the file.
+    pub length: u64,
+    /// xxh3-64 of the file's bytes.
+    pub checksum: u64,
+}
+
+/// What one instance wrote for one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointMetadata {
+    /// The checkpoint id the host gave.
+    pub checkpoint_id: u64,
+    /// The backend that wrote it.
+    pub backend: BackendKind,
+    /// The instance name (unique among instances running at the same time).
+    pub instance: String,
+    /// The run of the instance that wrote it.
+    pub run: u64,
+    /// The job's max parallelism.
+    pub max_parallelism: u32,
+    /// The instance's key groups.
+    pub key_group_range: KeyGroupRange,
+    /// The engine sequence number at the synchronous part.
+    pub seqno: u64,
+    /// Wall-clock milliseconds since the Unix epoch at the synchronous part.
+    pub created_millis: u64,
+    /// The key serializer's snapshot.
+    pub key_serializer: SerializerSnapshot,
+    /// Every state, in state-id order.
+    pub states: Vec<StateMetaInfo>,
+    /// The objects referenced.
+    pub objects: Vec<ObjectRef>,
+    /// The files, each inside one object.
+    pub files: Vec<FileRef>,
+}
+
+impl CheckpointMetadata {
+    /// Bytes of all files: the state size.
+    pub fn state_size(&self) -> u64 {
+        self.files.iter().map(|f| f.length).sum()
+    }
+
+    /// Whether the object at `index` was uploaded by this checkpoint.
+    pub fn object_is_new(&self, index: u32) -> bool {
+        self.objects
+            .get(index as usize)
+            .is_some_and(|o| o.uploaded_by == self.checkpoint_id)
+    }
+
+    /// (files in new objects, files in objects of earlier checkpoints).
+    pub fn files_new_and_referenced(&self) -> (usize, usize) {
+        let new = self
+            .files
+            .iter()
+            .filter(|f| self.object_is_new(f.object))
+            .count();
+        (new, self.files.len() - new)
+    }
+
+    /// Bytes of the objects this checkpoint uploaded.
+    pub fn bytes_uploaded(&self) -> u64 {
+        self.objects
+            .iter()
+            .filter(|o| o.uploaded_by == self.checkpoint_id)
+            .map(|o| o.size)
+            .sum()
+    }
+
+    /// The backend configuration the checkpoint was taken with.
+    pub fn backend_config(&self) -> BackendConfig {
+        BackendConfig {
+            max_parallelism: self.max_parallelism,
+            key_group_range: self.key_group_range,
+            key_serializer: self.key_serializer.clone(),
+        }
+    }
+
+    /// Encodes the metadata file.
+    pub fn encode(&self) -> Result<Vec<u8>, CheckpointError> {
+        let mut b = Vec::with_capacity(256 + self.files.len() * FILE_LEN);
+        b.extend_from_slice(&self.checkpoint_id.to_le_bytes());
+        b.push(self.backend.code());
+        put_str(&mut b, &self.instance, "instance name")?;
+        b.extend_from_slice(&self.run.to_le_bytes());
+        b.extend_from_slice(&self.max_parallelism.to_le_bytes());
+        let (start, count) = if self.key_group_range.is_empty() {
+            (0u32, 0u32)
+        } else {
+            (
+                u32::from(self.key_group_range.start()),
+                self.key_group_range.len() as u32,
+            )
+        };
+        b.extend_from_slice(&start.to_le_bytes());
+        b.extend_from_slice(&count.to_le_bytes());
+        b.extend_from_slice(&self.seqno.to_le_bytes());
+        b.extend_from_slice(&self.created_millis.to_le_bytes());
+        let metas = encode_states(self)?;
+        put_u32(&mut b, metas.len(), "state-meta section")?;
+        b.extend_from_slice(&metas);
+        put_u32(&mut b, self.objects.len(), "object count")?;
+        for o in &self.objects {
+            put_str(&mut b, &o.path, "object path")?;
+            b.extend_from_slice(&o.size.to_le_bytes());
+            b.extend_from_slice(&o.checksum.to_le_bytes());
+            b.extend_from_slice(&o.uploaded_by.to_le_bytes());
+        }
+        put_u32(&mut b, self.files.len(), "file count")?;
+        for f in &self.files {
+            b.extend_from_slice(&f.number.to_le_bytes());
+            b.push(f.level);
+            b.extend_from_slice(&f.object.to_le_bytes());
+            b.extend_from_slice(&f.offset.to_le_bytes());
+            b.extend_from_slice(&f.length.to_le_bytes());
+            b.extend_from_slice(&f.checksum.to_le_bytes());
+        }
+        let mut out = Vec::with_capacity(PREAMBLE_LEN + b.len() + CHECKSUM_LEN);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        put_u32(&mut out, b.len(), "metadata body")?;
+        out.extend_from_slice(&b);
+        let sum = xxhash_rust::xxh3::xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        Ok(out)
+    }
+
+    /// Decodes a metadata file, checking everything `design/checkpoints.md` lists. Never panics.
+    pub fn decode(bytes: &[u8]) -> Result<CheckpointMetadata, CheckpointError> {
+        let mut r = Reader { buf: bytes, pos: 0 };
+        let magic: [u8; 8] = r.array("magic")?;
+        if magic != MAGIC {
+            return Err(meta_err(0, format!("bad magic {magic:02x?}")));
+        }
+        let version = r.u16("format version")?;
+        if version != FORMAT_VERSION {
+            return Err(meta_err(
+                8,
+                format!("unsupported format version {version} (this build reads {FORMAT_VERSION})"),
+            ));
+        }
+        let flags = r.u16("flags")?;
+        if flags != 0 {
+            return Err(meta_err(10, format!("unknown flags {flags:#06x}")));
+        }
+        let body_len = r.u32("body length")? as usize;
+        let Some(end) = PREAMBLE_LEN
+            .checked_add(body_len)
+            .filter(|e| e.checked_add(CHECKSUM_LEN) == Some(bytes.len()))
+        else {
+            return Err(meta_err(
+                12,
+                format!(
+                    "body length {body_len} does not match the file's {} bytes",
+                    bytes.len()
+                ),
+            ));
+        };
+        let (covered, stored) = bytes.split_at(end);
+        let stored = u64::from_le_bytes(stored.try_into().unwrap_or_default());
+        let computed = xxhash_rust::xxh3::xxh3_64(covered);
+        if stored != computed && !cfg!(fuzzing) {
+            return Err(meta_err(
+                end as u64,
+                format!("checksum mismatch: stored {stored:#018x}, computed {computed:#018x}"),
+            ));
+        }
+        let mut r = Reader {
+            buf: covered,
+            pos: PREAMBLE_LEN,
+        };
+        let checkpoint_id = r.u64("checkpoint id")?;
+        let at = r.pos;
+        let backend = match r.u8("backend kind")? {
+            1 => BackendKind::Lsm,
+            k => return Err(meta_err(at as u64, format!("unknown backend kind {k}"))),
+        };
+        let instance = r.string("instance name")?;
+        let run = r.u64("run id")?;
+        let at = r.pos;
+        let max_parallelism = r.u32("max parallelism")?;
+        crate::keygroup::check_max_parallelism(max_parallelism)
+            .map_err(|e| meta_err(at as u64, e.to_string()))?;
+        let at = r.pos;
+        let start = r.u32("key-group range start")?;
+        let count = r.u32("key-group range length")?;
+        let key_group_range =
+            decode_range(start, count, max_parallelism).map_err(|d| meta_err(at as u64, d))?;
+        let seqno = r.u64("sequence number")?;
+        let created_millis = r.u64("creation time")?;
+        let at = r.pos;
+        let metas_len = r.u32("state-meta section length")? as usize;
+        let metas = r.bytes(metas_len, "state-meta section")?;
+        let (key_serializer, states) =
+            decode_states(metas, max_parallelism).map_err(|d| meta_err(at as u64, d))?;
+        let at = r.pos;
+        let n_objects = r.u32("object count")? as usize;
+        if n_objects > r.remaining() / OBJECT_MIN {
+            return Err(meta_err(
+                at as u64,
+                format!("{n_objects} objects cannot fit in {} bytes", r.remaining()),
+            ));
+        }
+        let mut objects = Vec::with_capacity(n_objects);
+        for _ in 0..n_objects {
+            let path = r.string("object path")?;
+            let size = r.u64("object size")?;
+            let checksum = r.u64("object checksum")?;
+            let uploaded_by = r.u64("uploading checkpoint")?;
+            objects.push(ObjectRef {
+                path,
+                size,
+                checksum,
+                uploaded_by,
+            });
+        }
+        let at = r.pos;
+        let n_files = r.u32("file count")? as usize;
+        if n_files.checked_mul(FILE_LEN) != Some(r.remaining()) {
+            return Err(meta_err(
+                at as u64,
+                format!(
+                    "{n_files} file records do not fill the {} bytes left",
+                    r.remaining()
+                ),
+            ));
+        }
+        let mut files: Vec<FileRef> = Vec::with_capacity(n_files);
+        for _ in 0..n_files {
+            let at = r.pos as u64;
+            let f = FileRef {
+                number: r.u64("file number")?,
+                level: r.u8("file level")?,
+                object: r.u32("file object")?,
+                offset: r.u64("file offset")?,
+                length: r.u64("file length")?,
+                checksum: r.u64("file checksum")?,
+            };
+            let Some(o) = objects.get(f.object as usize) else {
+                return Err(meta_err(
+                    at,
+                    format!(
+                        "file {} names object {} of {}",
+                        f.number, f.object, n_objects
+                    ),
+                ));
+            };
+            if f.offset.checked_add(f.length).is_none_or(|e| e > o.size) {
+                return Err(meta_err(
+                    at,
+                    format!(
+                        "file {} at {}+{} lies outside object {} of {} bytes",
+                        f.number, f.offset, f.length, o.path, o.size
+                    ),
+                ));
+            }
+            files.push(f);
+        }
+        let mut numbers: Vec<u64> = files.iter().map(|f| f.number).collect();
+        numbers.sort_unstable();
+        if let Some(w) = numbers.windows(2).find(|w| w[0] == w[1]) {
+            return Err(meta_err(
+                at as u64,
+                format!("file number {} appears twice", w[0]),
+            ));
+        }
+        Ok(CheckpointMetadata {
+            checkpoint_id,
+            backend,
+            instance,
+            run,
+            max_parallelism,
+            key_group_range,
+            seqno,
+            created_millis,
+            key_serializer,
+            states,
+            objects,
+            files,
+        })
+    }
+}
+
+fn decode_range(start: u32, count: u32, max_parallelism: u32) -> Result<KeyGroupRange, String> {
+    if count == 0 {
+        return if start == 0 {
+            Ok(KeyGroupRange::EMPTY)
+        } else {
+            Err(format!("empty key-group range with start {start}"))
+        };
+    }
+    let end = u64::from(start) + u64::from(count) - 1;
+    if end >= u64::from(max_parallelism) {
+        return Err(format!(
+            "key-group range {start}+{count} exceeds max parallelism {max_parallelism}"
+        ));
+    }
+    Ok(KeyGroupRange::new(start as KeyGroup, end as KeyGroup))
+}
+
+/// A snapshot with states and no entries: the state-meta section is a unified savepoint of it.
+struct MetaOnly {
+    config: BackendConfig,
+    states: Vec<StateMetaInfo>,
+}
+
+impl BackendSnapshot for MetaOnly {
+    fn config(&self) -> &BackendConfig {
+        &self.config
+    }
+    fn states(&self) -> &[StateMetaInfo] {
+        &self.states
+    }
+    fn visit(
+        &self,
+        _state: StateId,
+        _kg: KeyGroup,
+        _f: &mut dyn FnMut(&[u8], &[u8]) -> crate::Result<()>,
+    ) -> crate::Result<()> {
+        Ok(())
+    }
+}
+
+fn encode_states(m: &CheckpointMetadata) -> Result<Vec<u8>, CheckpointError> {
+    let snap = MetaOnly {
+        config: BackendConfig {
+            max_parallelism: m.max_parallelism,
+            key_group_range: KeyGroupRange::EMPTY,
+            key_serializer: m.key_serializer.clone(),
+        },
+        states: m.states.clone(),
+    };
+    let mut out = Vec::new();
+    crate::savepoint::encode(&snap, &WriteOptions::default(), &mut out)
+        .map_err(|e| CheckpointError::Invalid(format!("state metas: {e}")))?;
+    Ok(out)
+}
+
+fn decode_states(
+    bytes: &[u8],
+    max_parallelism: u32,
+) -> Result<(SerializerSnapshot, Vec<StateMetaInfo>), String> {
+    let r = SavepointReader::from_bytes(bytes.to_vec()).map_err(|e| format!("state metas: {e}"))?;
+    let h = r.header();
+    if h.max_parallelism != max_parallelism {
+        return Err(format!(
+            "state metas say max parallelism {}, the metadata {max_parallelism}",
+            h.max_parallelism
+        ));
+    }
+    Ok((h.key_serializer.clone(), h.states.clone()))
+}
+
+fn meta_err(offset: u64, detail: String) -> CheckpointError {
+    CheckpointError::Metadata { offset, detail }
+}
+
+fn put_u32(out: &mut Vec<u8>, n: usize, what: &str) -> Result<(), CheckpointError> {
+    let n = u32::try_from(n)
+        .map_err(|_| CheckpointError::Invalid(format!("{what}: {n} exceeds 2^32-1")))?;
+    out.extend_from_slice(&n.to_le_bytes());
+    Ok(())
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str, what: &str) -> Result<(), CheckpointError> {
+    let n = u16::try_from(s.len()).map_err(|_| {
+        CheckpointError::Invalid(format!("{what} of {} bytes exceeds 65535", s.len()))
+    })?;
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+    fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8], CheckpointError> {
+        let s = self
+            .pos
+            .checked_add(n)
+            .and_then(|e| self.buf.get(self.pos..e))
+            .ok_or_else(|| {
+                meta_err(
+                    self.pos as u64,
+                    format!("{what}: {n} bytes needed, {} left", self.remaining()),
+                )
+            })?;
+        self.pos += n;
+        Ok(s)
+    }
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], CheckpointError> {
+        let s = self.bytes(N, what)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, CheckpointError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16, CheckpointError> {
+        Ok(u16::from_le_bytes(self.array(what)?))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, CheckpointError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, CheckpointError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+    fn string(&mut self, what: &str) -> Result<String, CheckpointError> {
+        let at = self.pos as u64;
+        let n = self.u16(what)? as usize;
+        let s = self.bytes(n, what)?;
+        String::from_utf8(s.to_vec()).map_err(|_| meta_err(at, format!("{what} is not UTF-8")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::StateKind;
+
+    pub(crate) fn sample() -> CheckpointMetadata {
+        CheckpointMetadata {
+            checkpoint_id: 7,
+            backend: BackendKind::Lsm,
+            instance: "kg00000-00063".into(),
+            run: 0xabcdef,
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange::new(0, 63),
+            seqno: 99,
+            created_millis: 1,
+            key_serializer: SerializerSnapshot::simple("long", 1),
+            states: vec![StateMetaInfo {
+                name: "clicks".into(),
+                kind: StateKind::Value,
+                namespace_serializer: SerializerSnapshot::simple("void", 1),
+                value_serializer: SerializerSnapshot::simple("long", 1),
+                ttl: None,
+            }],
+            objects: vec![ObjectRef {
+                path: "shared/a/b/7-0.pack".into(),
+                size: 100,
+                checksum: 5,
+                uploaded_by: 7,
+            }],
+            files: vec![
+                FileRef {
+                    number: 3,
+                    level: 0,
+                    object: 0,
+                    offset: 0,
+                    length: 60,
+                    checksum: 1,
+                },
+                FileRef {
+                    number: 4,
+                    level: 6,
+                    object: 0,
+                    offset: 60,
+                    length: 40,
+                    checksum: 2,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn metadata_round_trips() {
+        let m = sample();
+        let bytes = m.encode().unwrap();
+        assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m);
+    }
+
+    #[test]
+    fn every_truncation_and_byte_flip_is_a_typed_error() {
+        let bytes = sample().encode().unwrap();
+        for n in 0..bytes.len() {
+            assert!(
+                CheckpointMetadata::decode(&bytes[..n]).is_err(),
+                "prefix {n}"
+            );
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            assert!(CheckpointMetadata::decode(&b).is_err(), "flip at {i}");
+        }
+    }
+
+    #[test]
+    fn a_file_outside_its_object_is_refused() {
+        let mut m = sample();
+        m.files[1].length = 41;
+        let err = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("outside object"), "{err}");
+    }
+}

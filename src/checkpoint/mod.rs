@@ -1,0 +1,103 @@
+//! Incremental checkpoints on object storage (`design/checkpoints.md`).
+//!
+//! * [`CheckpointStorage`] — a synchronous facade over an `object_store` store (local directory, memory; the
+//!   URL form reaches any store the crate supports), with parallel and multipart uploads.
+//! * [`Checkpointer`] — one instance's checkpoints: [`Checkpointer::begin`] is the synchronous part,
+//!   [`PendingCheckpoint::run`] the asynchronous part (any thread), [`Checkpointer::notify_complete`] and
+//!   [`Checkpointer::notify_aborted`] the host's decision; retention, and the sweep that deletes what no
+//!   retained checkpoint references.
+//! * [`CheckpointMetadata`] — the metadata file, written last and atomically.
+//! * [`restore_lsm`] — restore and rescale into an LSM backend by adopting files; [`to_savepoint`].
+//! * [`tools`] — list, verify and gc, as the command line runs them.
+
+mod checkpointer;
+pub mod format;
+mod restore;
+pub mod storage;
+pub mod tools;
+
+pub use checkpointer::{
+    CheckpointOptions, CheckpointSummary, Checkpointer, PendingCheckpoint, RestoreMode,
+};
+pub use format::{BackendKind, CheckpointMetadata, FileRef, ObjectRef};
+pub use restore::{checkpoint_parts, restore_lsm, to_savepoint, RestoreInfo};
+pub use storage::CheckpointStorage;
+
+/// Errors of checkpoints.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The object store failed.
+    #[error("checkpoint storage: {0}")]
+    Storage(String),
+    /// A local file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A referenced object does not exist.
+    #[error("object {0} is missing")]
+    MissingObject(String),
+    /// A metadata file is damaged or of an unknown format.
+    #[error("checkpoint metadata at byte {offset}: {detail}")]
+    Metadata {
+        /// Byte offset in the metadata file.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A file's bytes do not match the checksum or size its metadata records.
+    #[error("damaged: {0}")]
+    Damaged(String),
+    /// The checkpoint was cancelled (aborted by the host, subsumed, or the checkpointer closed).
+    #[error("checkpoint {0} was cancelled")]
+    Cancelled(u64),
+    /// No completed checkpoint with this id covers what was asked.
+    #[error("no completed checkpoint {id}: {detail}")]
+    NotFound {
+        /// The checkpoint id.
+        id: u64,
+        /// What is missing.
+        detail: String,
+    },
+    /// Claim mode after a rescale: only one instance restoring one instance of the same range may claim.
+    #[error(
+        "claim mode needs the restored instance's key-group range, {restored}, to equal {target}"
+    )]
+    ClaimNeedsSameRange {
+        /// The restored instances' ranges.
+        restored: String,
+        /// The new instance's range.
+        target: crate::keygroup::KeyGroupRange,
+    },
+    /// A call that breaks the protocol (an id twice, completing a checkpoint still running, ...).
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The backend or the store failed.
+    #[error(transparent)]
+    Backend(#[from] crate::Error),
+}
+
+impl From<crate::lsm::LsmError> for CheckpointError {
+    fn from(e: crate::lsm::LsmError) -> Self {
+        CheckpointError::Backend(crate::Error::Lsm(e))
+    }
+}
+
+/// Relative path of the metadata of `instance`'s part of checkpoint `id`.
+pub fn metadata_path(id: u64, instance: &str) -> String {
+    format!("chk-{id:020}/{instance}/_metadata")
+}
+
+/// The default instance name of a key-group range: unique among instances running at once.
+pub fn instance_name(range: crate::keygroup::KeyGroupRange) -> String {
+    if range.is_empty() {
+        "kg-empty".to_string()
+    } else {
+        format!("kg{:05}-{:05}", range.start(), range.end())
+    }
+}

@@ -1,0 +1,337 @@
+//! Restore and rescale from a checkpoint into an LSM backend by adopting the old instances' files
+//! (`design/checkpoints.md`, "Restore"), and turning a checkpoint into a unified savepoint.
+
+use std::path::{Path, PathBuf};
+
+use super::format::CheckpointMetadata;
+use super::storage::CheckpointStorage;
+use super::tools::list_completed;
+use super::CheckpointError;
+use crate::backend::lsm::{LsmBackend, STATE_PREFIX_LEN};
+use crate::backend::{BackendConfig, StateBackend};
+use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroupRange};
+use crate::lsm::adopt::{self, SstSummary};
+use crate::lsm::options::Options;
+use crate::lsm::prefix::prefix_successor;
+use crate::savepoint::{write_savepoint, WriteOptions};
+
+/// What a restore did.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreInfo {
+    /// The metadata of every instance part that was read.
+    pub parts: Vec<CheckpointMetadata>,
+    /// Instances whose files were adopted as they are.
+    pub adopted: Vec<String>,
+    /// Instances whose entries were copied (their files could not be adopted safely).
+    pub copied: Vec<String>,
+    /// Files adopted.
+    pub files_adopted: usize,
+    /// Bytes fetched from storage (or linked on a local root).
+    pub bytes_fetched: u64,
+}
+
+/// The completed parts of checkpoint `id` (one per instance).
+pub fn checkpoint_parts(
+    storage: &CheckpointStorage,
+    id: u64,
+) -> Result<Vec<CheckpointMetadata>, CheckpointError> {
+    Ok(list_completed(storage)?
+        .into_iter()
+        .filter(|m| m.checkpoint_id == id)
+        .collect())
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> CheckpointError {
+    move |source| CheckpointError::Io { context, source }
+}
+
+/// Fetches the files of `m` into `dir` as `NNNNNN.sst` with the numbers `numbers` gives; returns bytes.
+fn fetch_files(
+    storage: &CheckpointStorage,
+    m: &CheckpointMetadata,
+    dir: &Path,
+    numbers: &[u64],
+) -> Result<u64, CheckpointError> {
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let mut ranged = Vec::new();
+    let mut targets = Vec::new();
+    let mut bytes = 0;
+    for (f, &n) in m.files.iter().zip(numbers) {
+        let dst = dir.join(format!("{n:06}.sst"));
+        let o = m.objects.get(f.object as usize).ok_or_else(|| {
+            CheckpointError::Damaged(format!("file {} names no object", f.number))
+        })?;
+        bytes += f.length;
+        let whole = f.offset == 0 && f.length == o.size;
+        if let (true, Some(src)) = (whole, storage.local_path(&o.path)) {
+            if !src.exists() {
+                return Err(CheckpointError::MissingObject(o.path.clone()));
+            }
+            if std::fs::hard_link(&src, &dst).is_err() {
+                std::fs::copy(&src, &dst).map_err(io(format!("copying {}", src.display())))?;
+            }
+            continue;
+        }
+        ranged.push((o.path.clone(), f.offset, f.length));
+        targets.push((dst, f.checksum, f.number));
+    }
+    let parts = storage.get_ranges(&ranged)?;
+    for ((dst, sum, number), data) in targets.iter().zip(parts) {
+        if xxhash_rust::xxh3::xxh3_64(&data) != *sum {
+            return Err(CheckpointError::Damaged(format!(
+                "file {number:06}.sst of checkpoint {} ({}) does not match its checksum",
+                m.checkpoint_id, m.instance
+            )));
+        }
+        std::fs::write(dst, &data).map_err(io(format!("writing {}", dst.display())))?;
+    }
+    Ok(bytes)
+}
+
+/// `[lo, hi)` engine keys of state `sid` within key groups `range`.
+fn state_interval(sid: usize, range: KeyGroupRange, prefix_len: usize) -> (Vec<u8>, Vec<u8>) {
+    let s = (sid as u16).to_be_bytes().to_vec();
+    let mut lo = s.clone();
+    write_key_group_prefix(&mut lo, range.start(), prefix_len);
+    let mut last = s.clone();
+    write_key_group_prefix(&mut last, range.end(), prefix_len);
+    let hi = prefix_successor(&last)
+        .or_else(|| prefix_successor(&s))
+        .unwrap_or_else(|| vec![0xFF; STATE_PREFIX_LEN + prefix_len + 1]);
+    (lo, hi)
+}
+
+/// Whether every key and tombstone of `s` lies within `range` of one state.
+fn file_is_clean(s: &SstSummary, range: KeyGroupRange, prefix_len: usize, states: usize) -> bool {
+    let Some(sid) = s.smallest.get(..STATE_PREFIX_LEN) else {
+        return false;
+    };
+    let sid = usize::from(u16::from_be_bytes([sid[0], sid[1]]));
+    if sid >= states {
+        return false;
+    }
+    let (lo, hi) = state_interval(sid, range, prefix_len);
+    let inside = |k: &[u8]| lo.as_slice() <= k && k < hi.as_slice();
+    inside(&s.smallest)
+        && inside(&s.largest)
+        && s.range_dels
+            .iter()
+            .all(|(a, b)| lo.as_slice() <= a.as_slice() && b.as_slice() <= hi.as_slice())
+}
+
+/// Whether anything of `s` (keys or tombstones) can touch `range` of any of `states` states.
+fn file_reaches(s: &SstSummary, range: KeyGroupRange, prefix_len: usize, states: usize) -> bool {
+    (0..states).any(|sid| {
+        let (lo, hi) = state_interval(sid, range, prefix_len);
+        let keys = s.smallest.as_slice() < hi.as_slice() && lo.as_slice() <= s.largest.as_slice();
+        let dels = s
+            .range_dels
+            .iter()
+            .any(|(a, b)| a.as_slice() < hi.as_slice() && lo.as_slice() < b.as_slice());
+        keys || dels
+    })
+}
+
+fn same_states(a: &CheckpointMetadata, b: &CheckpointMetadata) -> bool {
+    a.states.len() == b.states.len()
+        && a.states
+            .iter()
+            .zip(&b.states)
+            .all(|(x, y)| x.name == y.name && x.kind == y.kind)
+}
+
+/// Restores the key groups of `config` from checkpoint `id` into a new LSM backend in a temporary directory:
+/// the files of every old instance whose range meets `config`'s are adopted as they are where that is safe,
+/// copied otherwise, and foreign key groups are clipped by range deletion.
+pub fn restore_lsm(
+    storage: &CheckpointStorage,
+    id: u64,
+    config: BackendConfig,
+    options: Options,
+) -> Result<(LsmBackend, RestoreInfo), CheckpointError> {
+    config.validate()?;
+    let target = config.key_group_range;
+    let mut parts: Vec<CheckpointMetadata> = checkpoint_parts(storage, id)?
+        .into_iter()
+        .filter(|m| !m.key_group_range.intersect(&target).is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err(CheckpointError::NotFound {
+            id,
+            detail: format!("no instance covers key groups {target}"),
+        });
+    }
+    if let Some(m) = parts
+        .iter()
+        .find(|m| m.max_parallelism != config.max_parallelism)
+    {
+        return Err(CheckpointError::Backend(
+            crate::Error::MaxParallelismMismatch {
+                backend: config.max_parallelism,
+                savepoint: m.max_parallelism,
+            },
+        ));
+    }
+    if let Some(kg) = target
+        .iter()
+        .find(|kg| !parts.iter().any(|m| m.key_group_range.contains(*kg)))
+    {
+        return Err(CheckpointError::NotFound {
+            id,
+            detail: format!("key group {kg} of {target} is in no instance's part"),
+        });
+    }
+    // The base: the largest overlap.
+    parts.sort_by_key(|m| std::cmp::Reverse(m.key_group_range.intersect(&target).len()));
+    let prefix_len = key_group_prefix_len(config.max_parallelism);
+    let tmp = tempfile::Builder::new()
+        .prefix("keyed-state-restore-")
+        .tempdir()
+        .map_err(io("creating a restore directory".into()))?;
+    let db_dir = tmp.path().join("db");
+    let mut info = RestoreInfo {
+        parts: parts.clone(),
+        ..RestoreInfo::default()
+    };
+
+    // Every part's files into its own staging directory, numbered 1.. there; summaries for the checks.
+    let mut staged: Vec<(PathBuf, Vec<SstSummary>)> = Vec::new();
+    for (i, m) in parts.iter().enumerate() {
+        let dir = tmp.path().join(format!("part-{i}"));
+        let numbers: Vec<u64> = (1..=m.files.len() as u64).collect();
+        info.bytes_fetched += fetch_files(storage, m, &dir, &numbers)?;
+        let mut sums = Vec::with_capacity(numbers.len());
+        for n in &numbers {
+            sums.push(adopt::summarize(&dir.join(format!("{n:06}.sst")))?);
+        }
+        staged.push((dir, sums));
+    }
+    let base = &parts[0];
+    let nstates = base.states.len();
+    let mut adopt_parts = vec![0usize];
+    let mut copy_parts = Vec::new();
+    for (i, m) in parts.iter().enumerate().skip(1) {
+        let clean = same_states(base, m)
+            && staged[i]
+                .1
+                .iter()
+                .all(|s| file_is_clean(s, m.key_group_range, prefix_len, nstates))
+            && !staged[0]
+                .1
+                .iter()
+                .any(|s| file_reaches(s, m.key_group_range, prefix_len, nstates));
+        if clean {
+            adopt_parts.push(i);
+        } else {
+            copy_parts.push(i);
+        }
+    }
+    std::fs::create_dir_all(&db_dir).map_err(io(format!("creating {}", db_dir.display())))?;
+    let mut next = 1u64;
+    let mut placed = Vec::new();
+    let mut last_seqno = 0;
+    for &i in &adopt_parts {
+        let m = &parts[i];
+        last_seqno = last_seqno.max(m.seqno);
+        for (k, f) in m.files.iter().enumerate() {
+            let src = staged[i].0.join(format!("{:06}.sst", k + 1));
+            let dst = db_dir.join(format!("{next:06}.sst"));
+            std::fs::rename(&src, &dst).map_err(io(format!("moving {}", src.display())))?;
+            placed.push((usize::from(f.level), next));
+            next += 1;
+        }
+        info.adopted.push(m.instance.clone());
+    }
+    info.files_adopted = placed.len();
+    adopt::write_manifest(&db_dir, &placed, last_seqno, options.num_levels)?;
+    let mut backend = LsmBackend::open_checkpoint_in_temp(
+        tmp,
+        &db_dir,
+        config.clone(),
+        base.states.clone(),
+        options.clone(),
+    )?;
+    for i in copy_parts {
+        copy_part(&mut backend, &parts[i], &staged[i].0, target, &options)?;
+        info.copied.push(parts[i].instance.clone());
+    }
+    backend.finish_load()?;
+    Ok((backend, info))
+}
+
+/// Opens part `m` (staged in `dir`) on its own and loads its entries of `target` into `backend`.
+fn copy_part(
+    backend: &mut LsmBackend,
+    m: &CheckpointMetadata,
+    dir: &Path,
+    target: KeyGroupRange,
+    options: &Options,
+) -> Result<(), CheckpointError> {
+    let placed: Vec<(usize, u64)> = m
+        .files
+        .iter()
+        .enumerate()
+        .map(|(k, f)| (usize::from(f.level), k as u64 + 1))
+        .collect();
+    adopt::write_manifest(dir, &placed, m.seqno, options.num_levels)?;
+    let range = m.key_group_range.intersect(&target);
+    let mut cfg = m.backend_config();
+    cfg.key_group_range = range;
+    let mut src = LsmBackend::open_checkpoint(dir, cfg, m.states.clone(), options.clone())?;
+    let snap = src.snapshot()?;
+    let mut ids = Vec::with_capacity(m.states.len());
+    for meta in &m.states {
+        let id = match backend.states().iter().position(|s| s.name == meta.name) {
+            Some(id) => id,
+            None => backend.register_state(meta.clone())?,
+        };
+        ids.push(id);
+    }
+    for kg in range.iter() {
+        for (sid, &tid) in ids.iter().enumerate() {
+            let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            snap.visit(sid, kg, &mut |k, v| {
+                entries.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })?;
+            for (k, v) in entries {
+                backend.load_entry(tid, kg, &k, &v)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes checkpoint `id` (every instance) as one unified savepoint at `out`, so that it restores into any
+/// backend at any parallelism. Returns the savepoint's size.
+pub fn to_savepoint(
+    storage: &CheckpointStorage,
+    id: u64,
+    out: &Path,
+) -> Result<u64, CheckpointError> {
+    let parts = checkpoint_parts(storage, id)?;
+    let Some(first) = parts.first() else {
+        return Err(CheckpointError::NotFound {
+            id,
+            detail: "no metadata".into(),
+        });
+    };
+    let start = parts
+        .iter()
+        .filter(|m| !m.key_group_range.is_empty())
+        .map(|m| m.key_group_range.start())
+        .min();
+    let end = parts
+        .iter()
+        .filter(|m| !m.key_group_range.is_empty())
+        .map(|m| m.key_group_range.end())
+        .max();
+    let mut config = first.backend_config();
+    config.key_group_range = match (start, end) {
+        (Some(s), Some(e)) => KeyGroupRange::new(s, e),
+        _ => KeyGroupRange::EMPTY,
+    };
+    let (mut backend, _) = restore_lsm(storage, id, config, Options::default())?;
+    let summary = write_savepoint(out, &*backend.snapshot()?, &WriteOptions::default())?;
+    Ok(summary.bytes_written)
+}

@@ -1,0 +1,371 @@
+//! Checkpoint storage: a synchronous facade over an [`object_store::ObjectStore`] that owns a small tokio
+//! runtime. Only [`CheckpointStorage::open`] knows which store it is; every other call is the same for the
+//! local file system, memory and (later) S3.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use futures::stream::{StreamExt, TryStreamExt};
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+
+use super::CheckpointError;
+
+/// Files at least this large are uploaded in parts.
+pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
+/// Size of one part of a multipart upload.
+pub const PART_SIZE: usize = 8 << 20;
+/// Uploads and downloads running at once.
+pub const PARALLELISM: usize = 4;
+
+/// One object to upload: the concatenation of local file ranges.
+#[derive(Debug, Clone)]
+pub struct Upload {
+    /// Path relative to the root.
+    pub path: String,
+    /// The local files, concatenated in this order.
+    pub files: Vec<PathBuf>,
+}
+
+/// What an upload wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uploaded {
+    /// Size of the object.
+    pub size: u64,
+    /// xxh3-64 of the object.
+    pub checksum: u64,
+    /// (length, xxh3-64) of each file, in order.
+    pub files: Vec<(u64, u64)>,
+}
+
+/// Checkpoint storage rooted at a directory or URL.
+pub struct CheckpointStorage {
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    local_root: Option<PathBuf>,
+    rt: tokio::runtime::Runtime,
+    root_name: String,
+    /// Test hook: puts left before every put fails (negative: never).
+    fail_after: AtomicI64,
+}
+
+impl std::fmt::Debug for CheckpointStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointStorage")
+            .field("root", &self.root_name)
+            .finish()
+    }
+}
+
+fn store_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> CheckpointError {
+    CheckpointError::Storage(format!("{what}: {e}"))
+}
+
+impl CheckpointStorage {
+    /// Opens `root`: a directory path (created if missing), `file:///dir`, `memory:///`, or any URL
+    /// `object_store::parse_url` understands (`s3://bucket/prefix` needs object_store's `aws` feature).
+    pub fn open(root: &str) -> Result<Self, CheckpointError> {
+        if root.contains("://") {
+            let url =
+                url::Url::parse(root).map_err(|e| store_err(format!("root URL {root}"), e))?;
+            match url.scheme() {
+                "file" => {
+                    let p = url.to_file_path().map_err(|_| {
+                        CheckpointError::Invalid(format!("{root} is no local path"))
+                    })?;
+                    Self::local(&p)
+                }
+                "memory" => Self::in_memory(),
+                _ => {
+                    let (store, prefix) = object_store::parse_url(&url)
+                        .map_err(|e| store_err(format!("root {root}"), e))?;
+                    Self::from_store(Arc::from(store), prefix.as_ref(), root)
+                }
+            }
+        } else {
+            Self::local(Path::new(root))
+        }
+    }
+
+    /// Storage in the local directory `dir` (created if missing); objects that hold one whole file can be
+    /// hard-linked on restore.
+    pub fn local(dir: &Path) -> Result<Self, CheckpointError> {
+        std::fs::create_dir_all(dir).map_err(|e| CheckpointError::Io {
+            context: format!("creating checkpoint root {}", dir.display()),
+            source: e,
+        })?;
+        let fs = LocalFileSystem::new_with_prefix(dir)
+            .map_err(|e| store_err(format!("root {}", dir.display()), e))?;
+        let mut s = Self::from_store(Arc::new(fs), "", &dir.display().to_string())?;
+        s.local_root = Some(dir.to_path_buf());
+        Ok(s)
+    }
+
+    /// Storage in memory (for tests).
+    pub fn in_memory() -> Result<Self, CheckpointError> {
+        Self::from_store(Arc::new(InMemory::new()), "", "memory:///")
+    }
+
+    /// Storage on any object store, under `prefix`.
+    pub fn from_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        name: &str,
+    ) -> Result<Self, CheckpointError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ckpt-io")
+            .enable_all()
+            .build()
+            .map_err(|e| CheckpointError::Io {
+                context: "starting the checkpoint I/O runtime".into(),
+                source: e,
+            })?;
+        Ok(CheckpointStorage {
+            store,
+            prefix: prefix.trim_matches('/').to_string(),
+            local_root: None,
+            rt,
+            root_name: name.to_string(),
+            fail_after: AtomicI64::new(-1),
+        })
+    }
+
+    /// The root as given.
+    pub fn root_name(&self) -> &str {
+        &self.root_name
+    }
+
+    /// Makes every put after the next `n` fail (test hook for failure cases; `None` turns it off).
+    #[doc(hidden)]
+    pub fn fail_puts_after(&self, n: Option<u64>) {
+        let v = n.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        self.fail_after.store(v, Ordering::SeqCst);
+    }
+
+    fn check_fail(&self, rel: &str) -> Result<(), CheckpointError> {
+        let r = self
+            .fail_after
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                (v > 0).then_some(v - 1)
+            });
+        match r {
+            Err(0) => Err(CheckpointError::Storage(format!(
+                "put {rel}: injected failure"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn full(&self, rel: &str) -> Result<ObjPath, CheckpointError> {
+        let s = if self.prefix.is_empty() {
+            rel.to_string()
+        } else {
+            format!("{}/{rel}", self.prefix)
+        };
+        ObjPath::parse(&s).map_err(|e| store_err(format!("object path {s}"), e))
+    }
+
+    fn rel(&self, p: &ObjPath) -> String {
+        let s = p.as_ref();
+        if self.prefix.is_empty() {
+            s.to_string()
+        } else {
+            s.strip_prefix(&self.prefix)
+                .map(|r| r.trim_start_matches('/').to_string())
+                .unwrap_or_else(|| s.to_string())
+        }
+    }
+
+    /// Writes `bytes` as object `rel`, atomically (whole or nothing).
+    pub fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<(), CheckpointError> {
+        self.check_fail(rel)?;
+        let p = self.full(rel)?;
+        self.rt
+            .block_on(self.store.put(&p, PutPayload::from(bytes)))
+            .map_err(|e| store_err(format!("put {rel}"), e))?;
+        Ok(())
+    }
+
+    /// Uploads every `Upload` (up to [`PARALLELISM`] at once); large objects in parts. Returns the
+    /// results in order; on the first error, the others are still awaited and the error returned.
+    pub fn upload_all(&self, uploads: &[Upload]) -> Result<Vec<Uploaded>, CheckpointError> {
+        self.rt.block_on(async {
+            futures::stream::iter(uploads.iter().map(|u| self.upload_one(u)))
+                .buffered(PARALLELISM)
+                .try_collect::<Vec<_>>()
+                .await
+        })
+    }
+
+    async fn upload_one(&self, u: &Upload) -> Result<Uploaded, CheckpointError> {
+        self.check_fail(&u.path)?;
+        let p = self.full(&u.path)?;
+        let mut total: u64 = 0;
+        for f in &u.files {
+            total += std::fs::metadata(f)
+                .map_err(|e| CheckpointError::Io {
+                    context: format!("reading {}", f.display()),
+                    source: e,
+                })?
+                .len();
+        }
+        let mut whole = xxhash_rust::xxh3::Xxh3::new();
+        let mut files = Vec::with_capacity(u.files.len());
+        if total < MULTIPART_THRESHOLD {
+            let mut buf = Vec::with_capacity(total as usize);
+            for f in &u.files {
+                let start = buf.len();
+                std::fs::File::open(f)
+                    .and_then(|mut h| h.read_to_end(&mut buf))
+                    .map_err(|e| CheckpointError::Io {
+                        context: format!("reading {}", f.display()),
+                        source: e,
+                    })?;
+                let part = buf.get(start..).unwrap_or_default();
+                files.push((part.len() as u64, xxhash_rust::xxh3::xxh3_64(part)));
+            }
+            whole.update(&buf);
+            let size = buf.len() as u64;
+            self.store
+                .put(&p, PutPayload::from(buf))
+                .await
+                .map_err(|e| store_err(format!("put {}", u.path), e))?;
+            return Ok(Uploaded {
+                size,
+                checksum: whole.digest(),
+                files,
+            });
+        }
+        let upload = self
+            .store
+            .put_multipart(&p)
+            .await
+            .map_err(|e| store_err(format!("multipart put {}", u.path), e))?;
+        let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut size = 0u64;
+        let mut chunk = vec![0u8; 1 << 20];
+        for f in &u.files {
+            let mut h = std::fs::File::open(f).map_err(|e| CheckpointError::Io {
+                context: format!("reading {}", f.display()),
+                source: e,
+            })?;
+            let mut fh = xxhash_rust::xxh3::Xxh3::new();
+            let mut len = 0u64;
+            loop {
+                let n = h.read(&mut chunk).map_err(|e| CheckpointError::Io {
+                    context: format!("reading {}", f.display()),
+                    source: e,
+                })?;
+                if n == 0 {
+                    break;
+                }
+                let c = chunk.get(..n).unwrap_or_default();
+                fh.update(c);
+                whole.update(c);
+                w.write(c);
+                len += n as u64;
+            }
+            files.push((len, fh.digest()));
+            size += len;
+        }
+        w.finish()
+            .await
+            .map_err(|e| store_err(format!("multipart put {}", u.path), e))?;
+        Ok(Uploaded {
+            size,
+            checksum: whole.digest(),
+            files,
+        })
+    }
+
+    /// Reads object `rel` whole.
+    pub fn get(&self, rel: &str) -> Result<Vec<u8>, CheckpointError> {
+        let p = self.full(rel)?;
+        self.rt.block_on(async {
+            let r = self.store.get(&p).await.map_err(|e| map_get(rel, e))?;
+            let b = r.bytes().await.map_err(|e| map_get(rel, e))?;
+            Ok(b.to_vec())
+        })
+    }
+
+    /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once.
+    pub fn get_ranges(
+        &self,
+        parts: &[(String, u64, u64)],
+    ) -> Result<Vec<Vec<u8>>, CheckpointError> {
+        self.rt.block_on(async {
+            futures::stream::iter(parts.iter().map(|(rel, off, len)| async move {
+                let p = self.full(rel)?;
+                let b = self
+                    .store
+                    .get_range(&p, *off..off + len)
+                    .await
+                    .map_err(|e| map_get(rel, e))?;
+                Ok::<_, CheckpointError>(b.to_vec())
+            }))
+            .buffered(PARALLELISM)
+            .try_collect()
+            .await
+        })
+    }
+
+    /// Size of object `rel`, or `None` if it does not exist.
+    pub fn size(&self, rel: &str) -> Result<Option<u64>, CheckpointError> {
+        let p = self.full(rel)?;
+        match self.rt.block_on(self.store.head(&p)) {
+            Ok(m) => Ok(Some(m.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(store_err(format!("head {rel}"), e)),
+        }
+    }
+
+    /// Every object under `rel_prefix` (relative paths and sizes, sorted).
+    pub fn list(&self, rel_prefix: &str) -> Result<Vec<(String, u64)>, CheckpointError> {
+        let p = if rel_prefix.is_empty() && self.prefix.is_empty() {
+            None
+        } else if rel_prefix.is_empty() {
+            Some(ObjPath::parse(&self.prefix).map_err(|e| store_err("prefix", e))?)
+        } else {
+            Some(self.full(rel_prefix)?)
+        };
+        let items: Vec<object_store::ObjectMeta> = self.rt.block_on(async {
+            match self.store.list(p.as_ref()).try_collect::<Vec<_>>().await {
+                Ok(v) => Ok(v),
+                Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
+                Err(e) => Err(store_err(format!("list {rel_prefix}"), e)),
+            }
+        })?;
+        let mut out: Vec<(String, u64)> = items
+            .iter()
+            .map(|m| (self.rel(&m.location), m.size))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Deletes object `rel` (deleting a missing object is not an error).
+    pub fn delete(&self, rel: &str) -> Result<(), CheckpointError> {
+        let p = self.full(rel)?;
+        match self.rt.block_on(self.store.delete(&p)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_err(format!("delete {rel}"), e)),
+        }
+    }
+
+    /// Where object `rel` is on the local file system, for a local root.
+    pub fn local_path(&self, rel: &str) -> Option<PathBuf> {
+        self.local_root.as_ref().map(|r| r.join(rel))
+    }
+}
+
+fn map_get(rel: &str, e: object_store::Error) -> CheckpointError {
+    match e {
+        object_store::Error::NotFound { .. } => CheckpointError::MissingObject(rel.to_string()),
+        e => store_err(format!("get {rel}"), e),
+    }
+}

@@ -1,0 +1,146 @@
+//! `keyed-state checkpoint list | verify | gc | to-savepoint`, run as a user runs them, on a root that the
+//! library wrote (two instances, three checkpoints).
+
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use keyed_state::backend::lsm::LsmBackend;
+use keyed_state::checkpoint::{CheckpointOptions, CheckpointStorage, Checkpointer};
+use keyed_state::keygroup::key_group_range_for_operator;
+use keyed_state::serializer::LongSerializer;
+use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_keyed-state"))
+        .args(args)
+        .output()
+        .expect("run keyed-state")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Two instances of a job at max parallelism 16 checkpoint ids 1..=3 into `root` (retain 3).
+fn write_root(root: &std::path::Path) {
+    let storage = Arc::new(CheckpointStorage::local(root).unwrap());
+    for i in 0..2 {
+        let range = key_group_range_for_operator(16, 2, i).unwrap();
+        let cfg = KeyedStateStore::config_for(&LongSerializer, 16, range);
+        let backend = LsmBackend::temp_with(cfg.clone(), LsmBackend::small_options()).unwrap();
+        let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
+        let c = store
+            .register_value(ValueStateDescriptor::new("counter", LongSerializer))
+            .unwrap();
+        let ck =
+            Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default()).unwrap();
+        for id in 1..=3u64 {
+            for k in 0..3000i64 {
+                if range.contains(store.key_group_of(&k).unwrap()) {
+                    store.set_current_key(&k).unwrap();
+                    store.value(&c).unwrap().update(&(k + id as i64)).unwrap();
+                }
+            }
+            ck.begin(id, store.backend_mut()).unwrap().run().unwrap();
+            ck.notify_complete(id).unwrap();
+        }
+    }
+}
+
+#[test]
+fn checkpoint_list_verify_gc_and_to_savepoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    write_root(&root);
+    let r = root.to_str().unwrap();
+
+    let o = run(&["checkpoint", "list", r]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    for (line, (id, range)) in lines.iter().zip([
+        (1, "0-7"),
+        (1, "8-15"),
+        (2, "0-7"),
+        (2, "8-15"),
+        (3, "0-7"),
+        (3, "8-15"),
+    ]) {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f[0], id.to_string(), "{line}");
+        assert_eq!(f[1], range, "{line}");
+        let (new, referenced) = f[2].split_once('/').unwrap();
+        let new: u64 = new.parse().unwrap();
+        referenced.parse::<u64>().unwrap();
+        assert!(id > 1 || new > 0, "{line}");
+        let bytes: u64 = f[3].parse().unwrap();
+        let state: u64 = f[4].parse().unwrap();
+        assert!(state > 0 && (new == 0 || bytes > 0), "{line}");
+    }
+
+    let o = run(&["checkpoint", "verify", r]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).starts_with("ok: 6 metadata files"),
+        "{}",
+        text(&o.stdout)
+    );
+
+    let sp = dir.path().join("sp");
+    let o = run(&[
+        "checkpoint",
+        "to-savepoint",
+        r,
+        "--id",
+        "3",
+        "--out",
+        sp.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = run(&["verify", sp.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    let o = run(&["checkpoint", "gc", r, "--retain", "1", "--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("would delete\tchk-00000000000000000001/"));
+    assert_eq!(
+        text(&run(&["checkpoint", "list", r]).stdout)
+            .lines()
+            .count(),
+        6
+    );
+    let o = run(&["checkpoint", "gc", r, "--retain", "1"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let listed = text(&run(&["checkpoint", "list", r]).stdout);
+    assert!(listed.lines().all(|l| l.starts_with("3\t")), "{listed}");
+    let o = run(&["checkpoint", "verify", r, "--id", "3"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    // Damage: a missing object is named, with a non-zero exit.
+    let storage = CheckpointStorage::local(&root).unwrap();
+    let (victim, _) = storage.list("shared/").unwrap().into_iter().next().unwrap();
+    std::fs::remove_file(root.join(&victim)).unwrap();
+    let o = run(&["checkpoint", "verify", r]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains(&victim) && err.contains("missing"), "{err}");
+
+    let o = run(&[
+        "checkpoint",
+        "verify",
+        dir.path().join("nothing").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let o = run(&[
+        "checkpoint",
+        "to-savepoint",
+        r,
+        "--id",
+        "99",
+        "--out",
+        sp.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("99"), "{}", text(&o.stderr));
+}

@@ -1,0 +1,195 @@
+//! Proptest model of checkpoints against a `BTreeMap`: random writes, checkpoints (some aborted, some two
+//! at once), confirmations, retention, and restores with rescales P -> P' over several steps. After every
+//! step storage holds exactly the objects that the metadata in the root references, and every restore
+//! equals the model as of the restored checkpoint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use keyed_state::backend::lsm::LsmBackend;
+use keyed_state::checkpoint::tools::{referenced_objects, verify};
+use keyed_state::checkpoint::{restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer};
+use keyed_state::keygroup::key_group_range_for_operator;
+use keyed_state::serializer::LongSerializer;
+use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
+use proptest::prelude::*;
+
+const MAX_P: u32 = 12;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(i64, i64),
+    Delete(i64),
+    /// Checkpoint on every instance; `second` takes another one before the first runs; `abort` aborts the
+    /// last one instead of confirming it.
+    Checkpoint {
+        second: bool,
+        abort: bool,
+    },
+    /// Restore the last confirmed checkpoint at this parallelism.
+    Rescale(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0i64..400, any::<i64>()).prop_map(|(k, v)| Op::Put(k, v)),
+        1 => (0i64..400).prop_map(Op::Delete),
+        2 => (any::<bool>(), any::<bool>()).prop_map(|(second, abort)| Op::Checkpoint { second, abort }),
+        1 => (1u32..=3).prop_map(Op::Rescale),
+    ]
+}
+
+struct Inst {
+    store: KeyedStateStore<LongSerializer>,
+    counter: ValueState<LongSerializer>,
+    ck: Checkpointer,
+}
+
+fn wrap(backend: LsmBackend, storage: &Arc<CheckpointStorage>, retain: usize) -> Inst {
+    let cfg = backend_config(&backend);
+    let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
+    let counter = store
+        .register_value(ValueStateDescriptor::new("counter", LongSerializer))
+        .unwrap();
+    let ck = Checkpointer::open(
+        Arc::clone(storage),
+        &cfg,
+        CheckpointOptions {
+            retain,
+            ..CheckpointOptions::default()
+        },
+    )
+    .unwrap();
+    Inst { store, counter, ck }
+}
+
+fn backend_config(b: &LsmBackend) -> keyed_state::backend::BackendConfig {
+    use keyed_state::backend::StateBackend;
+    b.config().clone()
+}
+
+fn owner(insts: &mut [Inst], k: i64) -> &mut Inst {
+    let i = insts
+        .iter()
+        .position(|x| {
+            let kg = x.store.key_group_of(&k).unwrap();
+            x.store.config().key_group_range.contains(kg)
+        })
+        .unwrap();
+    &mut insts[i]
+}
+
+fn check_storage(storage: &CheckpointStorage) -> Result<(), TestCaseError> {
+    let objects: BTreeSet<String> = storage
+        .list("shared/")
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    let refs = referenced_objects(storage).unwrap().unwrap();
+    prop_assert_eq!(objects, refs);
+    prop_assert!(verify(storage, None).unwrap().problems.is_empty());
+    Ok(())
+}
+
+fn run_ops(ops: Vec<Op>, retain: usize) -> Result<(), TestCaseError> {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let opts = LsmBackend::small_options();
+    let cfg = KeyedStateStore::config_for(
+        &LongSerializer,
+        MAX_P,
+        key_group_range_for_operator(MAX_P, 1, 0).unwrap(),
+    );
+    let mut insts = vec![wrap(
+        LsmBackend::temp_with(cfg, opts.clone()).unwrap(),
+        &storage,
+        retain,
+    )];
+    let mut model: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut confirmed: BTreeMap<u64, BTreeMap<i64, i64>> = BTreeMap::new();
+    let mut next_id = 1u64;
+    for op in ops {
+        match op {
+            Op::Put(k, v) => {
+                let x = owner(&mut insts, k);
+                x.store.set_current_key(&k).unwrap();
+                x.store.value(&x.counter).unwrap().update(&v).unwrap();
+                model.insert(k, v);
+            }
+            Op::Delete(k) => {
+                let x = owner(&mut insts, k);
+                x.store.set_current_key(&k).unwrap();
+                x.store.value(&x.counter).unwrap().clear().unwrap();
+                model.remove(&k);
+            }
+            Op::Checkpoint { second, abort } => {
+                let first = next_id;
+                let last = if second { first + 1 } else { first };
+                next_id = last + 1;
+                let mut runs = Vec::new();
+                for x in insts.iter_mut() {
+                    for id in first..=last {
+                        runs.push(x.ck.begin(id, x.store.backend_mut()).unwrap());
+                    }
+                }
+                for p in runs {
+                    p.run().unwrap();
+                }
+                for x in insts.iter() {
+                    if abort {
+                        x.ck.notify_aborted(last).unwrap();
+                    } else {
+                        x.ck.notify_complete(last).unwrap();
+                    }
+                }
+                if !abort {
+                    confirmed.insert(last, model.clone());
+                }
+            }
+            Op::Rescale(p) => {
+                let Some((&id, m)) = confirmed.iter().next_back() else {
+                    continue;
+                };
+                // Retention may have dropped it: only checkpoints with metadata restore.
+                if keyed_state::checkpoint::checkpoint_parts(&storage, id)
+                    .unwrap()
+                    .is_empty()
+                {
+                    continue;
+                }
+                model = m.clone();
+                for x in &insts {
+                    x.ck.close();
+                }
+                insts = (0..p)
+                    .map(|i| {
+                        let range = key_group_range_for_operator(MAX_P, p, i).unwrap();
+                        let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+                        let (b, _) = restore_lsm(&storage, id, cfg, opts.clone()).unwrap();
+                        wrap(b, &storage, retain)
+                    })
+                    .collect();
+                for (k, v) in &model {
+                    let x = owner(&mut insts, *k);
+                    x.store.set_current_key(k).unwrap();
+                    prop_assert_eq!(x.store.value(&x.counter).unwrap().get().unwrap(), Some(*v));
+                }
+                let n: u64 = insts
+                    .iter_mut()
+                    .map(|x| x.store.num_entries().unwrap())
+                    .sum();
+                prop_assert_eq!(n, model.len() as u64);
+            }
+        }
+        check_storage(&storage)?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    #[test]
+    fn checkpoints_follow_the_model(ops in proptest::collection::vec(op(), 5..40), retain in 1usize..3) {
+        run_ops(ops, retain)?;
+    }
+}
