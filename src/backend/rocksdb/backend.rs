@@ -1,26 +1,23 @@
 //! [`RocksDbBackend`]: the [`StateBackend`] implementation over one column family per state.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rocksdb::{
-    BlockBasedOptions, BoundColumnFamily, Cache, DBCompactionStyle, DBCompressionType,
-    DBWithThreadMode, IngestExternalFileOptions, MergeOperands, MultiThreaded, Options,
-    ReadOptions, SnapshotWithThreadMode, SstFileWriter, WriteBatch, WriteOptions,
+    BoundColumnFamily, Cache, IngestExternalFileOptions, ReadOptions, WriteBatch, WriteOptions,
 };
 
 use crate::backend::{BackendConfig, BackendSnapshot, EngineHandle, StateBackend, StateId};
 use crate::error::{Error, Result};
-use crate::keygroup::{
-    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup,
-};
-use crate::layout::LIST_DELIMITER;
+use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
 use crate::lsm::prefix::prefix_successor;
-use crate::meta::{StateKind, StateMetaInfo};
+use crate::meta::StateMetaInfo;
 
 use super::load::{LoadRun, Loader};
-use super::*;
+use super::{
+    cf_handle, column_family_name, rdb_error, Db, DbHolder, RocksDbOptions, RocksDbSnapshot,
+};
 
 /// Writes into one column family through write batches flushed at `write_batch_size`, keeping the first
 /// error. `put` and `delete` return `false` once an error occurred (to stop an iteration).
@@ -87,17 +84,17 @@ impl<'a> BatchWriter<'a> {
 
 /// The RocksDB backend. See the module documentation.
 pub struct RocksDbBackend {
-    holder: Arc<DbHolder>,
-    config: BackendConfig,
-    options: RocksDbOptions,
-    prefix_len: usize,
-    states: Vec<StateMetaInfo>,
-    cf_names: Vec<String>,
-    read_opts: ReadOptions,
-    write_opts: WriteOptions,
-    value_buf: Vec<u8>,
-    key_buf: Vec<u8>,
-    loader: Loader,
+    pub(super) holder: Arc<DbHolder>,
+    pub(super) config: BackendConfig,
+    pub(super) options: RocksDbOptions,
+    pub(super) prefix_len: usize,
+    pub(super) states: Vec<StateMetaInfo>,
+    pub(super) cf_names: Vec<String>,
+    pub(super) read_opts: ReadOptions,
+    pub(super) write_opts: WriteOptions,
+    pub(super) value_buf: Vec<u8>,
+    pub(super) key_buf: Vec<u8>,
+    pub(super) loader: Loader,
 }
 
 impl fmt::Debug for RocksDbBackend {
@@ -204,7 +201,7 @@ impl RocksDbBackend {
     /// the rest) and the key group.
     #[inline]
     fn check(&self, state: StateId, kg: KeyGroup, map: bool, op: &'static str) -> Result<()> {
-        super::check_access(
+        crate::backend::check_access(
             &self.states,
             self.config.key_group_range,
             state,
@@ -214,7 +211,7 @@ impl RocksDbBackend {
         )
     }
 
-    fn context(&self, op: &str, state: StateId) -> String {
+    pub(super) fn context(&self, op: &str, state: StateId) -> String {
         match self.states.get(state) {
             Some(m) => format!("{op} on state '{}'", m.name),
             None => format!("{op} on state id {state}"),
@@ -264,7 +261,7 @@ impl StateBackend for RocksDbBackend {
     }
 
     fn register_state(&mut self, meta: StateMetaInfo) -> Result<StateId> {
-        if let Some(id) = super::reregister(&mut self.states, &meta)? {
+        if let Some(id) = crate::backend::reregister(&mut self.states, &meta)? {
             return Ok(id);
         }
         let cf_name = column_family_name(&meta.name);

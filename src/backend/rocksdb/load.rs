@@ -1,47 +1,35 @@
 //! Restore: entries buffered per state and written as SST files (`SstFileWriter`) that are ingested into the
 //! state's column family, instead of going through the memtable.
 
-use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use rocksdb::{
-    BlockBasedOptions, BoundColumnFamily, Cache, DBCompactionStyle, DBCompressionType,
-    DBWithThreadMode, IngestExternalFileOptions, MergeOperands, MultiThreaded, Options,
-    ReadOptions, SnapshotWithThreadMode, SstFileWriter, WriteBatch, WriteOptions,
-};
+use rocksdb::SstFileWriter;
 
-use crate::backend::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
-use crate::keygroup::{
-    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup,
-};
-use crate::layout::LIST_DELIMITER;
-use crate::meta::{StateKind, StateMetaInfo};
 
-use super::*;
+use super::{rdb_error, RocksDbBackend};
 
 /// Restored entries of one state not yet written out, in arrival order.
 #[derive(Default)]
-struct LoadRun {
+pub(super) struct LoadRun {
     /// Keys and values back to back.
-    data: Vec<u8>,
+    pub(super) data: Vec<u8>,
     /// (offset, key length, value length) per entry.
-    entries: Vec<(usize, usize, usize)>,
+    pub(super) entries: Vec<(usize, usize, usize)>,
     /// Whether keys arrived strictly ascending.
-    sorted: bool,
+    pub(super) sorted: bool,
 }
 
 impl LoadRun {
-    fn key(&self, e: (usize, usize, usize)) -> &[u8] {
+    pub(super) fn key(&self, e: (usize, usize, usize)) -> &[u8] {
         &self.data[e.0..e.0 + e.1]
     }
 
-    fn value(&self, e: (usize, usize, usize)) -> &[u8] {
+    pub(super) fn value(&self, e: (usize, usize, usize)) -> &[u8] {
         &self.data[e.0 + e.1..e.0 + e.1 + e.2]
     }
 
-    fn push(&mut self, key: &[u8], value: &[u8]) {
+    pub(super) fn push(&mut self, key: &[u8], value: &[u8]) {
         if self.entries.is_empty() {
             self.sorted = true;
         } else if let Some(&last) = self.entries.last() {
@@ -53,7 +41,7 @@ impl LoadRun {
     }
 
     /// The entries in ascending key order, the last arrival winning for duplicate keys.
-    fn ordered(&self) -> Vec<(usize, usize, usize)> {
+    pub(super) fn ordered(&self) -> Vec<(usize, usize, usize)> {
         let mut v = self.entries.clone();
         if !self.sorted {
             // Stable: equal keys stay in arrival order, then keep the last of each run of equal keys.
@@ -70,7 +58,7 @@ impl LoadRun {
         v
     }
 
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.data.clear();
         self.entries.clear();
     }
@@ -78,21 +66,21 @@ impl LoadRun {
 
 /// Restore state: buffered runs and the SST files written so far, per state.
 #[derive(Default)]
-struct Loader {
-    runs: Vec<LoadRun>,
-    files: Vec<Vec<PathBuf>>,
-    buffered: usize,
-    next_file: u64,
+pub(super) struct Loader {
+    pub(super) runs: Vec<LoadRun>,
+    pub(super) files: Vec<Vec<PathBuf>>,
+    pub(super) buffered: usize,
+    pub(super) next_file: u64,
 }
 
 impl RocksDbBackend {
     /// The directory SST files for restore are written to (inside the database directory).
-    fn ingest_dir(&self) -> PathBuf {
+    pub(super) fn ingest_dir(&self) -> PathBuf {
         self.holder.db.path().join("keyed-state-ingest")
     }
 
     /// Writes every buffered restore run out as one SST file per state.
-    fn spill_runs(&mut self) -> Result<()> {
+    pub(super) fn spill_runs(&mut self) -> Result<()> {
         let dir = self.ingest_dir();
         if self.loader.runs.iter().any(|r| !r.entries.is_empty()) {
             std::fs::create_dir_all(&dir)

@@ -27,23 +27,13 @@ pub use backend::{RocksDbBackend, RocksDbEngine};
 pub use options::{RocksDbCompression, RocksDbOptions};
 pub use snapshot::RocksDbSnapshot;
 
-use std::fmt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::{
-    BlockBasedOptions, BoundColumnFamily, Cache, DBCompactionStyle, DBCompressionType,
-    DBWithThreadMode, IngestExternalFileOptions, MergeOperands, MultiThreaded, Options,
-    ReadOptions, SnapshotWithThreadMode, SstFileWriter, WriteBatch, WriteOptions,
-};
+use rocksdb::{BoundColumnFamily, DBWithThreadMode, MergeOperands, MultiThreaded, Options};
 
-use crate::backend::{BackendConfig, BackendSnapshot, StateBackend, StateId};
+use crate::backend::StateId;
 use crate::error::{Error, Result};
-use crate::keygroup::{
-    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup,
-};
 use crate::layout::LIST_DELIMITER;
-use crate::meta::{StateKind, StateMetaInfo};
 
 /// The RocksDB database type: multi-threaded column-family handling, so column families can be created
 /// through the shared (`Arc`) handle that open snapshots also hold.
@@ -124,7 +114,11 @@ fn cf_handle<'a>(
 
 #[cfg(test)]
 mod tests {
+    use super::load::LoadRun;
     use super::*;
+    use crate::backend::{BackendConfig, StateBackend};
+    use crate::keygroup::KeyGroup;
+    use crate::meta::{StateKind, StateMetaInfo};
 
     #[test]
     fn column_family_names_escape_default() {
@@ -190,13 +184,6 @@ mod tests {
             value_serializer: SerializerSnapshot::simple("BytesSerializer", 1),
             ttl: None,
         }
-    }
-
-    fn savepoint_bytes(snap: &dyn BackendSnapshot) -> Vec<u8> {
-        let mut out = Vec::new();
-        crate::savepoint::encode(snap, &crate::savepoint::WriteOptions::default(), &mut out)
-            .unwrap();
-        out
     }
 
     #[test]

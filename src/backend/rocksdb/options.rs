@@ -2,24 +2,12 @@
 //! how they map to RocksDB's database and column-family options.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use rocksdb::{
-    BlockBasedOptions, BoundColumnFamily, Cache, DBCompactionStyle, DBCompressionType,
-    DBWithThreadMode, IngestExternalFileOptions, MergeOperands, MultiThreaded, Options,
-    ReadOptions, SnapshotWithThreadMode, SstFileWriter, WriteBatch, WriteOptions,
-};
+use rocksdb::{BlockBasedOptions, Cache, DBCompactionStyle, DBCompressionType, Options};
 
-use crate::backend::{BackendConfig, BackendSnapshot, StateBackend, StateId};
-use crate::error::{Error, Result};
-use crate::keygroup::{
-    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup,
-};
-use crate::layout::LIST_DELIMITER;
-use crate::meta::{StateKind, StateMetaInfo};
+use crate::error::Result;
 
-use super::MERGE_OPERATOR_NAME;
+use super::{rdb_error, string_append, MERGE_OPERATOR_NAME};
 
 const MIB: usize = 1 << 20;
 
@@ -136,7 +124,7 @@ impl RocksDbOptions {
     }
 
     /// The column-family options: everything per state, including the merge operator and block cache.
-    fn column_options(&self, cache: &Cache) -> Options {
+    pub(super) fn column_options(&self, cache: &Cache) -> Options {
         let mut o = Options::default();
         o.set_write_buffer_size(self.write_buffer_size);
         o.set_max_write_buffer_number(self.max_write_buffer_number);
@@ -159,7 +147,7 @@ impl RocksDbOptions {
     }
 
     /// The database-wide options.
-    fn db_options(&self) -> Result<Options> {
+    pub(super) fn db_options(&self) -> Result<Options> {
         let mut o = Options::default();
         o.create_if_missing(true);
         o.set_max_background_jobs(self.max_background_jobs);

@@ -1,24 +1,15 @@
 //! [`RocksDbSnapshot`]: a RocksDB snapshot plus a strong reference to the database, readable on any thread.
 
-use std::fmt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::{
-    BlockBasedOptions, BoundColumnFamily, Cache, DBCompactionStyle, DBCompressionType,
-    DBWithThreadMode, IngestExternalFileOptions, MergeOperands, MultiThreaded, Options,
-    ReadOptions, SnapshotWithThreadMode, SstFileWriter, WriteBatch, WriteOptions,
-};
+use rocksdb::{ReadOptions, SnapshotWithThreadMode};
 
-use crate::backend::{BackendConfig, BackendSnapshot, StateBackend, StateId};
+use crate::backend::{BackendConfig, BackendSnapshot, StateId};
 use crate::error::{Error, Result};
-use crate::keygroup::{
-    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup,
-};
-use crate::layout::LIST_DELIMITER;
+use crate::keygroup::{write_key_group_prefix, KeyGroup};
 use crate::meta::{StateKind, StateMetaInfo};
 
-use super::*;
+use super::{cf_handle, rdb_error, Db, DbHolder};
 
 /// A point-in-time view of a [`RocksDbBackend`]: a RocksDB snapshot plus a strong reference to the database,
 /// readable on any thread while the backend keeps writing.
@@ -34,7 +25,7 @@ pub struct RocksDbSnapshot {
 }
 
 impl RocksDbSnapshot {
-    fn new(
+    pub(super) fn new(
         holder: Arc<DbHolder>,
         config: BackendConfig,
         states: Vec<StateMetaInfo>,
