@@ -316,7 +316,7 @@ pub fn head_of(bytes: &[u8]) -> u64 {
 
 /// A read prefetch hint (no-op off x86_64).
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it never faults and has no effect on program state, whatever `p`.
     #[allow(unused_unsafe)]

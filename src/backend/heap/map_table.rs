@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use super::bytes::{head_of, SmallBytes};
+use super::bytes::{head_of, prefetch, SmallBytes};
 use crate::error::Result;
 
 type FastHasher = foldhash::fast::RandomState;
@@ -164,6 +164,15 @@ impl UserMap {
 /// by length or the bytes.
 #[inline]
 fn search(v: &[Entry], key: &[u8]) -> std::result::Result<usize, usize> {
+    // The probes of a binary search depend on each other: ask for every cache line of the entries at once
+    // (10 entries are 5 lines), so their misses overlap.
+    let bytes = std::mem::size_of_val(v);
+    let base = v.as_ptr().cast::<u8>();
+    let mut off = 0;
+    while off < bytes {
+        prefetch(base.wrapping_add(off));
+        off += 64;
+    }
     let head = head_of(key);
     v.binary_search_by(|e| {
         e.0.head().cmp(&head).then_with(|| {
