@@ -209,6 +209,9 @@ struct Run {
     len: usize,
     /// Whether some entry was loaded out of order (then [`MapTable::finish_load`] sorts).
     unsorted: bool,
+    /// Whether entries were loaded while the index held maps (then a map in the index may still have
+    /// entries here).
+    overlaps_index: bool,
 }
 
 #[derive(Clone, Default)]
@@ -280,6 +283,7 @@ impl Run {
             dir: Arc::new(dir),
             len: entries.len(),
             unsorted: false,
+            overlaps_index: false,
         }
     }
 
@@ -348,7 +352,9 @@ impl Run {
                 }
             }
         }
+        let overlaps_index = self.overlaps_index;
         *self = Run::from_sorted(&all);
+        self.overlaps_index = overlaps_index;
     }
 }
 
@@ -422,7 +428,7 @@ impl MapTable {
     /// Moves the restored entries of `key_ns` into the index (nothing to do unless a restore left some).
     #[inline]
     fn adopt(&mut self, key_ns: &[u8]) {
-        if self.run.len != 0 {
+        if self.run.len != 0 && (self.run.overlaps_index || self.find(key_ns).is_none()) {
             self.adopt_slow(key_ns);
         }
     }
@@ -567,11 +573,35 @@ impl MapTable {
 
     /// Loads one restored entry: `key` is the whole entry key without its key-group prefix.
     pub fn load(&mut self, key: &[u8], value: &[u8]) {
+        // A map in the index has no entries in the run (adoption moves them all at once) unless entries were
+        // loaded while the index held maps: only then must a map found in the index still search the run.
+        if self.maps != 0 {
+            self.run.overlaps_index = true;
+        }
         self.run.push(key, value);
     }
 
-    /// Ends a restore: a run loaded out of order is sorted (the last load of a key wins).
+    /// Ends a restore: a run loaded out of order is sorted (the last load of a key wins), and maps the index
+    /// already held take their loaded entries.
     pub fn finish_load(&mut self) {
+        self.sort_run();
+        if self.run.overlaps_index {
+            // Entries were loaded while the index held maps: move those maps' entries over now (the
+            // loaded ones replace), so that no map is in both places.
+            let names: Vec<SmallBytes> = self
+                .shards
+                .iter()
+                .flat_map(|s| s.0.iter().map(|slot| slot.key_ns.clone()))
+                .collect();
+            for key_ns in names {
+                self.adopt_slow(key_ns.as_slice());
+            }
+            self.run.overlaps_index = false;
+        }
+    }
+
+    /// Sorts a run loaded out of order (the last load of a key wins).
+    fn sort_run(&mut self) {
         if !self.run.unsorted {
             return;
         }
@@ -585,7 +615,9 @@ impl MapTable {
                 _ => dedup.push(e),
             }
         }
+        let overlaps_index = self.run.overlaps_index;
         self.run = Run::from_sorted(&dedup);
+        self.run.overlaps_index = overlaps_index;
     }
 
     /// Visits every entry in unspecified order until `f` returns false, with its whole key: `prefix`
@@ -983,6 +1015,35 @@ mod tests {
         }
         run(restored.clone(), false, ops.clone());
         run(restored, true, ops);
+    }
+
+    /// Entries loaded into a table that already holds maps (outside the restore contract, still
+    /// consistent): a loaded entry replaces the one in the index, in reads and visits alike.
+    #[test]
+    fn load_into_non_empty_table_replaces() {
+        let mut t = MapTable::default();
+        let mut model = Model::new();
+        for m in 0..20u16 {
+            t.put(&key_ns(m), b"a", b"old");
+            model.insert(full(&key_ns(m), b"a"), b"old".to_vec());
+        }
+        // Out of order: the run is sorted first, and the index's maps still take their entries.
+        for m in (0..20u16).step_by(3).rev() {
+            for uk in [&b"a"[..], b"b"] {
+                t.load(&full(&key_ns(m), uk), b"loaded");
+                model.insert(full(&key_ns(m), uk), b"loaded".to_vec());
+            }
+        }
+        t.finish_load();
+        // Visits merge first (nothing adopted yet), then reads adopt.
+        check(&t, &model);
+        for m in 0..20u16 {
+            for uk in [&b"a"[..], b"b"] {
+                let got = t.get(&key_ns(m), uk).map(|v| v.as_slice().to_vec());
+                assert_eq!(got.as_ref(), model.get(&full(&key_ns(m), uk)));
+            }
+        }
+        check(&t, &model);
     }
 
     /// A user map past `SMALL_MAX` entries becomes a tree, shared with a snapshot until written, and turns
