@@ -679,15 +679,15 @@ impl MapTable {
         let p = prefix.len();
         // Emits one index entry (in `key`) after the run entries below it; an equal run entry (a restore
         // into a non-empty table) replaces it.
+        let mut full = prefix.to_vec();
         let mut emit = |key: &mut Vec<u8>, value: &[u8]| -> Result<()> {
             let mut replaced = None;
             while let Some((rk, rv)) = run.peek() {
                 match rk.as_slice().cmp(&key[p..]) {
                     std::cmp::Ordering::Less => {
-                        let (rk, rv) = (rk.as_slice(), rv.as_slice());
-                        let mut full = prefix.to_vec();
-                        full.extend_from_slice(rk);
-                        f(&full, rv)?;
+                        full.truncate(p);
+                        full.extend_from_slice(rk.as_slice());
+                        f(&full, rv.as_slice())?;
                         run.next();
                     }
                     std::cmp::Ordering::Equal => {
