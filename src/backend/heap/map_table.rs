@@ -493,17 +493,28 @@ impl MapTable {
     fn put_inner(&mut self, key_ns: &[u8], user_key: &[u8], value: &[u8]) {
         let h = self.hash(key_ns);
         let s = self.shard_of(h);
+        let hasher = &self.hasher;
         let shard = Arc::make_mut(&mut Arc::make_mut(&mut self.shards)[s]);
-        match shard.0.find_mut(h, |s| s.key_ns.as_slice() == key_ns) {
-            Some(slot) => {
-                if slot.map.put(user_key, value) {
+        match shard.0.entry(
+            h,
+            |s| s.key_ns.as_slice() == key_ns,
+            |s| hasher.hash_one(s.key_ns.as_slice()),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut e) => {
+                if e.get_mut().map.put(user_key, value) {
                     self.entries += 1;
                 }
             }
-            None => {
-                let map = UserMap::Small(vec![(SmallBytes::new(user_key), SmallBytes::new(value))]);
-                self.insert_map(key_ns, map);
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert(Slot {
+                    key_ns: SmallBytes::new(key_ns),
+                    map: UserMap::Small(vec![(SmallBytes::new(user_key), SmallBytes::new(value))]),
+                });
                 self.entries += 1;
+                self.maps += 1;
+                if self.maps > SHARD_MAPS * self.shards.len() {
+                    self.grow();
+                }
             }
         }
     }
