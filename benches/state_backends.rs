@@ -9,7 +9,7 @@
 //!
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
 //! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
-//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
+//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint,mapsavepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
 //! (comma-separated backends: heap,lsm,rocksdb), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off).
 //!
@@ -17,7 +17,15 @@
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
 //! 10 entries `Long → Double`, list values appended one at a time, 1,000,000 random values; every invocation
 //! calls `set_current_key`. Map iteration ops count per entry (Flink's `@OperationsPerInvocation(10)`).
+//!
+//! The map section also times a yardstick: a plain `std` `HashMap<(i64, i64), f64>` holding the same 5,000,000
+//! (key, user key) entries, doing the lookups of mapGet / mapContains / mapUpdate in the same order (no
+//! `set_current_key`, no serialization), and, on the heap backend only, the copy-on-write cost after a
+//! snapshot: the first map update right after a snapshot and 10,000 updates while it stays open. The
+//! `mapsavepoint` section writes and restores a map-heavy savepoint (`BENCH_SP_KEYS / 10` keys × maps of 10
+//! `Long → Double` entries) and times map reads right after the restore.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use keyed_state::backend::heap::HeapBackend;
@@ -382,9 +390,44 @@ struct Bench<H> {
 struct Results {
     kinds: Vec<Kind>,
     rows: Vec<(String, Vec<Vec<Sample>>)>,
+    /// Yardstick samples (a plain `HashMap` doing an op's lookups) by op name.
+    yardstick: Vec<(String, Vec<Sample>)>,
 }
 
 impl Results {
+    fn record_yardstick(&mut self, op: &str, s: Sample) {
+        match self.yardstick.iter_mut().find(|(n, _)| n == op) {
+            Some((_, v)) => v.push(s),
+            None => self.yardstick.push((op.to_string(), vec![s])),
+        }
+    }
+
+    /// The yardstick table: heap backend against the plain `HashMap` per op, same rounds.
+    fn print_yardstick(&self, cpu: bool) {
+        let Some(heap) = self.kinds.iter().position(|&k| k == Kind::Heap) else {
+            return;
+        };
+        if self.yardstick.is_empty() {
+            return;
+        }
+        let rate = |s: &Sample| if cpu { s.cpu_rate() } else { s.wall_rate() };
+        println!("| op | heap | HashMap<(i64, i64), f64> | HashMap/heap |");
+        println!("|---|---:|---:|---:|");
+        for (op, ys) in &self.yardstick {
+            let Some((_, cells)) = self.rows.iter().find(|(n, _)| n == op) else {
+                continue;
+            };
+            let h = Self::median(&cells[heap], rate);
+            let y = Self::median(ys, rate);
+            println!(
+                "| {op} | {:.0} | {:.0} | {:.2} |",
+                rate(&h) / 1000.0,
+                rate(&y) / 1000.0,
+                rate(&y) / rate(&h)
+            );
+        }
+    }
+
     fn record(&mut self, op: &str, kind: Kind, s: Sample) {
         let k = self.kinds.iter().position(|&x| x == kind).unwrap_or(0);
         let row = match self.rows.iter().position(|(n, _)| n == op) {
@@ -627,6 +670,14 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             counter: 0,
         });
     }
+    // The yardstick: the same entries in a plain `HashMap<(key, user key), value>`.
+    let mut yard: HashMap<(i64, i64), f64> = HashMap::new();
+    for i in 0..SETUP_KEY_COUNT {
+        for j in 0..MAP_KEY_COUNT {
+            yard.insert((*data.setup_key(i), j as i64), data.map_value(i + j));
+        }
+    }
+    let mut yard_counter = 0u64;
     let put_all: Vec<(i64, f64)> = (0..MAP_KEY_COUNT)
         .map(|j| (data.map_key(j), data.map_value(j + 1)))
         .collect();
@@ -714,8 +765,95 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 })?;
                 res.record(op, b.kind, s);
             }
+            if matches!(op, "mapGet" | "mapContains" | "mapUpdate") {
+                let s = timed(&mut yard_counter, cfg.ops, cfg.secs, 1, |i| -> Result<()> {
+                    let k = *data.setup_key(i);
+                    match op {
+                        "mapGet" => {
+                            std::hint::black_box(yard.get(&(k, data.map_key(i))).copied());
+                        }
+                        "mapContains" => {
+                            std::hint::black_box(yard.contains_key(&(k, data.map_key(i) << 1)));
+                        }
+                        _ => {
+                            yard.insert((k, data.map_key(i)), data.map_value(i + 1));
+                        }
+                    }
+                    Ok(())
+                })?;
+                res.record_yardstick(op, s);
+            }
         }
     }
+    drop(yard);
+    if let Some(b) = benches.iter_mut().find(|b| b.kind == Kind::Heap) {
+        map_copy_on_write(data, b)?;
+    }
+    Ok(())
+}
+
+/// Heap backend only: what a snapshot costs map writes. Per repetition (10, median reported): the synchronous
+/// snapshot, the first map update right after it, and 10,000 more updates while it stays open; then the
+/// snapshot is dropped and 10,000 updates run with none open (for comparison).
+fn map_copy_on_write(
+    data: &Data,
+    b: &mut Bench<MapState<LongSerializer, DoubleSerializer>>,
+) -> Result<()> {
+    const REPS: usize = 10;
+    const N: usize = 10_000;
+    let (st, h) = (&mut b.store, &b.h);
+    let mut i = b.counter as usize;
+    let update = |st: &mut Store, i: &mut usize| -> Result<()> {
+        st.set_current_key(data.setup_key(*i))?;
+        st.map(h)?.put(&data.map_key(*i), &data.map_value(*i + 1))?;
+        *i += 1;
+        Ok(())
+    };
+    let (mut sync, mut first, mut open, mut closed) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..REPS {
+        let t = Instant::now();
+        let snap = st.snapshot()?;
+        sync.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        update(st, &mut i)?;
+        first.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for _ in 0..N {
+            update(st, &mut i)?;
+        }
+        open.push(t.elapsed().as_secs_f64());
+        drop(snap);
+        let t = Instant::now();
+        for _ in 0..N {
+            update(st, &mut i)?;
+        }
+        closed.push(t.elapsed().as_secs_f64());
+    }
+    b.counter = i as u64;
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let us = |(m, lo, hi): (f64, f64, f64)| {
+        format!("{:.1} µs ({:.1}–{:.1})", m * 1e6, lo * 1e6, hi * 1e6)
+    };
+    let ms = |(m, lo, hi): (f64, f64, f64)| {
+        format!("{:.2} ms ({:.2}–{:.2})", m * 1e3, lo * 1e3, hi * 1e3)
+    };
+    println!(
+        "\n## Heap map state after a snapshot ({SETUP_KEY_COUNT} maps of {MAP_KEY_COUNT} entries, 2 key groups; \
+         median (min–max) of {REPS} snapshots, wall time)\n"
+    );
+    println!("| synchronous snapshot | first mapUpdate after it | {N} mapUpdates with it open | {N} mapUpdates with none open |");
+    println!("|---:|---:|---:|---:|");
+    println!(
+        "| {} | {} | {} | {} |",
+        us(med(&mut sync)),
+        us(med(&mut first)),
+        ms(med(&mut open)),
+        ms(med(&mut closed))
+    );
     Ok(())
 }
 
@@ -737,30 +875,72 @@ fn rotation(n: usize, round: usize) -> Vec<usize> {
     (0..n).map(|i| (i + round) % n).collect()
 }
 
-/// Savepoint write / restore MB/s at `sp_keys` keys × 100-byte values (max parallelism 128, all key
-/// groups), and the 1→2 rescale-restore of instance 0 (key groups 0..=63) from that savepoint.
-fn run_savepoint(cfg: &Cfg) -> Result<()> {
+/// What a savepoint benchmark stores.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SpShape {
+    /// `sp_keys` keys × 100-byte values in a `ValueState<byte[]>`.
+    Value,
+    /// `sp_keys / 10` keys × maps of 10 `Long → Double` entries in a `MapState` (the same entry count).
+    Map,
+}
+
+/// Fills `st` with the entries of `shape`; returns how many entries it wrote.
+fn fill_savepoint_state(st: &mut Store, shape: SpShape, sp_keys: usize) -> Result<u64> {
+    let mut rng = StdRng::seed_from_u64(7);
+    match shape {
+        SpShape::Value => {
+            let mut value = vec![0u8; 100];
+            let h = st.register_value(ValueStateDescriptor::new("payload", BytesSerializer))?;
+            for k in 0..sp_keys as i64 {
+                rng.fill(&mut value[..]);
+                st.set_current_key(&k)?;
+                st.value(&h)?.update(&value)?;
+            }
+            Ok(sp_keys as u64)
+        }
+        SpShape::Map => {
+            let h = st.register_map(MapStateDescriptor::new(
+                "map",
+                LongSerializer,
+                DoubleSerializer,
+            ))?;
+            let keys = sp_keys / MAP_KEY_COUNT;
+            for k in 0..keys as i64 {
+                st.set_current_key(&k)?;
+                let mut m = st.map(&h)?;
+                for j in 0..MAP_KEY_COUNT as i64 {
+                    m.put(&j, &rng.random::<f64>())?;
+                }
+            }
+            Ok((keys * MAP_KEY_COUNT) as u64)
+        }
+    }
+}
+
+/// Savepoint write / restore MB/s of `shape` (max parallelism 128, all key groups), and the 1→2
+/// rescale-restore of instance 0 (key groups 0..=63) from that savepoint.
+fn run_savepoint(cfg: &Cfg, shape: SpShape) -> Result<()> {
     const MAX_P: u32 = 128;
-    let mut value = vec![0u8; 100];
     let half = key_group_range_for_operator(MAX_P, 2, 0)?;
-    println!(
-        "\n## Savepoint write / restore and 1→2 rescale ({} keys × 100-byte values, ValueState<byte[]>, max parallelism {MAX_P}, frames uncompressed)\n",
-        cfg.sp_keys
-    );
+    match shape {
+        SpShape::Value => println!(
+            "\n## Savepoint write / restore and 1→2 rescale ({} keys × 100-byte values, ValueState<byte[]>, max parallelism {MAX_P}, frames uncompressed)\n",
+            cfg.sp_keys
+        ),
+        SpShape::Map => println!(
+            "\n## Map-heavy savepoint write / restore and 1→2 rescale ({} keys × maps of {MAP_KEY_COUNT} Long → Double entries, MapState, max parallelism {MAX_P}, frames uncompressed)\n",
+            cfg.sp_keys / MAP_KEY_COUNT
+        ),
+    }
     println!("| backend | savepoint MB | write s (cpu s) | write MB/s | restore s (cpu s) | restore MB/s | rescale 1→2 restore of instance 0 s (cpu s) | keys restored |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut reference: Option<Vec<u8>> = None;
     let mut identical = true;
+    let mut after_restore: Vec<(Kind, [f64; 3])> = Vec::new();
     for kind in Kind::all() {
         let (mut st, _) = store(kind, MAX_P, KeyGroupRange::all(MAX_P))?;
-        let h = st.register_value(ValueStateDescriptor::new("payload", BytesSerializer))?;
-        let mut rng = StdRng::seed_from_u64(7);
         let t = Instant::now();
-        for k in 0..cfg.sp_keys as i64 {
-            rng.fill(&mut value[..]);
-            st.set_current_key(&k)?;
-            st.value(&h)?.update(&value)?;
-        }
+        let entries = fill_savepoint_state(&mut st, shape, cfg.sp_keys)?;
         eprintln!(
             "savepoint setup {}: {:.2}s",
             kind.name(),
@@ -788,7 +968,10 @@ fn run_savepoint(cfg: &Cfg) -> Result<()> {
         let reader = SavepointReader::from_bytes(bytes)?;
         let sum = fresh.restore(std::slice::from_ref(&reader))?;
         let (r_wall, r_cpu) = (t0.elapsed().as_secs_f64(), thread_cpu() - c0);
-        assert_eq!(sum.entries, cfg.sp_keys as u64);
+        assert_eq!(sum.entries, entries);
+        if shape == SpShape::Map {
+            after_restore.push((kind, map_ops_after_restore(&mut fresh, cfg.sp_keys)?));
+        }
         drop(fresh);
         // Rescale 1→2: instance 0 restores its half from the parallelism-1 savepoint.
         let (mut inst0, _) = store(kind, MAX_P, half)?;
@@ -809,7 +992,51 @@ fn run_savepoint(cfg: &Cfg) -> Result<()> {
         "\nsavepoint bytes identical across backends: {}",
         if identical { "yes" } else { "NO" }
     );
+    if !after_restore.is_empty() {
+        println!("\nMap ops right after the restore, k ops/s by wall time (100,000 each, random keys): get of a restored map (its first touch), the same gets again, contains on maps of keys not in the savepoint\n");
+        println!("| backend | first get | second get | contains, absent key |");
+        println!("|---|---:|---:|---:|");
+        for (kind, [a, b, c]) in after_restore {
+            println!(
+                "| {} | {:.0} | {:.0} | {:.0} |",
+                kind.name(),
+                a / 1000.0,
+                b / 1000.0,
+                c / 1000.0
+            );
+        }
+    }
     Ok(())
+}
+
+/// On a store just restored from the map-heavy savepoint: rates (ops/s, wall) of 100,000 gets of restored
+/// maps in random order (first touch), the same gets again, and 100,000 contains on keys not restored.
+fn map_ops_after_restore(st: &mut Store, sp_keys: usize) -> Result<[f64; 3]> {
+    const N: usize = 100_000;
+    let h = st.register_map(MapStateDescriptor::new(
+        "map",
+        LongSerializer,
+        DoubleSerializer,
+    ))?;
+    let keys = (sp_keys / MAP_KEY_COUNT).max(1) as i64;
+    let mut rng = StdRng::seed_from_u64(11);
+    let order: Vec<i64> = (0..N).map(|_| rng.random_range(0..keys)).collect();
+    let mut rates = [0.0; 3];
+    for (pass, rate) in rates.iter_mut().enumerate() {
+        let t = Instant::now();
+        for (i, k) in order.iter().enumerate() {
+            let user_key = (i % MAP_KEY_COUNT) as i64;
+            if pass < 2 {
+                st.set_current_key(k)?;
+                std::hint::black_box(st.map(&h)?.get(&user_key)?);
+            } else {
+                st.set_current_key(&(k + keys))?;
+                std::hint::black_box(st.map(&h)?.contains(&user_key)?);
+            }
+        }
+        *rate = N as f64 / t.elapsed().as_secs_f64();
+    }
+    Ok(rates)
 }
 
 fn main() -> Result<()> {
@@ -832,6 +1059,7 @@ fn main() -> Result<()> {
     let mut res = Results {
         kinds: Kind::all(),
         rows: Vec::new(),
+        yardstick: Vec::new(),
     };
     if cfg.wants("value") {
         run_value(&cfg, &data, &mut res)?;
@@ -852,9 +1080,21 @@ fn main() -> Result<()> {
             "\n## Throughput, k ops/s by thread CPU time (median of the same rounds by CPU rate)\n"
         );
         res.print(true);
+        if !res.yardstick.is_empty() {
+            println!(
+                "\n## Map yardstick: heap backend vs a plain HashMap doing the same lookups, k ops/s by wall time (median of {} rounds)\n",
+                cfg.rounds
+            );
+            res.print_yardstick(false);
+            println!("\nby thread CPU time:\n");
+            res.print_yardstick(true);
+        }
     }
     if cfg.wants("savepoint") {
-        run_savepoint(&cfg)?;
+        run_savepoint(&cfg, SpShape::Value)?;
+    }
+    if cfg.wants("mapsavepoint") {
+        run_savepoint(&cfg, SpShape::Map)?;
     }
     println!("\nload average at end: {}", loadavg());
     Ok(())

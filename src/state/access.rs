@@ -364,6 +364,23 @@ impl<K: KeySerializer, E: TypeSerializer, N: TypeSerializer> ListAccess<'_, K, E
     }
 }
 
+/// A map value (`nullflag | V`) of `h` decoded.
+fn decode_map_value<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>(
+    h: &MapState<UK, UV, N>,
+    bytes: &[u8],
+) -> Result<Option<UV::Value>> {
+    match bytes.split_first() {
+        Some((&MAP_VALUE_PRESENT, rest)) => crate::serializer::from_bytes(&*h.user_value, rest)
+            .map(Some)
+            .map_err(ser_err(&h.core.name)),
+        Some((&MAP_VALUE_NULL, _)) => Ok(None),
+        _ => Err(Error::Corruption {
+            location: format!("map state '{}'", h.core.name),
+            detail: "map value without a valid null flag".into(),
+        }),
+    }
+}
+
 /// A map state at (current key, namespace). Iteration is in ascending order of serialized user keys.
 pub struct MapAccess<
     'a,
@@ -390,30 +407,18 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
     }
 
     fn decode_value(&self, bytes: &[u8]) -> Result<Option<UV::Value>> {
-        match bytes.split_first() {
-            Some((&MAP_VALUE_PRESENT, rest)) => {
-                crate::serializer::from_bytes(&*self.h.user_value, rest)
-                    .map(Some)
-                    .map_err(ser_err(&self.h.core.name))
-            }
-            Some((&MAP_VALUE_NULL, _)) => Ok(None),
-            _ => Err(Error::Corruption {
-                location: format!("map state '{}'", self.h.core.name),
-                detail: "map value without a valid null flag".into(),
-            }),
-        }
+        decode_map_value(self.h, bytes)
     }
 
     /// The value for `key`, if present (a null value, as Flink can store, reads as `None`).
     pub fn get(&mut self, key: &UK::Value) -> Result<Option<UV::Value>> {
         self.user_key_bytes(key)?;
-        let s = &mut *self.store;
-        let found = s
+        let (s, h) = (&mut *self.store, self.h);
+        match s
             .backend
-            .map_get(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)?
-            .map(|b| b.to_vec());
-        match found {
-            Some(b) => self.decode_value(&b),
+            .map_get(h.core.id, self.kg, &s.key_ns, &s.scratch2)?
+        {
+            Some(b) => decode_map_value(h, b),
             None => Ok(None),
         }
     }

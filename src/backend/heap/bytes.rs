@@ -214,6 +214,41 @@ impl SmallBytes {
         }
     }
 
+    /// Number of bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            SmallBytes::Inline { len, .. } => *len as usize,
+            SmallBytes::Shared(v) => v.header().len,
+        }
+    }
+
+    /// Whether there are no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The first 8 bytes as a big-endian integer, zero padded ([`head_of`] of the bytes): comparing heads
+    /// first, then the bytes, is byte order.
+    #[inline]
+    pub fn head(&self) -> u64 {
+        match self {
+            SmallBytes::Inline { len, buf } => {
+                let mut h = [0u8; 8];
+                h.copy_from_slice(&buf[..8]);
+                let h = u64::from_be_bytes(h);
+                // Bytes past `len` are not necessarily zero (a shorter `set` leaves them): mask them off.
+                match *len {
+                    0 => 0,
+                    n if n >= 8 => h,
+                    n => h & !(u64::MAX >> (8 * n as u32)),
+                }
+            }
+            SmallBytes::Shared(v) => head_of(v.as_slice()),
+        }
+    }
+
     /// Replaces the contents, reusing the storage when possible.
     #[inline]
     pub fn set(&mut self, bytes: &[u8]) {
@@ -266,6 +301,19 @@ impl SmallBytes {
             SmallBytes::Shared(b) => b.assign(parts, true),
         }
     }
+}
+
+/// The first 8 bytes of `bytes` as a big-endian integer, zero padded.
+#[inline]
+pub fn head_of(bytes: &[u8]) -> u64 {
+    if let Some(h) = bytes.first_chunk::<8>() {
+        return u64::from_be_bytes(*h);
+    }
+    let mut v = 0u64;
+    for (i, b) in bytes.iter().enumerate() {
+        v |= (*b as u64) << (56 - 8 * i);
+    }
+    v
 }
 
 impl std::fmt::Debug for SmallBytes {
@@ -325,6 +373,33 @@ mod tests {
         b.set(b"short");
         assert_eq!(b.as_slice(), b"short");
         assert_eq!(std::mem::size_of::<SmallBytes>(), 16);
+    }
+
+    /// `head` ignores stale bytes past the length and, compared before the bytes, gives byte order.
+    #[test]
+    fn head_orders_like_bytes() {
+        let mut stale = SmallBytes::new(&[9u8; 12]);
+        stale.set(&[1, 2]);
+        assert_eq!(stale.head(), head_of(&[1, 2]));
+        assert_eq!(stale.head(), 0x0102 << 48);
+        let keys: Vec<Vec<u8>> = vec![
+            vec![],
+            vec![0],
+            vec![0, 0],
+            vec![1],
+            vec![1, 0, 0, 0, 0, 0, 0, 0, 0],
+            vec![1, 0, 0, 0, 0, 0, 0, 0, 1],
+            vec![255; 8],
+            vec![255; 30],
+        ];
+        for a in &keys {
+            for b in &keys {
+                let (sa, sb) = (SmallBytes::new(a), SmallBytes::new(b));
+                let by_head = sa.head().cmp(&sb.head()).then_with(|| a.cmp(b));
+                assert_eq!(by_head, a.cmp(b), "{a:?} vs {b:?}");
+                assert!(sa.head() <= sb.head() || a > b);
+            }
+        }
     }
 
     /// Shared buffers: writes while shared never show through other handles; unshared writes go in place;

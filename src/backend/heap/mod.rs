@@ -1,21 +1,23 @@
 //! The heap backend: in-memory tables per state and key group, with cheap consistent snapshots.
 //!
 //! Every state has one table per key group of the backend's range. Value, list, reducing and aggregating
-//! states use a hash table from entry key to value bytes; map states use an ordered table with one entry per
-//! user key (so a map is a key range, exactly as on the LSM backend). Entries are stored as the working-state
-//! bytes of `crate::layout`, so a snapshot hands them to the savepoint encoder unchanged.
+//! states use a hash table from entry key to value bytes; map states use a [`map_table::MapTable`]: a hash
+//! table from key-and-namespace bytes to one small sorted map of user keys. Entries are stored as the
+//! working-state bytes of `crate::layout`, so a snapshot hands them to the savepoint encoder unchanged.
 //!
 //! A snapshot clones every table (O(states × key groups), independent of the state size); the tables are
 //! copy-on-write ([`table`]), so writes after the snapshot never disturb it. Any number of
 //! snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
 
 pub mod bytes;
+pub mod map_table;
 pub mod table;
 
 use std::sync::Arc;
 
 use self::bytes::SmallBytes;
-use self::table::{CowOrdered, CowTable, KvTable, OrderedTable, Rewrite};
+use self::map_table::MapTable;
+use self::table::{CowTable, KvTable, Rewrite};
 use super::{out_of_range, wrong_kind, BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroup;
@@ -24,14 +26,14 @@ use crate::meta::{StateKind, StateMetaInfo};
 /// The tables of one state: one per key group of the backend's range.
 enum StateTables {
     Kv(Vec<CowTable>),
-    Ordered(Vec<CowOrdered>),
+    Map(Vec<MapTable>),
 }
 
 impl Clone for StateTables {
     fn clone(&self) -> Self {
         match self {
             StateTables::Kv(t) => StateTables::Kv(t.clone()),
-            StateTables::Ordered(t) => StateTables::Ordered(t.clone()),
+            StateTables::Map(t) => StateTables::Map(t.clone()),
         }
     }
 }
@@ -39,7 +41,7 @@ impl Clone for StateTables {
 impl StateTables {
     fn new(kind: StateKind, groups: usize) -> Self {
         if kind == StateKind::Map {
-            StateTables::Ordered((0..groups).map(|_| CowOrdered::default()).collect())
+            StateTables::Map((0..groups).map(|_| MapTable::default()).collect())
         } else {
             StateTables::Kv((0..groups).map(|_| CowTable::default()).collect())
         }
@@ -116,20 +118,23 @@ impl HeapBackend {
         }
     }
 
+    /// The map table of (`state`, `kg`) and `key_ns` without its key-group prefix.
     #[inline]
-    fn ordered(
+    fn map_table<'k>(
         &mut self,
         state: StateId,
         kg: KeyGroup,
+        key_ns: &'k [u8],
         op: &'static str,
-    ) -> Result<&mut CowOrdered> {
+    ) -> Result<(&mut MapTable, &'k [u8])> {
         let g = self.group_index(kg)?;
-        if !matches!(self.tables.get(state), Some(StateTables::Ordered(_))) {
-            return Err(self.wrong_kind(state, op));
-        }
+        let suffix = strip_prefix(key_ns, self.prefix_len)?;
         match self.tables.get_mut(state) {
-            Some(StateTables::Ordered(t)) => Ok(&mut t[g]),
-            _ => Err(Error::UnknownState(format!("id {state}"))),
+            Some(StateTables::Map(t)) => match t.get_mut(g) {
+                Some(t) => Ok((t, suffix)),
+                None => Err(unknown_state(state)),
+            },
+            _ => Err(wrong_kind(&self.states, state, op)),
         }
     }
 
@@ -197,11 +202,8 @@ impl StateBackend for HeapBackend {
         key_ns: &[u8],
         user_key: &[u8],
     ) -> Result<Option<&[u8]>> {
-        let mut buf = Vec::with_capacity(key_ns.len() + user_key.len());
-        buf.extend_from_slice(key_ns);
-        buf.extend_from_slice(user_key);
-        let t: &CowOrdered = self.ordered(state, kg, "map_get")?;
-        Ok(t.get(&buf).map(SmallBytes::as_slice))
+        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_get")?;
+        Ok(t.get(key_ns, user_key).map(SmallBytes::as_slice))
     }
 
     fn map_put(
@@ -212,10 +214,8 @@ impl StateBackend for HeapBackend {
         user_key: &[u8],
         value: &[u8],
     ) -> Result<()> {
-        let mut buf = Vec::with_capacity(key_ns.len() + user_key.len());
-        buf.extend_from_slice(key_ns);
-        buf.extend_from_slice(user_key);
-        self.ordered(state, kg, "map_put")?.insert(&buf, value);
+        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_put")?;
+        t.put(key_ns, user_key, value);
         Ok(())
     }
 
@@ -226,10 +226,8 @@ impl StateBackend for HeapBackend {
         key_ns: &[u8],
         user_key: &[u8],
     ) -> Result<()> {
-        let mut buf = Vec::with_capacity(key_ns.len() + user_key.len());
-        buf.extend_from_slice(key_ns);
-        buf.extend_from_slice(user_key);
-        self.ordered(state, kg, "map_remove")?.remove(&buf);
+        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_remove")?;
+        t.remove(key_ns, user_key);
         Ok(())
     }
 
@@ -240,16 +238,14 @@ impl StateBackend for HeapBackend {
         key_ns: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        let t: &CowOrdered = self.ordered(state, kg, "map_scan")?;
-        t.scan_from(key_ns, &mut |k, v| match k.strip_prefix(key_ns) {
-            Some(user_key) => f(user_key, v),
-            None => false,
-        });
+        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_scan")?;
+        t.scan(key_ns, f);
         Ok(())
     }
 
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()> {
-        self.ordered(state, kg, "map_clear")?.remove_prefix(key_ns);
+        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_clear")?;
+        t.clear(key_ns);
         Ok(())
     }
 
@@ -274,13 +270,11 @@ impl StateBackend for HeapBackend {
                     }
                 }
             }
-            Some(StateTables::Ordered(groups)) => {
+            Some(StateTables::Map(groups)) => {
+                let mut prefix = Vec::with_capacity(2);
                 for (kg, t) in range.iter().zip(groups) {
-                    t.scan_from(&[], &mut |k, v| {
-                        go = f(kg, k, v);
-                        go
-                    });
-                    if !go {
+                    with_prefix(&mut prefix, kg, self.prefix_len, &[]);
+                    if !t.for_each(&prefix, &mut |k, v| f(kg, k, v)) {
                         break;
                     }
                 }
@@ -315,7 +309,7 @@ impl StateBackend for HeapBackend {
                     t.retain(&mut |_, v| apply(v));
                 }
             }
-            Some(StateTables::Ordered(groups)) => {
+            Some(StateTables::Map(groups)) => {
                 for t in groups {
                     t.retain(&mut |_, v| match apply(v.as_slice()) {
                         Rewrite::Keep => true,
@@ -341,13 +335,20 @@ impl StateBackend for HeapBackend {
             Some(StateTables::Kv(groups)) => {
                 groups[g].put(strip_prefix(key, self.prefix_len)?, value)
             }
-            Some(StateTables::Ordered(groups)) => groups[g].insert(key, value),
+            Some(StateTables::Map(groups)) => {
+                groups[g].load(strip_prefix(key, self.prefix_len)?, value)
+            }
             None => return Err(Error::UnknownState(format!("id {state}"))),
         }
         Ok(())
     }
 
     fn finish_load(&mut self) -> Result<()> {
+        for t in &mut self.tables {
+            if let StateTables::Map(groups) = t {
+                groups.iter_mut().for_each(MapTable::finish_load);
+            }
+        }
         Ok(())
     }
 
@@ -356,9 +357,7 @@ impl StateBackend for HeapBackend {
         for t in &self.tables {
             match t {
                 StateTables::Kv(groups) => n += groups.iter().map(|g| g.len() as u64).sum::<u64>(),
-                StateTables::Ordered(groups) => {
-                    n += groups.iter().map(|g| g.len() as u64).sum::<u64>()
-                }
+                StateTables::Map(groups) => n += groups.iter().map(|g| g.len() as u64).sum::<u64>(),
             }
         }
         Ok(n)
@@ -419,16 +418,10 @@ impl BackendSnapshot for HeapSnapshot {
                     Ok(())
                 })
             }
-            Some(StateTables::Ordered(groups)) => {
-                let mut result = Ok(());
-                groups[g].scan_from(&[], &mut |k, v| match f(k, v) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        result = Err(e);
-                        false
-                    }
-                });
-                result
+            Some(StateTables::Map(groups)) => {
+                let mut prefix = Vec::with_capacity(2);
+                with_prefix(&mut prefix, kg, self.prefix_len, &[]);
+                groups[g].for_each_sorted(&prefix, f)
             }
             None => Err(Error::UnknownState(format!("id {state}"))),
         }

@@ -1,4 +1,5 @@
-//! The per-(state, key group) tables of the heap backend: copy-on-write hash and ordered tables.
+//! The per-(state, key group) hash tables of the heap backend (value, list, reducing and aggregating
+//! states): copy-on-write hash tables. Map states have their own table, [`super::map_table`].
 //!
 //! A snapshot clones every table of every state: O(states × key groups), whatever the state size. Cloning
 //! a table bumps a reference count; the first write to a shared table copies that whole table (one key
@@ -396,87 +397,7 @@ fn sort_prefix(key: &[u8]) -> u128 {
     u128::from_be_bytes(b)
 }
 
-/// An ordered map from entry-key bytes to values (map states: one entry per user key), cheap to clone.
-pub trait OrderedTable: Clone + Default + Send + Sync {
-    /// The value for `key`.
-    fn get(&self, key: &[u8]) -> Option<&SmallBytes>;
-    /// Inserts or replaces.
-    fn insert(&mut self, key: &[u8], value: &[u8]);
-    /// Removes `key`; whether it was there.
-    fn remove(&mut self, key: &[u8]) -> bool;
-    /// Number of entries.
-    fn len(&self) -> usize;
-    /// Whether empty.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Visits entries with keys `>= from` in ascending order until `f` returns false.
-    fn scan_from(&self, from: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool);
-    /// Removes every key starting with `prefix`.
-    fn remove_prefix(&mut self, prefix: &[u8]);
-    /// Keeps only the entries for which `f` returns true (and lets `f` change them).
-    fn retain(&mut self, f: &mut dyn FnMut(&[u8], &mut SmallBytes) -> bool);
-}
-
 use super::bytes::SmallBytes;
-use std::collections::BTreeMap;
-use std::ops::Bound;
-
-/// Copy-on-write ordered table: an `Arc`-shared `BTreeMap`, copied whole on the first write while shared.
-#[derive(Clone, Default)]
-pub struct CowOrdered(Arc<BTreeMap<SmallBytes, SmallBytes>>);
-
-impl OrderedTable for CowOrdered {
-    fn get(&self, key: &[u8]) -> Option<&SmallBytes> {
-        self.0.get(key)
-    }
-    fn insert(&mut self, key: &[u8], value: &[u8]) {
-        let map = Arc::make_mut(&mut self.0);
-        match map.get_mut(key) {
-            Some(v) => v.set(value),
-            None => {
-                map.insert(SmallBytes::new(key), SmallBytes::new(value));
-            }
-        }
-    }
-    fn remove(&mut self, key: &[u8]) -> bool {
-        if !self.0.contains_key(key) {
-            return false;
-        }
-        Arc::make_mut(&mut self.0).remove(key).is_some()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn scan_from(&self, from: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
-        for (k, v) in self
-            .0
-            .range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
-        {
-            if !f(k.as_slice(), v.as_slice()) {
-                break;
-            }
-        }
-    }
-    fn remove_prefix(&mut self, prefix: &[u8]) {
-        let keys: Vec<SmallBytes> = self
-            .0
-            .range::<[u8], _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(k, _)| k.as_slice().starts_with(prefix))
-            .map(|(k, _)| k.clone())
-            .collect();
-        if keys.is_empty() {
-            return;
-        }
-        let map = Arc::make_mut(&mut self.0);
-        for k in keys {
-            map.remove(&k);
-        }
-    }
-    fn retain(&mut self, f: &mut dyn FnMut(&[u8], &mut SmallBytes) -> bool) {
-        Arc::make_mut(&mut self.0).retain(|k, v| f(k.as_slice(), v));
-    }
-}
 
 #[cfg(test)]
 mod tests {
