@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use super::heap_native::read_native_key_group;
 use super::keyed_stream::{read_key_group, KeyGroupStats};
-use super::location::{display_name, open_stream};
+use super::location::{display_name, map_stream, StreamBytes};
 use super::metadata::{
     parse_metadata, CheckpointMetadata, KeyGroupsHandleKind, KeyedHandle, OperatorId, OperatorState,
 };
@@ -125,8 +125,8 @@ pub struct KeyedFile {
     pub name: String,
     /// The subtask index.
     pub subtask: u32,
-    /// The stream's bytes.
-    pub data: Vec<u8>,
+    /// The stream's bytes (a file is memory-mapped).
+    pub data: StreamBytes,
     /// The handle's key groups.
     pub range: KeyGroupRange,
     /// Offsets per key group (0 = empty).
@@ -179,7 +179,7 @@ impl KeyedFile {
             )));
         }
         let name = display_name(stream);
-        let data = open_stream(stream, sp.dir())?;
+        let data = map_stream(stream, sp.dir())?;
         let header_end = offsets
             .iter()
             .filter(|o| **o != 0)

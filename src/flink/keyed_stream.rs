@@ -62,6 +62,39 @@ impl Source<'_> {
     }
 }
 
+impl<'a> Source<'a> {
+    /// The next `n` bytes: borrowed from the input when it is plain, else decoded into `scratch`.
+    fn take<'s>(
+        &mut self,
+        n: usize,
+        scratch: &'s mut Vec<u8>,
+        what: &'static str,
+    ) -> Result<&'s [u8], FlinkError>
+    where
+        'a: 's,
+    {
+        match self {
+            Source::Plain { data, pos, file } => {
+                let d: &'a [u8] = data;
+                let Some(b) = d.get(*pos..pos.saturating_add(n)) else {
+                    return Err(FlinkError::Truncated {
+                        file: file.to_string(),
+                        offset: *pos as u64,
+                        what,
+                    });
+                };
+                *pos += n;
+                Ok(b)
+            }
+            Source::Snappy(r) => {
+                scratch.clear();
+                r.read_into(n, scratch, what)?;
+                Ok(scratch)
+            }
+        }
+    }
+}
+
 /// What a key group held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KeyGroupStats {
@@ -120,10 +153,9 @@ pub fn read_key_group(
     let mut state = check_state(u16::from_be_bytes(src.array("state id")?))?;
     let mut stats = KeyGroupStats::default();
     let mut key = Vec::new();
-    let mut value = Vec::new();
+    let mut value_buf = Vec::new();
     loop {
         key.clear();
-        value.clear();
         let klen = i32::from_be_bytes(src.array("key length")?);
         if klen <= 0 {
             return Err(bad(format!("key length {klen}")));
@@ -133,7 +165,7 @@ pub fn read_key_group(
         if vlen < 0 {
             return Err(bad(format!("value length {vlen}")));
         }
-        src.read_into(vlen as usize, &mut value, "value")?;
+        let value = src.take(vlen as usize, &mut value_buf, "value")?;
         let last = key[0] & FIRST_BIT_IN_BYTE_MASK != 0;
         key[0] &= !FIRST_BIT_IN_BYTE_MASK;
         if read_key_group_prefix(&key, prefix_len) != Some(kg) {
@@ -144,7 +176,7 @@ pub fn read_key_group(
         }
         stats.entries += 1;
         stats.bytes += (key.len() + value.len()) as u64;
-        f(state, &key, &value)?;
+        f(state, &key, value)?;
         if last {
             let next = u16::from_be_bytes(src.array("next state id")?);
             if next == END_OF_KEY_GROUP_MARK {
