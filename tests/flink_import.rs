@@ -453,7 +453,7 @@ fn snappy_framed_key_groups_read_the_same_entries() {
                 proxy.states.len(),
                 "f",
                 &mut |s, k, v| {
-                    entries.push((s as u16, k, v));
+                    entries.push((s as u16, k.to_vec(), v.to_vec()));
                     Ok(())
                 },
             )
@@ -479,7 +479,7 @@ fn snappy_framed_key_groups_read_the_same_entries() {
                 proxy.states.len(),
                 "f",
                 &mut |s, k, v| {
-                    got.push((s as u16, k, v));
+                    got.push((s as u16, k.to_vec(), v.to_vec()));
                     Ok(())
                 },
             )

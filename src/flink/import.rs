@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use super::heap_native::read_native_key_group;
 use super::keyed_stream::{read_key_group, KeyGroupStats};
-use super::location::{display_name, open_stream};
+use super::location::{display_name, map_stream, StreamBytes};
 use super::metadata::{
     parse_metadata, CheckpointMetadata, KeyGroupsHandleKind, KeyedHandle, OperatorId, OperatorState,
 };
@@ -125,8 +125,8 @@ pub struct KeyedFile {
     pub name: String,
     /// The subtask index.
     pub subtask: u32,
-    /// The stream's bytes.
-    pub data: Vec<u8>,
+    /// The stream's bytes (a file is memory-mapped).
+    pub data: StreamBytes,
     /// The handle's key groups.
     pub range: KeyGroupRange,
     /// Offsets per key group (0 = empty).
@@ -179,7 +179,7 @@ impl KeyedFile {
             )));
         }
         let name = display_name(stream);
-        let data = open_stream(stream, sp.dir())?;
+        let data = map_stream(stream, sp.dir())?;
         let header_end = offsets
             .iter()
             .filter(|o| **o != 0)
@@ -213,7 +213,7 @@ impl KeyedFile {
         &self,
         kg: KeyGroup,
         max_parallelism: u32,
-        f: &mut dyn FnMut(usize, Vec<u8>, Vec<u8>) -> Result<(), FlinkError>,
+        f: &mut dyn FnMut(usize, &[u8], &[u8]) -> Result<(), FlinkError>,
     ) -> Result<Option<KeyGroupStats>, FlinkError> {
         if !self.range.contains(kg) {
             return Ok(None);
@@ -236,7 +236,7 @@ impl KeyedFile {
                 &mut |s, k, v| {
                     entries += 1;
                     bytes += (k.len() + v.len()) as u64;
-                    f(s, k, v)
+                    f(s, &k, &v)
                 },
             )?;
             let j = (kg - self.range.start()) as usize;
@@ -272,7 +272,73 @@ impl KeyedFile {
     }
 }
 
-type Entries = Vec<Vec<(Vec<u8>, Vec<u8>)>>;
+/// One state's entries of one key group: the bytes of every key and value, and per entry
+/// `(key offset, key length, value length)` (the value follows its key), sorted by key.
+#[derive(Debug, Default, Clone)]
+pub struct StateEntries {
+    data: Vec<u8>,
+    index: Vec<(usize, u32, u32)>,
+}
+
+impl StateEntries {
+    fn clear(&mut self) {
+        self.data.clear();
+        self.index.clear();
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.index
+            .push((self.data.len(), key.len() as u32, value.len() as u32));
+        self.data.extend_from_slice(key);
+        self.data.extend_from_slice(value);
+    }
+
+    fn key(&self, e: &(usize, u32, u32)) -> &[u8] {
+        &self.data[e.0..e.0 + e.1 as usize]
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The entries as `(key, value)`, in key order once decoded.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.index.iter().map(|&(at, kl, vl)| {
+            let k_end = at + kl as usize;
+            (
+                &self.data[at..k_end],
+                &self.data[k_end..k_end + vl as usize],
+            )
+        })
+    }
+
+    /// Sorts by key (a no-op for the sorted key groups Flink's RocksDB backend writes); returns a key
+    /// that occurs twice, if any.
+    fn sort_and_find_duplicate(&mut self) -> Option<Vec<u8>> {
+        let sorted = self
+            .index
+            .windows(2)
+            .all(|w| self.key(&w[0]) < self.key(&w[1]));
+        if !sorted {
+            let mut index = std::mem::take(&mut self.index);
+            index.sort_unstable_by(|a, b| self.key(a).cmp(self.key(b)));
+            self.index = index;
+        }
+        self.index
+            .windows(2)
+            .find(|w| self.key(&w[0]) == self.key(&w[1]))
+            .map(|w| self.key(&w[0]).to_vec())
+    }
+}
+
+/// Per our state index, its entries of one key group.
+pub type Entries = Vec<StateEntries>;
 
 /// The keyed state of one Flink operator as a [`BackendSnapshot`]: every key group of every subtask
 /// handle, states merged by name (in the order the first handle lists them), entries sorted per state and
@@ -287,7 +353,8 @@ pub struct FlinkImport {
     /// Per key group of the range: the file holding data for it.
     owners: BTreeMap<KeyGroup, usize>,
     warnings: Vec<String>,
-    cache: Mutex<Option<(KeyGroup, Entries)>>,
+    /// The key group decoded last (`None`: none is valid), with its entries; buffers are reused.
+    cache: Mutex<(Option<KeyGroup>, Entries)>,
 }
 
 impl FlinkImport {
@@ -363,7 +430,7 @@ impl FlinkImport {
             maps,
             owners,
             warnings,
-            cache: Mutex::new(None),
+            cache: Mutex::new((None, Vec::new())),
         })
     }
 
@@ -384,30 +451,34 @@ impl FlinkImport {
 
     /// Decodes key group `kg`: per our state index, its entries sorted by key. Duplicate keys are errors.
     pub fn decode_key_group(&self, kg: KeyGroup) -> Result<Entries, FlinkError> {
-        let mut out: Entries = vec![Vec::new(); self.states.len()];
+        let mut out: Entries = vec![StateEntries::default(); self.states.len()];
+        self.decode_key_group_into(kg, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`decode_key_group`](Self::decode_key_group) into `out` (one slot per state), reusing its buffers.
+    fn decode_key_group_into(&self, kg: KeyGroup, out: &mut Entries) -> Result<(), FlinkError> {
+        out.resize_with(self.states.len(), StateEntries::default);
+        out.iter_mut().for_each(StateEntries::clear);
         let Some(&fi) = self.owners.get(&kg) else {
-            return Ok(out);
+            return Ok(());
         };
         let file = &self.files[fi];
         let map = &self.maps[fi];
         file.read_key_group(kg, self.config.max_parallelism, &mut |sid, k, v| {
-            out[map[sid]].push((k, v));
+            out[map[sid]].push(k, v);
             Ok(())
         })?;
         for (i, entries) in out.iter_mut().enumerate() {
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+            if let Some(k) = entries.sort_and_find_duplicate() {
                 return Err(FlinkError::BadKeyGroup {
                     file: file.name.clone(),
                     key_group: kg,
-                    detail: format!(
-                        "state '{}' holds key {:02x?} twice",
-                        self.states[i].name, w[0].0
-                    ),
+                    detail: format!("state '{}' holds key {:02x?} twice", self.states[i].name, k),
                 });
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -430,14 +501,15 @@ impl BackendSnapshot for FlinkImport {
             .cache
             .lock()
             .map_err(|_| crate::Error::Closed("Flink import after a panic"))?;
-        if cache.as_ref().map(|c| c.0) != Some(kg) {
-            *cache = Some((kg, self.decode_key_group(kg)?));
+        let (at, entries) = &mut *cache;
+        if *at != Some(kg) {
+            *at = None;
+            self.decode_key_group_into(kg, entries)?;
+            *at = Some(kg);
         }
-        if let Some((_, entries)) = cache.as_ref() {
-            if let Some(list) = entries.get(state) {
-                for (k, v) in list {
-                    f(k, v)?;
-                }
+        if let Some(list) = entries.get(state) {
+            for (k, v) in list.iter() {
+                f(k, v)?;
             }
         }
         Ok(())

@@ -62,6 +62,39 @@ impl Source<'_> {
     }
 }
 
+impl<'a> Source<'a> {
+    /// The next `n` bytes: borrowed from the input when it is plain, else decoded into `scratch`.
+    fn take<'s>(
+        &mut self,
+        n: usize,
+        scratch: &'s mut Vec<u8>,
+        what: &'static str,
+    ) -> Result<&'s [u8], FlinkError>
+    where
+        'a: 's,
+    {
+        match self {
+            Source::Plain { data, pos, file } => {
+                let d: &'a [u8] = data;
+                let Some(b) = d.get(*pos..pos.saturating_add(n)) else {
+                    return Err(FlinkError::Truncated {
+                        file: file.to_string(),
+                        offset: *pos as u64,
+                        what,
+                    });
+                };
+                *pos += n;
+                Ok(b)
+            }
+            Source::Snappy(r) => {
+                scratch.clear();
+                r.read_into(n, scratch, what)?;
+                Ok(scratch)
+            }
+        }
+    }
+}
+
 /// What a key group held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KeyGroupStats {
@@ -74,7 +107,7 @@ pub struct KeyGroupStats {
 }
 
 /// Reads key group `kg` starting at `offset` of `data` and calls `f(state_id, key, value)` for every entry,
-/// with the flag bit cleared. Every key must start with `kg`'s prefix (1 byte up to max parallelism 128, 2
+/// with the flag bit cleared (the slices are valid for the call only). Every key must start with `kg`'s prefix (1 byte up to max parallelism 128, 2
 /// above) and the state ids must be below `num_states`.
 #[allow(clippy::too_many_arguments)]
 pub fn read_key_group(
@@ -85,7 +118,7 @@ pub fn read_key_group(
     compressed: bool,
     num_states: usize,
     file: &str,
-    f: &mut dyn FnMut(usize, Vec<u8>, Vec<u8>) -> Result<(), FlinkError>,
+    f: &mut dyn FnMut(usize, &[u8], &[u8]) -> Result<(), FlinkError>,
 ) -> Result<KeyGroupStats, FlinkError> {
     let bad = |detail: String| FlinkError::BadKeyGroup {
         file: file.to_string(),
@@ -119,8 +152,10 @@ pub fn read_key_group(
     };
     let mut state = check_state(u16::from_be_bytes(src.array("state id")?))?;
     let mut stats = KeyGroupStats::default();
+    let mut key = Vec::new();
+    let mut value_buf = Vec::new();
     loop {
-        let mut key = Vec::new();
+        key.clear();
         let klen = i32::from_be_bytes(src.array("key length")?);
         if klen <= 0 {
             return Err(bad(format!("key length {klen}")));
@@ -130,8 +165,7 @@ pub fn read_key_group(
         if vlen < 0 {
             return Err(bad(format!("value length {vlen}")));
         }
-        let mut value = Vec::new();
-        src.read_into(vlen as usize, &mut value, "value")?;
+        let value = src.take(vlen as usize, &mut value_buf, "value")?;
         let last = key[0] & FIRST_BIT_IN_BYTE_MASK != 0;
         key[0] &= !FIRST_BIT_IN_BYTE_MASK;
         if read_key_group_prefix(&key, prefix_len) != Some(kg) {
@@ -142,7 +176,7 @@ pub fn read_key_group(
         }
         stats.entries += 1;
         stats.bytes += (key.len() + value.len()) as u64;
-        f(state, key, value)?;
+        f(state, &key, value)?;
         if last {
             let next = u16::from_be_bytes(src.array("next state id")?);
             if next == END_OF_KEY_GROUP_MARK {
@@ -224,7 +258,7 @@ mod tests {
     ) -> Result<Vec<(usize, Vec<u8>, Vec<u8>)>, FlinkError> {
         let mut v = Vec::new();
         read_key_group(data, 0, 1, 128, compressed, 3, "t", &mut |s, k, val| {
-            v.push((s, k, val));
+            v.push((s, k.to_vec(), val.to_vec()));
             Ok(())
         })?;
         Ok(v)
@@ -264,7 +298,7 @@ mod tests {
         write_key_group([(0u16, &key[..], &[1u8][..])], None, &mut out);
         let mut got = Vec::new();
         read_key_group(&out, 0, 300, 1024, false, 1, "t", &mut |_, k, _| {
-            got.push(k);
+            got.push(k.to_vec());
             Ok(())
         })
         .unwrap();

@@ -96,6 +96,61 @@ pub fn display_name(h: &StreamHandle) -> String {
     }
 }
 
+/// The bytes of a stream handle: read into memory, or a file mapped read-only.
+pub enum StreamBytes {
+    /// Bytes held in memory (inline handles, segments).
+    Owned(Vec<u8>),
+    /// A whole file, memory-mapped.
+    Mapped(memmap2::Mmap),
+}
+
+impl std::ops::Deref for StreamBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            StreamBytes::Owned(v) => v,
+            StreamBytes::Mapped(m) => m,
+        }
+    }
+}
+
+impl std::fmt::Debug for StreamBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StreamBytes::Owned(v) => write!(f, "Owned({} bytes)", v.len()),
+            StreamBytes::Mapped(m) => write!(f, "Mapped({} bytes)", m.len()),
+        }
+    }
+}
+
+fn map(p: &Path) -> Result<StreamBytes, FlinkError> {
+    let file = std::fs::File::open(p).map_err(|e| FlinkError::io(p.display(), e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| FlinkError::io(p.display(), e))?
+        .len();
+    if len == 0 {
+        return Ok(StreamBytes::Owned(Vec::new()));
+    }
+    // SAFETY: the map is read-only. The contract of a savepoint directory being read is that its files are
+    // not truncated or rewritten meanwhile (as for our own savepoints, `SavepointReader::open`); content
+    // changes in violation of it give wrong bytes that the decoders check as they go, a truncation could
+    // fault.
+    let m = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FlinkError::io(p.display(), e))?;
+    Ok(StreamBytes::Mapped(m))
+}
+
+/// The bytes of `h` with whole files memory-mapped (relative and absolute file handles); `base` is the
+/// directory of `_metadata`.
+pub fn map_stream(h: &StreamHandle, base: &Path) -> Result<StreamBytes, FlinkError> {
+    match h {
+        StreamHandle::Relative { path, .. } => map(&relative(path, base)?),
+        StreamHandle::File { path, .. } => map(&reroot(path, base)?),
+        StreamHandle::KeyGroups { inner, .. } => map_stream(inner, base),
+        _ => open_stream(h, base).map(StreamBytes::Owned),
+    }
+}
+
 /// The bytes of `h`; `base` is the directory of `_metadata`.
 pub fn open_stream(h: &StreamHandle, base: &Path) -> Result<Vec<u8>, FlinkError> {
     match h {

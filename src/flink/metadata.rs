@@ -25,6 +25,8 @@ pub struct CheckpointMetadata {
     pub master_states: usize,
     /// Every operator with state.
     pub operators: Vec<OperatorState>,
+    /// The bytes after the operator states, kept as they are (v4+: Java-serialized `CheckpointProperties`).
+    pub trailer: Vec<u8>,
 }
 
 /// A Flink `OperatorID`: 16 bytes, printed as 32 hex digits in file order.
@@ -354,12 +356,14 @@ pub fn parse_metadata(data: &[u8], file: &str) -> Result<CheckpointMetadata, Fli
     for _ in 0..n {
         operators.push(p.operator(&mut d)?);
     }
-    // V4+ append Java-serialized CheckpointProperties, which are not needed.
+    // V4+ append Java-serialized CheckpointProperties: kept as bytes, not decoded.
+    let trailer = d.bytes(d.remaining(), "checkpoint properties")?.to_vec();
     Ok(CheckpointMetadata {
         version,
         checkpoint_id,
         master_states,
         operators,
+        trailer,
     })
 }
 

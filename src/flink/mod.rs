@@ -8,24 +8,30 @@
 //! - [`heap_native`]: the HashMap backend's native snapshot format, rebuilt as canonical entries;
 //! - [`import`]: one operator's keyed state as a [`BackendSnapshot`](crate::backend::BackendSnapshot)
 //!   that our savepoint writer encodes;
-//! - [`operator_id`]: the operator id Flink derives from a uid.
+//! - [`operator_id`]: the operator id Flink derives from a uid;
+//! - [`export`]: our savepoints written as a Flink canonical savepoint directory ([`metadata_writer`],
+//!   [`proxy_writer`] and the key-group writer of [`keyed_stream`]).
 //!
 //! Formats, mappings and limits: `design/flink-interop.md`. Every decoder returns a [`FlinkError`] naming
 //! what is wrong and where, never panics, and has a fuzz target.
 
 mod error;
+pub mod export;
 pub mod heap_native;
 pub mod import;
 pub mod input;
 pub mod keyed_stream;
 pub mod location;
 pub mod metadata;
+pub mod metadata_writer;
 pub mod operator_id;
 pub mod proxy;
+pub mod proxy_writer;
 pub mod snappy;
 pub mod typeser;
 
 pub use error::FlinkError;
+pub use export::{export_canonical, ExportOptions, ExportSummary};
 pub use import::{is_flink_savepoint, FlinkImport, FlinkSavepoint};
 pub use metadata::{
     parse_metadata, CheckpointMetadata, KeyedHandle, OperatorId, OperatorState, StreamHandle,

@@ -1,14 +1,15 @@
-//! The Flink commands: `import-flink`, and `inspect` on a Flink savepoint or checkpoint directory.
+//! The Flink commands: `import-flink`, `export-flink`, and `inspect` on a Flink savepoint or checkpoint
+//! directory.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use keyed_state::error::{Error, Result};
 use keyed_state::flink::location::{display_name, open_stream};
 use keyed_state::flink::metadata::{KeyedHandle, OperatorState, SubtaskState};
 use keyed_state::flink::proxy::{read_proxy, KeyedProxy};
-use keyed_state::flink::FlinkSavepoint;
-use keyed_state::savepoint::{write_savepoint, Compression, WriteOptions};
+use keyed_state::flink::{export_canonical, ExportOptions, FlinkSavepoint};
+use keyed_state::savepoint::{write_savepoint, Compression, SavepointReader, WriteOptions};
 
 /// `import-flink`: one operator's keyed state into one of our savepoints. Returns the summary printed.
 pub fn import(dir: &Path, operator: &str, out: &Path, lz4: bool) -> Result<String> {
@@ -39,6 +40,52 @@ pub fn import(dir: &Path, operator: &str, out: &Path, lz4: bool) -> Result<Strin
         out.display(),
         summary.bytes_written
     );
+    Ok(s)
+}
+
+/// `export-flink`: our savepoints as a Flink canonical savepoint directory. Returns the summary printed.
+pub fn export(
+    savepoints: &[PathBuf],
+    uid: &str,
+    parallelism: u32,
+    out: &Path,
+    compress: bool,
+) -> Result<String> {
+    let readers = savepoints
+        .iter()
+        .map(|p| {
+            SavepointReader::open(p)
+                .map(|r| (p.display().to_string(), r))
+                .map_err(Error::from)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let sources: Vec<(&str, &SavepointReader)> =
+        readers.iter().map(|(n, r)| (n.as_str(), r)).collect();
+    let opts = ExportOptions {
+        compress,
+        ..ExportOptions::new(uid, parallelism)
+    };
+    let summary = export_canonical(&sources, &opts, out)?;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "exported {} states, {} entries from {} savepoint(s) as operator {uid} ({}) at parallelism {parallelism}, max parallelism {}{} -> {}",
+        summary.states,
+        summary.entries(),
+        savepoints.len(),
+        summary.operator_id,
+        summary.max_parallelism,
+        if compress { ", snappy" } else { "" },
+        out.display()
+    );
+    for f in &summary.files {
+        let _ = writeln!(
+            s,
+            "  subtask {}: key groups {}, {} with data, {} entries, {} bytes -> {}",
+            f.subtask, f.key_groups, f.key_groups_with_data, f.entries, f.bytes, f.name
+        );
+    }
+    let _ = writeln!(s, "  _metadata: {} bytes", summary.metadata_bytes);
     Ok(s)
 }
 

@@ -94,6 +94,25 @@ enum Command {
         #[arg(long)]
         lz4: bool,
     },
+    /// Export the keyed state of one or more of our savepoints as a Flink canonical savepoint directory
+    /// (`_metadata` and one keyed-state file per subtask) that Flink restores on any state backend.
+    ExportFlink {
+        /// Our savepoint files (states merged by name; key groups must not overlap per state).
+        #[arg(required = true)]
+        savepoints: Vec<PathBuf>,
+        /// The operator uid of the Flink job; the operator id is the one Flink derives from it.
+        #[arg(long)]
+        operator_uid: String,
+        /// The operator's parallelism: one keyed-state file per subtask.
+        #[arg(long)]
+        parallelism: u32,
+        /// The savepoint directory to write (created; must not exist or be empty).
+        #[arg(long)]
+        out: PathBuf,
+        /// Snappy-compress every key group, as Flink does with snapshot compression on.
+        #[arg(long)]
+        compress: bool,
+    },
     /// Print every entry of a savepoint.
     Dump {
         /// The savepoint file.
@@ -183,6 +202,19 @@ fn run(command: Command) -> Result<(), Error> {
             print!(
                 "{}",
                 flink_cmds::import(&flink_savepoint, &operator, &out, lz4)?
+            );
+            Ok(())
+        }
+        Command::ExportFlink {
+            savepoints,
+            operator_uid,
+            parallelism,
+            out,
+            compress,
+        } => {
+            print!(
+                "{}",
+                flink_cmds::export(&savepoints, &operator_uid, parallelism, &out, compress)?
             );
             Ok(())
         }
