@@ -22,8 +22,8 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use super::bytes::{head_of, SmallBytes};
-use crate::prefetch::prefetch_read as prefetch;
 use crate::error::Result;
+use crate::prefetch::prefetch_read as prefetch;
 
 type FastHasher = foldhash::fast::RandomState;
 
