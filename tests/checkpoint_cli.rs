@@ -72,6 +72,7 @@ fn checkpoint_list_verify_gc_and_to_savepoint() {
     list_verify_gc_and_to_savepoint(root.to_str().unwrap(), &storage, nothing.to_str().unwrap());
 }
 
+#[cfg(feature = "s3")]
 #[test]
 fn checkpoint_commands_on_an_s3_root() {
     let Some(storage) = common_s3::storage("checkpoint_commands_on_an_s3_root") else {
@@ -83,6 +84,7 @@ fn checkpoint_commands_on_an_s3_root() {
     list_verify_gc_and_to_savepoint(&r, &storage, &format!("{r}-nothing"));
 }
 
+#[cfg(feature = "s3")]
 #[test]
 fn an_unreachable_s3_root_fails_naming_the_store_and_the_operation() {
     let port = {
@@ -280,6 +282,7 @@ fn demo_takes_confirms_and_retains_checkpoints_while_it_processes() {
     demo_checkpoints_into(root.to_str().unwrap(), dir.path());
 }
 
+#[cfg(feature = "s3")]
 #[test]
 fn demo_checkpoints_into_an_s3_root() {
     let Some(storage) = common_s3::storage("demo_checkpoints_into_an_s3_root") else {

@@ -149,6 +149,7 @@ macro_rules! on_every_store {
                 ));
             })*
         }
+        #[cfg(feature = "s3")]
         mod s3 {
             $(#[test]
             fn $name() {
@@ -592,6 +593,7 @@ fn large_files_go_up_in_parts_and_come_back_whole(storage: &Arc<CheckpointStorag
     assert_eq!(back[1], b"tail");
 }
 
+#[cfg(feature = "s3")]
 #[test]
 fn an_unreachable_object_store_fails_fast_naming_the_store_and_the_operation() {
     // A port nothing listens on.

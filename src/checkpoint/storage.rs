@@ -95,6 +95,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The retries of a remote store.
+#[cfg(feature = "s3")]
 fn remote_retry() -> object_store::RetryConfig {
     object_store::RetryConfig {
         backoff: object_store::BackoffConfig {
@@ -132,7 +133,15 @@ impl CheckpointStorage {
                     Self::local(&p)
                 }
                 "memory" => Self::in_memory(),
+                #[cfg(feature = "s3")]
                 "s3" | "s3a" => Self::s3(root, &url, settings),
+                #[cfg(not(feature = "s3"))]
+                "s3" | "s3a" => {
+                    let _ = settings;
+                    Err(CheckpointError::Invalid(format!(
+                        "{root}: S3 roots need keyed-state's `s3` feature"
+                    )))
+                }
                 _ => {
                     let (store, prefix) = object_store::parse_url(&url)
                         .map_err(|e| store_err(format!("root {root}"), e))?;
@@ -144,6 +153,7 @@ impl CheckpointStorage {
         }
     }
 
+    #[cfg(feature = "s3")]
     fn s3(root: &str, url: &url::Url, settings: &[(&str, &str)]) -> Result<Self, CheckpointError> {
         use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
         let mut b = AmazonS3Builder::new()
