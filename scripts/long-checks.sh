@@ -26,5 +26,8 @@ done
 echo "== crash test: 200 SIGKILLed writers"
 KEYED_STATE_CRASH_ITERS=200 cargo test --release --test lsm_crash
 
+echo "== checkpoint crash test: 200 children SIGKILLed during checkpoints"
+KEYED_STATE_CKPT_CRASH_ITERS=200 cargo test --release --test checkpoint_crash
+
 echo "== model tests with 5000 cases"
 PROPTEST_CASES=5000 cargo test --release --test model --test lsm_model

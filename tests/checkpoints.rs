@@ -1,8 +1,11 @@
 //! Incremental checkpoints (`design/checkpoints.md`): the two parts, the safe-deletion invariants (each its
-//! own test), failure cases, restore and rescale by adoption, the tools.
+//! own test), failure cases, restore and rescale by adoption, the tools; each on memory, a local directory
+//! and S3.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+mod common_s3;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
@@ -22,6 +25,7 @@ struct Inst {
     store: KeyedStateStore<LongSerializer>,
     counter: ValueState<LongSerializer>,
     ck: Checkpointer,
+    engine: Option<keyed_state::backend::lsm::LsmEngine>,
 }
 
 fn options() -> Options {
@@ -39,6 +43,7 @@ fn store_on(backend: LsmBackend) -> (KeyedStateStore<LongSerializer>, ValueState
 fn fresh(storage: &Arc<CheckpointStorage>, range: KeyGroupRange, retain: usize) -> Inst {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
     let backend = LsmBackend::temp_with(cfg.clone(), options()).unwrap();
+    let engine = Some(backend.engine());
     let (store, counter) = store_on(backend);
     let ck = Checkpointer::open(
         Arc::clone(storage),
@@ -49,7 +54,12 @@ fn fresh(storage: &Arc<CheckpointStorage>, range: KeyGroupRange, retain: usize) 
         },
     )
     .unwrap();
-    Inst { store, counter, ck }
+    Inst {
+        store,
+        counter,
+        ck,
+        engine,
+    }
 }
 
 impl Inst {
@@ -86,7 +96,12 @@ fn restore(storage: &CheckpointStorage, id: u64, range: KeyGroupRange) -> Inst {
         CheckpointOptions::default(),
     )
     .unwrap();
-    Inst { store, counter, ck }
+    Inst {
+        store,
+        counter,
+        ck,
+        engine: None,
+    }
 }
 
 /// Objects under `shared/` and the set every metadata in the root references.
@@ -113,10 +128,61 @@ fn all() -> KeyGroupRange {
     KeyGroupRange::new(0, MAX_P as u16 - 1)
 }
 
-#[test]
-fn a_checkpoint_holds_the_state_at_its_synchronous_part() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 3);
+/// Each scenario below runs against the in-memory store, a local directory, and S3 (the server `.ci/run`
+/// starts; skipped with a printed line when `KEYED_STATE_S3_ENDPOINT` is not set).
+macro_rules! on_every_store {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[test]
+            fn $name() {
+                super::$name(&std::sync::Arc::new(
+                    keyed_state::checkpoint::CheckpointStorage::in_memory().unwrap(),
+                ));
+            })*
+        }
+        mod local_dir {
+            $(#[test]
+            fn $name() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&std::sync::Arc::new(
+                    keyed_state::checkpoint::CheckpointStorage::local(dir.path()).unwrap(),
+                ));
+            })*
+        }
+        #[cfg(feature = "s3")]
+        mod s3 {
+            $(#[test]
+            fn $name() {
+                if let Some(storage) = crate::common_s3::storage(stringify!($name)) {
+                    super::$name(&storage);
+                }
+            })*
+        }
+    };
+}
+
+on_every_store!(
+    a_checkpoint_holds_the_state_at_its_synchronous_part,
+    a_second_checkpoint_uploads_only_files_the_confirmed_one_lacks,
+    an_unconfirmed_checkpoint_is_never_the_incremental_base,
+    no_object_referenced_by_a_retained_checkpoint_is_deleted,
+    subsumed_and_aborted_checkpoints_leave_nothing_orphaned,
+    two_in_flight_checkpoints_uploading_the_same_file_keep_each_others_uploads_first_aborted,
+    two_in_flight_checkpoints_uploading_the_same_file_keep_each_others_uploads_second_aborted,
+    an_upload_failing_midway_leaves_no_metadata_and_no_objects,
+    a_cancelled_checkpoint_fails_and_leaves_nothing,
+    closing_while_a_checkpoint_runs_cancels_it,
+    fifty_checkpoints_of_one_tiny_flush_each_leave_few_objects,
+    gc_keeps_the_newest_checkpoints_and_what_they_reference,
+    instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale,
+    leftovers_of_a_crashed_run_go_when_the_instance_opens_again,
+    rescale_adopts_files_and_clips_foreign_key_groups,
+    verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere,
+    large_files_go_up_in_parts_and_come_back_whole,
+);
+
+fn a_checkpoint_holds_the_state_at_its_synchronous_part(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 3);
     for k in 0..2000 {
         a.put(k, k);
     }
@@ -128,20 +194,24 @@ fn a_checkpoint_holds_the_state_at_its_synchronous_part() {
     let s = std::thread::spawn(move || p.run()).join().unwrap().unwrap();
     assert!(s.files_new > 0);
     a.ck.notify_complete(1).unwrap();
-    let mut r = restore(&storage, 1, all());
+    let mut r = restore(storage, 1, all());
     for k in 0..2000 {
         assert_eq!(r.get(k), Some(k));
     }
     assert_eq!(r.get(5000), None);
 }
 
-#[test]
-fn a_second_checkpoint_uploads_only_files_the_confirmed_one_lacks() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 3);
+fn a_second_checkpoint_uploads_only_files_the_confirmed_one_lacks(
+    storage: &Arc<CheckpointStorage>,
+) {
+    let mut a = fresh(storage, all(), 3);
+    let engine = a.engine.take().unwrap();
     for k in 0..20_000 {
         a.put(k, k);
     }
+    // Compactions of the load would rewrite files between the two checkpoints: let them finish first.
+    engine.db().flush().unwrap();
+    engine.db().wait_for_background_work().unwrap();
     let s1 = a.checkpoint(1);
     a.ck.notify_complete(1).unwrap();
     for k in 0..50 {
@@ -151,15 +221,13 @@ fn a_second_checkpoint_uploads_only_files_the_confirmed_one_lacks() {
     assert!(s2.files_reused > 0, "{s2:?}");
     assert!(s2.bytes_new_files < s1.bytes_new_files / 2, "{s1:?} {s2:?}");
     a.ck.notify_complete(2).unwrap();
-    let mut r = restore(&storage, 2, all());
+    let mut r = restore(storage, 2, all());
     assert_eq!(r.get(3), Some(4));
     assert_eq!(r.get(19_999), Some(19_999));
 }
 
-#[test]
-fn an_unconfirmed_checkpoint_is_never_the_incremental_base() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 3);
+fn an_unconfirmed_checkpoint_is_never_the_incremental_base(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 3);
     for k in 0..5000 {
         a.put(k, k);
     }
@@ -168,28 +236,24 @@ fn an_unconfirmed_checkpoint_is_never_the_incremental_base() {
     assert_eq!(s2.files_reused, 0, "checkpoint 1 was never confirmed");
 }
 
-#[test]
-fn no_object_referenced_by_a_retained_checkpoint_is_deleted() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 2);
+fn no_object_referenced_by_a_retained_checkpoint_is_deleted(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 2);
     for round in 0..6u64 {
         for k in 0..3000 {
             a.put(k * 7 % 5000, k + round as i64);
         }
         a.checkpoint(round + 1);
         a.ck.notify_complete(round + 1).unwrap();
-        let (objects, refs) = objects_and_references(&storage);
+        let (objects, refs) = objects_and_references(storage);
         assert!(refs.is_subset(&objects), "round {round}");
-        let r = tools::verify(&storage, None).unwrap();
+        let r = tools::verify(storage, None).unwrap();
         assert!(r.problems.is_empty(), "{:?}", r.problems);
         assert_eq!(a.ck.retained().len(), (round as usize + 1).min(2));
     }
 }
 
-#[test]
-fn subsumed_and_aborted_checkpoints_leave_nothing_orphaned() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 1);
+fn subsumed_and_aborted_checkpoints_leave_nothing_orphaned(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 1);
     for round in 0..4u64 {
         for k in 0..3000 {
             a.put(k + round as i64 * 1000, k);
@@ -197,19 +261,32 @@ fn subsumed_and_aborted_checkpoints_leave_nothing_orphaned() {
         let id = round * 2 + 1;
         a.checkpoint(id);
         a.ck.notify_complete(id).unwrap();
-        assert_storage_exact(&storage);
+        assert_storage_exact(storage);
         a.checkpoint(id + 1);
         a.ck.notify_aborted(id + 1).unwrap();
-        assert_storage_exact(&storage);
-        assert_eq!(list_completed(&storage).unwrap().len(), 1);
+        assert_storage_exact(storage);
+        assert_eq!(list_completed(storage).unwrap().len(), 1);
     }
 }
 
-#[test]
-fn two_in_flight_checkpoints_uploading_the_same_file_keep_each_others_uploads() {
-    for abort_first in [false, true] {
-        let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-        let mut a = fresh(&storage, all(), 3);
+fn two_in_flight_checkpoints_uploading_the_same_file_keep_each_others_uploads_first_aborted(
+    storage: &Arc<CheckpointStorage>,
+) {
+    two_in_flight_checkpoints_uploading_the_same_file(storage, true);
+}
+
+fn two_in_flight_checkpoints_uploading_the_same_file_keep_each_others_uploads_second_aborted(
+    storage: &Arc<CheckpointStorage>,
+) {
+    two_in_flight_checkpoints_uploading_the_same_file(storage, false);
+}
+
+fn two_in_flight_checkpoints_uploading_the_same_file(
+    storage: &Arc<CheckpointStorage>,
+    abort_first: bool,
+) {
+    {
+        let mut a = fresh(storage, all(), 3);
         for k in 0..3000 {
             a.put(k, k);
         }
@@ -220,18 +297,16 @@ fn two_in_flight_checkpoints_uploading_the_same_file_keep_each_others_uploads() 
         assert!(s1.files_new > 0 && s2.files_new > 0);
         let (survivor, gone) = if abort_first { (2, 1) } else { (1, 2) };
         a.ck.notify_aborted(gone).unwrap();
-        assert_eq!(tools::verify(&storage, None).unwrap().problems, vec![]);
+        assert_eq!(tools::verify(storage, None).unwrap().problems, vec![]);
         a.ck.notify_complete(survivor).unwrap();
-        assert_storage_exact(&storage);
-        let mut r = restore(&storage, survivor, all());
+        assert_storage_exact(storage);
+        let mut r = restore(storage, survivor, all());
         assert_eq!(r.get(2999), Some(2999));
     }
 }
 
-#[test]
-fn an_upload_failing_midway_leaves_no_metadata_and_no_objects() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 3);
+fn an_upload_failing_midway_leaves_no_metadata_and_no_objects(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 3);
     for k in 0..20_000 {
         a.put(k, k);
     }
@@ -240,19 +315,17 @@ fn an_upload_failing_midway_leaves_no_metadata_and_no_objects() {
     let err = p.run().unwrap_err();
     storage.fail_puts_after(None);
     assert!(matches!(err, CheckpointError::Storage(_)), "{err}");
-    assert!(list_completed(&storage).unwrap().is_empty());
+    assert!(list_completed(storage).unwrap().is_empty());
     a.ck.sweep().unwrap();
     assert!(storage.list("").unwrap().is_empty());
     // The next checkpoint works.
     a.checkpoint(2);
     a.ck.notify_complete(2).unwrap();
-    assert_storage_exact(&storage);
+    assert_storage_exact(storage);
 }
 
-#[test]
-fn a_cancelled_checkpoint_fails_and_leaves_nothing() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 3);
+fn a_cancelled_checkpoint_fails_and_leaves_nothing(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 3);
     for k in 0..3000 {
         a.put(k, k);
     }
@@ -262,10 +335,8 @@ fn a_cancelled_checkpoint_fails_and_leaves_nothing() {
     assert!(storage.list("").unwrap().is_empty());
 }
 
-#[test]
-fn closing_while_a_checkpoint_runs_cancels_it() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 3);
+fn closing_while_a_checkpoint_runs_cancels_it(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 3);
     for k in 0..3000 {
         a.put(k, k);
     }
@@ -295,30 +366,25 @@ fn backends_without_checkpoints_say_so() {
     assert!(err.to_string().contains("checkpoints"), "{err}");
 }
 
-#[test]
-fn fifty_checkpoints_of_one_tiny_flush_each_leave_few_objects() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 1);
+fn fifty_checkpoints_of_one_tiny_flush_each_leave_few_objects(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 1);
     for id in 1..=50u64 {
         a.put(id as i64, id as i64);
         a.checkpoint(id);
         a.ck.notify_complete(id).unwrap();
     }
-    let (objects, _) = objects_and_references(&storage);
-    let meta = list_completed(&storage).unwrap();
+    let (objects, _) = objects_and_references(storage);
+    let meta = list_completed(storage).unwrap();
     assert_eq!(meta.len(), 1);
     assert!(objects.len() <= 25, "{} objects", objects.len());
-    let mut r = restore(&storage, 50, all());
+    let mut r = restore(storage, 50, all());
     for id in 1..=50 {
         assert_eq!(r.get(id), Some(id));
     }
 }
 
-#[test]
-fn leftovers_of_a_crashed_run_go_when_the_instance_opens_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(CheckpointStorage::local(dir.path()).unwrap());
-    let mut a = fresh(&storage, all(), 3);
+fn leftovers_of_a_crashed_run_go_when_the_instance_opens_again(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 3);
     for k in 0..3000 {
         a.put(k, k);
     }
@@ -330,18 +396,15 @@ fn leftovers_of_a_crashed_run_go_when_the_instance_opens_again() {
         .unwrap();
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
     let _again =
-        Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default()).unwrap();
-    assert_storage_exact(&storage);
-    let mut r = restore(&storage, 1, all());
+        Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default()).unwrap();
+    assert_storage_exact(storage);
+    let mut r = restore(storage, 1, all());
     assert_eq!(r.get(7), Some(7));
 }
 
-#[test]
-fn rescale_adopts_files_and_clips_foreign_key_groups() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(CheckpointStorage::local(dir.path()).unwrap());
+fn rescale_adopts_files_and_clips_foreign_key_groups(storage: &Arc<CheckpointStorage>) {
     let mut model = BTreeMap::new();
-    let mut a = fresh(&storage, all(), 3);
+    let mut a = fresh(storage, all(), 3);
     for k in 0..4000 {
         a.put(k, k * 3);
         model.insert(k, k * 3);
@@ -353,12 +416,17 @@ fn rescale_adopts_files_and_clips_foreign_key_groups() {
         .map(|i| {
             let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-            let (backend, info) = restore_lsm(&storage, 1, cfg.clone(), options()).unwrap();
+            let (backend, info) = restore_lsm(storage, 1, cfg.clone(), options()).unwrap();
             assert_eq!(info.adopted.len(), 1);
             let (store, counter) = store_on(backend);
-            let ck = Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default())
+            let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default())
                 .unwrap();
-            Inst { store, counter, ck }
+            Inst {
+                store,
+                counter,
+                ck,
+                engine: None,
+            }
         })
         .collect();
     for (k, v) in &model {
@@ -378,7 +446,7 @@ fn rescale_adopts_files_and_clips_foreign_key_groups() {
     }
     // 2 -> 1
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let (backend, info) = restore_lsm(&storage, 2, cfg, options()).unwrap();
+    let (backend, info) = restore_lsm(storage, 2, cfg, options()).unwrap();
     assert_eq!(info.adopted.len() + info.copied.len(), 2);
     // The instances restored from the 1 -> 2 rescale still hold the other's key groups under their clip
     // tombstones: the base is adopted, the other copied (design/checkpoints.md, "Restore").
@@ -388,6 +456,7 @@ fn rescale_adopts_files_and_clips_foreign_key_groups() {
         store,
         counter,
         ck: a.ck,
+        engine: None,
     };
     for (k, v) in &model {
         assert_eq!(one.get(*k), Some(*v), "key {k}");
@@ -395,18 +464,18 @@ fn rescale_adopts_files_and_clips_foreign_key_groups() {
     assert_eq!(one.store.num_entries().unwrap(), model.len() as u64);
 }
 
-#[test]
-fn verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Arc::new(CheckpointStorage::local(dir.path()).unwrap());
-    let mut a = fresh(&storage, all(), 3);
+fn verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere(
+    storage: &Arc<CheckpointStorage>,
+) {
+    let mut a = fresh(storage, all(), 3);
     for k in 0..3000 {
         a.put(k, k);
     }
     a.checkpoint(1);
     a.ck.notify_complete(1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("sp");
-    to_savepoint(&storage, 1, &out).unwrap();
+    to_savepoint(storage, 1, &out).unwrap();
     let sp = SavepointReader::open(&out).unwrap();
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
     let mut heap =
@@ -418,18 +487,18 @@ fn verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere()
     heap.set_current_key(&77).unwrap();
     assert_eq!(heap.value(&c).unwrap().get().unwrap(), Some(77));
 
-    let meta = &list_completed(&storage).unwrap()[0];
+    let meta = &list_completed(storage).unwrap()[0];
     let victim = &meta.objects[0].path;
-    let p = storage.local_path(victim).unwrap();
-    let mut bytes = std::fs::read(&p).unwrap();
+    let mut bytes = storage.get(victim).unwrap();
     let n = bytes.len();
     bytes[n / 2] ^= 1;
-    std::fs::remove_file(&p).unwrap();
-    std::fs::write(&p, &bytes).unwrap();
-    let r = tools::verify(&storage, Some(1)).unwrap();
+    // A new object (on a local root a new file: restores may have hard-linked the old one).
+    storage.delete(victim).unwrap();
+    storage.put(victim, bytes).unwrap();
+    let r = tools::verify(storage, Some(1)).unwrap();
     assert!(r.problems.iter().any(|x| &x.path == victim), "{r:?}");
-    std::fs::remove_file(&p).unwrap();
-    let r = tools::verify(&storage, None).unwrap();
+    storage.delete(victim).unwrap();
+    let r = tools::verify(storage, None).unwrap();
     assert!(
         r.problems
             .iter()
@@ -438,10 +507,8 @@ fn verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere()
     );
 }
 
-#[test]
-fn gc_keeps_the_newest_checkpoints_and_what_they_reference() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh(&storage, all(), 10);
+fn gc_keeps_the_newest_checkpoints_and_what_they_reference(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 10);
     for id in 1..=5u64 {
         for k in 0..2000 {
             a.put(k + id as i64 * 500, k);
@@ -449,22 +516,22 @@ fn gc_keeps_the_newest_checkpoints_and_what_they_reference() {
         a.checkpoint(id);
         a.ck.notify_complete(id).unwrap();
     }
-    let dry = tools::gc(&storage, 2, true).unwrap();
+    let dry = tools::gc(storage, 2, true).unwrap();
     assert_eq!(dry.kept, vec![4, 5]);
-    assert_eq!(list_completed(&storage).unwrap().len(), 5);
-    tools::gc(&storage, 2, false).unwrap();
-    assert_eq!(list_completed(&storage).unwrap().len(), 2);
-    assert_storage_exact(&storage);
-    assert!(tools::verify(&storage, None).unwrap().problems.is_empty());
+    assert_eq!(list_completed(storage).unwrap().len(), 5);
+    tools::gc(storage, 2, false).unwrap();
+    assert_eq!(list_completed(storage).unwrap().len(), 2);
+    assert_storage_exact(storage);
+    assert!(tools::verify(storage, None).unwrap().problems.is_empty());
 }
 
-#[test]
-fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale(
+    storage: &Arc<CheckpointStorage>,
+) {
     let mut two: Vec<Inst> = (0..2)
         .map(|i| {
             fresh(
-                &storage,
+                storage,
                 key_group_range_for_operator(MAX_P, 2, i).unwrap(),
                 3,
             )
@@ -479,7 +546,7 @@ fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale() {
         x.ck.notify_complete(1).unwrap();
     }
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let (backend, info) = restore_lsm(&storage, 1, cfg, options()).unwrap();
+    let (backend, info) = restore_lsm(storage, 1, cfg, options()).unwrap();
     assert_eq!(info.adopted.len(), 2, "{info:?}");
     assert!(info.copied.is_empty());
     let (store, counter) = store_on(backend);
@@ -487,9 +554,77 @@ fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale() {
         store,
         counter,
         ck: two.pop().unwrap().ck,
+        engine: None,
     };
     for k in 0..6000 {
         assert_eq!(one.get(k), Some(k * 2), "key {k}");
     }
     assert_eq!(one.store.num_entries().unwrap(), 6000);
+}
+
+fn large_files_go_up_in_parts_and_come_back_whole(storage: &Arc<CheckpointStorage>) {
+    use keyed_state::checkpoint::storage::{Upload, MULTIPART_THRESHOLD};
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big");
+    let small = dir.path().join("small");
+    let len = MULTIPART_THRESHOLD as usize + (3 << 20) + 17;
+    let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(&big, &bytes).unwrap();
+    std::fs::write(&small, b"tail").unwrap();
+    let up = storage
+        .upload_all(&[Upload {
+            path: "shared/x/big.pack".into(),
+            files: vec![big, small],
+        }])
+        .unwrap();
+    assert_eq!(up[0].size, len as u64 + 4);
+    assert_eq!(up[0].files[0].0, len as u64);
+    assert_eq!(
+        storage.size("shared/x/big.pack").unwrap(),
+        Some(len as u64 + 4)
+    );
+    let back = storage
+        .get_ranges(&[
+            ("shared/x/big.pack".into(), 0, len as u64),
+            ("shared/x/big.pack".into(), len as u64, 4),
+        ])
+        .unwrap();
+    assert!(back[0] == bytes, "the large file comes back byte for byte");
+    assert_eq!(back[1], b"tail");
+}
+
+#[cfg(feature = "s3")]
+#[test]
+fn an_unreachable_object_store_fails_fast_naming_the_store_and_the_operation() {
+    // A port nothing listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let s = common_s3::settings(&endpoint);
+    let s: Vec<(&str, &str)> = s.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let root = "s3://nowhere/ckpt";
+    let t = std::time::Instant::now();
+    let storage = Arc::new(CheckpointStorage::open_with(root, &s).unwrap());
+    let err = storage.put("chk-1/x/_metadata", vec![1]).unwrap_err();
+    match &err {
+        CheckpointError::Store {
+            store, operation, ..
+        } => {
+            assert_eq!(store, root);
+            assert_eq!(operation, "put chk-1/x/_metadata");
+        }
+        e => panic!("expected a store error, got {e}"),
+    }
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let err =
+        Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(root) && text.contains("list"), "{text}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(60),
+        "bounded retries: {:?}",
+        t.elapsed()
+    );
 }

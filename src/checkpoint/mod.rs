@@ -30,6 +30,16 @@ pub enum CheckpointError {
     /// The object store failed.
     #[error("checkpoint storage: {0}")]
     Storage(String),
+    /// The object store failed an operation (unreachable, refused, timed out after the bounded retries).
+    #[error("checkpoint storage {store}: {operation} failed: {detail}")]
+    Store {
+        /// The store's root as given (`s3://bucket/prefix`, a directory, ...).
+        store: String,
+        /// The operation and the object it was on.
+        operation: String,
+        /// The store's error and its causes.
+        detail: String,
+    },
     /// A local file operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -1,11 +1,16 @@
 //! Checkpoint storage: a synchronous facade over an [`object_store::ObjectStore`] that owns a small tokio
 //! runtime. Only [`CheckpointStorage::open`] knows which store it is; every other call is the same for the
-//! local file system, memory and (later) S3.
+//! local file system, memory and S3 (and any S3-compatible server).
+//!
+//! Remote stores get bounded timeouts and retries ([`REMOTE_CONNECT_TIMEOUT`], [`REMOTE_REQUEST_TIMEOUT`],
+//! [`REMOTE_MAX_RETRIES`], [`REMOTE_RETRY_TIMEOUT`]): an unreachable store fails with
+//! [`CheckpointError::Store`], naming the store and the operation, and never hangs.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
@@ -21,6 +26,15 @@ pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
 pub const PART_SIZE: usize = 8 << 20;
 /// Uploads and downloads running at once.
 pub const PARALLELISM: usize = 4;
+
+/// Time to establish a connection to a remote store.
+pub const REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time one request to a remote store may take (an 8 MiB part included).
+pub const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Retries of one failed request to a remote store.
+pub const REMOTE_MAX_RETRIES: usize = 3;
+/// Time after the first attempt of a request beyond which it is not retried.
+pub const REMOTE_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One object to upload: the concatenation of local file ranges.
 #[derive(Debug, Clone)]
@@ -65,10 +79,49 @@ fn store_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Checkpo
     CheckpointError::Storage(format!("{what}: {e}"))
 }
 
+/// An error and its chain of sources, each once.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !out.contains(&t) {
+            out.push_str(": ");
+            out.push_str(&t);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// The retries of a remote store.
+#[cfg(feature = "s3")]
+fn remote_retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: REMOTE_MAX_RETRIES,
+        retry_timeout: REMOTE_RETRY_TIMEOUT,
+    }
+}
+
 impl CheckpointStorage {
     /// Opens `root`: a directory path (created if missing), `file:///dir`, `memory:///`, or any URL
     /// `object_store::parse_url` understands (`s3://bucket/prefix` needs object_store's `aws` feature).
+    ///
+    /// For `s3://bucket/prefix` the settings come from the environment as object_store reads them
+    /// (`AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`,
+    /// `AWS_ALLOW_HTTP`, ...), with bounded timeouts and retries.
     pub fn open(root: &str) -> Result<Self, CheckpointError> {
+        Self::open_with(root, &[])
+    }
+
+    /// [`open`](Self::open) with store settings that override the environment's: for S3 any key
+    /// `AmazonS3ConfigKey` parses (`aws_endpoint`, `aws_allow_http`, `aws_access_key_id`, `timeout`, ...).
+    pub fn open_with(root: &str, settings: &[(&str, &str)]) -> Result<Self, CheckpointError> {
         if root.contains("://") {
             let url =
                 url::Url::parse(root).map_err(|e| store_err(format!("root URL {root}"), e))?;
@@ -80,6 +133,15 @@ impl CheckpointStorage {
                     Self::local(&p)
                 }
                 "memory" => Self::in_memory(),
+                #[cfg(feature = "s3")]
+                "s3" | "s3a" => Self::s3(root, &url, settings),
+                #[cfg(not(feature = "s3"))]
+                "s3" | "s3a" => {
+                    let _ = settings;
+                    Err(CheckpointError::Invalid(format!(
+                        "{root}: S3 roots need keyed-state's `s3` feature"
+                    )))
+                }
                 _ => {
                     let (store, prefix) = object_store::parse_url(&url)
                         .map_err(|e| store_err(format!("root {root}"), e))?;
@@ -88,6 +150,53 @@ impl CheckpointStorage {
             }
         } else {
             Self::local(Path::new(root))
+        }
+    }
+
+    #[cfg(feature = "s3")]
+    fn s3(root: &str, url: &url::Url, settings: &[(&str, &str)]) -> Result<Self, CheckpointError> {
+        use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+        let mut b = AmazonS3Builder::new()
+            .with_client_options(
+                object_store::ClientOptions::new()
+                    .with_connect_timeout(REMOTE_CONNECT_TIMEOUT)
+                    .with_timeout(REMOTE_REQUEST_TIMEOUT),
+            )
+            .with_retry(remote_retry());
+        // As `AmazonS3Builder::from_env`, after the bounded defaults so that the environment may change them.
+        for (k, v) in std::env::vars() {
+            if k.starts_with("AWS_") {
+                if let Ok(key) = k.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+                    b = b.with_config(key, v);
+                }
+            }
+        }
+        b = b.with_url(url.as_str());
+        for (k, v) in settings {
+            let key = k
+                .to_ascii_lowercase()
+                .parse::<AmazonS3ConfigKey>()
+                .map_err(|e| CheckpointError::Invalid(format!("S3 setting {k} for {root}: {e}")))?;
+            b = b.with_config(key, *v);
+        }
+        let store = b.build().map_err(|e| CheckpointError::Store {
+            store: root.to_string(),
+            operation: "configure".into(),
+            detail: error_chain(&e),
+        })?;
+        let prefix = url.path().trim_matches('/').to_string();
+        Self::from_store(Arc::new(store), &prefix, root)
+    }
+
+    fn remote_err(
+        &self,
+        operation: impl std::fmt::Display,
+        e: object_store::Error,
+    ) -> CheckpointError {
+        CheckpointError::Store {
+            store: self.root_name.clone(),
+            operation: operation.to_string(),
+            detail: error_chain(&e),
         }
     }
 
@@ -187,7 +296,7 @@ impl CheckpointStorage {
         let p = self.full(rel)?;
         self.rt
             .block_on(self.store.put(&p, PutPayload::from(bytes)))
-            .map_err(|e| store_err(format!("put {rel}"), e))?;
+            .map_err(|e| self.remote_err(format_args!("put {rel}"), e))?;
         Ok(())
     }
 
@@ -234,7 +343,7 @@ impl CheckpointStorage {
             self.store
                 .put(&p, PutPayload::from(buf))
                 .await
-                .map_err(|e| store_err(format!("put {}", u.path), e))?;
+                .map_err(|e| self.remote_err(format_args!("put {}", u.path), e))?;
             return Ok(Uploaded {
                 size,
                 checksum: whole.digest(),
@@ -245,7 +354,7 @@ impl CheckpointStorage {
             .store
             .put_multipart(&p)
             .await
-            .map_err(|e| store_err(format!("multipart put {}", u.path), e))?;
+            .map_err(|e| self.remote_err(format_args!("multipart put {}", u.path), e))?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
         let mut size = 0u64;
         let mut chunk = vec![0u8; 1 << 20];
@@ -275,7 +384,7 @@ impl CheckpointStorage {
         }
         w.finish()
             .await
-            .map_err(|e| store_err(format!("multipart put {}", u.path), e))?;
+            .map_err(|e| self.remote_err(format_args!("multipart put {}", u.path), e))?;
         Ok(Uploaded {
             size,
             checksum: whole.digest(),
@@ -287,8 +396,8 @@ impl CheckpointStorage {
     pub fn get(&self, rel: &str) -> Result<Vec<u8>, CheckpointError> {
         let p = self.full(rel)?;
         self.rt.block_on(async {
-            let r = self.store.get(&p).await.map_err(|e| map_get(rel, e))?;
-            let b = r.bytes().await.map_err(|e| map_get(rel, e))?;
+            let r = self.store.get(&p).await.map_err(|e| self.map_get(rel, e))?;
+            let b = r.bytes().await.map_err(|e| self.map_get(rel, e))?;
             Ok(b.to_vec())
         })
     }
@@ -305,7 +414,7 @@ impl CheckpointStorage {
                     .store
                     .get_range(&p, *off..off + len)
                     .await
-                    .map_err(|e| map_get(rel, e))?;
+                    .map_err(|e| self.map_get(rel, e))?;
                 Ok::<_, CheckpointError>(b.to_vec())
             }))
             .buffered(PARALLELISM)
@@ -320,7 +429,7 @@ impl CheckpointStorage {
         match self.rt.block_on(self.store.head(&p)) {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(store_err(format!("head {rel}"), e)),
+            Err(e) => Err(self.remote_err(format_args!("head {rel}"), e)),
         }
     }
 
@@ -337,7 +446,14 @@ impl CheckpointStorage {
             match self.store.list(p.as_ref()).try_collect::<Vec<_>>().await {
                 Ok(v) => Ok(v),
                 Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
-                Err(e) => Err(store_err(format!("list {rel_prefix}"), e)),
+                Err(e) => Err(self.remote_err(
+                    if rel_prefix.is_empty() {
+                        "list of the root".to_string()
+                    } else {
+                        format!("list {rel_prefix}")
+                    },
+                    e,
+                )),
             }
         })?;
         let mut out: Vec<(String, u64)> = items
@@ -353,7 +469,7 @@ impl CheckpointStorage {
         let p = self.full(rel)?;
         match self.rt.block_on(self.store.delete(&p)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(store_err(format!("delete {rel}"), e)),
+            Err(e) => Err(self.remote_err(format_args!("delete {rel}"), e)),
         }
     }
 
@@ -363,9 +479,11 @@ impl CheckpointStorage {
     }
 }
 
-fn map_get(rel: &str, e: object_store::Error) -> CheckpointError {
-    match e {
-        object_store::Error::NotFound { .. } => CheckpointError::MissingObject(rel.to_string()),
-        e => store_err(format!("get {rel}"), e),
+impl CheckpointStorage {
+    fn map_get(&self, rel: &str, e: object_store::Error) -> CheckpointError {
+        match e {
+            object_store::Error::NotFound { .. } => CheckpointError::MissingObject(rel.to_string()),
+            e => self.remote_err(format_args!("get {rel}"), e),
+        }
     }
 }

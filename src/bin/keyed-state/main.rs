@@ -18,6 +18,7 @@ use keyed_state::Error;
 
 mod checkpoint_cmds;
 mod demo;
+mod demo_checkpoints;
 mod flink_cmds;
 mod tools;
 
@@ -73,6 +74,16 @@ enum Command {
         /// Where to write the savepoint.
         #[arg(long, default_value = "demo.savepoint")]
         savepoint: PathBuf,
+        /// Take incremental checkpoints into this root (a directory or a URL: `s3://bucket/prefix`,
+        /// `file:///…`), confirming each once it completes while the events keep flowing.
+        #[arg(long)]
+        checkpoint_dir: Option<String>,
+        /// Events between two checkpoints.
+        #[arg(long, default_value_t = 100_000, requires = "checkpoint_dir")]
+        checkpoint_every: u64,
+        /// Confirmed checkpoints retained in the root.
+        #[arg(long, default_value_t = 3, requires = "checkpoint_dir")]
+        retain: usize,
     },
     /// Show a savepoint's states, serializers, key groups, entries and bytes (our savepoint files, and
     /// Flink savepoint or checkpoint directories holding `_metadata`).
@@ -149,31 +160,65 @@ enum Command {
     },
 }
 
+/// A failure of the demo: of the store, or of its checkpoints.
+#[derive(Debug, thiserror::Error)]
+enum DemoError {
+    #[error(transparent)]
+    State(#[from] Error),
+    #[error("checkpoints: {0}")]
+    Checkpoint(#[from] keyed_state::checkpoint::CheckpointError),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Checkpoint { cmd } = cli.command {
-        return checkpoint_cmds::main(cmd);
-    }
-    match run(cli.command) {
+    let result = match cli.command {
+        Command::Checkpoint { cmd } => return checkpoint_cmds::main(cmd),
+        Command::Demo {
+            backend,
+            dir,
+            records,
+            seed,
+            savepoint,
+            checkpoint_dir,
+            checkpoint_every,
+            retain,
+        } => {
+            let plan = checkpoint_dir.map(|root| demo_checkpoints::Plan {
+                root,
+                every: checkpoint_every,
+                retain,
+            });
+            match run_demo(backend, dir.as_deref(), records, seed, &savepoint, plan) {
+                Ok(()) => Ok(()),
+                Err(DemoError::State(e)) => Err(e),
+                Err(e) => return report(&e),
+            }
+        }
+        command => run(command),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
             // The reader of our output went away (e.g. `| head`): not an error.
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            let message = e.to_string();
-            eprintln!("error: {message}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                let text = s.to_string();
-                if !message.contains(&text) {
-                    eprintln!("  caused by: {text}");
-                }
-                source = s.source();
-            }
-            ExitCode::FAILURE
-        }
+        Err(e) => report(&e),
     }
+}
+
+/// Prints `error: …` and the causes the message does not already say.
+fn report(e: &dyn std::error::Error) -> ExitCode {
+    let message = e.to_string();
+    eprintln!("error: {message}");
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            eprintln!("  caused by: {text}");
+        }
+        source = s.source();
+    }
+    ExitCode::FAILURE
 }
 
 fn open(path: &Path) -> Result<SavepointReader, Error> {
@@ -182,13 +227,10 @@ fn open(path: &Path) -> Result<SavepointReader, Error> {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::Demo {
-            backend,
-            dir,
-            records,
-            seed,
-            savepoint,
-        } => run_demo(backend, dir.as_deref(), records, seed, &savepoint),
+        // Handled in `main`, which reports checkpoint errors too.
+        Command::Demo { .. } => Err(Error::InvalidArgument(
+            "the demo runs through run_demo".into(),
+        )),
         Command::Inspect { savepoint } if keyed_state::flink::is_flink_savepoint(&savepoint) => {
             print!("{}", flink_cmds::inspect(&savepoint)?);
             Ok(())
@@ -301,7 +343,8 @@ fn run_demo(
     records: u64,
     seed: u64,
     path: &Path,
-) -> Result<(), Error> {
+    plan: Option<demo_checkpoints::Plan>,
+) -> Result<(), DemoError> {
     let config = demo::config();
     // The RocksDB settings are printed with the results.
     #[cfg_attr(not(feature = "rocksdb"), allow(unused_mut))]
@@ -311,7 +354,8 @@ fn run_demo(
             if dir.is_some() {
                 return Err(Error::InvalidArgument(
                     "--dir applies to the on-disk backends (lsm, rocksdb) only".into(),
-                ));
+                )
+                .into());
             }
             (Box::new(HeapBackend::new(config)?), "in memory".into())
         }
@@ -347,6 +391,10 @@ fn run_demo(
     let name = backend.backend_name();
     let mut store = demo::store(backend)?;
     let states = demo::register(&mut store)?;
+    let mut host = match &plan {
+        Some(p) => Some(demo_checkpoints::Host::start(p, &mut store)?),
+        None => None,
+    };
 
     let bar = indicatif::ProgressBar::new(records);
     bar.set_style(
@@ -360,12 +408,26 @@ fn run_demo(
     for (i, e) in demo::events(seed, records).enumerate() {
         clicks += e.click as u64;
         demo::process(&mut store, &states, &e)?;
+        if let Some(h) = host.as_mut() {
+            // A hidden bar (output not a terminal) prints nothing through `println`.
+            h.after_event(i as u64 + 1, &mut store, &mut |line| {
+                if bar.is_hidden() {
+                    println!("{line}");
+                } else {
+                    bar.println(line);
+                }
+            })?;
+        }
         if i % 8192 == 0 {
             bar.set_position(i as u64);
         }
     }
     bar.finish_and_clear();
     let process_secs = start.elapsed().as_secs_f64();
+    let checkpoints = match host {
+        Some(h) => Some(h.finish(&mut |line| println!("{line}"))?),
+        None => None,
+    };
 
     let snap_start = Instant::now();
     let snapshot = store.snapshot()?;
@@ -387,6 +449,9 @@ fn run_demo(
         records as f64 / process_secs.max(1e-9)
     );
     println!("state entries:  {}", store.num_entries()?);
+    if let Some(c) = &checkpoints {
+        println!("checkpoints:    {c}");
+    }
     println!("snapshot sync:  {:.3} ms", sync_secs * 1e3);
     println!(
         "savepoint:      {} ({} bytes, {} entries, {} key groups) in {:.3} s, {:.0} MB/s",
