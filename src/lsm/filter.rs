@@ -50,4 +50,9 @@ pub trait CompactionFilterFactory: Send + Sync {
     fn name(&self) -> &str;
     /// A filter for one compaction.
     fn create(&self, ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter>;
+    /// Whether filters would do anything now. While not, flushes and compactions run as without a factory
+    /// (operands partially merged at flush, untouched values copied as they are). Default: always.
+    fn is_active(&self) -> bool {
+        true
+    }
 }

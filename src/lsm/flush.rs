@@ -147,7 +147,11 @@ pub(crate) fn write_memtable(db: &DbInner, mem: &MemTable) -> Result<Vec<Arc<Fil
     let mut out = Outputs::new(db, None);
     let op = match &db.opts.merge_operator {
         Some(op)
-            if db.opts.compaction_filter_factory.is_none()
+            if db
+                .opts
+                .compaction_filter_factory
+                .as_ref()
+                .is_none_or(|f| !f.is_active())
                 && mem.with_range_dels(|t| t.is_empty()) =>
         {
             Some(Arc::clone(op))

@@ -22,7 +22,10 @@
 mod access;
 mod descriptor;
 pub(crate) mod store;
+mod ttl;
 
+pub use crate::meta::TtlConfig as StateTtlConfig;
+pub use crate::meta::{TtlUpdateType, TtlVisibility};
 pub use access::*;
 pub use descriptor::*;
 pub use store::KeyedStateStore;

@@ -11,6 +11,10 @@ use keyed_state::serializer::{IntSerializer, LongSerializer, StringSerializer};
 use keyed_state::state::*;
 use keyed_state::Error;
 
+mod ttl;
+#[allow(unused_imports)]
+pub use ttl::*;
+
 /// Creates a backend for a configuration.
 pub type Factory = dyn Fn(BackendConfig) -> Box<dyn StateBackend>;
 
@@ -577,6 +581,16 @@ macro_rules! conformance_suite {
             t!(restore_rejects_wrong_key_serializer_and_max_parallelism);
             t!(restore_rejects_incompatible_value_serializer_before_loading);
             t!(value_serializer_migrates_on_restore);
+            t!(ttl_exact_expiration_on_write);
+            t!(ttl_relaxed_expiration_on_write);
+            t!(ttl_exact_expiration_on_read);
+            t!(ttl_relaxed_expiration_on_read);
+            t!(ttl_expiration_timestamp_overflow);
+            t!(ttl_snapshot_change_restore);
+            t!(ttl_merge_namespaces);
+            t!(ttl_snapshot_cleanup_drops_expired_state);
+            t!(ttl_cannot_be_toggled_across_restore);
+            t!(ttl_value_bytes_are_flinks_ttl_value);
         }
     };
 }

@@ -10,6 +10,7 @@
 //! snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
 
 pub mod bytes;
+mod cleanup;
 pub mod table;
 
 use std::sync::Arc;
@@ -38,7 +39,7 @@ impl Clone for StateTables {
 
 impl StateTables {
     fn new(kind: StateKind, groups: usize) -> Self {
-        if kind == StateKind::Map {
+        if super::is_ordered_kind(kind) {
             StateTables::Ordered((0..groups).map(|_| CowOrdered::default()).collect())
         } else {
             StateTables::Kv((0..groups).map(|_| CowTable::default()).collect())
@@ -51,6 +52,8 @@ pub struct HeapBackend {
     config: BackendConfig,
     states: Vec<StateMetaInfo>,
     tables: Vec<StateTables>,
+    /// Incremental TTL cleanup cursors, per state id.
+    cleanup: Vec<cleanup::CleanupCursor>,
     /// Length of the key-group prefix of entry keys (1 or 2 bytes): hash tables store keys without it.
     prefix_len: usize,
 }
@@ -71,6 +74,7 @@ impl HeapBackend {
             config,
             states: Vec::new(),
             tables: Vec::new(),
+            cleanup: Vec::new(),
             prefix_len,
         })
     }
@@ -160,6 +164,7 @@ impl StateBackend for HeapBackend {
         }
         let groups = self.config.key_group_range.len();
         self.tables.push(StateTables::new(meta.kind, groups));
+        self.cleanup.push(cleanup::CleanupCursor::default());
         self.states.push(meta);
         Ok(self.states.len() - 1)
     }
@@ -378,6 +383,23 @@ impl StateBackend for HeapBackend {
             states: self.states.clone(),
             tables: Arc::new(self.tables.clone()),
         }))
+    }
+
+    fn ttl_cleanup_step(
+        &mut self,
+        state: StateId,
+        entries: usize,
+        judge: &mut dyn FnMut(&[u8]) -> crate::ttl::TtlVerdict,
+    ) -> Result<usize> {
+        let (Some(tables), Some(cursor)) =
+            (self.tables.get_mut(state), self.cleanup.get_mut(state))
+        else {
+            return Err(unknown_state(state));
+        };
+        Ok(match tables {
+            StateTables::Kv(groups) => cursor.step_kv(groups, entries, judge),
+            StateTables::Ordered(groups) => cursor.step_ordered(groups, entries, judge),
+        })
     }
 }
 
