@@ -22,6 +22,7 @@
 mod access;
 mod descriptor;
 pub(crate) mod store;
+mod timers;
 mod ttl;
 
 pub use crate::meta::TtlConfig as StateTtlConfig;
@@ -29,3 +30,4 @@ pub use crate::meta::{TtlUpdateType, TtlVisibility};
 pub use access::*;
 pub use descriptor::*;
 pub use store::KeyedStateStore;
+pub use timers::*;

@@ -21,14 +21,14 @@ use crate::ttl::{SystemTimeProvider, TtlLayout, TtlStateFilter, TtlTimeProvider}
 /// that key (its bytes and key group are computed once per key, not per access).
 pub struct KeyedStateStore<K: KeySerializer> {
     pub(crate) backend: Box<dyn StateBackend>,
-    key_serializer: K,
-    prefix_len: usize,
+    pub(crate) key_serializer: K,
+    pub(crate) prefix_len: usize,
     pub(crate) current_kg: Option<KeyGroup>,
     /// `KG | K | [lenK] | NS | [lenNS]` of the last accessor. `KG | K` (the first `key_end` bytes) is written
     /// by `set_current_key` and kept while the current key stays; accessors rewrite only the rest.
     pub(crate) key_ns: Vec<u8>,
     /// End of `KG | K` in `key_ns` (the current key's bytes are `key_ns[prefix_len..key_end]`).
-    key_end: usize,
+    pub(crate) key_end: usize,
     /// Scratch buffers for serialized values and user keys.
     pub(crate) scratch: Vec<u8>,
     pub(crate) scratch2: Vec<u8>,
@@ -40,6 +40,8 @@ pub struct KeyedStateStore<K: KeySerializer> {
     ttl_states: Vec<TtlRegistration>,
     /// Whether some TTL state cleans up incrementally on every record (every `set_current_key`).
     every_record_cleanup: bool,
+    /// The in-memory heads of every timer queue, by state id.
+    pub(crate) timer_heads: std::collections::HashMap<StateId, super::timers::QueueHeads>,
 }
 
 /// A TTL state registered through the store: what its cleanup needs.
@@ -157,6 +159,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             ttl_clock: Arc::new(SystemTimeProvider),
             ttl_states: Vec::new(),
             every_record_cleanup: false,
+            timer_heads: std::collections::HashMap::new(),
         })
     }
 
@@ -257,6 +260,24 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             self.key_serializer.key_hash(key, &buf),
             self.backend.config().max_parallelism,
         ))
+    }
+
+    /// Sets the current key from its serialized bytes and key group (a fired timer's key).
+    pub(crate) fn set_current_key_bytes(&mut self, kg: KeyGroup, key: &[u8]) -> Result<()> {
+        self.key_ns.clear();
+        crate::keygroup::write_key_group_prefix(&mut self.key_ns, kg, self.prefix_len);
+        self.key_ns.extend_from_slice(key);
+        self.key_end = self.key_ns.len();
+        self.current_kg = Some(kg);
+        if self.every_record_cleanup {
+            self.ttl_cleanup_every_record()?;
+        }
+        Ok(())
+    }
+
+    /// The current key's serialized bytes, if a key is set.
+    pub(crate) fn current_key_raw(&self) -> Option<(KeyGroup, &[u8])> {
+        Some((self.current_kg?, self.current_key_bytes()))
     }
 
     /// Sets the key that state accesses apply to. Errors if its key group is not in this backend's range.
@@ -378,7 +399,12 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     // ---------------------------------------------------------------- registration
 
-    fn core<N: TypeSerializer>(&self, id: StateId, name: &str, namespace: Arc<N>) -> HandleCore<N> {
+    pub(crate) fn core<N: TypeSerializer>(
+        &self,
+        id: StateId,
+        name: &str,
+        namespace: Arc<N>,
+    ) -> HandleCore<N> {
         let key_len = self.key_serializer.fixed_length();
         let ttl = self
             .registered
@@ -422,7 +448,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     /// Registers `reg`, checking it against a state of the same name registered before (must be identical)
     /// or restored (namespace compatible as is; value compatible, or migrated).
-    fn register_meta(&mut self, reg: Registered) -> Result<StateId> {
+    pub(crate) fn register_meta(&mut self, reg: Registered) -> Result<StateId> {
         let meta = reg.meta.clone();
         let existing = self
             .backend
@@ -482,6 +508,10 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     /// Notes states that appeared in the backend (e.g. after a restore) as not registered yet.
     pub(crate) fn sync_registered(&mut self) {
+        // Timer queues are read again from the backend on their next use.
+        for heads in self.timer_heads.values_mut() {
+            heads.invalidate();
+        }
         let n = self.backend.states().len();
         if self.registered.len() < n {
             self.registered.resize(n, None);
@@ -744,6 +774,40 @@ fn stored_value_registration<S: TypeSerializer, N: TypeSerializer>(
         ns_compat: ns_compat(ns),
         value_compat: Arc::new(move |old| compat_ser.compatibility(old)),
         migrate: Arc::new(move |prev, b| migrate_whole(&n, &*migrate_ser, prev, b)),
+        ttl_layout: None,
+    }
+}
+
+/// The registration of a timer queue: Flink's `TimerSerializer` snapshot over the key and namespace
+/// serializers; both must be compatible as they are (timer entries are keys: never migrated).
+pub(crate) fn timer_registration<K: TypeSerializer, N: TypeSerializer>(
+    name: &str,
+    key: &K,
+    ns: &Arc<N>,
+) -> Registered {
+    let element = SerializerSnapshot::composite(
+        super::timers::TIMER_SNAPSHOT_ID,
+        crate::serializer::COMPOSITE_SNAPSHOT_VERSION,
+        vec![key.snapshot(), ns.snapshot()],
+    );
+    let current = element.clone();
+    Registered {
+        meta: meta(name, StateKind::Timers, ns.snapshot(), element, None),
+        ns_compat: ns_compat(ns),
+        value_compat: Arc::new(move |old| {
+            if *old == current {
+                Compatibility::CompatibleAsIs
+            } else {
+                Compatibility::Incompatible(format!(
+                    "timer element serializer {current} cannot read timers written by {old}"
+                ))
+            }
+        }),
+        migrate: Arc::new(|prev, _| {
+            Err(Error::InvalidArgument(format!(
+                "timers written by {prev} cannot be migrated"
+            )))
+        }),
         ttl_layout: None,
     }
 }

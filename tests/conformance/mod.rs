@@ -11,7 +11,10 @@ use keyed_state::serializer::{IntSerializer, LongSerializer, StringSerializer};
 use keyed_state::state::*;
 use keyed_state::Error;
 
+mod timers;
 mod ttl;
+#[allow(unused_imports)]
+pub use timers::*;
 #[allow(unused_imports)]
 pub use ttl::*;
 
@@ -591,6 +594,10 @@ macro_rules! conformance_suite {
             t!(ttl_snapshot_cleanup_drops_expired_state);
             t!(ttl_cannot_be_toggled_across_restore);
             t!(ttl_value_bytes_are_flinks_ttl_value);
+            t!(timers_key_grouped_priority_queue_walkthrough);
+            t!(timers_queue_peek_poll_order_and_set_semantics);
+            t!(timers_fire_in_order_with_the_current_key_set);
+            t!(timers_survive_savepoint_and_rescale);
         }
     };
 }
