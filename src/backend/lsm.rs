@@ -535,6 +535,31 @@ impl StateBackend for LsmBackend {
         res
     }
 
+    fn map_scan_from(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.check(state, kg, true, "map_scan")?;
+        self.build_key(state, &[key_ns]);
+        let skip = self.kbuf.len();
+        let upper = prefix_successor(&self.kbuf);
+        let lower = [self.kbuf.as_slice(), from].concat();
+        // Seek straight to `from`: deleted entries before it (removed timers) are never passed over.
+        let mut it = self.shared.db.iter(bounds(None, lower, upper));
+        it.seek_to_first();
+        while it.valid() {
+            if !f(&it.key()[skip..], it.value()) {
+                return Ok(());
+            }
+            it.next();
+        }
+        Ok(it.take_status()?)
+    }
+
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()> {
         // Point deletes (as Flink's RocksDB backend does) rather than a range tombstone per cleared map:
         // range tombstones are checked by every read, so many small ones would slow down every `get`.

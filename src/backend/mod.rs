@@ -182,6 +182,20 @@ pub trait StateBackend: Send {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()>;
 
+    /// Visits the entries of one map whose user keys are `>= from`, in ascending order, until `f` returns
+    /// `false` (timer queues find a key group's next head this way without passing the removed ones). The
+    /// default scans the whole map and skips the smaller keys.
+    fn map_scan_from(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.map_scan(state, kg, key_ns, &mut |k, v| k < from || f(k, v))
+    }
+
     /// Removes every entry of one map.
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()>;
 

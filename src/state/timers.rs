@@ -190,6 +190,23 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         Ok(first)
     }
 
+    /// The smallest element `>= from` of `id`'s key group `kg`, read from the backend.
+    fn first_in_group_from(
+        &mut self,
+        id: StateId,
+        kg: KeyGroup,
+        from: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        let (p, n) = self.kg_bytes(kg);
+        let mut first = None;
+        self.backend
+            .map_scan_from(id, kg, &p[..n], from, &mut |uk, _| {
+                first = Some(uk.to_vec());
+                false
+            })?;
+        Ok(first)
+    }
+
     /// Reads the heads and size of queue `id` from the backend if they are not cached.
     fn heads(&mut self, id: StateId) -> Result<&mut QueueHeads> {
         let loaded = self.timer_heads.get(&id).is_some_and(|h| h.loaded);
@@ -236,11 +253,18 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     /// Removes element `el` from key group `kg` of queue `id`. Returns whether the queue's head changed.
     fn queue_remove(&mut self, id: StateId, kg: KeyGroup, el: &[u8]) -> Result<bool> {
-        let before = self.heads(id)?.first().cloned();
         let (p, n) = self.kg_bytes(kg);
         if self.backend.map_get(id, kg, &p[..n], el)?.is_none() {
             return Ok(false);
         }
+        self.remove_present(id, kg, el)
+    }
+
+    /// Removes element `el`, known to be queued, from key group `kg` of queue `id`. Returns whether the
+    /// queue's head changed.
+    fn remove_present(&mut self, id: StateId, kg: KeyGroup, el: &[u8]) -> Result<bool> {
+        let before = self.heads(id)?.first().cloned();
+        let (p, n) = self.kg_bytes(kg);
         self.backend.map_remove(id, kg, &p[..n], el)?;
         let was_head = {
             let heads = self.heads(id)?;
@@ -248,7 +272,8 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             heads.heads.get(&kg).is_some_and(|h| h.as_slice() == el)
         };
         if was_head {
-            let next = self.first_in_group(id, kg)?;
+            // The next head is the smallest element after the removed one: seek there, past nothing removed.
+            let next = self.first_in_group_from(id, kg, el)?;
             self.heads(id)?.set_head(kg, next);
         }
         Ok(self.heads(id)?.first() != before.as_ref())
@@ -352,7 +377,8 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             return Ok(None);
         };
         let timer = self.decode_timer(q, &el)?;
-        self.queue_remove(q.core.id, kg, &el)?;
+        // A cached head is queued: no lookup before the removal.
+        self.remove_present(q.core.id, kg, &el)?;
         Ok(Some((kg, timer)))
     }
 

@@ -260,6 +260,23 @@ impl StateBackend for HeapBackend {
         Ok(())
     }
 
+    fn map_scan_from(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let t: &CowOrdered = self.ordered(state, kg, "map_scan")?;
+        let start = [key_ns, from].concat();
+        t.scan_from(&start, &mut |k, v| match k.strip_prefix(key_ns) {
+            Some(user_key) => f(user_key, v),
+            None => false,
+        });
+        Ok(())
+    }
+
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()> {
         self.ordered(state, kg, "map_clear")?.remove_prefix(key_ns);
         Ok(())
