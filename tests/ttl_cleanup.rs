@@ -318,3 +318,45 @@ fn heap_incremental_cleanup_on_access_keeps_live_entries() {
     assert_eq!(counts.iter().filter(|&&n| n == 16).count(), 50);
     assert_eq!(counts.iter().filter(|&&n| n == 33).count(), 50);
 }
+
+#[test]
+fn heap_incremental_cleanup_does_not_touch_an_open_snapshot() {
+    // testIncrementalCleanup: cleanup runs while a snapshot is open; the snapshot keeps what it saw.
+    let clock = ManualClock::new(0);
+    let cfg = KeyedStateStore::config_for(&LongSerializer, 128, KeyGroupRange::all(128));
+    let mut s = KeyedStateStore::new(
+        Box::new(HeapBackend::new(cfg.clone()).unwrap()),
+        LongSerializer,
+    )
+    .unwrap();
+    s.set_ttl_time_provider(clock.clone());
+    let ttl = StateTtlConfig::new(100).cleanup_incrementally(50, true);
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer).with_ttl(ttl.clone()))
+        .unwrap();
+    for k in 0..300i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&k).unwrap();
+    }
+    let snap = s.snapshot().unwrap();
+    clock.set(200);
+    for k in 0..300i64 {
+        s.set_current_key(&(k + 1000)).unwrap();
+    }
+    assert_eq!(s.num_entries().unwrap(), 0, "the live state is cleaned up");
+    let sp = conformance::savepoint_of_snapshot(&*snap);
+    let mut t =
+        KeyedStateStore::new(Box::new(HeapBackend::new(cfg).unwrap()), LongSerializer).unwrap();
+    t.set_ttl_time_provider(ManualClock::new(50));
+    let v = t
+        .register_value(ValueStateDescriptor::new("v", LongSerializer).with_ttl(ttl))
+        .unwrap();
+    t.restore(&[sp]).unwrap();
+    assert_eq!(
+        t.num_entries().unwrap(),
+        300,
+        "the snapshot kept every entry"
+    );
+    t.set_current_key(&7).unwrap();
+    assert_eq!(t.value(&v).unwrap().get().unwrap(), Some(7));
+}
