@@ -82,6 +82,24 @@ pub fn timestamp_at(value: &[u8], offset: usize) -> Option<i64> {
     Some(i64::from_be_bytes(b))
 }
 
+/// The SST user property of the LSM backend's TTL filter: `i64 BE smallest TTL timestamp | i64 BE largest TTL
+/// timestamp | i64 BE latest expiration` over every entry of the file (`design/sst-format.md`). Absent when
+/// any entry is not a TTL value (a tombstone, a range delete, another state's entry), and in older files.
+pub const PROP_TTL_RANGE: &str = "keyed-state.ttl-range";
+
+/// Decodes [`PROP_TTL_RANGE`]: (smallest timestamp, largest timestamp, latest expiration), or `None` unless
+/// the bytes are exactly 24.
+pub fn decode_ttl_range(bytes: &[u8]) -> Option<(i64, i64, i64)> {
+    if bytes.len() != 24 {
+        return None;
+    }
+    Some((
+        timestamp_at(bytes, 0)?,
+        timestamp_at(bytes, 8)?,
+        timestamp_at(bytes, 16)?,
+    ))
+}
+
 /// The byte length of the list element (a whole `TtlValue`: timestamp and user element) at the front of a
 /// slice, or `None` when the bytes do not hold one. Built by the typed layer from the element serializer.
 pub type ElementLength = Arc<dyn Fn(&[u8]) -> Option<usize> + Send + Sync>;

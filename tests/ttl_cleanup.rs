@@ -360,3 +360,41 @@ fn heap_incremental_cleanup_does_not_touch_an_open_snapshot() {
     t.set_current_key(&7).unwrap();
     assert_eq!(t.value(&v).unwrap().get().unwrap(), Some(7));
 }
+
+#[test]
+fn lsm_wholly_expired_files_are_compacted_from_their_ttl_range_property() {
+    // Files record their TTL range; once the latest expiry in a file has passed, background compaction
+    // picks it without being asked (no manual compaction after the clock moves).
+    let clock = ManualClock::new(0);
+    let (mut s, engine) = lsm_store(KeyGroupRange::new(0, 19), &clock);
+    let v = s
+        .register_value(
+            ValueStateDescriptor::new("v", LongSerializer)
+                .with_ttl(StateTtlConfig::new(100).cleanup_in_compaction_filter(1)),
+        )
+        .unwrap();
+    for k in 0..5000i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&k).unwrap();
+    }
+    compact(&engine);
+    engine.db().wait_for_background_work().unwrap();
+    assert_eq!(s.num_entries().unwrap(), 5000);
+    clock.set(99);
+    s.set_current_key(&1_000_000).unwrap();
+    s.value(&v).unwrap().update(&1).unwrap();
+    engine.db().flush().unwrap();
+    engine.db().wait_for_background_work().unwrap();
+    assert_eq!(s.num_entries().unwrap(), 5001, "nothing has expired yet");
+    clock.set(150);
+    // A flush wakes the background work, which finds the expired files from their properties.
+    s.set_current_key(&1_000_001).unwrap();
+    s.value(&v).unwrap().update(&1).unwrap();
+    engine.db().flush().unwrap();
+    engine.db().wait_for_background_work().unwrap();
+    assert_eq!(
+        s.num_entries().unwrap(),
+        2,
+        "the files written at t0 were compacted away"
+    );
+}

@@ -1,5 +1,5 @@
 //! Fuzzes the decoders of TTL values and timer elements: arbitrary stored bytes must give a value, a verdict
-//! or a typed error, never a panic — in the byte-level expiry rule (`ttl::TtlStateFilter::judge`, used by the
+//! or a typed error, never a panic — in the SST TTL-range property decoder, the byte-level expiry rule (`ttl::TtlStateFilter::judge`, used by the
 //! LSM compaction filter and snapshot cleanup) and in the typed reads of TTL states and timer queues.
 #![no_main]
 
@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
         TtlLayout::List(Arc::new(|b: &[u8]| (b.len() >= 16).then_some(16))),
         TtlLayout::List(Arc::new(|b: &[u8]| Some(8 + usize::from(*b.get(8)?)))),
     ];
+    let _ = keyed_state::ttl::decode_ttl_range(data);
     for layout in layouts {
         let f = TtlStateFilter { layout, ttl_millis: 100, clock: clock.clone() };
         let _ = f.judge(data, now);
