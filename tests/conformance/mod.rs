@@ -11,6 +11,13 @@ use keyed_state::serializer::{IntSerializer, LongSerializer, StringSerializer};
 use keyed_state::state::*;
 use keyed_state::Error;
 
+mod timers;
+mod ttl;
+#[allow(unused_imports)]
+pub use timers::*;
+#[allow(unused_imports)]
+pub use ttl::*;
+
 /// Creates a backend for a configuration.
 pub type Factory = dyn Fn(BackendConfig) -> Box<dyn StateBackend>;
 
@@ -577,6 +584,20 @@ macro_rules! conformance_suite {
             t!(restore_rejects_wrong_key_serializer_and_max_parallelism);
             t!(restore_rejects_incompatible_value_serializer_before_loading);
             t!(value_serializer_migrates_on_restore);
+            t!(ttl_exact_expiration_on_write);
+            t!(ttl_relaxed_expiration_on_write);
+            t!(ttl_exact_expiration_on_read);
+            t!(ttl_relaxed_expiration_on_read);
+            t!(ttl_expiration_timestamp_overflow);
+            t!(ttl_snapshot_change_restore);
+            t!(ttl_merge_namespaces);
+            t!(ttl_snapshot_cleanup_drops_expired_state);
+            t!(ttl_cannot_be_toggled_across_restore);
+            t!(ttl_value_bytes_are_flinks_ttl_value);
+            t!(timers_key_grouped_priority_queue_walkthrough);
+            t!(timers_queue_peek_poll_order_and_set_semantics);
+            t!(timers_fire_in_order_with_the_current_key_set);
+            t!(timers_survive_savepoint_and_rescale);
         }
     };
 }

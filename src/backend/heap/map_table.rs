@@ -19,11 +19,13 @@
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use super::bytes::{head_of, SmallBytes};
-use crate::prefetch::prefetch_read as prefetch;
 use crate::error::Result;
+use crate::prefetch::prefetch_read as prefetch;
+use crate::ttl::TtlVerdict;
 
 type FastHasher = foldhash::fast::RandomState;
 
@@ -147,6 +149,30 @@ impl UserMap {
         match self {
             UserMap::Small(v) => v.iter().all(|(k, x)| f(k.as_slice(), x.as_slice())),
             UserMap::Large(m) => m.iter().all(|(k, x)| f(k.as_slice(), x.as_slice())),
+        }
+    }
+
+    /// Visits the entries with user keys above `lower` in ascending order until `f` returns false; whether
+    /// it ran to the end.
+    pub fn for_each_from(
+        &self,
+        lower: Bound<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> bool {
+        match self {
+            UserMap::Small(v) => {
+                let start = match lower {
+                    Bound::Unbounded => 0,
+                    Bound::Included(from) => v.partition_point(|e| e.0.as_slice() < from),
+                    Bound::Excluded(after) => v.partition_point(|e| e.0.as_slice() <= after),
+                };
+                v[start..]
+                    .iter()
+                    .all(|(k, x)| f(k.as_slice(), x.as_slice()))
+            }
+            UserMap::Large(m) => m
+                .range::<[u8], _>((lower, Bound::Unbounded))
+                .all(|(k, x)| f(k.as_slice(), x.as_slice())),
         }
     }
 
@@ -357,6 +383,91 @@ impl Run {
         *self = Run::from_sorted(&all);
         self.overlaps_index = overlaps_index;
     }
+
+    /// Judges up to `want` entries with keys above `after` in key order, removing or rewriting what `judge`
+    /// says (chunks are copied only when one of their entries changes); returns how many were judged and
+    /// the last key judged.
+    fn ttl_step(
+        &mut self,
+        after: Option<&[u8]>,
+        want: usize,
+        judge: &mut dyn FnMut(&[u8]) -> TtlVerdict,
+    ) -> (usize, Option<SmallBytes>) {
+        let mut judged = 0;
+        let mut last: Option<SmallBytes> = None;
+        let mut ci = match after {
+            None => 0,
+            Some(a) => self
+                .dir
+                .chunks
+                .partition_point(|c| c.entries.last().is_some_and(|e| e.0.as_slice() <= a)),
+        };
+        while judged < want && ci < self.dir.chunks.len() {
+            let c = &self.dir.chunks[ci];
+            let start = match last.as_ref().map(SmallBytes::as_slice).or(after) {
+                None => 0,
+                Some(a) => c.entries.partition_point(|e| e.0.as_slice() <= a),
+            };
+            let end = c.entries.len().min(start + (want - judged));
+            let verdicts: Vec<TtlVerdict> = c.entries[start..end]
+                .iter()
+                .map(|e| judge(e.1.as_slice()))
+                .collect();
+            if end > start {
+                last = Some(c.entries[end - 1].0.clone());
+            }
+            judged += end - start;
+            if verdicts.iter().all(|v| *v == TtlVerdict::Keep) {
+                ci += 1;
+                continue;
+            }
+            let dir = Arc::make_mut(&mut self.dir);
+            let chunk = Arc::make_mut(&mut dir.chunks[ci]);
+            for (i, verdict) in verdicts.into_iter().enumerate().rev() {
+                let at = start + i;
+                match verdict {
+                    TtlVerdict::Keep => {}
+                    TtlVerdict::Replace(v) => chunk.entries[at].1.set(&v),
+                    TtlVerdict::Remove => {
+                        chunk.entries.remove(at);
+                        chunk.heads.remove(at);
+                        self.len -= 1;
+                    }
+                }
+            }
+            match chunk.heads.last() {
+                Some(&h) => {
+                    dir.last_heads[ci] = h;
+                    ci += 1;
+                }
+                None => {
+                    dir.chunks.remove(ci);
+                    dir.last_heads.remove(ci);
+                }
+            }
+        }
+        (judged, last)
+    }
+}
+
+/// Where an incremental TTL cleanup pass over one [`MapTable`] stands: shards in index order, the maps of
+/// a shard in the order they had when the pass entered it (maps added meanwhile are judged on the next
+/// pass), the entries of a map in user-key order, then the restored entries not yet moved into the index,
+/// in key order.
+#[derive(Clone, Default)]
+pub struct MapCursor {
+    /// Index of the shard being walked.
+    shard: usize,
+    /// Whether `pending` holds the maps of `shard`.
+    entered: bool,
+    /// Key-and-namespace bytes of the shard's maps still to judge, the next one last.
+    pending: Vec<SmallBytes>,
+    /// The map being judged and the last user key judged in it.
+    map: Option<(SmallBytes, Option<SmallBytes>)>,
+    /// Whether the index is done and the run is being walked.
+    in_run: bool,
+    /// The last run key judged.
+    run_last: Option<SmallBytes>,
 }
 
 /// The map states of one (state, key group); see the module documentation.
@@ -562,6 +673,140 @@ impl MapTable {
         if let Some(m) = self.find(key_ns) {
             m.for_each(f);
         }
+    }
+
+    /// Visits the map of `key_ns` from user key `from` on, in ascending user-key order, until `f` returns
+    /// false.
+    pub fn scan_from(
+        &mut self,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) {
+        self.adopt(key_ns);
+        if let Some(m) = self.find(key_ns) {
+            m.for_each_from(Bound::Included(from), f);
+        }
+    }
+
+    /// Incremental TTL cleanup: judges up to `n` entries from `cursor` on, removing the entries `judge`
+    /// calls expired (and maps left empty) and rewriting the ones it replaces. Writes go through the
+    /// copy-on-write rule, so an open snapshot keeps its entries; nothing is copied while every verdict is
+    /// [`TtlVerdict::Keep`]. Returns how many entries were judged and whether the pass reached the end of
+    /// the table (then `cursor` starts over).
+    pub fn ttl_step(
+        &mut self,
+        cursor: &mut MapCursor,
+        n: usize,
+        judge: &mut dyn FnMut(&[u8]) -> TtlVerdict,
+    ) -> (usize, bool) {
+        let mut judged = 0;
+        while judged < n {
+            if cursor.in_run {
+                let want = n - judged;
+                let (count, last) = self.run.ttl_step(
+                    cursor.run_last.as_ref().map(SmallBytes::as_slice),
+                    want,
+                    judge,
+                );
+                judged += count;
+                if count < want {
+                    *cursor = MapCursor::default();
+                    return (judged, true);
+                }
+                cursor.run_last = last;
+                continue;
+            }
+            let Some((key_ns, after)) = cursor.map.as_mut() else {
+                if !cursor.entered {
+                    let Some(shard) = self.shards.get(cursor.shard) else {
+                        cursor.in_run = true;
+                        continue;
+                    };
+                    cursor.pending = shard.0.iter().map(|s| s.key_ns.clone()).collect();
+                    cursor.pending.reverse();
+                    cursor.entered = true;
+                }
+                match cursor.pending.pop() {
+                    Some(key_ns) => cursor.map = Some((key_ns, None)),
+                    None => {
+                        cursor.shard += 1;
+                        cursor.entered = false;
+                    }
+                }
+                continue;
+            };
+            let (count, last) = self.ttl_step_map(
+                key_ns.as_slice(),
+                after.as_ref().map(SmallBytes::as_slice),
+                n - judged,
+                judge,
+            );
+            judged += count;
+            match last {
+                Some(last) => *after = Some(last),
+                None => cursor.map = None,
+            }
+        }
+        (judged, false)
+    }
+
+    /// Judges up to `want` entries of the map of `key_ns` with user keys above `after`. Returns how many
+    /// were judged and, if the map has entries beyond them, the last user key judged.
+    fn ttl_step_map(
+        &mut self,
+        key_ns: &[u8],
+        after: Option<&[u8]>,
+        want: usize,
+        judge: &mut dyn FnMut(&[u8]) -> TtlVerdict,
+    ) -> (usize, Option<SmallBytes>) {
+        let h = self.hash(key_ns);
+        let s = self.shard_of(h);
+        let Some(slot) = self.shards[s].0.find(h, |x| x.key_ns.as_slice() == key_ns) else {
+            return (0, None);
+        };
+        let mut batch: Vec<(SmallBytes, TtlVerdict)> = Vec::new();
+        let mut more = false;
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        slot.map.for_each_from(lower, &mut |uk, v| {
+            if batch.len() == want {
+                more = true;
+                return false;
+            }
+            batch.push((SmallBytes::new(uk), judge(v)));
+            true
+        });
+        let judged = batch.len();
+        let last = if more {
+            batch.last().map(|(uk, _)| uk.clone())
+        } else {
+            None
+        };
+        if batch.iter().all(|(_, v)| *v == TtlVerdict::Keep) {
+            return (judged, last);
+        }
+        let shard = Arc::make_mut(&mut Arc::make_mut(&mut self.shards)[s]);
+        if let Ok(mut e) = shard.0.find_entry(h, |x| x.key_ns.as_slice() == key_ns) {
+            for (uk, verdict) in batch {
+                match verdict {
+                    TtlVerdict::Keep => {}
+                    TtlVerdict::Remove => {
+                        if e.get_mut().map.remove(uk.as_slice()) {
+                            self.entries -= 1;
+                        }
+                    }
+                    TtlVerdict::Replace(v) => {
+                        e.get_mut().map.put(uk.as_slice(), &v);
+                    }
+                }
+            }
+            if e.get().map.is_empty() {
+                e.remove();
+                self.maps -= 1;
+                return (judged, None);
+            }
+        }
+        (judged, last)
     }
 
     /// Doubles the shard count, splitting each shard by the next hash bit.
