@@ -1103,7 +1103,58 @@ mod tests {
         Snapshot,
         Release(usize),
         Retain,
+        Cleanup(usize),
         Check,
+    }
+
+    /// The cleanup verdict of the tests: values starting with an even byte have expired, values starting
+    /// with 1 are rewritten to `[3, 3]` (which stays).
+    fn verdict(v: &[u8]) -> TtlVerdict {
+        match v.first() {
+            Some(b) if b % 2 == 0 => TtlVerdict::Remove,
+            Some(1) => TtlVerdict::Replace(vec![3, 3]),
+            _ => TtlVerdict::Keep,
+        }
+    }
+
+    /// The whole table (without a key-group prefix) as a model.
+    fn contents(t: &MapTable) -> Model {
+        let mut got = Model::new();
+        t.for_each_sorted(&[], &mut |k, v| {
+            got.insert(k.to_vec(), v.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        got
+    }
+
+    /// One cleanup step of at most `n` entries: every entry of the table is its model value or that value
+    /// after its verdict, every missing entry was judged expired, and at most `n` entries changed. The
+    /// model becomes the table.
+    fn cleanup_step(t: &mut MapTable, cursor: &mut MapCursor, n: usize, model: &mut Model) -> bool {
+        let (judged, finished) = t.ttl_step(cursor, n, &mut verdict);
+        assert!(judged <= n, "judged {judged} of at most {n}");
+        let got = contents(t);
+        assert!(
+            got.keys().all(|k| model.contains_key(k)),
+            "cleanup added keys"
+        );
+        let mut changed = 0;
+        for (k, v) in model.iter() {
+            match (got.get(k), verdict(v)) {
+                (Some(g), _) if g == v => {}
+                (Some(g), TtlVerdict::Replace(r)) if *g == r => changed += 1,
+                (None, TtlVerdict::Remove) => changed += 1,
+                (g, want) => panic!("entry {k:?}: {v:?} became {g:?} under verdict {want:?}"),
+            }
+        }
+        assert!(
+            changed <= judged,
+            "{changed} entries changed, {judged} judged"
+        );
+        assert_eq!(t.len(), got.len());
+        *model = got;
+        finished
     }
 
     fn user_key() -> impl Strategy<Value = Vec<u8>> {
@@ -1121,6 +1172,7 @@ mod tests {
             1 => Just(Op::Snapshot),
             1 => any::<usize>().prop_map(Op::Release),
             1 => Just(Op::Retain),
+            2 => (1usize..40).prop_map(Op::Cleanup),
             1 => Just(Op::Check),
         ]
     }
@@ -1149,6 +1201,7 @@ mod tests {
         t.finish_load();
         check(&t, &model);
         let mut snaps: Vec<(MapTable, Model)> = Vec::new();
+        let mut cursor = MapCursor::default();
         for op in ops {
             match op {
                 Op::Put(m, uk, v) => {
@@ -1208,9 +1261,24 @@ mod tests {
                         }
                     }
                 }
+                Op::Cleanup(n) => {
+                    cleanup_step(&mut t, &mut cursor, n, &mut model);
+                }
                 Op::Check => check(&t, &model),
             }
         }
+        check(&t, &model);
+        for (s, m) in &snaps {
+            check(s, m);
+        }
+        // Two finished passes judge every entry the table held when the second began.
+        let mut passes = 0;
+        while passes < 2 {
+            if cleanup_step(&mut t, &mut cursor, 7, &mut model) {
+                passes += 1;
+            }
+        }
+        assert!(model.values().all(|v| verdict(v) == TtlVerdict::Keep));
         check(&t, &model);
         for (s, m) in &snaps {
             check(s, m);
@@ -1272,6 +1340,81 @@ mod tests {
         }
         run(restored.clone(), false, ops.clone());
         run(restored, true, ops);
+    }
+
+    /// Cleanup passes over restored entries still in the run (none adopted yet), large maps shared with a
+    /// snapshot, and maps emptied by the cleanup: the snapshot keeps every entry, the live table loses
+    /// exactly the expired ones.
+    #[test]
+    fn cleanup_passes_over_run_trees_and_snapshots() {
+        let mut t = MapTable::default();
+        let mut model = Model::new();
+        for m in 0..600u16 {
+            for u in 0..(m % 7) as u8 {
+                let k = full(&key_ns(m), &[u]);
+                t.load(&k, &[u % 3, 9]);
+                model.insert(k, vec![u % 3, 9]);
+            }
+        }
+        t.finish_load();
+        for u in 0..100u8 {
+            t.put(b"big", &[u], &[u % 4]);
+            model.insert(full(b"big", &[u]), vec![u % 4]);
+        }
+        for m in 600..700u16 {
+            t.put(&key_ns(m), b"x", &[0]);
+            model.insert(full(&key_ns(m), b"x"), vec![0]);
+        }
+        let snap = t.clone();
+        let before = model.clone();
+        let mut cursor = MapCursor::default();
+        let mut steps = 0;
+        while !cleanup_step(&mut t, &mut cursor, 13, &mut model) {
+            steps += 1;
+            assert!(steps < 10_000, "the pass does not end");
+        }
+        assert!(model.values().all(|v| verdict(v) == TtlVerdict::Keep));
+        assert!(model.contains_key(&full(b"big", &[1])));
+        assert!(!model.contains_key(&full(&key_ns(650), b"x")));
+        check(&t, &model);
+        check(&snap, &before);
+        // Restored maps not cleaned are still adopted correctly.
+        for m in 0..600u16 {
+            for u in 0..(m % 7) as u8 {
+                let want = model.get(&full(&key_ns(m), &[u])).cloned();
+                let got = t.get(&key_ns(m), &[u]).map(|v| v.as_slice().to_vec());
+                assert_eq!(got, want);
+            }
+        }
+        check(&t, &model);
+    }
+
+    /// `scan_from` starts at the first user key `>= from`, in small maps, trees and restored maps.
+    #[test]
+    fn scan_from_starts_at_the_bound() {
+        let mut t = MapTable::default();
+        t.load(&full(b"r", &[2]), b"2");
+        t.load(&full(b"r", &[4]), b"4");
+        t.finish_load();
+        for u in (0..80u8).step_by(2) {
+            t.put(b"big", &[u], &[u]);
+        }
+        t.put(b"s", &[1], b"1");
+        t.put(b"s", &[5], b"5");
+        let scan = |t: &mut MapTable, ns: &[u8], from: &[u8]| {
+            let mut got = Vec::new();
+            t.scan_from(ns, from, &mut |k, _| {
+                got.push(k.to_vec());
+                true
+            });
+            got
+        };
+        assert_eq!(scan(&mut t, b"r", &[3]), vec![vec![4]]);
+        assert_eq!(scan(&mut t, b"s", &[1]), vec![vec![1], vec![5]]);
+        assert_eq!(scan(&mut t, b"s", &[2]), vec![vec![5]]);
+        assert_eq!(scan(&mut t, b"s", &[6]), Vec::<Vec<u8>>::new());
+        assert_eq!(scan(&mut t, b"big", &[75]), vec![vec![76], vec![78]]);
+        assert_eq!(scan(&mut t, b"none", &[]), Vec::<Vec<u8>>::new());
     }
 
     /// Entries loaded into a table that already holds maps (outside the restore contract, still
