@@ -72,6 +72,15 @@ pub enum Error {
         /// Why they are incompatible.
         reason: String,
     },
+    /// A restored state is registered with TTL switched on or off (Flink's heap backend refuses this too:
+    /// the stored bytes carry timestamps, or do not).
+    #[error("state '{name}': {}", if *restored_with_ttl { "it was written with TTL and is registered without TTL; TTL cannot be switched off across a restore" } else { "it was written without TTL and is registered with TTL; TTL cannot be switched on across a restore" })]
+    TtlToggled {
+        /// The state.
+        name: String,
+        /// Whether the restored state has TTL (and the registration not).
+        restored_with_ttl: bool,
+    },
     /// The max parallelism of a savepoint differs from the backend's.
     #[error("max parallelism mismatch: the savepoint was written with max parallelism {savepoint}, the backend uses {backend}")]
     MaxParallelismMismatch {

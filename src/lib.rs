@@ -23,6 +23,7 @@ pub mod restore;
 pub mod savepoint;
 pub mod serializer;
 pub mod state;
+pub mod ttl;
 
 pub use error::{Error, Result};
 

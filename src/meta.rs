@@ -109,6 +109,9 @@ pub struct TtlConfig {
     pub cleanup_incremental: Option<(u32, bool)>,
     /// LSM compaction-filter cleanup: refresh the clock every N entries; `None` = off.
     pub cleanup_compaction_filter: Option<u64>,
+    /// Files older than this many milliseconds are rewritten so that keys nobody touches still expire
+    /// (Flink's `periodicCompactionTime`); `None` = never.
+    pub periodic_compaction_millis: Option<u64>,
 }
 
 impl TtlConfig {
@@ -121,9 +124,74 @@ impl TtlConfig {
             cleanup_full_snapshot: false,
             cleanup_incremental: Some((5, false)),
             cleanup_compaction_filter: Some(1000),
+            periodic_compaction_millis: Some(DEFAULT_PERIODIC_COMPACTION_MILLIS),
         }
     }
+
+    /// A TTL of `ttl` with Flink's defaults (Flink's `StateTtlConfig.newBuilder(ttl)`).
+    pub fn new_builder(ttl: std::time::Duration) -> Self {
+        Self::new(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Sets when timestamps are refreshed.
+    pub fn with_update_type(mut self, update_type: TtlUpdateType) -> Self {
+        self.update_type = update_type;
+        self
+    }
+
+    /// Sets whether expired values may be returned.
+    pub fn with_visibility(mut self, visibility: TtlVisibility) -> Self {
+        self.visibility = visibility;
+        self
+    }
+
+    /// Drops expired entries from full snapshots and savepoints.
+    pub fn cleanup_full_snapshot(mut self) -> Self {
+        self.cleanup_full_snapshot = true;
+        self
+    }
+
+    /// Heap incremental cleanup: check `entries` entries per state access (and per record if
+    /// `every_record`).
+    pub fn cleanup_incrementally(mut self, entries: u32, every_record: bool) -> Self {
+        self.cleanup_incremental = Some((entries, every_record));
+        self
+    }
+
+    /// LSM compaction-filter cleanup, reading the clock every `query_time_after_entries` entries.
+    pub fn cleanup_in_compaction_filter(mut self, query_time_after_entries: u64) -> Self {
+        self.cleanup_compaction_filter = Some(query_time_after_entries);
+        self
+    }
+
+    /// Rewrites files older than `bound` (`None`: never).
+    pub fn with_periodic_compaction(mut self, bound: Option<std::time::Duration>) -> Self {
+        self.periodic_compaction_millis =
+            bound.map(|b| u64::try_from(b.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// No background cleanup: neither incremental nor compaction filter (Flink's
+    /// `disableCleanupInBackground`).
+    pub fn disable_cleanup_in_background(mut self) -> Self {
+        self.cleanup_incremental = None;
+        self.cleanup_compaction_filter = None;
+        self
+    }
+
+    /// Whether reads refresh the timestamp.
+    pub fn updates_on_read(&self) -> bool {
+        self.update_type == TtlUpdateType::OnReadAndWrite
+    }
+
+    /// Whether an expired value that is still stored is returned (once).
+    pub fn returns_expired(&self) -> bool {
+        self.visibility == TtlVisibility::ReturnExpiredIfNotCleanedUp
+    }
 }
+
+/// Flink's default periodic compaction time: 30 days.
+pub const DEFAULT_PERIODIC_COMPACTION_MILLIS: u64 = 30 * 24 * 60 * 60 * 1000;
 
 /// Everything recorded about one registered state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

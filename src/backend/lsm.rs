@@ -26,6 +26,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::lsm_load::{LoadRun, Loader};
+use super::lsm_ttl::{TtlFilterFactory, TtlFilters};
 use super::state_prefix::StateKeyPrefix;
 use super::{BackendConfig, BackendSnapshot, EngineHandle, StateBackend, StateId};
 use crate::error::{Error, Result};
@@ -58,6 +59,8 @@ struct Shared {
     db: Db,
     /// The prefix extractor the engine's filters use, if any (states are mapped as they register).
     prefixes: Option<Arc<StateKeyPrefix>>,
+    /// The TTL compaction filters of the states (see `lsm_ttl`).
+    ttl: Arc<TtlFilters>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -105,6 +108,12 @@ impl EngineHandle for LsmEngine {
             s.memtable_index_growth_micros / 1000
         )
     }
+}
+
+/// What the backend shares with the engine's options: the prefix extractor and the TTL filters.
+struct EngineParts {
+    prefixes: Option<Arc<StateKeyPrefix>>,
+    ttl: Arc<TtlFilters>,
 }
 
 /// The LSM backend. See the module documentation.
@@ -184,17 +193,17 @@ impl LsmBackend {
                 ),
                 source: e,
             })?;
-        let (options, prefixes) = Self::engine_options(options, &config, &[]);
+        let (options, parts) = Self::engine_options(options, &config, &[]);
         let db = Db::open(tmp.path(), options)?;
-        Self::from_db(config, Vec::new(), db, prefixes, Some(tmp))
+        Self::from_db(config, Vec::new(), db, parts, Some(tmp))
     }
 
     /// An LSM backend whose engine lives in `dir` (created if missing). The directory is working storage:
     /// whatever an earlier run left there is discarded (state comes back through savepoints).
     pub fn open(dir: impl AsRef<Path>, config: BackendConfig, options: Options) -> Result<Self> {
-        let (options, prefixes) = Self::engine_options(options, &config, &[]);
+        let (options, parts) = Self::engine_options(options, &config, &[]);
         let db = Db::open(dir.as_ref(), options)?;
-        let mut b = Self::from_db(config, Vec::new(), db, prefixes, None)?;
+        let mut b = Self::from_db(config, Vec::new(), db, parts, None)?;
         b.delete_all()?;
         Ok(b)
     }
@@ -210,10 +219,10 @@ impl LsmBackend {
         options: Options,
     ) -> Result<Self> {
         // The states are mapped before the engine opens: it may flush or compact their keys at once.
-        let (options, prefixes) = Self::engine_options(options, &config, &states);
+        let (options, parts) = Self::engine_options(options, &config, &states);
         let db = Db::open(dir.as_ref(), options)?;
         let range = config.key_group_range;
-        let mut b = Self::from_db(config, states, db, prefixes, None)?;
+        let mut b = Self::from_db(config, states, db, parts, None)?;
         b.clip_to(range)?;
         Ok(b)
     }
@@ -242,9 +251,11 @@ impl LsmBackend {
         mut options: Options,
         config: &BackendConfig,
         states: &[StateMetaInfo],
-    ) -> (Options, Option<Arc<StateKeyPrefix>>) {
+    ) -> (Options, EngineParts) {
         options.merge_operator = Some(Arc::new(ListAppendOperator));
         options.partition_prefix_len = STATE_PREFIX_LEN;
+        let ttl = Arc::new(TtlFilters::default());
+        options.compaction_filter_factory = Some(Arc::new(TtlFilterFactory(Arc::clone(&ttl))));
         let prefixes = if options.sst.prefix_bloom_bits_per_key > 0 {
             StateKeyPrefix::new(config.max_parallelism, &config.key_serializer).map(Arc::new)
         } else {
@@ -258,14 +269,14 @@ impl LsmBackend {
         options.sst.prefix_extractor = prefixes
             .clone()
             .map(|x| x as Arc<dyn crate::lsm::prefix::PrefixExtractor>);
-        (options, prefixes)
+        (options, EngineParts { prefixes, ttl })
     }
 
     fn from_db(
         config: BackendConfig,
         states: Vec<StateMetaInfo>,
         db: Db,
-        prefixes: Option<Arc<StateKeyPrefix>>,
+        parts: EngineParts,
         tmp: Option<tempfile::TempDir>,
     ) -> Result<Self> {
         config.validate()?;
@@ -282,7 +293,8 @@ impl LsmBackend {
             states,
             shared: Arc::new(Shared {
                 db,
-                prefixes,
+                prefixes: parts.prefixes,
+                ttl: parts.ttl,
                 _tmp: tmp,
             }),
             kbuf: Vec::with_capacity(64),
@@ -560,6 +572,31 @@ impl StateBackend for LsmBackend {
         res
     }
 
+    fn map_scan_from(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.check(state, kg, true, "map_scan")?;
+        self.build_key(state, &[key_ns]);
+        let skip = self.kbuf.len();
+        let upper = prefix_successor(&self.kbuf);
+        let lower = [self.kbuf.as_slice(), from].concat();
+        // Seek straight to `from`: deleted entries before it (removed timers) are never passed over.
+        let mut it = self.shared.db.iter(bounds(None, lower, upper));
+        it.seek_to_first();
+        while it.valid() {
+            if !f(&it.key()[skip..], it.value()) {
+                return Ok(());
+            }
+            it.next();
+        }
+        Ok(it.take_status()?)
+    }
+
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()> {
         // Point deletes (as Flink's RocksDB backend does) rather than a range tombstone per cleared map:
         // range tombstones are checked by every read, so many small ones would slow down every `get`.
@@ -704,6 +741,17 @@ impl StateBackend for LsmBackend {
             pending,
             shared: Arc::clone(&self.shared),
         }))
+    }
+
+    fn set_ttl_filter(&mut self, state: StateId, filter: Option<crate::ttl::TtlStateFilter>) {
+        let query_every = self
+            .states
+            .get(state)
+            .and_then(|m| m.ttl.as_ref())
+            .and_then(|t| t.cleanup_compaction_filter);
+        // Only states whose TTL asks for compaction-filter cleanup get a filter.
+        let filter = filter.filter(|_| query_every.is_some());
+        self.shared.ttl.set(state, filter, query_every.unwrap_or(1));
     }
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {

@@ -13,6 +13,7 @@ mod checkpoint_capture;
 pub mod heap;
 pub mod lsm;
 mod lsm_load;
+mod lsm_ttl;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 mod state_prefix;
@@ -91,10 +92,20 @@ pub(crate) fn check_access(
     op: &'static str,
 ) -> Result<()> {
     match states.get(state) {
-        Some(m) if (m.kind == crate::meta::StateKind::Map) == map && range.contains(kg) => Ok(()),
-        Some(m) if (m.kind == crate::meta::StateKind::Map) == map => Err(out_of_range(range, kg)),
+        Some(m) if is_ordered_kind(m.kind) == map && range.contains(kg) => Ok(()),
+        Some(m) if is_ordered_kind(m.kind) == map => Err(out_of_range(range, kg)),
         _ => Err(wrong_kind(states, state, op)),
     }
+}
+
+/// Whether a state kind is stored as ordered entries reached through the `map_*` operations: map states
+/// (`key_ns | user key`) and timer states (`KG | TS | K | NS`, with the key-group prefix as `key_ns`).
+#[inline]
+pub fn is_ordered_kind(kind: crate::meta::StateKind) -> bool {
+    matches!(
+        kind,
+        crate::meta::StateKind::Map | crate::meta::StateKind::Timers
+    )
 }
 
 /// The error for an operation `op` on `state` of the wrong kind, or on an unknown state id.
@@ -192,6 +203,20 @@ pub trait StateBackend: Send {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()>;
 
+    /// Visits the entries of one map whose user keys are `>= from`, in ascending order, until `f` returns
+    /// `false` (timer queues find a key group's next head this way without passing the removed ones). The
+    /// default scans the whole map and skips the smaller keys.
+    fn map_scan_from(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.map_scan(state, kg, key_ns, &mut |k, v| k < from || f(k, v))
+    }
+
     /// Removes every entry of one map.
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()>;
 
@@ -233,6 +258,26 @@ pub trait StateBackend: Send {
             backend: self.backend_name(),
             what: "incremental checkpoints",
         })
+    }
+
+    /// Tells the backend how values of a TTL state expire (`None`: the state has no TTL), for cleanup inside
+    /// the backend's storage (the LSM compaction filter). The default ignores it: the typed layer's cleanup on
+    /// access and on full snapshots works without it.
+    fn set_ttl_filter(&mut self, state: StateId, filter: Option<crate::ttl::TtlStateFilter>) {
+        let _ = (state, filter);
+    }
+
+    /// Incremental TTL cleanup (Flink's `cleanupIncrementally`): judges the next `entries` entries of `state`
+    /// from a cursor the backend keeps, removing or rewriting what `judge` says. Returns how many entries
+    /// were judged. The default does nothing (backends that clean up in compaction).
+    fn ttl_cleanup_step(
+        &mut self,
+        state: StateId,
+        entries: usize,
+        judge: &mut dyn FnMut(&[u8]) -> crate::ttl::TtlVerdict,
+    ) -> Result<usize> {
+        let _ = (state, entries, judge);
+        Ok(0)
     }
 }
 

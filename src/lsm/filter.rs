@@ -50,4 +50,21 @@ pub trait CompactionFilterFactory: Send + Sync {
     fn name(&self) -> &str;
     /// A filter for one compaction.
     fn create(&self, ctx: &CompactionFilterContext) -> Box<dyn CompactionFilter>;
+    /// Whether filters would do anything now. While not, flushes and compactions run as without a factory
+    /// (operands partially merged at flush, untouched values copied as they are). Default: always.
+    fn is_active(&self) -> bool {
+        true
+    }
+    /// A collector of user properties for each file that flushes and compactions write while the factory is
+    /// active (e.g. the range of TTL timestamps in the file). Default: none.
+    fn properties_collector(&self) -> Option<Box<dyn crate::lsm::sst::PropertiesCollector>> {
+        None
+    }
+    /// Whether the filter would remove every entry of a file with these properties now. When no other
+    /// compaction is due, such a file (in L1 or deeper) is compacted on its own, found from its properties
+    /// alone. Default: never.
+    fn file_expired(&self, properties: &crate::lsm::sst::SstProperties) -> bool {
+        let _ = properties;
+        false
+    }
 }

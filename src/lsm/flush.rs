@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::ikey;
 use super::memtable::MemTable;
 use super::rangedel::{self, RangeDelCollector, PROP_RANGE_DELS};
+use super::sst::PropertiesCollector;
 use super::sst::{SstReader, SstWriter};
 use super::state::DbInner;
 use super::version::{sst_path, FileInfo, FileMeta};
@@ -15,6 +16,20 @@ use super::LsmError;
 /// never inside the versions of one user key. Dropped without [`finish`](Self::finish) succeeding (an error,
 /// a panic), it deletes what it wrote: the file being written at once, the finished ones (never installed)
 /// when their last reference goes.
+/// Several property collectors as one: each sees every entry; their properties are joined.
+struct Collectors(Vec<Box<dyn PropertiesCollector>>);
+
+impl PropertiesCollector for Collectors {
+    fn add(&mut self, ikey: &[u8], value: &[u8]) {
+        for c in &mut self.0 {
+            c.add(ikey, value);
+        }
+    }
+    fn finish(&mut self) -> Vec<(String, Vec<u8>)> {
+        self.0.iter_mut().flat_map(|c| c.finish()).collect()
+    }
+}
+
 pub(crate) struct Outputs<'a> {
     db: &'a DbInner,
     target_size: Option<u64>,
@@ -53,10 +68,22 @@ impl<'a> Outputs<'a> {
         }
         if self.cur.is_none() {
             let number = self.db.new_file_number();
+            let mut collectors: Vec<Box<dyn PropertiesCollector>> =
+                vec![Box::new(RangeDelCollector::default())];
+            if let Some(c) = self
+                .db
+                .opts
+                .compaction_filter_factory
+                .as_ref()
+                .filter(|f| f.is_active())
+                .and_then(|f| f.properties_collector())
+            {
+                collectors.push(c);
+            }
             let w = SstWriter::create(
                 &sst_path(&self.db.dir, number),
                 self.db.opts.sst.clone(),
-                Some(Box::new(RangeDelCollector::default())),
+                Some(Box::new(Collectors(collectors))),
             )?;
             self.cur = Some((w, number));
         }
@@ -155,7 +182,11 @@ pub(crate) fn write_memtable(db: &DbInner, mem: &MemTable) -> Result<Vec<Arc<Fil
     let mut out = Outputs::new(db, None);
     let op = match &db.opts.merge_operator {
         Some(op)
-            if db.opts.compaction_filter_factory.is_none()
+            if db
+                .opts
+                .compaction_filter_factory
+                .as_ref()
+                .is_none_or(|f| !f.is_active())
                 && mem.with_range_dels(|t| t.is_empty()) =>
         {
             Some(Arc::clone(op))

@@ -158,6 +158,14 @@ fn put_ttl(out: &mut Vec<u8>, ttl: &Option<TtlConfig>) {
             out.extend_from_slice(&n.to_be_bytes());
         }
     }
+    // A compatible addition after the v1 TTL block: the periodic-rewrite bound.
+    match t.periodic_compaction_millis {
+        None => out.push(0),
+        Some(n) => {
+            out.push(1);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+    }
 }
 
 /// Encodes preamble and header body (without the trailing checksum), validating what the format can hold.
@@ -378,7 +386,16 @@ fn get_ttl(r: &mut ByteReader<'_>, state: usize) -> Result<Option<TtlConfig>, Sa
     } else {
         None
     };
+    // Absent in records written before the periodic bound existed: Flink's default.
+    let periodic_compaction_millis = if r.remaining() == 0 {
+        Some(crate::meta::DEFAULT_PERIODIC_COMPACTION_MILLIS)
+    } else if r.bool("TTL periodic-compaction presence")? {
+        Some(r.u64("TTL periodic-compaction bound")?)
+    } else {
+        None
+    };
     Ok(Some(TtlConfig {
+        periodic_compaction_millis,
         ttl_millis,
         update_type,
         visibility,

@@ -182,3 +182,37 @@ pub fn from_bytes<S: TypeSerializer + ?Sized>(
     }
     Ok(v)
 }
+
+/// A shared serializer serializes as the serializer it shares (so composites such as [`TtlSerializer`] can
+/// wrap a serializer that handles also hold).
+impl<S: TypeSerializer> TypeSerializer for std::sync::Arc<S> {
+    type Value = S::Value;
+
+    fn serialize(&self, value: &Self::Value, out: &mut Vec<u8>) -> Result<(), SerializerError> {
+        (**self).serialize(value, out)
+    }
+
+    fn deserialize(&self, input: &mut &[u8]) -> Result<Self::Value, SerializerError> {
+        (**self).deserialize(input)
+    }
+
+    fn fixed_length(&self) -> Option<usize> {
+        (**self).fixed_length()
+    }
+
+    fn snapshot(&self) -> SerializerSnapshot {
+        (**self).snapshot()
+    }
+
+    fn compatibility(&self, previous: &SerializerSnapshot) -> Compatibility {
+        (**self).compatibility(previous)
+    }
+
+    fn deserialize_previous(
+        &self,
+        previous: &SerializerSnapshot,
+        input: &mut &[u8],
+    ) -> Result<Self::Value, SerializerError> {
+        (**self).deserialize_previous(previous, input)
+    }
+}

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::backend::StateId;
-use crate::meta::{StateKind, StateMetaInfo};
+use crate::meta::{StateKind, StateMetaInfo, TtlConfig};
 use crate::serializer::{SerializerSnapshot, TypeSerializer, VoidNamespaceSerializer};
 
 pub use crate::serializer::{COMPOSITE_SNAPSHOT_VERSION, LIST_SNAPSHOT_ID, MAP_SNAPSHOT_ID};
@@ -32,6 +32,7 @@ pub trait AggregateFunction: Send + Sync + 'static {
 /// Describes a `ValueState<V>` in namespaces of `N`.
 pub struct ValueStateDescriptor<V: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
     pub(crate) name: String,
+    pub(crate) ttl: Option<TtlConfig>,
     pub(crate) serializer: V,
     pub(crate) namespace: N,
     pub(crate) default: Option<V::Value>,
@@ -42,6 +43,7 @@ impl<V: TypeSerializer> ValueStateDescriptor<V> {
     pub fn new(name: impl Into<String>, serializer: V) -> Self {
         ValueStateDescriptor {
             name: name.into(),
+            ttl: None,
             serializer,
             namespace: VoidNamespaceSerializer,
             default: None,
@@ -50,10 +52,17 @@ impl<V: TypeSerializer> ValueStateDescriptor<V> {
 }
 
 impl<V: TypeSerializer, N: TypeSerializer> ValueStateDescriptor<V, N> {
+    /// Gives the state a time to live (Flink's `StateDescriptor.enableTimeToLive`).
+    pub fn with_ttl(mut self, ttl: TtlConfig) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
     /// The same state in namespaces serialized by `namespace`.
     pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> ValueStateDescriptor<V, N2> {
         ValueStateDescriptor {
             name: self.name,
+            ttl: self.ttl,
             serializer: self.serializer,
             namespace,
             default: self.default,
@@ -70,6 +79,7 @@ impl<V: TypeSerializer, N: TypeSerializer> ValueStateDescriptor<V, N> {
 /// Describes a `ListState<E>`.
 pub struct ListStateDescriptor<E: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
     pub(crate) name: String,
+    pub(crate) ttl: Option<TtlConfig>,
     pub(crate) element: E,
     pub(crate) namespace: N,
 }
@@ -79,6 +89,7 @@ impl<E: TypeSerializer> ListStateDescriptor<E> {
     pub fn new(name: impl Into<String>, element: E) -> Self {
         ListStateDescriptor {
             name: name.into(),
+            ttl: None,
             element,
             namespace: VoidNamespaceSerializer,
         }
@@ -86,10 +97,17 @@ impl<E: TypeSerializer> ListStateDescriptor<E> {
 }
 
 impl<E: TypeSerializer, N: TypeSerializer> ListStateDescriptor<E, N> {
+    /// Gives the state a time to live (Flink's `StateDescriptor.enableTimeToLive`).
+    pub fn with_ttl(mut self, ttl: TtlConfig) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
     /// The same state in namespaces serialized by `namespace`.
     pub fn with_namespace<N2: TypeSerializer>(self, namespace: N2) -> ListStateDescriptor<E, N2> {
         ListStateDescriptor {
             name: self.name,
+            ttl: self.ttl,
             element: self.element,
             namespace,
         }
@@ -103,6 +121,7 @@ pub struct MapStateDescriptor<
     N: TypeSerializer = VoidNamespaceSerializer,
 > {
     pub(crate) name: String,
+    pub(crate) ttl: Option<TtlConfig>,
     pub(crate) user_key: UK,
     pub(crate) user_value: UV,
     pub(crate) namespace: N,
@@ -113,6 +132,7 @@ impl<UK: TypeSerializer, UV: TypeSerializer> MapStateDescriptor<UK, UV> {
     pub fn new(name: impl Into<String>, user_key: UK, user_value: UV) -> Self {
         MapStateDescriptor {
             name: name.into(),
+            ttl: None,
             user_key,
             user_value,
             namespace: VoidNamespaceSerializer,
@@ -121,6 +141,12 @@ impl<UK: TypeSerializer, UV: TypeSerializer> MapStateDescriptor<UK, UV> {
 }
 
 impl<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> MapStateDescriptor<UK, UV, N> {
+    /// Gives the state a time to live (Flink's `StateDescriptor.enableTimeToLive`).
+    pub fn with_ttl(mut self, ttl: TtlConfig) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
     /// The same state in namespaces serialized by `namespace`.
     pub fn with_namespace<N2: TypeSerializer>(
         self,
@@ -128,6 +154,7 @@ impl<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> MapStateDescript
     ) -> MapStateDescriptor<UK, UV, N2> {
         MapStateDescriptor {
             name: self.name,
+            ttl: self.ttl,
             user_key: self.user_key,
             user_value: self.user_value,
             namespace,
@@ -138,6 +165,7 @@ impl<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> MapStateDescript
 /// Describes a `ReducingState<V>`.
 pub struct ReducingStateDescriptor<V: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
     pub(crate) name: String,
+    pub(crate) ttl: Option<TtlConfig>,
     pub(crate) serializer: V,
     pub(crate) namespace: N,
     pub(crate) reduce: ReduceFn<V::Value>,
@@ -152,6 +180,7 @@ impl<V: TypeSerializer> ReducingStateDescriptor<V> {
     ) -> Self {
         ReducingStateDescriptor {
             name: name.into(),
+            ttl: None,
             serializer,
             namespace: VoidNamespaceSerializer,
             reduce: Arc::new(reduce),
@@ -160,6 +189,12 @@ impl<V: TypeSerializer> ReducingStateDescriptor<V> {
 }
 
 impl<V: TypeSerializer, N: TypeSerializer> ReducingStateDescriptor<V, N> {
+    /// Gives the state a time to live (Flink's `StateDescriptor.enableTimeToLive`).
+    pub fn with_ttl(mut self, ttl: TtlConfig) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
     /// The same state in namespaces serialized by `namespace`.
     pub fn with_namespace<N2: TypeSerializer>(
         self,
@@ -167,6 +202,7 @@ impl<V: TypeSerializer, N: TypeSerializer> ReducingStateDescriptor<V, N> {
     ) -> ReducingStateDescriptor<V, N2> {
         ReducingStateDescriptor {
             name: self.name,
+            ttl: self.ttl,
             serializer: self.serializer,
             namespace,
             reduce: self.reduce,
@@ -182,6 +218,7 @@ where
     N: TypeSerializer,
 {
     pub(crate) name: String,
+    pub(crate) ttl: Option<TtlConfig>,
     pub(crate) function: F,
     pub(crate) accumulator: A,
     pub(crate) namespace: N,
@@ -196,6 +233,7 @@ where
     pub fn new(name: impl Into<String>, function: F, accumulator: A) -> Self {
         AggregatingStateDescriptor {
             name: name.into(),
+            ttl: None,
             function,
             accumulator,
             namespace: VoidNamespaceSerializer,
@@ -209,6 +247,12 @@ where
     A: TypeSerializer<Value = F::Acc>,
     N: TypeSerializer,
 {
+    /// Gives the state a time to live (Flink's `StateDescriptor.enableTimeToLive`).
+    pub fn with_ttl(mut self, ttl: TtlConfig) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
     /// The same state in namespaces serialized by `namespace`.
     pub fn with_namespace<N2: TypeSerializer>(
         self,
@@ -216,6 +260,7 @@ where
     ) -> AggregatingStateDescriptor<F, A, N2> {
         AggregatingStateDescriptor {
             name: self.name,
+            ttl: self.ttl,
             function: self.function,
             accumulator: self.accumulator,
             namespace,
@@ -231,6 +276,38 @@ pub struct HandleCore<N> {
     pub(crate) namespace: Arc<N>,
     /// Whether entry keys carry length bytes (key and namespace serializers both variable-length).
     pub(crate) ambiguous: bool,
+    /// The state's TTL, if it has one.
+    pub(crate) ttl: Option<TtlParams>,
+}
+
+/// What accessors need of a state's TTL configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TtlParams {
+    /// Time to live in milliseconds.
+    pub(crate) ttl_millis: u64,
+    /// Reads refresh the timestamp (`OnReadAndWrite`).
+    pub(crate) update_on_read: bool,
+    /// An expired value still stored is returned once (`ReturnExpiredIfNotCleanedUp`).
+    pub(crate) return_expired: bool,
+    /// Entries judged by the incremental cleanup per access (0: off).
+    pub(crate) cleanup_per_access: u32,
+}
+
+impl TtlParams {
+    pub(crate) fn of(config: &TtlConfig) -> Self {
+        TtlParams {
+            ttl_millis: config.ttl_millis,
+            update_on_read: config.updates_on_read(),
+            return_expired: config.returns_expired(),
+            cleanup_per_access: config.cleanup_incremental.map_or(0, |c| c.0),
+        }
+    }
+
+    /// Whether a value last accessed at `ts` has expired at `now`.
+    #[inline]
+    pub(crate) fn expired(&self, ts: i64, now: i64) -> bool {
+        crate::ttl::is_expired(ts, self.ttl_millis, now)
+    }
 }
 
 impl<N> Clone for HandleCore<N> {
@@ -240,6 +317,7 @@ impl<N> Clone for HandleCore<N> {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             ambiguous: self.ambiguous,
+            ttl: self.ttl,
         }
     }
 }
@@ -392,12 +470,13 @@ pub(crate) fn meta(
     kind: StateKind,
     namespace: SerializerSnapshot,
     value: SerializerSnapshot,
+    ttl: Option<TtlConfig>,
 ) -> StateMetaInfo {
     StateMetaInfo {
         name: name.to_string(),
         kind,
         namespace_serializer: namespace,
         value_serializer: value,
-        ttl: None,
+        ttl,
     }
 }

@@ -22,7 +22,12 @@
 mod access;
 mod descriptor;
 pub(crate) mod store;
+mod timers;
+mod ttl;
 
+pub use crate::meta::TtlConfig as StateTtlConfig;
+pub use crate::meta::{TtlUpdateType, TtlVisibility};
 pub use access::*;
 pub use descriptor::*;
 pub use store::KeyedStateStore;
+pub use timers::*;

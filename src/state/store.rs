@@ -10,7 +10,10 @@ use crate::error::{Error, Result};
 use crate::keygroup::{key_group_for_hash, key_group_prefix_len, KeyGroup, KeyGroupRange};
 use crate::layout::{is_ambiguous_key_possible, write_variable_int_bytes, LIST_DELIMITER};
 use crate::meta::{StateKind, StateMetaInfo};
-use crate::serializer::{Compatibility, KeySerializer, SerializerSnapshot, TypeSerializer};
+use crate::serializer::{
+    Compatibility, KeySerializer, SerializerSnapshot, TtlSerializer, TypeSerializer,
+};
+use crate::ttl::{SystemTimeProvider, TtlLayout, TtlStateFilter, TtlTimeProvider};
 
 /// The typed keyed-state store over one backend: Flink's keyed state backend with an implicit current key.
 ///
@@ -18,19 +21,35 @@ use crate::serializer::{Compatibility, KeySerializer, SerializerSnapshot, TypeSe
 /// that key (its bytes and key group are computed once per key, not per access).
 pub struct KeyedStateStore<K: KeySerializer> {
     pub(crate) backend: Box<dyn StateBackend>,
-    key_serializer: K,
-    prefix_len: usize,
+    pub(crate) key_serializer: K,
+    pub(crate) prefix_len: usize,
     pub(crate) current_kg: Option<KeyGroup>,
     /// `KG | K | [lenK] | NS | [lenNS]` of the last accessor. `KG | K` (the first `key_end` bytes) is written
     /// by `set_current_key` and kept while the current key stays; accessors rewrite only the rest.
     pub(crate) key_ns: Vec<u8>,
     /// End of `KG | K` in `key_ns` (the current key's bytes are `key_ns[prefix_len..key_end]`).
-    key_end: usize,
+    pub(crate) key_end: usize,
     /// Scratch buffers for serialized values and user keys.
     pub(crate) scratch: Vec<u8>,
     pub(crate) scratch2: Vec<u8>,
     /// Per state id: the registration made through this store (`None` = restored, not registered yet).
     registered: Vec<Option<Registered>>,
+    /// The clock TTL is measured against.
+    ttl_clock: Arc<dyn TtlTimeProvider>,
+    /// The TTL states registered through this store.
+    ttl_states: Vec<TtlRegistration>,
+    /// Whether some TTL state cleans up incrementally on every record (every `set_current_key`).
+    every_record_cleanup: bool,
+    /// The in-memory heads of every timer queue, by state id.
+    pub(crate) timer_heads: std::collections::HashMap<StateId, super::timers::QueueHeads>,
+}
+
+/// A TTL state registered through the store: what its cleanup needs.
+#[derive(Clone)]
+struct TtlRegistration {
+    id: StateId,
+    layout: TtlLayout,
+    config: crate::meta::TtlConfig,
 }
 
 type CompatFn = Arc<dyn Fn(&SerializerSnapshot) -> Compatibility + Send + Sync>;
@@ -43,6 +62,8 @@ pub(crate) struct Registered {
     ns_compat: CompatFn,
     value_compat: CompatFn,
     migrate: MigrateFn,
+    /// Where the stored values carry their TTL timestamps (TTL states only).
+    ttl_layout: Option<TtlLayout>,
 }
 
 /// What must happen to a restored state's values for a registration to use them.
@@ -63,6 +84,12 @@ impl Registered {
                 name: meta.name.clone(),
                 existing: restored.kind,
                 requested: meta.kind,
+            });
+        }
+        if restored.ttl.is_some() != meta.ttl.is_some() {
+            return Err(Error::TtlToggled {
+                name: meta.name.clone(),
+                restored_with_ttl: restored.ttl.is_some(),
             });
         }
         let nc = (self.ns_compat)(&restored.namespace_serializer);
@@ -129,7 +156,70 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             scratch: Vec::with_capacity(64),
             scratch2: Vec::with_capacity(64),
             registered,
+            ttl_clock: Arc::new(SystemTimeProvider),
+            ttl_states: Vec::new(),
+            every_record_cleanup: false,
+            timer_heads: std::collections::HashMap::new(),
         })
+    }
+
+    /// Sets the clock TTL is measured against (the system clock by default; [`crate::ttl::ManualClock`] in
+    /// tests). Applies to every TTL state, registered already or later.
+    pub fn set_ttl_time_provider(&mut self, clock: Arc<dyn TtlTimeProvider>) {
+        self.ttl_clock = clock;
+        for t in self.ttl_states.clone() {
+            let filter = self.ttl_filter(&t.layout, &t.config);
+            self.backend.set_ttl_filter(t.id, Some(filter));
+        }
+    }
+
+    /// The clock TTL is measured against.
+    pub fn ttl_time_provider(&self) -> &Arc<dyn TtlTimeProvider> {
+        &self.ttl_clock
+    }
+
+    /// The current TTL time.
+    #[inline]
+    pub(crate) fn ttl_now(&self) -> i64 {
+        self.ttl_clock.current_timestamp()
+    }
+
+    fn ttl_filter(&self, layout: &TtlLayout, config: &crate::meta::TtlConfig) -> TtlStateFilter {
+        TtlStateFilter {
+            layout: layout.clone(),
+            ttl_millis: config.ttl_millis,
+            clock: self.ttl_clock.clone(),
+        }
+    }
+
+    /// Runs one step of the incremental TTL cleanup of state `id` (called on each access of a TTL state
+    /// with incremental cleanup; `entries` is its configured size).
+    pub(crate) fn ttl_cleanup(&mut self, id: StateId, entries: u32) -> Result<()> {
+        let Some(t) = self.ttl_states.iter().find(|t| t.id == id) else {
+            return Ok(());
+        };
+        let filter = self.ttl_filter(&t.layout, &t.config);
+        let now = filter.now();
+        self.backend
+            .ttl_cleanup_step(id, entries as usize, &mut |v| filter.judge(v, now))?;
+        Ok(())
+    }
+
+    /// Runs the incremental cleanup of every TTL state configured to clean up on every record (Flink's
+    /// `runCleanupForEveryRecord`); `set_current_key` calls it.
+    fn ttl_cleanup_every_record(&mut self) -> Result<()> {
+        let due: Vec<(StateId, u32)> = self
+            .ttl_states
+            .iter()
+            .filter_map(|t| match t.config.cleanup_incremental {
+                Some((n, true)) => Some((t.id, n)),
+                _ => None,
+            })
+            .collect();
+        for (id, n) in due {
+            self.ttl_cleanup(id, n)?;
+        }
+        Ok(())
     }
 
     /// The backend configuration for a store with this key serializer.
@@ -172,6 +262,24 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         ))
     }
 
+    /// Sets the current key from its serialized bytes and key group (a fired timer's key).
+    pub(crate) fn set_current_key_bytes(&mut self, kg: KeyGroup, key: &[u8]) -> Result<()> {
+        self.key_ns.clear();
+        crate::keygroup::write_key_group_prefix(&mut self.key_ns, kg, self.prefix_len);
+        self.key_ns.extend_from_slice(key);
+        self.key_end = self.key_ns.len();
+        self.current_kg = Some(kg);
+        if self.every_record_cleanup {
+            self.ttl_cleanup_every_record()?;
+        }
+        Ok(())
+    }
+
+    /// The current key's serialized bytes, if a key is set.
+    pub(crate) fn current_key_raw(&self) -> Option<(KeyGroup, &[u8])> {
+        Some((self.current_kg?, self.current_key_bytes()))
+    }
+
     /// Sets the key that state accesses apply to. Errors if its key group is not in this backend's range.
     #[inline]
     pub fn set_current_key(&mut self, key: &K::Value) -> Result<()> {
@@ -202,6 +310,9 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         }
         self.key_end = self.key_ns.len();
         self.current_kg = Some(kg);
+        if self.every_record_cleanup {
+            self.ttl_cleanup_every_record()?;
+        }
         Ok(())
     }
 
@@ -256,8 +367,24 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     /// Takes the synchronous part of a snapshot: a consistent view to encode (on any thread) while this store
     /// keeps changing.
+    ///
+    /// States whose TTL asks for full-snapshot cleanup are seen without their expired values, map entries and
+    /// list elements, as of the time the snapshot is taken.
     pub fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
-        self.backend.snapshot()
+        let inner = self.backend.snapshot()?;
+        let filters: Vec<(StateId, TtlStateFilter)> = self
+            .ttl_states
+            .iter()
+            .filter(|t| t.config.cleanup_full_snapshot)
+            .map(|t| (t.id, self.ttl_filter(&t.layout, &t.config)))
+            .collect();
+        if filters.is_empty() {
+            return Ok(inner);
+        }
+        let now = self.ttl_now();
+        Ok(Box::new(super::ttl::CleaningSnapshot::new(
+            inner, filters, now,
+        )))
     }
 
     /// The synchronous part of checkpoint `id` through `checkpointer` (`design/checkpoints.md`): no cost in
@@ -284,19 +411,56 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 
     // ---------------------------------------------------------------- registration
 
-    fn core<N: TypeSerializer>(&self, id: StateId, name: &str, namespace: Arc<N>) -> HandleCore<N> {
+    pub(crate) fn core<N: TypeSerializer>(
+        &self,
+        id: StateId,
+        name: &str,
+        namespace: Arc<N>,
+    ) -> HandleCore<N> {
         let key_len = self.key_serializer.fixed_length();
+        let ttl = self
+            .registered
+            .get(id)
+            .and_then(|r| r.as_ref())
+            .and_then(|r| r.meta.ttl.as_ref())
+            .map(TtlParams::of);
         HandleCore {
             id,
             name: Arc::from(name),
             ambiguous: is_ambiguous_key_possible(key_len, namespace.fixed_length()),
             namespace,
+            ttl,
         }
+    }
+
+    /// Notes a registered state's TTL: its filter goes to the backend, its cleanup to the store.
+    fn track_ttl(&mut self, id: StateId) {
+        let Some(Some(reg)) = self.registered.get(id) else {
+            return;
+        };
+        self.ttl_states.retain(|t| t.id != id);
+        match (&reg.meta.ttl, &reg.ttl_layout) {
+            (Some(config), Some(layout)) => {
+                let t = TtlRegistration {
+                    id,
+                    layout: layout.clone(),
+                    config: config.clone(),
+                };
+                let filter = self.ttl_filter(&t.layout, &t.config);
+                self.ttl_states.push(t);
+                self.backend.set_ttl_filter(id, Some(filter));
+            }
+            _ => self.backend.set_ttl_filter(id, None),
+        }
+        self.every_record_cleanup = self
+            .ttl_states
+            .iter()
+            .any(|t| matches!(t.config.cleanup_incremental, Some((_, true))));
     }
 
     /// Registers `reg`, checking it against a state of the same name registered before (must be identical)
     /// or restored (namespace compatible as is; value compatible, or migrated).
-    fn register_meta(&mut self, reg: Registered) -> Result<StateId> {
+    pub(crate) fn register_meta(&mut self, reg: Registered) -> Result<StateId> {
         let meta = reg.meta.clone();
         let existing = self
             .backend
@@ -351,10 +515,15 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             self.registered.resize(id + 1, None);
         }
         self.registered[id] = Some(reg);
+        self.track_ttl(id);
     }
 
     /// Notes states that appeared in the backend (e.g. after a restore) as not registered yet.
     pub(crate) fn sync_registered(&mut self) {
+        // Timer queues are read again from the backend on their next use.
+        for heads in self.timer_heads.values_mut() {
+            heads.invalidate();
+        }
         let n = self.backend.states().len();
         if self.registered.len() < n {
             self.registered.resize(n, None);
@@ -376,7 +545,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     ) -> Result<ValueState<V, N>> {
         let ser = Arc::new(d.serializer);
         let ns = Arc::new(d.namespace);
-        let reg = whole_value_registration(&d.name, StateKind::Value, &ns, &ser);
+        let reg = whole_value_registration(&d.name, StateKind::Value, &ns, &ser, d.ttl);
         let id = self.register_meta(reg)?;
         Ok(ValueState {
             core: self.core(id, &d.name, ns),
@@ -392,26 +561,15 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     ) -> Result<ListState<E, N>> {
         let el = Arc::new(d.element);
         let ns = Arc::new(d.namespace);
-        let reg = Registered {
-            meta: meta(
-                &d.name,
-                StateKind::List,
-                ns.snapshot(),
-                list_state_snapshot(el.snapshot()),
-            ),
-            ns_compat: ns_compat(&ns),
-            value_compat: {
-                let e = el.clone();
-                Arc::new(move |old| nested_compat(old, LIST_SNAPSHOT_ID, 0, |s| e.compatibility(s)))
-            },
-            migrate: {
-                let e = el.clone();
-                let n = d.name.clone();
-                Arc::new(move |prev, b| {
-                    let prev_el = prev.nested.first().cloned().unwrap_or_else(|| prev.clone());
-                    migrate_list(&n, &*e, &prev_el, b)
-                })
-            },
+        let reg = match d.ttl {
+            Some(ttl) => {
+                let stored = Arc::new(TtlSerializer::new(el.clone()));
+                let len = element_length(stored.clone());
+                let mut reg = list_registration(&d.name, &ns, stored, Some(ttl));
+                reg.ttl_layout = Some(TtlLayout::List(len));
+                reg
+            }
+            None => list_registration(&d.name, &ns, el.clone(), None),
         };
         let id = self.register_meta(reg)?;
         Ok(ListState {
@@ -428,38 +586,14 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         let uk = Arc::new(d.user_key);
         let uv = Arc::new(d.user_value);
         let ns = Arc::new(d.namespace);
-        let reg = Registered {
-            meta: meta(
-                &d.name,
-                StateKind::Map,
-                ns.snapshot(),
-                map_state_snapshot(uk.snapshot(), uv.snapshot()),
-            ),
-            ns_compat: ns_compat(&ns),
-            value_compat: {
-                let (uk, uv) = (uk.clone(), uv.clone());
-                Arc::new(move |old| {
-                    // The user key is part of the entry key: it may never be migrated (as in Flink).
-                    let kc = nested_compat(old, MAP_SNAPSHOT_ID, 0, |s| uk.compatibility(s));
-                    match kc {
-                        Compatibility::CompatibleAsIs | Compatibility::CompatibleWithReconfiguredSerializer => {
-                            nested_compat(old, MAP_SNAPSHOT_ID, 1, |s| uv.compatibility(s))
-                        }
-                        Compatibility::Incompatible(r) => Compatibility::Incompatible(r),
-                        Compatibility::CompatibleAfterMigration => Compatibility::Incompatible(
-                            "the map user-key serializer would need migration; user keys are never migrated".into(),
-                        ),
-                    }
-                })
-            },
-            migrate: {
-                let uv = uv.clone();
-                let n = d.name.clone();
-                Arc::new(move |prev, b| {
-                    let prev_v = prev.nested.get(1).cloned().unwrap_or_else(|| prev.clone());
-                    migrate_map_value(&n, &*uv, &prev_v, b)
-                })
-            },
+        let reg = match d.ttl {
+            Some(ttl) => {
+                let stored = Arc::new(TtlSerializer::new(uv.clone()));
+                let mut reg = map_registration(&d.name, &ns, &uk, stored, Some(ttl));
+                reg.ttl_layout = Some(TtlLayout::MapEntry);
+                reg
+            }
+            None => map_registration(&d.name, &ns, &uk, uv.clone(), None),
         };
         let id = self.register_meta(reg)?;
         Ok(MapState {
@@ -476,7 +610,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     ) -> Result<ReducingState<V, N>> {
         let ser = Arc::new(d.serializer);
         let ns = Arc::new(d.namespace);
-        let reg = whole_value_registration(&d.name, StateKind::Reducing, &ns, &ser);
+        let reg = whole_value_registration(&d.name, StateKind::Reducing, &ns, &ser, d.ttl);
         let id = self.register_meta(reg)?;
         Ok(ReducingState {
             core: self.core(id, &d.name, ns),
@@ -497,7 +631,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     {
         let ser = Arc::new(d.accumulator);
         let ns = Arc::new(d.namespace);
-        let reg = whole_value_registration(&d.name, StateKind::Aggregating, &ns, &ser);
+        let reg = whole_value_registration(&d.name, StateKind::Aggregating, &ns, &ser, d.ttl);
         let id = self.register_meta(reg)?;
         Ok(AggregatingState {
             core: self.core(id, &d.name, ns),
@@ -619,19 +753,162 @@ impl<K: KeySerializer> KeyedStateStore<K> {
 }
 
 /// The registration of a state whose value is one serialized value (value, reducing, aggregating): the value
-/// serializer checks compatibility itself and migrates the whole value.
+/// serializer checks compatibility itself and migrates the whole value. With TTL, the stored serializer is
+/// Flink's `TtlSerializer` around `ser`.
 fn whole_value_registration<S: TypeSerializer, N: TypeSerializer>(
     name: &str,
     kind: StateKind,
     ns: &Arc<N>,
     ser: &Arc<S>,
+    ttl: Option<crate::meta::TtlConfig>,
+) -> Registered {
+    match ttl {
+        Some(ttl) => {
+            let stored = Arc::new(TtlSerializer::new(ser.clone()));
+            let mut reg = stored_value_registration(name, kind, ns, &stored, Some(ttl));
+            reg.ttl_layout = Some(TtlLayout::Value);
+            reg
+        }
+        None => stored_value_registration(name, kind, ns, ser, None),
+    }
+}
+
+fn stored_value_registration<S: TypeSerializer, N: TypeSerializer>(
+    name: &str,
+    kind: StateKind,
+    ns: &Arc<N>,
+    ser: &Arc<S>,
+    ttl: Option<crate::meta::TtlConfig>,
 ) -> Registered {
     let (compat_ser, migrate_ser, n) = (ser.clone(), ser.clone(), name.to_string());
     Registered {
-        meta: meta(name, kind, ns.snapshot(), ser.snapshot()),
+        meta: meta(name, kind, ns.snapshot(), ser.snapshot(), ttl),
         ns_compat: ns_compat(ns),
         value_compat: Arc::new(move |old| compat_ser.compatibility(old)),
         migrate: Arc::new(move |prev, b| migrate_whole(&n, &*migrate_ser, prev, b)),
+        ttl_layout: None,
+    }
+}
+
+/// The registration of a timer queue: Flink's `TimerSerializer` snapshot over the key and namespace
+/// serializers; both must be compatible as they are (timer entries are keys: never migrated).
+pub(crate) fn timer_registration<K: TypeSerializer, N: TypeSerializer>(
+    name: &str,
+    key: &K,
+    ns: &Arc<N>,
+) -> Registered {
+    let element = SerializerSnapshot::composite(
+        super::timers::TIMER_SNAPSHOT_ID,
+        crate::serializer::COMPOSITE_SNAPSHOT_VERSION,
+        vec![key.snapshot(), ns.snapshot()],
+    );
+    let current = element.clone();
+    Registered {
+        meta: meta(name, StateKind::Timers, ns.snapshot(), element, None),
+        ns_compat: ns_compat(ns),
+        value_compat: Arc::new(move |old| {
+            if *old == current {
+                Compatibility::CompatibleAsIs
+            } else {
+                Compatibility::Incompatible(format!(
+                    "timer element serializer {current} cannot read timers written by {old}"
+                ))
+            }
+        }),
+        migrate: Arc::new(|prev, _| {
+            Err(Error::InvalidArgument(format!(
+                "timers written by {prev} cannot be migrated"
+            )))
+        }),
+        ttl_layout: None,
+    }
+}
+
+/// The registration of a list state whose stored elements `el` writes.
+fn list_registration<S: TypeSerializer, N: TypeSerializer>(
+    name: &str,
+    ns: &Arc<N>,
+    el: Arc<S>,
+    ttl: Option<crate::meta::TtlConfig>,
+) -> Registered {
+    Registered {
+        meta: meta(
+            name,
+            StateKind::List,
+            ns.snapshot(),
+            list_state_snapshot(el.snapshot()),
+            ttl,
+        ),
+        ns_compat: ns_compat(ns),
+        value_compat: {
+            let e = el.clone();
+            Arc::new(move |old| nested_compat(old, LIST_SNAPSHOT_ID, 0, |s| e.compatibility(s)))
+        },
+        migrate: {
+            let n = name.to_string();
+            Arc::new(move |prev, b| {
+                let prev_el = prev.nested.first().cloned().unwrap_or_else(|| prev.clone());
+                migrate_list(&n, &*el, &prev_el, b)
+            })
+        },
+        ttl_layout: None,
+    }
+}
+
+/// The registration of a map state whose stored values `uv` writes.
+fn map_registration<UK: TypeSerializer, S: TypeSerializer, N: TypeSerializer>(
+    name: &str,
+    ns: &Arc<N>,
+    uk: &Arc<UK>,
+    uv: Arc<S>,
+    ttl: Option<crate::meta::TtlConfig>,
+) -> Registered {
+    Registered {
+        meta: meta(
+            name,
+            StateKind::Map,
+            ns.snapshot(),
+            map_state_snapshot(uk.snapshot(), uv.snapshot()),
+            ttl,
+        ),
+        ns_compat: ns_compat(ns),
+        value_compat: {
+            let (uk, uv) = (uk.clone(), uv.clone());
+            Arc::new(move |old| {
+                // The user key is part of the entry key: it may never be migrated (as in Flink).
+                let kc = nested_compat(old, MAP_SNAPSHOT_ID, 0, |s| uk.compatibility(s));
+                match kc {
+                    Compatibility::CompatibleAsIs | Compatibility::CompatibleWithReconfiguredSerializer => {
+                        nested_compat(old, MAP_SNAPSHOT_ID, 1, |s| uv.compatibility(s))
+                    }
+                    Compatibility::Incompatible(r) => Compatibility::Incompatible(r),
+                    Compatibility::CompatibleAfterMigration => Compatibility::Incompatible(
+                        "the map user-key serializer would need migration; user keys are never migrated".into(),
+                    ),
+                }
+            })
+        },
+        migrate: {
+            let n = name.to_string();
+            Arc::new(move |prev, b| {
+                let prev_v = prev.nested.get(1).cloned().unwrap_or_else(|| prev.clone());
+                migrate_map_value(&n, &*uv, &prev_v, b)
+            })
+        },
+        ttl_layout: None,
+    }
+}
+
+/// The length function of stored TTL list elements: a fixed length when the serializer has one, else one
+/// deserialization per element.
+fn element_length<S: TypeSerializer>(el: Arc<S>) -> crate::ttl::ElementLength {
+    match el.fixed_length() {
+        Some(n) => Arc::new(move |b: &[u8]| (b.len() >= n).then_some(n)),
+        None => Arc::new(move |b: &[u8]| {
+            let mut input = b;
+            el.deserialize(&mut input).ok()?;
+            Some(b.len() - input.len())
+        }),
     }
 }
 

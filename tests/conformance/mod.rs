@@ -11,6 +11,13 @@ use keyed_state::serializer::{IntSerializer, LongSerializer, StringSerializer};
 use keyed_state::state::*;
 use keyed_state::Error;
 
+mod timers;
+mod ttl;
+#[allow(unused_imports)]
+pub use timers::*;
+#[allow(unused_imports)]
+pub use ttl::*;
+
 /// Creates a backend for a configuration.
 pub type Factory = dyn Fn(BackendConfig) -> Box<dyn StateBackend>;
 
@@ -340,6 +347,51 @@ pub fn map_iterates_in_ascending_key_order(f: &Factory) {
     assert!(s.map(&m).unwrap().is_empty().unwrap());
 }
 
+/// `StateBackend::map_scan_from` (the timer queues' seek) visits one map's entries from a user key on, in
+/// ascending order, until told to stop; also for maps restored from a savepoint and not touched since.
+pub fn map_scan_from_starts_at_the_bound(f: &Factory) {
+    fn scan(b: &mut dyn StateBackend, key_ns: &[u8], from: &[u8], stop_after: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        b.map_scan_from(0, 0, key_ns, from, &mut |uk, v| {
+            assert_eq!(v, &[uk[0], 7][..]);
+            got.push(uk[0]);
+            got.len() < stop_after
+        })
+        .unwrap();
+        got
+    }
+    fn check(b: &mut dyn StateBackend) {
+        let odd = |from: u8| (from..40).filter(|u| u % 2 == 1).collect::<Vec<u8>>();
+        assert_eq!(scan(b, &[0, 2], &[3], 100), odd(3));
+        assert_eq!(scan(b, &[0, 2], &[4], 100), odd(4));
+        assert_eq!(scan(b, &[0, 1], &[], 100), odd(0));
+        assert_eq!(scan(b, &[0, 3], &[39], 100), vec![39]);
+        assert_eq!(scan(b, &[0, 3], &[40], 100), Vec::<u8>::new());
+        assert_eq!(scan(b, &[0, 4], &[], 100), Vec::<u8>::new());
+        assert_eq!(scan(b, &[0, 1], &[10], 2), vec![11, 13]);
+    }
+    let register = |s: &mut KeyedStateStore<LongSerializer>| {
+        s.register_map(MapStateDescriptor::new("m", LongSerializer, LongSerializer))
+            .unwrap();
+    };
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    register(&mut s);
+    // Key-group prefix 0 and one byte of key and namespace per map; user keys 1, 3, ..., 39.
+    for key_ns in [&[0u8, 1][..], &[0, 2], &[0, 3]] {
+        for uk in (1u8..40).step_by(2) {
+            s.backend_mut()
+                .map_put(0, 0, key_ns, &[uk], &[uk, 7])
+                .unwrap();
+        }
+    }
+    check(s.backend_mut());
+    let sp = savepoint_of(&mut s);
+    let mut t = store_long(f, 128, KeyGroupRange::all(128));
+    register(&mut t);
+    t.restore(&[sp]).unwrap();
+    check(t.backend_mut());
+}
+
 pub fn maps_of_neighbouring_keys_do_not_mix(f: &Factory) {
     // String keys and String namespaces: ambiguous layout with length bytes; prefix scans must be exact.
     let mut s = store_string(f);
@@ -565,6 +617,7 @@ macro_rules! conformance_suite {
             t!(map_state_crud_and_retain);
             t!(map_iterates_in_ascending_key_order);
             t!(maps_of_neighbouring_keys_do_not_mix);
+            t!(map_scan_from_starts_at_the_bound);
             t!(keys_per_namespace);
             t!(apply_to_all_keys_tolerates_changes);
             t!(registering_a_name_twice_checks_kind_and_type);
@@ -577,6 +630,20 @@ macro_rules! conformance_suite {
             t!(restore_rejects_wrong_key_serializer_and_max_parallelism);
             t!(restore_rejects_incompatible_value_serializer_before_loading);
             t!(value_serializer_migrates_on_restore);
+            t!(ttl_exact_expiration_on_write);
+            t!(ttl_relaxed_expiration_on_write);
+            t!(ttl_exact_expiration_on_read);
+            t!(ttl_relaxed_expiration_on_read);
+            t!(ttl_expiration_timestamp_overflow);
+            t!(ttl_snapshot_change_restore);
+            t!(ttl_merge_namespaces);
+            t!(ttl_snapshot_cleanup_drops_expired_state);
+            t!(ttl_cannot_be_toggled_across_restore);
+            t!(ttl_value_bytes_are_flinks_ttl_value);
+            t!(timers_key_grouped_priority_queue_walkthrough);
+            t!(timers_queue_peek_poll_order_and_set_semantics);
+            t!(timers_fire_in_order_with_the_current_key_set);
+            t!(timers_survive_savepoint_and_rescale);
         }
     };
 }

@@ -19,11 +19,13 @@
 
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use super::bytes::{head_of, SmallBytes};
 use crate::error::Result;
 use crate::prefetch::prefetch_read as prefetch;
+use crate::ttl::TtlVerdict;
 
 type FastHasher = foldhash::fast::RandomState;
 
@@ -147,6 +149,30 @@ impl UserMap {
         match self {
             UserMap::Small(v) => v.iter().all(|(k, x)| f(k.as_slice(), x.as_slice())),
             UserMap::Large(m) => m.iter().all(|(k, x)| f(k.as_slice(), x.as_slice())),
+        }
+    }
+
+    /// Visits the entries with user keys above `lower` in ascending order until `f` returns false; whether
+    /// it ran to the end.
+    pub fn for_each_from(
+        &self,
+        lower: Bound<&[u8]>,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> bool {
+        match self {
+            UserMap::Small(v) => {
+                let start = match lower {
+                    Bound::Unbounded => 0,
+                    Bound::Included(from) => v.partition_point(|e| e.0.as_slice() < from),
+                    Bound::Excluded(after) => v.partition_point(|e| e.0.as_slice() <= after),
+                };
+                v[start..]
+                    .iter()
+                    .all(|(k, x)| f(k.as_slice(), x.as_slice()))
+            }
+            UserMap::Large(m) => m
+                .range::<[u8], _>((lower, Bound::Unbounded))
+                .all(|(k, x)| f(k.as_slice(), x.as_slice())),
         }
     }
 
@@ -357,6 +383,91 @@ impl Run {
         *self = Run::from_sorted(&all);
         self.overlaps_index = overlaps_index;
     }
+
+    /// Judges up to `want` entries with keys above `after` in key order, removing or rewriting what `judge`
+    /// says (chunks are copied only when one of their entries changes); returns how many were judged and
+    /// the last key judged.
+    fn ttl_step(
+        &mut self,
+        after: Option<&[u8]>,
+        want: usize,
+        judge: &mut dyn FnMut(&[u8]) -> TtlVerdict,
+    ) -> (usize, Option<SmallBytes>) {
+        let mut judged = 0;
+        let mut last: Option<SmallBytes> = None;
+        let mut ci = match after {
+            None => 0,
+            Some(a) => self
+                .dir
+                .chunks
+                .partition_point(|c| c.entries.last().is_some_and(|e| e.0.as_slice() <= a)),
+        };
+        while judged < want && ci < self.dir.chunks.len() {
+            let c = &self.dir.chunks[ci];
+            let start = match last.as_ref().map(SmallBytes::as_slice).or(after) {
+                None => 0,
+                Some(a) => c.entries.partition_point(|e| e.0.as_slice() <= a),
+            };
+            let end = c.entries.len().min(start + (want - judged));
+            let verdicts: Vec<TtlVerdict> = c.entries[start..end]
+                .iter()
+                .map(|e| judge(e.1.as_slice()))
+                .collect();
+            if end > start {
+                last = Some(c.entries[end - 1].0.clone());
+            }
+            judged += end - start;
+            if verdicts.iter().all(|v| *v == TtlVerdict::Keep) {
+                ci += 1;
+                continue;
+            }
+            let dir = Arc::make_mut(&mut self.dir);
+            let chunk = Arc::make_mut(&mut dir.chunks[ci]);
+            for (i, verdict) in verdicts.into_iter().enumerate().rev() {
+                let at = start + i;
+                match verdict {
+                    TtlVerdict::Keep => {}
+                    TtlVerdict::Replace(v) => chunk.entries[at].1.set(&v),
+                    TtlVerdict::Remove => {
+                        chunk.entries.remove(at);
+                        chunk.heads.remove(at);
+                        self.len -= 1;
+                    }
+                }
+            }
+            match chunk.heads.last() {
+                Some(&h) => {
+                    dir.last_heads[ci] = h;
+                    ci += 1;
+                }
+                None => {
+                    dir.chunks.remove(ci);
+                    dir.last_heads.remove(ci);
+                }
+            }
+        }
+        (judged, last)
+    }
+}
+
+/// Where an incremental TTL cleanup pass over one [`MapTable`] stands: shards in index order, the maps of
+/// a shard in the order they had when the pass entered it (maps added meanwhile are judged on the next
+/// pass), the entries of a map in user-key order, then the restored entries not yet moved into the index,
+/// in key order.
+#[derive(Clone, Default)]
+pub struct MapCursor {
+    /// Index of the shard being walked.
+    shard: usize,
+    /// Whether `pending` holds the maps of `shard`.
+    entered: bool,
+    /// Key-and-namespace bytes of the shard's maps still to judge, the next one last.
+    pending: Vec<SmallBytes>,
+    /// The map being judged and the last user key judged in it.
+    map: Option<(SmallBytes, Option<SmallBytes>)>,
+    /// Whether the index is done and the run is being walked.
+    in_run: bool,
+    /// The last run key judged.
+    run_last: Option<SmallBytes>,
 }
 
 /// The map states of one (state, key group); see the module documentation.
@@ -562,6 +673,140 @@ impl MapTable {
         if let Some(m) = self.find(key_ns) {
             m.for_each(f);
         }
+    }
+
+    /// Visits the map of `key_ns` from user key `from` on, in ascending user-key order, until `f` returns
+    /// false.
+    pub fn scan_from(
+        &mut self,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) {
+        self.adopt(key_ns);
+        if let Some(m) = self.find(key_ns) {
+            m.for_each_from(Bound::Included(from), f);
+        }
+    }
+
+    /// Incremental TTL cleanup: judges up to `n` entries from `cursor` on, removing the entries `judge`
+    /// calls expired (and maps left empty) and rewriting the ones it replaces. Writes go through the
+    /// copy-on-write rule, so an open snapshot keeps its entries; nothing is copied while every verdict is
+    /// [`TtlVerdict::Keep`]. Returns how many entries were judged and whether the pass reached the end of
+    /// the table (then `cursor` starts over).
+    pub fn ttl_step(
+        &mut self,
+        cursor: &mut MapCursor,
+        n: usize,
+        judge: &mut dyn FnMut(&[u8]) -> TtlVerdict,
+    ) -> (usize, bool) {
+        let mut judged = 0;
+        while judged < n {
+            if cursor.in_run {
+                let want = n - judged;
+                let (count, last) = self.run.ttl_step(
+                    cursor.run_last.as_ref().map(SmallBytes::as_slice),
+                    want,
+                    judge,
+                );
+                judged += count;
+                if count < want {
+                    *cursor = MapCursor::default();
+                    return (judged, true);
+                }
+                cursor.run_last = last;
+                continue;
+            }
+            let Some((key_ns, after)) = cursor.map.as_mut() else {
+                if !cursor.entered {
+                    let Some(shard) = self.shards.get(cursor.shard) else {
+                        cursor.in_run = true;
+                        continue;
+                    };
+                    cursor.pending = shard.0.iter().map(|s| s.key_ns.clone()).collect();
+                    cursor.pending.reverse();
+                    cursor.entered = true;
+                }
+                match cursor.pending.pop() {
+                    Some(key_ns) => cursor.map = Some((key_ns, None)),
+                    None => {
+                        cursor.shard += 1;
+                        cursor.entered = false;
+                    }
+                }
+                continue;
+            };
+            let (count, last) = self.ttl_step_map(
+                key_ns.as_slice(),
+                after.as_ref().map(SmallBytes::as_slice),
+                n - judged,
+                judge,
+            );
+            judged += count;
+            match last {
+                Some(last) => *after = Some(last),
+                None => cursor.map = None,
+            }
+        }
+        (judged, false)
+    }
+
+    /// Judges up to `want` entries of the map of `key_ns` with user keys above `after`. Returns how many
+    /// were judged and, if the map has entries beyond them, the last user key judged.
+    fn ttl_step_map(
+        &mut self,
+        key_ns: &[u8],
+        after: Option<&[u8]>,
+        want: usize,
+        judge: &mut dyn FnMut(&[u8]) -> TtlVerdict,
+    ) -> (usize, Option<SmallBytes>) {
+        let h = self.hash(key_ns);
+        let s = self.shard_of(h);
+        let Some(slot) = self.shards[s].0.find(h, |x| x.key_ns.as_slice() == key_ns) else {
+            return (0, None);
+        };
+        let mut batch: Vec<(SmallBytes, TtlVerdict)> = Vec::new();
+        let mut more = false;
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        slot.map.for_each_from(lower, &mut |uk, v| {
+            if batch.len() == want {
+                more = true;
+                return false;
+            }
+            batch.push((SmallBytes::new(uk), judge(v)));
+            true
+        });
+        let judged = batch.len();
+        let last = if more {
+            batch.last().map(|(uk, _)| uk.clone())
+        } else {
+            None
+        };
+        if batch.iter().all(|(_, v)| *v == TtlVerdict::Keep) {
+            return (judged, last);
+        }
+        let shard = Arc::make_mut(&mut Arc::make_mut(&mut self.shards)[s]);
+        if let Ok(mut e) = shard.0.find_entry(h, |x| x.key_ns.as_slice() == key_ns) {
+            for (uk, verdict) in batch {
+                match verdict {
+                    TtlVerdict::Keep => {}
+                    TtlVerdict::Remove => {
+                        if e.get_mut().map.remove(uk.as_slice()) {
+                            self.entries -= 1;
+                        }
+                    }
+                    TtlVerdict::Replace(v) => {
+                        e.get_mut().map.put(uk.as_slice(), &v);
+                    }
+                }
+            }
+            if e.get().map.is_empty() {
+                e.remove();
+                self.maps -= 1;
+                return (judged, None);
+            }
+        }
+        (judged, last)
     }
 
     /// Doubles the shard count, splitting each shard by the next hash bit.
@@ -858,7 +1103,58 @@ mod tests {
         Snapshot,
         Release(usize),
         Retain,
+        Cleanup(usize),
         Check,
+    }
+
+    /// The cleanup verdict of the tests: values starting with an even byte have expired, values starting
+    /// with 1 are rewritten to `[3, 3]` (which stays).
+    fn verdict(v: &[u8]) -> TtlVerdict {
+        match v.first() {
+            Some(b) if b % 2 == 0 => TtlVerdict::Remove,
+            Some(1) => TtlVerdict::Replace(vec![3, 3]),
+            _ => TtlVerdict::Keep,
+        }
+    }
+
+    /// The whole table (without a key-group prefix) as a model.
+    fn contents(t: &MapTable) -> Model {
+        let mut got = Model::new();
+        t.for_each_sorted(&[], &mut |k, v| {
+            got.insert(k.to_vec(), v.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        got
+    }
+
+    /// One cleanup step of at most `n` entries: every entry of the table is its model value or that value
+    /// after its verdict, every missing entry was judged expired, and at most `n` entries changed. The
+    /// model becomes the table.
+    fn cleanup_step(t: &mut MapTable, cursor: &mut MapCursor, n: usize, model: &mut Model) -> bool {
+        let (judged, finished) = t.ttl_step(cursor, n, &mut verdict);
+        assert!(judged <= n, "judged {judged} of at most {n}");
+        let got = contents(t);
+        assert!(
+            got.keys().all(|k| model.contains_key(k)),
+            "cleanup added keys"
+        );
+        let mut changed = 0;
+        for (k, v) in model.iter() {
+            match (got.get(k), verdict(v)) {
+                (Some(g), _) if g == v => {}
+                (Some(g), TtlVerdict::Replace(r)) if *g == r => changed += 1,
+                (None, TtlVerdict::Remove) => changed += 1,
+                (g, want) => panic!("entry {k:?}: {v:?} became {g:?} under verdict {want:?}"),
+            }
+        }
+        assert!(
+            changed <= judged,
+            "{changed} entries changed, {judged} judged"
+        );
+        assert_eq!(t.len(), got.len());
+        *model = got;
+        finished
     }
 
     fn user_key() -> impl Strategy<Value = Vec<u8>> {
@@ -876,6 +1172,7 @@ mod tests {
             1 => Just(Op::Snapshot),
             1 => any::<usize>().prop_map(Op::Release),
             1 => Just(Op::Retain),
+            2 => (1usize..40).prop_map(Op::Cleanup),
             1 => Just(Op::Check),
         ]
     }
@@ -904,6 +1201,7 @@ mod tests {
         t.finish_load();
         check(&t, &model);
         let mut snaps: Vec<(MapTable, Model)> = Vec::new();
+        let mut cursor = MapCursor::default();
         for op in ops {
             match op {
                 Op::Put(m, uk, v) => {
@@ -963,9 +1261,24 @@ mod tests {
                         }
                     }
                 }
+                Op::Cleanup(n) => {
+                    cleanup_step(&mut t, &mut cursor, n, &mut model);
+                }
                 Op::Check => check(&t, &model),
             }
         }
+        check(&t, &model);
+        for (s, m) in &snaps {
+            check(s, m);
+        }
+        // Two finished passes judge every entry the table held when the second began.
+        let mut passes = 0;
+        while passes < 2 {
+            if cleanup_step(&mut t, &mut cursor, 7, &mut model) {
+                passes += 1;
+            }
+        }
+        assert!(model.values().all(|v| verdict(v) == TtlVerdict::Keep));
         check(&t, &model);
         for (s, m) in &snaps {
             check(s, m);
@@ -1027,6 +1340,81 @@ mod tests {
         }
         run(restored.clone(), false, ops.clone());
         run(restored, true, ops);
+    }
+
+    /// Cleanup passes over restored entries still in the run (none adopted yet), large maps shared with a
+    /// snapshot, and maps emptied by the cleanup: the snapshot keeps every entry, the live table loses
+    /// exactly the expired ones.
+    #[test]
+    fn cleanup_passes_over_run_trees_and_snapshots() {
+        let mut t = MapTable::default();
+        let mut model = Model::new();
+        for m in 0..600u16 {
+            for u in 0..(m % 7) as u8 {
+                let k = full(&key_ns(m), &[u]);
+                t.load(&k, &[u % 3, 9]);
+                model.insert(k, vec![u % 3, 9]);
+            }
+        }
+        t.finish_load();
+        for u in 0..100u8 {
+            t.put(b"big", &[u], &[u % 4]);
+            model.insert(full(b"big", &[u]), vec![u % 4]);
+        }
+        for m in 600..700u16 {
+            t.put(&key_ns(m), b"x", &[0]);
+            model.insert(full(&key_ns(m), b"x"), vec![0]);
+        }
+        let snap = t.clone();
+        let before = model.clone();
+        let mut cursor = MapCursor::default();
+        let mut steps = 0;
+        while !cleanup_step(&mut t, &mut cursor, 13, &mut model) {
+            steps += 1;
+            assert!(steps < 10_000, "the pass does not end");
+        }
+        assert!(model.values().all(|v| verdict(v) == TtlVerdict::Keep));
+        assert!(model.contains_key(&full(b"big", &[1])));
+        assert!(!model.contains_key(&full(&key_ns(650), b"x")));
+        check(&t, &model);
+        check(&snap, &before);
+        // Restored maps not cleaned are still adopted correctly.
+        for m in 0..600u16 {
+            for u in 0..(m % 7) as u8 {
+                let want = model.get(&full(&key_ns(m), &[u])).cloned();
+                let got = t.get(&key_ns(m), &[u]).map(|v| v.as_slice().to_vec());
+                assert_eq!(got, want);
+            }
+        }
+        check(&t, &model);
+    }
+
+    /// `scan_from` starts at the first user key `>= from`, in small maps, trees and restored maps.
+    #[test]
+    fn scan_from_starts_at_the_bound() {
+        let mut t = MapTable::default();
+        t.load(&full(b"r", &[2]), b"2");
+        t.load(&full(b"r", &[4]), b"4");
+        t.finish_load();
+        for u in (0..80u8).step_by(2) {
+            t.put(b"big", &[u], &[u]);
+        }
+        t.put(b"s", &[1], b"1");
+        t.put(b"s", &[5], b"5");
+        let scan = |t: &mut MapTable, ns: &[u8], from: &[u8]| {
+            let mut got = Vec::new();
+            t.scan_from(ns, from, &mut |k, _| {
+                got.push(k.to_vec());
+                true
+            });
+            got
+        };
+        assert_eq!(scan(&mut t, b"r", &[3]), vec![vec![4]]);
+        assert_eq!(scan(&mut t, b"s", &[1]), vec![vec![1], vec![5]]);
+        assert_eq!(scan(&mut t, b"s", &[2]), vec![vec![5]]);
+        assert_eq!(scan(&mut t, b"s", &[6]), Vec::<Vec<u8>>::new());
+        assert_eq!(scan(&mut t, b"big", &[75]), vec![vec![76], vec![78]]);
+        assert_eq!(scan(&mut t, b"none", &[]), Vec::<Vec<u8>>::new());
     }
 
     /// Entries loaded into a table that already holds maps (outside the restore contract, still

@@ -2,22 +2,28 @@
 //!
 //! Every state has one table per key group of the backend's range. Value, list, reducing and aggregating
 //! states use a hash table from entry key to value bytes; map states use a [`map_table::MapTable`]: a hash
-//! table from key-and-namespace bytes to one small sorted map of user keys. Entries are stored as the
-//! working-state bytes of `crate::layout`, so a snapshot hands them to the savepoint encoder unchanged.
+//! table from key-and-namespace bytes to one small sorted map of user keys; timer states use a
+//! [`timer_table::TimerTable`]: an ordered tree of their entries, for the queues' ordered reads. Entries are
+//! stored as the working-state bytes of `crate::layout`, so a snapshot hands them to the savepoint encoder
+//! unchanged.
 //!
 //! A snapshot clones every table (O(states × key groups), independent of the state size); the tables are
-//! copy-on-write ([`table`]), so writes after the snapshot never disturb it. Any number of
-//! snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
+//! copy-on-write ([`table`], [`map_table`], [`timer_table`]), so writes after the snapshot never disturb it.
+//! Any number of snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
+//! Incremental TTL cleanup walks a state's tables from a cursor kept per state (`cleanup`).
 
 pub mod bytes;
+mod cleanup;
 pub mod map_table;
 pub mod table;
+pub mod timer_table;
 
 use std::sync::Arc;
 
 use self::bytes::SmallBytes;
 use self::map_table::MapTable;
 use self::table::{CowTable, KvTable, Rewrite};
+use self::timer_table::TimerTable;
 use super::{out_of_range, wrong_kind, BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroup;
@@ -27,6 +33,7 @@ use crate::meta::{StateKind, StateMetaInfo};
 enum StateTables {
     Kv(Vec<CowTable>),
     Map(Vec<MapTable>),
+    Timer(Vec<TimerTable>),
 }
 
 impl Clone for StateTables {
@@ -34,16 +41,25 @@ impl Clone for StateTables {
         match self {
             StateTables::Kv(t) => StateTables::Kv(t.clone()),
             StateTables::Map(t) => StateTables::Map(t.clone()),
+            StateTables::Timer(t) => StateTables::Timer(t.clone()),
         }
     }
 }
 
+/// The table of one (state, key group) reached through the `map_*` operations.
+enum Ordered<'a> {
+    Map(&'a mut MapTable),
+    Timer(&'a mut TimerTable),
+}
+
 impl StateTables {
     fn new(kind: StateKind, groups: usize) -> Self {
-        if kind == StateKind::Map {
-            StateTables::Map((0..groups).map(|_| MapTable::default()).collect())
-        } else {
-            StateTables::Kv((0..groups).map(|_| CowTable::default()).collect())
+        match kind {
+            StateKind::Map => StateTables::Map((0..groups).map(|_| MapTable::default()).collect()),
+            StateKind::Timers => {
+                StateTables::Timer((0..groups).map(|_| TimerTable::default()).collect())
+            }
+            _ => StateTables::Kv((0..groups).map(|_| CowTable::default()).collect()),
         }
     }
 }
@@ -53,7 +69,9 @@ pub struct HeapBackend {
     config: BackendConfig,
     states: Vec<StateMetaInfo>,
     tables: Vec<StateTables>,
-    /// Length of the key-group prefix of entry keys (1 or 2 bytes): hash tables store keys without it.
+    /// Incremental TTL cleanup cursors, per state id.
+    cleanup: Vec<cleanup::CleanupCursor>,
+    /// Length of the key-group prefix of entry keys (1 or 2 bytes): tables store keys without it.
     prefix_len: usize,
 }
 
@@ -66,6 +84,7 @@ impl HeapBackend {
             config,
             states: Vec::new(),
             tables: Vec::new(),
+            cleanup: Vec::new(),
             prefix_len,
         })
     }
@@ -118,23 +137,25 @@ impl HeapBackend {
         }
     }
 
-    /// The map table of (`state`, `kg`) and `key_ns` without its key-group prefix.
+    /// The map or timer table of (`state`, `kg`) and `key_ns` without its key-group prefix.
     #[inline]
-    fn map_table<'k>(
+    fn ordered<'k>(
         &mut self,
         state: StateId,
         kg: KeyGroup,
         key_ns: &'k [u8],
         op: &'static str,
-    ) -> Result<(&mut MapTable, &'k [u8])> {
+    ) -> Result<(Ordered<'_>, &'k [u8])> {
         let g = self.group_index(kg)?;
         let suffix = strip_prefix(key_ns, self.prefix_len)?;
-        match self.tables.get_mut(state) {
-            Some(StateTables::Map(t)) => match t.get_mut(g) {
-                Some(t) => Ok((t, suffix)),
-                None => Err(unknown_state(state)),
-            },
-            _ => Err(wrong_kind(&self.states, state, op)),
+        let table = match self.tables.get_mut(state) {
+            Some(StateTables::Map(t)) => t.get_mut(g).map(Ordered::Map),
+            Some(StateTables::Timer(t)) => t.get_mut(g).map(Ordered::Timer),
+            _ => return Err(wrong_kind(&self.states, state, op)),
+        };
+        match table {
+            Some(t) => Ok((t, suffix)),
+            None => Err(unknown_state(state)),
         }
     }
 
@@ -158,6 +179,7 @@ impl StateBackend for HeapBackend {
         }
         let groups = self.config.key_group_range.len();
         self.tables.push(StateTables::new(meta.kind, groups));
+        self.cleanup.push(cleanup::CleanupCursor::default());
         self.states.push(meta);
         Ok(self.states.len() - 1)
     }
@@ -202,8 +224,11 @@ impl StateBackend for HeapBackend {
         key_ns: &[u8],
         user_key: &[u8],
     ) -> Result<Option<&[u8]>> {
-        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_get")?;
-        Ok(t.get(key_ns, user_key).map(SmallBytes::as_slice))
+        let found = match self.ordered(state, kg, key_ns, "map_get")? {
+            (Ordered::Map(t), key_ns) => t.get(key_ns, user_key),
+            (Ordered::Timer(t), key_ns) => t.get(key_ns, user_key),
+        };
+        Ok(found.map(SmallBytes::as_slice))
     }
 
     fn map_put(
@@ -214,8 +239,10 @@ impl StateBackend for HeapBackend {
         user_key: &[u8],
         value: &[u8],
     ) -> Result<()> {
-        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_put")?;
-        t.put(key_ns, user_key, value);
+        match self.ordered(state, kg, key_ns, "map_put")? {
+            (Ordered::Map(t), key_ns) => t.put(key_ns, user_key, value),
+            (Ordered::Timer(t), key_ns) => t.put(key_ns, user_key, value),
+        }
         Ok(())
     }
 
@@ -226,8 +253,12 @@ impl StateBackend for HeapBackend {
         key_ns: &[u8],
         user_key: &[u8],
     ) -> Result<()> {
-        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_remove")?;
-        t.remove(key_ns, user_key);
+        match self.ordered(state, kg, key_ns, "map_remove")? {
+            (Ordered::Map(t), key_ns) => t.remove(key_ns, user_key),
+            (Ordered::Timer(t), key_ns) => {
+                t.remove_entry(key_ns, user_key);
+            }
+        }
         Ok(())
     }
 
@@ -238,14 +269,33 @@ impl StateBackend for HeapBackend {
         key_ns: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_scan")?;
-        t.scan(key_ns, f);
+        match self.ordered(state, kg, key_ns, "map_scan")? {
+            (Ordered::Map(t), key_ns) => t.scan(key_ns, f),
+            (Ordered::Timer(t), key_ns) => t.scan_map_from(key_ns, &[], f),
+        }
+        Ok(())
+    }
+
+    fn map_scan_from(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        match self.ordered(state, kg, key_ns, "map_scan")? {
+            (Ordered::Map(t), key_ns) => t.scan_from(key_ns, from, f),
+            (Ordered::Timer(t), key_ns) => t.scan_map_from(key_ns, from, f),
+        }
         Ok(())
     }
 
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()> {
-        let (t, key_ns) = self.map_table(state, kg, key_ns, "map_clear")?;
-        t.clear(key_ns);
+        match self.ordered(state, kg, key_ns, "map_clear")? {
+            (Ordered::Map(t), key_ns) => t.clear(key_ns),
+            (Ordered::Timer(t), key_ns) => t.remove_prefix(key_ns),
+        }
         Ok(())
     }
 
@@ -275,6 +325,19 @@ impl StateBackend for HeapBackend {
                 for (kg, t) in range.iter().zip(groups) {
                     with_prefix(&mut prefix, kg, self.prefix_len, &[]);
                     if !t.for_each(&prefix, &mut |k, v| f(kg, k, v)) {
+                        break;
+                    }
+                }
+            }
+            Some(StateTables::Timer(groups)) => {
+                let mut full = Vec::new();
+                for (kg, t) in range.iter().zip(groups) {
+                    t.scan_from(&[], &mut |k, v| {
+                        with_prefix(&mut full, kg, self.prefix_len, k);
+                        go = f(kg, &full, v);
+                        go
+                    });
+                    if !go {
                         break;
                     }
                 }
@@ -311,14 +374,12 @@ impl StateBackend for HeapBackend {
             }
             Some(StateTables::Map(groups)) => {
                 for t in groups {
-                    t.retain(&mut |_, v| match apply(v.as_slice()) {
-                        Rewrite::Keep => true,
-                        Rewrite::Replace(new) => {
-                            v.set(&new);
-                            true
-                        }
-                        Rewrite::Remove => false,
-                    });
+                    t.retain(&mut |_, v| retain_by(&mut apply, v));
+                }
+            }
+            Some(StateTables::Timer(groups)) => {
+                for t in groups {
+                    t.retain(&mut |_, v| retain_by(&mut apply, v));
                 }
             }
             None => return Err(Error::UnknownState(format!("id {state}"))),
@@ -337,6 +398,9 @@ impl StateBackend for HeapBackend {
             }
             Some(StateTables::Map(groups)) => {
                 groups[g].load(strip_prefix(key, self.prefix_len)?, value)
+            }
+            Some(StateTables::Timer(groups)) => {
+                groups[g].insert(strip_prefix(key, self.prefix_len)?, value)
             }
             None => return Err(Error::UnknownState(format!("id {state}"))),
         }
@@ -358,6 +422,9 @@ impl StateBackend for HeapBackend {
             match t {
                 StateTables::Kv(groups) => n += groups.iter().map(|g| g.len() as u64).sum::<u64>(),
                 StateTables::Map(groups) => n += groups.iter().map(|g| g.len() as u64).sum::<u64>(),
+                StateTables::Timer(groups) => {
+                    n += groups.iter().map(|g| g.len() as u64).sum::<u64>()
+                }
             }
         }
         Ok(n)
@@ -370,6 +437,36 @@ impl StateBackend for HeapBackend {
             states: self.states.clone(),
             tables: Arc::new(self.tables.clone()),
         }))
+    }
+
+    fn ttl_cleanup_step(
+        &mut self,
+        state: StateId,
+        entries: usize,
+        judge: &mut dyn FnMut(&[u8]) -> crate::ttl::TtlVerdict,
+    ) -> Result<usize> {
+        let (Some(tables), Some(cursor)) =
+            (self.tables.get_mut(state), self.cleanup.get_mut(state))
+        else {
+            return Err(unknown_state(state));
+        };
+        Ok(match tables {
+            StateTables::Kv(groups) => cursor.step_kv(groups, entries, judge),
+            StateTables::Map(groups) => cursor.step_maps(groups, entries, judge),
+            StateTables::Timer(groups) => cursor.step_timers(groups, entries, judge),
+        })
+    }
+}
+
+/// Applies a [`Rewrite`] decision to one value in place; whether the entry stays.
+fn retain_by(apply: &mut dyn FnMut(&[u8]) -> Rewrite, v: &mut SmallBytes) -> bool {
+    match apply(v.as_slice()) {
+        Rewrite::Keep => true,
+        Rewrite::Replace(new) => {
+            v.set(&new);
+            true
+        }
+        Rewrite::Remove => false,
     }
 }
 
@@ -406,12 +503,11 @@ impl BackendSnapshot for HeapSnapshot {
         };
         match self.tables.get(state) {
             Some(StateTables::Kv(groups)) => {
-                // Timers keep their empty values; the state API never stores an empty value elsewhere
-                // (empty lists are absent), so skip those defensively.
-                let keep_empty = self.states.get(state).map(|m| m.kind) == Some(StateKind::Timers);
+                // The state API never stores an empty value in these tables (empty lists are absent;
+                // timers, whose values are empty, have their own tables), so skip those defensively.
                 let mut full = Vec::new();
                 groups[g].for_each_sorted(&mut |k, v| {
-                    if keep_empty || !v.is_empty() {
+                    if !v.is_empty() {
                         with_prefix(&mut full, kg, self.prefix_len, k);
                         f(&full, v)?;
                     }
@@ -422,6 +518,16 @@ impl BackendSnapshot for HeapSnapshot {
                 let mut prefix = Vec::with_capacity(2);
                 with_prefix(&mut prefix, kg, self.prefix_len, &[]);
                 groups[g].for_each_sorted(&prefix, f)
+            }
+            Some(StateTables::Timer(groups)) => {
+                let mut full = Vec::new();
+                let mut result = Ok(());
+                groups[g].scan_from(&[], &mut |k, v| {
+                    with_prefix(&mut full, kg, self.prefix_len, k);
+                    result = f(&full, v);
+                    result.is_ok()
+                });
+                result
             }
             None => Err(Error::UnknownState(format!("id {state}"))),
         }

@@ -409,6 +409,33 @@ impl StateBackend for RocksDbBackend {
         )
     }
 
+    fn map_scan_from(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        // One seek to `key_ns | from`: timer queues look for a key group's next head this way, without
+        // stepping over the tombstones of the timers already removed before it.
+        self.check(state, kg, true, "map_scan")?;
+        self.set_map_key(key_ns, from);
+        let lower = std::mem::take(&mut self.key_buf);
+        let result = self.iterate(
+            state,
+            &lower,
+            prefix_successor(key_ns),
+            "map_scan",
+            &mut |k, v| match k.strip_prefix(key_ns) {
+                Some(user_key) => f(user_key, v),
+                None => false,
+            },
+        );
+        self.key_buf = lower;
+        result
+    }
+
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()> {
         // As Flink's `RocksDBMapState.clear`: iterate the prefix and delete each entry in write batches
         // (range tombstones would slow every later read of the column family).

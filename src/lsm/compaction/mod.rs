@@ -58,6 +58,10 @@ pub(crate) fn run_auto(db: &DbInner) -> Result<()> {
     }
     if let Some(c) = pick::pick(&version, &db.opts, &mut pointers) {
         run::run(db, &version, c)?;
+    } else if let Some((level, file)) = pick::expired_file(&version, &db.opts) {
+        // A wholly expired file, found from its properties: rewritten on its own within its level (the
+        // filter removes every entry, so nothing or only tombstones come out).
+        run::merge_into(db, &version, &[(level, file)], level, false)?;
     }
     Ok(())
 }

@@ -203,9 +203,25 @@ fn level_scores(bytes: &[u64], l0_files: usize, opts: &Options, t: &LevelTargets
 /// Whether automatic compaction has work.
 pub(crate) fn needs_compaction(v: &Version, opts: &Options) -> bool {
     opts.auto_compaction
-        && scores(v, opts, &LevelTargets::new(v, opts))
+        && (scores(v, opts, &LevelTargets::new(v, opts))
             .iter()
             .any(|s| *s >= 1.0)
+            || expired_file(v, opts).is_some())
+}
+
+/// A file of L1 or deeper whose properties say the compaction filter would remove all of it now (see
+/// `CompactionFilterFactory::file_expired`), with its level.
+pub(crate) fn expired_file(v: &Version, opts: &Options) -> Option<(usize, Arc<FileMeta>)> {
+    let factory = opts
+        .compaction_filter_factory
+        .as_ref()
+        .filter(|f| f.is_active())?;
+    v.levels.iter().enumerate().skip(1).find_map(|(l, files)| {
+        files
+            .iter()
+            .find(|f| factory.file_expired(f.reader.properties()))
+            .map(|f| (l, Arc::clone(f)))
+    })
 }
 
 /// Total size of the files of a sorted, non-overlapping level overlapping the user-key range `[lo, hi]`.

@@ -74,13 +74,18 @@ pub(super) fn merge_into(
         .filter(|t| t.overlaps(&lo, &hi))
         .cloned()
         .collect();
-    let mut filter = db.opts.compaction_filter_factory.as_ref().map(|f| {
-        f.create(&CompactionFilterContext {
-            output_level: out_level,
-            bottommost,
-            manual,
-        })
-    });
+    let mut filter = db
+        .opts
+        .compaction_filter_factory
+        .as_ref()
+        .filter(|f| f.is_active())
+        .map(|f| {
+            f.create(&CompactionFilterContext {
+                output_level: out_level,
+                bottommost,
+                manual,
+            })
+        });
     let ctx = MergeCtx {
         db,
         snaps: &snaps,

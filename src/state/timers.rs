@@ -1,0 +1,533 @@
+//! Timers: key-group partitioned priority queues of `(timestamp, key, namespace)` and the timer service that
+//! fires them (Flink's `KeyGroupPartitionedPriorityQueue` and `InternalTimerService`).
+//!
+//! A timer queue is a state of kind `Timers` whose entries are Flink's `KG | (TS ^ i64::MIN) BE | K | NS` with
+//! empty values (`layout::timer_key`), stored through the backends' ordered-entry (`map_*`) operations with the
+//! key-group prefix as the map and `TS | K | NS` (the *element*) as the user key: an in-memory ordered table per
+//! key group on the heap backend, engine entries on the LSM backend. The store keeps, in memory, each key
+//! group's smallest element and an ordered set of those heads, so peeking never touches the backend; only
+//! removing a key group's head reads it (one seek for the next head). Elements order by timestamp, then key
+//! bytes, then namespace bytes — on every backend the same — and the queue is a set: adding a timer twice keeps
+//! one.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::descriptor::{HandleCore, StateHandle};
+use super::store::{timer_registration, KeyedStateStore};
+use crate::backend::StateId;
+use crate::error::{Error, Result};
+use crate::keygroup::{write_key_group_prefix, KeyGroup};
+use crate::meta::StateKind;
+use crate::serializer::{KeySerializer, TypeSerializer};
+
+/// Flink's `TimerSerializerSnapshot` identifier (nested: key and namespace serializers).
+pub const TIMER_SNAPSHOT_ID: &str =
+    "org.apache.flink.streaming.api.operators.TimerSerializerSnapshot";
+/// Name prefix of the event-time queue of a timer service (Flink's column-family name).
+pub const EVENT_TIMERS_PREFIX: &str = "_timer_state/event_";
+/// Name prefix of the processing-time queue of a timer service.
+pub const PROCESSING_TIMERS_PREFIX: &str = "_timer_state/processing_";
+
+/// A timer: fires for `key` in `namespace` once time reaches `timestamp` (Flink's `InternalTimer`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Timer<K, N> {
+    /// When it fires, in milliseconds.
+    pub timestamp: i64,
+    /// The key it fires for (the current key while it fires).
+    pub key: K,
+    /// The namespace it fires in (e.g. a window).
+    pub namespace: N,
+}
+
+/// A registered timer queue (Flink's priority-queue state of timers). Cheap to clone.
+pub struct TimerQueue<N: TypeSerializer> {
+    pub(crate) core: HandleCore<N>,
+}
+
+impl<N: TypeSerializer> Clone for TimerQueue<N> {
+    fn clone(&self) -> Self {
+        TimerQueue {
+            core: self.core.clone(),
+        }
+    }
+}
+
+impl<N: TypeSerializer> StateHandle for TimerQueue<N> {
+    type Namespace = N;
+    fn id(&self) -> StateId {
+        self.core.id
+    }
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+    fn kind(&self) -> StateKind {
+        StateKind::Timers
+    }
+    fn core(&self) -> &HandleCore<N> {
+        &self.core
+    }
+}
+
+/// A timer service: an event-time and a processing-time queue (Flink's `InternalTimerService`). Cheap to
+/// clone; used through the store ([`KeyedStateStore::register_event_time_timer`],
+/// [`KeyedStateStore::advance_watermark`], ...).
+pub struct TimerService<N: TypeSerializer> {
+    /// The event-time timers (`_timer_state/event_<name>`).
+    pub event: TimerQueue<N>,
+    /// The processing-time timers (`_timer_state/processing_<name>`).
+    pub processing: TimerQueue<N>,
+}
+
+impl<N: TypeSerializer> Clone for TimerService<N> {
+    fn clone(&self) -> Self {
+        TimerService {
+            event: self.event.clone(),
+            processing: self.processing.clone(),
+        }
+    }
+}
+
+/// The in-memory part of one queue: each key group's head, the heads in order, the size and the queue's time.
+#[derive(Debug, Default)]
+pub(crate) struct QueueHeads {
+    loaded: bool,
+    heads: HashMap<KeyGroup, Vec<u8>>,
+    order: BTreeSet<(Vec<u8>, KeyGroup)>,
+    len: u64,
+    /// The watermark (event time) or processing time the queue was last advanced to.
+    time: Option<i64>,
+}
+
+impl QueueHeads {
+    /// Forgets what is cached (after a restore): the next use reads the heads from the backend again.
+    pub(crate) fn invalidate(&mut self) {
+        self.loaded = false;
+        self.heads.clear();
+        self.order.clear();
+        self.len = 0;
+    }
+
+    fn first(&self) -> Option<&(Vec<u8>, KeyGroup)> {
+        self.order.first()
+    }
+
+    fn set_head(&mut self, kg: KeyGroup, head: Option<Vec<u8>>) {
+        if let Some(old) = self.heads.remove(&kg) {
+            self.order.remove(&(old, kg));
+        }
+        if let Some(h) = head {
+            self.order.insert((h.clone(), kg));
+            self.heads.insert(kg, h);
+        }
+    }
+}
+
+/// Builds a timer element `TS ^ i64::MIN (BE) | K | NS`.
+fn element(out: &mut Vec<u8>, ts: i64, key: &[u8], ns: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&((ts ^ i64::MIN) as u64).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(ns);
+}
+
+impl<K: KeySerializer> KeyedStateStore<K> {
+    /// Registers a timer queue named `name` with namespaces of `namespace`.
+    pub fn register_timer_queue<N: TypeSerializer>(
+        &mut self,
+        name: &str,
+        namespace: N,
+    ) -> Result<TimerQueue<N>> {
+        self.register_timer_queue_shared(name, Arc::new(namespace))
+    }
+
+    fn register_timer_queue_shared<N: TypeSerializer>(
+        &mut self,
+        name: &str,
+        ns: Arc<N>,
+    ) -> Result<TimerQueue<N>> {
+        let reg = timer_registration(name, &self.key_serializer, &ns);
+        let id = self.register_meta(reg)?;
+        self.timer_heads.entry(id).or_default();
+        Ok(TimerQueue {
+            core: self.core(id, name, ns),
+        })
+    }
+
+    /// Registers a timer service named `name` (Flink names them `user-timers`, `window-timers`): its queues
+    /// are the states `_timer_state/event_<name>` and `_timer_state/processing_<name>`.
+    pub fn register_timer_service<N: TypeSerializer>(
+        &mut self,
+        name: &str,
+        namespace: N,
+    ) -> Result<TimerService<N>> {
+        let ns = Arc::new(namespace);
+        Ok(TimerService {
+            event: self
+                .register_timer_queue_shared(&format!("{EVENT_TIMERS_PREFIX}{name}"), ns.clone())?,
+            processing: self
+                .register_timer_queue_shared(&format!("{PROCESSING_TIMERS_PREFIX}{name}"), ns)?,
+        })
+    }
+
+    /// The key-group prefix bytes of `kg` (the "map" of a timer queue's key group).
+    fn kg_bytes(&self, kg: KeyGroup) -> ([u8; 2], usize) {
+        let mut v = Vec::with_capacity(2);
+        write_key_group_prefix(&mut v, kg, self.prefix_len);
+        let mut out = [0u8; 2];
+        out[..v.len()].copy_from_slice(&v);
+        (out, v.len())
+    }
+
+    /// The smallest element of `id`'s key group `kg`, read from the backend.
+    fn first_in_group(&mut self, id: StateId, kg: KeyGroup) -> Result<Option<Vec<u8>>> {
+        let (p, n) = self.kg_bytes(kg);
+        let mut first = None;
+        self.backend.map_scan(id, kg, &p[..n], &mut |uk, _| {
+            first = Some(uk.to_vec());
+            false
+        })?;
+        Ok(first)
+    }
+
+    /// The smallest element `>= from` of `id`'s key group `kg`, read from the backend.
+    fn first_in_group_from(
+        &mut self,
+        id: StateId,
+        kg: KeyGroup,
+        from: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        let (p, n) = self.kg_bytes(kg);
+        let mut first = None;
+        self.backend
+            .map_scan_from(id, kg, &p[..n], from, &mut |uk, _| {
+                first = Some(uk.to_vec());
+                false
+            })?;
+        Ok(first)
+    }
+
+    /// Reads the heads and size of queue `id` from the backend if they are not cached.
+    fn heads(&mut self, id: StateId) -> Result<&mut QueueHeads> {
+        let loaded = self.timer_heads.get(&id).is_some_and(|h| h.loaded);
+        if !loaded {
+            let mut heads = QueueHeads {
+                time: self.timer_heads.get(&id).and_then(|h| h.time),
+                ..QueueHeads::default()
+            };
+            for kg in self.backend.config().key_group_range.iter() {
+                if let Some(h) = self.first_in_group(id, kg)? {
+                    heads.set_head(kg, Some(h));
+                }
+            }
+            let mut len = 0u64;
+            self.backend.scan_state(id, &mut |_, _, _| {
+                len += 1;
+                true
+            })?;
+            heads.len = len;
+            heads.loaded = true;
+            self.timer_heads.insert(id, heads);
+        }
+        self.timer_heads
+            .get_mut(&id)
+            .ok_or_else(|| Error::UnknownState(format!("timer queue id {id}")))
+    }
+
+    /// Adds element `el` to key group `kg` of queue `id`. Returns whether the queue's head changed (a
+    /// duplicate changes nothing: set semantics).
+    fn queue_add(&mut self, id: StateId, kg: KeyGroup, el: &[u8]) -> Result<bool> {
+        let before = self.heads(id)?.first().cloned();
+        let (p, n) = self.kg_bytes(kg);
+        if self.backend.map_get(id, kg, &p[..n], el)?.is_some() {
+            return Ok(false);
+        }
+        self.backend.map_put(id, kg, &p[..n], el, &[])?;
+        let heads = self.heads(id)?;
+        heads.len += 1;
+        if heads.heads.get(&kg).is_none_or(|h| el < h.as_slice()) {
+            heads.set_head(kg, Some(el.to_vec()));
+        }
+        Ok(heads.first() != before.as_ref())
+    }
+
+    /// Removes element `el` from key group `kg` of queue `id`. Returns whether the queue's head changed.
+    fn queue_remove(&mut self, id: StateId, kg: KeyGroup, el: &[u8]) -> Result<bool> {
+        let (p, n) = self.kg_bytes(kg);
+        if self.backend.map_get(id, kg, &p[..n], el)?.is_none() {
+            return Ok(false);
+        }
+        self.remove_present(id, kg, el)
+    }
+
+    /// Removes element `el`, known to be queued, from key group `kg` of queue `id`. Returns whether the
+    /// queue's head changed.
+    fn remove_present(&mut self, id: StateId, kg: KeyGroup, el: &[u8]) -> Result<bool> {
+        let before = self.heads(id)?.first().cloned();
+        let (p, n) = self.kg_bytes(kg);
+        self.backend.map_remove(id, kg, &p[..n], el)?;
+        let was_head = {
+            let heads = self.heads(id)?;
+            heads.len = heads.len.saturating_sub(1);
+            heads.heads.get(&kg).is_some_and(|h| h.as_slice() == el)
+        };
+        if was_head {
+            // The next head is the smallest element after the removed one: seek there, past nothing removed.
+            let next = self.first_in_group_from(id, kg, el)?;
+            self.heads(id)?.set_head(kg, next);
+        }
+        Ok(self.heads(id)?.first() != before.as_ref())
+    }
+
+    /// Decodes a timer element of key group `kg`.
+    fn decode_timer<N: TypeSerializer>(
+        &self,
+        q: &TimerQueue<N>,
+        el: &[u8],
+    ) -> Result<Timer<K::Value, N::Value>> {
+        let corrupt = |detail: String| Error::Corruption {
+            location: format!("timer queue '{}'", q.core.name),
+            detail,
+        };
+        let Some((ts, rest)) = el.split_first_chunk::<8>() else {
+            return Err(corrupt(format!("timer element of {} bytes", el.len())));
+        };
+        let timestamp = (u64::from_be_bytes(*ts) as i64) ^ i64::MIN;
+        let mut input = rest;
+        let key = self
+            .key_serializer
+            .deserialize(&mut input)
+            .map_err(|e| Error::serializer("<key>", e))?;
+        let namespace = crate::serializer::from_bytes(&*q.core.namespace, input)
+            .map_err(|e| Error::serializer(&*q.core.name, e))?;
+        Ok(Timer {
+            timestamp,
+            key,
+            namespace,
+        })
+    }
+
+    /// Builds the element of a timer at the current key in `ns`, returning its key group.
+    fn current_element<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+        ts: i64,
+        ns: &N::Value,
+    ) -> Result<(KeyGroup, Vec<u8>)> {
+        let Some((kg, key)) = self.current_key_raw() else {
+            return Err(Error::NoCurrentKey);
+        };
+        let key = key.to_vec();
+        let mut ns_bytes = Vec::new();
+        q.core
+            .namespace
+            .serialize(ns, &mut ns_bytes)
+            .map_err(|e| Error::serializer(&*q.core.name, e))?;
+        let mut el = Vec::with_capacity(8 + key.len() + ns_bytes.len());
+        element(&mut el, ts, &key, &ns_bytes);
+        Ok((kg, el))
+    }
+
+    /// Adds a timer at `timestamp` for the current key in `ns` to `q`. Returns whether the queue's head
+    /// changed (Flink's `add`); adding a timer that is queued already changes nothing.
+    pub fn add_timer<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+        timestamp: i64,
+        ns: &N::Value,
+    ) -> Result<bool> {
+        let (kg, el) = self.current_element(q, timestamp, ns)?;
+        self.queue_add(q.core.id, kg, &el)
+    }
+
+    /// Removes the timer at `timestamp` for the current key in `ns` from `q`. Returns whether the queue's head
+    /// changed (Flink's `remove`); removing an absent timer changes nothing.
+    pub fn remove_timer<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+        timestamp: i64,
+        ns: &N::Value,
+    ) -> Result<bool> {
+        let (kg, el) = self.current_element(q, timestamp, ns)?;
+        self.queue_remove(q.core.id, kg, &el)
+    }
+
+    /// The first timer of `q` (smallest timestamp, then key and namespace bytes), read from memory.
+    pub fn peek_timer<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+    ) -> Result<Option<Timer<K::Value, N::Value>>> {
+        let first = self.heads(q.core.id)?.first().map(|(el, _)| el.clone());
+        first.map(|el| self.decode_timer(q, &el)).transpose()
+    }
+
+    /// Removes and returns the first timer of `q`.
+    pub fn poll_timer<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+    ) -> Result<Option<Timer<K::Value, N::Value>>> {
+        Ok(self.poll_raw(q)?.map(|(_, t)| t))
+    }
+
+    fn poll_raw<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+    ) -> Result<Option<(KeyGroup, Timer<K::Value, N::Value>)>> {
+        let Some((el, kg)) = self.heads(q.core.id)?.first().cloned() else {
+            return Ok(None);
+        };
+        let timer = self.decode_timer(q, &el)?;
+        // A cached head is queued: no lookup before the removal.
+        self.remove_present(q.core.id, kg, &el)?;
+        Ok(Some((kg, timer)))
+    }
+
+    /// The number of timers in `q`.
+    pub fn timer_count<N: TypeSerializer>(&mut self, q: &TimerQueue<N>) -> Result<u64> {
+        Ok(self.heads(q.core.id)?.len)
+    }
+
+    /// The timers of `q` in key group `kg`, in order (Flink's `getSubsetForKeyGroup`).
+    pub fn timers_in_key_group<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+        kg: KeyGroup,
+    ) -> Result<Vec<Timer<K::Value, N::Value>>> {
+        let (p, n) = self.kg_bytes(kg);
+        let mut raw = Vec::new();
+        self.backend
+            .map_scan(q.core.id, kg, &p[..n], &mut |uk, _| {
+                raw.push(uk.to_vec());
+                true
+            })?;
+        raw.iter().map(|el| self.decode_timer(q, el)).collect()
+    }
+
+    /// Every timer of `q`, key group by key group (Flink's iterator: no global order).
+    pub fn all_timers<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+    ) -> Result<Vec<Timer<K::Value, N::Value>>> {
+        let mut out = Vec::new();
+        for kg in self.backend.config().key_group_range.iter() {
+            out.extend(self.timers_in_key_group(q, kg)?);
+        }
+        Ok(out)
+    }
+
+    /// Registers an event-time timer at `timestamp` for the current key in `ns` (a timer registered twice
+    /// fires once).
+    pub fn register_event_time_timer<N: TypeSerializer>(
+        &mut self,
+        svc: &TimerService<N>,
+        ns: &N::Value,
+        timestamp: i64,
+    ) -> Result<()> {
+        self.add_timer(&svc.event, timestamp, ns).map(|_| ())
+    }
+
+    /// Deletes the current key's event-time timer at `timestamp` in `ns` (nothing if there is none).
+    pub fn delete_event_time_timer<N: TypeSerializer>(
+        &mut self,
+        svc: &TimerService<N>,
+        ns: &N::Value,
+        timestamp: i64,
+    ) -> Result<()> {
+        self.remove_timer(&svc.event, timestamp, ns).map(|_| ())
+    }
+
+    /// Registers a processing-time timer at `timestamp` for the current key in `ns`.
+    pub fn register_processing_time_timer<N: TypeSerializer>(
+        &mut self,
+        svc: &TimerService<N>,
+        ns: &N::Value,
+        timestamp: i64,
+    ) -> Result<()> {
+        self.add_timer(&svc.processing, timestamp, ns).map(|_| ())
+    }
+
+    /// Deletes the current key's processing-time timer at `timestamp` in `ns`.
+    pub fn delete_processing_time_timer<N: TypeSerializer>(
+        &mut self,
+        svc: &TimerService<N>,
+        ns: &N::Value,
+        timestamp: i64,
+    ) -> Result<()> {
+        self.remove_timer(&svc.processing, timestamp, ns)
+            .map(|_| ())
+    }
+
+    /// The watermark `svc` was last advanced to (`i64::MIN` before the first advance).
+    pub fn current_watermark<N: TypeSerializer>(&self, svc: &TimerService<N>) -> i64 {
+        self.queue_time(&svc.event)
+    }
+
+    /// The processing time `svc` was last advanced to (`i64::MIN` before the first advance).
+    pub fn current_processing_time<N: TypeSerializer>(&self, svc: &TimerService<N>) -> i64 {
+        self.queue_time(&svc.processing)
+    }
+
+    fn queue_time<N: TypeSerializer>(&self, q: &TimerQueue<N>) -> i64 {
+        self.timer_heads
+            .get(&q.core.id)
+            .and_then(|h| h.time)
+            .unwrap_or(i64::MIN)
+    }
+
+    /// Advances event time to `watermark` and fires every event-time timer at or before it, in timestamp
+    /// order, with its key as the current key: `on_timer(store, timer)` may read and change state and
+    /// register new timers (one due at or before `watermark` fires in this call too). Returns how many fired.
+    pub fn advance_watermark<N: TypeSerializer>(
+        &mut self,
+        svc: &TimerService<N>,
+        watermark: i64,
+        on_timer: impl FnMut(&mut Self, Timer<K::Value, N::Value>) -> Result<()>,
+    ) -> Result<u64> {
+        self.advance(&svc.event, watermark, on_timer)
+    }
+
+    /// Advances processing time to `time` and fires every processing-time timer at or before it (as
+    /// [`advance_watermark`](Self::advance_watermark) does for event time).
+    pub fn advance_processing_time<N: TypeSerializer>(
+        &mut self,
+        svc: &TimerService<N>,
+        time: i64,
+        on_timer: impl FnMut(&mut Self, Timer<K::Value, N::Value>) -> Result<()>,
+    ) -> Result<u64> {
+        self.advance(&svc.processing, time, on_timer)
+    }
+
+    fn advance<N: TypeSerializer>(
+        &mut self,
+        q: &TimerQueue<N>,
+        time: i64,
+        mut on_timer: impl FnMut(&mut Self, Timer<K::Value, N::Value>) -> Result<()>,
+    ) -> Result<u64> {
+        self.heads(q.core.id)?.time = Some(time);
+        let mut fired = 0u64;
+        loop {
+            let due = match self.heads(q.core.id)?.first() {
+                Some((el, _)) => {
+                    let ts = el
+                        .first_chunk::<8>()
+                        .map(|b| (u64::from_be_bytes(*b) as i64) ^ i64::MIN);
+                    ts.is_some_and(|ts| ts <= time)
+                }
+                None => false,
+            };
+            if !due {
+                return Ok(fired);
+            }
+            let Some((kg, timer)) = self.poll_raw(q)? else {
+                return Ok(fired);
+            };
+            let mut key = Vec::new();
+            self.key_serializer
+                .serialize(&timer.key, &mut key)
+                .map_err(|e| Error::serializer("<key>", e))?;
+            self.set_current_key_bytes(kg, &key)?;
+            fired += 1;
+            on_timer(self, timer)?;
+        }
+    }
+}
