@@ -21,6 +21,7 @@
 
 mod access;
 mod descriptor;
+mod registration;
 pub(crate) mod store;
 mod timers;
 mod ttl;
