@@ -543,7 +543,7 @@ fn manifest_corruption_is_typed_error() {
     bytes[14] ^= 0xFF;
     std::fs::write(&man, &bytes).unwrap();
     match Db::open(dir.path(), small_opts()) {
-        Err(LsmError::Corruption { file, .. }) => assert!(file.contains("MANIFEST-"), "{file}"),
+        Err(LsmError::DamagedLog { file, .. }) => assert!(file.contains("MANIFEST-"), "{file}"),
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("opened a corrupt manifest"),
     }

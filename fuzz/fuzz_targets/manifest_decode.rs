@@ -2,11 +2,13 @@
 #![no_main]
 
 use keyed_state::lsm::manifest::validate_manifest;
-use keyed_state::lsm::record_log::frame;
+use keyed_state::lsm::record_log::{file_header, frame, LogKind};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let _ = validate_manifest(data, "fuzz");
     // Also feed the bytes as a single well-framed record, so the edit decoder sees arbitrary payloads.
-    let _ = validate_manifest(&frame(data), "fuzz");
+    let mut file = file_header(LogKind::Manifest).to_vec();
+    file.extend_from_slice(&frame(data));
+    let _ = validate_manifest(&file, "fuzz");
 });

@@ -1,9 +1,10 @@
 //! The manifest: an append-only log of version-edit records, and the `CURRENT` pointer.
 //!
-//! Records are framed as described in [`record_log`](super::record_log), each payload one encoded
-//! version edit. A record cut short at the end of the file (a crash during the append, before it was
-//! acknowledged) is ignored. A complete record whose checksum does not match, or whose payload does not
-//! decode, is a [`LsmError::Corruption`] naming the file. `CURRENT` holds the manifest's file name and is
+//! A manifest is a record log ([`record_log`](super::record_log), [`LogKind::Manifest`]), each payload one
+//! encoded version edit. A torn tail (a record a crash cut off during its append, before it was
+//! acknowledged) is ignored, and the next open writes a fresh manifest without it. Anything else that is not
+//! a whole record (a damaged file header, length, checksum or payload), or a record that does not decode, is
+//! an [`LsmError::DamagedLog`] naming the file and offset. `CURRENT` holds the manifest's file name and is
 //! replaced by write-to-temp, fsync, rename, fsync-directory.
 
 use super::io::io_err;
@@ -11,7 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::record_log::{frame, read_frame, Frame};
+use super::record_log::{file_header, frame, read_file_header, read_frame, Frame, LogKind};
 use super::version::VersionEdit;
 use super::LsmError;
 
@@ -20,24 +21,22 @@ pub(crate) fn manifest_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("MANIFEST-{number:06}"))
 }
 
-/// Decodes every edit of a manifest's bytes; `file` names it in errors.
+/// Decodes every edit of a manifest's bytes (format 1 or 2); `file` names it in errors.
 pub(crate) fn decode_manifest(buf: &[u8], file: &str) -> Result<Vec<VersionEdit>, LsmError> {
+    let damaged = |offset: usize, detail: String| LsmError::DamagedLog {
+        file: file.to_string(),
+        offset: offset as u64,
+        detail,
+    };
+    let (format, mut pos) = read_file_header(buf, LogKind::Manifest).map_err(|d| damaged(0, d))?;
     let mut edits = Vec::new();
-    let mut pos = 0;
     loop {
-        match read_frame(buf, pos) {
-            Frame::End => return Ok(edits),
-            Frame::BadChecksum => {
-                return Err(LsmError::Corruption {
-                    file: file.to_string(),
-                    detail: format!("manifest record at offset {pos}: checksum mismatch"),
-                })
-            }
+        match read_frame(buf, pos, format) {
+            Frame::End | Frame::Torn => return Ok(edits),
+            Frame::Damaged(what) => return Err(damaged(pos, format!("manifest record: {what}"))),
             Frame::Record(payload, next) => {
-                let edit = VersionEdit::decode(payload).map_err(|d| LsmError::Corruption {
-                    file: file.to_string(),
-                    detail: format!("manifest record at offset {pos}: {d}"),
-                })?;
+                let edit = VersionEdit::decode(payload)
+                    .map_err(|d| damaged(pos, format!("manifest record does not decode: {d}")))?;
                 edits.push(edit);
                 pos = next;
             }
@@ -100,6 +99,9 @@ impl ManifestWriter {
             number,
             size: 0,
         };
+        let header = file_header(LogKind::Manifest);
+        w.file.write_all(&header).map_err(|e| io_err(&w.path, e))?;
+        w.size = header.len() as u64;
         w.append(base)?;
         set_current(dir, number)?;
         Ok(w)
@@ -129,7 +131,7 @@ mod tests {
     use crate::lsm::version::FileInfo;
 
     #[test]
-    fn every_single_byte_corruption_is_detected_or_harmless() {
+    fn every_single_bit_flip_is_an_error_and_every_cut_a_torn_tail() {
         let edit = VersionEdit {
             next_file_number: Some(10),
             last_seqno: Some(99),
@@ -147,15 +149,18 @@ mod tests {
                 },
             )],
         };
-        let mut buf = frame(&edit.encode());
+        let mut buf = file_header(LogKind::Manifest).to_vec();
+        buf.extend_from_slice(&frame(&edit.encode()));
         buf.extend_from_slice(&frame(&VersionEdit::default().encode()));
         assert_eq!(validate_manifest(&buf, "m").unwrap(), 2);
         for i in 0..buf.len() {
-            let mut b = buf.clone();
-            b[i] ^= 0x5A;
-            // Either a typed error or (length field grown past the end) a truncated tail; never a panic.
-            let _ = validate_manifest(&b, "m");
-            let _ = validate_manifest(&b[..i], "m");
+            for bit in 0..8 {
+                let mut b = buf.clone();
+                b[i] ^= 1 << bit;
+                assert!(validate_manifest(&b, "m").is_err(), "byte {i} bit {bit}");
+            }
+            // A cut anywhere is a torn tail: the whole records before it.
+            assert!(validate_manifest(&buf[..i], "m").unwrap() <= 2);
         }
     }
 }

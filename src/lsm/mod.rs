@@ -42,11 +42,11 @@ pub(crate) mod version;
 pub(crate) mod wal;
 
 pub use batch::WriteBatch;
-pub use db::{Db, DbStats};
+pub use db::{Db, DbStats, DroppedWrites, RecoveryReport};
 pub use filter::{CompactionFilter, CompactionFilterFactory};
 pub use iter::DbIter;
 pub use merge::{ListAppendOperator, MergeOperator};
-pub use options::{Options, ReadOptions};
+pub use options::{Options, ReadOptions, WalRecovery};
 pub use snapshot::Snapshot;
 
 /// The message of a panic payload (`panic!` with a literal or a formatted string), empty otherwise.
@@ -78,6 +78,33 @@ pub enum LsmError {
         file: String,
         /// What is wrong.
         detail: String,
+    },
+    /// A write-ahead log or manifest is damaged at `offset`: a record (or the file header) that is neither
+    /// whole nor a torn tail left by a crash, or a record that does not decode (`design/durability.md`).
+    #[error("damaged log {file} at offset {offset}: {detail}")]
+    DamagedLog {
+        /// The file.
+        file: String,
+        /// Where the damaged record (or file header) starts.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Point-in-time WAL recovery cannot reach a consistent point: an SST file already holds writes newer
+    /// than the last write recovered before a damaged log record, so dropping the rest would not give the
+    /// state of any moment.
+    #[error("WAL recovery stopped at {file} offset {offset} (after seqno {recovered}), but SST {sst} holds seqno {sst_seqno}")]
+    RecoveryPointBehindSst {
+        /// The damaged WAL.
+        file: String,
+        /// Where recovery stopped in it.
+        offset: u64,
+        /// The last seqno recovered.
+        recovered: u64,
+        /// The SST file number.
+        sst: u64,
+        /// The largest seqno in that SST.
+        sst_seqno: u64,
     },
     /// An SST writer was used incorrectly (keys out of order, malformed internal key, ...).
     #[error("invalid SST input for {file}: {detail}")]

@@ -48,6 +48,9 @@ pub struct Options {
     pub wal: bool,
     /// Whether every write syncs the WAL before it is acknowledged (default false).
     pub wal_sync: bool,
+    /// What opening does when a WAL record other than the newest log's torn tail is damaged (default
+    /// [`WalRecovery::Strict`]; see `design/durability.md`).
+    pub wal_recovery: WalRecovery,
     /// The merge operator (default: none; merging then fails).
     pub merge_operator: Option<Arc<dyn MergeOperator>>,
     /// The compaction filter factory (default: none).
@@ -87,6 +90,7 @@ impl Default for Options {
             block_cache_size: 64 << 20,
             wal: false,
             wal_sync: false,
+            wal_recovery: WalRecovery::Strict,
             merge_operator: None,
             compaction_filter_factory: None,
             io_mode: IoMode::Auto,
@@ -114,12 +118,30 @@ impl fmt::Debug for Options {
             .field("background_nice", &self.background_nice)
             .field("wal", &self.wal)
             .field("wal_sync", &self.wal_sync)
+            .field("wal_recovery", &self.wal_recovery)
             .field(
                 "merge_operator",
                 &self.merge_operator.as_ref().map(|m| m.name().to_string()),
             )
             .finish_non_exhaustive()
     }
+}
+
+/// How WAL replay treats a damaged record (RocksDB's `WALRecoveryMode`). In every mode replay stops at the
+/// first record that is not whole, across the whole sequence of logs, and applies nothing after it; a torn
+/// tail of the newest log (a write cut off by a crash) is normal and silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WalRecovery {
+    /// Any other damage (a bad checksum or record header, a torn record before the end of the newest log,
+    /// a batch that does not decode) fails the open with [`LsmError::DamagedLog`](super::LsmError)
+    /// naming the file and offset (RocksDB's `kAbsoluteConsistency` for damage).
+    #[default]
+    Strict,
+    /// Recover to the last consistent point before the damage, drop the rest, and say what was dropped in
+    /// [`Db::recovery_report`](super::Db::recovery_report) and a `tracing` warning (RocksDB's
+    /// `kPointInTimeRecovery`).
+    PointInTime,
 }
 
 /// How a size-triggered compaction of a level L1+ picks its input file (L0 compactions take every L0 file).

@@ -1,15 +1,16 @@
 //! The write-ahead log (optional): one file per memtable, one framed record per write batch.
 //!
-//! Records are framed as described in [`record_log`](super::record_log), each payload an encoded
-//! [`WriteBatch`](super::batch::WriteBatch). Replay stops at the first record that is cut short or fails
-//! its checksum: that is a torn tail from a crash during an unacknowledged write.
+//! A WAL file is a record log ([`record_log`](super::record_log), [`LogKind::Wal`]), each payload an encoded
+//! [`WriteBatch`](super::batch::WriteBatch). [`read_wal`] returns the batches up to the first record that is
+//! not whole, and how the log ends there ([`WalEnd`]); what that means across the sequence of logs is the
+//! replay's decision (`db::recovery`, `design/durability.md`).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::batch::WriteBatch;
-use super::record_log::{frame, read_frame, Frame};
+use super::record_log::{file_header, frame, read_file_header, read_frame, Frame, LogKind};
 use super::LsmError;
 
 /// The path of WAL `number` in `dir`.
@@ -36,20 +37,38 @@ impl WalWriter {
                 path: path.display().to_string(),
                 source: e,
             })?;
+        let mut w = Self { file, path, sync };
+        w.write_synced(&file_header(LogKind::Wal), sync)?;
         super::io::sync_dir(dir)?;
-        Ok(Self { file, path, sync })
+        Ok(w)
+    }
+
+    /// Makes everything appended so far durable (called before the writer is replaced by a newer log, so
+    /// that only the newest log can end in a torn record).
+    pub fn sync(&mut self) -> Result<(), LsmError> {
+        self.file.sync_data().map_err(|e| LsmError::Io {
+            path: self.path.display().to_string(),
+            source: e,
+        })
     }
 
     /// Appends one encoded batch; with `sync`, returns only once it is on stable storage.
     pub fn append(&mut self, payload: &[u8]) -> Result<(), LsmError> {
-        let rec = frame(payload);
-        let res = self.file.write_all(&rec).and_then(|_| {
-            if self.sync {
-                self.file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
+        self.write_synced(&frame(payload), self.sync)
+    }
+
+    /// Writes `bytes`; with `sync`, returns only once they are on stable storage.
+    fn write_synced(&mut self, bytes: &[u8], sync: bool) -> Result<(), LsmError> {
+        let res =
+            self.file.write_all(bytes).and_then(
+                |_| {
+                    if sync {
+                        self.file.sync_data()
+                    } else {
+                        Ok(())
+                    }
+                },
+            );
         res.map_err(|e| LsmError::Io {
             path: self.path.display().to_string(),
             source: e,
@@ -57,20 +76,82 @@ impl WalWriter {
     }
 }
 
-/// Reads the batches of a WAL file; returns them with the number of trailing bytes ignored.
-pub(crate) fn read_wal(path: &Path) -> Result<(Vec<(u64, WriteBatch)>, usize), LsmError> {
+/// How a WAL file ends after its last whole record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WalEnd {
+    /// Exactly after a record (or an empty log).
+    Clean,
+    /// A record cut off by a crash at the end of the file, starting at `offset`.
+    Torn {
+        /// Where the cut record starts.
+        offset: u64,
+    },
+    /// Bytes at `offset` that are neither a record nor a torn tail, or a record that does not decode.
+    Damaged {
+        /// Where the damaged record (or file header) starts.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// What [`read_wal`] found in one WAL file.
+#[derive(Debug)]
+pub(crate) struct WalContents {
+    /// The batches of the whole records before `end`: (first seqno, batch, offset of the record).
+    pub batches: Vec<(u64, WriteBatch, u64)>,
+    /// How the file ends after them.
+    pub end: WalEnd,
+    /// The file's length.
+    pub len: u64,
+}
+
+/// Reads the batches of a WAL file (format 1 or 2) up to the first record that is not whole.
+pub(crate) fn read_wal(path: &Path) -> Result<WalContents, LsmError> {
     let buf = std::fs::read(path).map_err(|e| LsmError::Io {
         path: path.display().to_string(),
         source: e,
     })?;
-    let mut out = Vec::new();
-    let mut pos = 0;
-    while let Frame::Record(payload, next) = read_frame(&buf, pos) {
-        match WriteBatch::decode(payload) {
-            Ok(b) => out.push(b),
-            Err(_) => break,
+    Ok(decode_wal(&buf))
+}
+
+/// Decodes a WAL file's bytes; total (never panics), see [`read_wal`].
+pub(crate) fn decode_wal(buf: &[u8]) -> WalContents {
+    let len = buf.len() as u64;
+    let (format, mut pos) = match read_file_header(buf, LogKind::Wal) {
+        Ok(h) => h,
+        Err(detail) => {
+            return WalContents {
+                batches: Vec::new(),
+                end: WalEnd::Damaged { offset: 0, detail },
+                len,
+            }
         }
-        pos = next;
-    }
-    Ok((out, buf.len() - pos))
+    };
+    let mut batches = Vec::new();
+    let end = loop {
+        match read_frame(buf, pos, format) {
+            Frame::Record(payload, next) => match WriteBatch::decode(payload) {
+                Ok((seq, b)) => {
+                    batches.push((seq, b, pos as u64));
+                    pos = next;
+                }
+                Err(e) => {
+                    break WalEnd::Damaged {
+                        offset: pos as u64,
+                        detail: format!("write batch does not decode: {e}"),
+                    }
+                }
+            },
+            Frame::End => break WalEnd::Clean,
+            Frame::Torn => break WalEnd::Torn { offset: pos as u64 },
+            Frame::Damaged(what) => {
+                break WalEnd::Damaged {
+                    offset: pos as u64,
+                    detail: what.to_string(),
+                }
+            }
+        }
+    };
+    WalContents { batches, end, len }
 }

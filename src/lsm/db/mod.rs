@@ -26,9 +26,11 @@ use super::LsmError;
 mod background;
 mod open;
 mod read;
+mod recovery;
 mod stats;
 mod write;
 
+pub use recovery::{DroppedWrites, RecoveryReport};
 pub use stats::DbStats;
 
 type Result<T> = std::result::Result<T, LsmError>;
@@ -37,6 +39,8 @@ type Result<T> = std::result::Result<T, LsmError>;
 pub struct Db {
     inner: Arc<DbInner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// What opening recovered from the write-ahead logs.
+    recovery: RecoveryReport,
     /// The `LOCK` file, exclusively `flock`ed while the database is open.
     _lock: std::fs::File,
 }
@@ -45,6 +49,12 @@ impl Db {
     /// Opens (or creates) the database in `path`, replaying WAL files if any.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         open::open(path.as_ref(), opts)
+    }
+
+    /// What opening recovered from the write-ahead logs: records replayed, a torn tail ignored, and what
+    /// [`WalRecovery::PointInTime`](super::options::WalRecovery) dropped at a damaged record.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
     }
 
     /// The shared state, for the handle's extensions (ingestion, checkpoints).

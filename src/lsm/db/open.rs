@@ -19,7 +19,7 @@ use crate::lsm::version::{FileInfo, FileMeta, Version};
 use crate::lsm::wal::{self, WalWriter};
 use crate::lsm::LsmError;
 
-use super::{background, Db, Result};
+use super::{background, recovery, Db, Result};
 
 /// Takes an exclusive advisory lock on `dir/LOCK`, failing if another handle holds it.
 fn lock_dir(dir: &Path) -> Result<std::fs::File> {
@@ -151,22 +151,20 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
         let _ = std::fs::remove_file(p);
     }
     // Replay WAL files into a memtable and flush it to L0.
-    let replay = inner.new_memtable(0, 0);
-    for n in &logs {
-        let (batches, _torn) = wal::read_wal(&wal::wal_path(&dir, *n))?;
-        for (seq, b) in batches {
-            for (i, op) in b.ops.iter().enumerate() {
-                replay.add(seq + i as u64, op.kind, &op.key, &op.value);
-            }
-            let end = seq + b.ops.len() as u64;
-            inner
-                .last_seqno
-                .fetch_max(end.saturating_sub(1), Ordering::SeqCst);
+    let replay = recovery::replay_wals(&dir, &logs, inner.opts.wal_recovery)?;
+    recovery::check_point_in_time(&replay, &inner.state.lock().version)?;
+    inner
+        .last_seqno
+        .fetch_max(replay.max_seqno_seen, Ordering::SeqCst);
+    let mem = inner.new_memtable(0, 0);
+    for (seq, b) in &replay.batches {
+        for (i, op) in b.ops.iter().enumerate() {
+            mem.add(seq + i as u64, op.kind, &op.key, &op.value);
         }
     }
     let mut added = Vec::new();
-    if !replay.is_empty() {
-        for f in flush::write_memtable(&inner, &replay)? {
+    if !mem.is_empty() {
+        for f in flush::write_memtable(&inner, &mem)? {
             added.push((0usize, f));
         }
     }
@@ -201,6 +199,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     Ok(Db {
         inner,
         threads: Mutex::new(threads),
+        recovery: replay.report,
         _lock: lock,
     })
 }

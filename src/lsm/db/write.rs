@@ -188,6 +188,10 @@ impl DbInner {
             }
             // Switch: a new WAL and a new memtable.
             let wal_number = if self.opts.wal {
+                // The log being closed is made durable first: only the newest log may end torn.
+                if let Some(old) = w.wal.as_mut() {
+                    old.sync()?;
+                }
                 let n = self.new_file_number();
                 w.wal = Some(WalWriter::create(&self.dir, n, self.opts.wal_sync)?);
                 n
