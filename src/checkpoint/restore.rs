@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::format::CheckpointMetadata;
 use super::storage::CheckpointStorage;
-use super::tools::list_completed;
+use super::tools::{checkpoint_id_of, list_completed, read_all_metadata};
 use super::CheckpointError;
 use crate::backend::lsm::{LsmBackend, STATE_PREFIX_LEN};
 use crate::backend::{BackendConfig, StateBackend};
@@ -30,11 +30,19 @@ pub struct RestoreInfo {
     pub bytes_fetched: u64,
 }
 
-/// The completed parts of checkpoint `id` (one per instance).
+/// The completed parts of checkpoint `id` (one per instance). A metadata file of checkpoint `id` that does
+/// not decode is an error naming it: restoring without that part would lose its key groups' state.
 pub fn checkpoint_parts(
     storage: &CheckpointStorage,
     id: u64,
 ) -> Result<Vec<CheckpointMetadata>, CheckpointError> {
+    for (path, m) in read_all_metadata(storage)? {
+        if let Err(e) = m {
+            if checkpoint_id_of(&path) == Some(id) {
+                return Err(CheckpointError::Damaged(format!("{path}: {e}")));
+            }
+        }
+    }
     Ok(list_completed(storage)?
         .into_iter()
         .filter(|m| m.checkpoint_id == id)
