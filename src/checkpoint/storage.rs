@@ -201,14 +201,17 @@ impl CheckpointStorage {
     }
 
     /// Storage in the local directory `dir` (created if missing); objects that hold one whole file can be
-    /// hard-linked on restore.
+    /// hard-linked on restore. Every write is fsynced, with its directory, before it returns.
     pub fn local(dir: &Path) -> Result<Self, CheckpointError> {
         std::fs::create_dir_all(dir).map_err(|e| CheckpointError::Io {
             context: format!("creating checkpoint root {}", dir.display()),
             source: e,
         })?;
+        // Every put is fsynced with its directory before it returns, as a remote store's PUT is durable
+        // when acknowledged: the metadata written last must not outlive the objects it names.
         let fs = LocalFileSystem::new_with_prefix(dir)
-            .map_err(|e| store_err(format!("root {}", dir.display()), e))?;
+            .map_err(|e| store_err(format!("root {}", dir.display()), e))?
+            .with_fsync(true);
         let mut s = Self::from_store(Arc::new(fs), "", &dir.display().to_string())?;
         s.local_root = Some(dir.to_path_buf());
         Ok(s)

@@ -115,9 +115,13 @@ impl<'a> Outputs<'a> {
         Ok(())
     }
 
-    /// Finishes the last file and returns all files written.
+    /// Finishes the last file and returns all files written, their directory entries durable (the manifest
+    /// may name them next).
     pub fn finish(mut self) -> Result<Vec<Arc<FileMeta>>, LsmError> {
         self.finish_current()?;
+        if !self.done.is_empty() {
+            crate::lsm::io::sync_dir(&self.db.dir)?;
+        }
         Ok(std::mem::take(&mut self.done))
     }
 }
