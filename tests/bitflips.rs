@@ -46,6 +46,8 @@ enum Outcome {
 struct Counts {
     trials: usize,
     detected: usize,
+    /// The message of the first detected trial.
+    example: Option<String>,
     unplaced: Vec<String>,
     harmless: usize,
     wrong: Vec<String>,
@@ -95,6 +97,7 @@ fn campaign(
             Ok(Outcome::Error(msg)) => {
                 if place.iter().any(|p| msg.contains(p)) {
                     c.detected += 1;
+                    c.example.get_or_insert(format!("{at}: {msg}"));
                 } else {
                     c.unplaced.push(format!("{at}: {msg}"));
                 }
@@ -492,6 +495,11 @@ fn no_single_bit_flip_in_any_file_kind_reads_a_wrong_value_or_panics() {
             c.wrong.len(),
             c.panics.len()
         );
+    }
+    for (kind, c) in &table {
+        if let Some(e) = &c.example {
+            println!("{kind}, e.g. {e}");
+        }
     }
     let mut failures = Vec::new();
     for (kind, c) in &table {

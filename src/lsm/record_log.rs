@@ -73,13 +73,16 @@ pub fn file_header(kind: LogKind) -> [u8; FILE_HEADER_LEN] {
 }
 
 /// Reads the file header of `buf`, a whole file of `kind`: the format and the offset of the first record,
-/// or what is wrong with the header. An empty file, or a partial header that matches the start of a valid
-/// one, is a format-2 file cut off before its header was complete (no records; the caller decides whether
-/// that is a torn tail). A file whose first bytes are far from the magic is format 1.
+/// or what is wrong with the header. A partial header that matches the start of a valid one, or a file of
+/// zero bytes only, is a format-2 file cut off before its header was complete: reading its first record at
+/// offset 0 then finds a torn tail (an empty file: the end). A file whose first bytes are far from the
+/// magic is format 1.
 pub fn read_file_header(buf: &[u8], kind: LogKind) -> Result<(Format, usize), String> {
     let expect = file_header(kind);
-    if buf.len() < FILE_HEADER_LEN && expect.starts_with(buf) {
-        return Ok((Format::V2, buf.len()));
+    let zeros = buf.iter().all(|&b| b == 0);
+    if (buf.len() < FILE_HEADER_LEN && expect.starts_with(buf)) || zeros {
+        // Read from offset 0, the rest of the file is a torn record (or the file is empty).
+        return Ok((Format::V2, 0));
     }
     let magic = kind.magic();
     let distance: u32 = buf
@@ -278,13 +281,20 @@ mod tests {
     }
 
     #[test]
-    fn a_partial_file_header_is_an_empty_log_and_format_1_files_are_recognised() {
+    fn a_partial_or_zeroed_file_header_is_a_torn_tail_and_format_1_files_are_recognised() {
         let h = file_header(LogKind::Wal);
         for cut in 0..FILE_HEADER_LEN {
             assert_eq!(
                 read_file_header(&h[..cut], LogKind::Wal),
-                Ok((Format::V2, cut))
+                Ok((Format::V2, 0))
             );
+            let end = if cut == 0 { Frame::End } else { Frame::Torn };
+            assert_eq!(read_frame(&h[..cut], 0, Format::V2), end);
+        }
+        for len in [1, 16, 100] {
+            let zeros = vec![0u8; len];
+            assert_eq!(read_file_header(&zeros, LogKind::Wal), Ok((Format::V2, 0)));
+            assert_eq!(read_frame(&zeros, 0, Format::V2), Frame::Torn);
         }
         let mut v1 = Vec::new();
         put_u32(&mut v1, 5);
