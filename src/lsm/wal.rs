@@ -59,16 +59,10 @@ impl WalWriter {
 
     /// Writes `bytes`; with `sync`, returns only once they are on stable storage.
     fn write_synced(&mut self, bytes: &[u8], sync: bool) -> Result<(), LsmError> {
-        let res =
-            self.file.write_all(bytes).and_then(
-                |_| {
-                    if sync {
-                        self.file.sync_data()
-                    } else {
-                        Ok(())
-                    }
-                },
-            );
+        let mut res = self.file.write_all(bytes);
+        if sync && res.is_ok() {
+            res = self.file.sync_data();
+        }
         res.map_err(|e| LsmError::Io {
             path: self.path.display().to_string(),
             source: e,
