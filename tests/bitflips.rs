@@ -4,7 +4,9 @@
 //! missing key with no error) or a *panic*. The test fails on any wrong or panicking trial.
 //!
 //! File kinds: SST data, index, filter, properties and footer blocks (located from the SST's own footer),
-//! MANIFEST, CURRENT, WAL, a savepoint, and checkpoint metadata. By default a sample that runs in seconds;
+//! MANIFEST, CURRENT, WAL (opened strictly, and with point-in-time recovery, where a trial is detected when
+//! the recovered writes are a prefix and the recovery report names the file and offset), a savepoint, and
+//! checkpoint metadata. By default a sample that runs in seconds;
 //! `KEYED_STATE_BITFLIP_FULL=1` flips every bit of every file or block up to 64 KiB and 20,000 random bits of
 //! larger ones, and prints the table recorded in `design/bench-results/bitflips-2026-12-02.md`.
 
@@ -18,7 +20,7 @@ use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::checkpoint::{restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer};
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::lsm::db::Db;
-use keyed_state::lsm::options::{Options, ReadOptions};
+use keyed_state::lsm::options::{Options, ReadOptions, WalRecovery};
 use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
@@ -209,6 +211,42 @@ fn check_db(dir: &Path, n: usize) -> Outcome {
     Outcome::Harmless
 }
 
+/// Opens `dir` with point-in-time WAL recovery: the keys present must be exactly `0..m` for some `m` (writes
+/// were acknowledged in key order), all of them unless the recovery report names the damaged file and offset.
+fn check_db_point_in_time(dir: &Path, n: usize) -> Outcome {
+    let opts = Options {
+        wal_recovery: WalRecovery::PointInTime,
+        ..reopen_opts()
+    };
+    let db = match Db::open(dir, opts) {
+        Ok(db) => db,
+        Err(e) => return Outcome::Error(e.to_string()),
+    };
+    let mut present = Vec::new();
+    for i in 0..n {
+        match db.get(&key(i)) {
+            Ok(Some(v)) if v.as_ref() == value(i).as_slice() => present.push(i),
+            Ok(Some(_)) => return Outcome::Wrong(format!("wrong value for key {i}")),
+            Ok(None) => {}
+            Err(e) => return Outcome::Error(e.to_string()),
+        }
+    }
+    let m = present.len();
+    if present.iter().enumerate().any(|(j, &i)| i != j) {
+        return Outcome::Wrong(format!(
+            "recovered {m} keys that are not a prefix of the writes"
+        ));
+    }
+    match &db.recovery_report().dropped {
+        None if m == n => Outcome::Harmless,
+        None => Outcome::Wrong(format!("{} keys missing and no drop reported", n - m)),
+        Some(d) => Outcome::Error(format!(
+            "recovered {m} of {n} writes; dropped from {} at offset {}: {}",
+            d.file, d.offset, d.detail
+        )),
+    }
+}
+
 /// `LSM_KEYS` keys flushed and fully compacted into one SST, closed.
 fn compacted_db() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -312,6 +350,17 @@ fn lsm_campaigns(table: &mut BTreeMap<String, Counts>) {
         let t = trial_dir(wal.path(), &log_name, b);
         check_db(t.path(), WAL_KEYS)
     });
+    campaign(
+        "WAL, point-in-time recovery",
+        &log,
+        &pos,
+        &[&log_name],
+        table,
+        |b| {
+            let t = trial_dir(wal.path(), &log_name, b);
+            check_db_point_in_time(t.path(), WAL_KEYS)
+        },
+    );
 }
 
 // ---- savepoints and checkpoints ------------------------------------------------------------------------
