@@ -29,7 +29,7 @@ KEYED_STATE_CRASH_ITERS=200 cargo test --release --test lsm_crash
 echo "== checkpoint crash test: 200 children SIGKILLed during checkpoints"
 KEYED_STATE_CKPT_CRASH_ITERS=200 cargo test --release --test checkpoint_crash
 
-echo "== bit flips: every bit of small files and blocks, 20,000 of larger ones, in every file kind"
+echo "== bit flips: every bit of files and blocks up to 4 KiB, 10,000 of larger ones, in every file kind"
 KEYED_STATE_BITFLIP_FULL=1 cargo test --release --test bitflips -- --nocapture
 
 echo "== model tests with 5000 cases"

@@ -7,7 +7,7 @@
 //! MANIFEST, CURRENT, WAL (opened strictly, and with point-in-time recovery, where a trial is detected when
 //! the recovered writes are a prefix and the recovery report names the file and offset), a savepoint, and
 //! checkpoint metadata. By default a sample that runs in seconds;
-//! `KEYED_STATE_BITFLIP_FULL=1` flips every bit of every file or block up to 64 KiB and 20,000 random bits of
+//! `KEYED_STATE_BITFLIP_FULL=1` flips every bit of every file or block up to 4 KiB and 10,000 random bits of
 //! larger ones, and prints the table recorded in `design/bench-results/bitflips-2026-12-02.md`.
 
 use std::collections::BTreeMap;
@@ -57,16 +57,16 @@ struct Counts {
 }
 
 /// Bit positions to flip in `range` of a file: all of them when the campaign is full and the range is at
-/// most 64 KiB, else a deterministic sample (`sample` in the quick run, 20,000 in the full one).
+/// most 4 KiB, else a deterministic sample (`sample` in the quick run, 10,000 in the full one).
 fn positions(range: std::ops::Range<usize>, sample: usize, seed: u64) -> Vec<(usize, u8)> {
     let bits = (range.end - range.start) * 8;
-    let all = full() && range.len() <= 64 << 10;
+    let all = full() && range.len() <= 4 << 10;
     if all || bits <= sample {
         return (0..bits)
             .map(|b| (range.start + b / 8, (b % 8) as u8))
             .collect();
     }
-    let n = if full() { 20_000.min(bits) } else { sample };
+    let n = if full() { 10_000.min(bits) } else { sample };
     let mut x = seed | 1;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
