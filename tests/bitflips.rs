@@ -57,7 +57,7 @@ struct Counts {
 }
 
 /// Bit positions to flip in `range` of a file: all of them when the campaign is full and the range is at
-/// most 4 KiB, else a deterministic sample (`sample` in the quick run, 10,000 in the full one).
+/// most 4 KiB, else a deterministic sample of distinct bits (`sample` in the quick run, 10,000 in the full one).
 fn positions(range: std::ops::Range<usize>, sample: usize, seed: u64) -> Vec<(usize, u8)> {
     let bits = (range.end - range.start) * 8;
     let all = full() && range.len() <= 4 << 10;
@@ -68,15 +68,17 @@ fn positions(range: std::ops::Range<usize>, sample: usize, seed: u64) -> Vec<(us
     }
     let n = if full() { 10_000.min(bits) } else { sample };
     let mut x = seed | 1;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
+    let mut chosen = std::collections::BTreeSet::new();
+    while chosen.len() < n {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let b = (x % bits as u64) as usize;
-        out.push((range.start + b / 8, (b % 8) as u8));
+        chosen.insert((x % bits as u64) as usize);
     }
-    out
+    chosen
+        .into_iter()
+        .map(|b| (range.start + b / 8, (b % 8) as u8))
+        .collect()
 }
 
 /// Runs one trial per position: flips that bit of `pristine`, hands the bytes to `run`, classifies.
