@@ -130,9 +130,12 @@ fn value(i: usize) -> Vec<u8> {
     format!("value-{i}-{}", i * 7919 % 100_003).into_bytes()
 }
 
+/// Options of a trial's open: no automatic compaction, and background threads at the caller's priority (a
+/// trial waits for them to stop, which at a lowered priority on a loaded machine takes seconds).
 fn reopen_opts() -> Options {
     Options {
         auto_compaction: false,
+        background_nice: 0,
         ..Options::default()
     }
 }
@@ -449,12 +452,20 @@ fn savepoint_campaign(table: &mut BTreeMap<String, Counts>) {
     );
 }
 
+/// The LSM backend's small options, background threads at the caller's priority (see [`reopen_opts`]).
+fn backend_opts() -> Options {
+    Options {
+        background_nice: 0,
+        ..LsmBackend::small_options()
+    }
+}
+
 fn checkpoint_metadata_campaign(table: &mut BTreeMap<String, Counts>) {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all_groups());
     let root = tempfile::tempdir().unwrap();
     let storage = Arc::new(CheckpointStorage::local(root.path()).unwrap());
     {
-        let backend = LsmBackend::temp_with(cfg.clone(), LsmBackend::small_options()).unwrap();
+        let backend = LsmBackend::temp_with(cfg.clone(), backend_opts()).unwrap();
         let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
         let s = register(&mut store).unwrap();
         fill(&mut store, &s);
@@ -478,7 +489,7 @@ fn checkpoint_metadata_campaign(table: &mut BTreeMap<String, Counts>) {
             copy_tree(root.path(), t.path());
             std::fs::write(t.path().join(&rel), b).unwrap();
             let storage = CheckpointStorage::local(t.path()).unwrap();
-            let backend = match restore_lsm(&storage, 1, cfg.clone(), LsmBackend::small_options()) {
+            let backend = match restore_lsm(&storage, 1, cfg.clone(), backend_opts()) {
                 Ok((b, _)) => b,
                 Err(e) => return Outcome::Error(e.to_string()),
             };
