@@ -28,6 +28,7 @@ pub mod operator_id;
 pub mod proxy;
 pub mod proxy_writer;
 pub mod snappy;
+pub mod sst;
 pub mod typeser;
 
 pub use error::FlinkError;
