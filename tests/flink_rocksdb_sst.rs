@@ -1,12 +1,20 @@
 //! The pure-Rust RocksDB SST reader against the SST files Flink 2.3.0's RocksDB backend wrote
 //! (tests/fixtures/flink/rocksdb-native-savepoint and rocksdb-incremental-checkpoint): every record as
-//! RocksDB's own `sst_dump` printed it (each fixture's SST.txt), and damaged files giving typed errors.
+//! RocksDB's own `sst_dump` printed it (each fixture's SST.txt), damaged files giving typed errors, and
+//! the imports of the native savepoint and the incremental checkpoints: the canonical savepoint's entries,
+//! restored on heap and LSM to the same savepoint bytes.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
+use keyed_state::backend::heap::HeapBackend;
+use keyed_state::backend::lsm::LsmBackend;
+use keyed_state::backend::{BackendConfig, StateBackend};
 use keyed_state::flink::sst::{SstFile, ValueKind};
-use keyed_state::flink::FlinkError;
+use keyed_state::flink::{FlinkError, FlinkSavepoint};
+use keyed_state::savepoint::{encode, SavepointReader, WriteOptions};
+use keyed_state::serializer::LongSerializer;
+use keyed_state::state::KeyedStateStore;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/flink");
 
@@ -146,4 +154,141 @@ fn flipped_bytes_of_fixture_ssts_are_errors_or_change_nothing() {
             }
         }
     }
+}
+
+/// The entries of one import, by (state, key hex) → value hex.
+fn import_entries(fixture: &str) -> (Vec<u8>, BTreeMap<(String, String), String>) {
+    let sp = FlinkSavepoint::open(Path::new(&format!("{FIXTURES}/{fixture}"))).unwrap();
+    let import = sp.import(sp.operator("state-op").unwrap()).unwrap();
+    assert!(import.warnings().is_empty(), "{:?}", import.warnings());
+    let mut bytes = Vec::new();
+    encode(&import, &WriteOptions::default(), &mut bytes).unwrap();
+    let reader = SavepointReader::from_bytes(bytes.clone()).unwrap();
+    reader.verify().unwrap();
+    let h = reader.header();
+    let mut out = BTreeMap::new();
+    for b in reader.key_groups() {
+        reader
+            .read_key_group(b.key_group, &mut |s, k, v| {
+                assert!(out
+                    .insert((h.states[s].name.clone(), hex(k)), hex(v))
+                    .is_none());
+                Ok(())
+            })
+            .unwrap();
+    }
+    (bytes, out)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn native_savepoint_and_final_checkpoint_import_to_the_canonical_savepoints_bytes() {
+    // Flink wrote the canonical savepoint, the native savepoint and chk-3 of one run at the same state,
+    // TTL timestamps included: the three imports are the same savepoint, byte for byte.
+    let (canonical, want) = import_entries("rocksdb-canonical-savepoint");
+    assert_eq!(want.len(), 752);
+    for fixture in [
+        "rocksdb-native-savepoint",
+        "rocksdb-incremental-checkpoint/chk-3",
+    ] {
+        let (bytes, got) = import_entries(fixture);
+        assert_eq!(got, want, "{fixture}");
+        assert!(bytes == canonical, "{fixture}: savepoint bytes differ");
+    }
+}
+
+#[test]
+fn restoring_the_native_import_on_heap_and_lsm_gives_the_same_savepoint_bytes() {
+    for fixture in [
+        "rocksdb-native-savepoint",
+        "rocksdb-incremental-checkpoint/chk-2",
+        "rocksdb-incremental-checkpoint/chk-3",
+    ] {
+        let (bytes, _) = import_entries(fixture);
+        let reader = SavepointReader::from_bytes(bytes.clone()).unwrap();
+        let config = BackendConfig {
+            max_parallelism: reader.header().max_parallelism,
+            key_group_range: reader.header().key_group_range,
+            key_serializer: reader.header().key_serializer.clone(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("import.sp");
+        std::fs::write(&path, &bytes).unwrap();
+        let backends: Vec<Box<dyn StateBackend>> = vec![
+            Box::new(HeapBackend::new(config.clone()).unwrap()),
+            Box::new(LsmBackend::temp(config.clone()).unwrap()),
+        ];
+        for backend in backends {
+            let name = backend.backend_name();
+            let mut store = KeyedStateStore::new(backend, LongSerializer).unwrap();
+            store
+                .restore(&[SavepointReader::open(&path).unwrap()])
+                .unwrap();
+            let snap = store.snapshot().unwrap();
+            let mut again = Vec::new();
+            encode(&*snap, &WriteOptions::default(), &mut again).unwrap();
+            assert!(again == bytes, "{fixture} restored on {name} differs");
+        }
+    }
+}
+
+#[test]
+fn phase_1_checkpoint_holds_a_subset_of_the_files_and_older_values() {
+    // chk-3 reuses chk-2's SST files and adds newer ones: the fold must take the newer versions. Every
+    // key of chk-2 that chk-3 still has differs only where phase 2 wrote it.
+    let (_, chk2) = import_entries("rocksdb-incremental-checkpoint/chk-2");
+    let (_, chk3) = import_entries("rocksdb-incremental-checkpoint/chk-3");
+    assert_eq!(chk2.len(), 625);
+    assert_eq!(chk3.len(), 752);
+    assert!(chk2.keys().all(|k| chk3.contains_key(k)));
+    let changed = chk2.iter().filter(|(k, v)| chk3[*k] != **v).count();
+    assert!(changed > 0);
+    // A list of a key with several records is the merge of operands from both checkpoints' files.
+    let list = |m: &BTreeMap<(String, String), String>, key: &str| {
+        m[&("list".to_string(), key.to_string())].clone()
+    };
+    // Key 1 (key group 86): [1000] after phase 1, [1000, 1001] at the end.
+    assert_eq!(list(&chk2, "56000000000000000100"), "00000000000003e8");
+    assert_eq!(
+        list(&chk3, "56000000000000000100"),
+        "00000000000003e82c00000000000003e9"
+    );
+}
+
+#[test]
+fn a_damaged_sst_fails_the_import_naming_the_file() {
+    let src = PathBuf::from(format!("{FIXTURES}/rocksdb-native-savepoint"));
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let sst = dir.path().join("0560438e-e824-4ae4-852b-68b61d32a3c2");
+    let data = std::fs::read(&sst).unwrap();
+    for cut in [0, 1, 100, data.len() / 2, data.len() - 1] {
+        std::fs::write(&sst, &data[..cut]).unwrap();
+        let sp = FlinkSavepoint::open(dir.path()).unwrap();
+        let e = sp.import(sp.operator("state-op").unwrap()).unwrap_err();
+        assert!(matches!(e, FlinkError::SstCorrupt { .. }), "{e}");
+        assert!(e.to_string().contains("000023.sst"), "{e}");
+    }
+    // Files are assigned to states by the column family in their properties, not by name: swapping two
+    // files' contents imports the same state.
+    std::fs::write(&sst, &data).unwrap();
+    let other = dir.path().join("a47a337d-3a5c-498e-85ee-2ed75f8e00cd");
+    let other_data = std::fs::read(&other).unwrap();
+    std::fs::write(&sst, &other_data).unwrap();
+    std::fs::write(&other, &data).unwrap();
+    let sp = FlinkSavepoint::open(dir.path()).unwrap();
+    let mut swapped = Vec::new();
+    encode(
+        &sp.import(sp.operator("state-op").unwrap()).unwrap(),
+        &WriteOptions::default(),
+        &mut swapped,
+    )
+    .unwrap();
+    assert!(swapped == import_entries("rocksdb-native-savepoint").0);
 }

@@ -27,6 +27,7 @@ pub mod metadata_writer;
 pub mod operator_id;
 pub mod proxy;
 pub mod proxy_writer;
+pub mod rocksdb_native;
 pub mod snappy;
 pub mod sst;
 pub mod typeser;
@@ -38,3 +39,4 @@ pub use metadata::{
     parse_metadata, CheckpointMetadata, KeyedHandle, OperatorId, OperatorState, StreamHandle,
 };
 pub use operator_id::operator_id_for_uid;
+pub use rocksdb_native::RocksNativeState;
