@@ -145,8 +145,8 @@ pub struct KeyedFile {
 }
 
 impl KeyedFile {
-    /// Opens a key-groups handle — canonical (`KeyGroupsSavepointStateHandle`) or, uncompressed, the HashMap
-    /// backend's native format (`KeyGroupsStateHandle`) — or a RocksDB native savepoint or incremental
+    /// Opens a key-groups handle — canonical (`KeyGroupsSavepointStateHandle`) or the HashMap backend's
+    /// native format (`KeyGroupsStateHandle`, uncompressed or Snappy) — or a RocksDB native savepoint or incremental
     /// checkpoint (`IncrementalRemoteKeyedStateHandle`, its SST files read whole). Other handle types give
     /// [`FlinkError::UnsupportedHandle`] naming them.
     pub fn open(
@@ -211,11 +211,6 @@ impl KeyedFile {
             .min()
             .map(|o| *o as usize);
         let proxy = read_proxy(&data, &name, header_end)?;
-        if native && proxy.compressed {
-            return Err(unsupported(
-                "compressed HashMap native snapshots are not imported yet; take a CANONICAL savepoint",
-            ));
-        }
         let metas = proxy
             .states
             .iter()
@@ -314,11 +309,38 @@ impl KeyedFile {
             return Ok(None);
         }
         if self.native {
+            let j = (kg - self.range.start()) as usize;
+            let next = self
+                .offsets
+                .get(j + 1)
+                .map(|o| *o as usize)
+                .unwrap_or(self.data.len());
+            // Compressed: the key group id, then per state one Snappy framed stream (state id, count,
+            // entries); decoded back to back they are the uncompressed layout.
+            let decoded;
+            let (data, start, want_end): (&[u8], usize, usize) = if self.proxy.compressed {
+                let off = off as usize;
+                let Some(framed) = self.data.get(off + 4..next).filter(|_| off + 4 <= next) else {
+                    return Err(FlinkError::BadKeyGroup {
+                        file: self.name.clone(),
+                        key_group: kg,
+                        detail: format!(
+                            "key group at byte {off} ends at {next}, before its compressed state streams"
+                        ),
+                    });
+                };
+                let mut buf = self.data[off..off + 4].to_vec();
+                buf.extend_from_slice(&super::snappy::decode_all(framed, &self.name)?);
+                decoded = buf;
+                (&decoded, 0, decoded.len())
+            } else {
+                (&self.data, off as usize, next)
+            };
             let mut entries = 0u64;
             let mut bytes = 0u64;
             let end = read_native_key_group(
-                &self.data,
-                off as usize,
+                data,
+                start,
                 kg,
                 max_parallelism,
                 &self.proxy.key_serializer.snapshot,
@@ -330,23 +352,23 @@ impl KeyedFile {
                     f(s, &k, &v)
                 },
             )?;
-            let j = (kg - self.range.start()) as usize;
-            let next = self
-                .offsets
-                .get(j + 1)
-                .map(|o| *o as usize)
-                .unwrap_or(self.data.len());
-            if end != next {
+            if end != want_end {
                 return Err(FlinkError::BadKeyGroup {
                     file: self.name.clone(),
                     key_group: kg,
-                    detail: format!("ends at byte {end}, the next key group starts at {next}"),
+                    detail: if self.proxy.compressed {
+                        format!(
+                            "its decoded state streams hold {want_end} bytes, the entries end at {end}"
+                        )
+                    } else {
+                        format!("ends at byte {end}, the next key group starts at {next}")
+                    },
                 });
             }
             return Ok(Some(KeyGroupStats {
                 entries,
                 bytes,
-                end,
+                end: next.max(end),
             }));
         }
         read_key_group(
