@@ -333,7 +333,7 @@ fn generate(dir: &Path, target_bytes: u64) -> Generated {
                 }
                 records += w.entries;
                 let bytes = w.finish(cf, cf_id);
-                let name = format!("bench-{}-{file_no}", st.index);
+                let name = format!("bench-{}-{file_no}.sst", st.index);
                 std::fs::write(dir.join(&name), &bytes).expect("write sst");
                 sst_bytes += bytes.len() as u64;
                 shared.push((
