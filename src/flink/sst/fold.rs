@@ -114,7 +114,8 @@ pub fn fold_versions(
     f: &mut dyn FnMut(&[u8], &[u8]) -> Result<(), FlinkError>,
 ) -> Result<FoldStats, FlinkError> {
     let mut order = std::mem::take(&mut versions.versions);
-    order.sort_unstable_by(|a, b| {
+    // Each file's records arrive in RocksDB's order: a stable sort finds those runs and merges them.
+    order.sort_by(|a, b| {
         versions
             .key(a)
             .cmp(versions.key(b))
