@@ -515,6 +515,14 @@ impl FlinkImport {
                 warnings.push(w);
             }
         }
+        for f in &files {
+            if let Some(r) = f.rocks.as_ref().filter(|r| r.skipped_outside_range > 0) {
+                warnings.push(format!(
+                    "subtask {}: {} keys outside its key groups {} skipped (left in its SST files after a rescale; Flink's restore clips them too)",
+                    f.subtask, r.skipped_outside_range, f.range
+                ));
+            }
+        }
         let mut owners = BTreeMap::new();
         for (i, f) in files.iter().enumerate() {
             for kg in f.key_groups_with_data() {

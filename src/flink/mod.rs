@@ -6,6 +6,8 @@
 //! - [`typeser`]: Flink's serializer snapshots, mapped to ours, unknown ones kept as raw bytes;
 //! - [`keyed_stream`]: the canonical per-key-group entry stream, uncompressed or [`snappy`]-framed;
 //! - [`heap_native`]: the HashMap backend's native snapshot format, rebuilt as canonical entries;
+//! - [`sst`] and [`rocksdb_native`]: the RocksDB backend's native savepoints and incremental checkpoints,
+//!   their SST files read without RocksDB and folded into canonical entries;
 //! - [`import`]: one operator's keyed state as a [`BackendSnapshot`](crate::backend::BackendSnapshot)
 //!   that our savepoint writer encodes;
 //! - [`operator_id`]: the operator id Flink derives from a uid;

@@ -50,7 +50,7 @@ struct Entry {
 }
 
 /// One subtask's RocksDB state: live entries by key group, state and key.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct RocksNativeState {
     data: Vec<u8>,
     entries: Vec<Entry>,
@@ -66,6 +66,18 @@ pub struct RocksNativeState {
     pub merge_operands: u64,
     /// Keys whose newest version is a tombstone.
     pub deleted: u64,
+}
+
+impl std::fmt::Debug for RocksNativeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksNativeState")
+            .field("entries", &self.entries.len())
+            .field("bytes", &self.data.len())
+            .field("key_groups", &self.by_key_group.len())
+            .field("files", &self.files)
+            .field("skipped_outside_range", &self.skipped_outside_range)
+            .finish()
+    }
 }
 
 impl RocksNativeState {

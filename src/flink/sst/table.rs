@@ -86,7 +86,6 @@ pub struct SstProperties {
 }
 
 /// An opened SST file: footer, properties and the handles of its data blocks, checked.
-#[derive(Debug)]
 pub struct SstFile<'a> {
     data: &'a [u8],
     name: &'a str,
@@ -100,6 +99,19 @@ pub struct SstFile<'a> {
     range_del: Option<BlockHandle>,
     /// Where the footer starts: every block ends before it.
     blocks_end: u64,
+}
+
+impl std::fmt::Debug for SstFile<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SstFile")
+            .field("name", &self.name)
+            .field("bytes", &self.data.len())
+            .field("format_version", &self.format_version)
+            .field("checksum_type", &self.checksum_type)
+            .field("properties", &self.properties)
+            .field("data_blocks", &self.data_blocks.len())
+            .finish()
+    }
 }
 
 fn unsupported(file: &str, feature: impl Into<String>) -> FlinkError {
