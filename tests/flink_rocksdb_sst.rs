@@ -292,3 +292,64 @@ fn a_damaged_sst_fails_the_import_naming_the_file() {
     .unwrap();
     assert!(swapped == import_entries("rocksdb-native-savepoint").0);
 }
+
+#[test]
+fn keys_outside_a_handles_key_groups_are_skipped_with_a_warning() {
+    // As after a rescale: subtask 0's handle claims key groups 0..=31 while its SSTs hold 0..=63.
+    use keyed_state::flink::metadata_writer::write_metadata;
+    use keyed_state::flink::KeyedHandle;
+    use keyed_state::keygroup::KeyGroupRange;
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(format!("{FIXTURES}/rocksdb-native-savepoint")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let mut sp = FlinkSavepoint::open(dir.path()).unwrap();
+    let op = sp
+        .metadata
+        .operators
+        .iter_mut()
+        .find(|o| o.uid.as_deref() == Some("state-op"))
+        .unwrap();
+    let Some(KeyedHandle::Incremental { range, .. }) = &mut op.subtasks[0].managed_keyed else {
+        panic!("not incremental")
+    };
+    *range = KeyGroupRange::new(0, 31);
+    std::fs::write(
+        dir.path().join("_metadata"),
+        write_metadata(&sp.metadata).unwrap(),
+    )
+    .unwrap();
+    let sp = FlinkSavepoint::open(dir.path()).unwrap();
+    let import = sp.import(sp.operator("state-op").unwrap()).unwrap();
+    let w = import.warnings().join("\n");
+    assert!(
+        w.contains("subtask 0") && w.contains("outside its key groups"),
+        "{w}"
+    );
+    let mut bytes = Vec::new();
+    encode(&import, &WriteOptions::default(), &mut bytes).unwrap();
+    let reader = SavepointReader::from_bytes(bytes).unwrap();
+    let (_, all) = import_entries("rocksdb-native-savepoint");
+    let mut got = BTreeMap::new();
+    for b in reader.key_groups() {
+        assert!(
+            !(32..64).contains(&b.key_group),
+            "key group {}",
+            b.key_group
+        );
+        reader
+            .read_key_group(b.key_group, &mut |s, k, v| {
+                got.insert((reader.header().states[s].name.clone(), hex(k)), hex(v));
+                Ok(())
+            })
+            .unwrap();
+    }
+    // Exactly the entries of the other key groups remain.
+    let want: BTreeMap<_, _> = all
+        .into_iter()
+        .filter(|((_, k), _)| !(32..64).contains(&u8::from_str_radix(&k[..2], 16).unwrap()))
+        .collect();
+    assert_eq!(got, want);
+    assert!(got.len() < 752 && !got.is_empty());
+}
