@@ -110,12 +110,15 @@ fn import_then_dump_json_equals_expected_json() {
         "hashmap-canonical-savepoint-inline",
         "rocksdb-canonical-savepoint",
         "hashmap-native-savepoint",
+        "rocksdb-native-savepoint",
+        "rocksdb-incremental-checkpoint/chk-3",
     ] {
+        let run_dir = fixture.split('/').next().unwrap();
         let info: Value = serde_json::from_str(
-            &std::fs::read_to_string(format!("{FIXTURES}/{fixture}/run-info.json")).unwrap(),
+            &std::fs::read_to_string(format!("{FIXTURES}/{run_dir}/run-info.json")).unwrap(),
         )
         .unwrap();
-        let out = dir.path().join(format!("{fixture}.sp"));
+        let out = dir.path().join(format!("{}.sp", fixture.replace('/', "-")));
         let out_s = out.to_str().unwrap();
         for operator in ["state-op", "14725b7741e1a536207c2c73a13e02c9"] {
             let o = run(&[
@@ -194,20 +197,37 @@ fn import_errors_name_what_is_wrong() {
         assert!(e.contains(want), "{e}");
     }
     assert!(!e.contains("panicked"), "{e}");
+    // A native savepoint with one SST file damaged: the error names the RocksDB file and what is wrong.
+    let copy = dir.path().join("native");
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(format!("{FIXTURES}/rocksdb-native-savepoint")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, copy.join(f.file_name().unwrap())).unwrap();
+    }
+    // 000023.sst of subtask 0 (column family `list`), stored as 0560438e-….
+    let sst = copy.join("0560438e-e824-4ae4-852b-68b61d32a3c2");
+    let mut bytes = std::fs::read(&sst).unwrap();
+    bytes[100] ^= 0x10;
+    std::fs::write(&sst, &bytes).unwrap();
     let o = run(&[
         "import-flink",
-        &format!("{FIXTURES}/rocksdb-native-savepoint"),
+        copy.to_str().unwrap(),
         "--operator",
         "state-op",
         "--out",
         out_s,
     ]);
     assert!(!o.status.success());
-    assert!(
-        text(&o.stderr).contains("IncrementalRemoteKeyedStateHandle"),
-        "{}",
-        text(&o.stderr)
-    );
+    let e = text(&o.stderr);
+    for want in [
+        "000023.sst (0560438e-e824-4ae4-852b-68b61d32a3c2)",
+        "corrupt RocksDB SST file",
+        "data block",
+        "checksum mismatch",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in {e}");
+    }
+    assert!(!e.contains("panicked"), "{e}");
     assert!(!out.exists());
     let o = run(&[
         "import-flink",
@@ -250,5 +270,81 @@ fn inspect_shows_flink_operators_handles_states_and_counts() {
         let o = run(&["inspect", &format!("{FIXTURES}/{f}")]);
         assert!(o.status.success(), "{f}: {}", text(&o.stderr));
         assert!(text(&o.stdout).contains("states: 7"), "{f}");
+    }
+    // The SST files of a native savepoint, their column families, and the folded entries.
+    let o = run(&["inspect", &format!("{FIXTURES}/rocksdb-native-savepoint")]);
+    let s = text(&o.stdout);
+    for want in [
+        "sst 000023.sst (0560438e-e824-4ae4-852b-68b61d32a3c2): column family list, 50 records, 0 range tombstones, 1932 bytes",
+        "[1] list (LIST)",
+        "total 376 live entries",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in\n{s}");
+    }
+}
+
+#[test]
+fn incremental_checkpoint_chk2_imports_the_state_after_phase_1() {
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{FIXTURES}/expected.json")).unwrap(),
+    )
+    .unwrap();
+    let info: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{FIXTURES}/rocksdb-incremental-checkpoint/run-info.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("chk2.sp");
+    let out_s = out.to_str().unwrap();
+    let o = run(&[
+        "import-flink",
+        &format!("{FIXTURES}/rocksdb-incremental-checkpoint/chk-2"),
+        "--operator",
+        "state-op",
+        "--out",
+        out_s,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = run(&["dump", out_s, "--json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let got = logical(&text(&o.stdout));
+    let keys = expected["keys"].as_object().unwrap();
+    assert_eq!(got.len(), keys.len());
+    for (k, want) in keys {
+        let g = &got[&k.parse::<i64>().unwrap()];
+        let field = |name: &str| g.get(name).cloned().unwrap_or(Value::Null);
+        let phase1 = &want["after_phase1"];
+        assert_eq!(field("key_group"), want["key_group"], "key {k}");
+        for name in ["sum", "list", "name", "ttl_value"] {
+            assert_eq!(field(name), phase1[name], "key {k} {name}");
+        }
+        let want_map = &phase1["map"];
+        if want_map.as_object().unwrap().is_empty() {
+            assert_eq!(field("map"), Value::Null, "key {k} map");
+        } else {
+            assert_eq!(&field("map"), want_map, "key {k} map");
+        }
+        // Every key registers its timers with its first record, in phase 1.
+        for name in ["event_timer", "processing_timer"] {
+            assert_eq!(field(name), want[name], "key {k} {name}");
+        }
+        // run-info records the last write of each key; phase 1 wrote no later. For keys with one record
+        // (k % 4 == 0) that write is phase 1's.
+        let n: u32 = k.parse().unwrap();
+        let range = &info["ttl_last_write_millis_range_by_key"][format!("{n:03}")];
+        let ts = field("ttl_timestamp").as_i64().unwrap();
+        assert!(
+            ts <= range[1].as_i64().unwrap(),
+            "key {k}: {ts} after {range}"
+        );
+        if n % 4 == 0 {
+            assert!(
+                ts >= range[0].as_i64().unwrap(),
+                "key {k}: {ts} before {range}"
+            );
+        }
     }
 }

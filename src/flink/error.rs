@@ -152,6 +152,26 @@ pub enum FlinkError {
         /// What is wrong.
         detail: String,
     },
+    /// A RocksDB SST file (native savepoint, incremental checkpoint) that is damaged or breaks the format.
+    #[error("{file}: corrupt RocksDB SST file: {what} (block at byte {offset}): {detail}")]
+    SstCorrupt {
+        /// The file (its local RocksDB name and the file holding it).
+        file: String,
+        /// The file offset of the block (or footer) concerned.
+        offset: u64,
+        /// The structure being read.
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A RocksDB SST file using a feature this reader does not implement.
+    #[error("{file}: RocksDB SST file uses {feature}, which this reader does not support")]
+    SstUnsupported {
+        /// The file.
+        file: String,
+        /// The feature, as RocksDB names it.
+        feature: String,
+    },
     /// Handles or arguments that do not fit together (max parallelism, overlapping key groups, ...).
     #[error("{0}")]
     Inconsistent(String),

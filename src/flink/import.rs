@@ -10,10 +10,12 @@ use super::heap_native::read_native_key_group;
 use super::keyed_stream::{read_key_group, KeyGroupStats};
 use super::location::{display_name, map_stream, StreamBytes};
 use super::metadata::{
-    parse_metadata, CheckpointMetadata, KeyGroupsHandleKind, KeyedHandle, OperatorId, OperatorState,
+    parse_metadata, CheckpointMetadata, KeyGroupsHandleKind, KeyedHandle, OperatorId,
+    OperatorState, StreamHandle,
 };
 use super::operator_id::operator_id_for_uid;
 use super::proxy::{read_proxy, KeyedProxy};
+use super::rocksdb_native::RocksNativeState;
 use super::FlinkError;
 use crate::backend::{BackendConfig, BackendSnapshot, StateId};
 use crate::keygroup::{KeyGroup, KeyGroupRange};
@@ -137,11 +139,15 @@ pub struct KeyedFile {
     pub metas: Vec<StateMetaInfo>,
     /// The HashMap backend's native format (`KeyGroupsStateHandle`) rather than the canonical one.
     pub native: bool,
+    /// For a RocksDB native savepoint or incremental checkpoint (`IncrementalRemoteKeyedStateHandle`):
+    /// its SST files read and folded (`data` is then the meta-data file, `offsets` empty).
+    pub rocks: Option<RocksNativeState>,
 }
 
 impl KeyedFile {
-    /// Opens a key-groups handle: canonical (`KeyGroupsSavepointStateHandle`) or, uncompressed, the HashMap
-    /// backend's native format (`KeyGroupsStateHandle`). Other handle types give
+    /// Opens a key-groups handle — canonical (`KeyGroupsSavepointStateHandle`) or the HashMap backend's
+    /// native format (`KeyGroupsStateHandle`, uncompressed or Snappy) — or a RocksDB native savepoint or incremental
+    /// checkpoint (`IncrementalRemoteKeyedStateHandle`, its SST files read whole). Other handle types give
     /// [`FlinkError::UnsupportedHandle`] naming them.
     pub fn open(
         sp: &FlinkSavepoint,
@@ -163,14 +169,33 @@ impl KeyedFile {
                 offsets,
                 stream,
                 ..
-            } => (*range, offsets.clone(), stream, *kind == KeyGroupsHandleKind::Checkpoint),
-            KeyedHandle::Incremental { .. } => {
-                return Err(unsupported(
-                    "RocksDB native savepoints and incremental checkpoints (SST files) are not imported yet; take a CANONICAL savepoint",
-                ))
+            } => (
+                *range,
+                offsets.clone(),
+                stream,
+                *kind == KeyGroupsHandleKind::Checkpoint,
+            ),
+            KeyedHandle::Incremental {
+                range,
+                meta,
+                shared,
+                private,
+                ..
+            } => {
+                return Self::open_incremental(
+                    sp,
+                    subtask,
+                    *range,
+                    meta,
+                    shared,
+                    private,
+                    max_parallelism,
+                )
             }
             KeyedHandle::Changelog { .. } => {
-                return Err(unsupported("changelog state backend handles are not imported"))
+                return Err(unsupported(
+                    "changelog state backend handles are not imported",
+                ))
             }
         };
         if range.end() as u32 >= max_parallelism {
@@ -186,11 +211,6 @@ impl KeyedFile {
             .min()
             .map(|o| *o as usize);
         let proxy = read_proxy(&data, &name, header_end)?;
-        if native && proxy.compressed {
-            return Err(unsupported(
-                "compressed HashMap native snapshots are not imported yet; take a CANONICAL savepoint",
-            ));
-        }
         let metas = proxy
             .states
             .iter()
@@ -205,7 +225,65 @@ impl KeyedFile {
             proxy,
             metas,
             native,
+            rocks: None,
         })
+    }
+
+    fn open_incremental(
+        sp: &FlinkSavepoint,
+        subtask: u32,
+        range: KeyGroupRange,
+        meta: &StreamHandle,
+        shared: &[(String, StreamHandle)],
+        private: &[(String, StreamHandle)],
+        max_parallelism: u32,
+    ) -> Result<Self, FlinkError> {
+        if range.end() as u32 >= max_parallelism {
+            return Err(FlinkError::Inconsistent(format!(
+                "subtask {subtask}: key groups {range} exceed max parallelism {max_parallelism}"
+            )));
+        }
+        let name = display_name(meta);
+        let data = map_stream(meta, sp.dir())?;
+        let proxy = read_proxy(&data, &name, Some(data.len()))?;
+        let metas = proxy
+            .states
+            .iter()
+            .map(|s| s.to_meta(&name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rocks = RocksNativeState::read(
+            shared,
+            private,
+            sp.dir(),
+            &proxy.states,
+            range,
+            max_parallelism,
+        )?;
+        Ok(KeyedFile {
+            name,
+            subtask,
+            data,
+            range,
+            offsets: Vec::new(),
+            proxy,
+            metas,
+            native: false,
+            rocks: Some(rocks),
+        })
+    }
+
+    /// Key groups of this file that hold data.
+    pub fn key_groups_with_data(&self) -> Vec<KeyGroup> {
+        match &self.rocks {
+            Some(r) => r.key_groups().collect(),
+            None => self
+                .offsets
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| **o != 0)
+                .map(|(j, _)| self.range.start() + j as KeyGroup)
+                .collect(),
+        }
     }
 
     /// Reads key group `kg` of this file, calling `f(flink state id, key, value)`.
@@ -218,16 +296,51 @@ impl KeyedFile {
         if !self.range.contains(kg) {
             return Ok(None);
         }
+        if let Some(r) = &self.rocks {
+            let (entries, bytes) = r.read_key_group(kg, f)?;
+            return Ok((entries > 0).then_some(KeyGroupStats {
+                entries,
+                bytes,
+                end: 0,
+            }));
+        }
         let off = self.offsets[(kg - self.range.start()) as usize];
         if off == 0 {
             return Ok(None);
         }
         if self.native {
+            let j = (kg - self.range.start()) as usize;
+            let next = self
+                .offsets
+                .get(j + 1)
+                .map(|o| *o as usize)
+                .unwrap_or(self.data.len());
+            // Compressed: the key group id, then per state one Snappy framed stream (state id, count,
+            // entries); decoded back to back they are the uncompressed layout.
+            let decoded;
+            let (data, start, want_end): (&[u8], usize, usize) = if self.proxy.compressed {
+                let off = off as usize;
+                let Some(framed) = self.data.get(off + 4..next).filter(|_| off + 4 <= next) else {
+                    return Err(FlinkError::BadKeyGroup {
+                        file: self.name.clone(),
+                        key_group: kg,
+                        detail: format!(
+                            "key group at byte {off} ends at {next}, before its compressed state streams"
+                        ),
+                    });
+                };
+                let mut buf = self.data[off..off + 4].to_vec();
+                buf.extend_from_slice(&super::snappy::decode_all(framed, &self.name)?);
+                decoded = buf;
+                (&decoded, 0, decoded.len())
+            } else {
+                (&self.data, off as usize, next)
+            };
             let mut entries = 0u64;
             let mut bytes = 0u64;
             let end = read_native_key_group(
-                &self.data,
-                off as usize,
+                data,
+                start,
                 kg,
                 max_parallelism,
                 &self.proxy.key_serializer.snapshot,
@@ -239,23 +352,23 @@ impl KeyedFile {
                     f(s, &k, &v)
                 },
             )?;
-            let j = (kg - self.range.start()) as usize;
-            let next = self
-                .offsets
-                .get(j + 1)
-                .map(|o| *o as usize)
-                .unwrap_or(self.data.len());
-            if end != next {
+            if end != want_end {
                 return Err(FlinkError::BadKeyGroup {
                     file: self.name.clone(),
                     key_group: kg,
-                    detail: format!("ends at byte {end}, the next key group starts at {next}"),
+                    detail: if self.proxy.compressed {
+                        format!(
+                            "its decoded state streams hold {want_end} bytes, the entries end at {end}"
+                        )
+                    } else {
+                        format!("ends at byte {end}, the next key group starts at {next}")
+                    },
                 });
             }
             return Ok(Some(KeyGroupStats {
                 entries,
                 bytes,
-                end,
+                end: next.max(end),
             }));
         }
         read_key_group(
@@ -402,13 +515,17 @@ impl FlinkImport {
                 warnings.push(w);
             }
         }
+        for f in &files {
+            if let Some(r) = f.rocks.as_ref().filter(|r| r.skipped_outside_range > 0) {
+                warnings.push(format!(
+                    "subtask {}: {} keys outside its key groups {} skipped (left in its SST files after a rescale; Flink's restore clips them too)",
+                    f.subtask, r.skipped_outside_range, f.range
+                ));
+            }
+        }
         let mut owners = BTreeMap::new();
         for (i, f) in files.iter().enumerate() {
-            for (j, off) in f.offsets.iter().enumerate() {
-                if *off == 0 {
-                    continue;
-                }
-                let kg = f.range.start() + j as KeyGroup;
+            for kg in f.key_groups_with_data() {
                 if let Some(prev) = owners.insert(kg, i) {
                     return Err(FlinkError::Inconsistent(format!(
                         "key group {kg} has data in both {} and {}",

@@ -6,6 +6,8 @@
 //! - [`typeser`]: Flink's serializer snapshots, mapped to ours, unknown ones kept as raw bytes;
 //! - [`keyed_stream`]: the canonical per-key-group entry stream, uncompressed or [`snappy`]-framed;
 //! - [`heap_native`]: the HashMap backend's native snapshot format, rebuilt as canonical entries;
+//! - [`sst`] and [`rocksdb_native`]: the RocksDB backend's native savepoints and incremental checkpoints,
+//!   their SST files read without RocksDB and folded into canonical entries;
 //! - [`import`]: one operator's keyed state as a [`BackendSnapshot`](crate::backend::BackendSnapshot)
 //!   that our savepoint writer encodes;
 //! - [`operator_id`]: the operator id Flink derives from a uid;
@@ -27,7 +29,9 @@ pub mod metadata_writer;
 pub mod operator_id;
 pub mod proxy;
 pub mod proxy_writer;
+pub mod rocksdb_native;
 pub mod snappy;
+pub mod sst;
 pub mod typeser;
 
 pub use error::FlinkError;
@@ -37,3 +41,4 @@ pub use metadata::{
     parse_metadata, CheckpointMetadata, KeyedHandle, OperatorId, OperatorState, StreamHandle,
 };
 pub use operator_id::operator_id_for_uid;
+pub use rocksdb_native::RocksNativeState;

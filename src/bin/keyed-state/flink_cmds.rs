@@ -178,6 +178,45 @@ fn subtask_report(
     let mut entries = vec![0u64; proxy.states.len()];
     let mut bytes = vec![0u64; proxy.states.len()];
     let mut groups = 0usize;
+    let mut sst_bytes = 0u64;
+    if let KeyedHandle::Incremental {
+        range,
+        shared,
+        private,
+        ..
+    } = h
+    {
+        let rocks = keyed_state::flink::RocksNativeState::read(
+            shared,
+            private,
+            sp.dir(),
+            &proxy.states,
+            *range,
+            op.max_parallelism,
+        )?;
+        for f in &rocks.files {
+            sst_bytes += f.bytes;
+            let _ = writeln!(
+                s,
+                "    sst {} ({}): column family {}, {} records, {} range tombstones, {} bytes",
+                f.local_name, f.stored_as, f.column_family, f.records, f.range_tombstones, f.bytes
+            );
+        }
+        let _ = writeln!(
+            s,
+            "    folded {} versions ({} merge operands, {} deleted keys, {} keys outside the key groups skipped)",
+            rocks.versions, rocks.merge_operands, rocks.deleted, rocks.skipped_outside_range
+        );
+        for kg in rocks.key_groups().collect::<Vec<_>>() {
+            groups += 1;
+            rocks.read_key_group(kg, &mut |sid, k, v| {
+                entries[sid] += 1;
+                bytes[sid] += (k.len() + v.len()) as u64;
+                Ok(())
+            })?;
+        }
+    }
+    let counted = canonical || matches!(h, KeyedHandle::Incremental { .. });
     if let (true, KeyedHandle::KeyGroups { range, offsets, .. }) = (canonical, h) {
         for (j, off) in offsets.iter().enumerate() {
             if *off == 0 {
@@ -215,7 +254,7 @@ fn subtask_report(
             };
             let _ = writeln!(s, "          {key}: {}{raw}", ser.snapshot);
         }
-        if canonical {
+        if counted {
             let _ = writeln!(
                 s,
                 "          entries: {}, key+value bytes: {}",
@@ -230,6 +269,14 @@ fn subtask_report(
             entries.iter().sum::<u64>(),
             bytes.iter().sum::<u64>(),
             data.len()
+        );
+    } else if counted {
+        let _ = writeln!(
+            s,
+            "    key groups with data: {groups}; total {} live entries, {} key+value bytes, SST files {} bytes",
+            entries.iter().sum::<u64>(),
+            bytes.iter().sum::<u64>(),
+            sst_bytes
         );
     }
     Ok(())

@@ -1,0 +1,19 @@
+//! A pure-Rust reader of the RocksDB block-based table (SST) files that Flink's RocksDB backend (FRocksDB)
+//! writes into native savepoints and incremental checkpoints.
+//!
+//! - [`table`]: one SST file: footer, metaindex, properties, index, data blocks, range tombstones;
+//! - [`block`]: the entries of one block (shared-prefix keys, restart points, delta-encoded index values);
+//! - [`fold`]: the versions of every key across files folded as RocksDB reads them (newest sequence
+//!   number wins, tombstones and range tombstones hide older versions, merge operands joined with `,`).
+//!
+//! What is read and what is refused: `design/flink-interop.md`, section "RocksDB native savepoints and
+//! incremental checkpoints". Every decoder returns a [`FlinkError`](super::FlinkError) (`SstCorrupt` or
+//! `SstUnsupported` naming the feature), never panics, and has the fuzz target `flink_rocksdb_sst`.
+
+pub mod block;
+pub(crate) mod coding;
+pub mod fold;
+pub mod table;
+
+pub use fold::{fold_versions, FoldStats, RangeTombstone, Versions};
+pub use table::{Record, SstFile, SstProperties, ValueKind};
