@@ -357,3 +357,87 @@ fn a_large_busy_workload_survives_crashes_at_random_storage_operations() {
         );
     }
 }
+
+/// Three savepoints of a growing heap store, written one after the other to the same path.
+fn savepoint_rounds() -> Vec<Box<dyn keyed_state::backend::BackendSnapshot>> {
+    use keyed_state::backend::heap::HeapBackend;
+    use keyed_state::keygroup::KeyGroupRange;
+    use keyed_state::serializer::LongSerializer;
+    use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
+    let cfg = KeyedStateStore::config_for(&LongSerializer, 16, KeyGroupRange::new(0, 15));
+    let mut store =
+        KeyedStateStore::new(Box::new(HeapBackend::new(cfg).unwrap()), LongSerializer).unwrap();
+    let v = store
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    (0..3i64)
+        .map(|round| {
+            for k in 0..(100 + 100 * round) {
+                store.set_current_key(&k).unwrap();
+                store.value(&v).unwrap().update(&(k * 10 + round)).unwrap();
+            }
+            store.snapshot().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn a_crash_at_every_storage_operation_of_savepoints_leaves_the_last_completed_one_whole() {
+    use keyed_state::savepoint::{write_savepoint_on, SavepointReader, WriteOptions};
+    let rounds = savepoint_rounds();
+    let dir = Path::new("/sp");
+    let path = dir.join("savepoint");
+    let write_all = |fs: &FaultFs| -> usize {
+        for (i, s) in rounds.iter().enumerate() {
+            if write_savepoint_on(fs, &path, &**s, &WriteOptions::default()).is_err() {
+                return i;
+            }
+        }
+        rounds.len()
+    };
+    // The bytes of each round, and the operations the three writes take.
+    let mut want = Vec::new();
+    let fs = new_fs();
+    fs.create_dir_all(dir).unwrap();
+    let start = fs.ops();
+    for s in &rounds {
+        write_savepoint_on(&fs, &path, &**s, &WriteOptions::default()).unwrap();
+        want.push(fs.peek(&path).unwrap());
+    }
+    let total = fs.ops() - start;
+    let mut bad = Vec::new();
+    for n in 1..=total {
+        let fs = new_fs();
+        fs.create_dir_all(dir).unwrap();
+        fs.crash_at(fs.ops() + n);
+        let acked = write_all(&fs);
+        fs.reboot();
+        let got = fs.exists(&path).then(|| fs.peek(&path).unwrap_or_default());
+        let ok = match (&got, acked) {
+            (None, 0) => true,
+            (Some(b), a) => (a > 0 && *b == want[a - 1]) || (a < rounds.len() && *b == want[a]),
+            (None, _) => false,
+        };
+        let whole = got.as_ref().is_none_or(|b| {
+            SavepointReader::from_bytes(b.clone())
+                .and_then(|r| r.verify())
+                .is_ok()
+        });
+        let strays: Vec<String> = fs
+            .list(dir)
+            .unwrap()
+            .into_iter()
+            .filter(|f| f != "savepoint" && !f.ends_with(".tmp"))
+            .collect();
+        if !ok || !whole || !strays.is_empty() {
+            bad.push(format!(
+                "crash at op {n} ({acked} savepoints acked): ok {ok}, whole {whole}, strays {strays:?}"
+            ));
+        }
+    }
+    eprintln!(
+        "savepoints: {total} crash points, {} inconsistencies",
+        bad.len()
+    );
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
