@@ -126,7 +126,9 @@ fn ring_read(ring: &mut IoUring, file: &File, buf: &mut [u8], offset: u64) -> io
 }
 
 /// Where a [`FileWriter`]'s bytes go: a real file (over io_uring or plain writes), or a file of another
-/// [`Storage`].
+/// [`Storage`]. One per open file, so the size of the ring inline does not matter; boxing it would add an
+/// indirection to every write.
+#[allow(clippy::large_enum_variant)]
 enum Sink {
     Os { file: File, ring: Option<IoUring> },
     Other(Box<dyn WritableFile>),
