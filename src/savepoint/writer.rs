@@ -367,17 +367,29 @@ pub fn write_savepoint_on(
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(
-        ".{}-{}.tmp",
-        std::process::id(),
-        TEMP_IDS.fetch_add(1, Ordering::Relaxed)
-    ));
-    let tmp = dir.join(tmp_name);
-    let mut file = storage
-        .create(&tmp)
-        .map_err(io_err(&format!("creating a temporary file for {shown}")))?;
+    // A fresh name per attempt: one left by a killed process with the same id is skipped, never reused.
+    let (tmp, mut file) = {
+        let mut attempt = 0;
+        loop {
+            let mut tmp_name = std::ffi::OsString::from(".");
+            tmp_name.push(name);
+            tmp_name.push(format!(
+                ".{}-{}.tmp",
+                std::process::id(),
+                TEMP_IDS.fetch_add(1, Ordering::Relaxed)
+            ));
+            let tmp = dir.join(tmp_name);
+            match storage.create(&tmp) {
+                Ok(f) => break (tmp, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(io_err(&format!("creating a temporary file for {shown}"))(e).into())
+                }
+            }
+        }
+    };
     let written = encode(snapshot, options, NewFileWriter(&mut file)).and_then(|summary| {
         file.sync()
             .map_err(io_err(&format!("syncing the temporary file for {shown}")))?;
