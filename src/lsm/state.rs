@@ -257,6 +257,10 @@ impl DbInner {
     /// Records the error of a background job, or of a log write (the first one wins), wakes every waiter
     /// and returns the recorded error.
     pub fn set_bg_error(&self, e: LsmError) -> Arc<LsmError> {
+        if let LsmError::Background(recorded) = e {
+            // Recorded where it arose (and perhaps cleared by `Db::resume` since): never again.
+            return recorded;
+        }
         let mut st = self.state.lock();
         let recorded = match &st.bg_error {
             Some(first) => Arc::clone(first),

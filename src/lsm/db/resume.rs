@@ -74,4 +74,18 @@ mod tests {
         assert!(matches!(db.resume(), Err(LsmError::Closed)));
         let _ = Arc::clone(&db.inner);
     }
+
+    #[test]
+    fn a_job_reporting_an_error_resume_already_cleared_does_not_stop_writes_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), Options::default()).unwrap();
+        let first = db
+            .inner
+            .set_bg_error(LsmError::InvalidArgument("a failed flush".into()));
+        assert!(db.put(b"a", b"1").is_err());
+        db.resume().unwrap();
+        // The job that failed returns its error (as `Background`) only now.
+        db.inner.set_bg_error(LsmError::Background(first));
+        db.put(b"a", b"1").unwrap();
+    }
 }
