@@ -23,8 +23,11 @@ for target in savepoint_decode sst_block sst_open_scan manifest_decode; do
   (cd fuzz && cargo +nightly fuzz run "$target" -- -max_total_time="$secs")
 done
 
-echo "== crash test: 200 SIGKILLed writers"
-KEYED_STATE_CRASH_ITERS=200 cargo test --release --test lsm_crash
+echo "== kill -9 campaign: 1000 kills (prints the inconsistencies found)"
+KEYED_STATE_KILL9_ITERS=1000 cargo test --release --test kill9_campaign -- --nocapture 2>&1 | grep -E "campaign|test result"
+
+echo "== crash consistency by enumeration: 2000 steps, 1000 random crash points per mode"
+KEYED_STATE_CRASH_STEPS=2000 KEYED_STATE_CRASH_POINTS=1000 cargo test --release --test crash_consistency -- --nocapture 2>&1 | grep -E "crash points|test result"
 
 echo "== checkpoint crash test: 200 children SIGKILLed during checkpoints"
 KEYED_STATE_CKPT_CRASH_ITERS=200 cargo test --release --test checkpoint_crash

@@ -11,6 +11,7 @@
 //! * [`tools`] — list, verify and gc, as the command line runs them.
 
 mod checkpointer;
+pub mod fault_store;
 pub mod format;
 mod restore;
 pub mod storage;

@@ -103,7 +103,7 @@ pub fn write_manifest(
         deleted: Vec::new(),
         added,
     };
-    ManifestWriter::create(dir, max_number + 1, &edit)?;
+    ManifestWriter::create(&super::storage::OsStorage, dir, max_number + 1, &edit)?;
     super::io::sync_dir(dir)?;
     Ok(())
 }

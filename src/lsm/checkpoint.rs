@@ -45,16 +45,19 @@ impl Db {
     /// empty). Files are hard-linked where the filesystem allows, copied otherwise.
     pub fn checkpoint(&self, target: impl AsRef<Path>) -> Result<CheckpointInfo, LsmError> {
         let target = target.as_ref().to_path_buf();
-        if target.exists() {
-            let mut rd = std::fs::read_dir(&target).map_err(|e| io_err(&target, e))?;
-            if rd.next().is_some() {
+        let storage = self.inner().opts.storage.clone();
+        if storage.exists(&target) {
+            let names = storage.list(&target).map_err(|e| io_err(&target, e))?;
+            if !names.is_empty() {
                 return Err(LsmError::InvalidArgument(format!(
                     "checkpoint directory {} is not empty",
                     target.display()
                 )));
             }
         } else {
-            std::fs::create_dir_all(&target).map_err(|e| io_err(&target, e))?;
+            storage
+                .create_dir_all(&target)
+                .map_err(|e| io_err(&target, e))?;
         }
         self.flush()?;
         let inner = self.inner();
@@ -67,9 +70,9 @@ impl Db {
         let mut files = Vec::new();
         for (level, f) in version.files() {
             let dst = sst_path(&target, f.info.number);
-            let linked = std::fs::hard_link(&f.path, &dst).is_ok();
+            let linked = storage.hard_link(&f.path, &dst).is_ok();
             if !linked {
-                io::copy_file(&f.path, &dst, inner.opts.io_mode)?;
+                io::copy_file_on(&*storage, &f.path, &dst, inner.opts.io_mode)?;
             }
             files.push(CheckpointFile {
                 number: f.info.number,
@@ -82,8 +85,8 @@ impl Db {
         let mut edit = inner.snapshot_edit(&version, Some(0));
         edit.last_seqno = Some(seqno);
         let number = inner.new_file_number();
-        ManifestWriter::create(&target, number, &edit)?;
-        io::sync_dir(&target)?;
+        ManifestWriter::create(&*storage, &target, number, &edit)?;
+        io::sync_dir_on(&*storage, &target)?;
         Ok(CheckpointInfo {
             dir: target.clone(),
             files,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::ikey;
+use super::io::IoMode;
 use super::memtable::MemTable;
 use super::rangedel::{self, RangeDelCollector, PROP_RANGE_DELS};
 use super::sst::PropertiesCollector;
@@ -80,10 +81,12 @@ impl<'a> Outputs<'a> {
             {
                 collectors.push(c);
             }
-            let w = SstWriter::create(
+            let w = SstWriter::create_on(
+                &self.db.opts.storage,
                 &sst_path(&self.db.dir, number),
                 self.db.opts.sst.clone(),
                 Some(Box::new(Collectors(collectors))),
+                IoMode::Auto,
             )?;
             self.cur = Some((w, number));
         }
@@ -107,7 +110,7 @@ impl<'a> Outputs<'a> {
                 Ok(f) => self.done.push(f),
                 Err(e) => {
                     // Not part of the tree: the half-written (or unreadable) file goes.
-                    let _ = std::fs::remove_file(&path);
+                    let _ = self.db.opts.storage.remove(&path);
                     return Err(e);
                 }
             }
@@ -115,13 +118,10 @@ impl<'a> Outputs<'a> {
         Ok(())
     }
 
-    /// Finishes the last file and returns all files written, their directory entries durable (the manifest
-    /// may name them next).
+    /// Finishes the last file and returns all files written (their directory entries are made durable
+    /// before a manifest record names them: `State::log_and_apply`).
     pub fn finish(mut self) -> Result<Vec<Arc<FileMeta>>, LsmError> {
         self.finish_current()?;
-        if !self.done.is_empty() {
-            crate::lsm::io::sync_dir(&self.db.dir)?;
-        }
         Ok(std::mem::take(&mut self.done))
     }
 }
@@ -144,7 +144,7 @@ pub(crate) fn open_file(
     size_hint: u64,
 ) -> Result<Arc<FileMeta>, LsmError> {
     let path = sst_path(&db.dir, number);
-    let reader = SstReader::open(&path, number, Arc::clone(&db.cache))?;
+    let reader = SstReader::open_on(&*db.opts.storage, &path, number, Arc::clone(&db.cache))?;
     let props = reader.properties();
     let range_dels = match props.user.iter().find(|(k, _)| k == PROP_RANGE_DELS) {
         Some((_, v)) => rangedel::decode(v).map_err(|d| LsmError::Corruption {
@@ -171,6 +171,7 @@ pub(crate) fn open_file(
         range_dels,
         path,
         Arc::clone(&db.cache),
+        db.opts.storage.clone(),
     )))
 }
 

@@ -6,7 +6,7 @@
 //! and waited for before the buffer they borrow is touched again, so no buffer is ever shared with the kernel
 //! past the call that submitted it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
+use super::storage::{NewFile, OsStorage, Storage, WritableFile};
 use super::LsmError;
 
 /// Default write buffer of a [`FileWriter`].
@@ -124,11 +125,19 @@ fn ring_read(ring: &mut IoUring, file: &File, buf: &mut [u8], offset: u64) -> io
     }
 }
 
-/// A buffered, append-only writer of a new file, over io_uring or plain I/O.
+/// Where a [`FileWriter`]'s bytes go: a real file (over io_uring or plain writes), or a file of another
+/// [`Storage`]. One per open file, so the size of the ring inline does not matter; boxing it would add an
+/// indirection to every write.
+#[allow(clippy::large_enum_variant)]
+enum Sink {
+    Os { file: File, ring: Option<IoUring> },
+    Other(Box<dyn WritableFile>),
+}
+
+/// A buffered, append-only writer of a new file, over io_uring or plain I/O (or a storage's own file).
 pub struct FileWriter {
     path: PathBuf,
-    file: File,
-    ring: Option<IoUring>,
+    sink: Sink,
     buf: Vec<u8>,
     /// Bytes already handed to the kernel.
     flushed: u64,
@@ -142,27 +151,36 @@ impl FileWriter {
 
     /// Creates a new file with a write buffer of `buffer` bytes.
     pub fn create_with_buffer(path: &Path, mode: IoMode, buffer: usize) -> Result<Self, LsmError> {
-        let ring = ring_for(mode, path)?;
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(|e| io_err(path, e))?;
+        Self::create_on(&OsStorage, path, mode, buffer)
+    }
+
+    /// Creates a new file of `storage` with a write buffer of `buffer` bytes; `mode` applies to real files.
+    pub fn create_on(
+        storage: &dyn Storage,
+        path: &Path,
+        mode: IoMode,
+        buffer: usize,
+    ) -> Result<Self, LsmError> {
+        let sink = match storage.create(path).map_err(|e| io_err(path, e))? {
+            NewFile::Os(file) => Sink::Os {
+                file,
+                ring: ring_for(mode, path)?,
+            },
+            NewFile::Other(f) => Sink::Other(f),
+        };
         Ok(FileWriter {
             path: path.to_path_buf(),
-            file,
-            ring,
+            sink,
             buf: Vec::with_capacity(buffer.max(4096)),
             flushed: 0,
         })
     }
 
-    /// The mode actually in use: [`IoMode::IoUring`] or [`IoMode::Plain`].
+    /// The mode actually in use: [`IoMode::IoUring`] or [`IoMode::Plain`] (also for a storage's own files).
     pub fn mode(&self) -> IoMode {
-        if self.ring.is_some() {
-            IoMode::IoUring
-        } else {
-            IoMode::Plain
+        match &self.sink {
+            Sink::Os { ring: Some(_), .. } => IoMode::IoUring,
+            _ => IoMode::Plain,
         }
     }
 
@@ -189,9 +207,13 @@ impl FileWriter {
     }
 
     fn write_through(&mut self, data: &[u8]) -> Result<(), LsmError> {
-        let res = match &mut self.ring {
-            Some(ring) => ring_write_all(ring, &self.file, data, self.flushed),
-            None => self.file.write_all(data),
+        let res = match &mut self.sink {
+            Sink::Os {
+                file,
+                ring: Some(ring),
+            } => ring_write_all(ring, file, data, self.flushed),
+            Sink::Os { file, ring: None } => file.write_all(data),
+            Sink::Other(f) => f.write_all(data),
         };
         res.map_err(|e| io_err(&self.path, e))?;
         self.flushed += data.len() as u64;
@@ -213,9 +235,13 @@ impl FileWriter {
     /// Flushes and fsyncs the file.
     pub fn sync(&mut self) -> Result<(), LsmError> {
         self.flush()?;
-        let res = match &mut self.ring {
-            Some(ring) => ring_fsync(ring, &self.file),
-            None => self.file.sync_all(),
+        let res = match &mut self.sink {
+            Sink::Os {
+                file,
+                ring: Some(ring),
+            } => ring_fsync(ring, file),
+            Sink::Os { file, ring: None } => file.sync_all(),
+            Sink::Other(f) => f.sync(),
         };
         res.map_err(|e| io_err(&self.path, e))
     }
@@ -239,13 +265,28 @@ impl std::fmt::Debug for FileWriter {
 
 /// Copies `src` to a new file `dst` (which must not exist) and fsyncs it; returns the bytes copied.
 pub fn copy_file(src: &Path, dst: &Path, mode: IoMode) -> Result<u64, LsmError> {
+    copy_file_on(&OsStorage, src, dst, mode)
+}
+
+/// [`copy_file`] within `storage`: with the real file system as [`copy_file`] does; otherwise a read of
+/// `src` and a write and sync of `dst`.
+pub fn copy_file_on(
+    storage: &dyn Storage,
+    src: &Path,
+    dst: &Path,
+    mode: IoMode,
+) -> Result<u64, LsmError> {
+    let mut output = match storage.create(dst).map_err(|e| io_err(dst, e))? {
+        NewFile::Os(file) => file,
+        NewFile::Other(mut f) => {
+            let bytes = storage.read(src).map_err(|e| io_err(src, e))?;
+            f.write_all(&bytes).map_err(|e| io_err(dst, e))?;
+            f.sync().map_err(|e| io_err(dst, e))?;
+            return Ok(bytes.len() as u64);
+        }
+    };
     let mut ring = ring_for(mode, dst)?;
     let mut input = File::open(src).map_err(|e| io_err(src, e))?;
-    let mut output = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(dst)
-        .map_err(|e| io_err(dst, e))?;
     let copied = match &mut ring {
         None => {
             let n = io::copy(&mut input, &mut output).map_err(|e| io_err(dst, e))?;
@@ -274,7 +315,12 @@ pub fn copy_file(src: &Path, dst: &Path, mode: IoMode) -> Result<u64, LsmError> 
 
 /// Fsyncs a directory so that files created or renamed in it are durable ([`LsmError::Io`] naming it).
 pub fn sync_dir(dir: &Path) -> Result<(), LsmError> {
-    crate::fsutil::sync_dir(dir).map_err(|e| io_err(dir, e))
+    sync_dir_on(&OsStorage, dir)
+}
+
+/// [`sync_dir`] within `storage`.
+pub fn sync_dir_on(storage: &dyn Storage, dir: &Path) -> Result<(), LsmError> {
+    storage.sync_dir(dir).map_err(|e| io_err(dir, e))
 }
 
 #[cfg(test)]

@@ -8,9 +8,9 @@
 //! replaced by write-to-temp, fsync, rename, fsync-directory.
 
 use super::io::io_err;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use super::storage::{NewFile, Storage};
 
 use super::record_log::{file_header, frame, read_file_header, read_frame, Frame, LogKind};
 use super::version::VersionEdit;
@@ -45,10 +45,10 @@ pub(crate) fn decode_manifest(buf: &[u8], file: &str) -> Result<Vec<VersionEdit>
 }
 
 /// Reads `CURRENT`: the manifest number, `None` if there is no `CURRENT`.
-pub(crate) fn read_current(dir: &Path) -> Result<Option<u64>, LsmError> {
+pub(crate) fn read_current(storage: &dyn Storage, dir: &Path) -> Result<Option<u64>, LsmError> {
     let path = dir.join("CURRENT");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
+    let text = match storage.read(&path) {
+        Ok(t) => String::from_utf8_lossy(&t).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(&path, e)),
     };
@@ -63,59 +63,79 @@ pub(crate) fn read_current(dir: &Path) -> Result<Option<u64>, LsmError> {
 }
 
 /// Points `CURRENT` at manifest `number` atomically.
-pub(crate) fn set_current(dir: &Path, number: u64) -> Result<(), LsmError> {
+pub(crate) fn set_current(storage: &dyn Storage, dir: &Path, number: u64) -> Result<(), LsmError> {
     let tmp = dir.join("CURRENT.tmp");
-    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    let mut f = storage
+        .create_or_truncate(&tmp)
+        .map_err(|e| io_err(&tmp, e))?;
     f.write_all(format!("MANIFEST-{number:06}\n").as_bytes())
         .map_err(|e| io_err(&tmp, e))?;
-    f.sync_all().map_err(|e| io_err(&tmp, e))?;
+    f.sync().map_err(|e| io_err(&tmp, e))?;
     let cur = dir.join("CURRENT");
-    std::fs::rename(&tmp, &cur).map_err(|e| io_err(&cur, e))?;
-    super::io::sync_dir(dir)
+    storage.rename(&tmp, &cur).map_err(|e| io_err(&cur, e))?;
+    super::io::sync_dir_on(storage, dir)
 }
 
 /// Appends edits to a manifest file, syncing each.
 pub(crate) struct ManifestWriter {
-    file: File,
+    file: NewFile,
     path: PathBuf,
     /// The manifest's file number.
     pub number: u64,
     /// Bytes written so far.
     pub size: u64,
+    /// A write or sync failed: what the file holds past `size` is unknown, so nothing more is appended (the
+    /// database rolls to a fresh manifest instead).
+    failed: bool,
 }
 
 impl ManifestWriter {
     /// Creates manifest `number` in `dir` starting with `base` (the full state), and makes it current.
-    pub fn create(dir: &Path, number: u64, base: &VersionEdit) -> Result<Self, LsmError> {
+    pub fn create(
+        storage: &dyn Storage,
+        dir: &Path,
+        number: u64,
+        base: &VersionEdit,
+    ) -> Result<Self, LsmError> {
         let path = manifest_path(dir, number);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| io_err(&path, e))?;
+        let file = storage.create(&path).map_err(|e| io_err(&path, e))?;
         let mut w = ManifestWriter {
             file,
             path,
             number,
             size: 0,
+            failed: false,
         };
         let header = file_header(LogKind::Manifest);
         w.file.write_all(&header).map_err(|e| io_err(&w.path, e))?;
         w.size = header.len() as u64;
         w.append(base)?;
-        set_current(dir, number)?;
+        set_current(storage, dir, number)?;
         Ok(w)
     }
 
-    /// Appends one edit durably.
+    /// Appends one edit durably. After a failed write or sync every later append fails: a failed fsync is
+    /// never retried on the same file as if it had succeeded.
     pub fn append(&mut self, edit: &VersionEdit) -> Result<(), LsmError> {
+        if self.failed {
+            return Err(io_err(
+                &self.path,
+                std::io::Error::other("an earlier write or sync of this manifest failed"),
+            ));
+        }
         let rec = frame(&edit.encode());
-        self.file
-            .write_all(&rec)
-            .map_err(|e| io_err(&self.path, e))?;
-        self.file.sync_data().map_err(|e| io_err(&self.path, e))?;
+        let res = self.file.write_all(&rec).and_then(|_| self.file.sync());
+        if let Err(e) = res {
+            self.failed = true;
+            return Err(io_err(&self.path, e));
+        }
         self.size += rec.len() as u64;
         Ok(())
+    }
+
+    /// Whether a write or sync of this manifest failed.
+    pub fn failed(&self) -> bool {
+        self.failed
     }
 }
 

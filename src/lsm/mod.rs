@@ -38,6 +38,7 @@ pub mod record_log;
 pub(crate) mod skiplist;
 pub mod snapshot;
 pub(crate) mod state;
+pub mod storage;
 pub(crate) mod version;
 pub(crate) mod wal;
 

@@ -8,6 +8,7 @@ use super::io::IoMode;
 use super::merge::MergeOperator;
 use super::snapshot::Snapshot;
 use super::sst::SstOptions;
+use super::storage::StorageHandle;
 
 /// Options of a [`Db`](super::db::Db).
 #[derive(Clone)]
@@ -71,6 +72,12 @@ pub struct Options {
     /// key change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`. The LSM state backend sets
     /// it to its state-id width, so no file spans two states (`design/checkpoints.md`, "Restore").
     pub partition_prefix_len: usize,
+    /// Where the database's files live (default: the real file system, [`StorageHandle::os`]). Every
+    /// durable byte goes through it: SST files, WAL, manifest, `CURRENT`, directory syncs, renames,
+    /// deletes, listings and the directory lock. Tests pass a
+    /// [`FaultFs`](super::storage::fault::FaultFs) to lose unsynced bytes at a simulated crash or to fail
+    /// chosen operations.
+    pub storage: StorageHandle,
 }
 
 impl Default for Options {
@@ -98,6 +105,7 @@ impl Default for Options {
             auto_compaction: true,
             create_if_missing: true,
             partition_prefix_len: 0,
+            storage: StorageHandle::os(),
         }
     }
 }
@@ -119,6 +127,7 @@ impl fmt::Debug for Options {
             .field("wal", &self.wal)
             .field("wal_sync", &self.wal_sync)
             .field("wal_recovery", &self.wal_recovery)
+            .field("storage", &self.storage)
             .field(
                 "merge_operator",
                 &self.merge_operator.as_ref().map(|m| m.name().to_string()),

@@ -254,15 +254,26 @@ impl DbInner {
         }
     }
 
-    /// Records the error of a background job (the first one wins) and wakes every waiter.
-    pub fn set_bg_error(&self, e: LsmError) {
-        let mut st = self.state.lock();
-        if st.bg_error.is_none() {
-            st.bg_error = Some(Arc::new(e));
-            st.note_change();
+    /// Records the error of a background job, or of a log write (the first one wins), wakes every waiter
+    /// and returns the recorded error.
+    pub fn set_bg_error(&self, e: LsmError) -> Arc<LsmError> {
+        if let LsmError::Background(recorded) = e {
+            // Recorded where it arose (and perhaps cleared by `Db::resume` since): never again.
+            return recorded;
         }
+        let mut st = self.state.lock();
+        let recorded = match &st.bg_error {
+            Some(first) => Arc::clone(first),
+            None => {
+                let e = Arc::new(e);
+                st.bg_error = Some(Arc::clone(&e));
+                st.note_change();
+                e
+            }
+        };
         drop(st);
         self.cv.notify_all();
+        recorded
     }
 
     /// The current memtables (newest first) and version.
@@ -316,7 +327,15 @@ impl DbInner {
             .iter()
             .map(|(l, f)| (*l as u32, f.info.clone()))
             .collect();
-        man.writer.as_mut().ok_or(LsmError::Closed)?.append(&edit)?;
+        if !added.is_empty() {
+            // The new files' directory entries must be durable before a manifest record names them.
+            super::io::sync_dir_on(&*self.opts.storage, &self.dir)?;
+        }
+        let writer = man.writer.as_mut().ok_or(LsmError::Closed)?;
+        if let Err(e) = writer.append(&edit) {
+            // The manifest cannot take another record: stop writes until `resume` rolls to a fresh one.
+            return Err(LsmError::Background(self.set_bg_error(e)));
+        }
         {
             let mut st = self.state.lock();
             st.version = Arc::new(newv);
@@ -370,7 +389,7 @@ impl DbInner {
     }
 
     /// Replaces the manifest with a fresh one holding the full state, deleting the old one.
-    fn roll_manifest(&self, man: &mut ManifestState) -> Result<()> {
+    pub(crate) fn roll_manifest(&self, man: &mut ManifestState) -> Result<()> {
         let number = self.new_file_number();
         let (version, log) = {
             let st = self.state.lock();
@@ -379,9 +398,17 @@ impl DbInner {
         };
         let base = self.snapshot_edit(&version, Some(log));
         let old = man.writer.as_ref().map(|w| w.number);
-        man.writer = Some(ManifestWriter::create(&self.dir, number, &base)?);
+        man.writer = Some(ManifestWriter::create(
+            &*self.opts.storage,
+            &self.dir,
+            number,
+            &base,
+        )?);
         if let Some(old) = old {
-            let _ = std::fs::remove_file(manifest::manifest_path(&self.dir, old));
+            let _ = self
+                .opts
+                .storage
+                .remove(&manifest::manifest_path(&self.dir, old));
         }
         Ok(())
     }

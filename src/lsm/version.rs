@@ -14,6 +14,7 @@ use super::coding::{put_len_prefixed_u32, put_u32, put_u64, ByteReader, DecodeEr
 use super::ikey;
 use super::rangedel::RangeTombstone;
 use super::sst::SstReader;
+use super::storage::StorageHandle;
 
 /// The path of SST file `number` in `dir`.
 pub(crate) fn sst_path(dir: &std::path::Path, number: u64) -> PathBuf {
@@ -64,6 +65,7 @@ pub(crate) struct FileMeta {
     pub path: PathBuf,
     obsolete: AtomicBool,
     cache: Arc<BlockCache>,
+    storage: StorageHandle,
 }
 
 impl FileMeta {
@@ -74,6 +76,7 @@ impl FileMeta {
         range_dels: Vec<RangeTombstone>,
         path: PathBuf,
         cache: Arc<BlockCache>,
+        storage: StorageHandle,
     ) -> Self {
         Self {
             info,
@@ -82,6 +85,7 @@ impl FileMeta {
             path,
             obsolete: AtomicBool::new(false),
             cache,
+            storage,
         }
     }
 
@@ -96,7 +100,7 @@ impl Drop for FileMeta {
         if self.obsolete.load(Ordering::Acquire) {
             self.cache.erase_file(self.info.number);
             // Best effort: a leftover file is not named by the manifest and is removed at the next open.
-            let _ = std::fs::remove_file(&self.path);
+            let _ = self.storage.remove(&self.path);
         }
     }
 }

@@ -5,12 +5,12 @@
 //! not whole, and how the log ends there ([`WalEnd`]); what that means across the sequence of logs is the
 //! replay's decision (`db::recovery`, `design/durability.md`).
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::batch::WriteBatch;
+use super::io::io_err;
 use super::record_log::{file_header, frame, read_file_header, read_frame, Frame, LogKind};
+use super::storage::{NewFile, Storage};
 use super::LsmError;
 
 /// The path of WAL `number` in `dir`.
@@ -20,52 +20,71 @@ pub(crate) fn wal_path(dir: &Path, number: u64) -> PathBuf {
 
 /// Appends batches to one WAL file.
 pub(crate) struct WalWriter {
-    file: File,
+    file: NewFile,
     path: PathBuf,
     sync: bool,
+    /// A write or sync failed: the log's tail is unknown and nothing more is appended to it.
+    failed: bool,
 }
 
 impl WalWriter {
     /// Creates WAL `number` in `dir` (durably: the directory is synced); `sync` makes every append durable.
-    pub fn create(dir: &Path, number: u64, sync: bool) -> Result<Self, LsmError> {
+    pub fn create(
+        storage: &dyn Storage,
+        dir: &Path,
+        number: u64,
+        sync: bool,
+    ) -> Result<Self, LsmError> {
         let path = wal_path(dir, number);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| LsmError::Io {
-                path: path.display().to_string(),
-                source: e,
-            })?;
-        let mut w = Self { file, path, sync };
+        let file = storage.create(&path).map_err(|e| io_err(&path, e))?;
+        let mut w = Self {
+            file,
+            path,
+            sync,
+            failed: false,
+        };
         w.write_synced(&file_header(LogKind::Wal), sync)?;
-        super::io::sync_dir(dir)?;
+        super::io::sync_dir_on(storage, dir)?;
         Ok(w)
     }
 
     /// Makes everything appended so far durable (called before the writer is replaced by a newer log, so
     /// that only the newest log can end in a torn record).
     pub fn sync(&mut self) -> Result<(), LsmError> {
-        self.file.sync_data().map_err(|e| LsmError::Io {
-            path: self.path.display().to_string(),
-            source: e,
+        self.check_usable()?;
+        self.file.sync().map_err(|e| {
+            self.failed = true;
+            io_err(&self.path, e)
         })
     }
 
-    /// Appends one encoded batch; with `sync`, returns only once it is on stable storage.
+    /// Appends one encoded batch; with `sync`, returns only once it is on stable storage. After a failed
+    /// write or sync every later append fails (a failed fsync is never retried on the same file).
     pub fn append(&mut self, payload: &[u8]) -> Result<(), LsmError> {
         self.write_synced(&frame(payload), self.sync)
     }
 
+    /// Fails if an earlier write or sync of this log failed.
+    fn check_usable(&self) -> Result<(), LsmError> {
+        if self.failed {
+            return Err(io_err(
+                &self.path,
+                std::io::Error::other("an earlier write or sync of this log failed"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Writes `bytes`; with `sync`, returns only once they are on stable storage.
     fn write_synced(&mut self, bytes: &[u8], sync: bool) -> Result<(), LsmError> {
+        self.check_usable()?;
         let mut res = self.file.write_all(bytes);
         if sync && res.is_ok() {
-            res = self.file.sync_data();
+            res = self.file.sync();
         }
-        res.map_err(|e| LsmError::Io {
-            path: self.path.display().to_string(),
-            source: e,
+        res.map_err(|e| {
+            self.failed = true;
+            io_err(&self.path, e)
         })
     }
 }
@@ -101,11 +120,8 @@ pub(crate) struct WalContents {
 }
 
 /// Reads the batches of a WAL file (format 1 or 2) up to the first record that is not whole.
-pub(crate) fn read_wal(path: &Path) -> Result<WalContents, LsmError> {
-    let buf = std::fs::read(path).map_err(|e| LsmError::Io {
-        path: path.display().to_string(),
-        source: e,
-    })?;
+pub(crate) fn read_wal(storage: &dyn Storage, path: &Path) -> Result<WalContents, LsmError> {
+    let buf = storage.read(path).map_err(|e| io_err(path, e))?;
     Ok(decode_wal(&buf))
 }
 

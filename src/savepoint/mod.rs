@@ -23,7 +23,7 @@ mod writer;
 pub use error::SavepointError;
 
 pub use reader::{EntryVisitor, SavepointReader};
-pub use writer::{encode, write_savepoint};
+pub use writer::{encode, write_savepoint, write_savepoint_on};
 
 use crate::keygroup::{KeyGroup, KeyGroupRange};
 use crate::meta::StateMetaInfo;

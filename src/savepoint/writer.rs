@@ -2,6 +2,7 @@
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::format::{
     encode_footer, encode_header, encode_index, put_varint, CODEC_LZ4, CODEC_RAW, END_OF_KEY_GROUP,
@@ -12,6 +13,7 @@ use super::{
 };
 use crate::backend::BackendSnapshot;
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
+use crate::lsm::storage::{NewFile, OsStorage, Storage};
 use crate::meta::StateKind;
 
 /// Output buffer size. Smaller than a full frame, so full frames bypass the buffer (`BufWriter` writes a
@@ -345,6 +347,17 @@ pub fn write_savepoint(
     snapshot: &dyn BackendSnapshot,
     options: &WriteOptions,
 ) -> crate::Result<SavepointSummary> {
+    write_savepoint_on(&OsStorage, path, snapshot, options)
+}
+
+/// [`write_savepoint`] through `storage` (the real file system, or a fault-injecting one in tests).
+pub fn write_savepoint_on(
+    storage: &dyn Storage,
+    path: &Path,
+    snapshot: &dyn BackendSnapshot,
+    options: &WriteOptions,
+) -> crate::Result<SavepointSummary> {
+    static TEMP_IDS: AtomicU64 = AtomicU64::new(0);
     let shown = path.display().to_string();
     let name = path.file_name().ok_or_else(|| SavepointError::Io {
         context: format!("writing savepoint {shown}"),
@@ -354,26 +367,61 @@ pub fn write_savepoint(
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut prefix = std::ffi::OsString::from(".");
-    prefix.push(name);
-    prefix.push(".");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(&prefix).suffix(".tmp");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        builder.permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    let mut tmp = builder
-        .tempfile_in(dir)
-        .map_err(io_err(&format!("creating a temporary file for {shown}")))?;
-    // On any error below, dropping `tmp` removes the temporary file.
-    let summary = encode(snapshot, options, tmp.as_file_mut())?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(io_err(&format!("syncing the temporary file for {shown}")))?;
-    tmp.persist(path)
-        .map_err(|e| io_err(&format!("renaming the temporary file to {shown}"))(e.error))?;
-    crate::fsutil::sync_dir(dir).map_err(io_err(&format!("syncing the directory of {shown}")))?;
+    // A fresh name per attempt: one left by a killed process with the same id is skipped, never reused.
+    let (tmp, mut file) = {
+        let mut attempt = 0;
+        loop {
+            let mut tmp_name = std::ffi::OsString::from(".");
+            tmp_name.push(name);
+            tmp_name.push(format!(
+                ".{}-{}.tmp",
+                std::process::id(),
+                TEMP_IDS.fetch_add(1, Ordering::Relaxed)
+            ));
+            let tmp = dir.join(tmp_name);
+            match storage.create(&tmp) {
+                Ok(f) => break (tmp, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(io_err(&format!("creating a temporary file for {shown}"))(e).into())
+                }
+            }
+        }
+    };
+    let written = encode(snapshot, options, NewFileWriter(&mut file)).and_then(|summary| {
+        file.sync()
+            .map_err(io_err(&format!("syncing the temporary file for {shown}")))?;
+        drop(file);
+        storage
+            .rename(&tmp, path)
+            .map_err(io_err(&format!("renaming the temporary file to {shown}")))?;
+        Ok(summary)
+    });
+    let summary = match written {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = storage.remove(&tmp);
+            return Err(e);
+        }
+    };
+    storage
+        .sync_dir(dir)
+        .map_err(io_err(&format!("syncing the directory of {shown}")))?;
     Ok(summary)
+}
+
+/// `Write` over a storage's new file.
+struct NewFileWriter<'a>(&'a mut NewFile);
+
+impl Write for NewFileWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -74,7 +74,7 @@ impl DbInner {
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         if wal_on && mem.wal_number != 0 {
             let p = wal::wal_path(&self.dir, mem.wal_number);
-            let _ = std::fs::remove_file(p);
+            let _ = self.opts.storage.remove(&p);
         }
         Ok(true)
     }

@@ -27,6 +27,7 @@ mod background;
 mod open;
 mod read;
 mod recovery;
+mod resume;
 mod stats;
 mod write;
 
@@ -42,7 +43,7 @@ pub struct Db {
     /// What opening recovered from the write-ahead logs.
     recovery: RecoveryReport,
     /// The `LOCK` file, exclusively `flock`ed while the database is open.
-    _lock: std::fs::File,
+    _lock: Box<dyn super::storage::DirLock>,
 }
 
 impl Db {
@@ -141,7 +142,7 @@ impl Db {
     pub fn compact_all(&self) -> Result<()> {
         let _exclusive = background::ManualCompaction::start(&self.inner);
         self.flush()?;
-        compaction::run_manual(&self.inner, None)
+        self.stop_on_io_error(compaction::run_manual(&self.inner, None))
     }
 
     /// Flushes, then compacts the files overlapping `[start, end]` level by level, and waits for it. No
@@ -149,7 +150,16 @@ impl Db {
     pub fn compact_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
         let _exclusive = background::ManualCompaction::start(&self.inner);
         self.flush()?;
-        compaction::run_manual(&self.inner, Some((start, end)))
+        self.stop_on_io_error(compaction::run_manual(&self.inner, Some((start, end))))
+    }
+
+    /// An I/O error of a manual compaction stops writes as one of a background compaction does (until
+    /// [`Db::resume`]).
+    fn stop_on_io_error(&self, res: Result<()>) -> Result<()> {
+        match res {
+            Err(e @ LsmError::Io { .. }) => Err(LsmError::Background(self.inner.set_bg_error(e))),
+            r => r,
+        }
     }
 
     /// Counters and sizes.

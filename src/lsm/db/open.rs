@@ -15,28 +15,20 @@ use crate::lsm::io::io_err;
 use crate::lsm::manifest::{self, ManifestWriter};
 use crate::lsm::options::Options;
 use crate::lsm::state::DbInner;
+use crate::lsm::storage::{DirLock, Storage};
 use crate::lsm::version::{FileInfo, FileMeta, Version};
 use crate::lsm::wal::{self, WalWriter};
 use crate::lsm::LsmError;
 
 use super::{background, recovery, Db, Result};
 
-/// Takes an exclusive advisory lock on `dir/LOCK`, failing if another handle holds it.
-fn lock_dir(dir: &Path) -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
+/// Takes the exclusive lock of `dir/LOCK`, failing if another handle holds it.
+fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn DirLock>> {
     let path = dir.join("LOCK");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| io_err(&path, e))?;
-    // SAFETY: `flock` only reads the descriptor, which `file` owns and keeps open for the call.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(LsmError::Locked(path.display().to_string()));
-    }
-    Ok(file)
+    storage.lock(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => LsmError::Locked(path.display().to_string()),
+        _ => io_err(&path, e),
+    })
 }
 
 /// Opens (or creates) the database in `dir` (see [`Db::open`]).
@@ -47,21 +39,22 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
             "num_levels must be at least 2".into(),
         ));
     }
-    if !dir.exists() {
+    let storage = opts.storage.clone();
+    if !storage.exists(&dir) {
         if !opts.create_if_missing {
             return Err(io_err(&dir, std::io::ErrorKind::NotFound.into()));
         }
-        std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        storage.create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
     }
-    let lock = lock_dir(&dir)?;
+    let lock = lock_dir(&*storage, &dir)?;
     let cache = BlockCache::new(opts.block_cache_size);
     // Replay the manifest.
-    let current = manifest::read_current(&dir)?;
+    let current = manifest::read_current(&*storage, &dir)?;
     let mut files: BTreeMap<u64, (usize, FileInfo)> = BTreeMap::new();
     let (mut next_file, mut last_seqno, mut log_number) = (1u64, 0u64, 0u64);
     if let Some(num) = current {
         let mpath = manifest::manifest_path(&dir, num);
-        let bytes = std::fs::read(&mpath).map_err(|e| io_err(&mpath, e))?;
+        let bytes = storage.read(&mpath).map_err(|e| io_err(&mpath, e))?;
         let name = mpath.display().to_string();
         let edits = manifest::decode_manifest(&bytes, &name)?;
         if edits.is_empty() {
@@ -94,10 +87,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     // Scan the directory: never reuse a number seen on disk.
     let mut logs = Vec::new();
     let mut orphans = Vec::new();
-    let entries = std::fs::read_dir(&dir).map_err(|e| io_err(&dir, e))?;
-    for ent in entries {
-        let ent = ent.map_err(|e| io_err(&dir, e))?;
-        let name = ent.file_name().to_string_lossy().into_owned();
+    let entries = storage.list(&dir).map_err(|e| io_err(&dir, e))?;
+    for name in entries {
         let num = name
             .strip_suffix(".sst")
             .or_else(|| name.strip_suffix(".log"))
@@ -109,12 +100,12 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
             if num >= log_number {
                 logs.push(num);
             } else {
-                orphans.push(ent.path());
+                orphans.push(dir.join(&name));
             }
         } else if (name.ends_with(".sst") && !files.contains_key(&num))
             || (name.starts_with("MANIFEST-") && Some(num) != current)
         {
-            orphans.push(ent.path());
+            orphans.push(dir.join(&name));
         }
     }
     logs.sort_unstable();
@@ -148,10 +139,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
         st.refresh_super_version();
     }
     for p in orphans {
-        let _ = std::fs::remove_file(p);
+        let _ = storage.remove(&p);
     }
     // Replay WAL files into a memtable and flush it to L0.
-    let replay = recovery::replay_wals(&dir, &logs, inner.opts.wal_recovery)?;
+    let replay = recovery::replay_wals(&*storage, &dir, &logs, inner.opts.wal_recovery)?;
     recovery::check_point_in_time(&replay, &inner.state.lock().version)?;
     inner
         .last_seqno
@@ -185,15 +176,21 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     let version = Arc::clone(&inner.state.lock().version);
     let man_number = inner.new_file_number();
     let base = inner.snapshot_edit(&version, Some(wal_number));
-    inner.manifest.lock().writer = Some(ManifestWriter::create(&dir, man_number, &base)?);
+    inner.manifest.lock().writer =
+        Some(ManifestWriter::create(&*storage, &dir, man_number, &base)?);
     if let Some(old) = current {
-        let _ = std::fs::remove_file(manifest::manifest_path(&dir, old));
+        let _ = storage.remove(&manifest::manifest_path(&dir, old));
     }
     for n in &logs {
-        let _ = std::fs::remove_file(wal::wal_path(&dir, *n));
+        let _ = storage.remove(&wal::wal_path(&dir, *n));
     }
     if inner.opts.wal {
-        inner.writer.lock().wal = Some(WalWriter::create(&dir, wal_number, inner.opts.wal_sync)?);
+        inner.writer.lock().wal = Some(WalWriter::create(
+            &*storage,
+            &dir,
+            wal_number,
+            inner.opts.wal_sync,
+        )?);
     }
     let threads = background::start_threads(&inner)?;
     Ok(Db {

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use crate::lsm::batch::WriteBatch;
 use crate::lsm::options::WalRecovery;
+use crate::lsm::storage::Storage;
 use crate::lsm::version::Version;
 use crate::lsm::wal::{self, WalEnd};
 use crate::lsm::LsmError;
@@ -63,7 +64,12 @@ fn last_seqno(seq: u64, b: &WriteBatch) -> u64 {
 }
 
 /// Reads WAL files `logs` (ascending numbers) of `dir` and decides what to replay under `mode`.
-pub(super) fn replay_wals(dir: &Path, logs: &[u64], mode: WalRecovery) -> Result<Replay, LsmError> {
+pub(super) fn replay_wals(
+    storage: &dyn Storage,
+    dir: &Path,
+    logs: &[u64],
+    mode: WalRecovery,
+) -> Result<Replay, LsmError> {
     let mut out = Replay {
         batches: Vec::new(),
         report: RecoveryReport {
@@ -74,7 +80,7 @@ pub(super) fn replay_wals(dir: &Path, logs: &[u64], mode: WalRecovery) -> Result
     };
     for (i, n) in logs.iter().enumerate() {
         let path = wal::wal_path(dir, *n);
-        let contents = wal::read_wal(&path)?;
+        let contents = wal::read_wal(storage, &path)?;
         for (seq, b, _) in contents.batches {
             out.max_seqno_seen = out.max_seqno_seen.max(last_seqno(seq, &b));
             out.report.records += 1;
@@ -111,7 +117,7 @@ pub(super) fn replay_wals(dir: &Path, logs: &[u64], mode: WalRecovery) -> Result
             records_readable: 0,
         };
         for later in &logs[i + 1..] {
-            let c = wal::read_wal(&wal::wal_path(dir, *later))?;
+            let c = wal::read_wal(storage, &wal::wal_path(dir, *later))?;
             dropped.bytes += c.len;
             dropped.records_readable += c.batches.len() as u64;
             for (seq, b, _) in &c.batches {
@@ -170,7 +176,8 @@ mod tests {
     fn two_logs(dir: &std::path::Path) {
         let mut seq = 1;
         for (number, prefix) in [(1, "a"), (2, "b")] {
-            let mut w = WalWriter::create(dir, number, true).unwrap();
+            let mut w =
+                WalWriter::create(&crate::lsm::storage::OsStorage, dir, number, true).unwrap();
             for i in 0..3 {
                 let mut b = WriteBatch::new();
                 b.put(format!("{prefix}-{i}").as_bytes(), b"value");
@@ -295,7 +302,8 @@ mod tests {
         {
             let mut b = WriteBatch::new();
             b.put(b"later", b"x");
-            let mut w = WalWriter::create(dir.path(), 3, true).unwrap();
+            let mut w =
+                WalWriter::create(&crate::lsm::storage::OsStorage, dir.path(), 3, true).unwrap();
             w.append(&b.encode(100)).unwrap();
         }
         let db = Db::open(dir.path(), Options::default());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::lsm::batch::WriteBatch;
 use crate::lsm::ikey::ValueKind;
 use crate::lsm::memtable::MemTable;
-use crate::lsm::state::{DbInner, WriterState};
+use crate::lsm::state::{DbInner, State, WriterState};
 use crate::lsm::version::{FileMeta, VersionEdit};
 use crate::lsm::wal::WalWriter;
 use crate::lsm::LsmError;
@@ -25,7 +25,10 @@ impl Db {
         inner.room_for_write(&mut w)?;
         let seq = inner.last_seqno.load(Ordering::SeqCst) + 1;
         if let Some(wal) = &mut w.wal {
-            wal.append(&batch.encode(seq))?;
+            if let Err(e) = wal.append(&batch.encode(seq)) {
+                // Writes stop until `resume` (or reopening) moves on to a fresh log.
+                return Err(LsmError::Background(inner.set_bg_error(e)));
+            }
         }
         let mem = w.memtable()?;
         for (i, op) in batch.ops.iter().enumerate() {
@@ -186,30 +189,51 @@ impl DbInner {
                 w.mem = st.fast_path_entry(force_switch);
                 return Ok(());
             }
-            // Switch: a new WAL and a new memtable.
-            let wal_number = if self.opts.wal {
-                // The log being closed is made durable first: only the newest log may end torn.
-                if let Some(old) = w.wal.as_mut() {
-                    old.sync()?;
-                }
-                let n = self.new_file_number();
-                w.wal = Some(WalWriter::create(&self.dir, n, self.opts.wal_sync)?);
-                n
-            } else {
-                0
-            };
-            let index_slots = st.mem.index_slots();
-            let old = std::mem::replace(
-                &mut st.mem,
-                Arc::new(self.new_memtable(wal_number, index_slots)),
-            );
-            st.imm.push_front(old);
-            st.refresh_super_version();
+            self.switch_memtable(&mut st, w, true)?;
             w.mem = st.fast_path_entry(force_switch);
             drop(st);
             self.cv.notify_all();
             return Ok(());
         }
+    }
+
+    /// Switches to a new memtable, the old one joining the immutable ones, and (with the WAL) to a new log;
+    /// without `create_wal` the new log's number is taken but the file is left for the caller to create,
+    /// and the writer has no log until then. Returns the new log's number (0 without the WAL).
+    pub(crate) fn switch_memtable(
+        &self,
+        st: &mut State,
+        w: &mut WriterState,
+        create_wal: bool,
+    ) -> Result<u64> {
+        let wal_number = if self.opts.wal {
+            let n = self.new_file_number();
+            w.wal = if create_wal {
+                // The log being closed is made durable first: only the newest log may end torn.
+                if let Some(old) = w.wal.as_mut() {
+                    old.sync()?;
+                }
+                Some(WalWriter::create(
+                    &*self.opts.storage,
+                    &self.dir,
+                    n,
+                    self.opts.wal_sync,
+                )?)
+            } else {
+                None
+            };
+            n
+        } else {
+            0
+        };
+        let index_slots = st.mem.index_slots();
+        let old = std::mem::replace(
+            &mut st.mem,
+            Arc::new(self.new_memtable(wal_number, index_slots)),
+        );
+        st.imm.push_front(old);
+        st.refresh_super_version();
+        Ok(wal_number)
     }
 }
 

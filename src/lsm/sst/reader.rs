@@ -9,7 +9,6 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -26,12 +25,22 @@ use crate::lsm::cache::BlockCache;
 use crate::lsm::coding::DecodeError;
 use crate::lsm::ikey::{self, ValueKind};
 use crate::lsm::slice::ValueSlice;
+use crate::lsm::storage::{FileBytes, OsStorage, Storage};
 use crate::lsm::LsmError;
 
 /// The bytes of an open file.
 enum Backing {
     Map(Arc<Mmap>),
     Mem(Arc<[u8]>),
+}
+
+impl From<FileBytes> for Backing {
+    fn from(b: FileBytes) -> Self {
+        match b {
+            FileBytes::Map(m) => Backing::Map(m),
+            FileBytes::Mem(m) => Backing::Mem(m),
+        }
+    }
 }
 
 impl Backing {
@@ -112,22 +121,30 @@ impl SstReader {
         file_number: u64,
         cache: Arc<BlockCache>,
     ) -> Result<Arc<Self>, LsmError> {
+        Self::open_on(&OsStorage, path, file_number, cache)
+    }
+
+    /// Opens a file of `storage`: mapped from the real file system (see the module documentation on
+    /// soundness), an in-memory image from another storage.
+    pub fn open_on(
+        storage: &dyn Storage,
+        path: &Path,
+        file_number: u64,
+        cache: Arc<BlockCache>,
+    ) -> Result<Arc<Self>, LsmError> {
         let io = |source| LsmError::Io {
             path: path.display().to_string(),
             source,
         };
-        let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let len = storage.file_size(path).map_err(io)?;
         if len < FOOTER_LEN as u64 {
             return Err(corruption(
                 path,
                 format!("file of {len} bytes is too short for the {FOOTER_LEN}-byte footer"),
             ));
         }
-        // SAFETY: SST files are immutable once finished and never truncated, rewritten or reused under the
-        // same name while mapped (see the module documentation); the map is read-only.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::from_backing(Backing::Map(Arc::new(map)), path, file_number, cache)
+        let bytes = storage.map(path).map_err(io)?;
+        Self::from_backing(bytes.into(), path, file_number, cache)
     }
 
     /// Opens an SST image held in memory (for tests and fuzzing); `path` only names it in errors.

@@ -13,6 +13,7 @@ use super::{
 use crate::lsm::coding::put_u32;
 use crate::lsm::ikey::{self, ValueKind};
 use crate::lsm::io::{FileWriter, IoMode};
+use crate::lsm::storage::StorageHandle;
 use crate::lsm::LsmError;
 
 /// Largest `key + value` accepted in one entry (keeps block offsets within `u32`).
@@ -22,6 +23,7 @@ const MIN_COMPRESS_LEN: usize = 64;
 
 /// Writes one SST file: entries in strictly ascending internal-key order, then [`SstWriter::finish`].
 pub struct SstWriter {
+    storage: StorageHandle,
     path: PathBuf,
     out: FileWriter,
     options: SstOptions,
@@ -53,6 +55,18 @@ impl SstWriter {
     /// Creates a new file at `path` (which must not exist), writing through the given I/O mode.
     pub fn create_with_mode(
         path: &Path,
+        options: SstOptions,
+        collector: Option<Box<dyn PropertiesCollector>>,
+        mode: IoMode,
+    ) -> Result<Self, LsmError> {
+        Self::create_on(&StorageHandle::os(), path, options, collector, mode)
+    }
+
+    /// Creates a new file at `path` of `storage` (which must not exist), writing through the given I/O mode
+    /// when `storage` is the real file system.
+    pub fn create_on(
+        storage: &StorageHandle,
+        path: &Path,
         mut options: SstOptions,
         collector: Option<Box<dyn PropertiesCollector>>,
         mode: IoMode,
@@ -69,8 +83,9 @@ impl SstWriter {
         {
             options.prefix_extractor = None;
         }
-        let out = FileWriter::create(path, mode)?;
+        let out = FileWriter::create_on(&**storage, path, mode, crate::lsm::io::DEFAULT_BUFFER)?;
         Ok(SstWriter {
+            storage: storage.clone(),
             path: path.to_path_buf(),
             out,
             block: BlockBuilder::with_hash_index(options.restart_interval),
@@ -283,8 +298,9 @@ impl SstWriter {
     /// Abandons the file: closes and deletes it.
     pub fn abandon(self) -> Result<(), LsmError> {
         let path = self.path.clone();
+        let storage = self.storage.clone();
         drop(self);
-        std::fs::remove_file(&path).map_err(|source| LsmError::Io {
+        storage.remove(&path).map_err(|source| LsmError::Io {
             path: path.display().to_string(),
             source,
         })
