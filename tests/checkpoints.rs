@@ -1074,3 +1074,85 @@ fn a_restore_of_another_backends_checkpoint_names_both_and_to_savepoint_bridges_
     lsm.set_current_key(&42).unwrap();
     assert_eq!(lsm.value(&c).unwrap().get().unwrap(), Some(42));
 }
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn rocksdb_checkpoints_reuse_uploaded_ssts_and_rescale_as_flink_does() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut model = BTreeMap::new();
+    let mut a = fresh_on(Kind::RocksDb, &storage, all(), 3);
+    for k in 0..5000 {
+        a.put(k, k * 3);
+        model.insert(k, k * 3);
+    }
+    let s1 = a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    let m1 = list_completed(&storage).unwrap().remove(0);
+    let named: BTreeSet<String> = m1
+        .files
+        .iter()
+        .filter_map(|f| match &f.kind {
+            FileKind::Named(n) => Some(n.split('-').next().unwrap().to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        named.contains("CURRENT") && named.contains("MANIFEST") && named.contains("OPTIONS"),
+        "{named:?}"
+    );
+    for k in 0..10 {
+        a.put(k, k + 1);
+        model.insert(k, k + 1);
+    }
+    let s2 = a.checkpoint(2);
+    assert!(s2.files_reused > 0, "{s1:?} {s2:?}");
+    assert!(s2.bytes_new_files < s1.bytes_new_files, "{s1:?} {s2:?}");
+    a.ck.notify_complete(2).unwrap();
+    // 1 -> 2: the base opened and clipped (nothing copied, one instance).
+    let mut two: Vec<Inst> = (0..2)
+        .map(|i| {
+            let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
+            let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+            let (backend, info) = restored(Kind::RocksDb, &storage, 2, cfg.clone());
+            assert_eq!((info.adopted.len(), info.copied.len()), (1, 0));
+            let (store, counter) = store_on(backend);
+            let ck = Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default())
+                .unwrap();
+            Inst {
+                store,
+                counter,
+                ck,
+                engine: None,
+            }
+        })
+        .collect();
+    for x in two.iter_mut() {
+        let owned = model.keys().filter(|k| x.owns(**k)).count() as u64;
+        assert_eq!(x.store.num_entries().unwrap(), owned, "clipped");
+    }
+    for k in 0..5000 {
+        let i = two.iter().position(|x| x.owns(k)).unwrap();
+        assert_eq!(two[i].get(k), model.get(&k).copied(), "key {k}");
+        two[i].put(k, k - 1);
+        model.insert(k, k - 1);
+    }
+    for x in two.iter_mut() {
+        x.checkpoint(3);
+        x.ck.notify_complete(3).unwrap();
+    }
+    // 2 -> 1: one opened, the other copied in.
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, info) = restored(Kind::RocksDb, &storage, 3, cfg);
+    assert_eq!((info.adopted.len(), info.copied.len()), (1, 1), "{info:?}");
+    let (store, counter) = store_on(backend);
+    let mut one = Inst {
+        store,
+        counter,
+        ck: a.ck,
+        engine: None,
+    };
+    for (k, v) in &model {
+        assert_eq!(one.get(*k), Some(*v), "key {k}");
+    }
+    assert_eq!(one.store.num_entries().unwrap(), model.len() as u64);
+}

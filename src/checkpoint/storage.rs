@@ -435,13 +435,18 @@ impl CheckpointStorage {
         })
     }
 
-    /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once.
+    /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once (an empty
+    /// range reads nothing).
     pub fn get_ranges(
         &self,
         parts: &[(String, u64, u64)],
     ) -> Result<Vec<Vec<u8>>, CheckpointError> {
         self.rt.block_on(async {
             futures::stream::iter(parts.iter().map(|(rel, off, len)| async move {
+                if *len == 0 {
+                    // An empty file (RocksDB's empty WAL of a checkpoint): nothing to read.
+                    return Ok(Vec::new());
+                }
                 let p = self.full(rel)?;
                 let b = self
                     .store
