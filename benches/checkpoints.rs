@@ -1,33 +1,40 @@
-//! Incremental checkpoints of the LSM backend (`design/checkpoints.md`), printed as tables.
+//! Incremental checkpoints of every backend (`design/checkpoints.md`), printed as tables.
 //!
 //! Setup: `KS_CKPT_BENCH_KEYS` keys (default 1,000,000; `KS_CKPT_BENCH_KEYS=10000000` for the 10M run,
-//! about 1.1 GB of entries) of `i64` (`LongSerializer`) with one 100-byte value each (`BytesSerializer`,
-//! random bytes of a 16-symbol alphabet), max parallelism 128, default engine options, written through
-//! `KeyedStateStore` puts. Checkpoint root: a local directory (objects holding one file are hard-linked
-//! on restore; packs are read by range).
+//! about 1.1 GB of entries) on the LSM backend and (built with `--features rocksdb`) the RocksDB variant,
+//! and `KS_CKPT_BENCH_HEAP_KEYS` (default the smaller of 1,000,000 and the keys) on the heap backend; `i64`
+//! keys (`LongSerializer`) with one 100-byte value each (`BytesSerializer`, random bytes of a 16-symbol
+//! alphabet), max parallelism 128, default options, written through `KeyedStateStore` puts. Checkpoint
+//! root: a local directory (objects holding one file are hard-linked on restore; packs are read by range).
+//! `KS_CKPT_BENCH_BACKENDS` (comma-separated: `lsm,heap,rocksdb`) picks the backends.
 //!
+//! Per backend:
 //! 1. Checkpoints: the first (full), then after 1 % and after 10 % of the keys changed since the last
-//!    confirmed one: bytes written (data objects and metadata), as a ratio to the bytes of the SST files that
+//!    confirmed one: bytes written (data objects and metadata), as a ratio to the bytes of the files that
 //!    are new since the last checkpoint and to the raw bytes of the changed entries; the synchronous part
-//!    (`KeyedStateStore::checkpoint`); the asynchronous part (`PendingCheckpoint::run`: waits for the
-//!    engine's flush of the switched memtable, uploads).
+//!    (`KeyedStateStore::checkpoint`); the asynchronous part (`PendingCheckpoint::run`).
 //! 2. 50 checkpoints, each after 1 % of the keys changed, retain 3: objects and bytes in storage after them,
 //!    median and largest synchronous part, median asynchronous part.
-//! 3. Restore at the same parallelism; rescale 1 -> 2 and 2 -> 1 by adopting files (`restore_lsm`), and
-//!    the same rescale done Flink's way: open each old instance (restored at its own range) and copy the
-//!    new range's entries into a fresh store (`load_entry`, the bulk-load path), with the ratio.
+//! 3. Restore at the same parallelism; rescale 1 -> 2 and 2 -> 1. The LSM backend adopts files
+//!    (`restore_lsm`), and the same rescale is also done Flink's way on it (open each old instance, copy the
+//!    new range's entries into a fresh store); the RocksDB variant restores as Flink's RocksDB backend does
+//!    (`restore_rocksdb`: open the old database, clip it, copy the other instances' ranges in); the heap
+//!    backend reads the tables of its key groups (`restore_heap`).
+//! 4. The yardstick: LSM adoption against the RocksDB variant's Flink restore, same keys, same run.
 //!
 //! Times are wall-clock (`Instant`), one run each: the machine is shared, note its load beside the numbers.
 //!
-//! Run: `cargo bench --bench checkpoints` (and `KS_CKPT_BENCH_KEYS=10000000 cargo bench --bench checkpoints`).
+//! Run: `cargo bench --bench checkpoints` (with `--features rocksdb` for the RocksDB variant).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keyed_state::backend::lsm::{LsmBackend, LsmEngine};
+use keyed_state::backend::heap::HeapBackend;
+use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::{BackendConfig, EngineHandle, StateBackend};
 use keyed_state::checkpoint::{
-    restore_lsm, CheckpointOptions, CheckpointStorage, CheckpointSummary, Checkpointer,
+    restore_heap, restore_lsm, CheckpointOptions, CheckpointStorage, CheckpointSummary,
+    Checkpointer,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::lsm::Options;
@@ -41,23 +48,100 @@ const VALUE_LEN: usize = 100;
 /// Raw bytes of one entry: 8-byte key, 100-byte value.
 const ENTRY_BYTES: u64 = 8 + VALUE_LEN as u64;
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Lsm,
+    Heap,
+    #[cfg(feature = "rocksdb")]
+    RocksDb,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Lsm => "lsm",
+            Kind::Heap => "heap",
+            #[cfg(feature = "rocksdb")]
+            Kind::RocksDb => "rocksdb",
+        }
+    }
+}
+
 struct Instance {
     store: KeyedStateStore<LongSerializer>,
     state: ValueState<BytesSerializer>,
-    engine: LsmEngine,
+    engine: Option<Box<dyn EngineHandle>>,
     ck: Checkpointer,
     range: KeyGroupRange,
+}
+
+/// A fresh backend of `kind` and its engine handle.
+fn backend(
+    kind: Kind,
+    cfg: BackendConfig,
+) -> (Box<dyn StateBackend>, Option<Box<dyn EngineHandle>>) {
+    match kind {
+        Kind::Lsm => {
+            let b = LsmBackend::temp_with(cfg, Options::default()).expect("backend");
+            let e: Box<dyn EngineHandle> = Box::new(b.engine());
+            (Box::new(b), Some(e))
+        }
+        Kind::Heap => (Box::new(HeapBackend::new(cfg).expect("backend")), None),
+        #[cfg(feature = "rocksdb")]
+        Kind::RocksDb => {
+            let b =
+                keyed_state::backend::rocksdb::RocksDbBackend::temporary(cfg, Default::default())
+                    .expect("backend");
+            let e: Box<dyn EngineHandle> = Box::new(b.engine());
+            (Box::new(b), Some(e))
+        }
+    }
+}
+
+/// Restores `target` of checkpoint `id` on `kind`: (backend, files taken, instances copied).
+fn restore(
+    kind: Kind,
+    storage: &CheckpointStorage,
+    id: u64,
+    target: KeyGroupRange,
+) -> (Box<dyn StateBackend>, usize, usize) {
+    match kind {
+        Kind::Lsm => {
+            let (b, i) =
+                restore_lsm(storage, id, config(target), Options::default()).expect("restore");
+            (Box::new(b), i.files_adopted, i.copied.len())
+        }
+        Kind::Heap => {
+            let (b, i) = restore_heap(storage, id, config(target)).expect("restore");
+            (Box::new(b), i.files_adopted, i.copied.len())
+        }
+        #[cfg(feature = "rocksdb")]
+        Kind::RocksDb => {
+            let (b, i) = keyed_state::checkpoint::restore_rocksdb(
+                storage,
+                id,
+                config(target),
+                Default::default(),
+            )
+            .expect("restore");
+            (Box::new(b), i.files_adopted, i.copied.len())
+        }
+    }
 }
 
 fn config(range: KeyGroupRange) -> BackendConfig {
     KeyedStateStore::config_for(&LongSerializer, MAX_P, range)
 }
 
-fn instance(storage: &Arc<CheckpointStorage>, range: KeyGroupRange, retain: usize) -> Instance {
+fn instance(
+    kind: Kind,
+    storage: &Arc<CheckpointStorage>,
+    range: KeyGroupRange,
+    retain: usize,
+) -> Instance {
     let cfg = config(range);
-    let backend = LsmBackend::temp_with(cfg.clone(), Options::default()).expect("backend");
-    let engine = backend.engine();
-    let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).expect("store");
+    let (backend, engine) = backend(kind, cfg.clone());
+    let mut store = KeyedStateStore::new(backend, LongSerializer).expect("store");
     let state = store
         .register_value(ValueStateDescriptor::new("payload", BytesSerializer))
         .expect("state");
@@ -98,15 +182,43 @@ impl Instance {
             .update(&v.to_vec())
             .expect("put");
     }
+    fn settle(&self) {
+        if let Some(e) = &self.engine {
+            e.wait_for_background_work().expect("settle");
+        }
+    }
+    fn summary(&self) -> String {
+        self.engine
+            .as_ref()
+            .map_or_else(|| "in memory".to_string(), |e| e.summary())
+    }
     /// Checkpoint `id`: (summary, synchronous part). Confirmed.
     fn checkpoint(&mut self, id: u64) -> (CheckpointSummary, Duration) {
+        self.checkpoint_cpu(id).0
+    }
+    /// [`checkpoint`](Self::checkpoint) and the synchronous part's thread CPU time (ms).
+    fn checkpoint_cpu(&mut self, id: u64) -> ((CheckpointSummary, Duration), f64) {
+        let c = thread_cpu_ms();
         let t = Instant::now();
         let p = self.store.checkpoint(&self.ck, id).expect("sync part");
         let sync = t.elapsed();
+        let cpu = thread_cpu_ms() - c;
         let s = p.run().expect("async part");
         self.ck.notify_complete(id).expect("confirm");
-        (s, sync)
+        ((s, sync), cpu)
     }
+}
+
+/// CPU time of the calling thread in ms (`CLOCK_THREAD_CPUTIME_ID`): the synchronous part's own work,
+/// without the time a loaded machine keeps the thread (or a lock holder) off the CPU.
+fn thread_cpu_ms() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 * 1e-6
 }
 
 fn ms(d: Duration) -> f64 {
@@ -180,41 +292,46 @@ fn copy_restore(
     dst
 }
 
-fn main() {
-    let keys: i64 = std::env::var("KS_CKPT_BENCH_KEYS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let uptime = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+/// Restore and rescale times of one backend (ms): same, 1 -> 2 (both instances), 2 -> 1.
+struct Restores {
+    same: f64,
+    one_to_two: f64,
+    two_to_one: f64,
+}
+
+fn run_backend(kind: Kind, keys: i64, rng: &mut StdRng) -> Restores {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!();
     println!(
-        "keys {keys} x {VALUE_LEN}-byte values, max parallelism {MAX_P}, load average {uptime}"
+        "## {} backend, {keys} keys (load average {})",
+        kind.name(),
+        load.trim()
     );
-    let mut rng = StdRng::seed_from_u64(11);
     let dir = tempfile::tempdir().expect("tmp");
     let storage = Arc::new(CheckpointStorage::local(&dir.path().join("root")).expect("root"));
     let all = KeyGroupRange::all(MAX_P);
-    let mut one = instance(&storage, all, 3);
+    let mut one = instance(kind, &storage, all, 3);
     let t = Instant::now();
     for k in 0..keys {
-        let v = value(&mut rng);
+        let v = value(rng);
         one.put(k, &v);
     }
-    one.engine.wait_for_background_work().expect("settle");
+    one.settle();
     println!(
         "loaded in {:.1} s: {}",
         t.elapsed().as_secs_f64(),
-        one.engine.summary()
+        one.summary()
     );
 
     println!();
-    println!("| checkpoint | files new | files reused | bytes written | / new SST bytes | / changed entry bytes | state size | sync ms | async ms |");
+    println!("| checkpoint | files new | files reused | bytes written | / new file bytes | / changed entry bytes | state size | sync ms | async ms |");
     println!("|---|---|---|---|---|---|---|---|---|");
     let (s, sync) = one.checkpoint(1);
     row("first (full)", 0, &s, sync);
     let mut id = 1;
     for pct in [1u64, 10] {
         let n = keys as u64 * pct / 100;
-        change(&mut [&mut one], keys, n, &mut rng);
+        change(&mut [&mut one], keys, n, rng);
         id += 1;
         let (s, sync) = one.checkpoint(id);
         row(&format!("{pct} % changed"), n, &s, sync);
@@ -222,11 +339,13 @@ fn main() {
 
     println!();
     let (mut syncs, mut asyncs, mut written) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cpus = Vec::new();
     let n = keys as u64 / 100;
     for _ in 0..50 {
-        change(&mut [&mut one], keys, n, &mut rng);
+        change(&mut [&mut one], keys, n, rng);
         id += 1;
-        let (s, sync) = one.checkpoint(id);
+        let ((s, sync), cpu) = one.checkpoint_cpu(id);
+        cpus.push(cpu);
         syncs.push(ms(sync));
         asyncs.push(s.async_micros as f64 / 1e3);
         written.push(s.bytes_written as f64);
@@ -250,22 +369,27 @@ fn main() {
         median(&mut syncs),
         largest_sync
     );
+    let largest_cpu = cpus.iter().copied().fold(0.0, f64::max);
+    println!(
+        "| sync part, thread CPU time, median / largest (ms) | {:.3} / {:.3} |",
+        median(&mut cpus),
+        largest_cpu
+    );
     println!("| async part, median (ms) | {:.1} |", median(&mut asyncs));
-    println!("| engine | {} |", one.engine.summary());
+    println!("| engine | {} |", one.summary());
 
     // Restores from the last checkpoint of the single instance.
     let last = id;
     println!();
-    println!("| restore | adopt ms | files adopted | copy (Flink's way) ms | copy / adopt |");
-    println!("|---|---|---|---|---|");
+    println!("| restore | ms | files taken | instances copied | copy (Flink's way on our LSM) ms | copy / adopt |");
+    println!("|---|---|---|---|---|---|");
     let t = Instant::now();
-    let (b, info) = restore_lsm(&storage, last, config(all), Options::default()).expect("restore");
+    let (b, files, _) = restore(kind, &storage, last, all);
     let same = t.elapsed();
     drop(b);
     println!(
-        "| same parallelism (1 -> 1) | {:.1} | {} | - | - |",
-        ms(same),
-        info.files_adopted
+        "| same parallelism (1 -> 1) | {:.1} | {files} | 0 | - | - |",
+        ms(same)
     );
 
     let halves: Vec<KeyGroupRange> = (0..2)
@@ -274,52 +398,132 @@ fn main() {
     let (mut adopt, mut files, mut copy) = (Duration::ZERO, 0, Duration::ZERO);
     for h in &halves {
         let t = Instant::now();
-        let (b, info) = restore_lsm(&storage, last, config(*h), Options::default()).expect("1->2");
+        let (b, f, _) = restore(kind, &storage, last, *h);
         adopt += t.elapsed();
-        files += info.files_adopted;
+        files += f;
         drop(b);
-        let t = Instant::now();
-        let b = copy_restore(&storage, last, &[all], *h);
-        copy += t.elapsed();
-        drop(b);
+        if kind == Kind::Lsm {
+            let t = Instant::now();
+            let b = copy_restore(&storage, last, &[all], *h);
+            copy += t.elapsed();
+            drop(b);
+        }
     }
+    let flink = |copy: Duration, adopt: Duration| {
+        if kind == Kind::Lsm {
+            (
+                format!("{:.1}", ms(copy)),
+                format!("{:.1}x", copy.as_secs_f64() / adopt.as_secs_f64().max(1e-9)),
+            )
+        } else {
+            ("-".to_string(), "-".to_string())
+        }
+    };
+    let (c, r) = flink(copy, adopt);
     println!(
-        "| rescale 1 -> 2 (both new instances) | {:.1} | {files} | {:.1} | {:.1}x |",
-        ms(adopt),
-        ms(copy),
-        copy.as_secs_f64() / adopt.as_secs_f64().max(1e-9)
+        "| rescale 1 -> 2 (both new instances) | {:.1} | {files} | 0 | {c} | {r} |",
+        ms(adopt)
     );
+    let one_to_two = ms(adopt);
     drop(one);
 
     // Two instances of a job, each holding only its own key groups, checkpointed once.
     let root2 = Arc::new(CheckpointStorage::local(&dir.path().join("root2")).expect("root2"));
-    let mut two: Vec<Instance> = halves.iter().map(|h| instance(&root2, *h, 3)).collect();
+    let mut two: Vec<Instance> = halves
+        .iter()
+        .map(|h| instance(kind, &root2, *h, 3))
+        .collect();
     for k in 0..keys {
-        let v = value(&mut rng);
+        let v = value(rng);
         if let Some(i) = two.iter_mut().find(|i| i.owns(k)) {
             i.put(k, &v);
         }
     }
     for i in two.iter_mut() {
-        i.engine.wait_for_background_work().expect("settle");
+        i.settle();
         i.checkpoint(1);
     }
     drop(two);
     let t = Instant::now();
-    let (b, info) = restore_lsm(&root2, 1, config(all), Options::default()).expect("2->1");
+    let (b, files, copied) = restore(kind, &root2, 1, all);
     let adopt = t.elapsed();
     drop(b);
-    let t = Instant::now();
-    let b = copy_restore(&root2, 1, &halves, all);
-    let copy = t.elapsed();
-    drop(b);
+    let mut copy = Duration::ZERO;
+    if kind == Kind::Lsm {
+        let t = Instant::now();
+        let b = copy_restore(&root2, 1, &halves, all);
+        copy = t.elapsed();
+        drop(b);
+    }
+    let (c, r) = flink(copy, adopt);
     println!(
-        "| rescale 2 -> 1 | {:.1} | {} (adopted {}, copied {}) | {:.1} | {:.1}x |",
-        ms(adopt),
-        info.files_adopted,
-        info.adopted.len(),
-        info.copied.len(),
-        ms(copy),
-        copy.as_secs_f64() / adopt.as_secs_f64().max(1e-9)
+        "| rescale 2 -> 1 | {:.1} | {files} | {copied} | {c} | {r} |",
+        ms(adopt)
     );
+    Restores {
+        same: ms(same),
+        one_to_two,
+        two_to_one: ms(adopt),
+    }
+}
+
+fn main() {
+    let keys: i64 = std::env::var("KS_CKPT_BENCH_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let heap_keys: i64 = std::env::var("KS_CKPT_BENCH_HEAP_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(keys.min(1_000_000));
+    let wanted =
+        std::env::var("KS_CKPT_BENCH_BACKENDS").unwrap_or_else(|_| "lsm,heap,rocksdb".into());
+    let uptime = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "keys {keys} (heap {heap_keys}) x {VALUE_LEN}-byte values, max parallelism {MAX_P}, load average {}",
+        uptime.trim()
+    );
+    let mut kinds = Vec::new();
+    for w in wanted.split(',') {
+        match w.trim() {
+            "lsm" => kinds.push(Kind::Lsm),
+            "heap" => kinds.push(Kind::Heap),
+            #[cfg(feature = "rocksdb")]
+            "rocksdb" => kinds.push(Kind::RocksDb),
+            #[cfg(not(feature = "rocksdb"))]
+            "rocksdb" => println!("(rocksdb skipped: built without the `rocksdb` feature)"),
+            other => println!("(unknown backend {other} skipped)"),
+        }
+    }
+    let mut results = Vec::new();
+    for kind in kinds {
+        let mut rng = StdRng::seed_from_u64(11);
+        let n = if kind == Kind::Heap { heap_keys } else { keys };
+        results.push((kind, run_backend(kind, n, &mut rng)));
+    }
+    let lsm = results
+        .iter()
+        .find(|(k, _)| *k == Kind::Lsm)
+        .map(|(_, r)| r);
+    #[cfg(feature = "rocksdb")]
+    let rocks = results
+        .iter()
+        .find(|(k, _)| *k == Kind::RocksDb)
+        .map(|(_, r)| r);
+    #[cfg(not(feature = "rocksdb"))]
+    let rocks: Option<&Restores> = None;
+    if let (Some(l), Some(r)) = (lsm, rocks) {
+        println!();
+        println!("## The yardstick: LSM adoption against the RocksDB variant restoring as Flink does ({keys} keys)");
+        println!();
+        println!("| restore | LSM adopt ms | RocksDB (Flink's way) ms | RocksDB / LSM |");
+        println!("|---|---|---|---|");
+        for (label, a, b) in [
+            ("same parallelism", l.same, r.same),
+            ("rescale 1 -> 2", l.one_to_two, r.one_to_two),
+            ("rescale 2 -> 1", l.two_to_one, r.two_to_one),
+        ] {
+            println!("| {label} | {a:.1} | {b:.1} | {:.1}x |", b / a.max(1e-9));
+        }
+    }
 }

@@ -194,9 +194,15 @@ fn list_verify_gc_and_to_savepoint(r: &str, storage: &Arc<CheckpointStorage>, no
 /// The demo as a host: one line per checkpoint (id, bytes, files new and reused, sync and async times),
 /// confirmed ones retained, and the last one (taken at the last event) holds exactly the final state.
 fn demo_checkpoints_into(root: &str, dir: &std::path::Path) {
+    demo_checkpoints_on("lsm", root, dir);
+}
+
+fn demo_checkpoints_on(backend: &str, root: &str, dir: &std::path::Path) {
     let sp = dir.join("demo.sp");
     let o = run(&[
         "demo",
+        "--backend",
+        backend,
         "--records",
         "60000",
         "--checkpoint-dir",
@@ -295,23 +301,16 @@ fn demo_checkpoints_into_an_s3_root() {
 }
 
 #[test]
-fn demo_checkpoints_on_a_backend_without_them_fail_naming_it() {
+fn demo_checkpoints_on_the_heap_backend() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&[
-        "demo",
-        "--backend",
-        "heap",
-        "--records",
-        "100",
-        "--checkpoint-dir",
-        dir.path().join("ckpt").to_str().unwrap(),
-        "--savepoint",
-        dir.path().join("sp").to_str().unwrap(),
-    ]);
-    assert!(!o.status.success());
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("checkpoints: the heap backend does not support incremental checkpoints"),
-        "{err}"
-    );
+    let root = dir.path().join("ckpt");
+    demo_checkpoints_on("heap", root.to_str().unwrap(), dir.path());
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn demo_checkpoints_on_the_rocksdb_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ckpt");
+    demo_checkpoints_on("rocksdb", root.to_str().unwrap(), dir.path());
 }

@@ -9,9 +9,11 @@ mod common_s3;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
+use keyed_state::backend::StateBackend;
 use keyed_state::checkpoint::tools::{self, list_completed};
 use keyed_state::checkpoint::{
-    restore_lsm, to_savepoint, CheckpointError, CheckpointOptions, CheckpointStorage, Checkpointer,
+    restore_heap, restore_lsm, to_savepoint, CheckpointError, CheckpointOptions, CheckpointStorage,
+    Checkpointer, FileKind, RestoreInfo, RestoreMode,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::lsm::Options;
@@ -32,18 +34,55 @@ fn options() -> Options {
     LsmBackend::small_options()
 }
 
-fn store_on(backend: LsmBackend) -> (KeyedStateStore<LongSerializer>, ValueState<LongSerializer>) {
-    let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
+fn store_on(
+    backend: Box<dyn StateBackend>,
+) -> (KeyedStateStore<LongSerializer>, ValueState<LongSerializer>) {
+    let mut store = KeyedStateStore::new(backend, LongSerializer).unwrap();
     let counter = store
         .register_value(ValueStateDescriptor::new("counter", LongSerializer))
         .unwrap();
     (store, counter)
 }
 
+/// The backends whose checkpoints the backend-independent scenarios run against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Lsm,
+    Heap,
+    #[cfg(feature = "rocksdb")]
+    RocksDb,
+}
+
 fn fresh(storage: &Arc<CheckpointStorage>, range: KeyGroupRange, retain: usize) -> Inst {
+    fresh_on(Kind::Lsm, storage, range, retain)
+}
+
+fn fresh_on(
+    kind: Kind,
+    storage: &Arc<CheckpointStorage>,
+    range: KeyGroupRange,
+    retain: usize,
+) -> Inst {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-    let backend = LsmBackend::temp_with(cfg.clone(), options()).unwrap();
-    let engine = Some(backend.engine());
+    let (backend, engine): (Box<dyn StateBackend>, _) = match kind {
+        Kind::Lsm => {
+            let b = LsmBackend::temp_with(cfg.clone(), options()).unwrap();
+            let e = Some(b.engine());
+            (Box::new(b), e)
+        }
+        Kind::Heap => (Box::new(HeapBackend::new(cfg.clone()).unwrap()), None),
+        #[cfg(feature = "rocksdb")]
+        Kind::RocksDb => (
+            Box::new(
+                keyed_state::backend::rocksdb::RocksDbBackend::temporary(
+                    cfg.clone(),
+                    Default::default(),
+                )
+                .unwrap(),
+            ),
+            None,
+        ),
+    };
     let (store, counter) = store_on(backend);
     let ck = Checkpointer::open(
         Arc::clone(storage),
@@ -87,8 +126,38 @@ impl Inst {
 }
 
 fn restore(storage: &CheckpointStorage, id: u64, range: KeyGroupRange) -> Inst {
+    restore_on(Kind::Lsm, storage, id, range)
+}
+
+/// A backend of `kind` restored from checkpoint `id` for `cfg`'s key groups.
+fn restored(
+    kind: Kind,
+    storage: &CheckpointStorage,
+    id: u64,
+    cfg: keyed_state::backend::BackendConfig,
+) -> (Box<dyn StateBackend>, RestoreInfo) {
+    match kind {
+        Kind::Lsm => {
+            let (b, i) = restore_lsm(storage, id, cfg, options()).unwrap();
+            (Box::new(b), i)
+        }
+        Kind::Heap => {
+            let (b, i) = restore_heap(storage, id, cfg).unwrap();
+            (Box::new(b), i)
+        }
+        #[cfg(feature = "rocksdb")]
+        Kind::RocksDb => {
+            let (b, i) =
+                keyed_state::checkpoint::restore_rocksdb(storage, id, cfg, Default::default())
+                    .unwrap();
+            (Box::new(b), i)
+        }
+    }
+}
+
+fn restore_on(kind: Kind, storage: &CheckpointStorage, id: u64, range: KeyGroupRange) -> Inst {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-    let (backend, _) = restore_lsm(storage, id, cfg.clone(), options()).unwrap();
+    let (backend, _) = restored(kind, storage, id, cfg.clone());
     let (store, counter) = store_on(backend);
     let ck = Checkpointer::open(
         Arc::new(CheckpointStorage::in_memory().unwrap()),
@@ -161,9 +230,71 @@ macro_rules! on_every_store {
     };
 }
 
+/// The backend-independent scenarios: every store above, on every backend (the RocksDB variant with the
+/// `rocksdb` feature).
+macro_rules! on_every_backend_and_store {
+    ($($name:ident),* $(,)?) => {
+        mod lsm {
+            on_every_backend_and_store!(@stores Lsm, $($name),*);
+        }
+        mod heap {
+            on_every_backend_and_store!(@stores Heap, $($name),*);
+        }
+        #[cfg(feature = "rocksdb")]
+        mod rocksdb {
+            on_every_backend_and_store!(@stores RocksDb, $($name),*);
+        }
+    };
+    (@stores $kind:ident, $($name:ident),*) => {
+        mod memory {
+            $(#[test]
+            fn $name() {
+                crate::$name(
+                    &std::sync::Arc::new(
+                        keyed_state::checkpoint::CheckpointStorage::in_memory().unwrap(),
+                    ),
+                    crate::Kind::$kind,
+                );
+            })*
+        }
+        mod local_dir {
+            $(#[test]
+            fn $name() {
+                let dir = tempfile::tempdir().unwrap();
+                crate::$name(
+                    &std::sync::Arc::new(
+                        keyed_state::checkpoint::CheckpointStorage::local(dir.path()).unwrap(),
+                    ),
+                    crate::Kind::$kind,
+                );
+            })*
+        }
+        #[cfg(feature = "s3")]
+        mod s3 {
+            $(#[test]
+            fn $name() {
+                if let Some(storage) = crate::common_s3::storage(concat!(
+                    stringify!($kind),
+                    "-",
+                    stringify!($name)
+                )) {
+                    crate::$name(&storage, crate::Kind::$kind);
+                }
+            })*
+        }
+    };
+}
+
 on_every_store!(
-    a_checkpoint_holds_the_state_at_its_synchronous_part,
     a_second_checkpoint_uploads_only_files_the_confirmed_one_lacks,
+    fifty_checkpoints_of_one_tiny_flush_each_leave_few_objects,
+    instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale,
+    rescale_adopts_files_and_clips_foreign_key_groups,
+    large_files_go_up_in_parts_and_come_back_whole,
+);
+
+on_every_backend_and_store!(
+    a_checkpoint_holds_the_state_at_its_synchronous_part,
     an_unconfirmed_checkpoint_is_never_the_incremental_base,
     no_object_referenced_by_a_retained_checkpoint_is_deleted,
     subsumed_and_aborted_checkpoints_leave_nothing_orphaned,
@@ -172,17 +303,16 @@ on_every_store!(
     an_upload_failing_midway_leaves_no_metadata_and_no_objects,
     a_cancelled_checkpoint_fails_and_leaves_nothing,
     closing_while_a_checkpoint_runs_cancels_it,
-    fifty_checkpoints_of_one_tiny_flush_each_leave_few_objects,
     gc_keeps_the_newest_checkpoints_and_what_they_reference,
-    instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale,
     leftovers_of_a_crashed_run_go_when_the_instance_opens_again,
-    rescale_adopts_files_and_clips_foreign_key_groups,
     verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere,
-    large_files_go_up_in_parts_and_come_back_whole,
 );
 
-fn a_checkpoint_holds_the_state_at_its_synchronous_part(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 3);
+fn a_checkpoint_holds_the_state_at_its_synchronous_part(
+    storage: &Arc<CheckpointStorage>,
+    kind: Kind,
+) {
+    let mut a = fresh_on(kind, storage, all(), 3);
     for k in 0..2000 {
         a.put(k, k);
     }
@@ -194,7 +324,7 @@ fn a_checkpoint_holds_the_state_at_its_synchronous_part(storage: &Arc<Checkpoint
     let s = std::thread::spawn(move || p.run()).join().unwrap().unwrap();
     assert!(s.files_new > 0);
     a.ck.notify_complete(1).unwrap();
-    let mut r = restore(storage, 1, all());
+    let mut r = restore_on(kind, storage, 1, all());
     for k in 0..2000 {
         assert_eq!(r.get(k), Some(k));
     }
@@ -226,8 +356,11 @@ fn a_second_checkpoint_uploads_only_files_the_confirmed_one_lacks(
     assert_eq!(r.get(19_999), Some(19_999));
 }
 
-fn an_unconfirmed_checkpoint_is_never_the_incremental_base(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 3);
+fn an_unconfirmed_checkpoint_is_never_the_incremental_base(
+    storage: &Arc<CheckpointStorage>,
+    kind: Kind,
+) {
+    let mut a = fresh_on(kind, storage, all(), 3);
     for k in 0..5000 {
         a.put(k, k);
     }
@@ -236,8 +369,11 @@ fn an_unconfirmed_checkpoint_is_never_the_incremental_base(storage: &Arc<Checkpo
     assert_eq!(s2.files_reused, 0, "checkpoint 1 was never confirmed");
 }
 
-fn no_object_referenced_by_a_retained_checkpoint_is_deleted(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 2);
+fn no_object_referenced_by_a_retained_checkpoint_is_deleted(
+    storage: &Arc<CheckpointStorage>,
+    kind: Kind,
+) {
+    let mut a = fresh_on(kind, storage, all(), 2);
     for round in 0..6u64 {
         for k in 0..3000 {
             a.put(k * 7 % 5000, k + round as i64);
@@ -252,8 +388,11 @@ fn no_object_referenced_by_a_retained_checkpoint_is_deleted(storage: &Arc<Checkp
     }
 }
 
-fn subsumed_and_aborted_checkpoints_leave_nothing_orphaned(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 1);
+fn subsumed_and_aborted_checkpoints_leave_nothing_orphaned(
+    storage: &Arc<CheckpointStorage>,
+    kind: Kind,
+) {
+    let mut a = fresh_on(kind, storage, all(), 1);
     for round in 0..4u64 {
         for k in 0..3000 {
             a.put(k + round as i64 * 1000, k);
@@ -271,22 +410,25 @@ fn subsumed_and_aborted_checkpoints_leave_nothing_orphaned(storage: &Arc<Checkpo
 
 fn two_in_flight_checkpoints_uploading_the_same_file_keep_each_others_uploads_first_aborted(
     storage: &Arc<CheckpointStorage>,
+    kind: Kind,
 ) {
-    two_in_flight_checkpoints_uploading_the_same_file(storage, true);
+    two_in_flight_checkpoints_uploading_the_same_file(storage, kind, true);
 }
 
 fn two_in_flight_checkpoints_uploading_the_same_file_keep_each_others_uploads_second_aborted(
     storage: &Arc<CheckpointStorage>,
+    kind: Kind,
 ) {
-    two_in_flight_checkpoints_uploading_the_same_file(storage, false);
+    two_in_flight_checkpoints_uploading_the_same_file(storage, kind, false);
 }
 
 fn two_in_flight_checkpoints_uploading_the_same_file(
     storage: &Arc<CheckpointStorage>,
+    kind: Kind,
     abort_first: bool,
 ) {
     {
-        let mut a = fresh(storage, all(), 3);
+        let mut a = fresh_on(kind, storage, all(), 3);
         for k in 0..3000 {
             a.put(k, k);
         }
@@ -300,13 +442,16 @@ fn two_in_flight_checkpoints_uploading_the_same_file(
         assert_eq!(tools::verify(storage, None).unwrap().problems, vec![]);
         a.ck.notify_complete(survivor).unwrap();
         assert_storage_exact(storage);
-        let mut r = restore(storage, survivor, all());
+        let mut r = restore_on(kind, storage, survivor, all());
         assert_eq!(r.get(2999), Some(2999));
     }
 }
 
-fn an_upload_failing_midway_leaves_no_metadata_and_no_objects(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 3);
+fn an_upload_failing_midway_leaves_no_metadata_and_no_objects(
+    storage: &Arc<CheckpointStorage>,
+    kind: Kind,
+) {
+    let mut a = fresh_on(kind, storage, all(), 3);
     for k in 0..20_000 {
         a.put(k, k);
     }
@@ -324,8 +469,8 @@ fn an_upload_failing_midway_leaves_no_metadata_and_no_objects(storage: &Arc<Chec
     assert_storage_exact(storage);
 }
 
-fn a_cancelled_checkpoint_fails_and_leaves_nothing(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 3);
+fn a_cancelled_checkpoint_fails_and_leaves_nothing(storage: &Arc<CheckpointStorage>, kind: Kind) {
+    let mut a = fresh_on(kind, storage, all(), 3);
     for k in 0..3000 {
         a.put(k, k);
     }
@@ -335,8 +480,8 @@ fn a_cancelled_checkpoint_fails_and_leaves_nothing(storage: &Arc<CheckpointStora
     assert!(storage.list("").unwrap().is_empty());
 }
 
-fn closing_while_a_checkpoint_runs_cancels_it(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 3);
+fn closing_while_a_checkpoint_runs_cancels_it(storage: &Arc<CheckpointStorage>, kind: Kind) {
+    let mut a = fresh_on(kind, storage, all(), 3);
     for k in 0..3000 {
         a.put(k, k);
     }
@@ -345,25 +490,6 @@ fn closing_while_a_checkpoint_runs_cancels_it(storage: &Arc<CheckpointStorage>) 
     assert!(matches!(p.run(), Err(CheckpointError::Cancelled(1))));
     assert!(storage.list("").unwrap().is_empty());
     assert!(a.ck.begin(2, a.store.backend_mut()).is_err());
-}
-
-#[test]
-fn backends_without_checkpoints_say_so() {
-    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let mut store = KeyedStateStore::new(
-        Box::new(HeapBackend::new(cfg.clone()).unwrap()),
-        LongSerializer,
-    )
-    .unwrap();
-    let ck = Checkpointer::open(
-        Arc::new(CheckpointStorage::in_memory().unwrap()),
-        &cfg,
-        CheckpointOptions::default(),
-    )
-    .unwrap();
-    let err = ck.begin(1, store.backend_mut()).unwrap_err();
-    assert!(err.to_string().contains("heap"), "{err}");
-    assert!(err.to_string().contains("checkpoints"), "{err}");
 }
 
 fn fifty_checkpoints_of_one_tiny_flush_each_leave_few_objects(storage: &Arc<CheckpointStorage>) {
@@ -383,8 +509,11 @@ fn fifty_checkpoints_of_one_tiny_flush_each_leave_few_objects(storage: &Arc<Chec
     }
 }
 
-fn leftovers_of_a_crashed_run_go_when_the_instance_opens_again(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 3);
+fn leftovers_of_a_crashed_run_go_when_the_instance_opens_again(
+    storage: &Arc<CheckpointStorage>,
+    kind: Kind,
+) {
+    let mut a = fresh_on(kind, storage, all(), 3);
     for k in 0..3000 {
         a.put(k, k);
     }
@@ -398,7 +527,7 @@ fn leftovers_of_a_crashed_run_go_when_the_instance_opens_again(storage: &Arc<Che
     let _again =
         Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default()).unwrap();
     assert_storage_exact(storage);
-    let mut r = restore(storage, 1, all());
+    let mut r = restore_on(kind, storage, 1, all());
     assert_eq!(r.get(7), Some(7));
 }
 
@@ -418,7 +547,7 @@ fn rescale_adopts_files_and_clips_foreign_key_groups(storage: &Arc<CheckpointSto
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
             let (backend, info) = restore_lsm(storage, 1, cfg.clone(), options()).unwrap();
             assert_eq!(info.adopted.len(), 1);
-            let (store, counter) = store_on(backend);
+            let (store, counter) = store_on(Box::new(backend));
             let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default())
                 .unwrap();
             Inst {
@@ -451,7 +580,7 @@ fn rescale_adopts_files_and_clips_foreign_key_groups(storage: &Arc<CheckpointSto
     // The instances restored from the 1 -> 2 rescale still hold the other's key groups under their clip
     // tombstones: the base is adopted, the other copied (design/checkpoints.md, "Restore").
     assert_eq!(info.adopted.len(), 1, "{info:?}");
-    let (store, counter) = store_on(backend);
+    let (store, counter) = store_on(Box::new(backend));
     let mut one = Inst {
         store,
         counter,
@@ -466,8 +595,9 @@ fn rescale_adopts_files_and_clips_foreign_key_groups(storage: &Arc<CheckpointSto
 
 fn verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere(
     storage: &Arc<CheckpointStorage>,
+    kind: Kind,
 ) {
-    let mut a = fresh(storage, all(), 3);
+    let mut a = fresh_on(kind, storage, all(), 3);
     for k in 0..3000 {
         a.put(k, k);
     }
@@ -507,8 +637,11 @@ fn verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere(
     );
 }
 
-fn gc_keeps_the_newest_checkpoints_and_what_they_reference(storage: &Arc<CheckpointStorage>) {
-    let mut a = fresh(storage, all(), 10);
+fn gc_keeps_the_newest_checkpoints_and_what_they_reference(
+    storage: &Arc<CheckpointStorage>,
+    kind: Kind,
+) {
+    let mut a = fresh_on(kind, storage, all(), 10);
     for id in 1..=5u64 {
         for k in 0..2000 {
             a.put(k + id as i64 * 500, k);
@@ -549,7 +682,7 @@ fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale(
     let (backend, info) = restore_lsm(storage, 1, cfg, options()).unwrap();
     assert_eq!(info.adopted.len(), 2, "{info:?}");
     assert!(info.copied.is_empty());
-    let (store, counter) = store_on(backend);
+    let (store, counter) = store_on(Box::new(backend));
     let mut one = Inst {
         store,
         counter,
@@ -563,7 +696,7 @@ fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale(
 }
 
 fn large_files_go_up_in_parts_and_come_back_whole(storage: &Arc<CheckpointStorage>) {
-    use keyed_state::checkpoint::storage::{Upload, MULTIPART_THRESHOLD};
+    use keyed_state::checkpoint::storage::{Upload, UploadPart, MULTIPART_THRESHOLD};
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big");
     let small = dir.path().join("small");
@@ -574,7 +707,7 @@ fn large_files_go_up_in_parts_and_come_back_whole(storage: &Arc<CheckpointStorag
     let up = storage
         .upload_all(&[Upload {
             path: "shared/x/big.pack".into(),
-            files: vec![big, small],
+            files: vec![UploadPart::File(big), UploadPart::File(small)],
         }])
         .unwrap();
     assert_eq!(up[0].size, len as u64 + 4);
@@ -627,4 +760,399 @@ fn an_unreachable_object_store_fails_fast_naming_the_store_and_the_operation() {
         "bounded retries: {:?}",
         t.elapsed()
     );
+}
+
+/// Files of the heap backend's checkpoint: (state, key group) of every table.
+fn tables_of(m: &keyed_state::checkpoint::CheckpointMetadata) -> BTreeSet<(u32, u16)> {
+    m.files
+        .iter()
+        .filter_map(|f| match f.kind {
+            FileKind::Table { state, key_group } => Some((state, key_group)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn heap_checkpoints_rewrite_only_the_state_key_group_tables_that_changed() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut a = fresh_on(Kind::Heap, &storage, all(), 3);
+    let other = a
+        .store
+        .register_value(ValueStateDescriptor::new("other", LongSerializer))
+        .unwrap();
+    let mut model = BTreeMap::new();
+    for k in 0..3000 {
+        a.put(k, k);
+        model.insert(k, k);
+        a.store.set_current_key(&k).unwrap();
+        a.store.value(&other).unwrap().update(&-k).unwrap();
+    }
+    let s1 = a.checkpoint(1);
+    assert_eq!(s1.files_new, 2 * MAX_P as usize, "{s1:?}");
+    a.ck.notify_complete(1).unwrap();
+    // Nothing changed: everything is referenced, only the metadata is written.
+    let s2 = a.checkpoint(2);
+    assert_eq!((s2.files_new, s2.files_reused), (0, 2 * MAX_P as usize));
+    assert_eq!(s2.objects_written, 1);
+    a.ck.notify_complete(2).unwrap();
+    // Keys of one key group of one state change: one table is new.
+    let kg = a.store.key_group_of(&7).unwrap();
+    let mut changed = 0;
+    for k in 0..3000 {
+        if a.store.key_group_of(&k).unwrap() == kg {
+            a.put(k, k + 1);
+            model.insert(k, k + 1);
+            changed += 1;
+        }
+    }
+    assert!(changed > 0);
+    let s3 = a.checkpoint(3);
+    assert_eq!((s3.files_new, s3.files_reused), (1, 2 * MAX_P as usize - 1));
+    assert!(
+        s3.bytes_new_files * 10 < s1.bytes_new_files,
+        "{s1:?} {s3:?}"
+    );
+    a.ck.notify_complete(3).unwrap();
+    let m3 = list_completed(&storage)
+        .unwrap()
+        .into_iter()
+        .find(|m| m.checkpoint_id == 3)
+        .unwrap();
+    assert_eq!(tables_of(&m3).len(), 2 * MAX_P as usize);
+    let new: Vec<_> = m3
+        .files
+        .iter()
+        .filter(|f| m3.object_is_new(f.object))
+        .map(|f| f.kind.clone())
+        .collect();
+    assert_eq!(
+        new,
+        vec![FileKind::Table {
+            state: 0,
+            key_group: kg
+        }]
+    );
+    // A key removed empties nothing else; a cleared table disappears from the checkpoint.
+    let mut r = restore_on(Kind::Heap, &storage, 3, all());
+    for (k, v) in &model {
+        assert_eq!(r.get(*k), Some(*v), "key {k}");
+    }
+    assert_storage_exact(&storage);
+    assert!(tools::verify(&storage, None).unwrap().problems.is_empty());
+}
+
+#[test]
+fn heap_checkpoints_hold_list_map_and_timer_tables_and_restore_them() {
+    use keyed_state::serializer::StringSerializer;
+    use keyed_state::state::{ListStateDescriptor, MapStateDescriptor};
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut a = fresh_on(Kind::Heap, &storage, all(), 3);
+    let list = a
+        .store
+        .register_list(ListStateDescriptor::new("list", StringSerializer))
+        .unwrap();
+    let map = a
+        .store
+        .register_map(MapStateDescriptor::new(
+            "map",
+            StringSerializer,
+            LongSerializer,
+        ))
+        .unwrap();
+    for k in 0..500i64 {
+        a.store.set_current_key(&k).unwrap();
+        a.store.list(&list).unwrap().add(&format!("e{k}")).unwrap();
+        a.store.list(&list).unwrap().add(&"x".to_string()).unwrap();
+        for j in 0..3 {
+            a.store
+                .map(&map)
+                .unwrap()
+                .put(&format!("u{j}"), &(k * 10 + j))
+                .unwrap();
+        }
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    // Change one map entry of key 3 only.
+    a.store.set_current_key(&3).unwrap();
+    a.store
+        .map(&map)
+        .unwrap()
+        .put(&"u1".to_string(), &-1)
+        .unwrap();
+    let s = a.checkpoint(2);
+    assert_eq!(s.files_new, 1, "{s:?}");
+    a.ck.notify_complete(2).unwrap();
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, _) = restored(Kind::Heap, &storage, 2, cfg);
+    let mut store = KeyedStateStore::new(backend, LongSerializer).unwrap();
+    let list = store
+        .register_list(ListStateDescriptor::new("list", StringSerializer))
+        .unwrap();
+    let map = store
+        .register_map(MapStateDescriptor::new(
+            "map",
+            StringSerializer,
+            LongSerializer,
+        ))
+        .unwrap();
+    for k in 0..500i64 {
+        store.set_current_key(&k).unwrap();
+        assert_eq!(
+            store.list(&list).unwrap().get().unwrap(),
+            Some(vec![format!("e{k}"), "x".to_string()])
+        );
+        let want = if k == 3 { -1 } else { k * 10 + 1 };
+        assert_eq!(
+            store.map(&map).unwrap().get(&"u1".to_string()).unwrap(),
+            Some(want)
+        );
+        assert_eq!(store.map(&map).unwrap().entries().unwrap().len(), 3);
+    }
+}
+
+#[test]
+fn heap_rescale_reads_exactly_the_tables_of_the_owned_key_groups() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut model = BTreeMap::new();
+    let mut a = fresh_on(Kind::Heap, &storage, all(), 3);
+    for k in 0..4000 {
+        a.put(k, k * 3);
+        model.insert(k, k * 3);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    let total = list_completed(&storage).unwrap()[0].state_size();
+    // 1 -> 2: each new instance reads its own key groups' tables, nothing else.
+    let mut two: Vec<Inst> = (0..2)
+        .map(|i| {
+            let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
+            let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+            let (backend, info) = restored(Kind::Heap, &storage, 1, cfg.clone());
+            assert_eq!(info.files_adopted, range.len(), "{info:?}");
+            assert!(
+                info.bytes_fetched < total,
+                "{} of {total}",
+                info.bytes_fetched
+            );
+            let (store, counter) = store_on(backend);
+            let ck = Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default())
+                .unwrap();
+            Inst {
+                store,
+                counter,
+                ck,
+                engine: None,
+            }
+        })
+        .collect();
+    assert_eq!(
+        two.iter_mut()
+            .map(|x| x.store.num_entries().unwrap())
+            .sum::<u64>(),
+        4000
+    );
+    for (k, v) in &model {
+        let i = two.iter().position(|x| x.owns(*k)).unwrap();
+        assert_eq!(two[i].get(*k), Some(*v), "key {k}");
+    }
+    for k in 0..4000 {
+        let i = two.iter().position(|x| x.owns(k)).unwrap();
+        two[i].put(k, k + 1);
+        model.insert(k, k + 1);
+    }
+    for x in two.iter_mut() {
+        x.checkpoint(2);
+    }
+    for x in two.iter_mut() {
+        x.ck.notify_complete(2).unwrap();
+    }
+    // 2 -> 1 and 2 -> 3.
+    let mut one = restore_on(Kind::Heap, &storage, 2, all());
+    for (k, v) in &model {
+        assert_eq!(one.get(*k), Some(*v), "key {k}");
+    }
+    assert_eq!(one.store.num_entries().unwrap(), model.len() as u64);
+    let mut n = 0;
+    for i in 0..3 {
+        let range = key_group_range_for_operator(MAX_P, 3, i).unwrap();
+        let mut x = restore_on(Kind::Heap, &storage, 2, range);
+        n += x.store.num_entries().unwrap();
+        let owned: Vec<(i64, i64)> = model
+            .iter()
+            .filter(|(k, _)| x.owns(**k))
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        for (k, v) in owned {
+            assert_eq!(x.get(k), Some(v), "key {k}");
+        }
+    }
+    assert_eq!(n, model.len() as u64);
+}
+
+#[test]
+fn heap_restore_in_claim_mode_references_the_restored_tables_until_they_change() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut a = fresh_on(Kind::Heap, &storage, all(), 1);
+    for k in 0..3000 {
+        a.put(k, k);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    a.ck.close();
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, info) = restored(Kind::Heap, &storage, 1, cfg.clone());
+    let (store, counter) = store_on(backend);
+    let ck = Checkpointer::open(
+        Arc::clone(&storage),
+        &cfg,
+        CheckpointOptions {
+            retain: 1,
+            ..CheckpointOptions::default()
+        },
+    )
+    .unwrap();
+    ck.restored_from(&info.parts, cfg.key_group_range, RestoreMode::Claim)
+        .unwrap();
+    let mut b = Inst {
+        store,
+        counter,
+        ck,
+        engine: None,
+    };
+    b.put(7, 70);
+    let s = b.checkpoint(2);
+    assert_eq!(
+        (s.files_new, s.files_reused),
+        (1, MAX_P as usize - 1),
+        "{s:?}"
+    );
+    b.ck.notify_complete(2).unwrap();
+    // Claimed: checkpoint 1 is subsumed and deleted; what checkpoint 2 references stays.
+    let ids: Vec<u64> = list_completed(&storage)
+        .unwrap()
+        .iter()
+        .map(|m| m.checkpoint_id)
+        .collect();
+    assert_eq!(ids, vec![2]);
+    assert_storage_exact(&storage);
+    let mut r = restore_on(Kind::Heap, &storage, 2, all());
+    assert_eq!(r.get(7), Some(70));
+    assert_eq!(r.get(8), Some(8));
+}
+
+#[test]
+fn a_restore_of_another_backends_checkpoint_names_both_and_to_savepoint_bridges_them() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut a = fresh_on(Kind::Heap, &storage, all(), 3);
+    for k in 0..100 {
+        a.put(k, k);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let err = restore_lsm(&storage, 1, cfg, options()).err().unwrap();
+    let text = err.to_string();
+    assert!(
+        text.contains("heap backend") && text.contains("lsm"),
+        "{text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    to_savepoint(&storage, 1, &dir.path().join("sp")).unwrap();
+    let sp = SavepointReader::open(&dir.path().join("sp")).unwrap();
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let mut lsm = KeyedStateStore::new(
+        Box::new(LsmBackend::temp_with(cfg, options()).unwrap()),
+        LongSerializer,
+    )
+    .unwrap();
+    lsm.restore(&[sp]).unwrap();
+    let c = lsm
+        .register_value(ValueStateDescriptor::new("counter", LongSerializer))
+        .unwrap();
+    lsm.set_current_key(&42).unwrap();
+    assert_eq!(lsm.value(&c).unwrap().get().unwrap(), Some(42));
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn rocksdb_checkpoints_reuse_uploaded_ssts_and_rescale_as_flink_does() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut model = BTreeMap::new();
+    let mut a = fresh_on(Kind::RocksDb, &storage, all(), 3);
+    for k in 0..5000 {
+        a.put(k, k * 3);
+        model.insert(k, k * 3);
+    }
+    let s1 = a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    let m1 = list_completed(&storage).unwrap().remove(0);
+    let named: BTreeSet<String> = m1
+        .files
+        .iter()
+        .filter_map(|f| match &f.kind {
+            FileKind::Named(n) => Some(n.split('-').next().unwrap().to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        named.contains("CURRENT") && named.contains("MANIFEST") && named.contains("OPTIONS"),
+        "{named:?}"
+    );
+    for k in 0..10 {
+        a.put(k, k + 1);
+        model.insert(k, k + 1);
+    }
+    let s2 = a.checkpoint(2);
+    assert!(s2.files_reused > 0, "{s1:?} {s2:?}");
+    assert!(s2.bytes_new_files < s1.bytes_new_files, "{s1:?} {s2:?}");
+    a.ck.notify_complete(2).unwrap();
+    // 1 -> 2: the base opened and clipped (nothing copied, one instance).
+    let mut two: Vec<Inst> = (0..2)
+        .map(|i| {
+            let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
+            let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+            let (backend, info) = restored(Kind::RocksDb, &storage, 2, cfg.clone());
+            assert_eq!((info.adopted.len(), info.copied.len()), (1, 0));
+            let (store, counter) = store_on(backend);
+            let ck = Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default())
+                .unwrap();
+            Inst {
+                store,
+                counter,
+                ck,
+                engine: None,
+            }
+        })
+        .collect();
+    for x in two.iter_mut() {
+        let owned = model.keys().filter(|k| x.owns(**k)).count() as u64;
+        assert_eq!(x.store.num_entries().unwrap(), owned, "clipped");
+    }
+    for k in 0..5000 {
+        let i = two.iter().position(|x| x.owns(k)).unwrap();
+        assert_eq!(two[i].get(k), model.get(&k).copied(), "key {k}");
+        two[i].put(k, k - 1);
+        model.insert(k, k - 1);
+    }
+    for x in two.iter_mut() {
+        x.checkpoint(3);
+        x.ck.notify_complete(3).unwrap();
+    }
+    // 2 -> 1: one opened, the other copied in.
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, info) = restored(Kind::RocksDb, &storage, 3, cfg);
+    assert_eq!((info.adopted.len(), info.copied.len()), (1, 1), "{info:?}");
+    let (store, counter) = store_on(backend);
+    let mut one = Inst {
+        store,
+        counter,
+        ck: a.ck,
+        engine: None,
+    };
+    for (k, v) in &model {
+        assert_eq!(one.get(*k), Some(*v), "key {k}");
+    }
+    assert_eq!(one.store.num_entries().unwrap(), model.len() as u64);
 }

@@ -429,12 +429,14 @@ impl super::CheckpointCapture for LsmCapture {
                 number: f.number,
                 level: f.level,
                 size: f.size,
-                path: f.path.clone(),
+                source: super::FileSource::Sst(f.path.clone()),
             })
             .collect();
         Ok(super::CapturedFiles {
+            backend: crate::checkpoint::BackendKind::Lsm,
             files,
             seqno: captured.seqno,
+            tables: None,
             keep_alive: Box::new((captured, shared)),
         })
     }

@@ -22,7 +22,9 @@ use crate::error::Result;
 use crate::keygroup::{KeyGroup, KeyGroupRange};
 use crate::meta::StateMetaInfo;
 use crate::serializer::SerializerSnapshot;
-pub use checkpoint_capture::{CapturedFile, CapturedFiles, CheckpointCapture};
+pub use checkpoint_capture::{
+    CapturedFile, CapturedFiles, CheckpointCapture, FileSource, TableSource,
+};
 
 /// Index of a registered state in a backend, in registration order. The savepoint header lists states in
 /// this order.

@@ -1,17 +1,17 @@
 //! One instance's checkpoints: the two parts, the host's confirmations, retention and the sweep
 //! (`design/checkpoints.md`, "Shared-file registry and deletion protocol").
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::format::{BackendKind, CheckpointMetadata, FileRef, ObjectRef};
-use super::storage::{CheckpointStorage, Upload};
+use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
+use super::storage::{CheckpointStorage, Upload, UploadPart};
 use super::{instance_name, metadata_path, CheckpointError};
-use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, StateBackend};
+use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource, StateBackend};
 use crate::meta::StateMetaInfo;
 
 /// How a checkpointer treats the checkpoint its backend was restored from (Flink's restore modes).
@@ -374,6 +374,46 @@ fn claim_err(
     }
 }
 
+/// Bytes of new files read or serialized before they are uploaded (a batch of uploads at a time).
+const BATCH_BYTES: u64 = 64 << 20;
+
+/// Files going into one object.
+#[derive(Default)]
+struct Group<'a> {
+    parts: Vec<UploadPart>,
+    files: Vec<&'a CapturedFile>,
+    bytes: u64,
+}
+
+/// Groups waiting for upload.
+#[derive(Default)]
+struct Batch<'a> {
+    groups: Vec<Group<'a>>,
+    bytes: u64,
+}
+
+/// One uploaded object: its path, its files in order, what the upload wrote.
+type UploadResult<'a> = (String, Vec<&'a CapturedFile>, super::storage::Uploaded);
+
+impl<'a> Batch<'a> {
+    fn push(&mut self, g: Group<'a>) {
+        self.bytes += g.bytes;
+        self.groups.push(g);
+    }
+}
+
+/// The metadata's kind of a captured file.
+fn file_kind(s: &FileSource) -> FileKind {
+    match s {
+        FileSource::Sst(_) => FileKind::Sst,
+        FileSource::Table { state, key_group } => FileKind::Table {
+            state: *state,
+            key_group: *key_group,
+        },
+        FileSource::Named { name, .. } => FileKind::Named(name.clone()),
+    }
+}
+
 /// The asynchronous part of a checkpoint ([`Checkpointer::begin`]); run it on any thread.
 pub struct PendingCheckpoint {
     inner: Arc<Inner>,
@@ -416,6 +456,52 @@ impl PendingCheckpoint {
         r
     }
 
+    /// Uploads the groups of `batch`, protected from the sweep first; appends what each wrote to `results`.
+    fn flush<'a>(
+        &self,
+        batch: &mut Batch<'a>,
+        uploaded: &mut Vec<String>,
+        results: &mut Vec<UploadResult<'a>>,
+    ) -> Result<(), CheckpointError> {
+        let inner = &self.inner;
+        let id = self.id;
+        if batch.groups.is_empty() {
+            return Ok(());
+        }
+        let groups = std::mem::take(&mut batch.groups);
+        batch.bytes = 0;
+        let mut files = Vec::with_capacity(groups.len());
+        let ups: Vec<Upload> = groups
+            .into_iter()
+            .map(|g| {
+                let n = inner.next_object.fetch_add(1, Ordering::Relaxed);
+                let ext = if g.files.len() == 1 { "sst" } else { "pack" };
+                files.push(g.files);
+                Upload {
+                    path: format!(
+                        "shared/{}/{:016x}/{id}-{n}.{ext}",
+                        inner.instance, inner.run
+                    ),
+                    files: g.parts,
+                }
+            })
+            .collect();
+        {
+            let mut reg = inner.reg.lock();
+            let Some(f) = reg.in_flight.get_mut(&id) else {
+                return Err(CheckpointError::Cancelled(id));
+            };
+            f.protect.extend(ups.iter().map(|u| u.path.clone()));
+        }
+        self.check_cancel()?;
+        uploaded.extend(ups.iter().map(|u| u.path.clone()));
+        let rs = inner.storage.upload_all(&ups)?;
+        for ((u, f), r) in ups.into_iter().zip(files).zip(rs) {
+            results.push((u.path, f, r));
+        }
+        Ok(())
+    }
+
     fn check_cancel(&self) -> Result<(), CheckpointError> {
         if self.cancel.load(Ordering::Acquire) {
             Err(CheckpointError::Cancelled(self.id))
@@ -448,13 +534,23 @@ impl PendingCheckpoint {
         let mut object_index: BTreeMap<String, u32> = BTreeMap::new();
         let mut files: Vec<FileRef> = Vec::new();
         let mut new_files: Vec<&CapturedFile> = Vec::new();
+        let base_files: HashMap<(u64, &FileKind), &FileRef> = self
+            .base
+            .iter()
+            .flat_map(|b| b.files.iter().map(|r| ((r.number, &r.kind), r)))
+            .collect();
         for f in &captured.files {
-            let reused = self.base.as_ref().and_then(|b| {
-                b.files
-                    .iter()
-                    .find(|r| r.number == f.number && r.length == f.size)
-                    .and_then(|r| b.objects.get(r.object as usize).map(|o| (r, o)))
-            });
+            let kind = file_kind(&f.source);
+            let reused = match &kind {
+                FileKind::Named(_) => None,
+                k => base_files
+                    .get(&(f.number, k))
+                    .filter(|r| matches!(k, FileKind::Table { .. }) || r.length == f.size)
+                    .and_then(|r| {
+                        let o = self.base.as_ref()?.objects.get(r.object as usize)?;
+                        Some((*r, o))
+                    }),
+            };
             match reused {
                 Some((r, o)) => {
                     let idx = match object_index.get(&o.path) {
@@ -473,6 +569,7 @@ impl PendingCheckpoint {
                         offset: r.offset,
                         length: r.length,
                         checksum: r.checksum,
+                        kind,
                     });
                 }
                 None => new_files.push(f),
@@ -480,60 +577,63 @@ impl PendingCheckpoint {
         }
         let files_reused = files.len();
 
-        // Large files one object each, small ones packed (design/checkpoints.md, "Small files").
-        let mut groups: Vec<Vec<&CapturedFile>> = Vec::new();
-        let mut small: Vec<&CapturedFile> = Vec::new();
-        let mut small_bytes = 0u64;
-        for f in &new_files {
-            if f.size >= inner.opts.pack_threshold {
-                groups.push(vec![f]);
-            } else {
-                if small_bytes + f.size > inner.opts.pack_max && !small.is_empty() {
-                    groups.push(std::mem::take(&mut small));
-                    small_bytes = 0;
-                }
-                small_bytes += f.size;
-                small.push(f);
-            }
-        }
-        if !small.is_empty() {
-            groups.push(small);
-        }
-        let uploads: Vec<Upload> = groups
-            .iter()
-            .map(|g| {
-                let n = inner.next_object.fetch_add(1, Ordering::Relaxed);
-                let ext = if g.len() == 1 { "sst" } else { "pack" };
-                Upload {
-                    path: format!(
-                        "shared/{}/{:016x}/{id}-{n}.{ext}",
-                        inner.instance, inner.run
-                    ),
-                    files: g.iter().map(|f| f.path.clone()).collect(),
-                }
-            })
-            .collect();
-        {
-            let mut reg = inner.reg.lock();
-            let Some(f) = reg.in_flight.get_mut(&id) else {
-                return Err(CheckpointError::Cancelled(id));
-            };
-            f.protect.extend(uploads.iter().map(|u| u.path.clone()));
-        }
-        self.check_cancel()?;
-        uploaded.extend(uploads.iter().map(|u| u.path.clone()));
-        let results = inner.storage.upload_all(&uploads)?;
-        self.check_cancel()?;
+        // Large files one object each, small ones packed (design/checkpoints.md, "Small files"); uploaded in
+        // batches, so serialized tables are in memory a batch at a time.
+        let mut batch = Batch::default();
+        let mut small = Group::default();
+        let mut uploads = 0usize;
         let mut bytes_written = 0u64;
         let mut bytes_new_files = 0u64;
-        for ((u, g), r) in uploads.iter().zip(&groups).zip(&results) {
+        let mut results: Vec<UploadResult<'_>> = Vec::new();
+        for f in &new_files {
+            let part = match &f.source {
+                FileSource::Sst(p) | FileSource::Named { path: p, .. } => {
+                    (UploadPart::File(p.clone()), f.size)
+                }
+                FileSource::Table { state, key_group } => {
+                    let tables = captured.tables.as_ref().ok_or_else(|| {
+                        CheckpointError::Invalid("a table file without its tables".into())
+                    })?;
+                    let mut b = Vec::new();
+                    tables.render(*state, *key_group, &mut b)?;
+                    let n = b.len() as u64;
+                    (UploadPart::Bytes(b), n)
+                }
+            };
+            let (part, size) = part;
+            if size >= inner.opts.pack_threshold {
+                batch.push(Group {
+                    parts: vec![part],
+                    files: vec![f],
+                    bytes: size,
+                });
+            } else {
+                if small.bytes + size > inner.opts.pack_max && !small.files.is_empty() {
+                    batch.push(std::mem::take(&mut small));
+                }
+                small.bytes += size;
+                small.parts.push(part);
+                small.files.push(f);
+            }
+            if batch.bytes >= BATCH_BYTES {
+                self.flush(&mut batch, uploaded, &mut results)?;
+                self.check_cancel()?;
+            }
+        }
+        if !small.files.is_empty() {
+            batch.push(small);
+        }
+        self.flush(&mut batch, uploaded, &mut results)?;
+        self.check_cancel()?;
+        for (path, g, r) in &results {
             let idx = objects.len() as u32;
             objects.push(ObjectRef {
-                path: u.path.clone(),
+                path: path.clone(),
                 size: r.size,
                 checksum: r.checksum,
                 uploaded_by: id,
             });
+            uploads += 1;
             bytes_written += r.size;
             let mut offset = 0u64;
             for (f, (len, sum)) in g.iter().zip(&r.files) {
@@ -544,6 +644,7 @@ impl PendingCheckpoint {
                     offset,
                     length: *len,
                     checksum: *sum,
+                    kind: file_kind(&f.source),
                 });
                 bytes_new_files += len;
                 offset += len;
@@ -552,7 +653,7 @@ impl PendingCheckpoint {
         files.sort_by_key(|f| (f.level, f.number));
         let meta = CheckpointMetadata {
             checkpoint_id: id,
-            backend: BackendKind::Lsm,
+            backend: captured.backend,
             instance: inner.instance.clone(),
             run: inner.run,
             max_parallelism: self.config.max_parallelism,
@@ -584,7 +685,7 @@ impl PendingCheckpoint {
             id,
             files_new: meta.files.len() - files_reused,
             files_reused,
-            objects_written: uploads.len() + 1,
+            objects_written: uploads + 1,
             bytes_written: bytes_written + meta_len,
             bytes_new_files,
             state_size: meta.state_size(),

@@ -1,5 +1,5 @@
-//! The checkpoint metadata file (`chk-<id>/<instance>/_metadata`, version 1): byte layout in
-//! `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
+//! The checkpoint metadata file (`chk-<id>/<instance>/_metadata`, version 2; version 1 still decodes): byte
+//! layout in `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
 
 use super::CheckpointError;
 use crate::backend::{BackendConfig, BackendSnapshot, StateId};
@@ -10,14 +10,18 @@ use crate::serializer::SerializerSnapshot;
 
 /// The first eight bytes of every metadata file.
 pub const MAGIC: [u8; 8] = *b"KSCKPT\0\x01";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The format version this build writes.
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest format version this build reads (version 1: LSM files only, no file kinds).
+pub const OLDEST_FORMAT_VERSION: u16 = 1;
 const PREAMBLE_LEN: usize = 16;
 const CHECKSUM_LEN: usize = 8;
 /// Smallest encoded size of one object record (an empty path).
 const OBJECT_MIN: usize = 2 + 8 + 8 + 8;
-/// Encoded size of one file record.
+/// Encoded size of one file record of version 1, and of the fixed part of a version-2 record.
 const FILE_LEN: usize = 8 + 1 + 4 + 8 + 8 + 8;
+/// Smallest encoded size of one version-2 file record (the fixed part and its kind byte).
+const FILE_MIN_V2: usize = FILE_LEN + 1;
 
 /// The backend that wrote a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,14 +29,45 @@ const FILE_LEN: usize = 8 + 1 + 4 + 8 + 8 + 8;
 pub enum BackendKind {
     /// The LSM backend: every file is an engine SST.
     Lsm,
+    /// The heap backend: every file is one serialized (state, key group) table.
+    Heap,
+    /// The RocksDB variant: RocksDB's SST files and its named files (MANIFEST, OPTIONS, CURRENT).
+    RocksDb,
 }
 
 impl BackendKind {
     fn code(self) -> u8 {
         match self {
             BackendKind::Lsm => 1,
+            BackendKind::Heap => 2,
+            BackendKind::RocksDb => 3,
         }
     }
+
+    /// The backend's name, as `StateBackend::backend_name` says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Lsm => "lsm",
+            BackendKind::Heap => "heap",
+            BackendKind::RocksDb => "rocksdb",
+        }
+    }
+}
+
+/// What one file of a checkpoint is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// An SST file named by its number (`NNNNNN.sst`).
+    Sst,
+    /// The heap backend's serialized table of one (state, key group) (`heap_table`).
+    Table {
+        /// The state id (index into [`CheckpointMetadata::states`]).
+        state: u32,
+        /// The key group.
+        key_group: KeyGroup,
+    },
+    /// A file the backend restores under this name (RocksDB: `MANIFEST-000005`, `OPTIONS-000007`, `CURRENT`).
+    Named(String),
 }
 
 /// One object in checkpoint storage that a checkpoint references.
@@ -63,6 +98,8 @@ pub struct FileRef {
     pub length: u64,
     /// xxh3-64 of the file's bytes.
     pub checksum: u64,
+    /// What the file is.
+    pub kind: FileKind,
 }
 
 /// What one instance wrote for one checkpoint.
@@ -173,6 +210,18 @@ impl CheckpointMetadata {
             b.extend_from_slice(&f.offset.to_le_bytes());
             b.extend_from_slice(&f.length.to_le_bytes());
             b.extend_from_slice(&f.checksum.to_le_bytes());
+            match &f.kind {
+                FileKind::Sst => b.push(0),
+                FileKind::Table { state, key_group } => {
+                    b.push(1);
+                    b.extend_from_slice(&state.to_le_bytes());
+                    b.extend_from_slice(&u32::from(*key_group).to_le_bytes());
+                }
+                FileKind::Named(name) => {
+                    b.push(2);
+                    put_str(&mut b, name, "file name")?;
+                }
+            }
         }
         let mut out = Vec::with_capacity(PREAMBLE_LEN + b.len() + CHECKSUM_LEN);
         out.extend_from_slice(&MAGIC);
@@ -193,10 +242,12 @@ impl CheckpointMetadata {
             return Err(meta_err(0, format!("bad magic {magic:02x?}")));
         }
         let version = r.u16("format version")?;
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(meta_err(
                 8,
-                format!("unsupported format version {version} (this build reads {FORMAT_VERSION})"),
+                format!(
+                    "unsupported format version {version} (this build reads {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
+                ),
             ));
         }
         let flags = r.u16("flags")?;
@@ -233,7 +284,14 @@ impl CheckpointMetadata {
         let at = r.pos;
         let backend = match r.u8("backend kind")? {
             1 => BackendKind::Lsm,
-            k => return Err(meta_err(at as u64, format!("unknown backend kind {k}"))),
+            2 if version >= 2 => BackendKind::Heap,
+            3 if version >= 2 => BackendKind::RocksDb,
+            k => {
+                return Err(meta_err(
+                    at as u64,
+                    format!("unknown backend kind {k} in format version {version}"),
+                ))
+            }
         };
         let instance = r.string("instance name")?;
         let run = r.u64("run id")?;
@@ -276,11 +334,16 @@ impl CheckpointMetadata {
         }
         let at = r.pos;
         let n_files = r.u32("file count")? as usize;
-        if n_files.checked_mul(FILE_LEN) != Some(r.remaining()) {
+        let counts_fit = if version == 1 {
+            n_files.checked_mul(FILE_LEN) == Some(r.remaining())
+        } else {
+            n_files <= r.remaining() / FILE_MIN_V2
+        };
+        if !counts_fit {
             return Err(meta_err(
                 at as u64,
                 format!(
-                    "{n_files} file records do not fill the {} bytes left",
+                    "{n_files} file records do not fit the {} bytes left",
                     r.remaining()
                 ),
             ));
@@ -288,14 +351,18 @@ impl CheckpointMetadata {
         let mut files: Vec<FileRef> = Vec::with_capacity(n_files);
         for _ in 0..n_files {
             let at = r.pos as u64;
-            let f = FileRef {
+            let mut f = FileRef {
                 number: r.u64("file number")?,
                 level: r.u8("file level")?,
                 object: r.u32("file object")?,
                 offset: r.u64("file offset")?,
                 length: r.u64("file length")?,
                 checksum: r.u64("file checksum")?,
+                kind: FileKind::Sst,
             };
+            if version >= 2 {
+                f.kind = decode_file_kind(&mut r, backend, &key_group_range, states.len())?;
+            }
             let Some(o) = objects.get(f.object as usize) else {
                 return Err(meta_err(
                     at,
@@ -316,12 +383,53 @@ impl CheckpointMetadata {
             }
             files.push(f);
         }
-        let mut numbers: Vec<u64> = files.iter().map(|f| f.number).collect();
+        if r.remaining() != 0 {
+            return Err(meta_err(
+                r.pos as u64,
+                format!("{} bytes after the last file record", r.remaining()),
+            ));
+        }
+        let mut numbers: Vec<u64> = files
+            .iter()
+            .filter(|f| !matches!(f.kind, FileKind::Named(_)))
+            .map(|f| f.number)
+            .collect();
         numbers.sort_unstable();
         if let Some(w) = numbers.windows(2).find(|w| w[0] == w[1]) {
             return Err(meta_err(
                 at as u64,
                 format!("file number {} appears twice", w[0]),
+            ));
+        }
+        let mut tables: Vec<(u32, KeyGroup)> = files
+            .iter()
+            .filter_map(|f| match f.kind {
+                FileKind::Table { state, key_group } => Some((state, key_group)),
+                _ => None,
+            })
+            .collect();
+        tables.sort_unstable();
+        if let Some(w) = tables.windows(2).find(|w| w[0] == w[1]) {
+            return Err(meta_err(
+                at as u64,
+                format!(
+                    "the table of state {} key group {} appears twice",
+                    w[0].0, w[0].1
+                ),
+            ));
+        }
+        let mut names: Vec<&str> = files
+            .iter()
+            .filter_map(|f| match &f.kind {
+                FileKind::Named(n) => Some(n.as_str()),
+                _ => None,
+            })
+            .collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(meta_err(
+                at as u64,
+                format!("file name {} appears twice", w[0]),
             ));
         }
         Ok(CheckpointMetadata {
@@ -339,6 +447,69 @@ impl CheckpointMetadata {
             files,
         })
     }
+}
+
+/// The kind byte and fields of a version-2 file record, checked against the backend, the instance's
+/// key-group range and the number of states.
+fn decode_file_kind(
+    r: &mut Reader<'_>,
+    backend: BackendKind,
+    range: &KeyGroupRange,
+    states: usize,
+) -> Result<FileKind, CheckpointError> {
+    let at = r.pos as u64;
+    let kind = match r.u8("file kind")? {
+        0 => FileKind::Sst,
+        1 => {
+            let state = r.u32("table state id")?;
+            let kg = r.u32("table key group")?;
+            if state as usize >= states {
+                return Err(meta_err(
+                    at,
+                    format!("table of state {state}, but the checkpoint has {states} states"),
+                ));
+            }
+            let key_group = KeyGroup::try_from(kg)
+                .ok()
+                .filter(|k| range.contains(*k))
+                .ok_or_else(|| {
+                    meta_err(at, format!("table key group {kg} lies outside {range}"))
+                })?;
+            FileKind::Table { state, key_group }
+        }
+        2 => {
+            let name = r.string("file name")?;
+            if name.is_empty()
+                || name.contains('/')
+                || name.contains('\\')
+                || name == "."
+                || name == ".."
+            {
+                return Err(meta_err(
+                    at,
+                    format!("file name {name:?} is not a plain name"),
+                ));
+            }
+            FileKind::Named(name)
+        }
+        k => return Err(meta_err(at, format!("unknown file kind {k}"))),
+    };
+    let fits = matches!(
+        (&kind, backend),
+        (FileKind::Sst, BackendKind::Lsm | BackendKind::RocksDb)
+            | (FileKind::Table { .. }, BackendKind::Heap)
+            | (FileKind::Named(_), BackendKind::RocksDb)
+    );
+    if !fits {
+        return Err(meta_err(
+            at,
+            format!(
+                "a {kind:?} file in a checkpoint of the {} backend",
+                backend.name()
+            ),
+        ));
+    }
+    Ok(kind)
 }
 
 fn decode_range(start: u32, count: u32, max_parallelism: u32) -> Result<KeyGroupRange, String> {
@@ -517,6 +688,7 @@ mod tests {
                     offset: 0,
                     length: 60,
                     checksum: 1,
+                    kind: FileKind::Sst,
                 },
                 FileRef {
                     number: 4,
@@ -525,6 +697,7 @@ mod tests {
                     offset: 60,
                     length: 40,
                     checksum: 2,
+                    kind: FileKind::Sst,
                 },
             ],
         }
@@ -551,6 +724,138 @@ mod tests {
             b[i] ^= 0x40;
             assert!(CheckpointMetadata::decode(&b).is_err(), "flip at {i}");
         }
+    }
+
+    /// `m` (LSM files only) in format version 1: the version-2 bytes without the file kind bytes.
+    fn encode_v1(m: &CheckpointMetadata) -> Vec<u8> {
+        assert!(m.files.iter().all(|f| f.kind == FileKind::Sst));
+        let v2 = m.encode().unwrap();
+        let body = &v2[PREAMBLE_LEN..v2.len() - CHECKSUM_LEN];
+        let files_at = body.len() - m.files.len() * (FILE_LEN + 1);
+        let mut b = body[..files_at].to_vec();
+        for rec in body[files_at..].chunks(FILE_LEN + 1) {
+            assert_eq!(rec[FILE_LEN], 0);
+            b.extend_from_slice(&rec[..FILE_LEN]);
+        }
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&1u16.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(&b);
+        let sum = xxhash_rust::xxh3::xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    fn heap_sample() -> CheckpointMetadata {
+        let mut m = sample();
+        m.backend = BackendKind::Heap;
+        m.files[0].kind = FileKind::Table {
+            state: 0,
+            key_group: 3,
+        };
+        m.files[1].kind = FileKind::Table {
+            state: 0,
+            key_group: 63,
+        };
+        m
+    }
+
+    fn rocksdb_sample() -> CheckpointMetadata {
+        let mut m = sample();
+        m.backend = BackendKind::RocksDb;
+        m.files[1].kind = FileKind::Named("MANIFEST-000005".into());
+        m
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/checkpoint")
+            .join(name);
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    /// Writes the fixtures of `tests/fixtures/checkpoint/` (run once per format version, with `--ignored`).
+    #[test]
+    #[ignore]
+    fn write_fixtures() {
+        let d = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/checkpoint");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("metadata_v1_lsm.bin"), encode_v1(&sample())).unwrap();
+        std::fs::write(d.join("metadata_v2_lsm.bin"), sample().encode().unwrap()).unwrap();
+        std::fs::write(
+            d.join("metadata_v2_heap.bin"),
+            heap_sample().encode().unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("metadata_v2_rocksdb.bin"),
+            rocksdb_sample().encode().unwrap(),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn every_format_versions_fixture_decodes_and_this_build_writes_version_2_bytes_exactly() {
+        let v1 = fixture("metadata_v1_lsm.bin");
+        assert_eq!(u16::from_le_bytes([v1[8], v1[9]]), 1);
+        assert_eq!(CheckpointMetadata::decode(&v1).unwrap(), sample());
+        for (name, m) in [
+            ("metadata_v2_lsm.bin", sample()),
+            ("metadata_v2_heap.bin", heap_sample()),
+            ("metadata_v2_rocksdb.bin", rocksdb_sample()),
+        ] {
+            let bytes = fixture(name);
+            assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m, "{name}");
+            assert_eq!(m.encode().unwrap(), bytes, "{name}");
+        }
+    }
+
+    #[test]
+    fn heap_and_rocksdb_metadata_round_trip_and_every_byte_flip_is_an_error() {
+        for m in [heap_sample(), rocksdb_sample()] {
+            let bytes = m.encode().unwrap();
+            assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m);
+            for i in 0..bytes.len() {
+                let mut b = bytes.clone();
+                b[i] ^= 0x40;
+                assert!(CheckpointMetadata::decode(&b).is_err(), "flip at {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn file_kinds_are_checked_against_the_backend_range_and_states() {
+        let mut m = heap_sample();
+        m.files[1].kind = FileKind::Table {
+            state: 0,
+            key_group: 64,
+        };
+        let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("outside"), "{e}");
+        let mut m = heap_sample();
+        m.files[1].kind = FileKind::Table {
+            state: 1,
+            key_group: 4,
+        };
+        let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("1 states"), "{e}");
+        let mut m = heap_sample();
+        m.files[1].kind = FileKind::Table {
+            state: 0,
+            key_group: 3,
+        };
+        m.files[1].number = 9;
+        let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+        let mut m = sample();
+        m.files[0].kind = FileKind::Named("CURRENT".into());
+        let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("lsm backend"), "{e}");
+        let mut m = rocksdb_sample();
+        m.files[1].kind = FileKind::Named("../x".into());
+        let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("plain name"), "{e}");
     }
 
     #[test]

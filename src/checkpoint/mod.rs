@@ -7,21 +7,27 @@
 //!   [`Checkpointer::notify_aborted`] the host's decision; retention, and the sweep that deletes what no
 //!   retained checkpoint references.
 //! * [`CheckpointMetadata`] — the metadata file, written last and atomically.
-//! * [`restore_lsm`] — restore and rescale into an LSM backend by adopting files; [`to_savepoint`].
+//! * [`restore_lsm`] — restore and rescale into an LSM backend by adopting files; [`restore_heap`] — into a
+//!   heap backend, taking the (state, key group) tables of its key groups; [`to_savepoint`].
 //! * [`tools`] — list, verify and gc, as the command line runs them.
 
 mod checkpointer;
 pub mod fault_store;
 pub mod format;
-mod restore;
+pub mod heap_table;
+pub(crate) mod restore;
+mod restore_heap;
 pub mod storage;
 pub mod tools;
 
+#[cfg(feature = "rocksdb")]
+pub use crate::backend::rocksdb::restore_rocksdb;
 pub use checkpointer::{
     CheckpointOptions, CheckpointSummary, Checkpointer, PendingCheckpoint, RestoreMode,
 };
-pub use format::{BackendKind, CheckpointMetadata, FileRef, ObjectRef};
+pub use format::{BackendKind, CheckpointMetadata, FileKind, FileRef, ObjectRef};
 pub use restore::{checkpoint_parts, restore_lsm, to_savepoint, RestoreInfo};
+pub use restore_heap::restore_heap;
 pub use storage::CheckpointStorage;
 
 /// Errors of checkpoints.
@@ -57,6 +63,14 @@ pub enum CheckpointError {
     #[error("checkpoint metadata at byte {offset}: {detail}")]
     Metadata {
         /// Byte offset in the metadata file.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A heap table file is damaged.
+    #[error("heap table file at byte {offset}: {detail}")]
+    Table {
+        /// Byte offset in the file.
         offset: u64,
         /// What is wrong.
         detail: String,

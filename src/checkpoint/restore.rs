@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::format::CheckpointMetadata;
+use super::format::{BackendKind, CheckpointMetadata};
 use super::storage::CheckpointStorage;
 use super::tools::{checkpoint_id_of, list_completed, read_all_metadata};
 use super::CheckpointError;
@@ -96,6 +96,59 @@ fn fetch_files(
     Ok(bytes)
 }
 
+/// The completed parts of checkpoint `id` whose key groups meet `config`'s, after checking that they
+/// cover every key group of it with `config`'s max parallelism.
+pub(crate) fn select_parts(
+    storage: &CheckpointStorage,
+    id: u64,
+    config: &BackendConfig,
+) -> Result<Vec<CheckpointMetadata>, CheckpointError> {
+    config.validate()?;
+    let target = config.key_group_range;
+    let parts: Vec<CheckpointMetadata> = checkpoint_parts(storage, id)?
+        .into_iter()
+        .filter(|m| !m.key_group_range.intersect(&target).is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err(CheckpointError::NotFound {
+            id,
+            detail: format!("no instance covers key groups {target}"),
+        });
+    }
+    if let Some(m) = parts
+        .iter()
+        .find(|m| m.max_parallelism != config.max_parallelism)
+    {
+        return Err(CheckpointError::Backend(
+            crate::Error::MaxParallelismMismatch {
+                backend: config.max_parallelism,
+                savepoint: m.max_parallelism,
+            },
+        ));
+    }
+    if let Some(kg) = target
+        .iter()
+        .find(|kg| !parts.iter().any(|m| m.key_group_range.contains(*kg)))
+    {
+        return Err(CheckpointError::NotFound {
+            id,
+            detail: format!("key group {kg} of {target} is in no instance's part"),
+        });
+    }
+    Ok(parts)
+}
+
+/// A part written by another backend than the restore's.
+pub(crate) fn other_backend(m: &CheckpointMetadata, restore: &str) -> CheckpointError {
+    CheckpointError::Invalid(format!(
+        "checkpoint {} of instance {} was taken by the {} backend; a {restore} restore reads only its own \
+         backend's checkpoints (`to_savepoint` turns any checkpoint into a savepoint for every backend)",
+        m.checkpoint_id,
+        m.instance,
+        m.backend.name()
+    ))
+}
+
 /// `[lo, hi)` engine keys of state `sid` within key groups `range`.
 fn state_interval(sid: usize, range: KeyGroupRange, prefix_len: usize) -> (Vec<u8>, Vec<u8>) {
     let s = (sid as u16).to_be_bytes().to_vec();
@@ -157,37 +210,10 @@ pub fn restore_lsm(
     config: BackendConfig,
     options: Options,
 ) -> Result<(LsmBackend, RestoreInfo), CheckpointError> {
-    config.validate()?;
     let target = config.key_group_range;
-    let mut parts: Vec<CheckpointMetadata> = checkpoint_parts(storage, id)?
-        .into_iter()
-        .filter(|m| !m.key_group_range.intersect(&target).is_empty())
-        .collect();
-    if parts.is_empty() {
-        return Err(CheckpointError::NotFound {
-            id,
-            detail: format!("no instance covers key groups {target}"),
-        });
-    }
-    if let Some(m) = parts
-        .iter()
-        .find(|m| m.max_parallelism != config.max_parallelism)
-    {
-        return Err(CheckpointError::Backend(
-            crate::Error::MaxParallelismMismatch {
-                backend: config.max_parallelism,
-                savepoint: m.max_parallelism,
-            },
-        ));
-    }
-    if let Some(kg) = target
-        .iter()
-        .find(|kg| !parts.iter().any(|m| m.key_group_range.contains(*kg)))
-    {
-        return Err(CheckpointError::NotFound {
-            id,
-            detail: format!("key group {kg} of {target} is in no instance's part"),
-        });
+    let mut parts = select_parts(storage, id, &config)?;
+    if let Some(m) = parts.iter().find(|m| m.backend != BackendKind::Lsm) {
+        return Err(other_backend(m, "lsm"));
     }
     // The base: the largest overlap.
     parts.sort_by_key(|m| std::cmp::Reverse(m.key_group_range.intersect(&target).len()));
@@ -339,7 +365,22 @@ pub fn to_savepoint(
         (Some(s), Some(e)) => KeyGroupRange::new(s, e),
         _ => KeyGroupRange::EMPTY,
     };
-    let (mut backend, _) = restore_lsm(storage, id, config, Options::default())?;
-    let summary = write_savepoint(out, &*backend.snapshot()?, &WriteOptions::default())?;
+    let snap = match first.backend {
+        BackendKind::Heap => super::restore_heap(storage, id, config)?.0.snapshot()?,
+        #[cfg(feature = "rocksdb")]
+        BackendKind::RocksDb => super::restore_rocksdb(storage, id, config, Default::default())?
+            .0
+            .snapshot()?,
+        #[cfg(not(feature = "rocksdb"))]
+        BackendKind::RocksDb => {
+            return Err(CheckpointError::Invalid(format!(
+            "checkpoint {id} was taken by the RocksDB variant: this build has no `rocksdb` feature"
+        )))
+        }
+        _ => restore_lsm(storage, id, config, Options::default())?
+            .0
+            .snapshot()?,
+    };
+    let summary = write_savepoint(out, &*snap, &WriteOptions::default())?;
     Ok(summary.bytes_written)
 }

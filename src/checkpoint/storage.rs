@@ -36,13 +36,36 @@ pub const REMOTE_MAX_RETRIES: usize = 3;
 /// Time after the first attempt of a request beyond which it is not retried.
 pub const REMOTE_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// One object to upload: the concatenation of local file ranges.
+/// One part of an uploaded object.
+#[derive(Debug, Clone)]
+pub enum UploadPart {
+    /// A whole local file.
+    File(PathBuf),
+    /// Bytes in memory (a serialized heap table).
+    Bytes(Vec<u8>),
+}
+
+impl UploadPart {
+    fn len(&self) -> Result<u64, CheckpointError> {
+        match self {
+            UploadPart::File(f) => Ok(std::fs::metadata(f)
+                .map_err(|e| CheckpointError::Io {
+                    context: format!("reading {}", f.display()),
+                    source: e,
+                })?
+                .len()),
+            UploadPart::Bytes(b) => Ok(b.len() as u64),
+        }
+    }
+}
+
+/// One object to upload: the concatenation of its parts.
 #[derive(Debug, Clone)]
 pub struct Upload {
     /// Path relative to the root.
     pub path: String,
-    /// The local files, concatenated in this order.
-    pub files: Vec<PathBuf>,
+    /// The parts (files), concatenated in this order.
+    pub files: Vec<UploadPart>,
 }
 
 /// What an upload wrote.
@@ -319,12 +342,7 @@ impl CheckpointStorage {
         let p = self.full(&u.path)?;
         let mut total: u64 = 0;
         for f in &u.files {
-            total += std::fs::metadata(f)
-                .map_err(|e| CheckpointError::Io {
-                    context: format!("reading {}", f.display()),
-                    source: e,
-                })?
-                .len();
+            total += f.len()?;
         }
         let mut whole = xxhash_rust::xxh3::Xxh3::new();
         let mut files = Vec::with_capacity(u.files.len());
@@ -332,12 +350,17 @@ impl CheckpointStorage {
             let mut buf = Vec::with_capacity(total as usize);
             for f in &u.files {
                 let start = buf.len();
-                std::fs::File::open(f)
-                    .and_then(|mut h| h.read_to_end(&mut buf))
-                    .map_err(|e| CheckpointError::Io {
-                        context: format!("reading {}", f.display()),
-                        source: e,
-                    })?;
+                match f {
+                    UploadPart::File(f) => {
+                        std::fs::File::open(f)
+                            .and_then(|mut h| h.read_to_end(&mut buf))
+                            .map_err(|e| CheckpointError::Io {
+                                context: format!("reading {}", f.display()),
+                                source: e,
+                            })?;
+                    }
+                    UploadPart::Bytes(b) => buf.extend_from_slice(b),
+                }
                 let part = buf.get(start..).unwrap_or_default();
                 files.push((part.len() as u64, xxhash_rust::xxh3::xxh3_64(part)));
             }
@@ -362,25 +385,35 @@ impl CheckpointStorage {
         let mut size = 0u64;
         let mut chunk = vec![0u8; 1 << 20];
         for f in &u.files {
-            let mut h = std::fs::File::open(f).map_err(|e| CheckpointError::Io {
-                context: format!("reading {}", f.display()),
-                source: e,
-            })?;
             let mut fh = xxhash_rust::xxh3::Xxh3::new();
             let mut len = 0u64;
-            loop {
-                let n = h.read(&mut chunk).map_err(|e| CheckpointError::Io {
-                    context: format!("reading {}", f.display()),
-                    source: e,
-                })?;
-                if n == 0 {
-                    break;
+            match f {
+                UploadPart::File(f) => {
+                    let mut h = std::fs::File::open(f).map_err(|e| CheckpointError::Io {
+                        context: format!("reading {}", f.display()),
+                        source: e,
+                    })?;
+                    loop {
+                        let n = h.read(&mut chunk).map_err(|e| CheckpointError::Io {
+                            context: format!("reading {}", f.display()),
+                            source: e,
+                        })?;
+                        if n == 0 {
+                            break;
+                        }
+                        let c = chunk.get(..n).unwrap_or_default();
+                        fh.update(c);
+                        whole.update(c);
+                        w.write(c);
+                        len += n as u64;
+                    }
                 }
-                let c = chunk.get(..n).unwrap_or_default();
-                fh.update(c);
-                whole.update(c);
-                w.write(c);
-                len += n as u64;
+                UploadPart::Bytes(b) => {
+                    fh.update(b);
+                    whole.update(b);
+                    w.write(b);
+                    len = b.len() as u64;
+                }
             }
             files.push((len, fh.digest()));
             size += len;
@@ -405,13 +438,18 @@ impl CheckpointStorage {
         })
     }
 
-    /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once.
+    /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once (an empty
+    /// range reads nothing).
     pub fn get_ranges(
         &self,
         parts: &[(String, u64, u64)],
     ) -> Result<Vec<Vec<u8>>, CheckpointError> {
         self.rt.block_on(async {
             futures::stream::iter(parts.iter().map(|(rel, off, len)| async move {
+                if *len == 0 {
+                    // An empty file (RocksDB's empty WAL of a checkpoint): nothing to read.
+                    return Ok(Vec::new());
+                }
                 let p = self.full(rel)?;
                 let b = self
                     .store

@@ -162,14 +162,30 @@ pub fn verify(
                 match part.map(xxhash_rust::xxh3::xxh3_64) {
                     Some(s) if s == f.checksum => {}
                     _ => rep.problems.push(fail(format!(
-                        "file {:06}.sst at {}+{}: checksum does not match",
-                        f.number, f.offset, f.length
+                        "{} at {}+{}: checksum does not match",
+                        file_label(f),
+                        f.offset,
+                        f.length
                     ))),
                 }
             }
         }
     }
     Ok(rep)
+}
+
+/// How a report names a file of a checkpoint.
+fn file_label(f: &super::FileRef) -> String {
+    match &f.kind {
+        super::FileKind::Sst => format!("file {:06}.sst", f.number),
+        super::FileKind::Table { state, key_group } => {
+            format!(
+                "table of state {state} key group {key_group} (file {})",
+                f.number
+            )
+        }
+        super::FileKind::Named(name) => format!("file {name}"),
+    }
 }
 
 /// What `gc` deleted (or, dry, would delete).

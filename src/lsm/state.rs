@@ -13,7 +13,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::cache::BlockCache;
 use super::manifest::{self, ManifestWriter};
-use super::memtable::MemTable;
+use super::memtable::{MemTable, SpareIndex};
 use super::options::Options;
 use super::snapshot::SnapshotList;
 use super::version::{FileMeta, Version, VersionEdit};
@@ -167,6 +167,9 @@ pub(crate) struct DbInner {
     pub cv: Condvar,
     /// The single writer's state: writes take this lock for their whole duration.
     pub writer: Mutex<WriterState>,
+    /// The next memtable's point index, allocated by the flush thread after each switch so that a switch
+    /// (a checkpoint's synchronous part among them) does not allocate and zero it.
+    pub spare_index: Mutex<Option<SpareIndex>>,
     /// The manifest.
     pub manifest: Mutex<ManifestState>,
     /// Held by a running compaction (and by what must not overlap one); holds the round-robin compaction
@@ -219,6 +222,7 @@ impl DbInner {
                 wal: None,
                 mem: None,
             }),
+            spare_index: Mutex::new(None),
             manifest: Mutex::new(ManifestState { writer: None }),
             compaction_lock: Mutex::new(vec![Vec::new(); opts.num_levels]),
             manual_compactions: AtomicUsize::new(0),
@@ -235,10 +239,44 @@ impl DbInner {
     /// size the previous memtable's index grew to, so that a steady workload never rebuilds it), at most
     /// 1/4 of the memtable budget.
     pub fn new_memtable(&self, wal_number: u64, index_slots: usize) -> MemTable {
-        // Capped at 1/4 of the memtable's budget (8-byte slots): a single large batch can grow one table's
-        // index past its budget, and a successor inheriting that would be full before its first write.
-        let cap = (self.opts.memtable_size / 32).max(1);
-        MemTable::with_capacity(wal_number, self.opts.memtable_size, index_slots.min(cap))
+        let slots = self.capped_index_slots(index_slots);
+        let spare = self.spare_index.lock().take();
+        match spare {
+            Some(spare) => {
+                let (mem, unused) =
+                    MemTable::with_spare_index(wal_number, self.opts.memtable_size, slots, spare);
+                // One of another size stays for the next switch (the flush thread replaces it).
+                if unused.is_some() {
+                    *self.spare_index.lock() = unused;
+                }
+                mem
+            }
+            None => MemTable::with_capacity(wal_number, self.opts.memtable_size, slots),
+        }
+    }
+
+    /// `index_slots` capped at 1/4 of the memtable's budget (8-byte slots): a single large batch can grow one
+    /// table's index past its budget, and a successor inheriting that would be full before its first write.
+    fn capped_index_slots(&self, index_slots: usize) -> usize {
+        index_slots.min((self.opts.memtable_size / 32).max(1))
+    }
+
+    /// Allocates the next memtable's point index ahead of time, sized as the current memtable's index is now,
+    /// unless a spare of that size is there (called by the flush thread, without the state lock).
+    pub fn refill_spare_index(&self) {
+        let now = self.state.lock().mem.index_slots();
+        let slots =
+            MemTable::index_slots_for(self.opts.memtable_size, self.capped_index_slots(now));
+        if self
+            .spare_index
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.slots() == slots)
+        {
+            return;
+        }
+        let spare = SpareIndex::new(slots);
+        *self.spare_index.lock() = Some(spare);
     }
 
     /// Allocates a never-reused file number.

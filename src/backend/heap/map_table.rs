@@ -495,7 +495,31 @@ impl Default for MapTable {
     }
 }
 
+/// Which contents a [`MapTable`] had when [`MapTable::version`] was taken: its index and its restored run
+/// are each behind an `Arc` that every change goes through with `Arc::make_mut` (as `table::KvVersion`).
+pub struct MapVersion {
+    shards: std::sync::Weak<Vec<Arc<Shard>>>,
+    run: std::sync::Weak<RunDir>,
+    len: usize,
+}
+
 impl MapTable {
+    /// The table's current contents, for [`is_version`](Self::is_version) later.
+    pub fn version(&self) -> MapVersion {
+        MapVersion {
+            shards: Arc::downgrade(&self.shards),
+            run: Arc::downgrade(&self.run.dir),
+            len: self.len(),
+        }
+    }
+
+    /// Whether the table is unchanged since `v` was taken.
+    pub fn is_version(&self, v: &MapVersion) -> bool {
+        std::ptr::eq(v.shards.as_ptr(), Arc::as_ptr(&self.shards))
+            && std::ptr::eq(v.run.as_ptr(), Arc::as_ptr(&self.run.dir))
+            && v.len == self.len()
+    }
+
     #[inline]
     fn hash(&self, key_ns: &[u8]) -> u64 {
         self.hasher.hash_one(key_ns)

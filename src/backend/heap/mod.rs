@@ -13,6 +13,7 @@
 //! Incremental TTL cleanup walks a state's tables from a cursor kept per state (`cleanup`).
 
 pub mod bytes;
+mod checkpoint;
 mod cleanup;
 pub mod map_table;
 pub mod table;
@@ -73,6 +74,8 @@ pub struct HeapBackend {
     cleanup: Vec<cleanup::CleanupCursor>,
     /// Length of the key-group prefix of entry keys (1 or 2 bytes): tables store keys without it.
     prefix_len: usize,
+    /// Checkpoint file numbers of the tables (`checkpoint`).
+    numbering: checkpoint::Numbering,
 }
 
 impl HeapBackend {
@@ -86,6 +89,7 @@ impl HeapBackend {
             tables: Vec::new(),
             cleanup: Vec::new(),
             prefix_len,
+            numbering: checkpoint::Numbering::default(),
         })
     }
 
@@ -437,6 +441,10 @@ impl StateBackend for HeapBackend {
             states: self.states.clone(),
             tables: Arc::new(self.tables.clone()),
         }))
+    }
+
+    fn checkpoint_capture(&mut self) -> Result<Box<dyn super::CheckpointCapture>> {
+        self.capture()
     }
 
     fn ttl_cleanup_step(

@@ -261,6 +261,23 @@ impl KvMap {
 #[derive(Clone, Default)]
 pub struct CowTable(Arc<KvMap>);
 
+/// Which contents a [`CowTable`] had when [`CowTable::version`] was taken: the table is unchanged exactly
+/// while it still holds that allocation (every write goes through `Arc::make_mut`, which moves the table to
+/// a new allocation when this weak reference exists, or copies it when a snapshot shares it).
+pub struct KvVersion(std::sync::Weak<KvMap>);
+
+impl CowTable {
+    /// The table's current contents, for [`is_version`](Self::is_version) later.
+    pub fn version(&self) -> KvVersion {
+        KvVersion(Arc::downgrade(&self.0))
+    }
+
+    /// Whether the table is unchanged since `v` was taken.
+    pub fn is_version(&self, v: &KvVersion) -> bool {
+        std::ptr::eq(v.0.as_ptr(), Arc::as_ptr(&self.0))
+    }
+}
+
 impl KvTable for CowTable {
     #[inline]
     fn get(&self, key: &[u8]) -> Option<&[u8]> {

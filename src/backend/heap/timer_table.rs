@@ -27,7 +27,20 @@ fn whole<'a>(key_ns: &[u8], user_key: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
     }
 }
 
+/// Which contents a [`TimerTable`] had when [`TimerTable::version`] was taken (as `table::KvVersion`).
+pub struct TimerVersion(std::sync::Weak<BTreeMap<SmallBytes, SmallBytes>>);
+
 impl TimerTable {
+    /// The table's current contents, for [`is_version`](Self::is_version) later.
+    pub fn version(&self) -> TimerVersion {
+        TimerVersion(Arc::downgrade(&self.0))
+    }
+
+    /// Whether the table is unchanged since `v` was taken.
+    pub fn is_version(&self, v: &TimerVersion) -> bool {
+        std::ptr::eq(v.0.as_ptr(), Arc::as_ptr(&self.0))
+    }
+
     /// The value of `user_key` in the map of `key_ns`.
     pub fn get(&self, key_ns: &[u8], user_key: &[u8]) -> Option<&SmallBytes> {
         self.0.get(&*whole(key_ns, user_key))

@@ -569,6 +569,10 @@ impl StateBackend for RocksDbBackend {
         Ok(n)
     }
 
+    fn checkpoint_capture(&mut self) -> Result<Box<dyn crate::backend::CheckpointCapture>> {
+        super::checkpoint::capture(self)
+    }
+
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
         Ok(Box::new(RocksDbSnapshot::new(
             Arc::clone(&self.holder),

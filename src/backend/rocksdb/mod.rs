@@ -16,14 +16,17 @@
 //!   are ingested into the state's column family, instead of going through the memtable.
 //!
 //! Modules: [`options`] (the settings and how they map to RocksDB's), `backend` (the [`StateBackend`]
-//! implementation), `load` (restore through SST ingestion), `snapshot` ([`RocksDbSnapshot`]).
+//! implementation), `load` (restore through SST ingestion), `snapshot` ([`RocksDbSnapshot`]), `checkpoint`
+//! (incremental checkpoints from RocksDB's own checkpoint, [`restore_rocksdb`]).
 
 mod backend;
+mod checkpoint;
 mod load;
 pub mod options;
 mod snapshot;
 
 pub use backend::{RocksDbBackend, RocksDbEngine};
+pub use checkpoint::restore_rocksdb;
 pub use options::{RocksDbCompression, RocksDbOptions};
 pub use snapshot::RocksDbSnapshot;
 

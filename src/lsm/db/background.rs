@@ -81,6 +81,7 @@ impl DbInner {
 
     /// The flush thread: flushes immutable memtables, oldest first, until shutdown or an error.
     fn flush_thread(self: Arc<Self>) {
+        self.refill_spare_index();
         loop {
             {
                 let mut st = self.state.lock();
@@ -91,6 +92,8 @@ impl DbInner {
                     return;
                 }
             }
+            // First the next memtable's index, so that the switch after this one finds it ready.
+            self.refill_spare_index();
             if let Err(e) = self.flush_one() {
                 self.set_bg_error(e);
             }

@@ -251,6 +251,40 @@ mod tests {
         }
     }
 
+    /// The flush thread allocates the next memtable's point index after a switch, and the next switch of a
+    /// table of the same index size takes it instead of allocating one.
+    #[test]
+    fn a_switch_takes_the_index_the_flush_thread_allocated_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), opts()).unwrap();
+        for round in 0..3u8 {
+            for i in 0..2000u32 {
+                db.put(&[&i.to_be_bytes()[..], &[round]].concat(), b"v")
+                    .unwrap();
+            }
+            db.flush().unwrap();
+            db.inner.wait_flushed().unwrap();
+            // The flush thread refilled before it flushed: a spare sized as the current index is ready.
+            let now = db.inner.state.lock().mem.index_slots();
+            let spare = db.inner.spare_index.lock().as_ref().map(|s| s.slots());
+            assert_eq!(spare, Some(now), "round {round}");
+        }
+        for i in 0..2000u32 {
+            db.put(&i.to_be_bytes(), b"w").unwrap();
+        }
+        let before = db.inner.state.lock().mem.index_slots();
+        db.flush().unwrap();
+        // Taken by the switch (the new table starts at the old one's size) ...
+        assert_eq!(db.inner.state.lock().mem.index_slots(), before);
+        db.inner.wait_flushed().unwrap();
+        // ... and replaced.
+        assert!(db.inner.spare_index.lock().is_some());
+        assert_eq!(
+            db.get(&5u32.to_be_bytes()).unwrap().as_deref(),
+            Some(&b"w"[..])
+        );
+    }
+
     /// The writer's cached memtable is only used while nothing `make_room` checks has changed: an error
     /// recorded by a background thread stops the very next write, although the table has room.
     #[test]

@@ -89,6 +89,21 @@ pub(crate) struct MemTable {
     writing: std::sync::atomic::AtomicBool,
 }
 
+/// A memtable's first point index, allocated (and zeroed) ahead of time ([`MemTable::with_spare_index`]).
+pub struct SpareIndex(IndexTable);
+
+impl SpareIndex {
+    /// An empty index of `slots` slots (a power of two, as [`MemTable::index_slots_for`] gives).
+    pub fn new(slots: usize) -> Self {
+        SpareIndex(IndexTable::new(slots))
+    }
+
+    /// Its number of slots.
+    pub fn slots(&self) -> usize {
+        (self.0.bytes()) / 8
+    }
+}
+
 impl MemTable {
     /// An empty memtable logging to WAL `wal_number`, with a point index of [`MIN_INDEX_SLOTS`].
     pub fn new(wal_number: u64) -> Self {
@@ -102,8 +117,38 @@ impl MemTable {
     /// table as it grows; the writer's key filter (`capacity_bytes / 64`, rounded up to a power of two) from
     /// the start.
     pub fn with_capacity(wal_number: u64, capacity_bytes: usize, index_slots: usize) -> Self {
+        let index = IndexTable::new(Self::index_slots_for(capacity_bytes, index_slots));
+        Self::with_index(wal_number, capacity_bytes, index)
+    }
+
+    /// The slots of the first point index of [`with_capacity`](Self::with_capacity)`(_, capacity_bytes,
+    /// index_slots)`.
+    pub fn index_slots_for(capacity_bytes: usize, index_slots: usize) -> usize {
         let start = (capacity_bytes / START_BYTES_PER_SLOT).clamp(8, MIN_INDEX_SLOTS);
-        let index = IndexTable::new(index_slots.max(start).next_power_of_two());
+        index_slots.max(start).next_power_of_two()
+    }
+
+    /// [`with_capacity`](Self::with_capacity) with a point index allocated ahead of time (on a background
+    /// thread, so that a memtable switch does not zero it): `spare` is used when it has exactly the slots
+    /// `with_capacity` would allocate, and handed back otherwise.
+    pub fn with_spare_index(
+        wal_number: u64,
+        capacity_bytes: usize,
+        index_slots: usize,
+        spare: SpareIndex,
+    ) -> (Self, Option<SpareIndex>) {
+        let slots = Self::index_slots_for(capacity_bytes, index_slots);
+        if spare.slots() == slots {
+            (Self::with_index(wal_number, capacity_bytes, spare.0), None)
+        } else {
+            (
+                Self::with_capacity(wal_number, capacity_bytes, index_slots),
+                Some(spare),
+            )
+        }
+    }
+
+    fn with_index(wal_number: u64, capacity_bytes: usize, index: IndexTable) -> Self {
         let new_keys = KeyFilter::new(capacity_bytes / 64);
         Self {
             list: SkipList::new(Arena::new(arena_chunk_size(capacity_bytes))),

@@ -1,0 +1,136 @@
+//! Restore and rescale from a heap checkpoint into a heap backend (`design/checkpoints.md`, "Heap
+//! checkpoints"): a new instance reads exactly the (state, key group) tables of the key groups it owns.
+
+use super::format::{BackendKind, CheckpointMetadata, FileKind};
+use super::restore::{other_backend, select_parts, RestoreInfo};
+use super::storage::CheckpointStorage;
+use super::{heap_table, CheckpointError};
+use crate::backend::heap::HeapBackend;
+use crate::backend::{BackendConfig, StateBackend};
+use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroup};
+
+/// Bytes of tables fetched at once.
+const FETCH_BYTES: u64 = 64 << 20;
+
+/// One table to load: (part, file index).
+struct Wanted<'a> {
+    part: &'a CheckpointMetadata,
+    state: usize,
+    key_group: KeyGroup,
+    number: u64,
+    object: String,
+    offset: u64,
+    length: u64,
+    checksum: u64,
+}
+
+/// Restores the key groups of `config` from heap checkpoint `id` into a new heap backend: the tables of
+/// every old instance for the key groups `config` owns (nothing else is read). With one old instance, the
+/// tables keep their checkpoint file numbers, so a claiming checkpointer references them while unchanged.
+pub fn restore_heap(
+    storage: &CheckpointStorage,
+    id: u64,
+    config: BackendConfig,
+) -> Result<(HeapBackend, RestoreInfo), CheckpointError> {
+    let target = config.key_group_range;
+    let parts = select_parts(storage, id, &config)?;
+    if let Some(m) = parts.iter().find(|m| m.backend != BackendKind::Heap) {
+        return Err(other_backend(m, "heap"));
+    }
+    let prefix_len = key_group_prefix_len(config.max_parallelism);
+    let mut backend = HeapBackend::new(config)?;
+    let mut info = RestoreInfo {
+        parts: parts.clone(),
+        ..RestoreInfo::default()
+    };
+    // State ids of every part in the new backend, by name (instances may have registered in other orders).
+    let mut ids: Vec<Vec<usize>> = Vec::with_capacity(parts.len());
+    for m in &parts {
+        let mut row = Vec::with_capacity(m.states.len());
+        for meta in &m.states {
+            row.push(backend.register_state(meta.clone())?);
+        }
+        ids.push(row);
+    }
+    let mut wanted: Vec<Wanted<'_>> = Vec::new();
+    for (pi, m) in parts.iter().enumerate() {
+        for f in &m.files {
+            let FileKind::Table { state, key_group } = f.kind else {
+                return Err(CheckpointError::Damaged(format!(
+                    "checkpoint {id} of {}: file {} is not a heap table",
+                    m.instance, f.number
+                )));
+            };
+            if !target.contains(key_group) {
+                continue;
+            }
+            let o = m.objects.get(f.object as usize).ok_or_else(|| {
+                CheckpointError::Damaged(format!("file {} names no object", f.number))
+            })?;
+            let state = ids[pi].get(state as usize).copied().ok_or_else(|| {
+                CheckpointError::Damaged(format!("file {} names state {state}", f.number))
+            })?;
+            wanted.push(Wanted {
+                part: m,
+                state,
+                key_group,
+                number: f.number,
+                object: o.path.clone(),
+                offset: f.offset,
+                length: f.length,
+                checksum: f.checksum,
+            });
+        }
+        info.adopted.push(m.instance.clone());
+    }
+    let mut key = Vec::new();
+    for batch in batches(&wanted) {
+        let ranges: Vec<(String, u64, u64)> = batch
+            .iter()
+            .map(|w| (w.object.clone(), w.offset, w.length))
+            .collect();
+        let data = storage.get_ranges(&ranges)?;
+        for (w, bytes) in batch.iter().zip(data) {
+            if xxhash_rust::xxh3::xxh3_64(&bytes) != w.checksum {
+                return Err(CheckpointError::Damaged(format!(
+                    "table of state {} key group {} (file {}) of checkpoint {id} ({}) does not match its checksum",
+                    w.state, w.key_group, w.number, w.part.instance
+                )));
+            }
+            info.bytes_fetched += bytes.len() as u64;
+            heap_table::decode(&bytes, &mut |k, v| {
+                key.clear();
+                write_key_group_prefix(&mut key, w.key_group, prefix_len);
+                key.extend_from_slice(k);
+                Ok(backend.load_entry(w.state, w.key_group, &key, v)?)
+            })?;
+            info.files_adopted += 1;
+        }
+    }
+    backend.finish_load()?;
+    if parts.len() == 1 {
+        for w in &wanted {
+            backend.set_table_number(w.state, w.key_group, w.number);
+        }
+    }
+    Ok((backend, info))
+}
+
+/// `wanted` in runs of about [`FETCH_BYTES`].
+fn batches<'a, 'b>(wanted: &'b [Wanted<'a>]) -> Vec<&'b [Wanted<'a>]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0u64;
+    for (i, w) in wanted.iter().enumerate() {
+        if bytes > 0 && bytes + w.length > FETCH_BYTES {
+            out.push(&wanted[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += w.length;
+    }
+    if start < wanted.len() {
+        out.push(&wanted[start..]);
+    }
+    out
+}
