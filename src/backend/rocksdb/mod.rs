@@ -16,12 +16,13 @@
 //!   are ingested into the state's column family, instead of going through the memtable.
 //!
 //! Modules: [`options`] (the settings and how they map to RocksDB's), `backend` (the [`StateBackend`]
-//! implementation), `load` (restore through SST ingestion), `snapshot` ([`RocksDbSnapshot`]).
+//! implementation), `load` (restore through SST ingestion), `snapshot` ([`RocksDbSnapshot`]), `ttl_filter` (the TTL compaction filter).
 
 mod backend;
 mod load;
 pub mod options;
 mod snapshot;
+mod ttl_filter;
 
 pub use backend::{RocksDbBackend, RocksDbEngine};
 pub use options::{RocksDbCompression, RocksDbOptions};
