@@ -602,3 +602,136 @@ fn rocksdb_compaction_filter_leaves_states_without_compaction_cleanup_alone() {
     engine.compact();
     assert_eq!(s.num_entries().unwrap(), 200);
 }
+
+/// A store on the LSM backend with one value state of TTL 100 ms (relaxed visibility, compaction-filter
+/// cleanup, the given periodic bound) and a plain value state: `keys` keys written in both at t0, then, if
+/// `late` is set, one more TTL key at that time, and everything compacted out of L0 at the time of the last
+/// write.
+fn lsm_ttl_and_plain(
+    clock: &Arc<ManualClock>,
+    periodic: Option<std::time::Duration>,
+    keys: i64,
+    late: Option<i64>,
+) -> (Store, LsmEngine, ValueState<LongSerializer>) {
+    let (mut s, engine) = lsm_store(KeyGroupRange::new(0, 19), clock);
+    let v = s
+        .register_value(
+            ValueStateDescriptor::new("v", LongSerializer).with_ttl(
+                StateTtlConfig::new(100)
+                    .with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp)
+                    .cleanup_in_compaction_filter(1)
+                    .with_periodic_compaction(periodic),
+            ),
+        )
+        .unwrap();
+    let plain = s
+        .register_value(ValueStateDescriptor::new("plain", LongSerializer))
+        .unwrap();
+    for k in 0..keys {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&k).unwrap();
+        s.value(&plain).unwrap().update(&k).unwrap();
+    }
+    if let Some(t) = late {
+        clock.set(t);
+        s.set_current_key(&keys).unwrap();
+        s.value(&v).unwrap().update(&keys).unwrap();
+    }
+    compact(&engine);
+    engine.db().wait_for_background_work().unwrap();
+    (s, engine, v)
+}
+
+/// Wakes the background work at clock time `now` with one flushed write of a new key, and waits for it.
+fn wake_at(s: &mut Store, engine: &LsmEngine, v: &ValueState<LongSerializer>, now: i64) {
+    s.set_current_key(&(1_000_000 + now)).unwrap();
+    s.value(v).unwrap().update(&1).unwrap();
+    engine.db().flush().unwrap();
+    engine.db().wait_for_background_work().unwrap();
+}
+
+#[test]
+fn lsm_wholly_expired_file_with_nothing_below_is_dropped_without_reading() {
+    let clock = ManualClock::new(0);
+    let (mut s, engine, v) = lsm_ttl_and_plain(&clock, None, 5000, None);
+    assert_eq!(s.num_entries().unwrap(), 10_000);
+    let before = engine.db().stats();
+    clock.set(150);
+    wake_at(&mut s, &engine, &v, 150);
+    let after = engine.db().stats();
+    assert!(
+        after.expired_files_dropped > before.expired_files_dropped,
+        "the expired file left the version"
+    );
+    assert_eq!(
+        after.compaction_bytes_read, before.compaction_bytes_read,
+        "dropped without being read"
+    );
+    assert_eq!(
+        s.num_entries().unwrap(),
+        5001,
+        "the plain state's entries and the t150 write are left"
+    );
+}
+
+#[test]
+fn lsm_wholly_expired_file_is_rewritten_not_dropped_while_a_snapshot_is_open() {
+    let clock = ManualClock::new(0);
+    let (mut s, engine, v) = lsm_ttl_and_plain(&clock, None, 5000, None);
+    let snap = s.snapshot().unwrap();
+    let before = engine.db().stats();
+    clock.set(150);
+    wake_at(&mut s, &engine, &v, 150);
+    let after = engine.db().stats();
+    assert_eq!(after.expired_files_dropped, before.expired_files_dropped);
+    assert!(
+        after.compaction_bytes_read > before.compaction_bytes_read,
+        "the filter rewrote the expired file instead"
+    );
+    drop(snap);
+}
+
+#[test]
+fn lsm_files_older_than_the_periodic_bound_are_rewritten_so_untouched_keys_expire() {
+    // One key written at t60 keeps the file from being wholly expired at t150: only the periodic rewrite
+    // (the file was written at t60, the bound is 50 ms: due from t110) brings the filter to the untouched
+    // t0 keys, expired since t100.
+    let clock = ManualClock::new(0);
+    let bound = Some(std::time::Duration::from_millis(50));
+    let (mut s, engine, v) = lsm_ttl_and_plain(&clock, bound, 2000, Some(60));
+    assert_eq!(s.num_entries().unwrap(), 4001);
+    clock.set(105);
+    wake_at(&mut s, &engine, &v, 105);
+    assert_eq!(
+        s.num_entries().unwrap(),
+        4002,
+        "not yet due: nothing rewritten"
+    );
+    clock.set(150);
+    wake_at(&mut s, &engine, &v, 150);
+    // The plain entries, the t60 key and the two wake-up writes are left.
+    assert_eq!(s.num_entries().unwrap(), 2003, "the t0 TTL entries are gone");
+    s.set_current_key(&7).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), None);
+    s.set_current_key(&2000).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(2000));
+}
+
+#[test]
+fn lsm_without_a_periodic_bound_untouched_keys_stay_until_a_compaction_reaches_them() {
+    let clock = ManualClock::new(0);
+    let (mut s, engine, v) = lsm_ttl_and_plain(&clock, None, 2000, Some(60));
+    clock.set(150);
+    wake_at(&mut s, &engine, &v, 150);
+    assert_eq!(
+        s.num_entries().unwrap(),
+        4002,
+        "no rewrite: the expired entries are still stored"
+    );
+    s.set_current_key(&7).unwrap();
+    assert_eq!(
+        s.value(&v).unwrap().get().unwrap(),
+        Some(7),
+        "relaxed visibility returns the stale value not yet cleaned up"
+    );
+}
