@@ -214,7 +214,10 @@ fn firing_through_long_key_groups_with_registrations_and_deletes_in_between_matc
                 model.remove(t);
             }
             // Fired in timestamp order; the same set as the model's due timers.
-            assert!(fired.windows(2).all(|w| w[0].0 <= w[1].0), "lsm={lsm} step {step}");
+            assert!(
+                fired.windows(2).all(|w| w[0].0 <= w[1].0),
+                "lsm={lsm} step {step}"
+            );
             let mut sorted = fired.clone();
             sorted.sort();
             assert_eq!(sorted, due, "lsm={lsm} step {step}");

@@ -710,7 +710,11 @@ fn lsm_files_older_than_the_periodic_bound_are_rewritten_so_untouched_keys_expir
     clock.set(150);
     wake_at(&mut s, &engine, &v, 150);
     // The plain entries, the t60 key and the two wake-up writes are left.
-    assert_eq!(s.num_entries().unwrap(), 2003, "the t0 TTL entries are gone");
+    assert_eq!(
+        s.num_entries().unwrap(),
+        2003,
+        "the t0 TTL entries are gone"
+    );
     s.set_current_key(&7).unwrap();
     assert_eq!(s.value(&v).unwrap().get().unwrap(), None);
     s.set_current_key(&2000).unwrap();

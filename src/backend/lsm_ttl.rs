@@ -104,12 +104,14 @@ impl CompactionFilterFactory for TtlFilterFactory {
             return false;
         };
         let states = self.0.by_state.read();
-        let bound = states.iter().flatten().filter_map(|f| f.periodic_millis).min();
+        let bound = states
+            .iter()
+            .flatten()
+            .filter_map(|f| f.periodic_millis)
+            .min();
         let now = states.iter().flatten().map(|f| f.filter.now()).min();
         match (bound, now) {
-            (Some(bound), Some(now)) => {
-                expiration_timestamp(written, bound) <= now
-            }
+            (Some(bound), Some(now)) => expiration_timestamp(written, bound) <= now,
             _ => false,
         }
     }

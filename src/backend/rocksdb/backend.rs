@@ -277,14 +277,14 @@ impl StateBackend for RocksDbBackend {
             self.ttl.pop();
         }
         created.map_err(|e| {
-                rdb_error(
-                    format!(
-                        "creating column family '{cf_name}' for state '{}'",
-                        meta.name
-                    ),
-                    e,
-                )
-            })?;
+            rdb_error(
+                format!(
+                    "creating column family '{cf_name}' for state '{}'",
+                    meta.name
+                ),
+                e,
+            )
+        })?;
         self.holder.cf_names.lock().push(cf_name.clone());
         self.cf_names.push(cf_name);
         self.states.push(meta);
