@@ -102,11 +102,16 @@ struct Run {
 }
 
 impl Run {
-    /// Notes a new element greater than the head, if it falls in the cached range.
+    /// Notes a new element greater than the head, if it falls in the cached range. The run stays at most
+    /// [`RUN_BATCH`] long: past that its last element is forgotten (and the run is no longer complete).
     fn add(&mut self, el: &[u8]) {
         if self.complete || self.next.back().is_some_and(|b| el < b.as_slice()) {
             let at = self.next.partition_point(|e| e.as_slice() < el);
             self.next.insert(at, el.to_vec());
+            if self.next.len() > RUN_BATCH {
+                self.next.pop_back();
+                self.complete = false;
+            }
         }
     }
 
