@@ -24,6 +24,15 @@
 //! snapshot: the first map update right after a snapshot and 10,000 updates while it stays open. The
 //! `mapsavepoint` section writes and restores a map-heavy savepoint (`BENCH_SP_KEYS / 10` keys × maps of 10
 //! `Long → Double` entries) and times map reads right after the restore.
+//!
+//! `BENCH_TTL` (`never` or `expire3`; default off) turns the value, list and map sections into Flink's
+//! `ttl/Ttl{Value,List,Map}StateBenchmark`: every state gets `StateTtlConfig::new(1,000,000 ms)` with Flink's
+//! defaults (OnCreateAndWrite, NeverReturnExpired, background cleanup: the compaction filter querying time
+//! every 1,000 entries on LSM and RocksDB, incremental (5, false) on the heap); a manual clock stamps the
+//! setup writes at random times in [0, 1,000,000), is then set to 1,000,000 and, under `expire3`
+//! (`Expire3PercentPerIteration`), advances by 30,000 ms before every sample (`never`: `NeverExpired`).
+//! The map section then runs Flink's TTL map ops only (mapUpdate, mapAdd, mapGet, mapIsEmpty, mapIterator,
+//! mapPutAll).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -37,9 +46,10 @@ use keyed_state::lsm::sst::{Compression as SstCompression, SstOptions};
 use keyed_state::savepoint::{encode, SavepointReader, WriteOptions};
 use keyed_state::serializer::{BytesSerializer, DoubleSerializer, LongSerializer};
 use keyed_state::state::{
-    KeyedStateStore, ListState, ListStateDescriptor, MapState, MapStateDescriptor, ValueState,
-    ValueStateDescriptor,
+    KeyedStateStore, ListState, ListStateDescriptor, MapState, MapStateDescriptor, StateTtlConfig,
+    ValueState, ValueStateDescriptor,
 };
+use keyed_state::ttl::ManualClock;
 use keyed_state::Result;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -52,6 +62,71 @@ const RANDOM_VALUE_COUNT: usize = 1_000_000;
 const MIB: usize = 1 << 20;
 
 type Store = KeyedStateStore<LongSerializer>;
+
+/// Time to live of the TTL benchmarks (Flink's `TtlStateBenchmarkBase`).
+const TTL_MILLIS: u64 = 1_000_000;
+/// Clock advance per sample under `Expire3PercentPerIteration`.
+const TTL_EXPIRE_STEP: i64 = 30_000;
+
+/// Flink's TTL benchmark modes (`BENCH_TTL`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum TtlMode {
+    Off,
+    NeverExpired,
+    Expire3PercentPerIteration,
+}
+
+fn ttl_mode() -> TtlMode {
+    match std::env::var("BENCH_TTL").as_deref() {
+        Ok("never") => TtlMode::NeverExpired,
+        Ok("expire3") => TtlMode::Expire3PercentPerIteration,
+        _ => TtlMode::Off,
+    }
+}
+
+/// The TTL configuration of every benchmarked state, if `BENCH_TTL` is on.
+fn ttl_config() -> Option<StateTtlConfig> {
+    (ttl_mode() != TtlMode::Off).then(|| StateTtlConfig::new(TTL_MILLIS))
+}
+
+/// Installs a manual clock on `store` when TTL is on.
+fn ttl_clock(store: &mut Store) -> Option<std::sync::Arc<ManualClock>> {
+    ttl_config()?;
+    let clock = ManualClock::new(0);
+    store.set_ttl_time_provider(clock.clone());
+    Some(clock)
+}
+
+/// Setup write `i` happens at a random time in [0, TTL) (Flink's `TtlStateBenchmarkBase` setup).
+fn ttl_setup_time(clock: &Option<std::sync::Arc<ManualClock>>, data: &Data, i: usize) {
+    if let Some(c) = clock {
+        c.set(data.value(i ^ 0x5a5a).rem_euclid(TTL_MILLIS as i64));
+    }
+}
+
+/// After the setup the clock stands at TTL.
+fn ttl_setup_done(clock: &Option<std::sync::Arc<ManualClock>>) {
+    if let Some(c) = clock {
+        c.set(TTL_MILLIS as i64);
+    }
+}
+
+/// Before each sample: `Expire3PercentPerIteration` moves the clock by 3 % of the TTL.
+fn ttl_before_sample(clock: &Option<std::sync::Arc<ManualClock>>) {
+    if let (Some(c), TtlMode::Expire3PercentPerIteration) = (clock, ttl_mode()) {
+        c.advance(TTL_EXPIRE_STEP);
+    }
+}
+
+/// A descriptor with the benchmark's TTL, if on.
+macro_rules! with_ttl {
+    ($d:expr) => {
+        match ttl_config() {
+            Some(t) => $d.with_ttl(t),
+            None => $d,
+        }
+    };
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -384,6 +459,8 @@ struct Bench<H> {
     engine: Option<Box<dyn EngineHandle>>,
     h: H,
     counter: u64,
+    /// The manual TTL clock, when `BENCH_TTL` is on.
+    clock: Option<std::sync::Arc<ManualClock>>,
 }
 
 /// Results: op name → per backend, every sample over rounds; the median (by wall rate) is reported.
@@ -510,12 +587,18 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     let mut benches = Vec::new();
     for kind in Kind::all() {
         let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
-        let h = store.register_value(ValueStateDescriptor::new("value", LongSerializer))?;
+        let h = store.register_value(with_ttl!(ValueStateDescriptor::new(
+            "value",
+            LongSerializer
+        )))?;
+        let clock = ttl_clock(&mut store);
         let t = Instant::now();
         for i in 0..SETUP_KEY_COUNT {
+            ttl_setup_time(&clock, data, i);
             store.set_current_key(data.setup_key(i))?;
             store.value(&h)?.update(&data.value(i))?;
         }
+        ttl_setup_done(&clock);
         eprintln!(
             "value setup {}: {:.2}s",
             kind.name(),
@@ -527,6 +610,7 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             engine,
             h,
             counter: 0,
+            clock,
         });
     }
     for round in 0..cfg.rounds {
@@ -536,6 +620,7 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             }
             for bi in rotation(benches.len(), round) {
                 quiesce(&mut benches, op)?;
+                ttl_before_sample(&benches[bi].clock);
                 let b: &mut Bench<ValueState<LongSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
@@ -566,12 +651,16 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         let mut benches = Vec::new();
         for kind in Kind::all() {
             let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
-            let h = store.register_list(ListStateDescriptor::new("list", LongSerializer))?;
+            let h =
+                store.register_list(with_ttl!(ListStateDescriptor::new("list", LongSerializer)))?;
+            let clock = ttl_clock(&mut store);
             let t = Instant::now();
             for i in 0..SETUP_KEY_COUNT {
+                ttl_setup_time(&clock, data, i);
                 store.set_current_key(data.setup_key(i))?;
                 store.list(&h)?.add(&data.value(i))?;
             }
+            ttl_setup_done(&clock);
             eprintln!(
                 "list setup {} (round {round}): {:.2}s",
                 kind.name(),
@@ -583,6 +672,7 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 engine,
                 h,
                 counter: 0,
+                clock,
             });
         }
         // Read-only ops first, then the ones that keep lists at one element, then the growing ones.
@@ -599,6 +689,7 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             }
             for bi in rotation(benches.len(), round) {
                 quiesce(&mut benches, op)?;
+                ttl_before_sample(&benches[bi].clock);
                 let b: &mut Bench<ListState<LongSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
@@ -640,23 +731,36 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     Ok(())
 }
 
+/// The map ops of Flink's `TtlMapStateBenchmark`.
+const TTL_MAP_OPS: [&str; 6] = [
+    "mapUpdate",
+    "mapAdd",
+    "mapGet",
+    "mapIsEmpty",
+    "mapIterator",
+    "mapPutAll",
+];
+
 fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     let mut benches = Vec::new();
     for kind in Kind::all() {
         let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
-        let h = store.register_map(MapStateDescriptor::new(
+        let h = store.register_map(with_ttl!(MapStateDescriptor::new(
             "map",
             LongSerializer,
             DoubleSerializer,
-        ))?;
+        )))?;
+        let clock = ttl_clock(&mut store);
         let t = Instant::now();
         for i in 0..SETUP_KEY_COUNT {
+            ttl_setup_time(&clock, data, i);
             store.set_current_key(data.setup_key(i))?;
             let mut m = store.map(&h)?;
             for j in 0..MAP_KEY_COUNT {
                 m.put(&(j as i64), &data.map_value(i + j))?;
             }
         }
+        ttl_setup_done(&clock);
         eprintln!(
             "map setup {}: {:.2}s",
             kind.name(),
@@ -668,6 +772,7 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             engine,
             h,
             counter: 0,
+            clock,
         });
     }
     // The yardstick: the same entries in a plain `HashMap<(key, user key), value>`.
@@ -699,11 +804,12 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 "mapKeys" | "mapValues" | "mapEntries" | "mapIterator" => MAP_KEY_COUNT as u64,
                 _ => 1,
             };
-            if !cfg.wants_op(op) {
+            if !cfg.wants_op(op) || (ttl_mode() != TtlMode::Off && !TTL_MAP_OPS.contains(&op)) {
                 continue;
             }
             for bi in rotation(benches.len(), round) {
                 quiesce(&mut benches, op)?;
+                ttl_before_sample(&benches[bi].clock);
                 let b: &mut Bench<MapState<LongSerializer, DoubleSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
                 let s = timed(&mut b.counter, cfg.ops / per_op, cfg.secs, per_op, |i| {
@@ -1052,6 +1158,12 @@ fn main() -> Result<()> {
         cfg.rounds
     );
     println!("LSM options: {}", describe_lsm(&lsm_options()));
+    match ttl_mode() {
+        TtlMode::Off => println!("TTL: off"),
+        mode => println!(
+            "TTL: {mode:?}, StateTtlConfig::new({TTL_MILLIS} ms) with Flink's defaults (compaction filter every 1000 entries on LSM and RocksDB, incremental (5, false) on heap), manual clock"
+        ),
+    }
     #[cfg(feature = "rocksdb")]
     println!("RocksDB options: {}", rocksdb_options().describe());
     #[cfg(not(feature = "rocksdb"))]

@@ -1,13 +1,18 @@
-//! Tumbling and sliding event-time windows over the public API: a reducing state per window (the window is
+//! Sliding and session event-time windows over the public API: a reducing state per window (the window is
 //! the namespace, Flink's `TimeWindow`), one event-time timer per window at its last millisecond, fired by the
-//! watermark. `cargo run --release --example windows`.
+//! watermark; session windows merge (Flink's `MergingWindowSet`, kept in a map state: a merged window keeps
+//! the state namespace of the first, the others' state is merged into it, their timers are replaced by one).
+//! `cargo run --release --example windows`.
 
 use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::serializer::{
     LongSerializer, SerializerError, SerializerSnapshot, TypeSerializer,
 };
-use keyed_state::state::{KeyedStateStore, ReducingStateDescriptor};
+use keyed_state::state::{
+    KeyedStateStore, MapState, MapStateDescriptor, ReducingState, ReducingStateDescriptor,
+    TimerService,
+};
 
 /// A window `[start, end)` (Flink's `TimeWindow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -21,6 +26,66 @@ impl TimeWindow {
     fn max_timestamp(&self) -> i64 {
         self.end - 1
     }
+
+    /// Whether the windows overlap or touch (Flink's `TimeWindow.intersects`).
+    fn intersects(&self, o: &TimeWindow) -> bool {
+        self.start <= o.end && self.end >= o.start
+    }
+
+    /// The smallest window covering both (Flink's `TimeWindow.cover`).
+    fn cover(&self, o: &TimeWindow) -> TimeWindow {
+        TimeWindow {
+            start: self.start.min(o.start),
+            end: self.end.max(o.end),
+        }
+    }
+}
+
+type Store = KeyedStateStore<LongSerializer>;
+type Sums = ReducingState<LongSerializer, TimeWindowSerializer>;
+type WindowSet = MapState<TimeWindowSerializer, TimeWindowSerializer>;
+
+/// Adds a session-window event of the current key: its window `[ts, ts + gap)` merges with every active
+/// window it touches.
+fn session_event(
+    store: &mut Store,
+    (sums, set, timers): (&Sums, &WindowSet, &TimerService<TimeWindowSerializer>),
+    ts: i64,
+    gap: i64,
+) -> keyed_state::Result<()> {
+    let new = TimeWindow {
+        start: ts,
+        end: ts + gap,
+    };
+    let touching: Vec<(TimeWindow, TimeWindow)> = store
+        .map(set)?
+        .entries()?
+        .into_iter()
+        .filter(|(w, _)| w.intersects(&new))
+        .collect();
+    let state_window = match touching.as_slice() {
+        [] => {
+            store.map(set)?.put(&new, &new)?;
+            store.register_event_time_timer(timers, &new, new.max_timestamp())?;
+            new
+        }
+        [(w, sw)] if w.start <= new.start && new.end <= w.end => *sw,
+        [(_, target), rest @ ..] => {
+            let merged = touching.iter().fold(new, |m, (w, _)| m.cover(w));
+            for (w, _) in &touching {
+                store.map(set)?.remove(w)?;
+                store.delete_event_time_timer(timers, w, w.max_timestamp())?;
+            }
+            let sources: Vec<TimeWindow> = rest.iter().map(|(_, sw)| *sw).collect();
+            if !sources.is_empty() {
+                store.merge_reducing_namespaces(sums, target, &sources)?;
+            }
+            store.map(set)?.put(&merged, target)?;
+            store.register_event_time_timer(timers, &merged, merged.max_timestamp())?;
+            *target
+        }
+    };
+    store.reducing_in(sums, &state_window)?.add(&1)
 }
 
 /// Flink's `TimeWindow.Serializer`: `i64 start, i64 end`, 16 bytes.
@@ -119,6 +184,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (user, w, n) in results.iter().take(5) {
         println!(
             "user {user:2} window [{:6}, {:6}) count {n}",
+            w.start, w.end
+        );
+    }
+
+    // Session windows with a 2-second gap: 20 users, bursts of activity with pauses.
+    let session_sums = store.register_reducing(
+        ReducingStateDescriptor::new("session-counts", LongSerializer, |a, b| a + b)
+            .with_namespace(TimeWindowSerializer),
+    )?;
+    let set = store.register_map(MapStateDescriptor::new(
+        "merging-window-set",
+        TimeWindowSerializer,
+        TimeWindowSerializer,
+    ))?;
+    let session_timers = store.register_timer_service("session-timers", TimeWindowSerializer)?;
+    let gap = 2_000;
+    let mut sessions: Vec<(i64, TimeWindow, i64)> = Vec::new();
+    let fire = |s: &mut Store, t: keyed_state::state::Timer<i64, TimeWindow>, out: &mut Vec<_>| {
+        let Some(sw) = s.map(&set)?.get(&t.namespace)? else {
+            return Ok(());
+        };
+        let n = s.reducing_in(&session_sums, &sw)?.get()?.unwrap_or(0);
+        s.reducing_in(&session_sums, &sw)?.clear()?;
+        s.map(&set)?.remove(&t.namespace)?;
+        out.push((t.key, t.namespace, n));
+        Ok(())
+    };
+    let mut ts = 0i64;
+    for i in 0..10_000i64 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let user = (x >> 40) as i64 % 20;
+        // Mostly 10 ms apart, now and then a 5-second pause.
+        ts += if (x >> 24) % 500 == 0 { 5_000 } else { 10 };
+        store.set_current_key(&user)?;
+        session_event(&mut store, (&session_sums, &set, &session_timers), ts, gap)?;
+        if i % 100 == 99 {
+            store.advance_watermark(&session_timers, ts - gap, |s, t| fire(s, t, &mut sessions))?;
+        }
+    }
+    store.advance_watermark(&session_timers, i64::MAX, |s, t| fire(s, t, &mut sessions))?;
+    let events: i64 = sessions.iter().map(|r| r.2).sum();
+    println!(
+        "{} sessions fired over {events} events, {} entries left",
+        sessions.len(),
+        store.num_entries()?
+    );
+    for (user, w, n) in sessions.iter().take(5) {
+        println!(
+            "user {user:2} session [{:6}, {:6}) events {n}",
             w.start, w.end
         );
     }

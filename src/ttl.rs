@@ -87,6 +87,19 @@ pub fn timestamp_at(value: &[u8], offset: usize) -> Option<i64> {
 /// any entry is not a TTL value (a tombstone, a range delete, another state's entry), and in older files.
 pub const PROP_TTL_RANGE: &str = "keyed-state.ttl-range";
 
+/// The SST user property of the LSM backend's TTL filter that says when a file was written: `i64 BE`, the
+/// TTL clock's time (the earliest over the TTL states' clocks) when the flush or compaction began. Recorded
+/// in every file written while a filter is installed; the periodic rewrite compares it with the bound.
+pub const PROP_TTL_WRITTEN: &str = "keyed-state.ttl-written";
+
+/// Decodes [`PROP_TTL_WRITTEN`], or `None` unless the bytes are exactly 8.
+pub fn decode_ttl_written(bytes: &[u8]) -> Option<i64> {
+    if bytes.len() != 8 {
+        return None;
+    }
+    timestamp_at(bytes, 0)
+}
+
 /// Decodes [`PROP_TTL_RANGE`]: (smallest timestamp, largest timestamp, latest expiration), or `None` unless
 /// the bytes are exactly 24.
 pub fn decode_ttl_range(bytes: &[u8]) -> Option<(i64, i64, i64)> {

@@ -1,6 +1,7 @@
-//! TTL cleanup inside backends: the LSM compaction filter with compactions forced at Flink's times
-//! (`RocksDBTtlStateTestBase.testCompactFilter*`, `flink-semantics.md` §1.9), and the heap backend's
-//! incremental cleanup (`testIncrementalCleanupWholeState`).
+//! TTL cleanup inside backends: the LSM engine's and (with `--features rocksdb`) the RocksDB variant's
+//! compaction filters with compactions forced at Flink's times (`RocksDBTtlStateTestBase.testCompactFilter*`,
+//! `flink-semantics.md` §1.9), and the heap backend's incremental cleanup
+//! (`testIncrementalCleanupWholeState`).
 
 mod conformance;
 
@@ -63,6 +64,52 @@ fn lsm_store(range: KeyGroupRange, clock: &Arc<ManualClock>) -> (Store, LsmEngin
     (s, engine)
 }
 
+/// Forces flushes and full compactions on a backend's engine.
+trait Forcer {
+    /// Writes the memtables out as files.
+    fn flush(&self);
+    /// Flushes, then compacts everything (every entry passes the compaction filter).
+    fn compact(&self);
+}
+
+impl Forcer for LsmEngine {
+    fn flush(&self) {
+        self.db().flush().unwrap();
+    }
+    fn compact(&self) {
+        self.db().compact_all().unwrap();
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+impl Forcer for keyed_state::backend::rocksdb::RocksDbEngine {
+    fn flush(&self) {
+        self.flush_all().unwrap();
+    }
+    fn compact(&self) {
+        self.compact_all().unwrap();
+    }
+}
+
+/// A store on a fresh backend of one kind, with its engine.
+type MakeStore = fn(KeyGroupRange, &Arc<ManualClock>) -> (Store, Box<dyn Forcer>);
+
+fn lsm_forced(range: KeyGroupRange, clock: &Arc<ManualClock>) -> (Store, Box<dyn Forcer>) {
+    let (s, e) = lsm_store(range, clock);
+    (s, Box::new(e))
+}
+
+#[cfg(feature = "rocksdb")]
+fn rocksdb_forced(range: KeyGroupRange, clock: &Arc<ManualClock>) -> (Store, Box<dyn Forcer>) {
+    use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+    let b = RocksDbBackend::temporary(cfg, RocksDbOptions::default()).unwrap();
+    let engine = b.engine();
+    let mut s = KeyedStateStore::new(Box::new(b), LongSerializer).unwrap();
+    s.set_ttl_time_provider(clock.clone());
+    (s, Box::new(engine))
+}
+
 /// The keys of key groups 0..=9 (the first instance's range).
 fn keys(s: &Store) -> Vec<i64> {
     (0..KEYS * 4)
@@ -119,15 +166,15 @@ fn compact(engine: &LsmEngine) {
     engine.db().compact_all().unwrap();
 }
 
-fn compact_filter_timeline(snapshot_and_rescale: bool) {
+fn compact_filter_timeline(make: MakeStore, snapshot_and_rescale: bool) {
     let clock = ManualClock::new(0);
-    let (mut s, mut engine) = lsm_store(KeyGroupRange::new(0, 9), &clock);
+    let (mut s, mut engine) = make(KeyGroupRange::new(0, 9), &clock);
     let mut h = register(&mut s);
     let keys = keys(&s);
     let n = keys.len();
     write(&mut s, &h, &keys, 0);
-    engine.db().flush().unwrap();
-    compact(&engine);
+    engine.flush();
+    engine.compact();
     assert_eq!(
         s.num_entries().unwrap() as usize,
         4 * n,
@@ -137,11 +184,11 @@ fn compact_filter_timeline(snapshot_and_rescale: bool) {
     clock.set(50);
     // Second list elements and map entries at t50 (separate merge operands in their own files).
     write(&mut s, &h, &keys, 50);
-    engine.db().flush().unwrap();
+    engine.flush();
     if snapshot_and_rescale {
         // Restore into an instance owning twice the key groups (0..=19).
         let sp = savepoint_of(&mut s);
-        let (mut t, e) = lsm_store(KeyGroupRange::new(0, 19), &clock);
+        let (mut t, e) = make(KeyGroupRange::new(0, 19), &clock);
         h = register(&mut t);
         t.restore(&[sp]).unwrap();
         s = t;
@@ -149,7 +196,7 @@ fn compact_filter_timeline(snapshot_and_rescale: bool) {
     }
 
     clock.set(80);
-    compact(&engine);
+    engine.compact();
     // value + 2 lists + 2 map entries per key: compaction removed nothing unexpired.
     assert_eq!(s.num_entries().unwrap() as usize, 5 * n, "t80");
     for ts in raw_list_timestamps(&mut s, 1, Some(16)) {
@@ -157,7 +204,7 @@ fn compact_filter_timeline(snapshot_and_rescale: bool) {
     }
 
     clock.set(120);
-    compact(&engine);
+    engine.compact();
     // The map entries and list elements written at t0 are gone; the t50 ones stay.
     assert_eq!(s.num_entries().unwrap() as usize, 4 * n, "t120");
     for ts in raw_list_timestamps(&mut s, 1, Some(16)) {
@@ -180,18 +227,30 @@ fn compact_filter_timeline(snapshot_and_rescale: bool) {
     );
 
     clock.set(170);
-    compact(&engine);
+    engine.compact();
     assert_eq!(s.num_entries().unwrap(), 0, "t170: every raw entry is gone");
 }
 
 #[test]
 fn compaction_filter_drops_expired_values_entries_and_list_elements() {
-    compact_filter_timeline(false);
+    compact_filter_timeline(lsm_forced, false);
 }
 
 #[test]
 fn compaction_filter_after_savepoint_and_rescale_to_twice_the_key_groups() {
-    compact_filter_timeline(true);
+    compact_filter_timeline(lsm_forced, true);
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn rocksdb_compaction_filter_drops_expired_values_entries_and_list_elements() {
+    compact_filter_timeline(rocksdb_forced, false);
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn rocksdb_compaction_filter_after_savepoint_and_rescale_to_twice_the_key_groups() {
+    compact_filter_timeline(rocksdb_forced, true);
 }
 
 #[test]
@@ -477,5 +536,206 @@ fn lsm_wholly_expired_files_are_compacted_from_their_ttl_range_property() {
         s.num_entries().unwrap(),
         2,
         "the files written at t0 were compacted away"
+    );
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn rocksdb_compaction_filter_drops_expired_elements_of_a_merged_list_one_compaction_later() {
+    // What RocksDB's filter API cannot do: it never shows merge operands, nor a list merged in the same
+    // compaction. The compaction that merges the operand into a value keeps every element; the next one
+    // judges the merged value and drops the expired element. Reads never see it.
+    let clock = ManualClock::new(0);
+    let (mut s, engine) = rocksdb_forced(KeyGroupRange::new(0, 19), &clock);
+    let l = s
+        .register_list(
+            ListStateDescriptor::new("l", LongSerializer)
+                .with_namespace(LongSerializer)
+                .with_ttl(relaxed()),
+        )
+        .unwrap();
+    s.set_current_key(&1).unwrap();
+    s.list_in(&l, &1).unwrap().add(&1).unwrap();
+    clock.set(50);
+    s.list_in(&l, &1).unwrap().add(&2).unwrap();
+    s.list_in(&l, &2).unwrap().add(&3).unwrap();
+    // Target 3 gets one operand `ts0 1 , ts50 2 , ts50 3`.
+    s.merge_list_namespaces(&l, &3, &[1, 2]).unwrap();
+    engine.flush();
+    clock.set(120);
+    engine.compact();
+    assert_eq!(
+        raw_list_timestamps(&mut s, 0, Some(16)),
+        vec![vec![0, 50, 50]],
+        "merged in this compaction: not shown to the filter"
+    );
+    engine.compact();
+    assert_eq!(raw_list_timestamps(&mut s, 0, Some(16)), vec![vec![50, 50]]);
+    assert_eq!(s.list_in(&l, &3).unwrap().get().unwrap(), Some(vec![2, 3]));
+}
+
+#[cfg(feature = "rocksdb")]
+#[test]
+fn rocksdb_compaction_filter_leaves_states_without_compaction_cleanup_alone() {
+    // A TTL state whose cleanup is not the compaction filter, and a state without TTL: compaction at a
+    // time when everything has expired keeps every entry.
+    let clock = ManualClock::new(0);
+    let (mut s, engine) = rocksdb_forced(KeyGroupRange::new(0, 19), &clock);
+    let no_filter = s
+        .register_value(
+            ValueStateDescriptor::new("no_filter", LongSerializer).with_ttl(
+                StateTtlConfig::new(100)
+                    .disable_cleanup_in_background()
+                    .with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp),
+            ),
+        )
+        .unwrap();
+    let plain = s
+        .register_value(ValueStateDescriptor::new("plain", LongSerializer))
+        .unwrap();
+    for k in 0..100i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&no_filter).unwrap().update(&k).unwrap();
+        s.value(&plain).unwrap().update(&k).unwrap();
+    }
+    clock.set(1_000);
+    engine.compact();
+    assert_eq!(s.num_entries().unwrap(), 200);
+}
+
+/// A store on the LSM backend with one value state of TTL 100 ms (relaxed visibility, compaction-filter
+/// cleanup, the given periodic bound) and a plain value state: `keys` keys written in both at t0, then, if
+/// `late` is set, one more TTL key at that time, and everything compacted out of L0 at the time of the last
+/// write.
+fn lsm_ttl_and_plain(
+    clock: &Arc<ManualClock>,
+    periodic: Option<std::time::Duration>,
+    keys: i64,
+    late: Option<i64>,
+) -> (Store, LsmEngine, ValueState<LongSerializer>) {
+    let (mut s, engine) = lsm_store(KeyGroupRange::new(0, 19), clock);
+    let v = s
+        .register_value(
+            ValueStateDescriptor::new("v", LongSerializer).with_ttl(
+                StateTtlConfig::new(100)
+                    .with_visibility(TtlVisibility::ReturnExpiredIfNotCleanedUp)
+                    .cleanup_in_compaction_filter(1)
+                    .with_periodic_compaction(periodic),
+            ),
+        )
+        .unwrap();
+    let plain = s
+        .register_value(ValueStateDescriptor::new("plain", LongSerializer))
+        .unwrap();
+    for k in 0..keys {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&k).unwrap();
+        s.value(&plain).unwrap().update(&k).unwrap();
+    }
+    if let Some(t) = late {
+        clock.set(t);
+        s.set_current_key(&keys).unwrap();
+        s.value(&v).unwrap().update(&keys).unwrap();
+    }
+    compact(&engine);
+    engine.db().wait_for_background_work().unwrap();
+    (s, engine, v)
+}
+
+/// Wakes the background work at clock time `now` with one flushed write of a new key, and waits for it.
+fn wake_at(s: &mut Store, engine: &LsmEngine, v: &ValueState<LongSerializer>, now: i64) {
+    s.set_current_key(&(1_000_000 + now)).unwrap();
+    s.value(v).unwrap().update(&1).unwrap();
+    engine.db().flush().unwrap();
+    engine.db().wait_for_background_work().unwrap();
+}
+
+#[test]
+fn lsm_wholly_expired_file_with_nothing_below_is_dropped_without_reading() {
+    let clock = ManualClock::new(0);
+    let (mut s, engine, v) = lsm_ttl_and_plain(&clock, None, 5000, None);
+    assert_eq!(s.num_entries().unwrap(), 10_000);
+    let before = engine.db().stats();
+    clock.set(150);
+    wake_at(&mut s, &engine, &v, 150);
+    let after = engine.db().stats();
+    assert!(
+        after.expired_files_dropped > before.expired_files_dropped,
+        "the expired file left the version"
+    );
+    assert_eq!(
+        after.compaction_bytes_read, before.compaction_bytes_read,
+        "dropped without being read"
+    );
+    assert_eq!(
+        s.num_entries().unwrap(),
+        5001,
+        "the plain state's entries and the t150 write are left"
+    );
+}
+
+#[test]
+fn lsm_wholly_expired_file_is_rewritten_not_dropped_while_a_snapshot_is_open() {
+    let clock = ManualClock::new(0);
+    let (mut s, engine, v) = lsm_ttl_and_plain(&clock, None, 5000, None);
+    let snap = s.snapshot().unwrap();
+    let before = engine.db().stats();
+    clock.set(150);
+    wake_at(&mut s, &engine, &v, 150);
+    let after = engine.db().stats();
+    assert_eq!(after.expired_files_dropped, before.expired_files_dropped);
+    assert!(
+        after.compaction_bytes_read > before.compaction_bytes_read,
+        "the filter rewrote the expired file instead"
+    );
+    drop(snap);
+}
+
+#[test]
+fn lsm_files_older_than_the_periodic_bound_are_rewritten_so_untouched_keys_expire() {
+    // One key written at t60 keeps the file from being wholly expired at t150: only the periodic rewrite
+    // (the file was written at t60, the bound is 50 ms: due from t110) brings the filter to the untouched
+    // t0 keys, expired since t100.
+    let clock = ManualClock::new(0);
+    let bound = Some(std::time::Duration::from_millis(50));
+    let (mut s, engine, v) = lsm_ttl_and_plain(&clock, bound, 2000, Some(60));
+    assert_eq!(s.num_entries().unwrap(), 4001);
+    clock.set(105);
+    wake_at(&mut s, &engine, &v, 105);
+    assert_eq!(
+        s.num_entries().unwrap(),
+        4002,
+        "not yet due: nothing rewritten"
+    );
+    clock.set(150);
+    wake_at(&mut s, &engine, &v, 150);
+    // The plain entries, the t60 key and the two wake-up writes are left.
+    assert_eq!(
+        s.num_entries().unwrap(),
+        2003,
+        "the t0 TTL entries are gone"
+    );
+    s.set_current_key(&7).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), None);
+    s.set_current_key(&2000).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(2000));
+}
+
+#[test]
+fn lsm_without_a_periodic_bound_untouched_keys_stay_until_a_compaction_reaches_them() {
+    let clock = ManualClock::new(0);
+    let (mut s, engine, v) = lsm_ttl_and_plain(&clock, None, 2000, Some(60));
+    clock.set(150);
+    wake_at(&mut s, &engine, &v, 150);
+    assert_eq!(
+        s.num_entries().unwrap(),
+        4002,
+        "no rewrite: the expired entries are still stored"
+    );
+    s.set_current_key(&7).unwrap();
+    assert_eq!(
+        s.value(&v).unwrap().get().unwrap(),
+        Some(7),
+        "relaxed visibility returns the stale value not yet cleaned up"
     );
 }

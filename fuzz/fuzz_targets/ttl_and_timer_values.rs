@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
         TtlLayout::List(Arc::new(|b: &[u8]| Some(8 + usize::from(*b.get(8)?)))),
     ];
     let _ = keyed_state::ttl::decode_ttl_range(data);
+    let _ = keyed_state::ttl::decode_ttl_written(data);
     for layout in layouts {
         let f = TtlStateFilter { layout, ttl_millis: 100, clock: clock.clone() };
         let _ = f.judge(data, now);

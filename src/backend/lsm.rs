@@ -746,14 +746,14 @@ impl StateBackend for LsmBackend {
     }
 
     fn set_ttl_filter(&mut self, state: StateId, filter: Option<crate::ttl::TtlStateFilter>) {
-        let query_every = self
-            .states
-            .get(state)
-            .and_then(|m| m.ttl.as_ref())
-            .and_then(|t| t.cleanup_compaction_filter);
+        let ttl = self.states.get(state).and_then(|m| m.ttl.as_ref());
+        let query_every = ttl.and_then(|t| t.cleanup_compaction_filter);
+        let periodic = ttl.and_then(|t| t.periodic_compaction_millis);
         // Only states whose TTL asks for compaction-filter cleanup get a filter.
         let filter = filter.filter(|_| query_every.is_some());
-        self.shared.ttl.set(state, filter, query_every.unwrap_or(1));
+        self.shared
+            .ttl
+            .set(state, filter, query_every.unwrap_or(1), periodic);
     }
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {

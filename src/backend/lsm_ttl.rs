@@ -8,7 +8,12 @@
 //! Every file written while a filter is installed records, in the user property `PROP_TTL_RANGE`, the
 //! smallest and largest TTL timestamp of its entries and the latest moment one of them expires — when every
 //! entry of the file is a value, map entry or list (operand) of a TTL state. A file whose latest expiry has
-//! passed is compacted on its own, picked from that property without reading the file.
+//! passed is compacted on its own, picked from that property without reading the file — or, when nothing
+//! below it could resurface, dropped from the version without being read at all.
+//!
+//! Every such file also records when it was written (`PROP_TTL_WRITTEN`, by the TTL clock); a file written
+//! longer ago than the smallest periodic-compaction bound of the TTL states (Flink's
+//! `periodicCompactionTime`) is rewritten on its own, so that keys nobody touches still expire.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,8 +28,8 @@ use crate::lsm::filter::{
 use crate::lsm::ikey::{self, ValueKind};
 use crate::lsm::sst::{PropertiesCollector, SstProperties};
 use crate::ttl::{
-    decode_ttl_range, expiration_timestamp, split_list, timestamp_at, TtlLayout, TtlStateFilter,
-    TtlVerdict, PROP_TTL_RANGE,
+    decode_ttl_range, decode_ttl_written, expiration_timestamp, split_list, timestamp_at,
+    TtlLayout, TtlStateFilter, TtlVerdict, PROP_TTL_RANGE, PROP_TTL_WRITTEN,
 };
 
 /// One TTL state's filter and how often its clock is read.
@@ -32,6 +37,8 @@ use crate::ttl::{
 struct StateFilter {
     filter: TtlStateFilter,
     query_every: u64,
+    /// Files older than this many milliseconds are rewritten; `None`: never.
+    periodic_millis: Option<u64>,
 }
 
 /// The filters of every TTL state of one backend, shared with the engine's compactions.
@@ -43,7 +50,13 @@ pub(crate) struct TtlFilters {
 
 impl TtlFilters {
     /// Sets (or, with `None`, removes) the filter of `state`.
-    pub(crate) fn set(&self, state: StateId, filter: Option<TtlStateFilter>, query_every: u64) {
+    pub(crate) fn set(
+        &self,
+        state: StateId,
+        filter: Option<TtlStateFilter>,
+        query_every: u64,
+        periodic_millis: Option<u64>,
+    ) {
         let mut v = self.by_state.write();
         if v.len() <= state {
             v.resize(state + 1, None);
@@ -51,6 +64,7 @@ impl TtlFilters {
         v[state] = filter.map(|filter| StateFilter {
             filter,
             query_every: query_every.max(1),
+            periodic_millis: periodic_millis.filter(|m| *m > 0),
         });
         self.active
             .store(v.iter().any(|f| f.is_some()), Ordering::Release);
@@ -71,11 +85,35 @@ impl CompactionFilterFactory for TtlFilterFactory {
 
     fn properties_collector(&self) -> Option<Box<dyn PropertiesCollector>> {
         let states = self.0.by_state.read().clone();
+        let written = states.iter().flatten().map(|f| f.filter.now()).min();
         Some(Box::new(TtlRangeCollector {
             states,
             range: None,
             poisoned: false,
+            written,
         }))
+    }
+
+    fn file_due_for_rewrite(&self, properties: &SstProperties) -> bool {
+        let Some(written) = properties
+            .user
+            .iter()
+            .find(|(k, _)| k == PROP_TTL_WRITTEN)
+            .and_then(|(_, v)| decode_ttl_written(v))
+        else {
+            return false;
+        };
+        let states = self.0.by_state.read();
+        let bound = states
+            .iter()
+            .flatten()
+            .filter_map(|f| f.periodic_millis)
+            .min();
+        let now = states.iter().flatten().map(|f| f.filter.now()).min();
+        match (bound, now) {
+            (Some(bound), Some(now)) => expiration_timestamp(written, bound) <= now,
+            _ => false,
+        }
     }
 
     fn file_expired(&self, properties: &SstProperties) -> bool {
@@ -151,8 +189,10 @@ struct TtlRangeCollector {
     states: Vec<Option<StateFilter>>,
     /// (smallest timestamp, largest timestamp, latest expiration) so far.
     range: Option<(i64, i64, i64)>,
-    /// An entry without TTL timestamps was seen: no property.
+    /// An entry without TTL timestamps was seen: no range property.
     poisoned: bool,
+    /// When the file is written, by the TTL clock.
+    written: Option<i64>,
 }
 
 impl TtlRangeCollector {
@@ -209,15 +249,17 @@ impl PropertiesCollector for TtlRangeCollector {
     }
 
     fn finish(&mut self) -> Vec<(String, Vec<u8>)> {
-        match (self.poisoned, self.range) {
-            (false, Some((lo, hi, exp))) => {
-                let mut v = Vec::with_capacity(24);
-                for x in [lo, hi, exp] {
-                    v.extend_from_slice(&x.to_be_bytes());
-                }
-                vec![(PROP_TTL_RANGE.to_string(), v)]
+        let mut out = Vec::new();
+        if let (false, Some((lo, hi, exp))) = (self.poisoned, self.range) {
+            let mut v = Vec::with_capacity(24);
+            for x in [lo, hi, exp] {
+                v.extend_from_slice(&x.to_be_bytes());
             }
-            _ => Vec::new(),
+            out.push((PROP_TTL_RANGE.to_string(), v));
         }
+        if let Some(t) = self.written {
+            out.push((PROP_TTL_WRITTEN.to_string(), t.to_be_bytes().to_vec()));
+        }
+        out
     }
 }

@@ -67,4 +67,12 @@ pub trait CompactionFilterFactory: Send + Sync {
         let _ = properties;
         false
     }
+    /// Whether a file with these properties is due for a periodic rewrite (RocksDB's
+    /// `periodic_compaction_seconds`, Flink's periodic compaction for TTL): it was written longer ago than
+    /// the factory's bound, so rewriting it lets the filter judge keys nobody has touched since. When no
+    /// other compaction is due, such a file (in L1 or deeper) is rewritten on its own. Default: never.
+    fn file_due_for_rewrite(&self, properties: &crate::lsm::sst::SstProperties) -> bool {
+        let _ = properties;
+        false
+    }
 }

@@ -54,6 +54,8 @@ pub(crate) struct Counters {
     pub files_dropped: AtomicU64,
     /// Number of SST files reads skipped by their prefix filter.
     pub prefix_skips: AtomicU64,
+    /// Number of wholly expired files removed without being read.
+    pub expired_files_dropped: AtomicU64,
 }
 
 /// What a read needs: the memtables (newest first) and the version, shared by every read until one of them

@@ -44,7 +44,7 @@ pub struct KeyedStateStore<K: KeySerializer> {
     /// Whether some TTL state cleans up incrementally on every record (every `set_current_key`).
     every_record_cleanup: bool,
     /// The in-memory heads of every timer queue, by state id.
-    pub(crate) timer_heads: std::collections::HashMap<StateId, super::timers::QueueHeads>,
+    pub(crate) timer_heads: foldhash::HashMap<StateId, super::timers::QueueHeads>,
 }
 
 /// A TTL state registered through the store: what its cleanup needs.
@@ -84,7 +84,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             ttl_clock: Arc::new(SystemTimeProvider),
             ttl_states: Vec::new(),
             every_record_cleanup: false,
-            timer_heads: std::collections::HashMap::new(),
+            timer_heads: foldhash::HashMap::default(),
         })
     }
 

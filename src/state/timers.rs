@@ -10,7 +10,7 @@
 //! bytes, then namespace bytes — on every backend the same — and the queue is a set: adding a timer twice keeps
 //! one.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::descriptor::{HandleCore, StateHandle};
@@ -88,11 +88,49 @@ impl<N: TypeSerializer> Clone for TimerService<N> {
     }
 }
 
-/// The in-memory part of one queue: each key group's head, the heads in order, the size and the queue's time.
+/// How many elements after a key group's head one backend read caches: firing removes heads in order, and
+/// without the cache every removal costs a seek (Flink's RocksDB queue caches a batch per key group too).
+const RUN_BATCH: usize = 64;
+
+/// The elements cached after one key group's head. Invariant: the key group's elements greater than its head
+/// and not greater than the last cached one are exactly `next`, in order; when `complete`, `next` holds every
+/// element greater than the head.
+#[derive(Debug, Default)]
+struct Run {
+    next: VecDeque<Vec<u8>>,
+    complete: bool,
+}
+
+impl Run {
+    /// Notes a new element greater than the head, if it falls in the cached range. The run stays at most
+    /// [`RUN_BATCH`] long: past that its last element is forgotten (and the run is no longer complete).
+    fn add(&mut self, el: &[u8]) {
+        if self.complete || self.next.back().is_some_and(|b| el < b.as_slice()) {
+            let at = self.next.partition_point(|e| e.as_slice() < el);
+            self.next.insert(at, el.to_vec());
+            if self.next.len() > RUN_BATCH {
+                self.next.pop_back();
+                self.complete = false;
+            }
+        }
+    }
+
+    /// Forgets a removed element that is not the head.
+    fn remove(&mut self, el: &[u8]) {
+        let at = self.next.partition_point(|e| e.as_slice() < el);
+        if self.next.get(at).is_some_and(|e| e.as_slice() == el) {
+            self.next.remove(at);
+        }
+    }
+}
+
+/// The in-memory part of one queue: each key group's head (and the elements cached after it), the heads in
+/// order, the size and the queue's time.
 #[derive(Debug, Default)]
 pub(crate) struct QueueHeads {
     loaded: bool,
-    heads: HashMap<KeyGroup, Vec<u8>>,
+    heads: foldhash::HashMap<KeyGroup, Vec<u8>>,
+    runs: foldhash::HashMap<KeyGroup, Run>,
     order: BTreeSet<(Vec<u8>, KeyGroup)>,
     len: u64,
     /// The watermark (event time) or processing time the queue was last advanced to.
@@ -104,6 +142,7 @@ impl QueueHeads {
     pub(crate) fn invalidate(&mut self) {
         self.loaded = false;
         self.heads.clear();
+        self.runs.clear();
         self.order.clear();
         self.len = 0;
     }
@@ -190,21 +229,32 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         Ok(first)
     }
 
-    /// The smallest element `>= from` of `id`'s key group `kg`, read from the backend.
-    fn first_in_group_from(
+    /// The smallest element `> after` of `id`'s key group `kg` and the run of up to [`RUN_BATCH`] elements
+    /// after it, read from the backend with one seek.
+    fn run_from(
         &mut self,
         id: StateId,
         kg: KeyGroup,
-        from: &[u8],
-    ) -> Result<Option<Vec<u8>>> {
+        after: &[u8],
+    ) -> Result<(Option<Vec<u8>>, Run)> {
         let (p, n) = self.kg_bytes(kg);
-        let mut first = None;
+        let mut found: VecDeque<Vec<u8>> = VecDeque::with_capacity(RUN_BATCH + 1);
         self.backend
-            .map_scan_from(id, kg, &p[..n], from, &mut |uk, _| {
-                first = Some(uk.to_vec());
-                false
+            .map_scan_from(id, kg, &p[..n], after, &mut |uk, _| {
+                if uk > after {
+                    found.push_back(uk.to_vec());
+                }
+                found.len() <= RUN_BATCH
             })?;
-        Ok(first)
+        let complete = found.len() <= RUN_BATCH;
+        let head = found.pop_front();
+        Ok((
+            head,
+            Run {
+                next: found,
+                complete,
+            },
+        ))
     }
 
     /// Reads the heads and size of queue `id` from the backend if they are not cached.
@@ -245,8 +295,28 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         self.backend.map_put(id, kg, &p[..n], el, &[])?;
         let heads = self.heads(id)?;
         heads.len += 1;
-        if heads.heads.get(&kg).is_none_or(|h| el < h.as_slice()) {
-            heads.set_head(kg, Some(el.to_vec()));
+        match heads.heads.get(&kg) {
+            // The key group was empty: now every element is known.
+            None => {
+                heads.set_head(kg, Some(el.to_vec()));
+                heads.runs.insert(
+                    kg,
+                    Run {
+                        next: VecDeque::new(),
+                        complete: true,
+                    },
+                );
+            }
+            Some(h) if el < h.as_slice() => {
+                let old = h.clone();
+                heads.set_head(kg, Some(el.to_vec()));
+                heads.runs.entry(kg).or_default().next.push_front(old);
+            }
+            Some(_) => {
+                if let Some(run) = heads.runs.get_mut(&kg) {
+                    run.add(el);
+                }
+            }
         }
         Ok(heads.first() != before.as_ref())
     }
@@ -266,17 +336,31 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         let before = self.heads(id)?.first().cloned();
         let (p, n) = self.kg_bytes(kg);
         self.backend.map_remove(id, kg, &p[..n], el)?;
-        let was_head = {
-            let heads = self.heads(id)?;
-            heads.len = heads.len.saturating_sub(1);
-            heads.heads.get(&kg).is_some_and(|h| h.as_slice() == el)
-        };
-        if was_head {
-            // The next head is the smallest element after the removed one: seek there, past nothing removed.
-            let next = self.first_in_group_from(id, kg, el)?;
-            self.heads(id)?.set_head(kg, next);
+        let heads = self.heads(id)?;
+        heads.len = heads.len.saturating_sub(1);
+        let was_head = heads.heads.get(&kg).is_some_and(|h| h.as_slice() == el);
+        if !was_head {
+            if let Some(run) = heads.runs.get_mut(&kg) {
+                run.remove(el);
+            }
+            return Ok(heads.first() != before.as_ref());
         }
-        Ok(self.heads(id)?.first() != before.as_ref())
+        let run = heads.runs.entry(kg).or_default();
+        let next = match run.next.pop_front() {
+            Some(next) => Some(next),
+            None if run.complete => None,
+            None => {
+                // The next head is the smallest element after the removed one: one seek there reads it and
+                // the batch after it.
+                let (next, run) = self.run_from(id, kg, el)?;
+                let heads = self.heads(id)?;
+                heads.runs.insert(kg, run);
+                next
+            }
+        };
+        let heads = self.heads(id)?;
+        heads.set_head(kg, next);
+        Ok(heads.first() != before.as_ref())
     }
 
     /// Decodes a timer element of key group `kg`.

@@ -15,6 +15,7 @@ use crate::lsm::prefix::prefix_successor;
 use crate::meta::StateMetaInfo;
 
 use super::load::{LoadRun, Loader};
+use super::ttl_filter::TtlSlots;
 use super::{
     cf_handle, column_family_name, rdb_error, Db, DbHolder, RocksDbOptions, RocksDbSnapshot,
 };
@@ -95,6 +96,7 @@ pub struct RocksDbBackend {
     pub(super) value_buf: Vec<u8>,
     pub(super) key_buf: Vec<u8>,
     pub(super) loader: Loader,
+    pub(super) ttl: TtlSlots,
 }
 
 impl fmt::Debug for RocksDbBackend {
@@ -172,6 +174,7 @@ impl RocksDbBackend {
             value_buf: Vec::new(),
             key_buf: Vec::new(),
             loader: Loader::default(),
+            ttl: TtlSlots::default(),
         })
     }
 
@@ -265,18 +268,23 @@ impl StateBackend for RocksDbBackend {
             return Ok(id);
         }
         let cf_name = column_family_name(&meta.name);
-        self.holder
-            .db
-            .create_cf(&cf_name, &self.holder.cf_options)
-            .map_err(|e| {
-                rdb_error(
-                    format!(
-                        "creating column family '{cf_name}' for state '{}'",
-                        meta.name
-                    ),
-                    e,
-                )
-            })?;
+        let ttl_options = self.ttl.column_options(&self.holder.cf_options, &meta);
+        let created = self.holder.db.create_cf(
+            &cf_name,
+            ttl_options.as_ref().unwrap_or(&self.holder.cf_options),
+        );
+        if created.is_err() {
+            self.ttl.pop();
+        }
+        created.map_err(|e| {
+            rdb_error(
+                format!(
+                    "creating column family '{cf_name}' for state '{}'",
+                    meta.name
+                ),
+                e,
+            )
+        })?;
         self.holder.cf_names.lock().push(cf_name.clone());
         self.cf_names.push(cf_name);
         self.states.push(meta);
@@ -573,6 +581,10 @@ impl StateBackend for RocksDbBackend {
         super::checkpoint::capture(self)
     }
 
+    fn set_ttl_filter(&mut self, state: StateId, filter: Option<crate::ttl::TtlStateFilter>) {
+        self.ttl.set(state, self.states.get(state), filter);
+    }
+
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
         Ok(Box::new(RocksDbSnapshot::new(
             Arc::clone(&self.holder),
@@ -587,7 +599,7 @@ impl StateBackend for RocksDbBackend {
 /// A shared handle on the database of a [`RocksDbBackend`] ([`RocksDbBackend::engine`]) that stays valid after the
 /// backend is moved into a store: for benchmarks that wait for flushes and compactions between phases.
 #[derive(Clone)]
-pub struct RocksDbEngine(Arc<DbHolder>);
+pub struct RocksDbEngine(pub(super) Arc<DbHolder>);
 
 impl EngineHandle for RocksDbEngine {
     fn wait_for_background_work(&self) -> Result<()> {

@@ -17,13 +17,15 @@
 //!
 //! Modules: [`options`] (the settings and how they map to RocksDB's), `backend` (the [`StateBackend`]
 //! implementation), `load` (restore through SST ingestion), `snapshot` ([`RocksDbSnapshot`]), `checkpoint`
-//! (incremental checkpoints from RocksDB's own checkpoint, [`restore_rocksdb`]).
+//! (incremental checkpoints from RocksDB's own checkpoint, [`restore_rocksdb`]), `ttl_filter` (the TTL
+//! compaction filter).
 
 mod backend;
 mod checkpoint;
 mod load;
 pub mod options;
 mod snapshot;
+mod ttl_filter;
 
 pub use backend::{RocksDbBackend, RocksDbEngine};
 pub use checkpoint::restore_rocksdb;

@@ -58,10 +58,15 @@ pub(crate) fn run_auto(db: &DbInner) -> Result<()> {
     }
     if let Some(c) = pick::pick(&version, &db.opts, &mut pointers) {
         run::run(db, &version, c)?;
-    } else if let Some((level, file)) = pick::expired_file(&version, &db.opts) {
-        // A wholly expired file, found from its properties: rewritten on its own within its level (the
-        // filter removes every entry, so nothing or only tombstones come out).
-        run::merge_into(db, &version, &[(level, file)], level, false)?;
+    } else if let Some((level, file, why)) = pick::solo_file(&version, &db.opts) {
+        if why == pick::Solo::Expired && run::droppable(db, &version, level, &file) {
+            // Wholly expired with nothing below it: removed from the version without being read.
+            run::drop_expired(db, level, file)?;
+        } else {
+            // Rewritten on its own within its level: an expired file to nothing or only tombstones, a file
+            // due for its periodic rewrite to what the filter keeps of it.
+            run::merge_into(db, &version, &[(level, file)], level, false)?;
+        }
     }
     Ok(())
 }

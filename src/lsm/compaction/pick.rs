@@ -206,21 +206,42 @@ pub(crate) fn needs_compaction(v: &Version, opts: &Options) -> bool {
         && (scores(v, opts, &LevelTargets::new(v, opts))
             .iter()
             .any(|s| *s >= 1.0)
-            || expired_file(v, opts).is_some())
+            || solo_file(v, opts).is_some())
 }
 
-/// A file of L1 or deeper whose properties say the compaction filter would remove all of it now (see
-/// `CompactionFilterFactory::file_expired`), with its level.
-pub(crate) fn expired_file(v: &Version, opts: &Options) -> Option<(usize, Arc<FileMeta>)> {
+/// Why a file is compacted on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Solo {
+    /// The compaction filter would remove every entry (`CompactionFilterFactory::file_expired`).
+    Expired,
+    /// Written longer ago than the periodic bound (`CompactionFilterFactory::file_due_for_rewrite`).
+    Periodic,
+}
+
+/// A file of L1 or deeper to compact on its own, judged from its properties without reading it: first one
+/// the compaction filter would remove wholly now, else one due for a periodic rewrite; with its level.
+pub(crate) fn solo_file(v: &Version, opts: &Options) -> Option<(usize, Arc<FileMeta>, Solo)> {
     let factory = opts
         .compaction_filter_factory
         .as_ref()
         .filter(|f| f.is_active())?;
-    v.levels.iter().enumerate().skip(1).find_map(|(l, files)| {
-        files
-            .iter()
-            .find(|f| factory.file_expired(f.reader.properties()))
-            .map(|f| (l, Arc::clone(f)))
+    let find = |due: &dyn Fn(&FileMeta) -> bool, why: Solo| {
+        v.levels.iter().enumerate().skip(1).find_map(|(l, files)| {
+            files
+                .iter()
+                .find(|f| due(f))
+                .map(|f| (l, Arc::clone(f), why))
+        })
+    };
+    find(
+        &|f| factory.file_expired(f.reader.properties()),
+        Solo::Expired,
+    )
+    .or_else(|| {
+        find(
+            &|f| factory.file_due_for_rewrite(f.reader.properties()),
+            Solo::Periodic,
+        )
     })
 }
 

@@ -40,6 +40,30 @@ pub(super) fn run(db: &DbInner, version: &Version, c: Compaction) -> Result<()> 
     merge_into(db, version, &all, out_level, c.manual)
 }
 
+/// Whether a wholly expired file (every entry a value or merge operand of a TTL state, all expired: what
+/// its TTL range property says) may leave the version without being read or rewritten: it holds no range
+/// tombstone (one could cover older keys outside the file's own key range), no snapshot is open (an open
+/// one keeps what it sees), and no deeper file overlaps its key range (nothing older of its keys can
+/// resurface once its entries are gone; shallower data is newer and unaffected).
+pub(super) fn droppable(db: &DbInner, version: &Version, level: usize, file: &FileMeta) -> bool {
+    let (lo, hi) = (file.info.smallest_user(), file.info.largest_user());
+    file.range_dels.is_empty()
+        && db.snapshots.seqnos().is_empty()
+        && version
+            .files()
+            .filter(|(l, _)| *l > level)
+            .all(|(_, f)| !f.info.overlaps(lo, hi))
+}
+
+/// Removes a [`droppable`] file from the version.
+pub(super) fn drop_expired(db: &DbInner, level: usize, file: Arc<FileMeta>) -> Result<()> {
+    db.log_and_apply(VersionEdit::default(), &[(level, file)], &[], false)?;
+    db.counters
+        .expired_files_dropped
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
 /// Stripe of a seqno: index of the oldest snapshot that sees it (`snaps.len()` if none).
 fn stripe(snaps: &[u64], seq: u64) -> usize {
     snaps.partition_point(|s| *s < seq)

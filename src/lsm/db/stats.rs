@@ -36,6 +36,9 @@ pub struct DbStats {
     /// Number of SST files that reads (point lookups and scans within one prefix) left unread because their
     /// prefix filter ruled the prefix out.
     pub prefix_filter_skips: u64,
+    /// Number of wholly expired files (by their TTL range property) removed from the version without
+    /// being read, because nothing below them could resurface.
+    pub expired_files_dropped: u64,
     /// Files per level.
     pub level_files: Vec<usize>,
     /// Bytes per level.
@@ -88,6 +91,7 @@ impl DbInner {
                 + live_growth_micros,
             files_dropped_by_range_delete: c.files_dropped.load(Ordering::Relaxed),
             prefix_filter_skips: c.prefix_skips.load(Ordering::Relaxed),
+            expired_files_dropped: c.expired_files_dropped.load(Ordering::Relaxed),
             level_files: st.version.levels.iter().map(|l| l.len()).collect(),
             level_bytes: st.version.level_bytes(),
             base_level: compaction::base_level(&st.version, &self.opts),
