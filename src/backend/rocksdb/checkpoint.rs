@@ -187,9 +187,17 @@ fn open_fetched(
         .iter()
         .map(|s| column_family_name(&s.name))
         .collect();
+    // TTL states get their compaction filter at open, as `register_state` gives it to new ones.
+    let mut ttl = super::ttl_filter::TtlSlots::default();
     let cfs: Vec<ColumnFamilyDescriptor> = names
         .iter()
-        .map(|n| ColumnFamilyDescriptor::new(n, cf_options.clone()))
+        .zip(&m.states)
+        .map(|(n, meta)| {
+            let opts = ttl
+                .column_options(&cf_options, meta)
+                .unwrap_or_else(|| cf_options.clone());
+            ColumnFamilyDescriptor::new(n, opts)
+        })
         .collect();
     let db = Db::open_cf_descriptors(&options.db_options()?, dir, cfs)
         .map_err(|e| rdb_error(format!("opening the restored {}", dir.display()), e))?;
@@ -213,6 +221,7 @@ fn open_fetched(
         value_buf: Vec::new(),
         key_buf: Vec::new(),
         loader: super::load::Loader::default(),
+        ttl,
     })
 }
 
