@@ -32,7 +32,8 @@ pub(crate) mod memtable;
 pub mod merge;
 pub mod options;
 pub mod prefix;
-pub(crate) mod rangedel;
+#[doc(hidden)]
+pub mod rangedel;
 #[doc(hidden)]
 pub mod record_log;
 pub(crate) mod skiplist;
