@@ -70,6 +70,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<RangeTombstone>, DecodeError> {
         let seqno = r.u64()?;
         out.push(RangeTombstone { start, end, seqno });
     }
+    r.finish("range tombstones")?;
     Ok(out)
 }
 
@@ -193,5 +194,21 @@ mod tests {
             }
         }
         assert_eq!(decode(&encode(&ts)).unwrap(), ts);
+    }
+
+    #[test]
+    fn range_tombstones_with_trailing_bytes_are_rejected() {
+        // Found by the fuzz target `range_tombstones_decode` (its re-encoding check): bytes after the last
+        // tombstone were ignored, so a damaged property could decode as a shorter list without an error.
+        let mut bytes = encode(&[t(b"a", b"c", 7)]);
+        bytes.push(0);
+        assert!(matches!(
+            decode(&bytes),
+            Err(DecodeError::TrailingBytes { count: 1, .. })
+        ));
+        assert!(matches!(
+            decode(&[0, 0, 0, 0, 9]),
+            Err(DecodeError::TrailingBytes { count: 1, .. })
+        ));
     }
 }
