@@ -26,6 +26,8 @@ pub mod filter;
 pub(crate) mod flush;
 pub mod ingest;
 pub mod iter;
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[doc(hidden)]
 pub mod manifest;
 pub(crate) mod memtable;
@@ -39,6 +41,7 @@ pub mod record_log;
 pub(crate) mod skiplist;
 pub mod snapshot;
 pub(crate) mod state;
+pub(crate) mod sync;
 pub(crate) mod version;
 pub(crate) mod wal;
 
