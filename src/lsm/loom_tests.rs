@@ -1,12 +1,18 @@
 //! Loom model checks of the memtable's lock-free structures: its skiplist, its key version chains and its
-//! point index (including a generation swap while a reader probes), with the single writer and a concurrent
-//! reader. Built only with `--cfg loom`, which swaps the atomics of those structures for loom's
-//! (`crate::lsm::sync`); loom then runs each model under every interleaving and every weak-memory outcome the
-//! C++11 model allows for them, up to a preemption bound (`LOOM_MAX_PREEMPTIONS`, 3 unless set):
+//! point index's slots, with the single writer and a concurrent reader. Built only with `--cfg loom`, which
+//! swaps the atomics of those structures for loom's (`crate::lsm::sync`); loom then runs each model under
+//! every interleaving and every weak-memory outcome the C++11 model allows for them, exhaustively (the models
+//! are small enough to need no preemption bound; `LOOM_MAX_PREEMPTIONS` sets one). `--no-default-features`
+//! leaves out the `s3` feature, whose hyper-util does not build against tokio's `cfg(loom)` mode:
 //!
 //! ```sh
-//! RUSTFLAGS="--cfg loom" cargo test --release --lib loom_
+//! RUSTFLAGS="--cfg loom" cargo test --release --no-default-features --lib loom_
 //! ```
+//!
+//! The point index's generation swap (growth) is not modelled: the current generation is published through
+//! crossbeam-epoch's `Atomic`, whose std atomics loom cannot see, so loom reports every read of a new
+//! generation as unordered after its creation. Growth under readers is tested with real threads
+//! (`readers_find_every_published_key_while_the_index_grows_under_them`) and by `tests/lsm_stress.rs`.
 //!
 //! The reader learns what the writer finished through a loom atomic (`done`, Release after each insert,
 //! Acquire before reading): whatever was inserted before the value it reads must be found, with its value;
@@ -24,13 +30,10 @@ use super::ikey::{self, ValueKind};
 use super::memtable::{epoch, MemCursor, MemTable};
 use super::skiplist::SkipList;
 
-/// Runs `f` under loom with a preemption bound (3 unless `LOOM_MAX_PREEMPTIONS` says otherwise); prints the
-/// campaign line with the number of interleavings explored.
+/// Runs `f` under loom (every execution, unless `LOOM_MAX_PREEMPTIONS` bounds them); prints the campaign
+/// line with the number of executions explored.
 fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
-        b.preemption_bound = Some(3);
-    }
+    let b = loom::model::Builder::new();
     let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = Arc::clone(&runs);
     b.check(move || {
@@ -38,7 +41,7 @@ fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
         f()
     });
     println!(
-        "campaign loom:{name} interleavings={} failures=0",
+        "campaign loom:{name} executions={} failures=0",
         runs.load(std::sync::atomic::Ordering::Relaxed)
     );
 }
@@ -101,7 +104,7 @@ fn loom_skiplist_reader_finds_every_published_node_and_scans_in_order() {
 /// The writes of the memtable model: (seqno, key, value), in order.
 const WRITES: [(u64, &[u8], &[u8]); 3] = [(6, b"b", b"b6"), (7, b"a", b"a7"), (8, b"c", b"c8")];
 
-/// The writes before the reader starts: five keys, so that the next new key grows the 8-slot index.
+/// The writes before the reader starts.
 const BEFORE: [(u64, &[u8], &[u8]); 5] = [
     (1, b"a", b"a1"),
     (2, b"p2", b"v2"),
@@ -111,13 +114,12 @@ const BEFORE: [(u64, &[u8], &[u8]); 5] = [
 ];
 
 #[test]
-fn loom_memtable_reader_sees_published_versions_while_the_point_index_grows() {
-    // The smallest index (8 slots) grows at the sixth key (a new generation swapped in while the reader may
-    // be probing the old one); key "a" gets a second version (its chain's head moves) while the reader may
-    // be walking it.
+fn loom_memtable_reader_sees_published_versions_through_the_point_index() {
+    // New keys fill point-index slots while the reader probes them; key "a" gets a second version (its
+    // chain's head moves) while the reader may be walking it. 16 slots: no growth with 7 keys (see above).
     model("memtable_point_index", || {
-        let m = Arc::new(MemTable::with_capacity(0, 0, 0));
-        assert_eq!(m.index_slots(), 8);
+        let m = Arc::new(MemTable::with_capacity(0, 0, 16));
+        assert_eq!(m.index_slots(), 16);
         for (s, k, v) in BEFORE {
             m.add(s, ValueKind::Put, k, v);
         }
@@ -151,7 +153,7 @@ fn loom_memtable_reader_sees_published_versions_while_the_point_index_grows() {
             done.store(i + 1, Release);
         }
         reader.join().unwrap();
-        assert_eq!(m.index_slots(), 16, "the model must cover a growth");
+        assert_eq!(m.index_slots(), 16, "the model must not grow the index");
     });
 }
 
