@@ -559,6 +559,16 @@ fn no_single_bit_flip_in_any_file_kind_reads_a_wrong_value_or_panics() {
         );
     }
     for (kind, c) in &table {
+        println!(
+            "campaign bitflips:{} trials={} detected={} harmless={} failures={}",
+            kind.replace([' ', ','], "_"),
+            c.trials,
+            c.detected + c.unplaced.len(),
+            c.harmless,
+            c.wrong.len() + c.panics.len()
+        );
+    }
+    for (kind, c) in &table {
         if let Some(e) = &c.example {
             println!("{kind}, e.g. {e}");
         }

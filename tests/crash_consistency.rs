@@ -246,6 +246,11 @@ fn enumerate(name: &str, steps: &[Step], cfg: Config, points: impl Iterator<Item
         "{name}: {tried} crash points, {} inconsistencies",
         failures.len()
     );
+    eprintln!(
+        "campaign crash:{} crash_points={tried} inconsistencies={}",
+        name.replace(' ', "_"),
+        failures.len()
+    );
     assert!(
         failures.is_empty(),
         "{name}: {} of {tried} crash points inconsistent:\n{}",
@@ -437,6 +442,10 @@ fn a_crash_at_every_storage_operation_of_savepoints_leaves_the_last_completed_on
     }
     eprintln!(
         "savepoints: {total} crash points, {} inconsistencies",
+        bad.len()
+    );
+    eprintln!(
+        "campaign crash:savepoints crash_points={total} inconsistencies={}",
         bad.len()
     );
     assert!(bad.is_empty(), "{}", bad.join("\n"));

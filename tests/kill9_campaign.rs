@@ -373,5 +373,11 @@ fn kill9_campaign_loses_nothing_acknowledged_and_keeps_checkpoints_and_savepoint
         max_step + 1,
         inconsistencies.len()
     );
+    eprintln!(
+        "campaign kill9 kills={iters} steps={} checkpoints={checkpoints} savepoints={savepoints} \
+         inconsistencies={}",
+        max_step + 1,
+        inconsistencies.len()
+    );
     assert!(inconsistencies.is_empty(), "{}", inconsistencies.join("\n"));
 }

@@ -1,14 +1,26 @@
-//! Model test: random operation sequences against a `BTreeMap` model, including snapshots, restores and
-//! rescaling. The job runs at a parallelism of 1 to 4 instances (each a store over its key-group range);
-//! keys are routed to their owner as Flink routes them.
+//! One model, every backend: the same random operation sequences on the heap, the LSM and (with the
+//! `rocksdb` feature) the RocksDB backend against one `BTreeMap` model, including savepoints, restores and
+//! rescaling, and incremental checkpoints (into an in-memory checkpoint storage) with restores and rescales
+//! from them: natively on LSM (`restore_lsm`), through `checkpoint::to_savepoint` on every backend. A backend
+//! without checkpoints answers `Unsupported` and the sequence goes on without that checkpoint. The job runs
+//! at a parallelism of 1 to 4 instances (each a store over its key-group range); keys are routed to their
+//! owner as Flink routes them. `PROPTEST_CASES` sets the number of sequences (scripts/long-checks.sh: 10,000).
 
 mod conformance;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
+#[cfg(feature = "rocksdb")]
+use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
 use keyed_state::backend::StateBackend;
+use keyed_state::checkpoint::{
+    checkpoint_parts, restore_lsm, to_savepoint, CheckpointError, CheckpointOptions,
+    CheckpointStorage, Checkpointer,
+};
 use keyed_state::keygroup::{key_group_range_for_operator, operator_index_for_key_group};
 use keyed_state::savepoint::SavepointReader;
 use keyed_state::serializer::{IntSerializer, LongSerializer, StringSerializer};
@@ -32,6 +44,11 @@ enum Op {
     Restore(u32),
     /// Snapshot and restore at a new parallelism right away (rescale).
     Rescale(u32),
+    /// Take an incremental checkpoint of every instance and confirm it (kept as the latest).
+    Checkpoint,
+    /// Restore the latest checkpoint at a new parallelism (and the model as it was then): natively where the
+    /// backend can (`native`, LSM), else through a savepoint written from the checkpoint.
+    RestoreCheckpoint(u32, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -47,6 +64,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Snapshot),
         1 => (1u32..5).prop_map(Op::Restore),
         1 => (1u32..5).prop_map(Op::Rescale),
+        1 => Just(Op::Checkpoint),
+        1 => (1u32..5, any::<bool>()).prop_map(|(p, n)| Op::RestoreCheckpoint(p, n)),
     ]
 }
 
@@ -62,6 +81,7 @@ struct Instance {
     value: ValueState<LongSerializer, IntSerializer>,
     list: ListState<StringSerializer>,
     map: MapState<IntSerializer, LongSerializer>,
+    ck: Checkpointer,
 }
 
 /// Which backend the instances run on.
@@ -69,16 +89,41 @@ struct Instance {
 enum Kind {
     Heap,
     Lsm,
+    #[cfg(feature = "rocksdb")]
+    RocksDb,
 }
+
+/// Every backend kind this build has.
+const KINDS: &[Kind] = &[
+    Kind::Heap,
+    Kind::Lsm,
+    #[cfg(feature = "rocksdb")]
+    Kind::RocksDb,
+];
 
 struct Job {
     kind: Kind,
     instances: Vec<Instance>,
+    /// Where the job's checkpoints go (shared by all its incarnations).
+    storage: Arc<CheckpointStorage>,
 }
 
+/// Checkpoint ids: increasing across every job of the process (the storage of a sequence is its own, so
+/// only the order matters).
+static NEXT_CHECKPOINT: AtomicU64 = AtomicU64::new(1);
+/// Checkpoints confirmed, and restores from them natively and through a savepoint (for the campaign line).
+static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
+static NATIVE_RESTORES: AtomicU64 = AtomicU64::new(0);
+static SAVEPOINT_RESTORES: AtomicU64 = AtomicU64::new(0);
+
 impl Job {
-    fn new(parallelism: u32, kind: Kind, restore_from: &[SavepointReader]) -> Job {
-        let instances = (0..parallelism)
+    fn new(
+        parallelism: u32,
+        kind: Kind,
+        restore_from: &[SavepointReader],
+        storage: Arc<CheckpointStorage>,
+    ) -> Job {
+        let backends = (0..parallelism)
             .map(|i| {
                 let range = key_group_range_for_operator(MAX_P, parallelism, i).unwrap();
                 let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
@@ -87,7 +132,46 @@ impl Job {
                     Kind::Lsm => {
                         Box::new(LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap())
                     }
+                    #[cfg(feature = "rocksdb")]
+                    Kind::RocksDb => {
+                        Box::new(RocksDbBackend::temporary(cfg, RocksDbOptions::default()).unwrap())
+                    }
                 };
+                backend
+            })
+            .collect();
+        Job::with_backends(kind, backends, restore_from, storage)
+    }
+
+    /// LSM instances restored natively from checkpoint `id` at `parallelism`.
+    fn from_checkpoint(parallelism: u32, id: u64, storage: Arc<CheckpointStorage>) -> Job {
+        let backends = (0..parallelism)
+            .map(|i| {
+                let range = key_group_range_for_operator(MAX_P, parallelism, i).unwrap();
+                let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+                let (b, _) = restore_lsm(&storage, id, cfg, LsmBackend::small_options()).unwrap();
+                Box::new(b) as Box<dyn StateBackend>
+            })
+            .collect();
+        Job::with_backends(Kind::Lsm, backends, &[], storage)
+    }
+
+    fn with_backends(
+        kind: Kind,
+        backends: Vec<Box<dyn StateBackend>>,
+        restore_from: &[SavepointReader],
+        storage: Arc<CheckpointStorage>,
+    ) -> Job {
+        let instances = backends
+            .into_iter()
+            .enumerate()
+            .map(|(i, backend)| {
+                let ck = Checkpointer::open(
+                    Arc::clone(&storage),
+                    backend.config(),
+                    CheckpointOptions::default(),
+                )
+                .unwrap();
                 let mut store = KeyedStateStore::new(backend, LongSerializer).unwrap();
                 // Alternate: register before or after the restore.
                 let before = i % 2 == 0;
@@ -118,10 +202,60 @@ impl Job {
                     value,
                     list,
                     map,
+                    ck,
                 }
             })
             .collect();
-        Job { kind, instances }
+        Job {
+            kind,
+            instances,
+            storage,
+        }
+    }
+
+    /// Takes and confirms a checkpoint of every instance; its id, or None if the backend has no checkpoints.
+    fn checkpoint(&mut self) -> Option<u64> {
+        let id = NEXT_CHECKPOINT.fetch_add(1, Ordering::Relaxed);
+        let mut pending = Vec::new();
+        for inst in &mut self.instances {
+            match inst.ck.begin(id, inst.store.backend_mut()) {
+                Ok(p) => pending.push(p),
+                Err(CheckpointError::Backend(keyed_state::Error::Unsupported { .. })) => {
+                    assert!(
+                        pending.is_empty(),
+                        "one instance of a job took a checkpoint"
+                    );
+                    return None;
+                }
+                Err(e) => panic!("checkpoint {id}: {e}"),
+            }
+        }
+        for p in pending {
+            p.run().unwrap();
+        }
+        for inst in &self.instances {
+            inst.ck.notify_complete(id).unwrap();
+        }
+        CHECKPOINTS.fetch_add(1, Ordering::Relaxed);
+        Some(id)
+    }
+
+    /// Restores checkpoint `id` at `parallelism` into a new job of the same kind.
+    fn restore_checkpoint(&mut self, id: u64, parallelism: u32, native: bool) -> Job {
+        for inst in &self.instances {
+            inst.ck.close();
+        }
+        let storage = Arc::clone(&self.storage);
+        if native && matches!(self.kind, Kind::Lsm) {
+            NATIVE_RESTORES.fetch_add(1, Ordering::Relaxed);
+            return Job::from_checkpoint(parallelism, id, storage);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("from-checkpoint.ksp");
+        to_savepoint(&storage, id, &path).unwrap();
+        SAVEPOINT_RESTORES.fetch_add(1, Ordering::Relaxed);
+        let sp = SavepointReader::open(&path).unwrap();
+        Job::new(parallelism, self.kind, &[sp], storage)
     }
 
     fn route(&mut self, key: i64) -> &mut Instance {
@@ -175,11 +309,13 @@ impl Job {
     }
 }
 
-fn run(ops: Vec<Op>, kind: Kind) {
-    let mut job = Job::new(1, kind, &[]);
+fn run(ops: &[Op], kind: Kind) {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut job = Job::new(1, kind, &[], storage);
     let mut model = Model::default();
     let mut latest: Option<(Vec<Vec<u8>>, Model)> = None;
-    for op in ops {
+    let mut latest_checkpoint: Option<(u64, Model)> = None;
+    for op in ops.iter().cloned() {
         match op {
             Op::SetValue(k, n, v) => {
                 let i = job.route(k);
@@ -238,13 +374,27 @@ fn run(ops: Vec<Op>, kind: Kind) {
                         .iter()
                         .map(|b| SavepointReader::from_bytes(b.clone()).unwrap())
                         .collect();
-                    job = Job::new(p, job.kind, &sps);
+                    job = Job::new(p, job.kind, &sps, Arc::clone(&job.storage));
                     model = m.clone();
                 }
             }
             Op::Rescale(p) => {
                 let sps = job.savepoints();
-                job = Job::new(p, job.kind, &sps);
+                job = Job::new(p, job.kind, &sps, Arc::clone(&job.storage));
+            }
+            Op::Checkpoint => {
+                if let Some(id) = job.checkpoint() {
+                    latest_checkpoint = Some((id, model.clone()));
+                }
+            }
+            Op::RestoreCheckpoint(p, native) => {
+                if let Some((id, m)) = &latest_checkpoint {
+                    // Retention (the checkpointer's default) may have dropped it.
+                    if !checkpoint_parts(&job.storage, *id).unwrap().is_empty() {
+                        job = job.restore_checkpoint(*id, p, native);
+                        model = m.clone();
+                    }
+                }
             }
         }
     }
@@ -260,7 +410,7 @@ proptest! {
 
     #[test]
     fn heap_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
-        run(ops, Kind::Heap);
+        run(&ops, Kind::Heap);
     }
 }
 
@@ -270,6 +420,37 @@ proptest! {
 
     #[test]
     fn lsm_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
-        run(ops, Kind::Lsm);
+        run(&ops, Kind::Lsm);
+    }
+}
+
+/// Sequences run on every backend by `every_backend_matches_one_model`.
+static SEQUENCES: AtomicU64 = AtomicU64::new(0);
+
+proptest! {
+    // 16 cases by default (each runs on every backend); PROPTEST_CASES overrides (long-checks: 10,000).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(16),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn every_backend_matches_one_model(ops in proptest::collection::vec(op(), 1..60)) {
+        for kind in KINDS {
+            run(&ops, *kind);
+        }
+        let n = SEQUENCES.fetch_add(1, Ordering::Relaxed) + 1;
+        let cases: u64 = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+        if n == cases {
+            // The last case of a passing run (a failing one panics first and shrinks).
+            println!(
+                "campaign model:every_backend sequences={n} backends={} checkpoints={} \
+                 native_restores={} savepoint_restores={} differences=0",
+                KINDS.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join("+"),
+                CHECKPOINTS.load(Ordering::Relaxed),
+                NATIVE_RESTORES.load(Ordering::Relaxed),
+                SAVEPOINT_RESTORES.load(Ordering::Relaxed),
+            );
+        }
     }
 }

@@ -92,8 +92,9 @@ impl WriteBatch {
         self.bytes
     }
 
-    /// Encodes the batch with its first sequence number.
-    pub(crate) fn encode(&self, seqno: u64) -> Vec<u8> {
+    /// Encodes the batch with its first sequence number (the WAL record payload).
+    #[doc(hidden)]
+    pub fn encode(&self, seqno: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(12 + self.bytes);
         put_u64(&mut out, seqno);
         put_u32(&mut out, self.ops.len() as u32);
@@ -106,7 +107,8 @@ impl WriteBatch {
     }
 
     /// Decodes an encoded batch into its first sequence number and the batch.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
+    #[doc(hidden)]
+    pub fn decode(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
         let mut r = ByteReader::new(bytes);
         let seqno = r.u64()?;
         let count = r.u32()?;

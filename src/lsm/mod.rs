@@ -26,19 +26,23 @@ pub mod filter;
 pub(crate) mod flush;
 pub mod ingest;
 pub mod iter;
+#[cfg(all(test, loom))]
+mod loom_tests;
 #[doc(hidden)]
 pub mod manifest;
 pub(crate) mod memtable;
 pub mod merge;
 pub mod options;
 pub mod prefix;
-pub(crate) mod rangedel;
+#[doc(hidden)]
+pub mod rangedel;
 #[doc(hidden)]
 pub mod record_log;
 pub(crate) mod skiplist;
 pub mod snapshot;
 pub(crate) mod state;
 pub mod storage;
+pub(crate) mod sync;
 pub(crate) mod version;
 pub(crate) mod wal;
 

@@ -13,7 +13,7 @@ pub(crate) const PROP_RANGE_DELS: &str = "ks.range_dels";
 
 /// One range tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RangeTombstone {
+pub struct RangeTombstone {
     /// First user key deleted.
     pub start: Vec<u8>,
     /// First user key after the deleted range.
@@ -34,7 +34,7 @@ impl RangeTombstone {
 }
 
 /// The largest seqno `<= snapshot` of a tombstone covering `key`, 0 if none.
-pub(crate) fn max_covering<'a>(
+pub fn max_covering<'a>(
     tombs: impl IntoIterator<Item = &'a RangeTombstone>,
     key: &[u8],
     snapshot: u64,
@@ -48,7 +48,7 @@ pub(crate) fn max_covering<'a>(
 }
 
 /// Encodes tombstones as `count u32 | (slen u32, start, elen u32, end, seqno u64)*`, little-endian.
-pub(crate) fn encode(tombs: &[RangeTombstone]) -> Vec<u8> {
+pub fn encode(tombs: &[RangeTombstone]) -> Vec<u8> {
     let mut out = Vec::new();
     put_u32(&mut out, tombs.len() as u32);
     for t in tombs {
@@ -60,7 +60,7 @@ pub(crate) fn encode(tombs: &[RangeTombstone]) -> Vec<u8> {
 }
 
 /// Decodes [`encode`]'s output.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<RangeTombstone>, DecodeError> {
+pub fn decode(bytes: &[u8]) -> Result<Vec<RangeTombstone>, DecodeError> {
     let mut r = ByteReader::new(bytes);
     let n = r.u32()? as usize;
     let mut out = Vec::with_capacity(n.min(1024));
@@ -70,12 +70,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<RangeTombstone>, DecodeError> {
         let seqno = r.u64()?;
         out.push(RangeTombstone { start, end, seqno });
     }
+    r.finish("range tombstones")?;
     Ok(out)
 }
 
 /// A non-overlapping fragmentation of tombstones visible at one snapshot, for iterators.
 #[derive(Debug, Default)]
-pub(crate) struct Fragments {
+pub struct Fragments {
     /// Sorted, disjoint `[start, end)` pieces with the max covering seqno.
     frags: Vec<(Vec<u8>, Vec<u8>, u64)>,
 }
@@ -193,5 +194,21 @@ mod tests {
             }
         }
         assert_eq!(decode(&encode(&ts)).unwrap(), ts);
+    }
+
+    #[test]
+    fn range_tombstones_with_trailing_bytes_are_rejected() {
+        // Found by the fuzz target `range_tombstones_decode` (its re-encoding check): bytes after the last
+        // tombstone were ignored, so a damaged property could decode as a shorter list without an error.
+        let mut bytes = encode(&[t(b"a", b"c", 7)]);
+        bytes.push(0);
+        assert!(matches!(
+            decode(&bytes),
+            Err(DecodeError::TrailingBytes { count: 1, .. })
+        ));
+        assert!(matches!(
+            decode(&[0, 0, 0, 0, 9]),
+            Err(DecodeError::TrailingBytes { count: 1, .. })
+        ));
     }
 }

@@ -26,7 +26,9 @@ use std::cmp::Ordering;
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, ManuallyDrop};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use crate::lsm::sync::{AtomicPtr, AtomicU64, AtomicUsize};
 
 use super::arena::Arena;
 use crate::prefetch::prefetch_read;

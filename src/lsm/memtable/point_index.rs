@@ -2,7 +2,9 @@
 //! doubling, rebuilt from the previous generation's slots and the list of nodes it left out, and swapped in
 //! whole (readers keep the generation they loaded; the epoch collector frees a replaced one).
 
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use crate::lsm::sync::AtomicU64;
 
 use super::epoch;
 use super::versions::Chain;

@@ -3,7 +3,9 @@
 //! for a read at a snapshot.
 
 use std::cmp::Ordering;
-use std::sync::atomic::{AtomicPtr, Ordering as AtomicOrdering};
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use crate::lsm::sync::AtomicPtr;
 
 use super::entry::MemEntry;
 use crate::lsm::arena::Arena;
