@@ -247,17 +247,26 @@ fn canonical_fixtures_import_every_entry_byte_for_byte() {
 }
 
 #[test]
-fn restoring_the_import_on_heap_and_lsm_gives_the_same_savepoint_bytes() {
+fn restoring_the_import_on_every_backend_gives_the_same_savepoint_bytes() {
     for fixture in ["hashmap-canonical-savepoint", "rocksdb-canonical-savepoint"] {
         let (bytes, import) = import_bytes(fixture);
         let config: BackendConfig = import.config().clone();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("import.sp");
         std::fs::write(&path, &bytes).unwrap();
-        let backends: Vec<Box<dyn StateBackend>> = vec![
+        #[allow(unused_mut)]
+        let mut backends: Vec<Box<dyn StateBackend>> = vec![
             Box::new(HeapBackend::new(config.clone()).unwrap()),
             Box::new(LsmBackend::temp(config.clone()).unwrap()),
         ];
+        #[cfg(feature = "rocksdb")]
+        backends.push(Box::new(
+            keyed_state::backend::rocksdb::RocksDbBackend::temporary(
+                config.clone(),
+                Default::default(),
+            )
+            .unwrap(),
+        ));
         for backend in backends {
             let name = backend.backend_name();
             let mut store = KeyedStateStore::new(backend, LongSerializer).unwrap();

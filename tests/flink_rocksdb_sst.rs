@@ -201,7 +201,7 @@ fn native_savepoint_and_final_checkpoint_import_to_the_canonical_savepoints_byte
 }
 
 #[test]
-fn restoring_the_native_import_on_heap_and_lsm_gives_the_same_savepoint_bytes() {
+fn restoring_the_native_import_on_every_backend_gives_the_same_savepoint_bytes() {
     for fixture in [
         "rocksdb-native-savepoint",
         "rocksdb-incremental-checkpoint/chk-2",
@@ -217,10 +217,19 @@ fn restoring_the_native_import_on_heap_and_lsm_gives_the_same_savepoint_bytes() 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("import.sp");
         std::fs::write(&path, &bytes).unwrap();
-        let backends: Vec<Box<dyn StateBackend>> = vec![
+        #[allow(unused_mut)]
+        let mut backends: Vec<Box<dyn StateBackend>> = vec![
             Box::new(HeapBackend::new(config.clone()).unwrap()),
             Box::new(LsmBackend::temp(config.clone()).unwrap()),
         ];
+        #[cfg(feature = "rocksdb")]
+        backends.push(Box::new(
+            keyed_state::backend::rocksdb::RocksDbBackend::temporary(
+                config.clone(),
+                Default::default(),
+            )
+            .unwrap(),
+        ));
         for backend in backends {
             let name = backend.backend_name();
             let mut store = KeyedStateStore::new(backend, LongSerializer).unwrap();

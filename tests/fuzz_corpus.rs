@@ -365,6 +365,46 @@ fn generate_fuzz_corpus() {
             fsn.add(&format!("{dir}-{i}-framed"), &framed);
         }
     }
+
+    // Flink's RocksDB SST files (the native savepoint and the incremental checkpoint fixtures), found by
+    // opening every file of those directories as an SST.
+    let flink_sst = Corpus::new("flink_rocksdb_sst");
+    for dir in [
+        "rocksdb-native-savepoint",
+        "rocksdb-incremental-checkpoint/chk-2",
+        "rocksdb-incremental-checkpoint/chk-3",
+        "rocksdb-incremental-checkpoint/shared",
+    ] {
+        let Ok(entries) = fs::read_dir(flink_fixture(dir)) else {
+            continue;
+        };
+        for e in entries {
+            let path = e.unwrap().path();
+            let bytes = fs::read(&path).unwrap_or_default();
+            if bytes.len() <= 64 << 10
+                && keyed_state::flink::sst::SstFile::open(&bytes, "seed").is_ok()
+            {
+                let name = path.file_name().unwrap().to_str().unwrap();
+                flink_sst.add(&format!("{}-{name}", dir.replace('/', "-")), &bytes);
+            }
+        }
+    }
+
+    // Heap checkpoint table files: an empty table, one entry, and a few hundred ascending entries.
+    let heap = Corpus::new("heap_table_decode");
+    for (i, n) in [0usize, 1, 300].into_iter().enumerate() {
+        let mut t = Vec::new();
+        keyed_state::checkpoint::heap_table::begin(&mut t);
+        for k in 0..n {
+            let key = (k as u64).to_be_bytes();
+            keyed_state::checkpoint::heap_table::push_entry(
+                &mut t,
+                &key,
+                format!("v{k}").as_bytes(),
+            );
+        }
+        heap.add(&format!("table{i}-{n}-entries"), &t);
+    }
 }
 
 #[test]
@@ -396,6 +436,12 @@ fn every_fuzz_target_has_a_seed_corpus() {
                 "checkpoint_metadata_decode" => CheckpointMetadata::decode(&bytes).is_ok(),
                 "flink_metadata" => keyed_state::flink::parse_metadata(&bytes, "seed").is_ok(),
                 "flink_snappy" => keyed_state::flink::snappy::decode_all(&bytes, "seed").is_ok(),
+                "flink_rocksdb_sst" => {
+                    keyed_state::flink::sst::SstFile::open(&bytes, "seed").is_ok()
+                }
+                "heap_table_decode" => {
+                    keyed_state::checkpoint::heap_table::decode(&bytes, &mut |_, _| Ok(())).is_ok()
+                }
                 _ => true,
             };
             assert!(ok, "{t}: seed {} no longer decodes", seed.display());
