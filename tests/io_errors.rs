@@ -181,6 +181,45 @@ fn after_a_failed_wal_fsync_writes_are_refused_until_resume_rolls_to_a_new_log()
 }
 
 #[test]
+fn a_failed_sync_of_the_closed_log_at_a_memtable_switch_stops_writes_until_resume() {
+    let fs = FaultFs::new();
+    // Per-write sync off: the closed log's sync at the switch is the only fsync of its records.
+    let db = Db::open(
+        dir(),
+        Options {
+            wal_sync: false,
+            ..opts(&fs, true)
+        },
+    )
+    .unwrap();
+    put_range(&db, 0..100);
+    fs.inject(Fault::once(Op::Sync, ".log", Effect::Eio));
+    // Writes fill the memtable until a writer's switch syncs the closed log and fails.
+    let big = vec![7u8; 4096];
+    let mut written = 0u32;
+    let e = loop {
+        match db.put(&key(1000 + written), &big) {
+            Ok(()) => written += 1,
+            Err(e) => break e,
+        }
+        assert!(written < 10_000, "no memtable switch");
+    };
+    assert_names(&e, ".log");
+    // Recorded as the error that stops writes (not retried on the same log), so resume can clear it.
+    let e = db.put(&key(100), &val(100)).unwrap_err();
+    assert!(matches!(e, LsmError::Background(_)), "{e}");
+    assert_eq!(db.get(&key(99)).unwrap().as_deref(), Some(&val(99)[..]));
+    db.resume().unwrap();
+    put_range(&db, 200..300);
+    let mut want = expect(0..100);
+    want.extend((0..written).map(|i| (key(1000 + i), big.clone())));
+    want.extend(expect(200..300));
+    assert_eq!(contents(&db), want);
+    db.flush().unwrap();
+    assert_eq!(crash_and_reopen(&fs, db, true), want);
+}
+
+#[test]
 fn after_a_short_wal_write_the_log_is_not_appended_to_and_a_crash_keeps_every_acknowledged_write() {
     let fs = FaultFs::new();
     let db = Db::open(dir(), opts(&fs, true)).unwrap();

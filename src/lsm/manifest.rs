@@ -110,6 +110,9 @@ impl ManifestWriter {
         w.file.write_all(&header).map_err(|e| io_err(&w.path, e))?;
         w.size = header.len() as u64;
         w.append(base)?;
+        // The manifest's entry and those of the files it names (the SSTs of a WAL replay, which reach the
+        // manifest through this base record, not `log_and_apply`) are durable before CURRENT points here.
+        super::io::sync_dir_on(storage, dir)?;
         set_current(storage, dir, number)?;
         Ok(w)
     }

@@ -120,6 +120,18 @@ impl State {
         self.changes.fetch_add(1, Ordering::Release);
     }
 
+    /// Records `e` as the error that stops writes until `Db::resume` (the first one recorded stays), and
+    /// returns the recorded error. The caller wakes waiters ([`DbInner::set_bg_error`] does both).
+    pub fn record_bg_error(&mut self, e: LsmError) -> Arc<LsmError> {
+        if let Some(first) = &self.bg_error {
+            return Arc::clone(first);
+        }
+        let e = Arc::new(e);
+        self.bg_error = Some(Arc::clone(&e));
+        self.note_change();
+        e
+    }
+
     /// What `make_room` leaves for the writer's fast path (see [`WriterState::mem`]): the current memtable
     /// and change count; nothing after a forced switch, which skips the checks (a deep L0 does not stop a
     /// flush), so the next write takes the slow path and makes them.
@@ -301,17 +313,7 @@ impl DbInner {
             // Recorded where it arose (and perhaps cleared by `Db::resume` since): never again.
             return recorded;
         }
-        let mut st = self.state.lock();
-        let recorded = match &st.bg_error {
-            Some(first) => Arc::clone(first),
-            None => {
-                let e = Arc::new(e);
-                st.bg_error = Some(Arc::clone(&e));
-                st.note_change();
-                e
-            }
-        };
-        drop(st);
+        let recorded = self.state.lock().record_bg_error(e);
         self.cv.notify_all();
         recorded
     }

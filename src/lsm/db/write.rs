@@ -9,7 +9,7 @@ use crate::lsm::ikey::ValueKind;
 use crate::lsm::memtable::MemTable;
 use crate::lsm::state::{DbInner, State, WriterState};
 use crate::lsm::version::{FileMeta, VersionEdit};
-use crate::lsm::wal::WalWriter;
+use crate::lsm::wal::{self, WalWriter};
 use crate::lsm::LsmError;
 
 use super::{Db, Result};
@@ -209,16 +209,26 @@ impl DbInner {
         let wal_number = if self.opts.wal {
             let n = self.new_file_number();
             w.wal = if create_wal {
-                // The log being closed is made durable first: only the newest log may end torn.
-                if let Some(old) = w.wal.as_mut() {
-                    old.sync()?;
+                // The log being closed is made durable first: only the newest log may end torn. A failed
+                // sync or a log that cannot be created stops writes until `Db::resume` (which flushes the
+                // memtables and starts a fresh log) or a reopen; a partly written new log is removed.
+                let created = match w.wal.as_mut().map_or(Ok(()), |old| old.sync()) {
+                    Ok(()) => {
+                        WalWriter::create(&*self.opts.storage, &self.dir, n, self.opts.wal_sync)
+                            .inspect_err(|_| {
+                                let _ = self.opts.storage.remove(&wal::wal_path(&self.dir, n));
+                            })
+                    }
+                    Err(e) => Err(e),
+                };
+                match created {
+                    Ok(wal) => Some(wal),
+                    Err(e) => {
+                        let recorded = st.record_bg_error(e);
+                        self.cv.notify_all();
+                        return Err(LsmError::Background(recorded));
+                    }
                 }
-                Some(WalWriter::create(
-                    &*self.opts.storage,
-                    &self.dir,
-                    n,
-                    self.opts.wal_sync,
-                )?)
             } else {
                 None
             };
