@@ -118,7 +118,7 @@ fn status_mib(name: &str) -> f64 {
 }
 
 /// Bytes this process caused to be written to storage (`/proc/self/io` `write_bytes`, counted when pages
-/// are dirtied; all threads, io_uring workers included). With the WAL off this is flush + compaction output
+/// are dirtied; all threads). With the WAL off this is flush + compaction output
 /// plus small metadata files: the same yardstick for both engines.
 fn io_write_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/io")

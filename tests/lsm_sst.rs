@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use keyed_state::lsm::cache::BlockCache;
 use keyed_state::lsm::ikey::{self, ValueKind};
-use keyed_state::lsm::io::{self, IoMode};
+use keyed_state::lsm::io;
 use keyed_state::lsm::prefix::{FixedPrefix, PrefixExtractor};
 use keyed_state::lsm::sst::format::{Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
 use keyed_state::lsm::sst::{
@@ -589,12 +589,12 @@ fn block_cache_stays_within_its_bound() {
     assert!(cache.usage() > cache.capacity() / 2);
 }
 
-fn write_with_mode(mode: IoMode) {
+#[test]
+fn an_sst_written_and_copied_reads_back_whole() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("1.sst");
     let model = sample_model(2000, 100);
-    let mut w = SstWriter::create_with_mode(&path, SstOptions::default(), None, mode).unwrap();
-    assert_eq!(w.io_mode(), mode);
+    let mut w = SstWriter::create(&path, SstOptions::default(), None).unwrap();
     for (k, v) in &model {
         w.add(&k.0, v).unwrap();
     }
@@ -606,7 +606,7 @@ fn write_with_mode(mode: IoMode) {
         meta.file_size
     );
     let copy = dir.path().join("2.sst");
-    assert_eq!(io::copy_file(&path, &copy, mode).unwrap(), meta.file_size);
+    assert_eq!(io::copy_file(&path, &copy).unwrap(), meta.file_size);
     let want: Vec<_> = model
         .iter()
         .map(|(k, v)| (k.0.clone(), v.clone()))
@@ -615,20 +615,6 @@ fn write_with_mode(mode: IoMode) {
         let r = SstReader::open(p, n, BlockCache::new(1 << 20)).unwrap();
         assert_eq!(scan_all(&r).unwrap(), want);
     }
-}
-
-#[test]
-fn plain_io_path() {
-    write_with_mode(IoMode::Plain);
-}
-
-#[test]
-fn io_uring_path() {
-    if !io::io_uring_available() {
-        println!("note: the kernel refuses io_uring here; the io_uring path is not exercised");
-        return;
-    }
-    write_with_mode(IoMode::IoUring);
 }
 
 /// Rough throughput numbers; run with `cargo test --release --test lsm_sst -- --ignored --nocapture`.

@@ -72,7 +72,7 @@ impl Db {
             let dst = sst_path(&target, f.info.number);
             let linked = storage.hard_link(&f.path, &dst).is_ok();
             if !linked {
-                io::copy_file_on(&*storage, &f.path, &dst, inner.opts.io_mode)?;
+                io::copy_file_on(&*storage, &f.path, &dst)?;
             }
             files.push(CheckpointFile {
                 number: f.info.number,

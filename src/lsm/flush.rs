@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use super::ikey;
-use super::io::IoMode;
 use super::memtable::MemTable;
 use super::rangedel::{self, RangeDelCollector, PROP_RANGE_DELS};
 use super::sst::PropertiesCollector;
@@ -86,7 +85,6 @@ impl<'a> Outputs<'a> {
                 &sst_path(&self.db.dir, number),
                 self.db.opts.sst.clone(),
                 Some(Box::new(Collectors(collectors))),
-                IoMode::Auto,
             )?;
             self.cur = Some((w, number));
         }

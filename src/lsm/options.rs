@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::filter::CompactionFilterFactory;
-use super::io::IoMode;
 use super::merge::MergeOperator;
 use super::snapshot::Snapshot;
 use super::sst::SstOptions;
@@ -56,8 +55,6 @@ pub struct Options {
     pub merge_operator: Option<Arc<dyn MergeOperator>>,
     /// The compaction filter factory (default: none).
     pub compaction_filter_factory: Option<Arc<dyn CompactionFilterFactory>>,
-    /// I/O mode for file copies (default auto).
-    pub io_mode: IoMode,
     /// Nice increment of the flush and compaction threads (Linux; default 5, 0 keeps the caller's priority).
     /// Background work then yields the CPU to the threads that read and write when cores are short, and
     /// catches up when they idle; write stalls (memtables or L0 full) bound how far it can fall behind.
@@ -100,7 +97,6 @@ impl Default for Options {
             wal_recovery: WalRecovery::Strict,
             merge_operator: None,
             compaction_filter_factory: None,
-            io_mode: IoMode::Auto,
             background_nice: 5,
             auto_compaction: true,
             create_if_missing: true,

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::lsm::coding::put_u32;
 use crate::lsm::ikey::{self, ValueKind};
-use crate::lsm::io::{FileWriter, IoMode};
+use crate::lsm::io::FileWriter;
 use crate::lsm::storage::StorageHandle;
 use crate::lsm::LsmError;
 
@@ -43,33 +43,21 @@ pub struct SstWriter {
 }
 
 impl SstWriter {
-    /// Creates a new file at `path` (which must not exist), writing through [`IoMode::Auto`].
+    /// Creates a new file at `path` (which must not exist).
     pub fn create(
         path: &Path,
         options: SstOptions,
         collector: Option<Box<dyn PropertiesCollector>>,
     ) -> Result<Self, LsmError> {
-        Self::create_with_mode(path, options, collector, IoMode::Auto)
+        Self::create_on(&StorageHandle::os(), path, options, collector)
     }
 
-    /// Creates a new file at `path` (which must not exist), writing through the given I/O mode.
-    pub fn create_with_mode(
-        path: &Path,
-        options: SstOptions,
-        collector: Option<Box<dyn PropertiesCollector>>,
-        mode: IoMode,
-    ) -> Result<Self, LsmError> {
-        Self::create_on(&StorageHandle::os(), path, options, collector, mode)
-    }
-
-    /// Creates a new file at `path` of `storage` (which must not exist), writing through the given I/O mode
-    /// when `storage` is the real file system.
+    /// Creates a new file at `path` of `storage` (which must not exist).
     pub fn create_on(
         storage: &StorageHandle,
         path: &Path,
         mut options: SstOptions,
         collector: Option<Box<dyn PropertiesCollector>>,
-        mode: IoMode,
     ) -> Result<Self, LsmError> {
         options.block_size = options.block_size.clamp(64, 64 << 20);
         options.restart_interval = options.restart_interval.clamp(1, 1 << 16);
@@ -83,7 +71,7 @@ impl SstWriter {
         {
             options.prefix_extractor = None;
         }
-        let out = FileWriter::create_on(&**storage, path, mode, crate::lsm::io::DEFAULT_BUFFER)?;
+        let out = FileWriter::create_on(&**storage, path, crate::lsm::io::DEFAULT_BUFFER)?;
         Ok(SstWriter {
             storage: storage.clone(),
             path: path.to_path_buf(),
@@ -104,11 +92,6 @@ impl SstWriter {
                 ..SstProperties::default()
             },
         })
-    }
-
-    /// The I/O mode in use ([`IoMode::IoUring`] or [`IoMode::Plain`]).
-    pub fn io_mode(&self) -> IoMode {
-        self.out.mode()
     }
 
     fn input_err(&self, detail: String) -> LsmError {

@@ -3,7 +3,7 @@
 //! and `CURRENT`, directory syncs, renames, deletes, listings and the directory lock.
 //!
 //! [`OsStorage`] (the default) is the real file system. It hands out plain [`File`]s
-//! ([`NewFile::Os`]), so the writers keep their io_uring and `write(2)` paths and the SST reader keeps its
+//! ([`NewFile::Os`]), so the writers keep their `write(2)` paths and the SST reader keeps its
 //! memory map: the hot paths (WAL append, SST block reads) branch on an enum once per call, as before, and
 //! make no dynamic call. Any other implementation ([`fault::FaultFs`], the fault-injecting one for tests)
 //! hands out [`NewFile::Other`] boxes and in-memory images behind the same byte-slice interface.
