@@ -1,18 +1,22 @@
-//! Loom model checks of the memtable's lock-free structures: its skiplist, its key version chains and its
-//! point index's slots, with the single writer and a concurrent reader. Built only with `--cfg loom`, which
-//! swaps the atomics of those structures for loom's (`crate::lsm::sync`); loom then runs each model under
-//! every interleaving and every weak-memory outcome the C++11 model allows for them, exhaustively (the models
-//! are small enough to need no preemption bound; `LOOM_MAX_PREEMPTIONS` sets one). `--no-default-features`
-//! leaves out the `s3` feature, whose hyper-util does not build against tokio's `cfg(loom)` mode:
+//! Loom model checks of the memtable's lock-free structures: its skiplist, its key version chains, its point
+//! index's slots and the index's growth, with the single writer and a concurrent reader. Built only with
+//! `--cfg loom`, which swaps the atomics of those structures for loom's (`crate::lsm::sync`); loom then runs
+//! each model under every interleaving and every weak-memory outcome the C++11 model allows for them,
+//! exhaustively (the models are small enough to need no preemption bound; `LOOM_MAX_PREEMPTIONS` sets one).
+//! `--no-default-features` leaves out the `s3` feature, whose hyper-util does not build against tokio's
+//! `cfg(loom)` mode:
 //!
 //! ```sh
 //! RUSTFLAGS="--cfg loom" cargo test --release --no-default-features --lib loom_
 //! ```
 //!
-//! The point index's generation swap (growth) is not modelled: the current generation is published through
-//! crossbeam-epoch's `Atomic`, whose std atomics loom cannot see, so loom reports every read of a new
-//! generation as unordered after its creation. Growth under readers is tested with real threads
-//! (`readers_find_every_published_key_while_the_index_grows_under_them`) and by `tests/lsm_stress.rs`.
+//! The point index's growth is modelled too: under `cfg(loom)` the current generation is published through a
+//! loom `AtomicPtr` (`memtable::index_cell`, with the orderings of the normal build, whose crossbeam-epoch
+//! `Atomic` loom cannot see), so loom checks the order between building a generation, re-placing its entries
+//! and publishing it; replaced generations are kept until the table drops (crossbeam's reclamation is not what
+//! these models check). Growth under many readers and keys is also tested with real threads
+//! (`readers_find_every_published_key_while_the_index_grows_under_them`) and by `tests/lsm_stress.rs`. The
+//! writer's fast path past the state lock has its own models (`loom_fast_path`).
 //!
 //! The reader learns what the writer finished through a loom atomic (`done`, Release after each insert,
 //! Acquire before reading): whatever was inserted before the value it reads must be found, with its value;
@@ -32,7 +36,7 @@ use super::skiplist::SkipList;
 
 /// Runs `f` under loom (every execution, unless `LOOM_MAX_PREEMPTIONS` bounds them); prints the campaign
 /// line with the number of executions explored.
-fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+pub(super) fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
     let b = loom::model::Builder::new();
     let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = Arc::clone(&runs);
@@ -196,4 +200,67 @@ fn loom_memtable_cursor_scans_in_order_beside_the_writer() {
         }
         reader.join().unwrap();
     });
+}
+
+/// What the reader of a growth model sees of `key`: its versions' seqnos and values, newest first.
+fn lookup(m: &MemTable, key: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    let guard = epoch::pin();
+    m.versions(key, u64::MAX, &guard)
+        .map(|(s, _, v)| (s, v.to_vec()))
+        .collect()
+}
+
+/// A model of the point index's growth: `before` keys are added before the reader starts, then the writer
+/// adds `during` (announcing each through `done`, Release) while the reader looks every key up twice
+/// (each lookup loads the current generation anew, so a reader may hold the old, the new or both in turn).
+/// Key `i` has seqno `i + 1` and value `[b'v', i]`. Every key announced before a lookup is found with its one
+/// version; no other version and no absent key is ever found.
+fn growth_model(index_slots: usize, before: usize, during: usize, growths: u64) {
+    let key = |i: usize| [b'k', i as u8];
+    let value = |i: usize| vec![b'v', i as u8];
+    let m = Arc::new(MemTable::with_index_slots(index_slots));
+    for i in 0..before {
+        m.add(i as u64 + 1, ValueKind::Put, &key(i), &value(i));
+    }
+    let done = Arc::new(AtomicUsize::new(before));
+    let reader = {
+        let (m, done) = (Arc::clone(&m), Arc::clone(&done));
+        thread::spawn(move || {
+            for _round in 0..2 {
+                let upto = done.load(Acquire);
+                for i in 0..before + during {
+                    let got = lookup(&m, &key(i));
+                    if i < upto {
+                        assert_eq!(got, vec![(i as u64 + 1, value(i))], "announced key {i}");
+                    } else {
+                        assert!(
+                            got.is_empty() || got == vec![(i as u64 + 1, value(i))],
+                            "key {i} invented: {got:?}"
+                        );
+                    }
+                }
+                assert!(lookup(&m, b"absent").is_empty(), "an absent key found");
+            }
+        })
+    };
+    for i in before..before + during {
+        m.add(i as u64 + 1, ValueKind::Put, &key(i), &value(i));
+        done.store(i + 1, Release);
+    }
+    reader.join().unwrap();
+    assert_eq!(m.index_growth_stats().0, growths, "the model's growths");
+}
+
+#[test]
+fn loom_point_index_readers_find_announced_keys_across_two_growths() {
+    // From 2 slots: the second key grows the index to 4 slots (re-placing 2 keys), the third to 8
+    // (re-placing 3), both while the reader looks up.
+    model("point_index_two_growths", || growth_model(2, 1, 2, 2));
+}
+
+#[test]
+fn loom_point_index_readers_find_announced_keys_across_a_growth_from_the_smallest_index() {
+    // The smallest index a real table starts with (8 slots): the sixth key grows it to 16 (re-placing 6
+    // keys) while the reader looks up; the seventh goes into the new generation.
+    model("point_index_growth_8", || growth_model(8, 5, 2, 1));
 }

@@ -22,10 +22,13 @@ pub mod batch;
 pub mod checkpoint;
 pub(crate) mod compaction;
 pub mod db;
+pub(crate) mod fast_path;
 pub mod filter;
 pub(crate) mod flush;
 pub mod ingest;
 pub mod iter;
+#[cfg(all(test, loom))]
+mod loom_fast_path;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[doc(hidden)]

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use super::cache::BlockCache;
+use super::fast_path::{self, FastPathEntry};
 use super::manifest::{self, ManifestWriter};
 use super::memtable::{MemTable, SpareIndex};
 use super::options::Options;
@@ -86,7 +87,7 @@ pub(crate) struct State {
     /// Counts the changes a writer's fast path must notice (see [`WriterState::mem`]): bumped, under this
     /// lock, by every change of `mem`, `imm` or `version`, and by `bg_error` and `shutting_down`. Shared with
     /// [`DbInner::state_changes`], which writers read without the lock.
-    pub changes: Arc<AtomicU64>,
+    pub changes: Arc<crate::lsm::sync::AtomicU64>,
     /// Checkpoints waiting for the version installed by the flush of one memtable
     /// ([`Db::begin_checkpoint`](super::db::Db::begin_checkpoint)).
     pub captures: Vec<Capture>,
@@ -117,7 +118,7 @@ impl State {
 
     /// Records a change that may stop writes or change the memtable (call with the lock held).
     pub fn note_change(&self) {
-        self.changes.fetch_add(1, Ordering::Release);
+        fast_path::note_change(&self.changes);
     }
 
     /// Records `e` as the error that stops writes until `Db::resume` (the first one recorded stays), and
@@ -135,8 +136,8 @@ impl State {
     /// What `make_room` leaves for the writer's fast path (see [`WriterState::mem`]): the current memtable
     /// and change count; nothing after a forced switch, which skips the checks (a deep L0 does not stop a
     /// flush), so the next write takes the slow path and makes them.
-    pub(crate) fn fast_path_entry(&self, force_switch: bool) -> Option<(u64, Arc<MemTable>)> {
-        (!force_switch).then(|| (self.changes.load(Ordering::Relaxed), Arc::clone(&self.mem)))
+    pub(crate) fn fast_path_entry(&self, force_switch: bool) -> Option<FastPathEntry<MemTable>> {
+        (!force_switch).then(|| FastPathEntry::record(&self.changes, &self.mem))
     }
 }
 
@@ -149,14 +150,17 @@ pub(crate) struct WriterState {
     /// count moves, nothing `make_room` checks has changed but the memtable's size, and only the writer (who
     /// holds this) switches memtables: a write that finds the count unchanged and the table not full goes
     /// straight into it, without the state lock ([`DbInner::fast_mem`]).
-    pub mem: Option<(u64, Arc<MemTable>)>,
+    pub mem: Option<FastPathEntry<MemTable>>,
 }
 
 impl WriterState {
     /// The memtable [`DbInner::room_for_write`] left for the write.
     #[inline]
     pub(crate) fn memtable(&self) -> Result<&MemTable> {
-        self.mem.as_ref().map(|(_, m)| &**m).ok_or(LsmError::Closed)
+        self.mem
+            .as_ref()
+            .map(FastPathEntry::mem)
+            .ok_or(LsmError::Closed)
     }
 }
 
@@ -200,7 +204,7 @@ pub(crate) struct DbInner {
     /// Running totals for [`DbStats`](super::db::DbStats).
     pub counters: Counters,
     /// The same counter as [`State::changes`], read by writers without the state lock.
-    pub state_changes: Arc<AtomicU64>,
+    pub state_changes: Arc<crate::lsm::sync::AtomicU64>,
 }
 
 impl DbInner {
@@ -213,7 +217,7 @@ impl DbInner {
         next_file: u64,
         last_seqno: u64,
     ) -> DbInner {
-        let state_changes = Arc::new(AtomicU64::new(0));
+        let state_changes = fast_path::new_counter();
         DbInner {
             dir,
             cache,

@@ -117,10 +117,8 @@ impl DbInner {
     /// write that took the lock just before the change would have missed it too.
     #[inline]
     pub(crate) fn fast_mem<'w>(&self, w: &'w WriterState) -> Option<&'w MemTable> {
-        let (seen, mem) = w.mem.as_ref()?;
-        (*seen == self.state_changes.load(Ordering::Acquire)
-            && mem.approximate_bytes() < self.opts.memtable_size)
-            .then_some(&**mem)
+        let mem = w.mem.as_ref()?.get(&self.state_changes)?;
+        (mem.approximate_bytes() < self.opts.memtable_size).then_some(mem)
     }
 
     /// Makes sure `w.mem` holds the memtable the next write goes into: the recorded one if

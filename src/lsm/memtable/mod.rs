@@ -19,6 +19,7 @@
 mod accounting;
 mod cursor;
 mod entry;
+mod index_cell;
 mod key_filter;
 mod point_index;
 mod versions;
@@ -35,6 +36,7 @@ use self::accounting::{arena_chunk_size, charge_node, charge_version};
 pub(crate) use self::cursor::MemCursor;
 use self::entry::key_word;
 pub(crate) use self::entry::MemEntry;
+use self::index_cell::IndexCell;
 use self::key_filter::KeyFilter;
 pub(crate) use self::point_index::key_hash;
 use self::point_index::{IndexTable, Probe, MIN_INDEX_SLOTS, START_BYTES_PER_SLOT};
@@ -55,8 +57,8 @@ pub(crate) struct MemTable {
     list: SkipList<Chain>,
     /// Point index, grown by the writer (doubling, rebuilt from its slots) and swapped in whole: readers keep
     /// using the generation they loaded, which is freed through the epoch collector once none can hold it
-    /// (the current one by the table's `Drop`, in [`point_index`]).
-    index: epoch::Atomic<IndexTable>,
+    /// (the current one when the table is dropped; [`index_cell`]).
+    index: IndexCell,
     /// Slots taken in the current index generation (writer only).
     index_used: AtomicUsize,
     /// Index growths so far, and the microseconds the writer spent in them.
@@ -153,7 +155,7 @@ impl MemTable {
         Self {
             list: SkipList::new(Arena::new(arena_chunk_size(capacity_bytes))),
             bytes: AtomicUsize::new(index.bytes() + new_keys.bytes()),
-            index: epoch::Atomic::new(index),
+            index: IndexCell::new(index),
             index_used: AtomicUsize::new(0),
             index_growths: AtomicU64::new(0),
             index_growth_micros: AtomicU64::new(0),

@@ -217,28 +217,14 @@ fn prefetch_node(addr: u64) {
     prefetch_read(p.wrapping_add(48));
 }
 
-/// Frees the current index generation (the table's other parts free themselves).
-impl Drop for MemTable {
-    fn drop(&mut self) {
-        // `epoch::Atomic` frees nothing when dropped: free the current index generation here (the replaced
-        // ones went to the epoch collector in `grow_index`).
-        // SAFETY: `&mut self` means no borrow of the table is alive, and every reference into an index
-        // generation is tied to such a borrow (`MemTable::index`), so no thread can read this generation
-        // any more; the pointer was made from an `Owned` (`with_capacity` or `grow_index`) and is taken out
-        // of the table (replaced by null) before it is freed, once.
-        unsafe {
-            let guard = epoch::unprotected();
-            let current = self
-                .index
-                .swap(epoch::Shared::null(), AtomicOrdering::Relaxed, guard);
-            if !current.is_null() {
-                drop(current.into_owned());
-            }
-        }
-    }
-}
-
 impl MemTable {
+    /// A table whose index starts with `slots` slots and grows as any table's does (model checks of the
+    /// growth: from 2 slots, the second and third keys each make it grow).
+    #[cfg(all(test, loom))]
+    pub(crate) fn with_index_slots(slots: usize) -> Self {
+        Self::with_index(0, 0, IndexTable::new(slots))
+    }
+
     /// A table whose index has exactly `slots` slots and never grows (tests of a full probe window).
     #[cfg(test)]
     fn with_fixed_index(slots: usize) -> Self {
@@ -246,12 +232,7 @@ impl MemTable {
         let t = IndexTable::new(slots);
         m.bytes
             .store(t.bytes() + m.new_keys.bytes(), AtomicOrdering::Relaxed);
-        let guard = epoch::pin();
-        let old = m
-            .index
-            .swap(epoch::Owned::new(t), AtomicOrdering::AcqRel, &guard);
-        // SAFETY: `old` is unreachable from the new table, no reader has seen it yet.
-        unsafe { guard.defer_destroy(old) };
+        m.index.replace(t, &epoch::pin());
         m.index_frozen.store(true, AtomicOrdering::Relaxed);
         m
     }
@@ -268,11 +249,7 @@ impl MemTable {
     /// The current index generation.
     #[inline]
     pub(super) fn index<'g>(&'g self, guard: &'g epoch::Guard) -> Option<&'g IndexTable> {
-        // SAFETY: the pointer is either the table's initial generation or one stored by `grow_index`; a
-        // generation replaced by `grow_index` is destroyed through `defer_destroy`, only after every guard
-        // pinned before the swap (like `guard`) is gone, and the current one is freed by `MemTable::drop`,
-        // which cannot run while this borrow of the table lives.
-        unsafe { self.index.load(AtomicOrdering::Acquire, guard).as_ref() }
+        self.index.load(guard)
     }
 
     /// Slots of the current point index (a size hint for the next table).
@@ -336,15 +313,7 @@ impl MemTable {
         drop(left_out);
         let added = new.bytes().saturating_sub(old.bytes());
         self.index_used.store(used, AtomicOrdering::Relaxed);
-        let prev = self
-            .index
-            .swap(epoch::Owned::new(new), AtomicOrdering::AcqRel, guard);
-        // SAFETY: `prev` was the current generation and is no longer reachable from `self.index`; readers
-        // that loaded it hold guards pinned before this point, and `defer_destroy` waits for them.
-        unsafe { guard.defer_destroy(prev) };
-        // Hand the old generation to the global queue now: a thread-local bag is only flushed when it holds 64
-        // deferred items, and until then the generation (megabytes) would stay allocated.
-        guard.flush();
+        self.index.replace(new, guard);
         self.bytes.fetch_add(added, AtomicOrdering::Relaxed);
         self.index_growths.fetch_add(1, AtomicOrdering::Relaxed);
         self.index_growth_micros.fetch_add(
