@@ -45,6 +45,12 @@ struct Table {
     rows: UnsafeCell<Rows>,
 }
 
+// SAFETY: the rows are only reached through loom's `UnsafeCell`, which reports any two accesses from different
+// threads that are not ordered (the property the models check), as a real memtable's atomics order its own.
+unsafe impl Send for Table {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Table {}
+
 impl Table {
     fn new() -> Arc<Self> {
         Arc::new(Table {

@@ -78,7 +78,9 @@ impl Drop for IndexCell {
 pub(super) struct IndexCell {
     /// The current generation (from `Box::into_raw`).
     current: crate::lsm::sync::AtomicPtr<IndexTable>,
-    /// The replaced generations, freed with the cell (readers of the model may still hold them).
+    /// The replaced generations, freed with the cell (readers of the model may still hold them). Boxed so
+    /// that a generation stays where readers found it while the vector grows.
+    #[allow(clippy::vec_box)]
     retired: std::sync::Mutex<Vec<Box<IndexTable>>>,
 }
 
