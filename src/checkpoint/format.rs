@@ -1,17 +1,21 @@
-//! The checkpoint metadata file (`chk-<id>/<instance>/_metadata`, version 2; version 1 still decodes): byte
-//! layout in `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
+//! The checkpoint metadata file (`chk-<id>/<instance>/_metadata`, version 3 when a file has bounds, else
+//! version 2; version 1 still decodes): byte layout in `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
 
 use super::CheckpointError;
 use crate::backend::{BackendConfig, BackendSnapshot, StateId};
 use crate::keygroup::{KeyGroup, KeyGroupRange};
+use crate::lsm::bounds::KeyBounds;
 use crate::meta::StateMetaInfo;
 use crate::savepoint::{SavepointReader, WriteOptions};
 use crate::serializer::SerializerSnapshot;
 
 /// The first eight bytes of every metadata file.
 pub const MAGIC: [u8; 8] = *b"KSCKPT\0\x01";
-/// The format version this build writes.
-pub const FORMAT_VERSION: u16 = 2;
+/// The newest format version this build writes (version 3 adds the bounded SST file kind; metadata
+/// without bounded files is written as version 2, byte for byte what builds without bounds wrote).
+pub const FORMAT_VERSION: u16 = 3;
+/// The version of metadata holding no bounded file.
+pub const UNBOUNDED_FORMAT_VERSION: u16 = 2;
 /// The oldest format version this build reads (version 1: LSM files only, no file kinds).
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 const PREAMBLE_LEN: usize = 16;
@@ -68,6 +72,9 @@ pub enum FileKind {
     },
     /// A file the backend restores under this name (RocksDB: `MANIFEST-000005`, `OPTIONS-000007`, `CURRENT`).
     Named(String),
+    /// An SST file (`NNNNNN.sst`, LSM only, format version 3) that the engine reads only inside these user-key
+    /// bounds.
+    BoundedSst(KeyBounds),
 }
 
 /// One object in checkpoint storage that a checkpoint references.
@@ -221,11 +228,27 @@ impl CheckpointMetadata {
                     b.push(2);
                     put_str(&mut b, name, "file name")?;
                 }
+                FileKind::BoundedSst(bounds) => {
+                    b.push(3);
+                    put_u32(&mut b, bounds.lo.len(), "bounds lo")?;
+                    b.extend_from_slice(&bounds.lo);
+                    put_u32(&mut b, bounds.hi.len(), "bounds hi")?;
+                    b.extend_from_slice(&bounds.hi);
+                }
             }
         }
+        let version = if self
+            .files
+            .iter()
+            .any(|f| matches!(f.kind, FileKind::BoundedSst(_)))
+        {
+            FORMAT_VERSION
+        } else {
+            UNBOUNDED_FORMAT_VERSION
+        };
         let mut out = Vec::with_capacity(PREAMBLE_LEN + b.len() + CHECKSUM_LEN);
         out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         put_u32(&mut out, b.len(), "metadata body")?;
         out.extend_from_slice(&b);
@@ -361,7 +384,8 @@ impl CheckpointMetadata {
                 kind: FileKind::Sst,
             };
             if version >= 2 {
-                f.kind = decode_file_kind(&mut r, backend, &key_group_range, states.len())?;
+                f.kind =
+                    decode_file_kind(&mut r, version, backend, &key_group_range, states.len())?;
             }
             let Some(o) = objects.get(f.object as usize) else {
                 return Err(meta_err(
@@ -453,6 +477,7 @@ impl CheckpointMetadata {
 /// key-group range and the number of states.
 fn decode_file_kind(
     r: &mut Reader<'_>,
+    version: u16,
     backend: BackendKind,
     range: &KeyGroupRange,
     states: usize,
@@ -492,11 +517,31 @@ fn decode_file_kind(
             }
             FileKind::Named(name)
         }
-        k => return Err(meta_err(at, format!("unknown file kind {k}"))),
+        3 if version >= 3 => {
+            let n = r.u32("bounds lo length")? as usize;
+            let lo = r.bytes(n, "bounds lo")?.to_vec();
+            let n = r.u32("bounds hi length")? as usize;
+            let hi = r.bytes(n, "bounds hi")?.to_vec();
+            let bounds = KeyBounds::new(lo, hi);
+            if bounds.is_empty() {
+                return Err(meta_err(
+                    at,
+                    format!("empty file bounds {:02x?}..{:02x?}", bounds.lo, bounds.hi),
+                ));
+            }
+            FileKind::BoundedSst(bounds)
+        }
+        k => {
+            return Err(meta_err(
+                at,
+                format!("unknown file kind {k} in format version {version}"),
+            ))
+        }
     };
     let fits = matches!(
         (&kind, backend),
         (FileKind::Sst, BackendKind::Lsm | BackendKind::RocksDb)
+            | (FileKind::BoundedSst(_), BackendKind::Lsm)
             | (FileKind::Table { .. }, BackendKind::Heap)
             | (FileKind::Named(_), BackendKind::RocksDb)
     );
