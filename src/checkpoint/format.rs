@@ -813,6 +813,63 @@ mod tests {
         m
     }
 
+    /// `sample()` with its second file read only inside bounds: format version 3.
+    fn bounded_sample() -> CheckpointMetadata {
+        let mut m = sample();
+        m.files[1].kind = FileKind::BoundedSst(KeyBounds::new(vec![0, 0, 3], vec![0, 0, 40]));
+        m
+    }
+
+    /// `bytes` with the version field set to `v` and the checksum recomputed.
+    fn relabel(bytes: &[u8], v: u16) -> Vec<u8> {
+        let mut b = bytes[..bytes.len() - CHECKSUM_LEN].to_vec();
+        b[8..10].copy_from_slice(&v.to_le_bytes());
+        let sum = xxhash_rust::xxh3::xxh3_64(&b);
+        b.extend_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn bounded_files_are_version_3_and_every_byte_flip_or_cut_of_one_is_an_error() {
+        let m = bounded_sample();
+        let bytes = m.encode().unwrap();
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 3);
+        assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m);
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            assert!(CheckpointMetadata::decode(&b).is_err(), "flip at {i}");
+            assert!(
+                CheckpointMetadata::decode(&bytes[..i]).is_err(),
+                "cut at {i}"
+            );
+        }
+        // Metadata without bounded files is version 2, as before bounds existed.
+        let plain = sample().encode().unwrap();
+        assert_eq!(u16::from_le_bytes([plain[8], plain[9]]), 2);
+    }
+
+    #[test]
+    fn a_bounded_file_outside_version_3_or_the_lsm_backend_or_with_empty_bounds_is_rejected() {
+        let bytes = bounded_sample().encode().unwrap();
+        let e = CheckpointMetadata::decode(&relabel(&bytes, 2)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("unknown file kind 3 in format version 2"),
+            "{e}"
+        );
+        let mut m = bounded_sample();
+        m.backend = BackendKind::RocksDb;
+        let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("rocksdb backend"), "{e}");
+        for (lo, hi) in [(vec![0, 0, 9], vec![0, 0, 9]), (vec![1], vec![0])] {
+            let mut m = sample();
+            m.files[0].kind = FileKind::BoundedSst(KeyBounds::new(lo, hi));
+            let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+            assert!(e.to_string().contains("empty file bounds"), "{e}");
+        }
+    }
+
     fn fixture(name: &str) -> Vec<u8> {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/checkpoint")
@@ -838,10 +895,16 @@ mod tests {
             rocksdb_sample().encode().unwrap(),
         )
         .unwrap();
+        std::fs::write(
+            d.join("metadata_v3_lsm.bin"),
+            bounded_sample().encode().unwrap(),
+        )
+        .unwrap();
     }
 
     #[test]
-    fn every_format_versions_fixture_decodes_and_this_build_writes_version_2_bytes_exactly() {
+    fn every_format_versions_fixture_decodes_and_this_build_writes_versions_2_and_3_bytes_exactly()
+    {
         let v1 = fixture("metadata_v1_lsm.bin");
         assert_eq!(u16::from_le_bytes([v1[8], v1[9]]), 1);
         assert_eq!(CheckpointMetadata::decode(&v1).unwrap(), sample());
@@ -849,6 +912,7 @@ mod tests {
             ("metadata_v2_lsm.bin", sample()),
             ("metadata_v2_heap.bin", heap_sample()),
             ("metadata_v2_rocksdb.bin", rocksdb_sample()),
+            ("metadata_v3_lsm.bin", bounded_sample()),
         ] {
             let bytes = fixture(name);
             assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m, "{name}");
