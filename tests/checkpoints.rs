@@ -291,6 +291,7 @@ on_every_store!(
     instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale,
     rescale_and_rescale_back_adopt_every_instance_with_bounds,
     rescale_1_2_1_3_2_adopts_every_file_each_time_and_equals_the_model,
+    instances_with_tombstones_over_each_others_key_groups_are_adopted_without_hiding_keys,
     large_files_go_up_in_parts_and_come_back_whole,
 );
 
@@ -642,6 +643,57 @@ fn rescale_and_rescale_back_adopt_every_instance_with_bounds(storage: &Arc<Check
     let (mut one, info) = restore_reported(storage, 3, all());
     assert_eq!(info.adopted.len(), 2, "{info:?}");
     assert!(info.copied.is_empty(), "{info:?}");
+    check_instances(std::slice::from_mut(&mut one), &model);
+}
+
+/// Instances whose files hold range tombstones over each other's key groups (what a restore that clipped
+/// wrote, and what checkpoints of builds without bounds hold) are adopted on a rescale, and no tombstone
+/// reaches past its own instance's key groups: the other instance's older keys stay visible.
+fn instances_with_tombstones_over_each_others_key_groups_are_adopted_without_hiding_keys(
+    storage: &Arc<CheckpointStorage>,
+) {
+    let mut model = BTreeMap::new();
+    let mut a = fresh(storage, all(), 3);
+    for k in 0..3000 {
+        a.put(k, k);
+        model.insert(k, k);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    drop(a);
+    let mut two: Vec<Inst> = (0..2)
+        .map(|i| {
+            let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
+            let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+            let (mut backend, _) = restore_lsm(storage, 1, cfg.clone(), options()).unwrap();
+            // Tombstones over the other half, newer than every key of the checkpoint; the first half also
+            // deletes its last key group by one tombstone reaching into the second half's first.
+            backend.clip_to(range).unwrap();
+            if i == 0 {
+                backend.db().delete_range(&[0, 0, 7], &[0, 0, 9]).unwrap();
+            }
+            backend.db().flush().unwrap();
+            let engine = Some(backend.engine());
+            let (store, counter) = store_on(Box::new(backend));
+            let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default())
+                .unwrap();
+            Inst {
+                store,
+                counter,
+                ck,
+                engine,
+            }
+        })
+        .collect();
+    model.retain(|k, _| two[0].store.key_group_of(k).unwrap() != 7);
+    check_instances(&mut two, &model);
+    checkpoint_all(&mut two, 2);
+    drop(two);
+    let (mut one, info) = restore_reported(storage, 2, all());
+    assert_eq!(info.adopted.len(), 2, "{info:?}");
+    assert!(info.copied.is_empty(), "{info:?}");
+    check_instances(std::slice::from_mut(&mut one), &model);
+    one.engine.as_ref().unwrap().db().compact_all().unwrap();
     check_instances(std::slice::from_mut(&mut one), &model);
 }
 
