@@ -20,6 +20,9 @@
 //!    new range's entries into a fresh store); the RocksDB variant restores as Flink's RocksDB backend does
 //!    (`restore_rocksdb`: open the old database, clip it, copy the other instances' ranges in); the heap
 //!    backend reads the tables of its key groups (`restore_heap`).
+//!    On the LSM backend also 1 -> 2 -> 1: the halves of the first rescale, 1 % changed and checkpointed,
+//!    restored into one instance (the second step timed; `instances copied` says whether `restore_lsm`
+//!    adopted both or copied one).
 //! 4. The yardstick: LSM adoption against the RocksDB variant's Flink restore, same keys, same run.
 //!
 //! Times are wall-clock (`Instant`), one run each: the machine is shared, note its load beside the numbers.
@@ -292,6 +295,69 @@ fn copy_restore(
     dst
 }
 
+/// An LSM instance of `range` restored from checkpoint `id` (adopting the old instances' files).
+fn restored_instance(storage: &Arc<CheckpointStorage>, id: u64, range: KeyGroupRange) -> Instance {
+    let cfg = config(range);
+    let (b, _) = restore_lsm(storage, id, cfg.clone(), Options::default()).expect("restore");
+    let engine: Box<dyn EngineHandle> = Box::new(b.engine());
+    let mut store = KeyedStateStore::new(Box::new(b), LongSerializer).expect("store");
+    let state = store
+        .register_value(ValueStateDescriptor::new("payload", BytesSerializer))
+        .expect("state");
+    let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default())
+        .expect("checkpointer");
+    Instance {
+        store,
+        state,
+        engine: Some(engine),
+        ck,
+        range,
+    }
+}
+
+/// Rescale 1 -> 2 -> 1, the second step timed: the halves restored from checkpoint `last` of the single
+/// instance take 1 % changed keys and checkpoint `last + 1`, then one instance is restored from it. An
+/// instance restored by a rescale is adopted again when its files carry bounds, copied by `restore_lsm`
+/// otherwise; Flink's way (open each half, copy its entries) beside it.
+fn two_step_row(
+    storage: &Arc<CheckpointStorage>,
+    last: u64,
+    halves: &[KeyGroupRange],
+    keys: i64,
+    rng: &mut StdRng,
+) {
+    let mut step: Vec<Instance> = halves
+        .iter()
+        .map(|h| restored_instance(storage, last, *h))
+        .collect();
+    for k in (0..keys).step_by(100) {
+        let v = value(rng);
+        if let Some(i) = step.iter_mut().find(|i| i.owns(k)) {
+            i.put(k, &v);
+        }
+    }
+    for i in step.iter_mut() {
+        i.settle();
+        i.checkpoint(last + 1);
+    }
+    drop(step);
+    let all = KeyGroupRange::all(MAX_P);
+    let t = Instant::now();
+    let (b, files, copied) = restore(Kind::Lsm, storage, last + 1, all);
+    let adopt = t.elapsed();
+    drop(b);
+    let t = Instant::now();
+    let b = copy_restore(storage, last + 1, halves, all);
+    let copy = t.elapsed();
+    drop(b);
+    println!(
+        "| rescale 1 -> 2 -> 1, the second step | {:.1} | {files} | {copied} | {:.1} | {:.1}x |",
+        ms(adopt),
+        ms(copy),
+        copy.as_secs_f64() / adopt.as_secs_f64().max(1e-9)
+    );
+}
+
 /// Restore and rescale times of one backend (ms): same, 1 -> 2 (both instances), 2 -> 1.
 struct Restores {
     same: f64,
@@ -425,6 +491,9 @@ fn run_backend(kind: Kind, keys: i64, rng: &mut StdRng) -> Restores {
         ms(adopt)
     );
     let one_to_two = ms(adopt);
+    if kind == Kind::Lsm {
+        two_step_row(&storage, last, &halves, keys, rng);
+    }
     drop(one);
 
     // Two instances of a job, each holding only its own key groups, checkpointed once.

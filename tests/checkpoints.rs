@@ -289,7 +289,9 @@ on_every_store!(
     a_second_checkpoint_uploads_only_files_the_confirmed_one_lacks,
     fifty_checkpoints_of_one_tiny_flush_each_leave_few_objects,
     instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale,
-    rescale_adopts_files_and_clips_foreign_key_groups,
+    rescale_and_rescale_back_adopt_every_instance_with_bounds,
+    rescale_1_2_1_3_2_adopts_every_file_each_time_and_equals_the_model,
+    instances_with_tombstones_over_each_others_key_groups_are_adopted_without_hiding_keys,
     large_files_go_up_in_parts_and_come_back_whole,
 );
 
@@ -531,7 +533,62 @@ fn leftovers_of_a_crashed_run_go_when_the_instance_opens_again(
     assert_eq!(r.get(7), Some(7));
 }
 
-fn rescale_adopts_files_and_clips_foreign_key_groups(storage: &Arc<CheckpointStorage>) {
+/// An instance restored by `restore_lsm` for `range` of checkpoint `id`, with its restore report.
+fn restore_reported(
+    storage: &Arc<CheckpointStorage>,
+    id: u64,
+    range: KeyGroupRange,
+) -> (Inst, RestoreInfo) {
+    restore_reported_with(storage, id, range, options())
+}
+
+fn restore_reported_with(
+    storage: &Arc<CheckpointStorage>,
+    id: u64,
+    range: KeyGroupRange,
+    opts: Options,
+) -> (Inst, RestoreInfo) {
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+    let (backend, info) = restore_lsm(storage, id, cfg.clone(), opts).unwrap();
+    let engine = Some(backend.engine());
+    let (store, counter) = store_on(Box::new(backend));
+    let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default()).unwrap();
+    (
+        Inst {
+            store,
+            counter,
+            ck,
+            engine,
+        },
+        info,
+    )
+}
+
+/// Checkpoints every instance as `id` and confirms it.
+fn checkpoint_all(insts: &mut [Inst], id: u64) {
+    for x in insts.iter_mut() {
+        x.checkpoint(id);
+    }
+    for x in insts.iter_mut() {
+        x.ck.notify_complete(id).unwrap();
+    }
+}
+
+/// Every key of the model is where it belongs, with its value, and no instance holds more entries than
+/// its own key groups' (no foreign data is visible anywhere).
+fn check_instances(insts: &mut [Inst], model: &BTreeMap<i64, i64>) {
+    let mut owned = vec![0u64; insts.len()];
+    for (k, v) in model {
+        let i = insts.iter().position(|x| x.owns(*k)).unwrap();
+        owned[i] += 1;
+        assert_eq!(insts[i].get(*k), Some(*v), "key {k}");
+    }
+    for (x, n) in insts.iter_mut().zip(owned) {
+        assert_eq!(x.store.num_entries().unwrap(), n);
+    }
+}
+
+fn rescale_and_rescale_back_adopt_every_instance_with_bounds(storage: &Arc<CheckpointStorage>) {
     let mut model = BTreeMap::new();
     let mut a = fresh(storage, all(), 3);
     for k in 0..4000 {
@@ -540,13 +597,83 @@ fn rescale_adopts_files_and_clips_foreign_key_groups(storage: &Arc<CheckpointSto
     }
     a.checkpoint(1);
     a.ck.notify_complete(1).unwrap();
-    // 1 -> 2
+    // 1 -> 2: each new instance adopts the old one's files, bounded to its own key groups (no compaction
+    // here, so that its first checkpoint holds the adopted files as they are).
+    let quiet = Options {
+        auto_compaction: false,
+        ..options()
+    };
+    let mut two: Vec<Inst> = (0..2)
+        .map(|i| {
+            let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
+            let (x, info) = restore_reported_with(storage, 1, range, quiet.clone());
+            assert_eq!(info.adopted.len(), 1);
+            assert!(info.copied.is_empty());
+            x
+        })
+        .collect();
+    check_instances(&mut two, &model);
+    // Their checkpoints describe the adopted files with the bounds they are read under.
+    checkpoint_all(&mut two, 2);
+    let parts = keyed_state::checkpoint::checkpoint_parts(storage, 2).unwrap();
+    assert_eq!(parts.len(), 2);
+    for m in &parts {
+        assert!(!m.files.is_empty());
+        for f in &m.files {
+            let FileKind::BoundedSst(b) = &f.kind else {
+                panic!("{:?}", m.files)
+            };
+            // Engine keys: the state id, then the key group (one byte at max parallelism 16).
+            let start = m.key_group_range.start() as u8;
+            assert!(b.lo.as_slice() >= [0, 0, start].as_slice(), "{b:?}");
+            assert!(
+                b.hi.as_slice() <= [0, 0, start + m.key_group_range.len() as u8].as_slice(),
+                "{b:?}"
+            );
+        }
+    }
+    for k in 0..4000 {
+        let i = two.iter().position(|x| x.owns(k)).unwrap();
+        two[i].put(k, k + 1);
+        model.insert(k, k + 1);
+    }
+    checkpoint_all(&mut two, 3);
+    // 2 -> 1: both instances are clean, both adopted, nothing copied.
+    drop(a);
+    let (mut one, info) = restore_reported(storage, 3, all());
+    assert_eq!(info.adopted.len(), 2, "{info:?}");
+    assert!(info.copied.is_empty(), "{info:?}");
+    check_instances(std::slice::from_mut(&mut one), &model);
+}
+
+/// Instances whose files hold range tombstones over each other's key groups (what a restore that clipped
+/// wrote, and what checkpoints of builds without bounds hold) are adopted on a rescale, and no tombstone
+/// reaches past its own instance's key groups: the other instance's older keys stay visible.
+fn instances_with_tombstones_over_each_others_key_groups_are_adopted_without_hiding_keys(
+    storage: &Arc<CheckpointStorage>,
+) {
+    let mut model = BTreeMap::new();
+    let mut a = fresh(storage, all(), 3);
+    for k in 0..3000 {
+        a.put(k, k);
+        model.insert(k, k);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    drop(a);
     let mut two: Vec<Inst> = (0..2)
         .map(|i| {
             let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-            let (backend, info) = restore_lsm(storage, 1, cfg.clone(), options()).unwrap();
-            assert_eq!(info.adopted.len(), 1);
+            let (mut backend, _) = restore_lsm(storage, 1, cfg.clone(), options()).unwrap();
+            // Tombstones over the other half, newer than every key of the checkpoint; the first half also
+            // deletes its last key group by one tombstone reaching into the second half's first.
+            backend.clip_to(range).unwrap();
+            if i == 0 {
+                backend.db().delete_range(&[0, 0, 7], &[0, 0, 9]).unwrap();
+            }
+            backend.db().flush().unwrap();
+            let engine = Some(backend.engine());
             let (store, counter) = store_on(Box::new(backend));
             let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default())
                 .unwrap();
@@ -554,43 +681,78 @@ fn rescale_adopts_files_and_clips_foreign_key_groups(storage: &Arc<CheckpointSto
                 store,
                 counter,
                 ck,
-                engine: None,
+                engine,
             }
         })
         .collect();
-    for (k, v) in &model {
-        let i = two.iter().position(|x| x.owns(*k)).unwrap();
-        assert_eq!(two[i].get(*k), Some(*v), "key {k}");
-    }
-    for k in 0..4000 {
-        let i = two.iter().position(|x| x.owns(k)).unwrap();
-        two[i].put(k, k + 1);
-        model.insert(k, k + 1);
-    }
-    for x in two.iter_mut() {
-        x.checkpoint(2);
-    }
-    for x in two.iter_mut() {
-        x.ck.notify_complete(2).unwrap();
-    }
-    // 2 -> 1
-    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let (backend, info) = restore_lsm(storage, 2, cfg, options()).unwrap();
-    assert_eq!(info.adopted.len() + info.copied.len(), 2);
-    // The instances restored from the 1 -> 2 rescale still hold the other's key groups under their clip
-    // tombstones: the base is adopted, the other copied (design/checkpoints.md, "Restore").
-    assert_eq!(info.adopted.len(), 1, "{info:?}");
-    let (store, counter) = store_on(Box::new(backend));
-    let mut one = Inst {
-        store,
-        counter,
-        ck: a.ck,
-        engine: None,
+    model.retain(|k, _| two[0].store.key_group_of(k).unwrap() != 7);
+    check_instances(&mut two, &model);
+    checkpoint_all(&mut two, 2);
+    drop(two);
+    let (mut one, info) = restore_reported(storage, 2, all());
+    assert_eq!(info.adopted.len(), 2, "{info:?}");
+    assert!(info.copied.is_empty(), "{info:?}");
+    check_instances(std::slice::from_mut(&mut one), &model);
+    one.engine.as_ref().unwrap().db().compact_all().unwrap();
+    check_instances(std::slice::from_mut(&mut one), &model);
+}
+
+fn rescale_1_2_1_3_2_adopts_every_file_each_time_and_equals_the_model(
+    storage: &Arc<CheckpointStorage>,
+) {
+    let mut model = BTreeMap::new();
+    let mut insts = vec![fresh(storage, all(), 3)];
+    let mut id = 0u64;
+    let mut round = 0i64;
+    let mut write_round = |insts: &mut Vec<Inst>, model: &mut BTreeMap<i64, i64>| {
+        round += 1;
+        // Overwrite some keys, add new ones, and delete a few, in every instance.
+        for k in (0..3000)
+            .step_by(round as usize)
+            .chain(3000 * round..3000 * round + 500)
+        {
+            let i = insts.iter().position(|x| x.owns(k)).unwrap();
+            insts[i].put(k, k * 10 + round);
+            model.insert(k, k * 10 + round);
+        }
+        for k in (7..3000).step_by(97) {
+            let i = insts.iter().position(|x| x.owns(k)).unwrap();
+            let x = &mut insts[i];
+            x.store.set_current_key(&k).unwrap();
+            x.store.value(&x.counter).unwrap().clear().unwrap();
+            model.remove(&k);
+        }
     };
-    for (k, v) in &model {
-        assert_eq!(one.get(*k), Some(*v), "key {k}");
+    write_round(&mut insts, &mut model);
+    for parallelism in [2u32, 1, 3, 2] {
+        id += 1;
+        checkpoint_all(&mut insts, id);
+        let old = insts.len();
+        drop(std::mem::take(&mut insts));
+        let next: Vec<(Inst, RestoreInfo)> = (0..parallelism)
+            .map(|i| {
+                let range = key_group_range_for_operator(MAX_P, parallelism, i).unwrap();
+                restore_reported(storage, id, range)
+            })
+            .collect();
+        insts = Vec::new();
+        for (x, info) in next {
+            assert!(info.copied.is_empty(), "{old} -> {parallelism}: {info:?}");
+            assert_eq!(
+                info.adopted.len(),
+                info.parts.len(),
+                "{old} -> {parallelism}: {info:?}"
+            );
+            insts.push(x);
+        }
+        check_instances(&mut insts, &model);
+        write_round(&mut insts, &mut model);
+        // Compactions rewrite bounded files into plain ones on the way; the model still holds.
+        for x in insts.iter() {
+            x.engine.as_ref().unwrap().db().compact_all().unwrap();
+        }
+        check_instances(&mut insts, &model);
     }
-    assert_eq!(one.store.num_entries().unwrap(), model.len() as u64);
 }
 
 fn verify_names_a_missing_or_damaged_object_and_to_savepoint_restores_anywhere(

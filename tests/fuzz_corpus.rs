@@ -324,6 +324,48 @@ fn generate_fuzz_corpus() {
             ck.add(&format!("lsm-chk{id}-metadata"), &bytes);
         }
     }
+    // A rescale: half of the range restored from checkpoint 2 adopts the files with bounds; its checkpoint
+    // is metadata version 3 (bounded SST files) and its manifest holds bounded file records.
+    let half = KeyedStateStore::config_for(&LongSerializer, 128, KeyGroupRange::new(0, 31));
+    let quiet = Options {
+        auto_compaction: false,
+        ..LsmBackend::small_options()
+    };
+    let (restored, _) =
+        keyed_state::checkpoint::restore_lsm(&storage, 2, half.clone(), quiet).unwrap();
+    let manifests: Vec<PathBuf> = fs::read_dir(restored.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("MANIFEST-")
+        })
+        .collect();
+    for p in &manifests {
+        let bytes = fs::read(p).unwrap();
+        keyed_state::lsm::manifest::validate_manifest(&bytes, "seed").unwrap();
+        manifest.add("db-bounded-MANIFEST", &bytes);
+    }
+    let mut half_store = KeyedStateStore::new(Box::new(restored), LongSerializer).unwrap();
+    half_store
+        .register_value(ValueStateDescriptor::new("counter", LongSerializer))
+        .unwrap();
+    let half_ck =
+        Checkpointer::open(Arc::clone(&storage), &half, CheckpointOptions::default()).unwrap();
+    half_ck
+        .begin(3, half_store.backend_mut())
+        .unwrap()
+        .run()
+        .unwrap();
+    let parts = storage.list(&format!("chk-{:020}/", 3)).unwrap();
+    for (rel, _) in parts.iter().filter(|(r, _)| r.ends_with("_metadata")) {
+        let bytes = storage.get(rel).unwrap();
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 3);
+        CheckpointMetadata::decode(&bytes).unwrap();
+        ck.add("lsm-rescaled-chk3-metadata-v3", &bytes);
+    }
 
     // Flink's own files.
     let (fm, fks, fsn) = (

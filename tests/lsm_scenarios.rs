@@ -3,7 +3,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use keyed_state::lsm::adopt::{self, AdoptFile};
 use keyed_state::lsm::batch::WriteBatch;
+use keyed_state::lsm::bounds::KeyBounds;
 use keyed_state::lsm::db::Db;
 use keyed_state::lsm::filter::{
     CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
@@ -1466,4 +1468,225 @@ fn filters_written_by_another_extractor_are_ignored() {
     o.sst.bloom_bits_per_key = 0;
     let db = Db::open(dir.path(), o).unwrap();
     assert_eq!(group_scan(&db, 12).len(), 20);
+}
+
+// ---- Files with bounds: read and compacted as if they held only the keys inside ----
+
+/// Small files (several per level) with a 4-byte prefix filter.
+fn bounded_opts() -> Options {
+    let mut o = prefix_opts(Arc::new(FixedPrefix::new(4)));
+    o.target_file_size = 2 << 10;
+    o
+}
+
+/// Key `i` as 4-byte group `i / 100` then `i`, so that a prefix of 4 bytes selects one hundred keys.
+fn bkey(i: u32) -> Vec<u8> {
+    pkey(i / 100, i)
+}
+
+/// A database in `src` with puts of keys 0..500 (several files and levels), list appends to keys 140..160
+/// in a later file, and range tombstones [50, 170) and [190, 260) in files of their own; returns the model
+/// of what it holds.
+fn bounded_source(src: &std::path::Path) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut model = std::collections::BTreeMap::new();
+    let db = Db::open(src, bounded_opts()).unwrap();
+    for i in 0..500u32 {
+        let v = format!("v{i}").into_bytes();
+        db.put(&bkey(i), &v).unwrap();
+        model.insert(bkey(i), v);
+        if i % 125 == 124 {
+            db.flush().unwrap();
+        }
+    }
+    db.compact_all().unwrap();
+    for i in 140..160u32 {
+        db.merge(&bkey(i), b"m").unwrap();
+        let e = model.get_mut(&bkey(i)).unwrap();
+        e.extend_from_slice(b",m");
+    }
+    db.flush().unwrap();
+    db.delete_range(&bkey(50), &bkey(170)).unwrap();
+    db.put(&bkey(165), b"after").unwrap();
+    db.flush().unwrap();
+    db.delete_range(&bkey(190), &bkey(260)).unwrap();
+    db.flush().unwrap();
+    for i in (50..170).chain(190..260) {
+        model.remove(&bkey(i));
+    }
+    model.insert(bkey(165), b"after".to_vec());
+    db.close().unwrap();
+    model
+}
+
+/// Copies `src` as a checkpoint into `dst` and rewrites its manifest so that every file carries `bounds`.
+fn adopt_bounded(src: &std::path::Path, dst: &std::path::Path, bounds: &KeyBounds) -> usize {
+    let db = Db::open(src, bounded_opts()).unwrap();
+    let info = db.checkpoint(dst).unwrap();
+    db.close().unwrap();
+    std::fs::remove_file(&info.manifest).unwrap();
+    let files: Vec<AdoptFile> = info
+        .files
+        .iter()
+        .map(|f| AdoptFile {
+            level: f.level,
+            number: f.number,
+            bounds: Some(bounds.clone()),
+        })
+        .collect();
+    assert!(files.len() >= 6, "{files:?}");
+    adopt::write_bounded_manifest(dst, &files, info.seqno, 4).unwrap()
+}
+
+fn model_in(
+    model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    lo: &[u8],
+    hi: &[u8],
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    model
+        .range(lo.to_vec()..hi.to_vec())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn check_bounded_reads(db: &Db, model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>) {
+    let (lo, hi) = (bkey(100), bkey(200));
+    let want = model_in(model, &lo, &hi);
+    assert!(want.len() > 20, "{}", want.len());
+    // Point reads: inside as the model, outside nothing.
+    for i in 0..500u32 {
+        let k = bkey(i);
+        let expect = if (100..200).contains(&i) {
+            model.get(&k).cloned()
+        } else {
+            None
+        };
+        assert_eq!(get(db, &k), expect, "key {i}");
+    }
+    // Full scans, scans with bounds, seeks below the bounds, prefix scans.
+    assert_eq!(scan(db, ReadOptions::default()), want);
+    let ro = ReadOptions {
+        lower_bound: Some(bkey(20)),
+        upper_bound: Some(bkey(180)),
+        ..ReadOptions::default()
+    };
+    assert_eq!(scan(db, ro), model_in(model, &lo, &bkey(180)));
+    let mut it = db.iter(ReadOptions::default());
+    it.seek(&bkey(3));
+    assert_eq!(it.key(), want[0].0.as_slice());
+    let last = &want[want.len() - 1].0;
+    it.seek(last);
+    assert!(it.valid() && it.key() == last.as_slice());
+    it.next();
+    assert!(!it.valid());
+    for (g, expect) in [(0u32, vec![]), (1, want.clone()), (2, vec![]), (4, vec![])] {
+        let ro = ReadOptions {
+            prefix: Some(g.to_be_bytes().to_vec()),
+            ..ReadOptions::default()
+        };
+        assert_eq!(scan(db, ro), expect, "prefix {g}");
+    }
+    // Snapshot reads see the same, and not the writes after them.
+    let snap = db.snapshot();
+    db.put(&bkey(180), b"later").unwrap();
+    assert_eq!(
+        db.get_at(&bkey(180), &snap).unwrap().map(|v| v.to_vec()),
+        model.get(&bkey(180)).cloned()
+    );
+    assert_eq!(db.get_at(&bkey(20), &snap).unwrap(), None);
+    let ro = ReadOptions {
+        snapshot: Some(&snap),
+        ..ReadOptions::default()
+    };
+    assert_eq!(scan(db, ro), want);
+    db.put(&bkey(180), &model[&bkey(180)]).unwrap();
+}
+
+#[test]
+fn bounded_files_read_and_scan_only_inside_their_bounds_and_survive_reopen() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let dst = dst.path().join("db");
+    let model = bounded_source(src.path());
+    let bounds = KeyBounds::new(bkey(100), bkey(200));
+    let named = adopt_bounded(src.path(), &dst, &bounds);
+    let db = Db::open(&dst, bounded_opts()).unwrap();
+    check_bounded_reads(&db, &model);
+    // The files keep their bounds in the manifest and in checkpoints.
+    let ck = tempfile::tempdir().unwrap();
+    let info = db.checkpoint(ck.path().join("c")).unwrap();
+    // The adopted files and the flush of the reads' writes.
+    assert_eq!(info.files.len(), named + 1);
+    assert!(info
+        .files
+        .iter()
+        .any(|f| f.bounds.as_ref() == Some(&bounds)));
+    assert!(info
+        .files
+        .iter()
+        .all(|f| f.bounds.is_none() || f.bounds.as_ref() == Some(&bounds)));
+    db.close().unwrap();
+    let db = Db::open(&dst, bounded_opts()).unwrap();
+    check_bounded_reads(&db, &model);
+    db.close().unwrap();
+    // So does the checkpoint of the bounded database.
+    let db = Db::open(ck.path().join("c"), bounded_opts()).unwrap();
+    check_bounded_reads(&db, &model);
+}
+
+#[test]
+fn bounded_files_compact_into_unbounded_files_without_the_keys_outside() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let dst = dst.path().join("db");
+    let model = bounded_source(src.path());
+    adopt_bounded(src.path(), &dst, &KeyBounds::new(bkey(100), bkey(200)));
+    let db = Db::open(&dst, bounded_opts()).unwrap();
+    // Keys written outside the bounds after the adoption are the database's own: compaction keeps them.
+    db.put(&bkey(300), b"new").unwrap();
+    let mut model = model;
+    model.retain(|k, _| k >= &bkey(100) && k < &bkey(200));
+    model.insert(bkey(300), b"new".to_vec());
+    db.compact_all().unwrap();
+    let ck = tempfile::tempdir().unwrap();
+    let info = db.checkpoint(ck.path().join("c")).unwrap();
+    assert!(!info.files.is_empty());
+    assert!(info.files.iter().all(|f| f.bounds.is_none()), "{info:?}");
+    assert_eq!(
+        scan(&db, ReadOptions::default()),
+        model_in(&model, &[], &[0xFF; 9])
+    );
+    db.close().unwrap();
+    // What the compacted files hold, read without any bounds: nothing outside (and the clipped tombstones
+    // still delete inside).
+    let plain = tempfile::tempdir().unwrap();
+    let plain = plain.path().join("db");
+    std::fs::create_dir_all(&plain).unwrap();
+    let mut files = Vec::new();
+    for f in &info.files {
+        std::fs::copy(&f.path, plain.join(f.path.file_name().unwrap())).unwrap();
+        files.push((f.level, f.number));
+    }
+    adopt::write_manifest(&plain, &files, info.seqno, 4).unwrap();
+    let db = Db::open(&plain, bounded_opts()).unwrap();
+    assert_eq!(
+        scan(&db, ReadOptions::default()),
+        model_in(&model, &[], &[0xFF; 9])
+    );
+    for i in (0..100u32).chain(200..300).chain(301..500) {
+        assert_eq!(get(&db, &bkey(i)), None, "key {i}");
+    }
+}
+
+#[test]
+fn a_bounded_file_with_nothing_inside_its_bounds_is_left_out() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let dst = dst.path().join("db");
+    bounded_source(src.path());
+    // Keys 600.. are in no file; the tombstones end before.
+    let named = adopt_bounded(src.path(), &dst, &KeyBounds::new(bkey(600), bkey(700)));
+    assert_eq!(named, 0);
+    let db = Db::open(&dst, bounded_opts()).unwrap();
+    assert_eq!(scan(&db, ReadOptions::default()), vec![]);
+    assert_eq!(db.stats().level_files.iter().sum::<usize>(), 0);
 }

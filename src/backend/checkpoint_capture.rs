@@ -13,6 +13,13 @@ use crate::keygroup::KeyGroup;
 pub enum FileSource {
     /// An immutable local SST file (`NNNNNN.sst` on restore).
     Sst(PathBuf),
+    /// An immutable local SST file that the engine reads only inside `bounds` (LSM).
+    BoundedSst {
+        /// Where it is.
+        path: PathBuf,
+        /// The user keys read of it.
+        bounds: crate::lsm::bounds::KeyBounds,
+    },
     /// The table of one (state, key group), serialized on demand by [`CapturedFiles::tables`].
     Table {
         /// The state id.

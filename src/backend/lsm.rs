@@ -227,9 +227,10 @@ impl LsmBackend {
         Ok(b)
     }
 
-    /// [`open_checkpoint`](Self::open_checkpoint) of a directory inside `tmp`, which the backend then owns
-    /// (removed when the backend and its snapshots are gone).
-    pub(crate) fn open_checkpoint_in_temp(
+    /// Opens a directory inside `tmp` (which the backend then owns: removed when the backend and its
+    /// snapshots are gone) whose files were adopted with bounds inside `config`'s key-group range: nothing
+    /// outside it is visible, so nothing is clipped.
+    pub(crate) fn open_adopted_in_temp(
         tmp: tempfile::TempDir,
         dir: &Path,
         config: BackendConfig,
@@ -238,10 +239,7 @@ impl LsmBackend {
     ) -> Result<Self> {
         let (options, prefixes) = Self::engine_options(options, &config, &states);
         let db = Db::open(dir, options)?;
-        let range = config.key_group_range;
-        let mut b = Self::from_db(config, states, db, prefixes, Some(tmp))?;
-        b.clip_to(range)?;
-        Ok(b)
+        Self::from_db(config, states, db, prefixes, Some(tmp))
     }
 
     /// The engine options the backend needs: its merge operator and its own prefix extractor with `states`
@@ -429,7 +427,13 @@ impl super::CheckpointCapture for LsmCapture {
                 number: f.number,
                 level: f.level,
                 size: f.size,
-                source: super::FileSource::Sst(f.path.clone()),
+                source: match &f.bounds {
+                    None => super::FileSource::Sst(f.path.clone()),
+                    Some(b) => super::FileSource::BoundedSst {
+                        path: f.path.clone(),
+                        bounds: b.clone(),
+                    },
+                },
             })
             .collect();
         Ok(super::CapturedFiles {

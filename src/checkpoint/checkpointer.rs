@@ -406,6 +406,7 @@ impl<'a> Batch<'a> {
 fn file_kind(s: &FileSource) -> FileKind {
     match s {
         FileSource::Sst(_) => FileKind::Sst,
+        FileSource::BoundedSst { bounds, .. } => FileKind::BoundedSst(bounds.clone()),
         FileSource::Table { state, key_group } => FileKind::Table {
             state: *state,
             key_group: *key_group,
@@ -587,9 +588,9 @@ impl PendingCheckpoint {
         let mut results: Vec<UploadResult<'_>> = Vec::new();
         for f in &new_files {
             let part = match &f.source {
-                FileSource::Sst(p) | FileSource::Named { path: p, .. } => {
-                    (UploadPart::File(p.clone()), f.size)
-                }
+                FileSource::Sst(p)
+                | FileSource::BoundedSst { path: p, .. }
+                | FileSource::Named { path: p, .. } => (UploadPart::File(p.clone()), f.size),
                 FileSource::Table { state, key_group } => {
                     let tables = captured.tables.as_ref().ok_or_else(|| {
                         CheckpointError::Invalid("a table file without its tables".into())

@@ -1,17 +1,21 @@
-//! The checkpoint metadata file (`chk-<id>/<instance>/_metadata`, version 2; version 1 still decodes): byte
-//! layout in `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
+//! The checkpoint metadata file (`chk-<id>/<instance>/_metadata`, version 3 when a file has bounds, else
+//! version 2; version 1 still decodes): byte layout in `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
 
 use super::CheckpointError;
 use crate::backend::{BackendConfig, BackendSnapshot, StateId};
 use crate::keygroup::{KeyGroup, KeyGroupRange};
+use crate::lsm::bounds::KeyBounds;
 use crate::meta::StateMetaInfo;
 use crate::savepoint::{SavepointReader, WriteOptions};
 use crate::serializer::SerializerSnapshot;
 
 /// The first eight bytes of every metadata file.
 pub const MAGIC: [u8; 8] = *b"KSCKPT\0\x01";
-/// The format version this build writes.
-pub const FORMAT_VERSION: u16 = 2;
+/// The newest format version this build writes (version 3 adds the bounded SST file kind; metadata
+/// without bounded files is written as version 2, byte for byte what builds without bounds wrote).
+pub const FORMAT_VERSION: u16 = 3;
+/// The version of metadata holding no bounded file.
+pub const UNBOUNDED_FORMAT_VERSION: u16 = 2;
 /// The oldest format version this build reads (version 1: LSM files only, no file kinds).
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
 const PREAMBLE_LEN: usize = 16;
@@ -68,6 +72,9 @@ pub enum FileKind {
     },
     /// A file the backend restores under this name (RocksDB: `MANIFEST-000005`, `OPTIONS-000007`, `CURRENT`).
     Named(String),
+    /// An SST file (`NNNNNN.sst`, LSM only, format version 3) that the engine reads only inside these user-key
+    /// bounds.
+    BoundedSst(KeyBounds),
 }
 
 /// One object in checkpoint storage that a checkpoint references.
@@ -221,11 +228,27 @@ impl CheckpointMetadata {
                     b.push(2);
                     put_str(&mut b, name, "file name")?;
                 }
+                FileKind::BoundedSst(bounds) => {
+                    b.push(3);
+                    put_u32(&mut b, bounds.lo.len(), "bounds lo")?;
+                    b.extend_from_slice(&bounds.lo);
+                    put_u32(&mut b, bounds.hi.len(), "bounds hi")?;
+                    b.extend_from_slice(&bounds.hi);
+                }
             }
         }
+        let version = if self
+            .files
+            .iter()
+            .any(|f| matches!(f.kind, FileKind::BoundedSst(_)))
+        {
+            FORMAT_VERSION
+        } else {
+            UNBOUNDED_FORMAT_VERSION
+        };
         let mut out = Vec::with_capacity(PREAMBLE_LEN + b.len() + CHECKSUM_LEN);
         out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         put_u32(&mut out, b.len(), "metadata body")?;
         out.extend_from_slice(&b);
@@ -361,7 +384,8 @@ impl CheckpointMetadata {
                 kind: FileKind::Sst,
             };
             if version >= 2 {
-                f.kind = decode_file_kind(&mut r, backend, &key_group_range, states.len())?;
+                f.kind =
+                    decode_file_kind(&mut r, version, backend, &key_group_range, states.len())?;
             }
             let Some(o) = objects.get(f.object as usize) else {
                 return Err(meta_err(
@@ -453,6 +477,7 @@ impl CheckpointMetadata {
 /// key-group range and the number of states.
 fn decode_file_kind(
     r: &mut Reader<'_>,
+    version: u16,
     backend: BackendKind,
     range: &KeyGroupRange,
     states: usize,
@@ -492,11 +517,31 @@ fn decode_file_kind(
             }
             FileKind::Named(name)
         }
-        k => return Err(meta_err(at, format!("unknown file kind {k}"))),
+        3 if version >= 3 => {
+            let n = r.u32("bounds lo length")? as usize;
+            let lo = r.bytes(n, "bounds lo")?.to_vec();
+            let n = r.u32("bounds hi length")? as usize;
+            let hi = r.bytes(n, "bounds hi")?.to_vec();
+            let bounds = KeyBounds::new(lo, hi);
+            if bounds.is_empty() {
+                return Err(meta_err(
+                    at,
+                    format!("empty file bounds {:02x?}..{:02x?}", bounds.lo, bounds.hi),
+                ));
+            }
+            FileKind::BoundedSst(bounds)
+        }
+        k => {
+            return Err(meta_err(
+                at,
+                format!("unknown file kind {k} in format version {version}"),
+            ))
+        }
     };
     let fits = matches!(
         (&kind, backend),
         (FileKind::Sst, BackendKind::Lsm | BackendKind::RocksDb)
+            | (FileKind::BoundedSst(_), BackendKind::Lsm)
             | (FileKind::Table { .. }, BackendKind::Heap)
             | (FileKind::Named(_), BackendKind::RocksDb)
     );
@@ -768,6 +813,63 @@ mod tests {
         m
     }
 
+    /// `sample()` with its second file read only inside bounds: format version 3.
+    fn bounded_sample() -> CheckpointMetadata {
+        let mut m = sample();
+        m.files[1].kind = FileKind::BoundedSst(KeyBounds::new(vec![0, 0, 3], vec![0, 0, 40]));
+        m
+    }
+
+    /// `bytes` with the version field set to `v` and the checksum recomputed.
+    fn relabel(bytes: &[u8], v: u16) -> Vec<u8> {
+        let mut b = bytes[..bytes.len() - CHECKSUM_LEN].to_vec();
+        b[8..10].copy_from_slice(&v.to_le_bytes());
+        let sum = xxhash_rust::xxh3::xxh3_64(&b);
+        b.extend_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn bounded_files_are_version_3_and_every_byte_flip_or_cut_of_one_is_an_error() {
+        let m = bounded_sample();
+        let bytes = m.encode().unwrap();
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 3);
+        assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m);
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x40;
+            assert!(CheckpointMetadata::decode(&b).is_err(), "flip at {i}");
+            assert!(
+                CheckpointMetadata::decode(&bytes[..i]).is_err(),
+                "cut at {i}"
+            );
+        }
+        // Metadata without bounded files is version 2, as before bounds existed.
+        let plain = sample().encode().unwrap();
+        assert_eq!(u16::from_le_bytes([plain[8], plain[9]]), 2);
+    }
+
+    #[test]
+    fn a_bounded_file_outside_version_3_or_the_lsm_backend_or_with_empty_bounds_is_rejected() {
+        let bytes = bounded_sample().encode().unwrap();
+        let e = CheckpointMetadata::decode(&relabel(&bytes, 2)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("unknown file kind 3 in format version 2"),
+            "{e}"
+        );
+        let mut m = bounded_sample();
+        m.backend = BackendKind::RocksDb;
+        let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("rocksdb backend"), "{e}");
+        for (lo, hi) in [(vec![0, 0, 9], vec![0, 0, 9]), (vec![1], vec![0])] {
+            let mut m = sample();
+            m.files[0].kind = FileKind::BoundedSst(KeyBounds::new(lo, hi));
+            let e = CheckpointMetadata::decode(&m.encode().unwrap()).unwrap_err();
+            assert!(e.to_string().contains("empty file bounds"), "{e}");
+        }
+    }
+
     fn fixture(name: &str) -> Vec<u8> {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/checkpoint")
@@ -793,10 +895,16 @@ mod tests {
             rocksdb_sample().encode().unwrap(),
         )
         .unwrap();
+        std::fs::write(
+            d.join("metadata_v3_lsm.bin"),
+            bounded_sample().encode().unwrap(),
+        )
+        .unwrap();
     }
 
     #[test]
-    fn every_format_versions_fixture_decodes_and_this_build_writes_version_2_bytes_exactly() {
+    fn every_format_versions_fixture_decodes_and_this_build_writes_versions_2_and_3_bytes_exactly()
+    {
         let v1 = fixture("metadata_v1_lsm.bin");
         assert_eq!(u16::from_le_bytes([v1[8], v1[9]]), 1);
         assert_eq!(CheckpointMetadata::decode(&v1).unwrap(), sample());
@@ -804,6 +912,7 @@ mod tests {
             ("metadata_v2_lsm.bin", sample()),
             ("metadata_v2_heap.bin", heap_sample()),
             ("metadata_v2_rocksdb.bin", rocksdb_sample()),
+            ("metadata_v3_lsm.bin", bounded_sample()),
         ] {
             let bytes = fixture(name);
             assert_eq!(CheckpointMetadata::decode(&bytes).unwrap(), m, "{name}");

@@ -1,16 +1,17 @@
-//! Restore and rescale from a checkpoint into an LSM backend by adopting the old instances' files
-//! (`design/checkpoints.md`, "Restore"), and turning a checkpoint into a unified savepoint.
+//! Restore and rescale from a checkpoint into an LSM backend by adopting the old instances' files with
+//! key bounds (`design/checkpoints.md`, "Restore"), and turning a checkpoint into a unified savepoint.
 
 use std::path::{Path, PathBuf};
 
-use super::format::{BackendKind, CheckpointMetadata};
+use super::format::{BackendKind, CheckpointMetadata, FileKind};
 use super::storage::CheckpointStorage;
 use super::tools::{checkpoint_id_of, list_completed, read_all_metadata};
 use super::CheckpointError;
 use crate::backend::lsm::{LsmBackend, STATE_PREFIX_LEN};
 use crate::backend::{BackendConfig, StateBackend};
 use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroupRange};
-use crate::lsm::adopt::{self, SstSummary};
+use crate::lsm::adopt::{self, AdoptFile, SstSummary};
+use crate::lsm::bounds::KeyBounds;
 use crate::lsm::options::Options;
 use crate::lsm::prefix::prefix_successor;
 use crate::savepoint::{write_savepoint, WriteOptions};
@@ -24,7 +25,7 @@ pub struct RestoreInfo {
     pub adopted: Vec<String>,
     /// Instances whose entries were copied (their files could not be adopted safely).
     pub copied: Vec<String>,
-    /// Files adopted.
+    /// Engine files adopted (a file holding several states' keys of the new range counts once per state).
     pub files_adopted: usize,
     /// Bytes fetched from storage (or linked on a local root).
     pub bytes_fetched: u64,
@@ -162,35 +163,38 @@ fn state_interval(sid: usize, range: KeyGroupRange, prefix_len: usize) -> (Vec<u
     (lo, hi)
 }
 
-/// Whether every key and tombstone of `s` lies within `range` of one state.
-fn file_is_clean(s: &SstSummary, range: KeyGroupRange, prefix_len: usize, states: usize) -> bool {
-    let Some(sid) = s.smallest.get(..STATE_PREFIX_LEN) else {
-        return false;
-    };
-    let sid = usize::from(u16::from_be_bytes([sid[0], sid[1]]));
-    if sid >= states {
-        return false;
-    }
-    let (lo, hi) = state_interval(sid, range, prefix_len);
-    let inside = |k: &[u8]| lo.as_slice() <= k && k < hi.as_slice();
-    inside(&s.smallest)
-        && inside(&s.largest)
-        && s.range_dels
-            .iter()
-            .all(|(a, b)| lo.as_slice() <= a.as_slice() && b.as_slice() <= hi.as_slice())
+/// Whether anything of `s` (keys or range tombstones) lies in `[lo, hi)`.
+fn file_meets(s: &SstSummary, lo: &[u8], hi: &[u8]) -> bool {
+    let keys = s.smallest.as_slice() < hi && lo <= s.largest.as_slice();
+    keys || s
+        .range_dels
+        .iter()
+        .any(|(a, b)| a.as_slice() < hi && lo < b.as_slice())
 }
 
-/// Whether anything of `s` (keys or tombstones) can touch `range` of any of `states` states.
-fn file_reaches(s: &SstSummary, range: KeyGroupRange, prefix_len: usize, states: usize) -> bool {
-    (0..states).any(|sid| {
-        let (lo, hi) = state_interval(sid, range, prefix_len);
-        let keys = s.smallest.as_slice() < hi.as_slice() && lo.as_slice() <= s.largest.as_slice();
-        let dels = s
-            .range_dels
-            .iter()
-            .any(|(a, b)| a.as_slice() < hi.as_slice() && lo.as_slice() < b.as_slice());
-        keys || dels
-    })
+/// The bounds under which file `s` of an instance is adopted for key groups `range` of `states` states:
+/// one per state that the file holds something of there (a file is cut at state boundaries, so nearly
+/// always one), each the state's interval of `range` cut to the file's recorded bounds `recorded`.
+fn adoption_bounds(
+    s: &SstSummary,
+    recorded: Option<&KeyBounds>,
+    range: KeyGroupRange,
+    prefix_len: usize,
+    states: usize,
+) -> Vec<KeyBounds> {
+    if range.is_empty() {
+        return Vec::new();
+    }
+    (0..states)
+        .filter_map(|sid| {
+            let (lo, hi) = state_interval(sid, range, prefix_len);
+            let b = match recorded {
+                Some(r) => r.intersect(&lo, &hi),
+                None => KeyBounds::new(lo, hi),
+            };
+            (!b.is_empty() && file_meets(s, &b.lo, &b.hi)).then_some(b)
+        })
+        .collect()
 }
 
 fn same_states(a: &CheckpointMetadata, b: &CheckpointMetadata) -> bool {
@@ -202,8 +206,9 @@ fn same_states(a: &CheckpointMetadata, b: &CheckpointMetadata) -> bool {
 }
 
 /// Restores the key groups of `config` from checkpoint `id` into a new LSM backend in a temporary directory:
-/// the files of every old instance whose range meets `config`'s are adopted as they are where that is safe,
-/// copied otherwise, and foreign key groups are clipped by range deletion.
+/// the files of every old instance whose range meets `config`'s are adopted as they are, each with bounds
+/// to the instance's key groups that `config` keeps (so nothing of other key groups is visible and the new
+/// instance holds no foreign data); an instance whose states differ from the base's is copied instead.
 pub fn restore_lsm(
     storage: &CheckpointStorage,
     id: u64,
@@ -228,7 +233,7 @@ pub fn restore_lsm(
         ..RestoreInfo::default()
     };
 
-    // Every part's files into its own staging directory, numbered 1.. there; summaries for the checks.
+    // Every part's files into its own staging directory, numbered 1.. there; summaries for the bounds.
     let mut staged: Vec<(PathBuf, Vec<SstSummary>)> = Vec::new();
     for (i, m) in parts.iter().enumerate() {
         let dir = tmp.path().join(format!("part-{i}"));
@@ -242,43 +247,54 @@ pub fn restore_lsm(
     }
     let base = &parts[0];
     let nstates = base.states.len();
-    let mut adopt_parts = vec![0usize];
-    let mut copy_parts = Vec::new();
-    for (i, m) in parts.iter().enumerate().skip(1) {
-        let clean = same_states(base, m)
-            && staged[i]
-                .1
-                .iter()
-                .all(|s| file_is_clean(s, m.key_group_range, prefix_len, nstates))
-            && !staged[0]
-                .1
-                .iter()
-                .any(|s| file_reaches(s, m.key_group_range, prefix_len, nstates));
-        if clean {
-            adopt_parts.push(i);
-        } else {
-            copy_parts.push(i);
-        }
-    }
+    // The state id is the engine-key prefix: instances with other state lists cannot share one engine.
+    let (adopt_parts, copy_parts): (Vec<usize>, Vec<usize>) =
+        (0..parts.len()).partition(|&i| same_states(base, &parts[i]));
     std::fs::create_dir_all(&db_dir).map_err(io(format!("creating {}", db_dir.display())))?;
     let mut next = 1u64;
-    let mut placed = Vec::new();
+    let mut placed: Vec<AdoptFile> = Vec::new();
     let mut last_seqno = 0;
     for &i in &adopt_parts {
         let m = &parts[i];
+        let keep = m.key_group_range.intersect(&target);
         last_seqno = last_seqno.max(m.seqno);
         for (k, f) in m.files.iter().enumerate() {
+            let recorded = match &f.kind {
+                FileKind::BoundedSst(b) => Some(b),
+                _ => None,
+            };
             let src = staged[i].0.join(format!("{:06}.sst", k + 1));
-            let dst = db_dir.join(format!("{next:06}.sst"));
-            std::fs::rename(&src, &dst).map_err(io(format!("moving {}", src.display())))?;
-            placed.push((usize::from(f.level), next));
-            next += 1;
+            let bounds = adoption_bounds(&staged[i].1[k], recorded, keep, prefix_len, nstates);
+            // One engine file per bounded piece; the pieces of one file share its bytes (hard links).
+            let mut first: Option<PathBuf> = None;
+            for b in bounds {
+                let dst = db_dir.join(format!("{next:06}.sst"));
+                match &first {
+                    None => std::fs::rename(&src, &dst)
+                        .map_err(io(format!("moving {}", src.display())))?,
+                    Some(p) => {
+                        if std::fs::hard_link(p, &dst).is_err() {
+                            std::fs::copy(p, &dst)
+                                .map_err(io(format!("copying {}", p.display())))?;
+                        }
+                    }
+                }
+                first.get_or_insert(dst);
+                placed.push(AdoptFile {
+                    level: usize::from(f.level),
+                    number: next,
+                    bounds: Some(b),
+                });
+                next += 1;
+            }
         }
         info.adopted.push(m.instance.clone());
+        // What was not adopted (files holding nothing of the new range) goes now, not with the backend.
+        let _ = std::fs::remove_dir_all(&staged[i].0);
     }
-    info.files_adopted = placed.len();
-    adopt::write_manifest(&db_dir, &placed, last_seqno, options.num_levels)?;
-    let mut backend = LsmBackend::open_checkpoint_in_temp(
+    info.files_adopted =
+        adopt::write_bounded_manifest(&db_dir, &placed, last_seqno, options.num_levels)?;
+    let mut backend = LsmBackend::open_adopted_in_temp(
         tmp,
         &db_dir,
         config.clone(),
@@ -301,13 +317,21 @@ fn copy_part(
     target: KeyGroupRange,
     options: &Options,
 ) -> Result<(), CheckpointError> {
-    let placed: Vec<(usize, u64)> = m
+    // The part's files as its instance read them: with their recorded bounds.
+    let placed: Vec<AdoptFile> = m
         .files
         .iter()
         .enumerate()
-        .map(|(k, f)| (usize::from(f.level), k as u64 + 1))
+        .map(|(k, f)| AdoptFile {
+            level: usize::from(f.level),
+            number: k as u64 + 1,
+            bounds: match &f.kind {
+                FileKind::BoundedSst(b) => Some(b.clone()),
+                _ => None,
+            },
+        })
         .collect();
-    adopt::write_manifest(dir, &placed, m.seqno, options.num_levels)?;
+    adopt::write_bounded_manifest(dir, &placed, m.seqno, options.num_levels)?;
     let range = m.key_group_range.intersect(&target);
     let mut cfg = m.backend_config();
     cfg.key_group_range = range;

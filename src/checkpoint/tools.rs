@@ -177,7 +177,9 @@ pub fn verify(
 /// How a report names a file of a checkpoint.
 fn file_label(f: &super::FileRef) -> String {
     match &f.kind {
-        super::FileKind::Sst => format!("file {:06}.sst", f.number),
+        super::FileKind::Sst | super::FileKind::BoundedSst(_) => {
+            format!("file {:06}.sst", f.number)
+        }
         super::FileKind::Table { state, key_group } => {
             format!(
                 "table of state {state} key group {key_group} (file {})",

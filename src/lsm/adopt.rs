@@ -1,11 +1,14 @@
 //! Adopting SST files: a database directory built from existing files (downloaded or linked from a
-//! checkpoint), at the levels they had, with a manifest written for them. The files are used as they are.
+//! checkpoint), at the levels they had, with a manifest written for them. The files are used as they are;
+//! a file may be given bounds, and the database then reads only its keys inside them.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use super::bounds::{bounded_extent, KeyBounds};
 use super::cache::BlockCache;
 use super::manifest::ManifestWriter;
-use super::rangedel::{self, PROP_RANGE_DELS};
+use super::rangedel::{self, RangeTombstone, PROP_RANGE_DELS};
 use super::sst::SstReader;
 use super::version::{sst_path, FileInfo, VersionEdit};
 use super::LsmError;
@@ -24,9 +27,18 @@ pub struct SstSummary {
 }
 
 fn read_info(path: &Path, number: u64) -> Result<(FileInfo, Vec<(Vec<u8>, Vec<u8>)>), LsmError> {
+    let (info, _, dels) = open_info(path, number)?;
+    Ok((info, dels.into_iter().map(|t| (t.start, t.end)).collect()))
+}
+
+/// Opens the file and reads what the manifest records of it (unbounded) and its range tombstones.
+fn open_info(
+    path: &Path,
+    number: u64,
+) -> Result<(FileInfo, Arc<SstReader>, Vec<RangeTombstone>), LsmError> {
     let reader = SstReader::open(path, number, BlockCache::new(1 << 20))?;
     let props = reader.properties();
-    let dels = match props.user.iter().find(|(k, _)| k == PROP_RANGE_DELS) {
+    let dels: Vec<RangeTombstone> = match props.user.iter().find(|(k, _)| k == PROP_RANGE_DELS) {
         Some((_, v)) => rangedel::decode(v).map_err(|d| LsmError::Corruption {
             file: path.display().to_string(),
             detail: format!("range tombstone property: {d}"),
@@ -41,8 +53,50 @@ fn read_info(path: &Path, number: u64) -> Result<(FileInfo, Vec<(Vec<u8>, Vec<u8
         largest: props.largest.clone(),
         min_seqno: props.min_seqno,
         max_seqno,
+        bounds: None,
     };
-    Ok((info, dels.into_iter().map(|t| (t.start, t.end)).collect()))
+    Ok((info, reader, dels))
+}
+
+/// What the manifest records of the file at `path` read inside `bounds`: its bounded key range, or no
+/// bounds when everything of it lies inside anyway; `None` when nothing of it lies inside.
+fn bounded_info(
+    path: &Path,
+    number: u64,
+    bounds: Option<&KeyBounds>,
+) -> Result<Option<FileInfo>, LsmError> {
+    let (mut info, reader, dels) = open_info(path, number)?;
+    let Some(b) = bounds else {
+        return Ok(Some(info));
+    };
+    let all_inside = b.contains(info.smallest_user())
+        && b.contains(info.largest_user())
+        && dels
+            .iter()
+            .all(|t| b.lo <= t.start && t.end.as_slice() <= b.hi.as_slice());
+    if all_inside {
+        return Ok(Some(info));
+    }
+    Ok(
+        bounded_extent(&reader, b, &dels)?.map(|(smallest, largest)| {
+            info.smallest = smallest;
+            info.largest = largest;
+            info.bounds = Some(b.clone());
+            info
+        }),
+    )
+}
+
+/// One file to adopt: its level, its number (the file is `NNNNNN.sst` in the directory) and the user keys
+/// the database reads of it (`None`: all of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdoptFile {
+    /// The level it goes to.
+    pub level: usize,
+    /// Its file number.
+    pub number: u64,
+    /// The user keys `[lo, hi)` read of it.
+    pub bounds: Option<KeyBounds>,
 }
 
 /// Opens the SST file at `path` (checking its footer, index and properties) and summarises it.
@@ -65,20 +119,49 @@ pub fn write_manifest(
     last_seqno: u64,
     num_levels: usize,
 ) -> Result<(), LsmError> {
+    let files: Vec<AdoptFile> = files
+        .iter()
+        .map(|&(level, number)| AdoptFile {
+            level,
+            number,
+            bounds: None,
+        })
+        .collect();
+    write_bounded_manifest(dir, &files, last_seqno, num_levels).map(|_| ())
+}
+
+/// [`write_manifest`] of files that may carry bounds: the database reads a bounded file only inside its
+/// bounds (its key range, for the level checks, is what it holds there). A file holding nothing inside its
+/// bounds is left out (and removed by the first open). Returns the number of files the manifest names.
+pub fn write_bounded_manifest(
+    dir: &Path,
+    files: &[AdoptFile],
+    last_seqno: u64,
+    num_levels: usize,
+) -> Result<usize, LsmError> {
     let mut added = Vec::with_capacity(files.len());
     let mut max_seq = last_seqno;
     let mut max_number = 0;
-    for &(level, number) in files {
+    for f in files {
+        let (level, number) = (f.level, f.number);
         if level >= num_levels {
             return Err(LsmError::InvalidArgument(format!(
                 "file {number} at level {level}, but the database has {num_levels} levels"
             )));
         }
-        let (info, _) = read_info(&sst_path(dir, number), number)?;
-        max_seq = max_seq.max(info.max_seqno);
+        if f.bounds.as_ref().is_some_and(|b| b.is_empty()) {
+            return Err(LsmError::InvalidArgument(format!(
+                "file {number} has empty bounds"
+            )));
+        }
         max_number = max_number.max(number);
+        let Some(info) = bounded_info(&sst_path(dir, number), number, f.bounds.as_ref())? else {
+            continue;
+        };
+        max_seq = max_seq.max(info.max_seqno);
         added.push((level as u32, info));
     }
+    let count = added.len();
     for level in 1..num_levels as u32 {
         let mut l: Vec<&FileInfo> = added
             .iter()
@@ -105,5 +188,5 @@ pub fn write_manifest(
     };
     ManifestWriter::create(&super::storage::OsStorage, dir, max_number + 1, &edit)?;
     super::io::sync_dir(dir)?;
-    Ok(())
+    Ok(count)
 }

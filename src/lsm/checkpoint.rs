@@ -25,6 +25,8 @@ pub struct CheckpointFile {
     pub path: PathBuf,
     /// Whether it was hard-linked (false: copied).
     pub linked: bool,
+    /// The user keys the file is read as holding (`None`: all of it).
+    pub bounds: Option<super::bounds::KeyBounds>,
 }
 
 /// What a checkpoint holds.
@@ -80,6 +82,7 @@ impl Db {
                 size: f.info.size,
                 path: dst,
                 linked,
+                bounds: f.info.bounds.clone(),
             });
         }
         let mut edit = inner.snapshot_edit(&version, Some(0));
@@ -107,6 +110,8 @@ pub struct CapturedFile {
     pub size: u64,
     /// Where the file is (kept on disk while the capture lives).
     pub path: PathBuf,
+    /// The user keys the file is read as holding (`None`: all of it).
+    pub bounds: Option<super::bounds::KeyBounds>,
 }
 
 /// The files holding exactly the writes up to a checkpoint's sequence number, kept on disk while this
@@ -209,6 +214,7 @@ impl PendingCheckpoint {
                 level,
                 size: f.info.size,
                 path: f.path.clone(),
+                bounds: f.info.bounds.clone(),
             })
             .collect();
         Ok(CapturedCheckpoint {

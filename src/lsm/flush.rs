@@ -141,6 +141,17 @@ pub(crate) fn open_file(
     number: u64,
     size_hint: u64,
 ) -> Result<Arc<FileMeta>, LsmError> {
+    open_recorded(db, number, size_hint, None)
+}
+
+/// Opens SST `number` as the manifest recorded it: with `recorded` bounds, the file is read only inside
+/// them and its key range is the recorded (bounded) one.
+pub(crate) fn open_recorded(
+    db: &DbInner,
+    number: u64,
+    size_hint: u64,
+    recorded: Option<&FileInfo>,
+) -> Result<Arc<FileMeta>, LsmError> {
     let path = sst_path(&db.dir, number);
     let reader = SstReader::open_on(&*db.opts.storage, &path, number, Arc::clone(&db.cache))?;
     let props = reader.properties();
@@ -155,13 +166,25 @@ pub(crate) fn open_file(
         0 => size_hint,
         s => s,
     };
-    let info = FileInfo {
-        number,
-        size,
-        smallest: props.smallest.clone(),
-        largest: props.largest.clone(),
-        min_seqno: props.min_seqno,
-        max_seqno: props.max_seqno,
+    let info = match recorded.filter(|r| r.bounds.is_some()) {
+        Some(r) => FileInfo {
+            number,
+            size,
+            smallest: r.smallest.clone(),
+            largest: r.largest.clone(),
+            min_seqno: props.min_seqno,
+            max_seqno: props.max_seqno,
+            bounds: r.bounds.clone(),
+        },
+        None => FileInfo {
+            number,
+            size,
+            smallest: props.smallest.clone(),
+            largest: props.largest.clone(),
+            min_seqno: props.min_seqno,
+            max_seqno: props.max_seqno,
+            bounds: None,
+        },
     };
     Ok(Arc::new(FileMeta::new(
         info,

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::bounds::ClampedIter;
 use super::ikey::{self, ValueKind};
 use super::memtable::{MemCursor, MemTable};
 use super::merge::MergeOperator;
@@ -91,14 +92,34 @@ impl InternalIterator for MemIter {
     }
 }
 
-/// A cursor over the non-overlapping, sorted files of one level (L1+), opening files lazily.
-pub(crate) struct LevelIter {
-    files: Vec<Arc<FileMeta>>,
-    idx: usize,
-    iter: Option<SstIter>,
+/// How a [`LevelIter`] opens a cursor over one of its files.
+pub(crate) trait FileCursor: InternalIterator + Sized {
+    /// A cursor over `f`, not positioned.
+    fn open(f: &FileMeta) -> Self;
 }
 
-impl LevelIter {
+impl FileCursor for SstIter {
+    #[inline]
+    fn open(f: &FileMeta) -> Self {
+        f.reader.iter()
+    }
+}
+
+impl FileCursor for ClampedIter {
+    fn open(f: &FileMeta) -> Self {
+        ClampedIter::new(&f.reader, f.info.bounds.as_ref())
+    }
+}
+
+/// A cursor over the non-overlapping, sorted files of one level (L1+), opening files lazily: plain file
+/// cursors (`SstIter`) for a level without bounded files, [`ClampedIter`]s for one with some.
+pub(crate) struct LevelIter<I: FileCursor = SstIter> {
+    files: Vec<Arc<FileMeta>>,
+    idx: usize,
+    iter: Option<I>,
+}
+
+impl<I: FileCursor> LevelIter<I> {
     pub fn new(files: Vec<Arc<FileMeta>>) -> Self {
         Self {
             files,
@@ -109,7 +130,7 @@ impl LevelIter {
 
     fn open(&mut self, idx: usize) {
         self.idx = idx;
-        self.iter = self.files.get(idx).map(|f| f.reader.iter());
+        self.iter = self.files.get(idx).map(|f| I::open(f));
     }
 
     /// Skips exhausted files.
@@ -127,7 +148,7 @@ impl LevelIter {
     }
 }
 
-impl InternalIterator for LevelIter {
+impl<I: FileCursor> InternalIterator for LevelIter<I> {
     fn seek_to_first(&mut self) -> Result<(), LsmError> {
         self.open(0);
         if let Some(it) = &mut self.iter {
@@ -161,11 +182,27 @@ impl InternalIterator for LevelIter {
         self.iter.as_ref().map_or(&[], |i| i.value())
     }
     fn value_shared(&self) -> Option<ValueSlice> {
-        Some(
-            self.iter
-                .as_ref()
-                .map_or_else(ValueSlice::empty, |i| i.value_slice()),
-        )
+        self.iter
+            .as_ref()
+            .map_or_else(|| Some(ValueSlice::empty()), |i| i.value_shared())
+    }
+}
+
+/// A cursor over one file of L0: the file's own cursor, clamped when the file has bounds.
+pub(crate) fn file_iter(f: &FileMeta) -> Box<dyn InternalIterator> {
+    if f.info.bounds.is_some() {
+        Box::new(ClampedIter::open(f))
+    } else {
+        Box::new(f.reader.iter())
+    }
+}
+
+/// A cursor over the sorted, disjoint files of one deeper level.
+pub(crate) fn level_iter(files: Vec<Arc<FileMeta>>) -> Box<dyn InternalIterator> {
+    if files.iter().any(|f| f.info.bounds.is_some()) {
+        Box::new(LevelIter::<ClampedIter>::new(files))
+    } else {
+        Box::new(LevelIter::<SstIter>::new(files))
     }
 }
 
@@ -265,16 +302,16 @@ pub(crate) fn children(
     for (level, files) in version.levels.iter().enumerate() {
         if level == 0 {
             for f in files.iter().filter(|f| wanted(f)) {
-                out.push(Box::new(f.reader.iter()));
+                out.push(file_iter(f));
             }
         } else if prefix.is_some() {
             // A sorted, disjoint subset of a level is still a level.
             let kept: Vec<Arc<FileMeta>> = files.iter().filter(|f| wanted(f)).cloned().collect();
             if !kept.is_empty() {
-                out.push(Box::new(LevelIter::new(kept)));
+                out.push(level_iter(kept));
             }
         } else if !files.is_empty() {
-            out.push(Box::new(LevelIter::new(files.clone())));
+            out.push(level_iter(files.clone()));
         }
     }
     out

@@ -19,6 +19,7 @@ pub mod sst;
 pub mod adopt;
 pub(crate) mod arena;
 pub mod batch;
+pub mod bounds;
 pub mod checkpoint;
 pub(crate) mod compaction;
 pub mod db;

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::bounds::KeyBounds;
 use super::cache::BlockCache;
 use super::coding::{put_len_prefixed_u32, put_u32, put_u64, ByteReader, DecodeError};
 use super::ikey;
@@ -36,6 +37,9 @@ pub(crate) struct FileInfo {
     pub min_seqno: u64,
     /// Largest sequence number.
     pub max_seqno: u64,
+    /// The user keys `[lo, hi)` the file is read as holding (`None`: all of it). With bounds, `smallest`
+    /// and `largest` are those of what the file shows inside them.
+    pub bounds: Option<KeyBounds>,
 }
 
 impl FileInfo {
@@ -78,6 +82,11 @@ impl FileMeta {
         cache: Arc<BlockCache>,
         storage: StorageHandle,
     ) -> Self {
+        // A bounded file's tombstones reach no key outside its bounds.
+        let range_dels = match &info.bounds {
+            None => range_dels,
+            Some(b) => range_dels.iter().filter_map(|t| b.clip(t)).collect(),
+        };
         Self {
             info,
             reader,
@@ -229,6 +238,10 @@ const TAG_LAST_SEQNO: u8 = 2;
 const TAG_LOG_NUMBER: u8 = 3;
 const TAG_DELETE: u8 = 4;
 const TAG_ADD: u8 = 5;
+/// An added file with bounds: [`TAG_ADD`]'s fields, then the bounds' `lo` and `hi` (length-prefixed).
+/// Unbounded files keep [`TAG_ADD`], so a manifest without bounds is byte-identical to one written before
+/// bounds existed, and a binary that does not know this tag rejects the manifest (an unknown tag).
+const TAG_ADD_BOUNDED: u8 = 6;
 
 impl VersionEdit {
     /// Encodes the edit as tagged fields (little-endian), see `design/lsm-engine.md`.
@@ -249,13 +262,21 @@ impl VersionEdit {
             put_u64(&mut out, *number);
         }
         for (level, f) in &self.added {
-            out.push(TAG_ADD);
+            out.push(if f.bounds.is_some() {
+                TAG_ADD_BOUNDED
+            } else {
+                TAG_ADD
+            });
             put_u32(&mut out, *level);
             for v in [f.number, f.size, f.min_seqno, f.max_seqno] {
                 put_u64(&mut out, v);
             }
             for k in [&f.smallest, &f.largest] {
                 put_len_prefixed_u32(&mut out, k);
+            }
+            if let Some(b) = &f.bounds {
+                put_len_prefixed_u32(&mut out, &b.lo);
+                put_len_prefixed_u32(&mut out, &b.hi);
             }
         }
         out
@@ -275,7 +296,7 @@ impl VersionEdit {
                     let level = r.u32()?;
                     e.deleted.push((level, r.u64()?));
                 }
-                TAG_ADD => {
+                tag @ (TAG_ADD | TAG_ADD_BOUNDED) => {
                     let level = r.u32()?;
                     let number = r.u64()?;
                     let size = r.u64()?;
@@ -283,6 +304,21 @@ impl VersionEdit {
                     let max_seqno = r.u64()?;
                     let smallest = r.len_prefixed_u32()?.to_vec();
                     let largest = r.len_prefixed_u32()?.to_vec();
+                    let bounds = if tag == TAG_ADD_BOUNDED {
+                        let lo = r.len_prefixed_u32()?.to_vec();
+                        let hi = r.len_prefixed_u32()?.to_vec();
+                        let b = KeyBounds::new(lo, hi);
+                        let inside = |k: &[u8]| b.contains(ikey::user_key(k));
+                        if b.is_empty() || !inside(&smallest) || !inside(&largest) {
+                            return Err(DecodeError::Malformed {
+                                what: "file bounds empty or not around the file's smallest and largest keys",
+                                offset,
+                            });
+                        }
+                        Some(b)
+                    } else {
+                        None
+                    };
                     e.added.push((
                         level,
                         FileInfo {
@@ -292,6 +328,7 @@ impl VersionEdit {
                             largest,
                             min_seqno,
                             max_seqno,
+                            bounds,
                         },
                     ));
                 }
@@ -328,10 +365,63 @@ mod tests {
                     largest: b"z\0\0\0\0\0\0\x02\x01".to_vec(),
                     min_seqno: 1,
                     max_seqno: 2,
+                    bounds: None,
                 },
             )],
         };
         assert_eq!(VersionEdit::decode(&e.encode()).unwrap(), e);
         assert!(VersionEdit::decode(&[5, 1]).is_err());
+    }
+
+    fn bounded(lo: &[u8], hi: &[u8]) -> VersionEdit {
+        VersionEdit {
+            added: vec![(
+                1,
+                FileInfo {
+                    number: 8,
+                    size: 1000,
+                    smallest: b"c\0\0\0\0\0\0\x01\x01".to_vec(),
+                    largest: b"f\0\0\0\0\0\0\x02\x01".to_vec(),
+                    min_seqno: 1,
+                    max_seqno: 2,
+                    bounds: Some(KeyBounds::new(lo.to_vec(), hi.to_vec())),
+                },
+            )],
+            ..VersionEdit::default()
+        }
+    }
+
+    #[test]
+    fn a_bounded_file_round_trips_under_its_own_tag_and_an_unbounded_one_keeps_the_old_bytes() {
+        let e = bounded(b"b", b"g");
+        let bytes = e.encode();
+        assert_eq!(bytes[0], TAG_ADD_BOUNDED);
+        assert_eq!(VersionEdit::decode(&bytes).unwrap(), e);
+        let mut plain = e.clone();
+        plain.added[0].1.bounds = None;
+        let plain_bytes = plain.encode();
+        assert_eq!(plain_bytes[0], TAG_ADD);
+        // The bounded record is the unbounded one plus the two keys.
+        assert_eq!(&bytes[1..plain_bytes.len()], &plain_bytes[1..]);
+        assert_eq!(bytes.len(), plain_bytes.len() + 4 + 1 + 4 + 1);
+        for cut in 0..bytes.len() {
+            assert!(VersionEdit::decode(&bytes[..cut]).is_err() || cut == 0);
+        }
+    }
+
+    #[test]
+    fn bounds_that_are_empty_or_do_not_enclose_the_files_keys_are_rejected() {
+        for (lo, hi) in [
+            (&b"g"[..], &b"b"[..]),
+            (b"c", b"c"),
+            (b"d", b"g"),
+            (b"b", b"f"),
+        ] {
+            let err = VersionEdit::decode(&bounded(lo, hi).encode()).unwrap_err();
+            assert!(
+                matches!(err, DecodeError::Malformed { .. }),
+                "{lo:?} {hi:?}: {err}"
+            );
+        }
     }
 }

@@ -130,9 +130,9 @@ fn fetch(
         let name = match &f.kind {
             FileKind::Sst => format!("{:06}.sst", f.number),
             FileKind::Named(n) => n.clone(),
-            FileKind::Table { .. } => {
+            FileKind::Table { .. } | FileKind::BoundedSst(_) => {
                 return Err(CheckpointError::Damaged(format!(
-                    "checkpoint {} of {}: a heap table in a RocksDB checkpoint",
+                    "checkpoint {} of {}: a heap table or bounded SST in a RocksDB checkpoint",
                     m.checkpoint_id, m.instance
                 )))
             }

@@ -4,12 +4,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::lsm::bounds::TombIter;
 use crate::lsm::filter::{
     CompactionFilter, CompactionFilterContext, FilterDecision, FilterEntryKind,
 };
 use crate::lsm::flush::Outputs;
 use crate::lsm::ikey::{self, ValueKind};
-use crate::lsm::iter::{full_merge, InternalIterator, MergingIter};
+use crate::lsm::iter::{file_iter, full_merge, InternalIterator, MergingIter};
 use crate::lsm::rangedel::RangeTombstone;
 use crate::lsm::state::DbInner;
 use crate::lsm::version::{FileMeta, Version, VersionEdit};
@@ -122,10 +123,15 @@ pub(super) fn merge_into(
         a.0.cmp(&b.0)
             .then(b.1.info.max_seqno.cmp(&a.1.info.max_seqno))
     });
-    let children: Vec<Box<dyn InternalIterator>> = ordered
-        .iter()
-        .map(|(_, f)| Box::new(f.reader.iter()) as Box<dyn InternalIterator>)
-        .collect();
+    // A bounded input is read through its clamp, its clipped tombstones beside it: the outputs hold nothing
+    // outside its bounds and need none.
+    let mut children: Vec<Box<dyn InternalIterator>> = Vec::with_capacity(ordered.len());
+    for (_, f) in &ordered {
+        children.push(file_iter(f));
+        if f.info.bounds.is_some() && !f.range_dels.is_empty() {
+            children.push(Box::new(TombIter::new(&f.range_dels)));
+        }
+    }
     let mut it = MergingIter::new(children);
     it.seek_to_first()?;
     let mut out = Outputs::new(db, Some(db.opts.target_file_size));

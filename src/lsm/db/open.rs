@@ -119,7 +119,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     // Open the live files.
     let mut levels: Vec<Vec<Arc<FileMeta>>> = vec![Vec::new(); inner.opts.num_levels];
     for (number, (level, info)) in &files {
-        let f = flush::open_file(&inner, *number, info.size)?;
+        let f = flush::open_recorded(&inner, *number, info.size, Some(info))?;
         last_seqno = last_seqno.max(f.info.max_seqno);
         levels[*level].push(f);
     }

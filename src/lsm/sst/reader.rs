@@ -340,6 +340,54 @@ impl SstReader {
         }
     }
 
+    /// The last internal key of a point entry (not a range tombstone) whose user key lies in `[lo, hi)`, if
+    /// any. Reads the block where `hi` would be and walks back block by block only while a block holds no
+    /// such entry (usually one or two blocks).
+    pub fn last_point_key_before(
+        self: &Arc<Self>,
+        hi: &[u8],
+        lo: &[u8],
+    ) -> Result<Option<Vec<u8>>, LsmError> {
+        let blocks = self.index.len();
+        if blocks == 0 {
+            return Ok(None);
+        }
+        let mut target = hi.to_vec();
+        target.extend_from_slice(&u64::MAX.to_be_bytes());
+        let mut b = self.find_block(&target).min(blocks - 1);
+        let mut it = self.iter();
+        loop {
+            if !it.load_block(b)? {
+                return Ok(None);
+            }
+            it.cursor
+                .seek_to_first(&it.block)
+                .map_err(|e| it.block_err(e))?;
+            let mut last = None;
+            let mut first_below_lo = false;
+            let mut first = true;
+            while it.cursor.valid() {
+                let k = it.cursor.key();
+                if ikey::compare(k, &target) != Ordering::Less {
+                    break;
+                }
+                let uk = ikey::user_key(k);
+                if first {
+                    first_below_lo = uk < lo;
+                    first = false;
+                }
+                if uk >= lo && k.last() != Some(&(ValueKind::RangeDelete as u8)) {
+                    last = Some(k.to_vec());
+                }
+                it.cursor.next(&it.block).map_err(|e| it.block_err(e))?;
+            }
+            if last.is_some() || first_below_lo || b == 0 {
+                return Ok(last);
+            }
+            b -= 1;
+        }
+    }
+
     fn corruption(&self, detail: String) -> LsmError {
         corruption(&self.path, detail)
     }
