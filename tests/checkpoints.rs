@@ -1318,3 +1318,82 @@ fn rocksdb_checkpoints_reuse_uploaded_ssts_and_rescale_as_flink_does() {
     }
     assert_eq!(one.store.num_entries().unwrap(), model.len() as u64);
 }
+
+#[test]
+fn lsm_restore_in_claim_mode_references_the_restored_files_and_restores_them_right() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut a = fresh_on(Kind::Lsm, &storage, all(), 1);
+    let mut model = std::collections::BTreeMap::new();
+    // Several checkpoints, so the engine's file numbers are not 1, 2, 3... any more.
+    for (id, round) in (1..=3u64).zip(0i64..) {
+        for k in 0..1500 {
+            let v = k * 10 + round;
+            a.put(k + round * 700, v);
+            model.insert(k + round * 700, v);
+        }
+        a.checkpoint(id);
+        a.ck.notify_complete(id).unwrap();
+    }
+    a.ck.close();
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, info) = restored(Kind::Lsm, &storage, 3, cfg.clone());
+    let (store, counter) = store_on(backend);
+    let ck = Checkpointer::open(
+        Arc::clone(&storage),
+        &cfg,
+        CheckpointOptions {
+            retain: 1,
+            ..CheckpointOptions::default()
+        },
+    )
+    .unwrap();
+    ck.restored_from(&info.parts, cfg.key_group_range, RestoreMode::Claim)
+        .unwrap();
+    let mut b = Inst {
+        store,
+        counter,
+        ck,
+        engine: None,
+    };
+    b.put(7, 70);
+    model.insert(7, 70);
+    let s = b.checkpoint(4);
+    assert!(
+        s.files_reused > 0,
+        "the claimed checkpoint's objects are the restored engine's files: {s:?}"
+    );
+    b.ck.notify_complete(4).unwrap();
+    assert_storage_exact(&storage);
+    let mut r = restore_on(Kind::Lsm, &storage, 4, all());
+    for (k, v) in &model {
+        assert_eq!(r.get(*k), Some(*v), "key {k}");
+    }
+}
+
+#[test]
+fn a_checkpoint_id_written_by_two_runs_with_overlapping_instances_is_an_error_naming_both() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let first_half = KeyGroupRange::new(0, MAX_P as u16 / 2 - 1);
+    let mut old = fresh_on(Kind::Lsm, &storage, first_half, 3);
+    let mut new = fresh_on(Kind::Lsm, &storage, all(), 3);
+    for k in 0..200 {
+        if old.owns(k) {
+            old.put(k, 1);
+        }
+        new.put(k, 2);
+    }
+    old.checkpoint(5);
+    old.ck.notify_complete(5).unwrap();
+    new.checkpoint(5);
+    new.ck.notify_complete(5).unwrap();
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let err = restore_lsm(&storage, 5, cfg, options()).err().unwrap();
+    let text = err.to_string();
+    assert!(matches!(err, CheckpointError::Damaged(_)), "{text}");
+    assert!(
+        text.contains("both hold key groups")
+            && text.contains(&first_half.to_string())
+            && text.contains(&all().to_string()),
+        "{text}"
+    );
+}

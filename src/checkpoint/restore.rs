@@ -19,7 +19,10 @@ use crate::savepoint::{write_savepoint, WriteOptions};
 /// What a restore did.
 #[derive(Debug, Clone, Default)]
 pub struct RestoreInfo {
-    /// The metadata of every instance part that was read.
+    /// The metadata of every instance part that was read. After an LSM restore its file numbers are the
+    /// restored engine's (`u64::MAX` for a file that became several engine files or none), so that
+    /// [`Checkpointer::restored_from`](super::Checkpointer::restored_from) in claim mode reuses exactly the
+    /// objects whose bytes the engine's files are.
     pub parts: Vec<CheckpointMetadata>,
     /// Instances whose files were adopted as they are.
     pub adopted: Vec<String>,
@@ -126,6 +129,24 @@ pub(crate) fn select_parts(
                 savepoint: m.max_parallelism,
             },
         ));
+    }
+    // The instances of one checkpoint own disjoint key groups; two parts that overlap come from different
+    // runs that wrote the same checkpoint id, and either could hold a key group's state.
+    for (i, a) in parts.iter().enumerate() {
+        if let Some(b) = parts[i + 1..]
+            .iter()
+            .find(|b| !a.key_group_range.intersect(&b.key_group_range).is_empty())
+        {
+            return Err(CheckpointError::Damaged(format!(
+                "checkpoint {id}: instances {} (key groups {}) and {} (key groups {}) both hold key groups {}; \
+                 they come from different runs that wrote the same checkpoint id",
+                a.instance,
+                a.key_group_range,
+                b.instance,
+                b.key_group_range,
+                a.key_group_range.intersect(&b.key_group_range)
+            )));
+        }
     }
     if let Some(kg) = target
         .iter()
@@ -267,6 +288,7 @@ pub fn restore_lsm(
             let bounds = adoption_bounds(&staged[i].1[k], recorded, keep, prefix_len, nstates);
             // One engine file per bounded piece; the pieces of one file share its bytes (hard links).
             let mut first: Option<PathBuf> = None;
+            let mut pieces = 0usize;
             for b in bounds {
                 let dst = db_dir.join(format!("{next:06}.sst"));
                 match &first {
@@ -285,8 +307,13 @@ pub fn restore_lsm(
                     number: next,
                     bounds: Some(b),
                 });
+                pieces += 1;
                 next += 1;
             }
+            // `info.parts` names each file as the new engine does, so that a claim's base (see
+            // `Checkpointer::restored_from`) matches an engine file only to the object holding its bytes;
+            // a file split into pieces or left out matches none.
+            info.parts[i].files[k].number = if pieces == 1 { next - 1 } else { u64::MAX };
         }
         info.adopted.push(m.instance.clone());
         // What was not adopted (files holding nothing of the new range) goes now, not with the backend.
@@ -302,6 +329,9 @@ pub fn restore_lsm(
         options.clone(),
     )?;
     for i in copy_parts {
+        for f in &mut info.parts[i].files {
+            f.number = u64::MAX;
+        }
         copy_part(&mut backend, &parts[i], &staged[i].0, target, &options)?;
         info.copied.push(parts[i].instance.clone());
     }
