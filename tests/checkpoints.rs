@@ -1153,6 +1153,31 @@ fn heap_rescale_reads_exactly_the_tables_of_the_owned_key_groups() {
     assert_eq!(n, model.len() as u64);
 }
 
+/// A backend of `kind` restored from checkpoint `id` of `storage` (every key group) in claim mode, with a
+/// checkpointer on the same storage retaining 1.
+fn claimed(kind: Kind, storage: &Arc<CheckpointStorage>, id: u64) -> Inst {
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, info) = restored(kind, storage, id, cfg.clone());
+    let (store, counter) = store_on(backend);
+    let ck = Checkpointer::open(
+        Arc::clone(storage),
+        &cfg,
+        CheckpointOptions {
+            retain: 1,
+            ..CheckpointOptions::default()
+        },
+    )
+    .unwrap();
+    ck.restored_from(&info.parts, cfg.key_group_range, RestoreMode::Claim)
+        .unwrap();
+    Inst {
+        store,
+        counter,
+        ck,
+        engine: None,
+    }
+}
+
 #[test]
 fn heap_restore_in_claim_mode_references_the_restored_tables_until_they_change() {
     let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
@@ -1163,26 +1188,7 @@ fn heap_restore_in_claim_mode_references_the_restored_tables_until_they_change()
     a.checkpoint(1);
     a.ck.notify_complete(1).unwrap();
     a.ck.close();
-    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let (backend, info) = restored(Kind::Heap, &storage, 1, cfg.clone());
-    let (store, counter) = store_on(backend);
-    let ck = Checkpointer::open(
-        Arc::clone(&storage),
-        &cfg,
-        CheckpointOptions {
-            retain: 1,
-            ..CheckpointOptions::default()
-        },
-    )
-    .unwrap();
-    ck.restored_from(&info.parts, cfg.key_group_range, RestoreMode::Claim)
-        .unwrap();
-    let mut b = Inst {
-        store,
-        counter,
-        ck,
-        engine: None,
-    };
+    let mut b = claimed(Kind::Heap, &storage, 1);
     b.put(7, 70);
     let s = b.checkpoint(2);
     assert_eq!(
@@ -1335,26 +1341,7 @@ fn lsm_restore_in_claim_mode_references_the_restored_files_and_restores_them_rig
         a.ck.notify_complete(id).unwrap();
     }
     a.ck.close();
-    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let (backend, info) = restored(Kind::Lsm, &storage, 3, cfg.clone());
-    let (store, counter) = store_on(backend);
-    let ck = Checkpointer::open(
-        Arc::clone(&storage),
-        &cfg,
-        CheckpointOptions {
-            retain: 1,
-            ..CheckpointOptions::default()
-        },
-    )
-    .unwrap();
-    ck.restored_from(&info.parts, cfg.key_group_range, RestoreMode::Claim)
-        .unwrap();
-    let mut b = Inst {
-        store,
-        counter,
-        ck,
-        engine: None,
-    };
+    let mut b = claimed(Kind::Lsm, &storage, 3);
     b.put(7, 70);
     model.insert(7, 70);
     let s = b.checkpoint(4);
