@@ -58,14 +58,6 @@ impl KeyBounds {
     }
 }
 
-/// The lookup key sorting before every version of `user_key`.
-fn lookup_key(user_key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(user_key.len() + ikey::TRAILER_LEN);
-    k.extend_from_slice(user_key);
-    k.extend_from_slice(&u64::MAX.to_be_bytes());
-    k
-}
-
 /// The smallest and largest internal keys of what a file shows inside `bounds`: its point entries there and
 /// the starts of its range tombstones `tombs` clipped to them (a tombstone start is keyed with the
 /// tombstone's seqno, as in the file). `None` when nothing of the file lies inside.
@@ -92,7 +84,7 @@ pub(crate) fn bounded_extent(
     };
     // The first point entry at or after `lo` (tombstone entries are accounted from `tombs`, clipped).
     let mut it = reader.iter();
-    it.seek(&lookup_key(&bounds.lo))?;
+    it.seek(&ikey::lookup_key(&bounds.lo))?;
     while it.valid() && bounds.contains(ikey::user_key(it.key())) {
         if !is_range_delete(it.key()) {
             widen(it.key().to_vec());
@@ -132,7 +124,7 @@ impl ClampedIter {
     pub fn new(reader: &Arc<SstReader>, bounds: Option<&KeyBounds>) -> Self {
         Self {
             inner: reader.iter(),
-            lo_key: bounds.map(|b| lookup_key(&b.lo)).unwrap_or_default(),
+            lo_key: bounds.map(|b| ikey::lookup_key(&b.lo)).unwrap_or_default(),
             bounds: bounds.cloned(),
             valid: false,
         }

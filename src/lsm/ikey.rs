@@ -45,6 +45,14 @@ pub fn encode(out: &mut Vec<u8>, user_key: &[u8], seqno: u64, kind: ValueKind) {
     out.extend_from_slice(&trailer(seqno, kind).to_be_bytes());
 }
 
+/// The internal key sorting before every version of `user_key` (the largest trailer), for seeks.
+pub fn lookup_key(user_key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(user_key.len() + TRAILER_LEN);
+    k.extend_from_slice(user_key);
+    k.extend_from_slice(&u64::MAX.to_be_bytes());
+    k
+}
+
 /// The trailer value `(seqno << 8) | kind`.
 #[inline]
 pub fn trailer(seqno: u64, kind: ValueKind) -> u64 {

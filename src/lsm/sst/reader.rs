@@ -352,8 +352,7 @@ impl SstReader {
         if blocks == 0 {
             return Ok(None);
         }
-        let mut target = hi.to_vec();
-        target.extend_from_slice(&u64::MAX.to_be_bytes());
+        let target = ikey::lookup_key(hi);
         let mut b = self.find_block(&target).min(blocks - 1);
         let mut it = self.iter();
         loop {
