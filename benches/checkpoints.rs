@@ -85,7 +85,7 @@ fn backend(
 ) -> (Box<dyn StateBackend>, Option<Box<dyn EngineHandle>>) {
     match kind {
         Kind::Lsm => {
-            let b = LsmBackend::temp_with(cfg, Options::default()).expect("backend");
+            let b = LsmBackend::temp_with(cfg, lsm_options()).expect("backend");
             let e: Box<dyn EngineHandle> = Box::new(b.engine());
             (Box::new(b), Some(e))
         }
@@ -110,8 +110,7 @@ fn restore(
 ) -> (Box<dyn StateBackend>, usize, usize) {
     match kind {
         Kind::Lsm => {
-            let (b, i) =
-                restore_lsm(storage, id, config(target), Options::default()).expect("restore");
+            let (b, i) = restore_lsm(storage, id, config(target), lsm_options()).expect("restore");
             (Box::new(b), i.files_adopted, i.copied.len())
         }
         Kind::Heap => {
@@ -199,16 +198,37 @@ impl Instance {
     fn checkpoint(&mut self, id: u64) -> (CheckpointSummary, Duration) {
         self.checkpoint_cpu(id).0
     }
-    /// [`checkpoint`](Self::checkpoint) and the synchronous part's thread CPU time (ms).
-    fn checkpoint_cpu(&mut self, id: u64) -> ((CheckpointSummary, Duration), f64) {
+    /// [`checkpoint`](Self::checkpoint) and the synchronous part's thread CPU time and run-queue wait (ms).
+    fn checkpoint_cpu(&mut self, id: u64) -> ((CheckpointSummary, Duration), (f64, f64)) {
+        let q = thread_runqueue_ms();
         let c = thread_cpu_ms();
+        let start = monotonic_ns();
         let t = Instant::now();
         let p = self.store.checkpoint(&self.ck, id).expect("sync part");
         let sync = t.elapsed();
         let cpu = thread_cpu_ms() - c;
+        let runq = thread_runqueue_ms() - q;
+        if std::env::var_os("KS_CKPT_BENCH_TRACE").is_some() {
+            // For `perf sched record -k mono`: where each synchronous part sits on the trace's clock.
+            eprintln!(
+                "sync-window id={id} tid={} start_ns={start} end_ns={}",
+                // SAFETY: gettid has no preconditions.
+                unsafe { libc::syscall(libc::SYS_gettid) },
+                monotonic_ns()
+            );
+        }
         let s = p.run().expect("async part");
         self.ck.notify_complete(id).expect("confirm");
-        ((s, sync), cpu)
+        ((s, sync), (cpu, runq))
+    }
+}
+
+/// The LSM engine's options: the defaults, but `KS_CKPT_BENCH_BG_BATCH=0` turns
+/// `Options::background_batch_policy` off (the A/B of `design/bench-results/sched-batch-2026-12-02.md`).
+fn lsm_options() -> Options {
+    Options {
+        background_batch_policy: std::env::var("KS_CKPT_BENCH_BG_BATCH").map_or(true, |v| v != "0"),
+        ..Options::default()
     }
 }
 
@@ -222,6 +242,27 @@ fn thread_cpu_ms() -> f64 {
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 * 1e-6
+}
+
+/// `CLOCK_MONOTONIC` in ns (the clock `perf record -k mono` stamps events with).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Time the calling thread has spent runnable but waiting for a CPU, in ms (the second field of
+/// `/proc/thread-self/schedstat`; 0 where the file is missing). Wall time minus CPU time minus this is the
+/// time the thread was blocked (a lock, I/O).
+fn thread_runqueue_ms() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |ns| ns * 1e-6)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -270,7 +311,7 @@ fn copy_restore(
     old: &[KeyGroupRange],
     target: KeyGroupRange,
 ) -> LsmBackend {
-    let mut dst = LsmBackend::temp_with(config(target), Options::default()).expect("backend");
+    let mut dst = LsmBackend::temp_with(config(target), lsm_options()).expect("backend");
     let mut registered = false;
     for r in old {
         let part = r.intersect(&target);
@@ -278,7 +319,7 @@ fn copy_restore(
             continue;
         }
         let (mut src, _) =
-            restore_lsm(storage, id, config(*r), Options::default()).expect("open old instance");
+            restore_lsm(storage, id, config(*r), lsm_options()).expect("open old instance");
         if !registered {
             for m in src.states().to_vec() {
                 dst.register_state(m).expect("register");
@@ -298,7 +339,7 @@ fn copy_restore(
 /// An LSM instance of `range` restored from checkpoint `id` (adopting the old instances' files).
 fn restored_instance(storage: &Arc<CheckpointStorage>, id: u64, range: KeyGroupRange) -> Instance {
     let cfg = config(range);
-    let (b, _) = restore_lsm(storage, id, cfg.clone(), Options::default()).expect("restore");
+    let (b, _) = restore_lsm(storage, id, cfg.clone(), lsm_options()).expect("restore");
     let engine: Box<dyn EngineHandle> = Box::new(b.engine());
     let mut store = KeyedStateStore::new(Box::new(b), LongSerializer).expect("store");
     let state = store
@@ -405,13 +446,15 @@ fn run_backend(kind: Kind, keys: i64, rng: &mut StdRng) -> Restores {
 
     println!();
     let (mut syncs, mut asyncs, mut written) = (Vec::new(), Vec::new(), Vec::new());
-    let mut cpus = Vec::new();
+    let (mut cpus, mut runqs, mut blocked) = (Vec::new(), Vec::new(), Vec::new());
     let n = keys as u64 / 100;
     for _ in 0..50 {
         change(&mut [&mut one], keys, n, rng);
         id += 1;
-        let ((s, sync), cpu) = one.checkpoint_cpu(id);
+        let ((s, sync), (cpu, runq)) = one.checkpoint_cpu(id);
         cpus.push(cpu);
+        runqs.push(runq);
+        blocked.push((ms(sync) - cpu - runq).max(0.0));
         syncs.push(ms(sync));
         asyncs.push(s.async_micros as f64 / 1e3);
         written.push(s.bytes_written as f64);
@@ -440,6 +483,18 @@ fn run_backend(kind: Kind, keys: i64, rng: &mut StdRng) -> Restores {
         "| sync part, thread CPU time, median / largest (ms) | {:.3} / {:.3} |",
         median(&mut cpus),
         largest_cpu
+    );
+    let largest_runq = runqs.iter().copied().fold(0.0, f64::max);
+    println!(
+        "| sync part, waiting for a CPU, median / largest (ms) | {:.3} / {:.3} |",
+        median(&mut runqs),
+        largest_runq
+    );
+    let largest_blocked = blocked.iter().copied().fold(0.0, f64::max);
+    println!(
+        "| sync part, blocked (wall - CPU - waiting), median / largest (ms) | {:.3} / {:.3} |",
+        median(&mut blocked),
+        largest_blocked
     );
     println!("| async part, median (ms) | {:.1} |", median(&mut asyncs));
     println!("| engine | {} |", one.summary());

@@ -1222,6 +1222,81 @@ fn background_threads_run_at_the_configured_lower_priority() {
     assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
 }
 
+#[cfg(target_os = "linux")]
+#[test]
+fn background_threads_run_under_sched_batch_unless_told_not_to() {
+    /// (nice, scheduling policy) of this process's threads named `name` (`/proc/self/task/*/stat`,
+    /// fields 19 and 41).
+    fn sched_of(name: &str) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").unwrap() {
+            let dir = t.unwrap().path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            let rest = &stat[stat.rfind(')').unwrap() + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            out.push((f[16].parse().unwrap(), f[38].parse().unwrap()));
+        }
+        out
+    }
+    let base: i64 = {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split_whitespace().nth(16).unwrap().parse().unwrap()
+    };
+    const SCHED_OTHER: i64 = 0;
+    const SCHED_BATCH: i64 = 3;
+    // Other tests' engines run at the default increment (5); these two are told apart by theirs.
+    let (batch_dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let batch = Db::open(
+        batch_dir.path(),
+        Options {
+            background_nice: 2,
+            ..small_opts()
+        },
+    )
+    .unwrap();
+    let other = Db::open(
+        other_dir.path(),
+        Options {
+            background_nice: 1,
+            background_batch_policy: false,
+            ..small_opts()
+        },
+    )
+    .unwrap();
+    let want = |inc: i64, policy: i64| {
+        move |name: &str| sched_of(name).contains(&((base + inc).min(19), policy))
+    };
+    for _ in 0..100 {
+        if ["lsm-flush", "lsm-compact"]
+            .iter()
+            .all(|n| want(2, SCHED_BATCH)(n) && want(1, SCHED_OTHER)(n))
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for name in ["lsm-flush", "lsm-compact"] {
+        assert!(
+            want(2, SCHED_BATCH)(name),
+            "{name}: {:?} (base {base})",
+            sched_of(name)
+        );
+        assert!(
+            want(1, SCHED_OTHER)(name),
+            "{name}: {:?} (base {base})",
+            sched_of(name)
+        );
+    }
+    batch.put(b"k", b"v").unwrap();
+    other.put(b"k", b"v").unwrap();
+    assert_eq!(get(&batch, b"k").as_deref(), Some(&b"v"[..]));
+}
+
 #[test]
 fn a_manual_compaction_started_while_writes_are_stopped_by_a_deep_l0_does_not_deadlock() {
     let dir = tempfile::tempdir().unwrap();

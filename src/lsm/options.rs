@@ -60,6 +60,12 @@ pub struct Options {
     /// catches up when they idle; write stalls (memtables or L0 full) bound how far it can fall behind.
     /// RocksDB's equivalent is `Env::LowerThreadPoolCPUPriority`.
     pub background_nice: i32,
+    /// Whether the flush and compaction threads run under `SCHED_BATCH` (Linux; default true): a background
+    /// thread woken by a write (a memtable switch, a checkpoint) then never preempts the thread that woke
+    /// it, but waits for the scheduler's next tick. Without it, on a machine whose cores are busy with
+    /// compaction, the woken flush thread takes the writer's core for a time slice (1.5–5 ms measured,
+    /// `design/bench-results/sched-batch-2026-12-02.md`) in the middle of the call that woke it.
+    pub background_batch_policy: bool,
     /// Whether the background thread compacts automatically (default true). Without it, writes never
     /// stall on a deep L0; only `compact_all`/`compact_range` compact.
     pub auto_compaction: bool,
@@ -98,6 +104,7 @@ impl Default for Options {
             merge_operator: None,
             compaction_filter_factory: None,
             background_nice: 5,
+            background_batch_policy: true,
             auto_compaction: true,
             create_if_missing: true,
             partition_prefix_len: 0,
@@ -120,6 +127,7 @@ impl fmt::Debug for Options {
             .field("compaction_priority", &self.compaction_priority)
             .field("target_file_size", &self.target_file_size)
             .field("background_nice", &self.background_nice)
+            .field("background_batch_policy", &self.background_batch_policy)
             .field("wal", &self.wal)
             .field("wal_sync", &self.wal_sync)
             .field("wal_recovery", &self.wal_recovery)

@@ -17,15 +17,19 @@ use crate::lsm::LsmError;
 
 use super::{Db, Result};
 
-/// Starts the flush and compaction threads of `inner`, at its options' background nice value.
+/// Starts the flush and compaction threads of `inner`, at its options' background policy and nice value.
 pub(super) fn start_threads(inner: &Arc<DbInner>) -> Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     let nice = inner.opts.background_nice;
+    let batch = inner.opts.background_batch_policy;
     let spawn = |name: &str, f: fn(Arc<DbInner>)| {
         let i = Arc::clone(inner);
         std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
+                if batch {
+                    use_batch_policy();
+                }
                 lower_thread_priority(nice);
                 f(i)
             })
@@ -34,6 +38,20 @@ pub(super) fn start_threads(inner: &Arc<DbInner>) -> Result<Vec<JoinHandle<()>>>
     threads.push(spawn("lsm-flush", DbInner::flush_thread)?);
     threads.push(spawn("lsm-compact", DbInner::compaction_thread)?);
     Ok(threads)
+}
+
+/// Moves the calling thread to `SCHED_BATCH`, keeping its nice value (Linux; elsewhere, or if the kernel
+/// refuses, the thread keeps its policy: this only affects scheduling, never correctness). The scheduler
+/// does not let a waking batch thread preempt the running one.
+fn use_batch_policy() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param for the duration of the call; pid 0 is the calling thread.
+        unsafe {
+            libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
+        }
+    }
 }
 
 /// Raises the calling thread's nice value by `increment` (Linux; elsewhere, or if the kernel refuses, the
