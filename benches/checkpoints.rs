@@ -235,23 +235,22 @@ fn lsm_options() -> Options {
 /// CPU time of the calling thread in ms (`CLOCK_THREAD_CPUTIME_ID`): the synchronous part's own work,
 /// without the time a loaded machine keeps the thread (or a lock holder) off the CPU.
 fn thread_cpu_ms() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 * 1e-6
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) as f64 * 1e-6
 }
 
 /// `CLOCK_MONOTONIC` in ns (the clock `perf record -k mono` stamps events with).
 fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock` in ns.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

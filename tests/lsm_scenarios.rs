@@ -1165,30 +1165,38 @@ fn compact_all_runs_alone_without_automatic_compactions_in_between() {
     }
 }
 
+/// (nice, scheduling policy) of this process's threads named `name` (`/proc/self/task/*/stat`, fields 19
+/// and 41, counted after the parenthesised command name from field 3).
+#[cfg(target_os = "linux")]
+fn thread_sched(name: &str) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = t.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        out.push((f[16].parse().unwrap(), f[38].parse().unwrap()));
+    }
+    out
+}
+
+/// The calling thread's nice value.
+#[cfg(target_os = "linux")]
+fn own_nice() -> i64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace().nth(16).unwrap().parse().unwrap()
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn background_threads_run_at_the_configured_lower_priority() {
-    /// Nice values of this process's threads named `name` (`/proc/self/task/*/stat`, field 19).
-    fn nice_of(name: &str) -> Vec<i64> {
-        let mut out = Vec::new();
-        for t in std::fs::read_dir("/proc/self/task").unwrap() {
-            let dir = t.unwrap().path();
-            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-            if comm.trim() != name {
-                continue;
-            }
-            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-            // Fields after the parenthesised command name: state is field 3, nice field 19.
-            let rest = &stat[stat.rfind(')').unwrap() + 2..];
-            out.push(rest.split_whitespace().nth(16).unwrap().parse().unwrap());
-        }
-        out
-    }
-    let base: i64 = {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        rest.split_whitespace().nth(16).unwrap().parse().unwrap()
-    };
+    let nice_of = |name: &str| -> Vec<i64> { thread_sched(name).iter().map(|t| t.0).collect() };
+    let base = own_nice();
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(
         dir.path(),
@@ -1225,28 +1233,7 @@ fn background_threads_run_at_the_configured_lower_priority() {
 #[cfg(target_os = "linux")]
 #[test]
 fn background_threads_run_under_sched_batch_unless_told_not_to() {
-    /// (nice, scheduling policy) of this process's threads named `name` (`/proc/self/task/*/stat`,
-    /// fields 19 and 41).
-    fn sched_of(name: &str) -> Vec<(i64, i64)> {
-        let mut out = Vec::new();
-        for t in std::fs::read_dir("/proc/self/task").unwrap() {
-            let dir = t.unwrap().path();
-            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-            if comm.trim() != name {
-                continue;
-            }
-            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-            let rest = &stat[stat.rfind(')').unwrap() + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            out.push((f[16].parse().unwrap(), f[38].parse().unwrap()));
-        }
-        out
-    }
-    let base: i64 = {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        rest.split_whitespace().nth(16).unwrap().parse().unwrap()
-    };
+    let base = own_nice();
     const SCHED_OTHER: i64 = 0;
     const SCHED_BATCH: i64 = 3;
     // Other tests' engines run at the default increment (5); these two are told apart by theirs.
@@ -1269,7 +1256,7 @@ fn background_threads_run_under_sched_batch_unless_told_not_to() {
     )
     .unwrap();
     let want = |inc: i64, policy: i64| {
-        move |name: &str| sched_of(name).contains(&((base + inc).min(19), policy))
+        move |name: &str| thread_sched(name).contains(&((base + inc).min(19), policy))
     };
     for _ in 0..100 {
         if ["lsm-flush", "lsm-compact"]
@@ -1284,12 +1271,12 @@ fn background_threads_run_under_sched_batch_unless_told_not_to() {
         assert!(
             want(2, SCHED_BATCH)(name),
             "{name}: {:?} (base {base})",
-            sched_of(name)
+            thread_sched(name)
         );
         assert!(
             want(1, SCHED_OTHER)(name),
             "{name}: {:?} (base {base})",
-            sched_of(name)
+            thread_sched(name)
         );
     }
     batch.put(b"k", b"v").unwrap();
