@@ -20,6 +20,8 @@
 //!    new range's entries into a fresh store); the RocksDB variant restores as Flink's RocksDB backend does
 //!    (`restore_rocksdb`: open the old database, clip it, copy the other instances' ranges in); the heap
 //!    backend reads the tables of its key groups (`restore_heap`).
+//!    The first checkpoint of the two halves of the 1 -> 2 rescale, restored in no-claim and in claim mode:
+//!    files and bytes it uploads.
 //!    On the LSM backend also 1 -> 2 -> 1: the halves of the first rescale, 1 % changed and checkpointed,
 //!    restored into one instance (the second step timed; `instances copied` says whether `restore_lsm`
 //!    adopted both or copied one).
@@ -37,7 +39,7 @@ use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::{BackendConfig, EngineHandle, StateBackend};
 use keyed_state::checkpoint::{
     restore_heap, restore_lsm, CheckpointOptions, CheckpointStorage, CheckpointSummary,
-    Checkpointer,
+    Checkpointer, RestoreInfo, RestoreMode,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::lsm::Options;
@@ -108,14 +110,25 @@ fn restore(
     id: u64,
     target: KeyGroupRange,
 ) -> (Box<dyn StateBackend>, usize, usize) {
+    let (b, i) = restore_reported(kind, storage, id, target);
+    (b, i.files_adopted, i.copied.len())
+}
+
+/// Restores `target` of checkpoint `id` on `kind`, with the restore's report.
+fn restore_reported(
+    kind: Kind,
+    storage: &CheckpointStorage,
+    id: u64,
+    target: KeyGroupRange,
+) -> (Box<dyn StateBackend>, RestoreInfo) {
     match kind {
         Kind::Lsm => {
             let (b, i) = restore_lsm(storage, id, config(target), lsm_options()).expect("restore");
-            (Box::new(b), i.files_adopted, i.copied.len())
+            (Box::new(b), i)
         }
         Kind::Heap => {
             let (b, i) = restore_heap(storage, id, config(target)).expect("restore");
-            (Box::new(b), i.files_adopted, i.copied.len())
+            (Box::new(b), i)
         }
         #[cfg(feature = "rocksdb")]
         Kind::RocksDb => {
@@ -126,8 +139,55 @@ fn restore(
                 Default::default(),
             )
             .expect("restore");
-            (Box::new(b), i.files_adopted, i.copied.len())
+            (Box::new(b), i)
         }
+    }
+}
+
+/// The first checkpoint of both halves restored from checkpoint `last` by a 1 -> 2 rescale, in each restore
+/// mode, before any write: what it uploads. Aborted afterwards (checkpoint `last` stays, and the claim
+/// markers are removed), so the steps after it see the root as before.
+fn first_checkpoint_after_rescale_rows(
+    kind: Kind,
+    storage: &Arc<CheckpointStorage>,
+    last: u64,
+    halves: &[KeyGroupRange],
+) {
+    println!();
+    println!("| first checkpoint after rescale 1 -> 2 (both halves) | files new | files reused | bytes written | state size | async ms |");
+    println!("|---|---|---|---|---|---|");
+    let id = last + 1000;
+    for (label, mode) in [
+        ("no-claim", RestoreMode::NoClaim),
+        ("claim", RestoreMode::Claim),
+    ] {
+        let (mut new, mut reused, mut bytes, mut state, mut async_ms) = (0, 0, 0, 0, 0.0);
+        for h in halves {
+            let (mut b, info) = restore_reported(kind, storage, last, *h);
+            let ck = Checkpointer::open(
+                Arc::clone(storage),
+                &config(*h),
+                CheckpointOptions::default(),
+            )
+            .expect("checkpointer");
+            ck.restored_from(&info.parts, *h, mode)
+                .expect("restored from");
+            let s = ck
+                .begin(id, &mut *b)
+                .expect("sync part")
+                .run()
+                .expect("async part");
+            ck.notify_aborted(id).expect("abort");
+            new += s.files_new;
+            reused += s.files_reused;
+            bytes += s.bytes_written;
+            state += s.state_size;
+            async_ms += s.async_micros as f64 / 1e3;
+        }
+        println!("| {label} | {new} | {reused} | {bytes} | {state} | {async_ms:.1} |");
+    }
+    for (marker, _) in storage.list("claimed/").expect("list") {
+        storage.delete(&marker).expect("delete");
     }
 }
 
@@ -583,6 +643,7 @@ fn run_backend(kind: Kind, keys: i64, rng: &mut StdRng) -> Restores {
         "| rescale 2 -> 1 | {:.1} | {files} | {copied} | {c} | {r} |",
         ms(adopt)
     );
+    first_checkpoint_after_rescale_rows(kind, &storage, last, &halves);
     Restores {
         same: ms(same),
         one_to_two,

@@ -8,6 +8,8 @@
 //! the next incremental checkpoint and does retention delete what the older ones alone referenced. Then
 //! the job "fails" and restarts at parallelism 3 from the last confirmed checkpoint: each new instance
 //! adopts the old instances' files for its key groups, without rewriting data, and every count is intact.
+//! The restart claims the restored checkpoint: the new instances' first checkpoints reference the files
+//! they adopted instead of uploading them again, and retention deletes the old checkpoint like any other.
 //!
 //! `cargo run --release --example checkpointing_host [ROOT]` (ROOT: a directory or `s3://bucket/prefix`
 //! with the `AWS_*` variables set; default a temporary directory).
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::checkpoint::tools::list_completed;
 use keyed_state::checkpoint::{
-    restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer, PendingCheckpoint,
+    restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer, PendingCheckpoint, RestoreMode,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::lsm::Options;
@@ -192,7 +194,12 @@ fn main() -> Result<(), Error> {
             "  instance {range}: adopted {} files of {:?}, copied {:?}, {} bytes fetched",
             info.files_adopted, info.adopted, info.copied, info.bytes_fetched
         );
-        instances.push(Instance::new(backend, &storage)?);
+        let inst = Instance::new(backend, &storage)?;
+        // Claim: the restored checkpoint becomes this instance's incremental base and is deleted once
+        // subsumed (its part of instance I by the new instance holding I's first key group).
+        inst.checkpointer
+            .restored_from(&info.parts, range, RestoreMode::Claim)?;
+        instances.push(inst);
     }
     let mut checked = 0;
     for (u, n) in &state {
@@ -209,11 +216,15 @@ fn main() -> Result<(), Error> {
     let mut model = state;
     let replay_from = EVENTS_PER_CHECKPOINT * id;
     process(&mut instances, replay_from, event, &mut model)?;
-    checkpoint(id + 1, &mut instances, (event, event), &mut model)?;
-    println!(
-        "checkpoint {} taken at parallelism 3; {} checkpoint parts in the root",
-        id + 1,
-        list_completed(&storage)?.len()
-    );
+    for next in [id + 1, id + 2] {
+        process(&mut instances, event, event + 1000, &mut model)?;
+        event += 1000;
+        checkpoint(next, &mut instances, (event, event), &mut model)?;
+        let ids: std::collections::BTreeSet<u64> = list_completed(&storage)?
+            .iter()
+            .map(|m| m.checkpoint_id)
+            .collect();
+        println!("checkpoint {next} taken at parallelism 3; checkpoints in the root: {ids:?}");
+    }
     Ok(())
 }

@@ -1,14 +1,17 @@
 //! Proptest model of checkpoints against a `BTreeMap`: random writes, checkpoints (some aborted, some two
-//! at once), confirmations, retention, and restores with rescales P -> P' over several steps. After every
-//! step storage holds exactly the objects that the metadata in the root references, and every restore
-//! equals the model as of the restored checkpoint.
+//! at once), confirmations, retention, and restores with rescales P -> P' over several steps, in no-claim
+//! and in claim mode. After every step storage holds exactly the objects that the metadata in the root
+//! references (none missing, none left over), and every restore equals the model as of the restored
+//! checkpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::checkpoint::tools::{referenced_objects, verify};
-use keyed_state::checkpoint::{restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer};
+use keyed_state::checkpoint::{
+    restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer, RestoreMode,
+};
 use keyed_state::keygroup::key_group_range_for_operator;
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
@@ -26,8 +29,8 @@ enum Op {
         second: bool,
         abort: bool,
     },
-    /// Restore the last confirmed checkpoint at this parallelism.
-    Rescale(u32),
+    /// Restore the last confirmed checkpoint at this parallelism; `true`: in claim mode.
+    Rescale(u32, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -35,7 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0i64..400, any::<i64>()).prop_map(|(k, v)| Op::Put(k, v)),
         1 => (0i64..400).prop_map(Op::Delete),
         2 => (any::<bool>(), any::<bool>()).prop_map(|(second, abort)| Op::Checkpoint { second, abort }),
-        1 => (1u32..=3).prop_map(Op::Rescale),
+        1 => (1u32..=3, any::<bool>()).prop_map(|(p, claim)| Op::Rescale(p, claim)),
     ]
 }
 
@@ -146,7 +149,7 @@ fn run_ops(ops: Vec<Op>, retain: usize) -> Result<(), TestCaseError> {
                     confirmed.insert(last, model.clone());
                 }
             }
-            Op::Rescale(p) => {
+            Op::Rescale(p, claim) => {
                 let Some((&id, m)) = confirmed.iter().next_back() else {
                     continue;
                 };
@@ -165,8 +168,15 @@ fn run_ops(ops: Vec<Op>, retain: usize) -> Result<(), TestCaseError> {
                     .map(|i| {
                         let range = key_group_range_for_operator(MAX_P, p, i).unwrap();
                         let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-                        let (b, _) = restore_lsm(&storage, id, cfg, opts.clone()).unwrap();
-                        wrap(b, &storage, retain)
+                        let (b, info) = restore_lsm(&storage, id, cfg, opts.clone()).unwrap();
+                        let x = wrap(b, &storage, retain);
+                        let mode = if claim {
+                            RestoreMode::Claim
+                        } else {
+                            RestoreMode::NoClaim
+                        };
+                        x.ck.restored_from(&info.parts, range, mode).unwrap();
+                        x
                     })
                     .collect();
                 for (k, v) in &model {

@@ -5,285 +5,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+#[macro_use]
+mod checkpoint_common;
 mod common_s3;
+
+use checkpoint_common::*;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
-use keyed_state::backend::StateBackend;
 use keyed_state::checkpoint::tools::{self, list_completed};
 use keyed_state::checkpoint::{
-    restore_heap, restore_lsm, to_savepoint, CheckpointError, CheckpointOptions, CheckpointStorage,
-    Checkpointer, FileKind, RestoreInfo, RestoreMode,
+    restore_lsm, to_savepoint, CheckpointError, CheckpointOptions, CheckpointStorage, Checkpointer,
+    FileKind, RestoreInfo,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::lsm::Options;
 use keyed_state::savepoint::SavepointReader;
 use keyed_state::serializer::LongSerializer;
-use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
-
-const MAX_P: u32 = 16;
-
-struct Inst {
-    store: KeyedStateStore<LongSerializer>,
-    counter: ValueState<LongSerializer>,
-    ck: Checkpointer,
-    engine: Option<keyed_state::backend::lsm::LsmEngine>,
-}
-
-fn options() -> Options {
-    LsmBackend::small_options()
-}
-
-fn store_on(
-    backend: Box<dyn StateBackend>,
-) -> (KeyedStateStore<LongSerializer>, ValueState<LongSerializer>) {
-    let mut store = KeyedStateStore::new(backend, LongSerializer).unwrap();
-    let counter = store
-        .register_value(ValueStateDescriptor::new("counter", LongSerializer))
-        .unwrap();
-    (store, counter)
-}
-
-/// The backends whose checkpoints the backend-independent scenarios run against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Lsm,
-    Heap,
-    #[cfg(feature = "rocksdb")]
-    RocksDb,
-}
-
-fn fresh(storage: &Arc<CheckpointStorage>, range: KeyGroupRange, retain: usize) -> Inst {
-    fresh_on(Kind::Lsm, storage, range, retain)
-}
-
-fn fresh_on(
-    kind: Kind,
-    storage: &Arc<CheckpointStorage>,
-    range: KeyGroupRange,
-    retain: usize,
-) -> Inst {
-    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-    let (backend, engine): (Box<dyn StateBackend>, _) = match kind {
-        Kind::Lsm => {
-            let b = LsmBackend::temp_with(cfg.clone(), options()).unwrap();
-            let e = Some(b.engine());
-            (Box::new(b), e)
-        }
-        Kind::Heap => (Box::new(HeapBackend::new(cfg.clone()).unwrap()), None),
-        #[cfg(feature = "rocksdb")]
-        Kind::RocksDb => (
-            Box::new(
-                keyed_state::backend::rocksdb::RocksDbBackend::temporary(
-                    cfg.clone(),
-                    Default::default(),
-                )
-                .unwrap(),
-            ),
-            None,
-        ),
-    };
-    let (store, counter) = store_on(backend);
-    let ck = Checkpointer::open(
-        Arc::clone(storage),
-        &cfg,
-        CheckpointOptions {
-            retain,
-            ..CheckpointOptions::default()
-        },
-    )
-    .unwrap();
-    Inst {
-        store,
-        counter,
-        ck,
-        engine,
-    }
-}
-
-impl Inst {
-    fn put(&mut self, k: i64, v: i64) -> bool {
-        if self.store.set_current_key(&k).is_err() {
-            return false;
-        }
-        match self.store.value(&self.counter) {
-            Ok(mut s) => s.update(&v).is_ok(),
-            Err(_) => false,
-        }
-    }
-    fn get(&mut self, k: i64) -> Option<i64> {
-        self.store.set_current_key(&k).unwrap();
-        self.store.value(&self.counter).unwrap().get().unwrap()
-    }
-    fn owns(&self, k: i64) -> bool {
-        let kg = self.store.key_group_of(&k).unwrap();
-        self.store.config().key_group_range.contains(kg)
-    }
-    fn checkpoint(&mut self, id: u64) -> keyed_state::checkpoint::CheckpointSummary {
-        let p = self.ck.begin(id, self.store.backend_mut()).unwrap();
-        p.run().unwrap()
-    }
-}
-
-fn restore(storage: &CheckpointStorage, id: u64, range: KeyGroupRange) -> Inst {
-    restore_on(Kind::Lsm, storage, id, range)
-}
-
-/// A backend of `kind` restored from checkpoint `id` for `cfg`'s key groups.
-fn restored(
-    kind: Kind,
-    storage: &CheckpointStorage,
-    id: u64,
-    cfg: keyed_state::backend::BackendConfig,
-) -> (Box<dyn StateBackend>, RestoreInfo) {
-    match kind {
-        Kind::Lsm => {
-            let (b, i) = restore_lsm(storage, id, cfg, options()).unwrap();
-            (Box::new(b), i)
-        }
-        Kind::Heap => {
-            let (b, i) = restore_heap(storage, id, cfg).unwrap();
-            (Box::new(b), i)
-        }
-        #[cfg(feature = "rocksdb")]
-        Kind::RocksDb => {
-            let (b, i) =
-                keyed_state::checkpoint::restore_rocksdb(storage, id, cfg, Default::default())
-                    .unwrap();
-            (Box::new(b), i)
-        }
-    }
-}
-
-fn restore_on(kind: Kind, storage: &CheckpointStorage, id: u64, range: KeyGroupRange) -> Inst {
-    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-    let (backend, _) = restored(kind, storage, id, cfg.clone());
-    let (store, counter) = store_on(backend);
-    let ck = Checkpointer::open(
-        Arc::new(CheckpointStorage::in_memory().unwrap()),
-        &cfg,
-        CheckpointOptions::default(),
-    )
-    .unwrap();
-    Inst {
-        store,
-        counter,
-        ck,
-        engine: None,
-    }
-}
-
-/// Objects under `shared/` and the set every metadata in the root references.
-fn objects_and_references(storage: &CheckpointStorage) -> (BTreeSet<String>, BTreeSet<String>) {
-    let objects = storage
-        .list("shared/")
-        .unwrap()
-        .into_iter()
-        .map(|(p, _)| p)
-        .collect();
-    let refs = tools::referenced_objects(storage).unwrap().unwrap();
-    (objects, refs)
-}
-
-fn assert_storage_exact(storage: &CheckpointStorage) {
-    let (objects, refs) = objects_and_references(storage);
-    assert_eq!(
-        objects, refs,
-        "storage holds exactly what metadata references"
-    );
-}
-
-fn all() -> KeyGroupRange {
-    KeyGroupRange::new(0, MAX_P as u16 - 1)
-}
-
-/// Each scenario below runs against the in-memory store, a local directory, and S3 (the server `.ci/run`
-/// starts; skipped with a printed line when `KEYED_STATE_S3_ENDPOINT` is not set).
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(#[test]
-            fn $name() {
-                super::$name(&std::sync::Arc::new(
-                    keyed_state::checkpoint::CheckpointStorage::in_memory().unwrap(),
-                ));
-            })*
-        }
-        mod local_dir {
-            $(#[test]
-            fn $name() {
-                let dir = tempfile::tempdir().unwrap();
-                super::$name(&std::sync::Arc::new(
-                    keyed_state::checkpoint::CheckpointStorage::local(dir.path()).unwrap(),
-                ));
-            })*
-        }
-        #[cfg(feature = "s3")]
-        mod s3 {
-            $(#[test]
-            fn $name() {
-                if let Some(storage) = crate::common_s3::storage(stringify!($name)) {
-                    super::$name(&storage);
-                }
-            })*
-        }
-    };
-}
-
-/// The backend-independent scenarios: every store above, on every backend (the RocksDB variant with the
-/// `rocksdb` feature).
-macro_rules! on_every_backend_and_store {
-    ($($name:ident),* $(,)?) => {
-        mod lsm {
-            on_every_backend_and_store!(@stores Lsm, $($name),*);
-        }
-        mod heap {
-            on_every_backend_and_store!(@stores Heap, $($name),*);
-        }
-        #[cfg(feature = "rocksdb")]
-        mod rocksdb {
-            on_every_backend_and_store!(@stores RocksDb, $($name),*);
-        }
-    };
-    (@stores $kind:ident, $($name:ident),*) => {
-        mod memory {
-            $(#[test]
-            fn $name() {
-                crate::$name(
-                    &std::sync::Arc::new(
-                        keyed_state::checkpoint::CheckpointStorage::in_memory().unwrap(),
-                    ),
-                    crate::Kind::$kind,
-                );
-            })*
-        }
-        mod local_dir {
-            $(#[test]
-            fn $name() {
-                let dir = tempfile::tempdir().unwrap();
-                crate::$name(
-                    &std::sync::Arc::new(
-                        keyed_state::checkpoint::CheckpointStorage::local(dir.path()).unwrap(),
-                    ),
-                    crate::Kind::$kind,
-                );
-            })*
-        }
-        #[cfg(feature = "s3")]
-        mod s3 {
-            $(#[test]
-            fn $name() {
-                if let Some(storage) = crate::common_s3::storage(concat!(
-                    stringify!($kind),
-                    "-",
-                    stringify!($name)
-                )) {
-                    crate::$name(&storage, crate::Kind::$kind);
-                }
-            })*
-        }
-    };
-}
+use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
 
 on_every_store!(
     a_second_checkpoint_uploads_only_files_the_confirmed_one_lacks,
@@ -531,61 +270,6 @@ fn leftovers_of_a_crashed_run_go_when_the_instance_opens_again(
     assert_storage_exact(storage);
     let mut r = restore_on(kind, storage, 1, all());
     assert_eq!(r.get(7), Some(7));
-}
-
-/// An instance restored by `restore_lsm` for `range` of checkpoint `id`, with its restore report.
-fn restore_reported(
-    storage: &Arc<CheckpointStorage>,
-    id: u64,
-    range: KeyGroupRange,
-) -> (Inst, RestoreInfo) {
-    restore_reported_with(storage, id, range, options())
-}
-
-fn restore_reported_with(
-    storage: &Arc<CheckpointStorage>,
-    id: u64,
-    range: KeyGroupRange,
-    opts: Options,
-) -> (Inst, RestoreInfo) {
-    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-    let (backend, info) = restore_lsm(storage, id, cfg.clone(), opts).unwrap();
-    let engine = Some(backend.engine());
-    let (store, counter) = store_on(Box::new(backend));
-    let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default()).unwrap();
-    (
-        Inst {
-            store,
-            counter,
-            ck,
-            engine,
-        },
-        info,
-    )
-}
-
-/// Checkpoints every instance as `id` and confirms it.
-fn checkpoint_all(insts: &mut [Inst], id: u64) {
-    for x in insts.iter_mut() {
-        x.checkpoint(id);
-    }
-    for x in insts.iter_mut() {
-        x.ck.notify_complete(id).unwrap();
-    }
-}
-
-/// Every key of the model is where it belongs, with its value, and no instance holds more entries than
-/// its own key groups' (no foreign data is visible anywhere).
-fn check_instances(insts: &mut [Inst], model: &BTreeMap<i64, i64>) {
-    let mut owned = vec![0u64; insts.len()];
-    for (k, v) in model {
-        let i = insts.iter().position(|x| x.owns(*k)).unwrap();
-        owned[i] += 1;
-        assert_eq!(insts[i].get(*k), Some(*v), "key {k}");
-    }
-    for (x, n) in insts.iter_mut().zip(owned) {
-        assert_eq!(x.store.num_entries().unwrap(), n);
-    }
 }
 
 fn rescale_and_rescale_back_adopt_every_instance_with_bounds(storage: &Arc<CheckpointStorage>) {
@@ -1153,63 +837,6 @@ fn heap_rescale_reads_exactly_the_tables_of_the_owned_key_groups() {
     assert_eq!(n, model.len() as u64);
 }
 
-/// A backend of `kind` restored from checkpoint `id` of `storage` (every key group) in claim mode, with a
-/// checkpointer on the same storage retaining 1.
-fn claimed(kind: Kind, storage: &Arc<CheckpointStorage>, id: u64) -> Inst {
-    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let (backend, info) = restored(kind, storage, id, cfg.clone());
-    let (store, counter) = store_on(backend);
-    let ck = Checkpointer::open(
-        Arc::clone(storage),
-        &cfg,
-        CheckpointOptions {
-            retain: 1,
-            ..CheckpointOptions::default()
-        },
-    )
-    .unwrap();
-    ck.restored_from(&info.parts, cfg.key_group_range, RestoreMode::Claim)
-        .unwrap();
-    Inst {
-        store,
-        counter,
-        ck,
-        engine: None,
-    }
-}
-
-#[test]
-fn heap_restore_in_claim_mode_references_the_restored_tables_until_they_change() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh_on(Kind::Heap, &storage, all(), 1);
-    for k in 0..3000 {
-        a.put(k, k);
-    }
-    a.checkpoint(1);
-    a.ck.notify_complete(1).unwrap();
-    a.ck.close();
-    let mut b = claimed(Kind::Heap, &storage, 1);
-    b.put(7, 70);
-    let s = b.checkpoint(2);
-    assert_eq!(
-        (s.files_new, s.files_reused),
-        (1, MAX_P as usize - 1),
-        "{s:?}"
-    );
-    b.ck.notify_complete(2).unwrap();
-    // Claimed: checkpoint 1 is subsumed and deleted; what checkpoint 2 references stays.
-    let ids: Vec<u64> = list_completed(&storage)
-        .unwrap()
-        .iter()
-        .map(|m| m.checkpoint_id)
-        .collect();
-    assert_eq!(ids, vec![2]);
-    assert_storage_exact(&storage);
-    let mut r = restore_on(Kind::Heap, &storage, 2, all());
-    assert_eq!(r.get(7), Some(70));
-    assert_eq!(r.get(8), Some(8));
-}
-
 #[test]
 fn a_restore_of_another_backends_checkpoint_names_both_and_to_savepoint_bridges_them() {
     let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
@@ -1323,38 +950,6 @@ fn rocksdb_checkpoints_reuse_uploaded_ssts_and_rescale_as_flink_does() {
         assert_eq!(one.get(*k), Some(*v), "key {k}");
     }
     assert_eq!(one.store.num_entries().unwrap(), model.len() as u64);
-}
-
-#[test]
-fn lsm_restore_in_claim_mode_references_the_restored_files_and_restores_them_right() {
-    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = fresh_on(Kind::Lsm, &storage, all(), 1);
-    let mut model = std::collections::BTreeMap::new();
-    // Several checkpoints, so the engine's file numbers are not 1, 2, 3... any more.
-    for (id, round) in (1..=3u64).zip(0i64..) {
-        for k in 0..1500 {
-            let v = k * 10 + round;
-            a.put(k + round * 700, v);
-            model.insert(k + round * 700, v);
-        }
-        a.checkpoint(id);
-        a.ck.notify_complete(id).unwrap();
-    }
-    a.ck.close();
-    let mut b = claimed(Kind::Lsm, &storage, 3);
-    b.put(7, 70);
-    model.insert(7, 70);
-    let s = b.checkpoint(4);
-    assert!(
-        s.files_reused > 0,
-        "the claimed checkpoint's objects are the restored engine's files: {s:?}"
-    );
-    b.ck.notify_complete(4).unwrap();
-    assert_storage_exact(&storage);
-    let mut r = restore_on(Kind::Lsm, &storage, 4, all());
-    for (k, v) in &model {
-        assert_eq!(r.get(*k), Some(*v), "key {k}");
-    }
 }
 
 #[test]

@@ -22,7 +22,7 @@ pub enum RestoreMode {
     #[default]
     NoClaim,
     /// This run owns the restored checkpoint: it is the incremental base, counts as retained and is deleted
-    /// once subsumed.
+    /// once subsumed, also after a rescale (each old part by the new instance holding its first key group).
     Claim,
 }
 
@@ -79,10 +79,31 @@ struct InFlight {
     written: Option<CheckpointMetadata>,
 }
 
+/// A confirmed checkpoint while retained.
+struct Retained {
+    id: u64,
+    /// The metadata files this run deletes when it leaves retention: its own; after a claim, those of the
+    /// restored parts this instance owns.
+    delete: Vec<String>,
+    /// The old runs (`<instance>/<run>`, not this instance's) whose objects those files reference: swept
+    /// right after the deletion.
+    runs: BTreeSet<String>,
+}
+
+/// The old runs (`<instance>/<run>`) whose objects `m` references, other than `instance`'s own.
+fn foreign_runs(m: &CheckpointMetadata, instance: &str) -> BTreeSet<String> {
+    m.objects
+        .iter()
+        .filter_map(|o| run_of(&o.path))
+        .filter(|run| run.split('/').next() != Some(instance))
+        .map(str::to_string)
+        .collect()
+}
+
 struct Registry {
     base: Option<CheckpointMetadata>,
-    /// Confirmed checkpoints, oldest first; `true` when this run may delete its metadata.
-    retained: VecDeque<(u64, bool)>,
+    /// Confirmed checkpoints, oldest first.
+    retained: VecDeque<Retained>,
     in_flight: BTreeMap<u64, InFlight>,
     last_confirmed: Option<u64>,
     /// After a no-claim restore nothing is reused until the first own confirmation.
@@ -183,8 +204,13 @@ impl Checkpointer {
         &self.inner.storage
     }
 
-    /// Tells the checkpointer which checkpoint its backend was restored from. In [`RestoreMode::Claim`]
-    /// (one instance of the same range) it becomes the incremental base and counts as retained.
+    /// Tells the checkpointer which checkpoint its backend was restored from: `metas` are the
+    /// [`RestoreInfo::parts`](super::RestoreInfo::parts) of the restore, `range` the backend's key groups.
+    /// In [`RestoreMode::Claim`] the files the backend holds of them become the incremental base (the
+    /// first checkpoint uploads only what changed since), the restored checkpoint counts as retained, and
+    /// this instance *owns* every part whose first key group it holds: it deletes that part's metadata when
+    /// the restored checkpoint leaves retention and sweeps the old runs' objects the part references
+    /// (`design/checkpoints.md`, "Claim across a rescale"). Call it before the first [`begin`](Self::begin).
     pub fn restored_from(
         &self,
         metas: &[CheckpointMetadata],
@@ -194,17 +220,86 @@ impl Checkpointer {
         if mode == RestoreMode::NoClaim {
             return Ok(());
         }
-        let [m] = metas else {
-            return Err(claim_err(metas, range));
+        let Some(first) = metas.first() else {
+            return Err(CheckpointError::Invalid(
+                "claim mode needs the parts of the restored checkpoint".into(),
+            ));
         };
-        if m.key_group_range != range || m.instance != self.inner.instance {
-            return Err(claim_err(metas, range));
+        let id = first.checkpoint_id;
+        if let Some(m) = metas.iter().find(|m| m.checkpoint_id != id) {
+            return Err(CheckpointError::Invalid(format!(
+                "claim mode: the restored parts come from checkpoints {id} and {} ({})",
+                m.checkpoint_id, m.instance
+            )));
+        }
+        if let Some(m) = metas
+            .iter()
+            .find(|m| m.key_group_range.intersect(&range).is_empty())
+        {
+            return Err(CheckpointError::Invalid(format!(
+                "claim mode: restored part {} (key groups {}) holds none of key groups {range}",
+                m.instance, m.key_group_range
+            )));
+        }
+        let owned: Vec<&CheckpointMetadata> = metas
+            .iter()
+            .filter(|m| range.contains(m.key_group_range.start()))
+            .collect();
+        let base = claimed_base(metas);
+        {
+            let reg = self.inner.reg.lock();
+            if reg.last_confirmed.is_some() || !reg.in_flight.is_empty() {
+                return Err(CheckpointError::Invalid(
+                    "restored_from must come before the first checkpoint".into(),
+                ));
+            }
+        }
+        for m in &owned {
+            self.take_over_claims(m)?;
         }
         let mut reg = self.inner.reg.lock();
-        reg.base = Some(m.clone());
+        reg.base = Some(base);
         reg.reuse_restored = true;
-        reg.last_confirmed = Some(m.checkpoint_id);
-        reg.retained.push_back((m.checkpoint_id, true));
+        reg.last_confirmed = Some(id);
+        let me = &self.inner.instance;
+        reg.retained.push_back(Retained {
+            id,
+            delete: owned
+                .iter()
+                .map(|m| metadata_path(id, &m.instance))
+                .collect(),
+            runs: owned.iter().flat_map(|m| foreign_runs(m, me)).collect(),
+        });
+        Ok(())
+    }
+
+    /// Makes this instance the sweeper of every old run whose objects part `m` references (a marker
+    /// `claimed/<instance>/<old instance>/<old run>` each), and of the runs part `m`'s instance swept for
+    /// its own earlier claims.
+    fn take_over_claims(&self, m: &CheckpointMetadata) -> Result<(), CheckpointError> {
+        let storage = &self.inner.storage;
+        let me = &self.inner.instance;
+        let mut runs = foreign_runs(m, me);
+        let prefix = claims_prefix(&m.instance);
+        let theirs = if &m.instance == me {
+            Vec::new()
+        } else {
+            storage.list(&prefix)?
+        };
+        for (path, _) in &theirs {
+            if let Some(run) = path.strip_prefix(&prefix) {
+                if run.split('/').next() != Some(me.as_str()) {
+                    runs.insert(run.to_string());
+                }
+            }
+        }
+        for run in &runs {
+            storage.put(&format!("{}{run}", claims_prefix(me)), Vec::new())?;
+        }
+        // The new markers exist before the old owner's go: a crash in between leaves two sweepers, never none.
+        for (path, _) in theirs {
+            storage.delete(&path)?;
+        }
         Ok(())
     }
 
@@ -277,42 +372,51 @@ impl Checkpointer {
             )));
         };
         reg.in_flight.remove(&id);
+        let me = &self.inner.instance;
+        let mut runs = BTreeSet::new();
         let older: Vec<u64> = reg.in_flight.range(..id).map(|(k, _)| *k).collect();
         for o in older {
             if let Some(f) = reg.in_flight.remove(&o) {
                 f.cancel.store(true, Ordering::Release);
-                if f.written.is_some() {
-                    storage.delete(&metadata_path(o, &self.inner.instance))?;
+                if let Some(m) = &f.written {
+                    storage.delete(&metadata_path(o, me))?;
+                    runs.extend(foreign_runs(m, me));
                 }
             }
         }
+        reg.retained.push_back(Retained {
+            id,
+            delete: vec![metadata_path(id, me)],
+            runs: foreign_runs(&meta, me),
+        });
         reg.base = Some(meta);
         reg.reuse_restored = false;
         reg.last_confirmed = Some(id);
-        reg.retained.push_back((id, true));
         while reg.retained.len() > self.inner.opts.retain {
-            if let Some((old, own)) = reg.retained.pop_front() {
-                if own {
-                    storage.delete(&metadata_path(old, &self.inner.instance))?;
+            if let Some(r) = reg.retained.pop_front() {
+                for p in &r.delete {
+                    storage.delete(p)?;
                 }
+                runs.extend(r.runs);
             }
         }
-        self.sweep_locked(&reg)
+        self.sweep_locked(&reg, &runs)
     }
 
     /// The host aborts checkpoint `id`: a running one is cancelled, a finished one loses its metadata, and
     /// the sweep runs. Unknown ids are ignored (as Flink ignores late aborts).
     pub fn notify_aborted(&self, id: u64) -> Result<(), CheckpointError> {
         let mut reg = self.inner.reg.lock();
+        let mut runs = BTreeSet::new();
         if let Some(f) = reg.in_flight.remove(&id) {
             f.cancel.store(true, Ordering::Release);
-            if f.written.is_some() {
-                self.inner
-                    .storage
-                    .delete(&metadata_path(id, &self.inner.instance))?;
+            if let Some(m) = &f.written {
+                let me = &self.inner.instance;
+                self.inner.storage.delete(&metadata_path(id, me))?;
+                runs = foreign_runs(m, me);
             }
         }
-        self.sweep_locked(&reg)
+        self.sweep_locked(&reg, &runs)
     }
 
     /// Cancels every checkpoint in flight; later [`begin`](Self::begin)s fail.
@@ -330,18 +434,21 @@ impl Checkpointer {
             .lock()
             .retained
             .iter()
-            .map(|(i, _)| *i)
+            .map(|r| r.id)
             .collect()
     }
 
-    /// Deletes every object under this instance's `shared/<instance>/` that no metadata in the root and no
-    /// checkpoint in flight references.
+    /// Deletes every object under this instance's `shared/<instance>/`, and under the old runs it claimed
+    /// (`claimed/<instance>/…`), that no metadata in the root and no checkpoint in flight references; a
+    /// claimed run left empty loses its marker.
     pub fn sweep(&self) -> Result<(), CheckpointError> {
         let reg = self.inner.reg.lock();
-        self.sweep_locked(&reg)
+        self.sweep_locked(&reg, &BTreeSet::new())
     }
 
-    fn sweep_locked(&self, reg: &Registry) -> Result<(), CheckpointError> {
+    /// [`sweep`](Self::sweep), and also the old runs `runs` (`<instance>/<run>`): those the metadata just
+    /// deleted referenced, whose objects may have lost their last reference.
+    fn sweep_locked(&self, reg: &Registry, runs: &BTreeSet<String>) -> Result<(), CheckpointError> {
         let storage = &self.inner.storage;
         let Some(mut live) = super::tools::referenced_objects(storage)? else {
             // A metadata file that does not decode: what it references is unknown, so nothing is deleted.
@@ -356,22 +463,88 @@ impl Checkpointer {
                 storage.delete(&path)?;
             }
         }
+        let claims = claims_prefix(&self.inner.instance);
+        for (marker, _) in storage.list(&claims)? {
+            let Some(run) = marker.strip_prefix(&claims) else {
+                continue;
+            };
+            let mut left = 0usize;
+            for (path, _) in storage.list(&format!("shared/{run}/"))? {
+                if live.contains(&path) {
+                    left += 1;
+                } else {
+                    storage.delete(&path)?;
+                }
+            }
+            if left == 0 {
+                storage.delete(&marker)?;
+            }
+        }
+        let mut emptied = Vec::new();
+        for run in runs {
+            let mut left = 0usize;
+            for (path, _) in storage.list(&format!("shared/{run}/"))? {
+                if live.contains(&path) {
+                    left += 1;
+                } else {
+                    storage.delete(&path)?;
+                }
+            }
+            if left == 0 {
+                emptied.push(run);
+            }
+        }
+        // A run this sweep emptied needs no sweeper any more: its markers (of any owner) go.
+        if !emptied.is_empty() {
+            for (marker, _) in storage.list("claimed/")? {
+                if emptied.iter().any(|r| marker.ends_with(&format!("/{r}"))) {
+                    storage.delete(&marker)?;
+                }
+            }
+        }
         Ok(())
     }
 }
 
-fn claim_err(
-    metas: &[CheckpointMetadata],
-    range: crate::keygroup::KeyGroupRange,
-) -> CheckpointError {
-    CheckpointError::ClaimNeedsSameRange {
-        restored: metas
-            .iter()
-            .map(|m| format!("{} ({})", m.key_group_range, m.instance))
-            .collect::<Vec<_>>()
-            .join(", "),
-        target: range,
+/// The prefix of the markers of the old runs `instance` sweeps: `claimed/<instance>/`.
+pub(crate) fn claims_prefix(instance: &str) -> String {
+    format!("claimed/{instance}/")
+}
+
+/// `<instance>/<run>` of an object path `shared/<instance>/<run>/<name>`.
+pub(crate) fn run_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("shared/")?;
+    let mut it = rest.splitn(3, '/');
+    let (inst, run, name) = (it.next()?, it.next()?, it.next()?);
+    if inst.is_empty() || run.is_empty() || name.is_empty() {
+        return None;
     }
+    Some(&rest[..inst.len() + 1 + run.len()])
+}
+
+/// One incremental base from the restored parts: every file the restored backend holds, with the object
+/// holding its bytes.
+fn claimed_base(metas: &[CheckpointMetadata]) -> CheckpointMetadata {
+    let mut base = metas[0].clone();
+    base.objects.clear();
+    base.files.clear();
+    let mut index: BTreeMap<String, u32> = BTreeMap::new();
+    for m in metas {
+        for f in &m.files {
+            let Some(o) = m.objects.get(f.object as usize) else {
+                continue;
+            };
+            let i = *index.entry(o.path.clone()).or_insert_with(|| {
+                base.objects.push(o.clone());
+                (base.objects.len() - 1) as u32
+            });
+            base.files.push(FileRef {
+                object: i,
+                ..f.clone()
+            });
+        }
+    }
+    base
 }
 
 /// Bytes of new files read or serialized before they are uploaded (a batch of uploads at a time).
@@ -399,6 +572,20 @@ impl<'a> Batch<'a> {
     fn push(&mut self, g: Group<'a>) {
         self.bytes += g.bytes;
         self.groups.push(g);
+    }
+}
+
+/// What identifies a file of the backend across its checkpoints: an SST by its number (an engine file keeps
+/// its bounds for life), a heap table by number, state and key group; a named file is never reused.
+type ReuseKey = (u64, Option<(u32, u32)>);
+
+fn reuse_key(number: u64, kind: &FileKind) -> Option<ReuseKey> {
+    match kind {
+        FileKind::Sst | FileKind::BoundedSst(_) => Some((number, None)),
+        FileKind::Table { state, key_group } => {
+            Some((number, Some((*state, u32::from(*key_group)))))
+        }
+        FileKind::Named(_) => None,
     }
 }
 
@@ -535,23 +722,21 @@ impl PendingCheckpoint {
         let mut object_index: BTreeMap<String, u32> = BTreeMap::new();
         let mut files: Vec<FileRef> = Vec::new();
         let mut new_files: Vec<&CapturedFile> = Vec::new();
-        let base_files: HashMap<(u64, &FileKind), &FileRef> = self
+        let base_files: HashMap<ReuseKey, &FileRef> = self
             .base
             .iter()
-            .flat_map(|b| b.files.iter().map(|r| ((r.number, &r.kind), r)))
+            .flat_map(|b| b.files.iter())
+            .filter_map(|r| Some((reuse_key(r.number, &r.kind)?, r)))
             .collect();
         for f in &captured.files {
             let kind = file_kind(&f.source);
-            let reused = match &kind {
-                FileKind::Named(_) => None,
-                k => base_files
-                    .get(&(f.number, k))
-                    .filter(|r| matches!(k, FileKind::Table { .. }) || r.length == f.size)
-                    .and_then(|r| {
-                        let o = self.base.as_ref()?.objects.get(r.object as usize)?;
-                        Some((*r, o))
-                    }),
-            };
+            let reused = reuse_key(f.number, &kind)
+                .and_then(|key| base_files.get(&key))
+                .filter(|r| matches!(kind, FileKind::Table { .. }) || r.length == f.size)
+                .and_then(|r| {
+                    let o = self.base.as_ref()?.objects.get(r.object as usize)?;
+                    Some((*r, o))
+                });
             match reused {
                 Some((r, o)) => {
                     let idx = match object_index.get(&o.path) {

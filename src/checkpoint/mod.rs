@@ -89,16 +89,6 @@ pub enum CheckpointError {
         /// What is missing.
         detail: String,
     },
-    /// Claim mode after a rescale: only one instance restoring one instance of the same range may claim.
-    #[error(
-        "claim mode needs the restored instance's key-group range, {restored}, to equal {target}"
-    )]
-    ClaimNeedsSameRange {
-        /// The restored instances' ranges.
-        restored: String,
-        /// The new instance's range.
-        target: crate::keygroup::KeyGroupRange,
-    },
     /// A call that breaks the protocol (an id twice, completing a checkpoint still running, ...).
     #[error("invalid: {0}")]
     Invalid(String),

@@ -19,10 +19,11 @@ use crate::savepoint::{write_savepoint, WriteOptions};
 /// What a restore did.
 #[derive(Debug, Clone, Default)]
 pub struct RestoreInfo {
-    /// The metadata of every instance part that was read. After an LSM restore its file numbers are the
-    /// restored engine's (`u64::MAX` for a file that became several engine files or none), so that
+    /// The metadata of every instance part that was read, its files rewritten to those the restored
+    /// backend holds, numbered as the backend numbers them (a file adopted in several pieces once per
+    /// piece; files left out or copied are not listed), so that
     /// [`Checkpointer::restored_from`](super::Checkpointer::restored_from) in claim mode reuses exactly the
-    /// objects whose bytes the engine's files are.
+    /// objects whose bytes the backend's files are.
     pub parts: Vec<CheckpointMetadata>,
     /// Instances whose files were adopted as they are.
     pub adopted: Vec<String>,
@@ -279,6 +280,8 @@ pub fn restore_lsm(
         let m = &parts[i];
         let keep = m.key_group_range.intersect(&target);
         last_seqno = last_seqno.max(m.seqno);
+        // The part as the new engine holds it (see `RestoreInfo::parts`).
+        let mut held = Vec::with_capacity(m.files.len());
         for (k, f) in m.files.iter().enumerate() {
             let recorded = match &f.kind {
                 FileKind::BoundedSst(b) => Some(b),
@@ -288,7 +291,6 @@ pub fn restore_lsm(
             let bounds = adoption_bounds(&staged[i].1[k], recorded, keep, prefix_len, nstates);
             // One engine file per bounded piece; the pieces of one file share its bytes (hard links).
             let mut first: Option<PathBuf> = None;
-            let mut pieces = 0usize;
             for b in bounds {
                 let dst = db_dir.join(format!("{next:06}.sst"));
                 match &first {
@@ -302,19 +304,20 @@ pub fn restore_lsm(
                     }
                 }
                 first.get_or_insert(dst);
+                held.push(super::FileRef {
+                    number: next,
+                    kind: FileKind::BoundedSst(b.clone()),
+                    ..f.clone()
+                });
                 placed.push(AdoptFile {
                     level: usize::from(f.level),
                     number: next,
                     bounds: Some(b),
                 });
-                pieces += 1;
                 next += 1;
             }
-            // `info.parts` names each file as the new engine does, so that a claim's base (see
-            // `Checkpointer::restored_from`) matches an engine file only to the object holding its bytes;
-            // a file split into pieces or left out matches none.
-            info.parts[i].files[k].number = if pieces == 1 { next - 1 } else { u64::MAX };
         }
+        info.parts[i].files = held;
         info.adopted.push(m.instance.clone());
         // What was not adopted (files holding nothing of the new range) goes now, not with the backend.
         let _ = std::fs::remove_dir_all(&staged[i].0);
@@ -329,9 +332,7 @@ pub fn restore_lsm(
         options.clone(),
     )?;
     for i in copy_parts {
-        for f in &mut info.parts[i].files {
-            f.number = u64::MAX;
-        }
+        info.parts[i].files.clear();
         copy_part(&mut backend, &parts[i], &staged[i].0, target, &options)?;
         info.copied.push(parts[i].instance.clone());
     }

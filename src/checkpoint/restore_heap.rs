@@ -1,7 +1,7 @@
 //! Restore and rescale from a heap checkpoint into a heap backend (`design/checkpoints.md`, "Heap
 //! checkpoints"): a new instance reads exactly the (state, key group) tables of the key groups it owns.
 
-use super::format::{BackendKind, CheckpointMetadata, FileKind};
+use super::format::{BackendKind, CheckpointMetadata, FileKind, FileRef};
 use super::restore::{other_backend, select_parts, RestoreInfo};
 use super::storage::CheckpointStorage;
 use super::{heap_table, CheckpointError};
@@ -12,9 +12,12 @@ use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroup};
 /// Bytes of tables fetched at once.
 const FETCH_BYTES: u64 = 64 << 20;
 
-/// One table to load: (part, file index).
+/// One table to load.
 struct Wanted<'a> {
     part: &'a CheckpointMetadata,
+    /// The part's index in `parts`, and the table's file record in it.
+    part_index: usize,
+    file: &'a FileRef,
     state: usize,
     key_group: KeyGroup,
     number: u64,
@@ -25,8 +28,9 @@ struct Wanted<'a> {
 }
 
 /// Restores the key groups of `config` from heap checkpoint `id` into a new heap backend: the tables of
-/// every old instance for the key groups `config` owns (nothing else is read). With one old instance, the
-/// tables keep their checkpoint file numbers, so a claiming checkpointer references them while unchanged.
+/// every old instance for the key groups `config` owns (nothing else is read). The tables keep their
+/// checkpoint file numbers (after a rescale, numbers afresh: the old instances' numbers may collide), and
+/// `RestoreInfo::parts` lists them so, so that a claiming checkpointer references them while unchanged.
 pub fn restore_heap(
     storage: &CheckpointStorage,
     id: u64,
@@ -72,6 +76,8 @@ pub fn restore_heap(
             })?;
             wanted.push(Wanted {
                 part: m,
+                part_index: pi,
+                file: f,
                 state,
                 key_group,
                 number: f.number,
@@ -108,10 +114,24 @@ pub fn restore_heap(
         }
     }
     backend.finish_load()?;
-    if parts.len() == 1 {
-        for w in &wanted {
-            backend.set_table_number(w.state, w.key_group, w.number);
-        }
+    for p in &mut info.parts {
+        p.files.clear();
+    }
+    for (n, w) in wanted.iter().enumerate() {
+        let number = if parts.len() == 1 {
+            w.number
+        } else {
+            n as u64 + 1
+        };
+        backend.set_table_number(w.state, w.key_group, number);
+        info.parts[w.part_index].files.push(FileRef {
+            number,
+            kind: FileKind::Table {
+                state: w.state as u32,
+                key_group: w.key_group,
+            },
+            ..w.file.clone()
+        });
     }
     Ok((backend, info))
 }

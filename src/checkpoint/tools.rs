@@ -202,7 +202,8 @@ pub struct GcReport {
 }
 
 /// Offline garbage collection: keeps the newest `retain` checkpoint ids, deletes the metadata of older
-/// ones, then every object that no kept metadata references (uploads of unfinished checkpoints included).
+/// ones, then every object that no kept metadata references (uploads of unfinished checkpoints included)
+/// and the claim markers of runs left without objects.
 /// Must not run while a job writes to the root. A metadata file that does not decode stops it.
 pub fn gc(
     storage: &CheckpointStorage,
@@ -243,6 +244,14 @@ pub fn gc(
             continue;
         }
         rep.objects.push(path);
+    }
+    // A claim marker (`claimed/<owner>/<instance>/<run>`) goes with the last object of its run.
+    for (marker, _) in storage.list("claimed/")? {
+        let run = marker.splitn(3, '/').nth(2).unwrap_or_default();
+        let prefix = format!("shared/{run}/");
+        if !live.iter().any(|p| p.starts_with(&prefix)) {
+            rep.objects.push(marker);
+        }
     }
     if !dry_run {
         // Metadata first: an interrupted gc leaves unreferenced objects, never a checkpoint missing objects.

@@ -319,6 +319,10 @@ pub fn restore_rocksdb(
         drop(t);
         info.copied.push(m.instance.clone());
     }
+    // The copied parts' files are not the restored database's (`RestoreInfo::parts`).
+    for p in info.parts.iter_mut().skip(1) {
+        p.files.clear();
+    }
     backend.finish_load()?;
     Ok((backend, info))
 }
