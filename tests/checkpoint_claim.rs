@@ -25,6 +25,7 @@ use keyed_state::state::KeyedStateStore;
 on_every_backend_and_store!(
     claim_across_rescales_reuses_the_restored_files_and_deletes_each_restored_checkpoint_once_subsumed,
     a_restored_part_is_deleted_only_by_the_instance_holding_its_first_key_group,
+    a_checkpoint_begun_before_its_instance_hears_of_a_confirmation_keeps_what_it_references,
 );
 
 /// Instance `i` of `parallelism`, restored from checkpoint `id` of `storage` in claim mode, retaining
@@ -128,9 +129,11 @@ fn assert_every_object_has_a_sweeper(storage: &CheckpointStorage, running: &[Str
 }
 
 /// The files of instance `x`'s part of checkpoint `id` that the restore `info` adopted reference the
-/// restored objects (none uploaded again), and at least one does.
+/// restored objects (none uploaded again), and at least one does; on the LSM and heap backends (nothing
+/// written since the restore, no compaction due) nothing at all was uploaded.
 fn assert_restored_files_reused(
     storage: &CheckpointStorage,
+    kind: Kind,
     x: &Inst,
     info: &RestoreInfo,
     id: u64,
@@ -164,11 +167,14 @@ fn assert_restored_files_reused(
             reused += 1;
         }
     }
-    assert!(
-        reused > 0 || adopted.is_empty(),
-        "{}: {m:?}",
-        x.ck.instance()
-    );
+    assert!(reused > 0, "{}: {m:?}", x.ck.instance());
+    if matches!(kind, Kind::Lsm | Kind::Heap) {
+        assert!(
+            m.objects.iter().all(|o| o.uploaded_by < id),
+            "{}: {m:?}",
+            x.ck.instance()
+        );
+    }
 }
 
 /// Checkpoints every instance as `id` and confirms it, its LSM files compacted first: the restored
@@ -226,7 +232,7 @@ fn claim_across_rescales_reuses_the_restored_files_and_deletes_each_restored_che
             x.checkpoint(id);
         }
         for (x, info) in insts.iter().zip(&infos) {
-            assert_restored_files_reused(storage, x, info, id);
+            assert_restored_files_reused(storage, kind, x, info, id);
         }
         for x in insts.iter_mut() {
             x.ck.notify_complete(id).unwrap();
@@ -265,40 +271,88 @@ fn a_restored_part_is_deleted_only_by_the_instance_holding_its_first_key_group(
     kind: Kind,
 ) {
     let mut model = BTreeMap::new();
-    let mut insts = vec![fresh_on(kind, storage, all(), 1)];
+    let mut insts: Vec<Inst> = (0..2)
+        .map(|i| {
+            let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
+            fresh_on(kind, storage, range, 1)
+        })
+        .collect();
     write_round(&mut insts, &mut model, 1);
     checkpoint_all(&mut insts, 1);
-    let old = instance_name(all());
+    let old: Vec<String> = insts.iter().map(|x| x.ck.instance().to_string()).collect();
     drop(insts);
-    // Instance 1 of 2 confirms first: it does not hold key group 0, so the old part stays.
-    let (mut second, _) = claimed_instance(kind, storage, 1, (2, 1), 1);
-    second.checkpoint(2);
-    second.ck.notify_complete(2).unwrap();
-    let parts: Vec<(u64, String)> = list_completed(storage)
-        .unwrap()
-        .into_iter()
-        .map(|m| (m.checkpoint_id, m.instance))
+    // 2 -> 3: part 0 (key groups 0..=7) starts in instance 0's range (0..=5), part 1 (8..=15) in instance
+    // 1's (6..=10); instance 2 (11..=15) takes files of part 1 and owns none.
+    let mut insts: Vec<Inst> = (0..3)
+        .map(|i| claimed_instance(kind, storage, 1, (3, i), 1).0)
         .collect();
-    assert!(parts.contains(&(1, old.clone())), "{parts:?}");
+    for x in insts.iter_mut() {
+        x.checkpoint(2);
+    }
+    let parts_of_1 = |s: &CheckpointStorage| -> Vec<String> {
+        list_completed(s)
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.checkpoint_id == 1)
+            .map(|m| m.instance)
+            .collect()
+    };
+    insts[2].ck.notify_complete(2).unwrap();
+    assert_eq!(parts_of_1(storage), old, "instance 2 owns no part");
+    insts[1].ck.notify_complete(2).unwrap();
+    assert_eq!(parts_of_1(storage), old[..1], "instance 1 owns part 1");
+    insts[0].ck.notify_complete(2).unwrap();
+    assert!(parts_of_1(storage).is_empty(), "instance 0 owns part 0");
     assert_storage_exact(storage);
-    // Instance 0 holds it: its confirmation deletes the part.
-    let (mut first, _) = claimed_instance(kind, storage, 1, (2, 0), 1);
-    first.checkpoint(2);
-    first.ck.notify_complete(2).unwrap();
-    let parts: Vec<u64> = list_completed(storage)
-        .unwrap()
-        .into_iter()
-        .map(|m| m.checkpoint_id)
-        .collect();
-    assert_eq!(parts, vec![2, 2]);
-    assert_storage_exact(storage);
-    let running = vec![
-        first.ck.instance().to_string(),
-        second.ck.instance().to_string(),
-    ];
+    let running: Vec<String> = insts.iter().map(|x| x.ck.instance().to_string()).collect();
     assert_every_object_has_a_sweeper(storage, &running);
-    let mut insts = vec![first, second];
     check_instances(&mut insts, &model);
+}
+
+fn a_checkpoint_begun_before_its_instance_hears_of_a_confirmation_keeps_what_it_references(
+    storage: &Arc<CheckpointStorage>,
+    kind: Kind,
+) {
+    let mut model = BTreeMap::new();
+    let mut insts = vec![fresh_on(kind, storage, all(), 1)];
+    write_round(&mut insts, &mut model, 1);
+    compact_and_checkpoint_all(&mut insts, 1);
+    drop(insts);
+    let mut insts: Vec<Inst> = (0..2)
+        .map(|i| claimed_instance(kind, storage, 1, (2, i), 1).0)
+        .collect();
+    for x in insts.iter_mut() {
+        x.checkpoint(2);
+    }
+    // The host completed 2; instance 0 (the owner of the restored part) hears first: it deletes the part
+    // and sweeps. Instance 1 has not heard and begins 3 on the claimed base.
+    insts[0].ck.notify_complete(2).unwrap();
+    write_round(&mut insts, &mut model, 2);
+    let three: Vec<_> = insts
+        .iter_mut()
+        .map(|x| x.ck.begin(3, x.store.backend_mut()).unwrap())
+        .collect();
+    for p in three {
+        p.run().unwrap();
+    }
+    assert!(tools::verify(storage, None).unwrap().problems.is_empty());
+    // The host completes 3; instance 1 hears of 3 only (2 is subsumed on it).
+    insts[0].ck.notify_complete(3).unwrap();
+    insts[1].ck.notify_complete(3).unwrap();
+    let r = tools::verify(storage, None).unwrap();
+    assert!(r.problems.is_empty(), "{r:?}");
+    assert_eq!(
+        list_completed(storage)
+            .unwrap()
+            .iter()
+            .map(|m| m.checkpoint_id)
+            .collect::<Vec<_>>(),
+        vec![3, 3]
+    );
+    assert_storage_exact(storage);
+    drop(insts);
+    let mut one = vec![restore_on(kind, storage, 3, all())];
+    check_instances(&mut one, &model);
 }
 
 #[test]
@@ -444,6 +498,10 @@ fn an_old_run_a_crash_left_objects_in_is_swept_by_its_owner_when_it_opens_again(
     let (path, _) = &old[0];
     let orphan = format!("{path}.left-by-a-crash");
     storage.put(&orphan, storage.get(path).unwrap()).unwrap();
+    // Offline, gc would take the orphan and keep the marker: its run still holds referenced objects.
+    let dry = tools::gc(&storage, 1, true).unwrap();
+    assert_eq!(dry.objects, vec![orphan.clone()], "{dry:?}");
+    assert!(!markers(&storage).is_empty());
     // The owner (instance 0, holding key group 0) runs again under its name: its sweep at open finds it.
     let owner = insts[0].ck.instance().to_string();
     let cfg = insts[0].store.config().clone();
@@ -471,4 +529,41 @@ fn an_old_run_a_crash_left_objects_in_is_swept_by_its_owner_when_it_opens_again(
     drop(again);
     assert_storage_exact(&storage);
     check_instances(&mut insts, &model);
+}
+
+#[test]
+fn a_scan_that_sees_a_metadata_file_vanish_scans_again_before_anything_is_deleted() {
+    use keyed_state::checkpoint::fault_store::FaultStore;
+    use keyed_state::checkpoint::metadata_path;
+    let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
+    let storage =
+        Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap());
+    let mut model = BTreeMap::new();
+    let mut insts = vec![fresh_on(Kind::Lsm, &storage, all(), 2)];
+    write_round(&mut insts, &mut model, 1);
+    checkpoint_all(&mut insts, 1);
+    write_round(&mut insts, &mut model, 2);
+    checkpoint_all(&mut insts, 2);
+    let name = insts[0].ck.instance().to_string();
+    let (older, newer) = (metadata_path(1, &name), metadata_path(2, &name));
+    let newer_bytes = storage.get(&newer).unwrap();
+    let wanted: BTreeSet<String> = list_completed(&storage).unwrap()[1]
+        .objects
+        .iter()
+        .map(|o| o.path.clone())
+        .collect();
+    // Another writer between the scan's listing and its reads: the newer metadata appears (it is put
+    // before the older goes, as every writer does), then the older is deleted.
+    storage.delete(&newer).unwrap();
+    fault.on_first_get(
+        &older,
+        vec![(newer.clone(), newer_bytes)],
+        vec![older.clone()],
+    );
+    let live = tools::referenced_objects(&storage).unwrap().unwrap();
+    assert!(
+        wanted.is_subset(&live),
+        "the scan missed objects of {newer}: {:?}",
+        wanted.difference(&live).collect::<Vec<_>>()
+    );
 }

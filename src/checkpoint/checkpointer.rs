@@ -273,7 +273,7 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// Makes this instance the sweeper of every old run whose objects part `m` references (a marker
+    /// Makes this instance a sweeper of every old run whose objects part `m` references (a marker
     /// `claimed/<instance>/<old instance>/<old run>` each), and of the runs part `m`'s instance swept for
     /// its own earlier claims.
     fn take_over_claims(&self, m: &CheckpointMetadata) -> Result<(), CheckpointError> {
@@ -296,10 +296,8 @@ impl Checkpointer {
         for run in &runs {
             storage.put(&format!("{}{run}", claims_prefix(me)), Vec::new())?;
         }
-        // The new markers exist before the old owner's go: a crash in between leaves two sweepers, never none.
-        for (path, _) in theirs {
-            storage.delete(&path)?;
-        }
+        // The old owner's markers stay: a claim abandoned before its first confirmation (or a crash here)
+        // leaves them for the next claim of the same part. Every marker of a run goes when a sweep empties it.
         Ok(())
     }
 
@@ -393,10 +391,13 @@ impl Checkpointer {
         reg.reuse_restored = false;
         reg.last_confirmed = Some(id);
         while reg.retained.len() > self.inner.opts.retain {
-            if let Some(r) = reg.retained.pop_front() {
+            // Popped only once its metadata is gone: a failed deletion is retried at the next confirmation.
+            if let Some(r) = reg.retained.front() {
                 for p in &r.delete {
                     storage.delete(p)?;
                 }
+            }
+            if let Some(r) = reg.retained.pop_front() {
                 runs.extend(r.runs);
             }
         }
@@ -463,25 +464,13 @@ impl Checkpointer {
                 storage.delete(&path)?;
             }
         }
+        // Old runs: those this instance holds markers of, and those the metadata just deleted referenced.
         let claims = claims_prefix(&self.inner.instance);
-        for (marker, _) in storage.list(&claims)? {
-            let Some(run) = marker.strip_prefix(&claims) else {
-                continue;
-            };
-            let mut left = 0usize;
-            for (path, _) in storage.list(&format!("shared/{run}/"))? {
-                if live.contains(&path) {
-                    left += 1;
-                } else {
-                    storage.delete(&path)?;
-                }
-            }
-            if left == 0 {
-                storage.delete(&marker)?;
-            }
-        }
+        let mut old_runs: BTreeSet<&str> = runs.iter().map(String::as_str).collect();
+        let marked = storage.list(&claims)?;
+        old_runs.extend(marked.iter().filter_map(|(m, _)| m.strip_prefix(&claims)));
         let mut emptied = Vec::new();
-        for run in runs {
+        for run in old_runs {
             let mut left = 0usize;
             for (path, _) in storage.list(&format!("shared/{run}/"))? {
                 if live.contains(&path) {
@@ -575,8 +564,10 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// What identifies a file of the backend across its checkpoints: an SST by its number (an engine file keeps
-/// its bounds for life), a heap table by number, state and key group; a named file is never reused.
+/// What identifies a file of the backend across its checkpoints: an SST by its number alone (a number
+/// names one file with fixed bytes for the engine's life; the bounds a restore listed may be dropped by the
+/// engine when they cover the whole file), a heap table by number, state and key group; a named file is
+/// never reused.
 type ReuseKey = (u64, Option<(u32, u32)>);
 
 fn reuse_key(number: u64, kind: &FileKind) -> Option<ReuseKey> {

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use object_store::path::Path;
+use object_store::ObjectStoreExt;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UploadPart,
@@ -27,6 +28,16 @@ struct Plan {
     fail_puts_containing: Option<String>,
     /// Multipart uploads fail after this many parts.
     fail_after_parts: Option<u64>,
+    /// Done once, at the first get of a path containing the string, before it is answered.
+    on_get: Option<GetHook>,
+}
+
+/// What another writer does between a listing and a read ([`FaultStore::on_first_get`]).
+#[derive(Debug)]
+struct GetHook {
+    contains: String,
+    puts: Vec<(Path, Bytes)>,
+    deletes: Vec<Path>,
 }
 
 /// An object store that fails chosen requests (see the module docs). Cloning shares the plan and counter.
@@ -90,6 +101,19 @@ impl FaultStore {
         self.plan.lock().fail_after_parts = parts;
     }
 
+    /// At the first get of a path containing `s`, before answering it, puts `puts` and deletes `deletes`
+    /// (paths of the inner store): another writer acting between a listing and the reads after it.
+    pub fn on_first_get(&self, s: &str, puts: Vec<(String, Vec<u8>)>, deletes: Vec<String>) {
+        self.plan.lock().on_get = Some(GetHook {
+            contains: s.to_string(),
+            puts: puts
+                .into_iter()
+                .map(|(p, b)| (Path::from(p), Bytes::from(b)))
+                .collect(),
+            deletes: deletes.into_iter().map(Path::from).collect(),
+        });
+    }
+
     /// Counts a request; an error if it is to fail.
     fn request(&self, what: &str, path: &Path, is_put: bool) -> Result<()> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst) + 1;
@@ -138,6 +162,21 @@ impl ObjectStore for FaultStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.request("get", location, false)?;
+        let hook = {
+            let mut plan = self.plan.lock();
+            match &plan.on_get {
+                Some(h) if location.as_ref().contains(&h.contains) => plan.on_get.take(),
+                _ => None,
+            }
+        };
+        if let Some(h) = hook {
+            for (p, b) in h.puts {
+                self.inner.put(&p, PutPayload::from(b)).await?;
+            }
+            for p in h.deletes {
+                self.inner.delete(&p).await?;
+            }
+        }
         self.inner.get_opts(location, options).await
     }
 

@@ -20,10 +20,11 @@ use crate::savepoint::{write_savepoint, WriteOptions};
 #[derive(Debug, Clone, Default)]
 pub struct RestoreInfo {
     /// The metadata of every instance part that was read, its files rewritten to those the restored
-    /// backend holds, numbered as the backend numbers them (a file adopted in several pieces once per
-    /// piece; files left out or copied are not listed), so that
+    /// backend was given, numbered as the backend numbers them (an LSM file adopted in several pieces once
+    /// per piece; files of copied parts and files with nothing in the new range not listed), so that
     /// [`Checkpointer::restored_from`](super::Checkpointer::restored_from) in claim mode reuses exactly the
-    /// objects whose bytes the backend's files are.
+    /// objects whose bytes the backend's files are. A listed number the backend does not use (a piece the
+    /// engine found empty) matches nothing.
     pub parts: Vec<CheckpointMetadata>,
     /// Instances whose files were adopted as they are.
     pub adopted: Vec<String>,

@@ -28,9 +28,9 @@ struct Wanted<'a> {
 }
 
 /// Restores the key groups of `config` from heap checkpoint `id` into a new heap backend: the tables of
-/// every old instance for the key groups `config` owns (nothing else is read). The tables keep their
-/// checkpoint file numbers (after a rescale, numbers afresh: the old instances' numbers may collide), and
-/// `RestoreInfo::parts` lists them so, so that a claiming checkpointer references them while unchanged.
+/// every old instance for the key groups `config` owns (nothing else is read). Read from one part, the
+/// tables keep their checkpoint file numbers; from several, whose numbers may collide, they are numbered
+/// afresh. `RestoreInfo::parts` lists them so, and a claiming checkpointer references them while unchanged.
 pub fn restore_heap(
     storage: &CheckpointStorage,
     id: u64,

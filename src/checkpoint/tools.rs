@@ -19,7 +19,15 @@ pub fn checkpoint_id_of(path: &str) -> Option<u64> {
 pub fn read_all_metadata(
     storage: &CheckpointStorage,
 ) -> Result<Vec<MetadataEntry>, CheckpointError> {
+    Ok(scan_metadata(storage)?.0)
+}
+
+/// [`read_all_metadata`], and whether a listed file was gone when read (deleted during the scan).
+fn scan_metadata(
+    storage: &CheckpointStorage,
+) -> Result<(Vec<MetadataEntry>, bool), CheckpointError> {
     let mut out = Vec::new();
+    let mut vanished = false;
     for (path, _) in storage.list("")? {
         if !(path.starts_with("chk-") && path.ends_with("/_metadata")) {
             continue;
@@ -27,12 +35,15 @@ pub fn read_all_metadata(
         let decoded = match storage.get(&path) {
             Ok(bytes) => CheckpointMetadata::decode(&bytes),
             // Deleted between the list and the read: no longer a checkpoint.
-            Err(CheckpointError::MissingObject(_)) => continue,
+            Err(CheckpointError::MissingObject(_)) => {
+                vanished = true;
+                continue;
+            }
             Err(e) => return Err(e),
         };
         out.push((path, decoded));
     }
-    Ok(out)
+    Ok((out, vanished))
 }
 
 /// Every completed checkpoint part whose metadata decodes, by id then instance.
@@ -53,19 +64,34 @@ pub fn list_completed(
     Ok(v)
 }
 
+/// Times [`referenced_objects`] scans the root again after a metadata file vanished mid-scan.
+const RESCANS: usize = 5;
+
 /// Every object some metadata references, or `None` if a metadata file does not decode (then what it
 /// references is unknown, and nothing may be deleted).
+///
+/// The scan lists the root, then reads each metadata file. A file deleted in between (another instance
+/// confirming a newer checkpoint) may have been the only reference to an object that the newer metadata,
+/// put before the deletion but after the listing, references too: so a scan that saw a file vanish is
+/// repeated, and after [`RESCANS`] such scans the answer is `None`.
 pub fn referenced_objects(
     storage: &CheckpointStorage,
 ) -> Result<Option<BTreeSet<String>>, CheckpointError> {
-    let mut live = BTreeSet::new();
-    for (_, m) in read_all_metadata(storage)? {
-        match m {
-            Ok(m) => live.extend(m.objects.into_iter().map(|o| o.path)),
-            Err(_) => return Ok(None),
+    for _ in 0..RESCANS {
+        let (all, vanished) = scan_metadata(storage)?;
+        if vanished {
+            continue;
         }
+        let mut live = BTreeSet::new();
+        for (_, m) in all {
+            match m {
+                Ok(m) => live.extend(m.objects.into_iter().map(|o| o.path)),
+                Err(_) => return Ok(None),
+            }
+        }
+        return Ok(Some(live));
     }
-    Ok(Some(live))
+    Ok(None)
 }
 
 /// One problem `verify` found.
