@@ -17,7 +17,8 @@ if ! dpkg -s libclang-dev >/dev/null 2>&1; then
 fi
 
 if [ "$what" = "tests" ] || [ "$what" = "all" ]; then
-  cargo test --release --features rocksdb --test backends --test backend_swap
+  cargo test --release --features rocksdb --test backends --test backend_swap --test checkpoints \
+    --test checkpoint_claim
   cargo clippy --release --features rocksdb --all-targets -- -D warnings
 fi
 if [ "$what" = "bench" ] || [ "$what" = "all" ]; then

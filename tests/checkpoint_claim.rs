@@ -567,3 +567,107 @@ fn a_scan_that_sees_a_metadata_file_vanish_scans_again_before_anything_is_delete
         wanted.difference(&live).collect::<Vec<_>>()
     );
 }
+
+/// A claim restore 1 -> 2, checkpoint 2 on both instances and its confirmation, run on `storage` until a
+/// request fails (as if the process died there). Returns whether both parts of checkpoint 2 were written
+/// (then the host counts it complete, whatever failed after).
+fn claim_and_checkpoint_until_a_failure(
+    storage: &Arc<CheckpointStorage>,
+    model: &mut BTreeMap<i64, i64>,
+) -> bool {
+    let mut insts = Vec::new();
+    for i in 0..2 {
+        let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
+        let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
+        let Ok((b, info)) = restore_lsm(storage, 1, cfg.clone(), options()) else {
+            return false;
+        };
+        let (store, counter) = store_on(Box::new(b));
+        let Ok(ck) = Checkpointer::open(
+            Arc::clone(storage),
+            &cfg,
+            CheckpointOptions {
+                retain: 1,
+                ..CheckpointOptions::default()
+            },
+        ) else {
+            return false;
+        };
+        if ck
+            .restored_from(&info.parts, range, RestoreMode::Claim)
+            .is_err()
+        {
+            return false;
+        }
+        insts.push(Inst {
+            store,
+            counter,
+            ck,
+            engine: None,
+        });
+    }
+    write_round(&mut insts, model, 2);
+    let mut written = 0;
+    for x in insts.iter_mut() {
+        match x.ck.begin(2, x.store.backend_mut()).and_then(|p| p.run()) {
+            Ok(_) => written += 1,
+            Err(_) => return false,
+        }
+    }
+    for x in &insts {
+        if x.ck.notify_complete(2).is_err() {
+            break;
+        }
+    }
+    written == 2
+}
+
+#[test]
+fn a_claim_rescale_failing_at_any_object_store_request_leaves_a_restorable_root_that_the_next_run_cleans(
+) {
+    use keyed_state::checkpoint::fault_store::FaultStore;
+    let setup = || {
+        let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
+        let storage =
+            Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap());
+        let mut model = BTreeMap::new();
+        let mut insts = vec![fresh_on(Kind::Lsm, &storage, all(), 1)];
+        write_round(&mut insts, &mut model, 1);
+        checkpoint_all(&mut insts, 1);
+        drop(insts);
+        (fault, storage, model)
+    };
+    let count = {
+        let (fault, storage, mut model) = setup();
+        let start = fault.requests();
+        assert!(claim_and_checkpoint_until_a_failure(&storage, &mut model));
+        fault.requests() - start
+    };
+    assert!(count > 10, "{count} requests");
+    eprintln!("{count} requests in a claim rescale and its first checkpoint");
+    for n in 1..=count {
+        let (fault, storage, mut model) = setup();
+        let at_one = model.clone();
+        fault.fail_from(Some(fault.requests() + n));
+        let complete = claim_and_checkpoint_until_a_failure(&storage, &mut model);
+        fault.fail_from(None);
+        // The host restarts the job (same parallelism, claim) from the last checkpoint it counts complete.
+        let (last, mut model) = if complete { (2, model) } else { (1, at_one) };
+        let mut insts: Vec<Inst> = (0..2)
+            .map(|i| claimed_instance(Kind::Lsm, &storage, last, (2, i), 1).0)
+            .collect();
+        check_instances(&mut insts, &model);
+        for id in [last + 1, last + 2] {
+            write_round(&mut insts, &mut model, id as i64 + 1);
+            checkpoint_all(&mut insts, id);
+        }
+        let r = tools::verify(&storage, None).unwrap();
+        assert!(r.problems.is_empty(), "request {n}: {r:?}");
+        assert_storage_exact(&storage);
+        let running: Vec<String> = insts.iter().map(|x| x.ck.instance().to_string()).collect();
+        assert_every_object_has_a_sweeper(&storage, &running);
+        drop(insts);
+        let mut one = vec![restore_on(Kind::Lsm, &storage, last + 2, all())];
+        check_instances(&mut one, &model);
+    }
+}
