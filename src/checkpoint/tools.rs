@@ -73,7 +73,7 @@ const RESCANS: usize = 5;
 /// The scan lists the root, then reads each metadata file. A file deleted in between (another instance
 /// confirming a newer checkpoint) may have been the only reference to an object that the newer metadata,
 /// put before the deletion but after the listing, references too: so a scan that saw a file vanish is
-/// repeated, and after [`RESCANS`] such scans the answer is `None`.
+/// repeated, and after five such scans the answer is `None`.
 pub fn referenced_objects(
     storage: &CheckpointStorage,
 ) -> Result<Option<BTreeSet<String>>, CheckpointError> {
