@@ -50,27 +50,10 @@ fn claimed_instance(
             (b, info, None)
         }
     };
-    let (store, counter) = store_on(backend);
-    let ck = Checkpointer::open(
-        Arc::clone(storage),
-        &cfg,
-        CheckpointOptions {
-            retain,
-            ..CheckpointOptions::default()
-        },
-    )
-    .unwrap();
-    ck.restored_from(&info.parts, range, RestoreMode::Claim)
+    let x = inst_on(backend, engine, storage, &cfg, retain);
+    x.ck.restored_from(&info.parts, range, RestoreMode::Claim)
         .unwrap();
-    (
-        Inst {
-            store,
-            counter,
-            ck,
-            engine,
-        },
-        info,
-    )
+    (x, info)
 }
 
 /// A backend of `kind` restored from checkpoint `id` of `storage` (every key group) in claim mode, with a

@@ -358,15 +358,7 @@ fn instances_with_tombstones_over_each_others_key_groups_are_adopted_without_hid
             }
             backend.db().flush().unwrap();
             let engine = Some(backend.engine());
-            let (store, counter) = store_on(Box::new(backend));
-            let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default())
-                .unwrap();
-            Inst {
-                store,
-                counter,
-                ck,
-                engine,
-            }
+            inst_on(Box::new(backend), engine, storage, &cfg, 3)
         })
         .collect();
     model.retain(|k, _| two[0].store.key_group_of(k).unwrap() != 7);
@@ -782,15 +774,7 @@ fn heap_rescale_reads_exactly_the_tables_of_the_owned_key_groups() {
                 "{} of {total}",
                 info.bytes_fetched
             );
-            let (store, counter) = store_on(backend);
-            let ck = Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default())
-                .unwrap();
-            Inst {
-                store,
-                counter,
-                ck,
-                engine: None,
-            }
+            inst_on(backend, None, &storage, &cfg, 3)
         })
         .collect();
     assert_eq!(
@@ -910,15 +894,7 @@ fn rocksdb_checkpoints_reuse_uploaded_ssts_and_rescale_as_flink_does() {
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
             let (backend, info) = restored(Kind::RocksDb, &storage, 2, cfg.clone());
             assert_eq!((info.adopted.len(), info.copied.len()), (1, 0));
-            let (store, counter) = store_on(backend);
-            let ck = Checkpointer::open(Arc::clone(&storage), &cfg, CheckpointOptions::default())
-                .unwrap();
-            Inst {
-                store,
-                counter,
-                ck,
-                engine: None,
-            }
+            inst_on(backend, None, &storage, &cfg, 3)
         })
         .collect();
     for x in two.iter_mut() {

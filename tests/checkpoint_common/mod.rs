@@ -81,10 +81,22 @@ pub fn fresh_on(
             None,
         ),
     };
+    inst_on(backend, engine, storage, &cfg, retain)
+}
+
+/// An instance over `backend` (with its LSM `engine`, if any) checkpointing into `storage`, retaining
+/// `retain`.
+pub fn inst_on(
+    backend: Box<dyn StateBackend>,
+    engine: Option<keyed_state::backend::lsm::LsmEngine>,
+    storage: &Arc<CheckpointStorage>,
+    cfg: &keyed_state::backend::BackendConfig,
+    retain: usize,
+) -> Inst {
     let (store, counter) = store_on(backend);
     let ck = Checkpointer::open(
         Arc::clone(storage),
-        &cfg,
+        cfg,
         CheckpointOptions {
             retain,
             ..CheckpointOptions::default()
@@ -156,19 +168,13 @@ pub fn restored(
 pub fn restore_on(kind: Kind, storage: &CheckpointStorage, id: u64, range: KeyGroupRange) -> Inst {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
     let (backend, _) = restored(kind, storage, id, cfg.clone());
-    let (store, counter) = store_on(backend);
-    let ck = Checkpointer::open(
-        Arc::new(CheckpointStorage::in_memory().unwrap()),
+    inst_on(
+        backend,
+        None,
+        &Arc::new(CheckpointStorage::in_memory().unwrap()),
         &cfg,
-        CheckpointOptions::default(),
+        3,
     )
-    .unwrap();
-    Inst {
-        store,
-        counter,
-        ck,
-        engine: None,
-    }
 }
 
 /// Objects under `shared/` and the set every metadata in the root references.
@@ -301,17 +307,7 @@ pub fn restore_reported_with(
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
     let (backend, info) = restore_lsm(storage, id, cfg.clone(), opts).unwrap();
     let engine = Some(backend.engine());
-    let (store, counter) = store_on(Box::new(backend));
-    let ck = Checkpointer::open(Arc::clone(storage), &cfg, CheckpointOptions::default()).unwrap();
-    (
-        Inst {
-            store,
-            counter,
-            ck,
-            engine,
-        },
-        info,
-    )
+    (inst_on(Box::new(backend), engine, storage, &cfg, 3), info)
 }
 
 /// Checkpoints every instance as `id` and confirms it.
