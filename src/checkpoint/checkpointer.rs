@@ -458,10 +458,16 @@ impl Checkpointer {
         for f in reg.in_flight.values() {
             live.extend(f.protect.iter().cloned());
         }
+        // Runs swept here, with the objects left in each: a run left empty needs no sweeper any more.
+        let mut left_in: BTreeMap<String, usize> = BTreeMap::new();
         let prefix = format!("shared/{}/", self.inner.instance);
         for (path, _) in storage.list(&prefix)? {
-            if !live.contains(&path) {
+            let kept = live.contains(&path);
+            if !kept {
                 storage.delete(&path)?;
+            }
+            if let Some(run) = run_of(&path) {
+                *left_in.entry(run.to_string()).or_default() += usize::from(kept);
             }
         }
         // Old runs: those this instance holds markers of, and those the metadata just deleted referenced.
@@ -469,7 +475,11 @@ impl Checkpointer {
         let mut old_runs: BTreeSet<&str> = runs.iter().map(String::as_str).collect();
         let marked = storage.list(&claims)?;
         old_runs.extend(marked.iter().filter_map(|(m, _)| m.strip_prefix(&claims)));
-        let mut emptied = Vec::new();
+        let mut emptied: Vec<String> = left_in
+            .into_iter()
+            .filter(|(_, n)| *n == 0)
+            .map(|(run, _)| run)
+            .collect();
         for run in old_runs {
             let mut left = 0usize;
             for (path, _) in storage.list(&format!("shared/{run}/"))? {
@@ -480,7 +490,7 @@ impl Checkpointer {
                 }
             }
             if left == 0 {
-                emptied.push(run);
+                emptied.push(run.to_string());
             }
         }
         // A run this sweep emptied needs no sweeper any more: its markers (of any owner) go.
