@@ -39,6 +39,8 @@ KEYED_STATE_KILL9_ITERS=1000 campaign nice -n 19 cargo test --release --test kil
 
 echo "== crash consistency by enumeration: 2000 steps, 1000 random crash points per mode"
 KEYED_STATE_CRASH_STEPS=2000 KEYED_STATE_CRASH_POINTS=1000 campaign nice -n 19 cargo test --release --test crash_consistency -- --nocapture
+echo "== crash at every storage operation of object-store checkpoints and restores of an LSM backend on FaultFs"
+campaign nice -n 19 cargo test --release --test checkpoints_on_fault_fs -- --nocapture
 
 echo "== loom model checks of the memtable (skiplist, version chains, point index, its growth) and the writer fast path"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \

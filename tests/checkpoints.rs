@@ -543,10 +543,13 @@ fn large_files_go_up_in_parts_and_come_back_whole(storage: &Arc<CheckpointStorag
     std::fs::write(&big, &bytes).unwrap();
     std::fs::write(&small, b"tail").unwrap();
     let up = storage
-        .upload_all(&[Upload {
-            path: "shared/x/big.pack".into(),
-            files: vec![UploadPart::File(big), UploadPart::File(small)],
-        }])
+        .upload_all(
+            &[Upload {
+                path: "shared/x/big.pack".into(),
+                files: vec![UploadPart::File(big), UploadPart::File(small)],
+            }],
+            &keyed_state::lsm::storage::OsStorage,
+        )
         .unwrap();
     assert_eq!(up[0].size, len as u64 + 4);
     assert_eq!(up[0].files[0].0, len as u64);

@@ -15,6 +15,7 @@ use keyed_state::lsm::merge::ListAppendOperator;
 use keyed_state::lsm::options::{Options, ReadOptions};
 use keyed_state::lsm::prefix::{FixedPrefix, PrefixExtractor};
 use keyed_state::lsm::sst::{Compression, SstOptions};
+use keyed_state::lsm::storage::OsStorage;
 use keyed_state::lsm::LsmError;
 
 fn small_opts() -> Options {
@@ -1596,7 +1597,7 @@ fn adopt_bounded(src: &std::path::Path, dst: &std::path::Path, bounds: &KeyBound
         })
         .collect();
     assert!(files.len() >= 6, "{files:?}");
-    adopt::write_bounded_manifest(dst, &files, info.seqno, 4).unwrap()
+    adopt::write_bounded_manifest(&OsStorage, dst, &files, info.seqno, 4).unwrap()
 }
 
 fn model_in(
@@ -1728,7 +1729,7 @@ fn bounded_files_compact_into_unbounded_files_without_the_keys_outside() {
         std::fs::copy(&f.path, plain.join(f.path.file_name().unwrap())).unwrap();
         files.push((f.level, f.number));
     }
-    adopt::write_manifest(&plain, &files, info.seqno, 4).unwrap();
+    adopt::write_manifest(&OsStorage, &plain, &files, info.seqno, 4).unwrap();
     let db = Db::open(&plain, bounded_opts()).unwrap();
     assert_eq!(
         scan(&db, ReadOptions::default()),

@@ -63,6 +63,8 @@ pub struct CapturedFiles {
     pub backend: BackendKind,
     /// The files.
     pub files: Vec<CapturedFile>,
+    /// The storage the files' paths are on (the engine's, for the LSM backend).
+    pub storage: crate::lsm::storage::StorageHandle,
     /// The engine sequence number of the checkpoint (0 where the backend has none).
     pub seqno: u64,
     /// The tables of [`FileSource::Table`] files.

@@ -439,6 +439,7 @@ impl super::CheckpointCapture for LsmCapture {
         Ok(super::CapturedFiles {
             backend: crate::checkpoint::BackendKind::Lsm,
             files,
+            storage: shared.db.storage().clone(),
             seqno: captured.seqno,
             tables: None,
             keep_alive: Box::new((captured, shared)),

@@ -12,6 +12,7 @@ use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 use super::storage::{CheckpointStorage, Upload, UploadPart};
 use super::{instance_name, metadata_path, CheckpointError};
 use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource, StateBackend};
+use crate::lsm::storage::Storage;
 use crate::meta::StateMetaInfo;
 
 /// How a checkpointer treats the checkpoint its backend was restored from (Flink's restore modes).
@@ -645,9 +646,11 @@ impl PendingCheckpoint {
         r
     }
 
-    /// Uploads the groups of `batch`, protected from the sweep first; appends what each wrote to `results`.
+    /// Uploads the groups of `batch` (their files read from `files`), protected from the sweep first;
+    /// appends what each wrote to `results`.
     fn flush<'a>(
         &self,
+        files_on: &dyn Storage,
         batch: &mut Batch<'a>,
         uploaded: &mut Vec<String>,
         results: &mut Vec<UploadResult<'a>>,
@@ -684,7 +687,7 @@ impl PendingCheckpoint {
         }
         self.check_cancel()?;
         uploaded.extend(ups.iter().map(|u| u.path.clone()));
-        let rs = inner.storage.upload_all(&ups)?;
+        let rs = inner.storage.upload_all(&ups, files_on)?;
         for ((u, f), r) in ups.into_iter().zip(files).zip(rs) {
             results.push((u.path, f, r));
         }
@@ -803,14 +806,14 @@ impl PendingCheckpoint {
                 small.files.push(f);
             }
             if batch.bytes >= BATCH_BYTES {
-                self.flush(&mut batch, uploaded, &mut results)?;
+                self.flush(&*captured.storage, &mut batch, uploaded, &mut results)?;
                 self.check_cancel()?;
             }
         }
         if !small.files.is_empty() {
             batch.push(small);
         }
-        self.flush(&mut batch, uploaded, &mut results)?;
+        self.flush(&*captured.storage, &mut batch, uploaded, &mut results)?;
         self.check_cancel()?;
         for (path, g, r) in &results {
             let idx = objects.len() as u32;

@@ -14,6 +14,7 @@ use crate::lsm::adopt::{self, AdoptFile, SstSummary};
 use crate::lsm::bounds::KeyBounds;
 use crate::lsm::options::Options;
 use crate::lsm::prefix::prefix_successor;
+use crate::lsm::storage::Storage;
 use crate::savepoint::{write_savepoint, WriteOptions};
 
 /// What a restore did.
@@ -59,14 +60,44 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> CheckpointError {
     move |source| CheckpointError::Io { context, source }
 }
 
-/// Fetches the files of `m` into `dir` as `NNNNNN.sst` with the numbers `numbers` gives; returns bytes.
+/// A new file `dst` of `fs` holding `data` (not synced: a restore's directory is rebuilt from the checkpoint
+/// after a crash, never reopened).
+fn write_file(fs: &dyn Storage, dst: &Path, data: &[u8]) -> Result<(), CheckpointError> {
+    fs.create(dst)
+        .and_then(|mut f| f.write_all(data))
+        .map_err(io(format!("writing {}", dst.display())))
+}
+
+/// A second name `dst` for file `src` of `fs`: a hard link, else a copy.
+fn link_or_copy(fs: &dyn Storage, src: &Path, dst: &Path) -> Result<(), CheckpointError> {
+    if fs.hard_link(src, dst).is_ok() {
+        return Ok(());
+    }
+    let data = fs
+        .read(src)
+        .map_err(io(format!("copying {}", src.display())))?;
+    write_file(fs, dst, &data)
+}
+
+/// Removes the files of directory `dir` of `fs` (best effort: what is left goes with the restore's temporary
+/// directory).
+fn remove_files(fs: &dyn Storage, dir: &Path) {
+    for name in fs.list(dir).unwrap_or_default() {
+        let _ = fs.remove(&dir.join(name));
+    }
+}
+
+/// Fetches the files of `m` into `dir` of `fs` as `NNNNNN.sst` with the numbers `numbers` gives; returns
+/// bytes.
 fn fetch_files(
     storage: &CheckpointStorage,
     m: &CheckpointMetadata,
     dir: &Path,
     numbers: &[u64],
+    fs: &dyn Storage,
 ) -> Result<u64, CheckpointError> {
-    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    fs.create_dir_all(dir)
+        .map_err(io(format!("creating {}", dir.display())))?;
     let mut ranged = Vec::new();
     let mut targets = Vec::new();
     let mut bytes = 0;
@@ -81,9 +112,8 @@ fn fetch_files(
             if !src.exists() {
                 return Err(CheckpointError::MissingObject(o.path.clone()));
             }
-            if std::fs::hard_link(&src, &dst).is_err() {
-                std::fs::copy(&src, &dst).map_err(io(format!("copying {}", src.display())))?;
-            }
+            fs.import(&src, &dst)
+                .map_err(io(format!("copying {}", src.display())))?;
             continue;
         }
         ranged.push((o.path.clone(), f.offset, f.length));
@@ -97,7 +127,7 @@ fn fetch_files(
                 m.checkpoint_id, m.instance
             )));
         }
-        std::fs::write(dst, &data).map_err(io(format!("writing {}", dst.display())))?;
+        write_file(fs, dst, &data)?;
     }
     Ok(bytes)
 }
@@ -251,6 +281,8 @@ pub fn restore_lsm(
         .tempdir()
         .map_err(io("creating a restore directory".into()))?;
     let db_dir = tmp.path().join("db");
+    // The engine's storage: the real file system, or a test's fault-injecting one.
+    let fs: &dyn Storage = &*options.storage;
     let mut info = RestoreInfo {
         parts: parts.clone(),
         ..RestoreInfo::default()
@@ -261,10 +293,10 @@ pub fn restore_lsm(
     for (i, m) in parts.iter().enumerate() {
         let dir = tmp.path().join(format!("part-{i}"));
         let numbers: Vec<u64> = (1..=m.files.len() as u64).collect();
-        info.bytes_fetched += fetch_files(storage, m, &dir, &numbers)?;
+        info.bytes_fetched += fetch_files(storage, m, &dir, &numbers, fs)?;
         let mut sums = Vec::with_capacity(numbers.len());
         for n in &numbers {
-            sums.push(adopt::summarize(&dir.join(format!("{n:06}.sst")))?);
+            sums.push(adopt::summarize(fs, &dir.join(format!("{n:06}.sst")))?);
         }
         staged.push((dir, sums));
     }
@@ -273,7 +305,8 @@ pub fn restore_lsm(
     // The state id is the engine-key prefix: instances with other state lists cannot share one engine.
     let (adopt_parts, copy_parts): (Vec<usize>, Vec<usize>) =
         (0..parts.len()).partition(|&i| same_states(base, &parts[i]));
-    std::fs::create_dir_all(&db_dir).map_err(io(format!("creating {}", db_dir.display())))?;
+    fs.create_dir_all(&db_dir)
+        .map_err(io(format!("creating {}", db_dir.display())))?;
     let mut next = 1u64;
     let mut placed: Vec<AdoptFile> = Vec::new();
     let mut last_seqno = 0;
@@ -295,14 +328,10 @@ pub fn restore_lsm(
             for b in bounds {
                 let dst = db_dir.join(format!("{next:06}.sst"));
                 match &first {
-                    None => std::fs::rename(&src, &dst)
+                    None => fs
+                        .rename(&src, &dst)
                         .map_err(io(format!("moving {}", src.display())))?,
-                    Some(p) => {
-                        if std::fs::hard_link(p, &dst).is_err() {
-                            std::fs::copy(p, &dst)
-                                .map_err(io(format!("copying {}", p.display())))?;
-                        }
-                    }
+                    Some(p) => link_or_copy(fs, p, &dst)?,
                 }
                 first.get_or_insert(dst);
                 held.push(super::FileRef {
@@ -321,10 +350,10 @@ pub fn restore_lsm(
         info.parts[i].files = held;
         info.adopted.push(m.instance.clone());
         // What was not adopted (files holding nothing of the new range) goes now, not with the backend.
-        let _ = std::fs::remove_dir_all(&staged[i].0);
+        remove_files(fs, &staged[i].0);
     }
     info.files_adopted =
-        adopt::write_bounded_manifest(&db_dir, &placed, last_seqno, options.num_levels)?;
+        adopt::write_bounded_manifest(fs, &db_dir, &placed, last_seqno, options.num_levels)?;
     let mut backend = LsmBackend::open_adopted_in_temp(
         tmp,
         &db_dir,
@@ -363,7 +392,7 @@ fn copy_part(
             },
         })
         .collect();
-    adopt::write_bounded_manifest(dir, &placed, m.seqno, options.num_levels)?;
+    adopt::write_bounded_manifest(&*options.storage, dir, &placed, m.seqno, options.num_levels)?;
     let range = m.key_group_range.intersect(&target);
     let mut cfg = m.backend_config();
     cfg.key_group_range = range;

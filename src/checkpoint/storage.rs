@@ -6,7 +6,6 @@
 //! [`REMOTE_MAX_RETRIES`], [`REMOTE_RETRY_TIMEOUT`]): an unreachable store fails with
 //! [`CheckpointError::Store`], naming the store and the operation, and never hangs.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -19,6 +18,7 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
 use super::CheckpointError;
+use crate::lsm::storage::Storage;
 
 /// Files at least this large are uploaded in parts.
 pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
@@ -26,6 +26,8 @@ pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
 pub const PART_SIZE: usize = 8 << 20;
 /// Uploads and downloads running at once.
 pub const PARALLELISM: usize = 4;
+/// Bytes of a file handed to a multipart upload at a time.
+const CHUNK: usize = 1 << 20;
 
 /// Time to establish a connection to a remote store.
 pub const REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,21 +41,23 @@ pub const REMOTE_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
 /// One part of an uploaded object.
 #[derive(Debug, Clone)]
 pub enum UploadPart {
-    /// A whole local file.
+    /// A whole file of the storage [`CheckpointStorage::upload_all`] is given.
     File(PathBuf),
     /// Bytes in memory (a serialized heap table).
     Bytes(Vec<u8>),
 }
 
+fn read_err(f: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        context: format!("reading {}", f.display()),
+        source,
+    }
+}
+
 impl UploadPart {
-    fn len(&self) -> Result<u64, CheckpointError> {
+    fn len(&self, files: &dyn Storage) -> Result<u64, CheckpointError> {
         match self {
-            UploadPart::File(f) => Ok(std::fs::metadata(f)
-                .map_err(|e| CheckpointError::Io {
-                    context: format!("reading {}", f.display()),
-                    source: e,
-                })?
-                .len()),
+            UploadPart::File(f) => files.file_size(f).map_err(read_err(f)),
             UploadPart::Bytes(b) => Ok(b.len() as u64),
         }
     }
@@ -326,23 +330,28 @@ impl CheckpointStorage {
         Ok(())
     }
 
-    /// Uploads every `Upload` (up to [`PARALLELISM`] at once); large objects in parts. Returns the
-    /// results in order; on the first error, the others are still awaited and the error returned.
-    pub fn upload_all(&self, uploads: &[Upload]) -> Result<Vec<Uploaded>, CheckpointError> {
+    /// Uploads every `Upload` (up to [`PARALLELISM`] at once), reading its [`UploadPart::File`]s from
+    /// `files`; large objects in parts. Returns the results in order; on the first error, the others are
+    /// still awaited and the error returned.
+    pub fn upload_all(
+        &self,
+        uploads: &[Upload],
+        files: &dyn Storage,
+    ) -> Result<Vec<Uploaded>, CheckpointError> {
         self.rt.block_on(async {
-            futures::stream::iter(uploads.iter().map(|u| self.upload_one(u)))
+            futures::stream::iter(uploads.iter().map(|u| self.upload_one(u, files)))
                 .buffered(PARALLELISM)
                 .try_collect::<Vec<_>>()
                 .await
         })
     }
 
-    async fn upload_one(&self, u: &Upload) -> Result<Uploaded, CheckpointError> {
+    async fn upload_one(&self, u: &Upload, fs: &dyn Storage) -> Result<Uploaded, CheckpointError> {
         self.check_fail(&u.path)?;
         let p = self.full(&u.path)?;
         let mut total: u64 = 0;
         for f in &u.files {
-            total += f.len()?;
+            total += f.len(fs)?;
         }
         let mut whole = xxhash_rust::xxh3::Xxh3::new();
         let mut files = Vec::with_capacity(u.files.len());
@@ -351,14 +360,7 @@ impl CheckpointStorage {
             for f in &u.files {
                 let start = buf.len();
                 match f {
-                    UploadPart::File(f) => {
-                        std::fs::File::open(f)
-                            .and_then(|mut h| h.read_to_end(&mut buf))
-                            .map_err(|e| CheckpointError::Io {
-                                context: format!("reading {}", f.display()),
-                                source: e,
-                            })?;
-                    }
+                    UploadPart::File(f) => fs.read_append(f, &mut buf).map_err(read_err(f))?,
                     UploadPart::Bytes(b) => buf.extend_from_slice(b),
                 }
                 let part = buf.get(start..).unwrap_or_default();
@@ -383,29 +385,18 @@ impl CheckpointStorage {
             .map_err(|e| self.remote_err(format_args!("multipart put {}", u.path), e))?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
         let mut size = 0u64;
-        let mut chunk = vec![0u8; 1 << 20];
         for f in &u.files {
             let mut fh = xxhash_rust::xxh3::Xxh3::new();
             let mut len = 0u64;
             match f {
                 UploadPart::File(f) => {
-                    let mut h = std::fs::File::open(f).map_err(|e| CheckpointError::Io {
-                        context: format!("reading {}", f.display()),
-                        source: e,
-                    })?;
-                    loop {
-                        let n = h.read(&mut chunk).map_err(|e| CheckpointError::Io {
-                            context: format!("reading {}", f.display()),
-                            source: e,
-                        })?;
-                        if n == 0 {
-                            break;
-                        }
-                        let c = chunk.get(..n).unwrap_or_default();
+                    // SST files are immutable while captured: mapped, and handed on 1 MiB at a time.
+                    let bytes = fs.map(f).map_err(read_err(f))?;
+                    for c in bytes.bytes().chunks(CHUNK) {
                         fh.update(c);
                         whole.update(c);
                         w.write(c);
-                        len += n as u64;
+                        len += c.len() as u64;
                     }
                 }
                 UploadPart::Bytes(b) => {

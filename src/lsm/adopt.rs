@@ -10,6 +10,7 @@ use super::cache::BlockCache;
 use super::manifest::ManifestWriter;
 use super::rangedel::{self, RangeTombstone, PROP_RANGE_DELS};
 use super::sst::SstReader;
+use super::storage::Storage;
 use super::version::{sst_path, FileInfo, VersionEdit};
 use super::LsmError;
 
@@ -26,17 +27,22 @@ pub struct SstSummary {
     pub max_seqno: u64,
 }
 
-fn read_info(path: &Path, number: u64) -> Result<(FileInfo, Vec<(Vec<u8>, Vec<u8>)>), LsmError> {
-    let (info, _, dels) = open_info(path, number)?;
+fn read_info(
+    storage: &dyn Storage,
+    path: &Path,
+    number: u64,
+) -> Result<(FileInfo, Vec<(Vec<u8>, Vec<u8>)>), LsmError> {
+    let (info, _, dels) = open_info(storage, path, number)?;
     Ok((info, dels.into_iter().map(|t| (t.start, t.end)).collect()))
 }
 
 /// Opens the file and reads what the manifest records of it (unbounded) and its range tombstones.
 fn open_info(
+    storage: &dyn Storage,
     path: &Path,
     number: u64,
 ) -> Result<(FileInfo, Arc<SstReader>, Vec<RangeTombstone>), LsmError> {
-    let reader = SstReader::open(path, number, BlockCache::new(1 << 20))?;
+    let reader = SstReader::open_on(storage, path, number, BlockCache::new(1 << 20))?;
     let props = reader.properties();
     let dels: Vec<RangeTombstone> = match props.user.iter().find(|(k, _)| k == PROP_RANGE_DELS) {
         Some((_, v)) => rangedel::decode(v).map_err(|d| LsmError::Corruption {
@@ -61,11 +67,12 @@ fn open_info(
 /// What the manifest records of the file at `path` read inside `bounds`: its bounded key range, or no
 /// bounds when everything of it lies inside anyway; `None` when nothing of it lies inside.
 fn bounded_info(
+    storage: &dyn Storage,
     path: &Path,
     number: u64,
     bounds: Option<&KeyBounds>,
 ) -> Result<Option<FileInfo>, LsmError> {
-    let (mut info, reader, dels) = open_info(path, number)?;
+    let (mut info, reader, dels) = open_info(storage, path, number)?;
     let Some(b) = bounds else {
         return Ok(Some(info));
     };
@@ -99,9 +106,9 @@ pub struct AdoptFile {
     pub bounds: Option<KeyBounds>,
 }
 
-/// Opens the SST file at `path` (checking its footer, index and properties) and summarises it.
-pub fn summarize(path: &Path) -> Result<SstSummary, LsmError> {
-    let (info, range_dels) = read_info(path, 0)?;
+/// Opens the SST file at `path` of `storage` (checking its footer, index and properties) and summarises it.
+pub fn summarize(storage: &dyn Storage, path: &Path) -> Result<SstSummary, LsmError> {
+    let (info, range_dels) = read_info(storage, path, 0)?;
     Ok(SstSummary {
         smallest: info.smallest_user().to_vec(),
         largest: info.largest_user().to_vec(),
@@ -110,10 +117,11 @@ pub fn summarize(path: &Path) -> Result<SstSummary, LsmError> {
     })
 }
 
-/// Writes a manifest into `dir` naming the SST files `files` — `(level, file number)`, each already at
-/// `NNNNNN.sst` in `dir` — so that `dir` opens as a database whose last sequence number is at least
-/// `last_seqno`. Levels 1 and deeper must not overlap (`InvalidArgument` naming the files otherwise).
+/// Writes a manifest into `dir` of `storage` naming the SST files `files` — `(level, file number)`, each
+/// already at `NNNNNN.sst` in `dir` — so that `dir` opens as a database whose last sequence number is at
+/// least `last_seqno`. Levels 1 and deeper must not overlap (`InvalidArgument` naming the files otherwise).
 pub fn write_manifest(
+    storage: &dyn Storage,
     dir: &Path,
     files: &[(usize, u64)],
     last_seqno: u64,
@@ -127,13 +135,14 @@ pub fn write_manifest(
             bounds: None,
         })
         .collect();
-    write_bounded_manifest(dir, &files, last_seqno, num_levels).map(|_| ())
+    write_bounded_manifest(storage, dir, &files, last_seqno, num_levels).map(|_| ())
 }
 
 /// [`write_manifest`] of files that may carry bounds: the database reads a bounded file only inside its
 /// bounds (its key range, for the level checks, is what it holds there). A file holding nothing inside its
 /// bounds is left out (and removed by the first open). Returns the number of files the manifest names.
 pub fn write_bounded_manifest(
+    storage: &dyn Storage,
     dir: &Path,
     files: &[AdoptFile],
     last_seqno: u64,
@@ -155,7 +164,8 @@ pub fn write_bounded_manifest(
             )));
         }
         max_number = max_number.max(number);
-        let Some(info) = bounded_info(&sst_path(dir, number), number, f.bounds.as_ref())? else {
+        let Some(info) = bounded_info(storage, &sst_path(dir, number), number, f.bounds.as_ref())?
+        else {
             continue;
         };
         max_seq = max_seq.max(info.max_seqno);
@@ -186,7 +196,7 @@ pub fn write_bounded_manifest(
         deleted: Vec::new(),
         added,
     };
-    ManifestWriter::create(&super::storage::OsStorage, dir, max_number + 1, &edit)?;
-    super::io::sync_dir(dir)?;
+    ManifestWriter::create(storage, dir, max_number + 1, &edit)?;
+    super::io::sync_dir_on(storage, dir)?;
     Ok(count)
 }

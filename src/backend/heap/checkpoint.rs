@@ -166,6 +166,7 @@ impl CheckpointCapture for HeapCapture {
         Ok(CapturedFiles {
             backend: BackendKind::Heap,
             files,
+            storage: crate::lsm::storage::StorageHandle::os(),
             seqno: 0,
             tables: Some(Box::new(HeapTables(snap))),
             keep_alive: Box::new(()),

@@ -104,6 +104,7 @@ impl CheckpointCapture for RocksCapture {
         Ok(CapturedFiles {
             backend: BackendKind::RocksDb,
             files,
+            storage: crate::lsm::storage::StorageHandle::os(),
             seqno,
             tables: None,
             keep_alive: Box::new((tmp, _holder)),

@@ -172,6 +172,11 @@ impl Db {
         &self.inner.dir
     }
 
+    /// The storage the database's files are on.
+    pub fn storage(&self) -> &super::storage::StorageHandle {
+        &self.inner.opts.storage
+    }
+
     /// Flushes the memtables (without a WAL they would be lost), stops background threads and closes.
     pub fn close(self) -> Result<()> {
         self.shutdown()

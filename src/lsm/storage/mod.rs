@@ -101,6 +101,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn create_or_truncate(&self, path: &Path) -> io::Result<NewFile>;
     /// Reads a whole file.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Appends the whole content of a file to `out`.
+    fn read_append(&self, path: &Path, out: &mut Vec<u8>) -> io::Result<()> {
+        out.extend_from_slice(&self.read(path)?);
+        Ok(())
+    }
     /// Maps a whole immutable file (never modified while mapped: SST files are written once).
     fn map(&self, path: &Path) -> io::Result<FileBytes>;
     /// The size of a file in bytes.
@@ -119,6 +124,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn exists(&self, path: &Path) -> bool;
     /// Links `to` to the file at `from` (a second name for the same bytes).
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes `to`, a new file of this storage, hold the bytes of `from`, a file of the real file system
+    /// (a checkpoint object on a local root); not synced.
+    fn import(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let bytes = std::fs::read(from)?;
+        self.create(to)?.write_all(&bytes)
+    }
     /// Takes the exclusive lock of a database directory (the file `path`), failing with
     /// [`io::ErrorKind::WouldBlock`] if another handle holds it.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn DirLock>>;
@@ -143,6 +154,10 @@ impl Storage for OsStorage {
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         std::fs::read(path)
+    }
+
+    fn read_append(&self, path: &Path, out: &mut Vec<u8>) -> io::Result<()> {
+        io::Read::read_to_end(&mut File::open(path)?, out).map(|_| ())
     }
 
     fn map(&self, path: &Path) -> io::Result<FileBytes> {
@@ -188,6 +203,10 @@ impl Storage for OsStorage {
 
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::hard_link(from, to)
+    }
+
+    fn import(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::hard_link(from, to).or_else(|_| std::fs::copy(from, to).map(|_| ()))
     }
 
     fn lock(&self, path: &Path) -> io::Result<Box<dyn DirLock>> {

@@ -1,0 +1,269 @@
+//! Object-store checkpoints of an LSM backend whose engine runs on the fault-injecting storage
+//! ([`FaultFs`]): the checkpointer reads the captured files through the engine's storage, and a restore
+//! writes its directory through the storage it is given, so both sides of a checkpoint are under the
+//! crash enumeration.
+//!
+//! * A crash at every storage operation of a workload of writes, flushes, compactions and three
+//!   checkpoints: every checkpoint that completed before the crash restores to the model as of its step,
+//!   the root holds exactly what the completed checkpoints reference (a checkpoint the crash cut short
+//!   removed its uploads), and a checkpointer opened after the crash checkpoints again.
+//! * A crash at every storage operation of a restore (from an in-memory root and from a local directory,
+//!   whose whole-file objects are imported rather than fetched): the restore fails with an error, never a
+//!   panic, and a restore after the reboot holds the checkpoint's state.
+
+mod checkpoint_common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use checkpoint_common::*;
+use keyed_state::backend::lsm::LsmBackend;
+use keyed_state::backend::BackendConfig;
+use keyed_state::checkpoint::{restore_lsm, CheckpointError, CheckpointStorage};
+use keyed_state::lsm::storage::fault::FaultFs;
+use keyed_state::lsm::storage::StorageHandle;
+use keyed_state::lsm::Options;
+use keyed_state::serializer::LongSerializer;
+use keyed_state::state::KeyedStateStore;
+
+type Model = BTreeMap<i64, i64>;
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Put(i64, i64),
+    Flush,
+    Compact,
+    /// Checkpoint with this id, then confirm it.
+    Checkpoint(u64),
+}
+
+fn workload() -> Vec<Step> {
+    use Step::*;
+    let mut steps = Vec::new();
+    for round in 0..3i64 {
+        for i in 0..150 {
+            steps.push(Put((round * 37 + i * 7) % 300, round * 1000 + i));
+        }
+        match round {
+            0 => steps.push(Flush),
+            1 => steps.push(Compact),
+            _ => {}
+        }
+        steps.push(Checkpoint(round as u64 + 1));
+    }
+    steps
+}
+
+fn fault_options(fs: &FaultFs) -> Options {
+    Options {
+        memtable_size: 4 << 10,
+        target_file_size: 4 << 10,
+        storage: StorageHandle::from(Arc::new(fs.clone())),
+        ..options()
+    }
+}
+
+fn config() -> BackendConfig {
+    KeyedStateStore::config_for(&LongSerializer, MAX_P, all())
+}
+
+/// An instance whose engine is at `/db` of `fs`, checkpointing into `storage`.
+fn instance_on(fs: &FaultFs, storage: &Arc<CheckpointStorage>) -> Result<Inst, keyed_state::Error> {
+    let cfg = config();
+    let backend = LsmBackend::open("/db", cfg.clone(), fault_options(fs))?;
+    let engine = Some(backend.engine());
+    Ok(inst_on(Box::new(backend), engine, storage, &cfg, 2))
+}
+
+/// Runs `steps` until one fails; returns the model after every completed checkpoint, by id.
+fn run(fs: &FaultFs, storage: &Arc<CheckpointStorage>, steps: &[Step]) -> BTreeMap<u64, Model> {
+    let mut done = BTreeMap::new();
+    let Ok(mut x) = instance_on(fs, storage) else {
+        return done;
+    };
+    let mut model = Model::new();
+    for s in steps {
+        let ok = match *s {
+            Step::Put(k, v) => {
+                let ok = x.put(k, v);
+                if ok {
+                    model.insert(k, v);
+                }
+                ok
+            }
+            Step::Flush => x.engine.as_ref().is_some_and(|e| e.db().flush().is_ok()),
+            Step::Compact => x
+                .engine
+                .as_ref()
+                .is_some_and(|e| e.db().compact_all().is_ok()),
+            Step::Checkpoint(id) => {
+                let r =
+                    x.ck.begin(id, x.store.backend_mut())
+                        .and_then(|p| p.run())
+                        .and_then(|_| x.ck.notify_complete(id));
+                if r.is_ok() {
+                    done.insert(id, model.clone());
+                }
+                r.is_ok()
+            }
+        };
+        if !ok {
+            break;
+        }
+    }
+    done
+}
+
+fn holds(backend: LsmBackend, model: &Model) -> Result<(), String> {
+    let cfg = config();
+    let mut x = inst_on(
+        Box::new(backend),
+        None,
+        &Arc::new(CheckpointStorage::in_memory().map_err(|e| e.to_string())?),
+        &cfg,
+        1,
+    );
+    for (k, v) in model {
+        if x.get(*k) != Some(*v) {
+            return Err(format!("key {k}: {:?}, {v} expected", x.get(*k)));
+        }
+    }
+    let n = x.store.num_entries().map_err(|e| e.to_string())?;
+    if n != model.len() as u64 {
+        return Err(format!("{n} entries, {} expected", model.len()));
+    }
+    Ok(())
+}
+
+/// After a crash: the retained completed checkpoints restore to their models (onto the rebooted file
+/// system, through a restore that writes through it), the root holds exactly what they reference, and a new
+/// run checkpoints again.
+fn check_after_crash(
+    fs: &FaultFs,
+    storage: &Arc<CheckpointStorage>,
+    done: &BTreeMap<u64, Model>,
+) -> Result<(), String> {
+    fs.reboot();
+    let newest = done.iter().next_back();
+    if let Some((&id, model)) = newest {
+        let (b, _) = restore_lsm(storage, id, config(), fault_options(fs))
+            .map_err(|e| format!("restore of checkpoint {id}: {e}"))?;
+        holds(b, model).map_err(|e| format!("checkpoint {id}: {e}"))?;
+    }
+    let (objects, refs) = objects_and_references(storage);
+    if objects != refs {
+        return Err(format!(
+            "root holds {} objects, completed checkpoints reference {}",
+            objects.len(),
+            refs.len()
+        ));
+    }
+    let mut x = instance_on(fs, storage).map_err(|e| format!("reopen: {e}"))?;
+    let next = newest.map_or(1, |(id, _)| id + 1);
+    x.put(1, -1);
+    x.ck.begin(next, x.store.backend_mut())
+        .and_then(|p| p.run())
+        .map_err(|e| format!("checkpoint after the crash: {e}"))?;
+    Ok(())
+}
+
+#[test]
+fn a_crash_at_every_storage_operation_leaves_every_completed_object_store_checkpoint_restorable() {
+    let steps = workload();
+    let clean = FaultFs::new();
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let done = run(&clean, &storage, &steps);
+    assert_eq!(done.len(), 3, "the clean run completes its checkpoints");
+    assert_storage_exact(&storage);
+    let total = clean.ops();
+    let mut failures = Vec::new();
+    for n in 1..=total {
+        let fs = FaultFs::new();
+        fs.crash_at(n);
+        let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+        let done = run(&fs, &storage, &steps);
+        if let Err(e) = check_after_crash(&fs, &storage, &done) {
+            failures.push(format!(
+                "crash at op {n} ({} checkpoints done): {e}",
+                done.len()
+            ));
+        }
+    }
+    eprintln!(
+        "campaign crash:object_store_checkpoints crash_points={total} inconsistencies={}",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {total} crash points:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A checkpoint of the workload in `storage`, and the model it holds.
+fn checkpointed(storage: &Arc<CheckpointStorage>) -> (u64, Model) {
+    let fs = FaultFs::new();
+    let done = run(&fs, storage, &workload());
+    let (id, model) = done.into_iter().next_back().unwrap();
+    (id, model)
+}
+
+fn crash_every_restore_operation(storage: &Arc<CheckpointStorage>) -> u64 {
+    let (id, model) = checkpointed(storage);
+    let clean = FaultFs::new();
+    let (b, _) = restore_lsm(storage, id, config(), fault_options(&clean)).unwrap();
+    holds(b, &model).unwrap();
+    let total = clean.ops();
+    assert!(
+        total > 10,
+        "a restore goes through the storage ({total} operations)"
+    );
+    for n in 1..=total {
+        let fs = FaultFs::new();
+        fs.crash_at(n);
+        match restore_lsm(storage, id, config(), fault_options(&fs)) {
+            Err(CheckpointError::Backend(_) | CheckpointError::Io { .. }) => {}
+            Err(e) => panic!("crash at op {n}: unexpected error kind: {e}"),
+            // Operations after the restore's last (the backend's own, at drop) may be the ones that crash.
+            Ok((b, _)) => holds(b, &model).unwrap_or_else(|e| panic!("crash at op {n}: {e}")),
+        }
+        fs.reboot();
+        let (b, _) = restore_lsm(storage, id, config(), fault_options(&fs))
+            .unwrap_or_else(|e| panic!("restore after a crash at op {n}: {e}"));
+        holds(b, &model).unwrap_or_else(|e| panic!("restore after a crash at op {n}: {e}"));
+    }
+    total
+}
+
+#[test]
+fn a_crash_at_every_storage_operation_of_a_restore_fails_it_cleanly_and_the_next_restore_holds_the_state(
+) {
+    let memory = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let n = crash_every_restore_operation(&memory);
+    let dir = tempfile::tempdir().unwrap();
+    let local = Arc::new(CheckpointStorage::local(dir.path()).unwrap());
+    let m = crash_every_restore_operation(&local);
+    eprintln!(
+        "campaign crash:object_store_restores crash_points={} inconsistencies=0",
+        n + m
+    );
+}
+
+#[test]
+fn a_restore_onto_a_fault_fs_writes_nothing_to_the_real_file_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(CheckpointStorage::local(&dir.path().join("root")).unwrap());
+    let (id, model) = checkpointed(&storage);
+    let fs = FaultFs::new();
+    let (b, info) = restore_lsm(&storage, id, config(), fault_options(&fs)).unwrap();
+    assert!(info.files_adopted > 0);
+    let db = b.path().to_path_buf();
+    assert!(
+        !Path::new(&db).join("CURRENT").exists(),
+        "the restored engine's files are on the fault-injecting storage, not in {}",
+        db.display()
+    );
+    holds(b, &model).unwrap();
+}
