@@ -4,7 +4,7 @@
 //! crash enumeration.
 //!
 //! * A crash at every storage operation of a workload of writes, flushes, compactions and three
-//!   checkpoints: every checkpoint that completed before the crash restores to the model as of its step,
+//!   checkpoints: the newest checkpoint that completed before the crash restores to the model as of its step,
 //!   the root holds exactly what the completed checkpoints reference (a checkpoint the crash cut short
 //!   removed its uploads), and a checkpointer opened after the crash checkpoints again.
 //! * A crash at every storage operation of a restore (from an in-memory root and from a local directory,
@@ -59,6 +59,8 @@ fn fault_options(fs: &FaultFs) -> Options {
     Options {
         memtable_size: 4 << 10,
         target_file_size: 4 << 10,
+        // Only the workload's own flushes and compactions: the same operations in the same order every run.
+        auto_compaction: false,
         storage: StorageHandle::from(Arc::new(fs.clone())),
         ..options()
     }
@@ -183,6 +185,7 @@ fn a_crash_at_every_storage_operation_leaves_every_completed_object_store_checkp
         fs.crash_at(n);
         let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
         let done = run(&fs, &storage, &steps);
+        assert!(fs.crashed(), "crash point {n} of {total} was reached");
         if let Err(e) = check_after_crash(&fs, &storage, &done) {
             failures.push(format!(
                 "crash at op {n} ({} checkpoints done): {e}",
