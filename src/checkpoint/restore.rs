@@ -68,15 +68,12 @@ fn write_file(fs: &dyn Storage, dst: &Path, data: &[u8]) -> Result<(), Checkpoin
         .map_err(io(format!("writing {}", dst.display())))
 }
 
-/// A second name `dst` for file `src` of `fs`: a hard link, else a copy.
+/// A second name `dst` for file `src` of `fs`: a hard link, else a copy (streamed on the real file system).
 fn link_or_copy(fs: &dyn Storage, src: &Path, dst: &Path) -> Result<(), CheckpointError> {
-    if fs.hard_link(src, dst).is_ok() {
-        return Ok(());
+    if fs.hard_link(src, dst).is_err() {
+        crate::lsm::io::copy_file_on(fs, src, dst)?;
     }
-    let data = fs
-        .read(src)
-        .map_err(io(format!("copying {}", src.display())))?;
-    write_file(fs, dst, &data)
+    Ok(())
 }
 
 /// Removes the files of directory `dir` of `fs` (best effort: what is left goes with the restore's temporary
