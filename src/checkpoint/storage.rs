@@ -6,6 +6,7 @@
 //! [`REMOTE_MAX_RETRIES`], [`REMOTE_RETRY_TIMEOUT`]): an unreachable store fails with
 //! [`CheckpointError::Store`], naming the store and the operation, and never hangs.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -52,6 +53,12 @@ fn read_err(f: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
         context: format!("reading {}", f.display()),
         source,
     }
+}
+
+/// Aborts multipart upload `w` after `err` (so its parts are not left on the store) and returns `err`.
+async fn abort(w: WriteMultipart, err: CheckpointError) -> CheckpointError {
+    let _ = w.abort().await;
+    err
 }
 
 impl UploadPart {
@@ -331,19 +338,21 @@ impl CheckpointStorage {
     }
 
     /// Uploads every `Upload` (up to [`PARALLELISM`] at once), reading its [`UploadPart::File`]s from
-    /// `files`; large objects in parts. Returns the results in order; on the first error, the others are
-    /// still awaited and the error returned.
+    /// `files`; objects of [`MULTIPART_THRESHOLD`] bytes or more in parts, streamed from their files. Returns
+    /// the results in order; after an error, the uploads already started are still awaited (a failed
+    /// multipart upload is aborted) and the first error is returned.
     pub fn upload_all(
         &self,
         uploads: &[Upload],
         files: &dyn Storage,
     ) -> Result<Vec<Uploaded>, CheckpointError> {
-        self.rt.block_on(async {
+        let results = self.rt.block_on(async {
             futures::stream::iter(uploads.iter().map(|u| self.upload_one(u, files)))
                 .buffered(PARALLELISM)
-                .try_collect::<Vec<_>>()
+                .collect::<Vec<_>>()
                 .await
-        })
+        });
+        results.into_iter().collect()
     }
 
     async fn upload_one(&self, u: &Upload, fs: &dyn Storage) -> Result<Uploaded, CheckpointError> {
@@ -385,18 +394,33 @@ impl CheckpointStorage {
             .map_err(|e| self.remote_err(format_args!("multipart put {}", u.path), e))?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
         let mut size = 0u64;
+        let mut buf = vec![0u8; CHUNK];
         for f in &u.files {
             let mut fh = xxhash_rust::xxh3::Xxh3::new();
             let mut len = 0u64;
             match f {
-                UploadPart::File(f) => {
-                    // SST files are immutable while captured: mapped, and handed on 1 MiB at a time.
-                    let bytes = fs.map(f).map_err(read_err(f))?;
-                    for c in bytes.bytes().chunks(CHUNK) {
+                UploadPart::File(path) => {
+                    // Streamed CHUNK bytes at a time with plain reads, at most PARALLELISM parts in flight.
+                    let mut r = match fs.open_read(path) {
+                        Ok(r) => r,
+                        Err(e) => return Err(abort(w, read_err(path)(e)).await),
+                    };
+                    loop {
+                        let n = match r.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => n,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                            Err(e) => return Err(abort(w, read_err(path)(e)).await),
+                        };
+                        let c = buf.get(..n).unwrap_or_default();
                         fh.update(c);
                         whole.update(c);
+                        if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
+                            let err = self.remote_err(format_args!("multipart put {}", u.path), e);
+                            return Err(abort(w, err).await);
+                        }
                         w.write(c);
-                        len += c.len() as u64;
+                        len += n as u64;
                     }
                 }
                 UploadPart::Bytes(b) => {

@@ -3,8 +3,9 @@
 //! It keeps two images, as redb's crash tests do: the *live* one (what reads see now) and the *durable* one
 //! (what survives a crash). Bytes appended to a file become durable at the file's sync; a created, renamed,
 //! linked or removed directory entry becomes durable at the sync of its directory. [`FaultFs::crash`] stops
-//! every further operation (they fail with `EIO`, as if the machine were gone); [`FaultFs::reboot`] then
-//! replaces the live image with the durable one and invalidates every handle opened before.
+//! every further operation (they fail with an error reading "storage crashed", as if the machine were
+//! gone); [`FaultFs::reboot`] then replaces the live image with the durable one and invalidates every handle
+//! opened before.
 //!
 //! Every call is one numbered *operation* ([`FaultFs::ops`]): a create, a write, a sync, a rename, a read,
 //! and so on. [`FaultFs::crash_at`] crashes at the N-th one (it does not happen), which is how a test

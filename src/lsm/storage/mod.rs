@@ -108,6 +108,11 @@ pub trait Storage: Send + Sync + fmt::Debug {
     }
     /// Maps a whole immutable file (never modified while mapped: SST files are written once).
     fn map(&self, path: &Path) -> io::Result<FileBytes>;
+    /// Opens a file for reading from its start, front to back (a large file streamed without a map, so an
+    /// I/O error is an error, not a signal).
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn io::Read + '_>> {
+        Ok(Box::new(io::Cursor::new(self.read(path)?)))
+    }
     /// The size of a file in bytes.
     fn file_size(&self, path: &Path) -> io::Result<u64>;
     /// Renames `from` to `to`, replacing `to` atomically.
@@ -167,6 +172,10 @@ impl Storage for OsStorage {
         // read-only.
         let map = unsafe { Mmap::map(&file) }?;
         Ok(FileBytes::Map(Arc::new(map)))
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn io::Read + '_>> {
+        Ok(Box::new(File::open(path)?))
     }
 
     fn file_size(&self, path: &Path) -> io::Result<u64> {
