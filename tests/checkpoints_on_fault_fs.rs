@@ -10,6 +10,8 @@
 //! * A crash at every storage operation of a restore (from an in-memory root and from a local directory,
 //!   whose whole-file objects are imported rather than fetched): the restore fails with an error, never a
 //!   panic, and a restore after the reboot holds the checkpoint's state.
+//! * A restore onto `FaultFs` leaves no file in its real temporary directory; a multipart upload streams
+//!   its file through the storage, and a read failing midway aborts it with an error naming the file.
 
 mod checkpoint_common;
 
@@ -291,6 +293,7 @@ fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn a_multipart_upload_streams_its_file_and_a_failed_read_aborts_it() {
+    use keyed_state::checkpoint::fault_store::FaultStore;
     use keyed_state::checkpoint::storage::{Upload, UploadPart, MULTIPART_THRESHOLD};
     use keyed_state::lsm::storage::fault::{Effect, Fault, Op};
     use keyed_state::lsm::storage::Storage;
@@ -300,19 +303,29 @@ fn a_multipart_upload_streams_its_file_and_a_failed_read_aborts_it() {
     fs.create_dir_all(Path::new("/d")).unwrap();
     let len = MULTIPART_THRESHOLD as usize + 3 * (1 << 20) + 17;
     let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-    let f = Path::new("/d/000001.sst");
-    fs.create(f).unwrap().write_all(&bytes).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    let storage = CheckpointStorage::local(&root).unwrap();
-    let up = Upload {
-        path: "shared/a".into(),
+    for name in ["/d/000001.sst", "/d/000003.sst"] {
+        fs.create(Path::new(name))
+            .unwrap()
+            .write_all(&bytes)
+            .unwrap();
+    }
+    let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
+    let storage = CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap();
+    let up = |path: &str, file: &str| Upload {
+        path: path.into(),
         files: vec![
-            UploadPart::File(f.into()),
+            UploadPart::File(Path::new(file).into()),
             UploadPart::Bytes(b"tail".to_vec()),
         ],
     };
-    let r = storage.upload_all(std::slice::from_ref(&up), &fs).unwrap();
+
+    // Read 1 MiB at a time: 20 reads hold the file's 19 MiB and 17 bytes, a 21st finds its end.
+    let ops = fs.ops();
+    let r = storage
+        .upload_all(&[up("shared/a", "/d/000001.sst")], &fs)
+        .unwrap();
+    assert_eq!(fs.ops() - ops, 1 + 1 + 21, "file size, open, reads");
+    assert_eq!(fault.multipart_uploads(), 1);
     let got = storage.get("shared/a").unwrap();
     assert_eq!(got.len(), len + 4);
     assert!(got[..len] == bytes[..] && &got[len..] == b"tail");
@@ -323,25 +336,36 @@ fn a_multipart_upload_streams_its_file_and_a_failed_read_aborts_it() {
         vec![(len as u64, xxh3_64(&bytes)), (4, xxh3_64(b"tail"))]
     );
 
-    // The size of file 3 is read, then opening it fails: a typed error naming it, no object and no staged
-    // part left in the root, and the other upload of the batch still completes.
-    let f3 = Path::new("/d/000003.sst");
-    fs.create(f3).unwrap().write_all(&bytes).unwrap();
+    // The fifth read of file 3 fails, 4 MiB into it: a typed error naming the file, the upload aborted and
+    // no object left; the other upload of the batch, already started, completes.
     fs.inject(Fault {
         op: Op::Read,
         path_contains: "000003".into(),
-        skip: 1,
+        skip: 1 + 1 + 4,
         times: 1,
         effect: Effect::Eio,
     });
-    let failed = Upload {
-        path: "shared/b".into(),
-        files: vec![UploadPart::File(f3.into())],
-    };
-    let err = storage.upload_all(&[failed, up], &fs).unwrap_err();
+    let err = storage
+        .upload_all(
+            &[
+                up("shared/b", "/d/000003.sst"),
+                up("shared/c", "/d/000001.sst"),
+            ],
+            &fs,
+        )
+        .unwrap_err();
     assert!(
         matches!(&err, CheckpointError::Io { context, .. } if context.contains("000003.sst")),
         "{err}"
     );
-    assert_eq!(files_under(&root), vec![root.join("shared").join("a")]);
+    assert_eq!(fault.multipart_uploads(), 3);
+    assert_eq!(fault.multipart_aborts(), 1);
+    assert_eq!(storage.get("shared/c").unwrap(), got);
+    let names: Vec<String> = storage
+        .list("shared")
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, vec!["shared/a".to_string(), "shared/c".to_string()]);
 }

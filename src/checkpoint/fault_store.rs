@@ -46,6 +46,8 @@ pub struct FaultStore {
     inner: Arc<dyn ObjectStore>,
     requests: Arc<AtomicU64>,
     plan: Arc<Mutex<Plan>>,
+    /// Multipart uploads started and aborted.
+    multipart: Arc<[AtomicU64; 2]>,
 }
 
 impl fmt::Debug for FaultStore {
@@ -77,7 +79,18 @@ impl FaultStore {
             inner,
             requests: Arc::new(AtomicU64::new(0)),
             plan: Arc::new(Mutex::new(Plan::default())),
+            multipart: Arc::new([AtomicU64::new(0), AtomicU64::new(0)]),
         }
+    }
+
+    /// Multipart uploads started so far.
+    pub fn multipart_uploads(&self) -> u64 {
+        self.multipart[0].load(Ordering::SeqCst)
+    }
+
+    /// Multipart uploads aborted so far.
+    pub fn multipart_aborts(&self) -> u64 {
+        self.multipart[1].load(Ordering::SeqCst)
     }
 
     /// Requests made so far (every call counts: put, part, get, list, delete, copy, ...).
@@ -152,6 +165,7 @@ impl ObjectStore for FaultStore {
     ) -> Result<Box<dyn MultipartUpload>> {
         self.request("multipart put", location, true)?;
         let upload = self.inner.put_multipart_opts(location, opts).await?;
+        self.multipart[0].fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(FaultUpload {
             store: self.clone(),
             location: location.clone(),
@@ -255,6 +269,7 @@ impl MultipartUpload for FaultUpload {
     }
 
     async fn abort(&mut self) -> Result<()> {
+        self.store.multipart[1].fetch_add(1, Ordering::SeqCst);
         self.upload.abort().await
     }
 }

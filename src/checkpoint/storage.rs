@@ -8,7 +8,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,9 +55,12 @@ fn read_err(f: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
-/// Aborts multipart upload `w` after `err` (so its parts are not left on the store) and returns `err`.
+/// Aborts multipart upload `w` after `err` (so its parts are not left on the store; best effort: a failed
+/// abort is logged) and returns `err`.
 async fn abort(w: WriteMultipart, err: CheckpointError) -> CheckpointError {
-    let _ = w.abort().await;
+    if let Err(e) = w.abort().await {
+        tracing::warn!("aborting a multipart upload after \"{err}\" failed: {e}");
+    }
     err
 }
 
@@ -338,21 +341,41 @@ impl CheckpointStorage {
     }
 
     /// Uploads every `Upload` (up to [`PARALLELISM`] at once), reading its [`UploadPart::File`]s from
-    /// `files`; objects of [`MULTIPART_THRESHOLD`] bytes or more in parts, streamed from their files. Returns
-    /// the results in order; after an error, the uploads already started are still awaited (a failed
-    /// multipart upload is aborted) and the first error is returned.
+    /// `files`; objects of [`MULTIPART_THRESHOLD`] bytes or more in parts, streamed (at most
+    /// [`PARALLELISM`] parts of one object in flight). Returns the results in order. After an error no
+    /// further upload starts, the ones already started are awaited (a failed multipart upload is aborted),
+    /// and the first error is returned.
     pub fn upload_all(
         &self,
         uploads: &[Upload],
         files: &dyn Storage,
     ) -> Result<Vec<Uploaded>, CheckpointError> {
+        let failed = AtomicBool::new(false);
         let results = self.rt.block_on(async {
-            futures::stream::iter(uploads.iter().map(|u| self.upload_one(u, files)))
+            futures::stream::iter(uploads)
+                .take_while(|_| std::future::ready(!failed.load(Ordering::SeqCst)))
+                .map(|u| async {
+                    let r = self.upload_one(u, files).await;
+                    if r.is_err() {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    r
+                })
                 .buffered(PARALLELISM)
                 .collect::<Vec<_>>()
                 .await
         });
-        results.into_iter().collect()
+        let mut out = Vec::with_capacity(uploads.len());
+        for r in results {
+            out.push(r?);
+        }
+        if out.len() < uploads.len() {
+            // Unreachable: the stream stops early only after an error, which the loop returned.
+            return Err(CheckpointError::Invalid(
+                "an upload was skipped without an error".into(),
+            ));
+        }
+        Ok(out)
     }
 
     async fn upload_one(&self, u: &Upload, fs: &dyn Storage) -> Result<Uploaded, CheckpointError> {
@@ -406,13 +429,18 @@ impl CheckpointStorage {
                         Err(e) => return Err(abort(w, read_err(path)(e)).await),
                     };
                     loop {
-                        let n = match r.read(&mut buf) {
+                        let c = match r.read(&mut buf) {
                             Ok(0) => break,
-                            Ok(n) => n,
+                            Ok(n) => match buf.get(..n) {
+                                Some(c) => c,
+                                None => {
+                                    let e = std::io::Error::other("read more bytes than asked");
+                                    return Err(abort(w, read_err(path)(e)).await);
+                                }
+                            },
                             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                             Err(e) => return Err(abort(w, read_err(path)(e)).await),
                         };
-                        let c = buf.get(..n).unwrap_or_default();
                         fh.update(c);
                         whole.update(c);
                         if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
@@ -420,13 +448,19 @@ impl CheckpointStorage {
                             return Err(abort(w, err).await);
                         }
                         w.write(c);
-                        len += n as u64;
+                        len += c.len() as u64;
                     }
                 }
                 UploadPart::Bytes(b) => {
                     fh.update(b);
                     whole.update(b);
-                    w.write(b);
+                    for c in b.chunks(CHUNK) {
+                        if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
+                            let err = self.remote_err(format_args!("multipart put {}", u.path), e);
+                            return Err(abort(w, err).await);
+                        }
+                        w.write(c);
+                    }
                     len = b.len() as u64;
                 }
             }

@@ -426,6 +426,26 @@ impl Drop for FaultLock {
     }
 }
 
+/// A file of a [`FaultFs`] read front to back ([`Storage::open_read`]): every `read` call is an
+/// operation ([`Op::Read`]), so a fault or a crash can strike in the middle of the file.
+struct FaultReader<'a> {
+    fs: &'a FaultFs,
+    path: PathBuf,
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl io::Read for FaultReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.fs.state.lock().check(Op::Read, &self.path)?;
+        let rest = self.bytes.get(self.at..).unwrap_or_default();
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
 impl Storage for FaultFs {
     fn create(&self, path: &Path) -> io::Result<NewFile> {
         let mut st = self.state.lock();
@@ -445,6 +465,18 @@ impl Storage for FaultFs {
         let mut st = self.state.lock();
         st.check(Op::Read, path)?;
         st.live_bytes(path).cloned()
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn io::Read + '_>> {
+        let mut st = self.state.lock();
+        st.check(Op::Read, path)?;
+        let bytes = st.live_bytes(path)?.clone();
+        Ok(Box::new(FaultReader {
+            fs: self,
+            path: path.to_path_buf(),
+            bytes,
+            at: 0,
+        }))
     }
 
     fn map(&self, path: &Path) -> io::Result<FileBytes> {

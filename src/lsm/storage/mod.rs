@@ -108,8 +108,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     }
     /// Maps a whole immutable file (never modified while mapped: SST files are written once).
     fn map(&self, path: &Path) -> io::Result<FileBytes>;
-    /// Opens a file for reading from its start, front to back (a large file streamed without a map, so an
-    /// I/O error is an error, not a signal).
+    /// Opens a file for reading from its start, front to back, so a large file can be streamed without a
+    /// map (an I/O error is then an error, not a signal). The default reads the whole file with
+    /// [`Storage::read`]; a storage of large real files overrides it.
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn io::Read + '_>> {
         Ok(Box::new(io::Cursor::new(self.read(path)?)))
     }
