@@ -15,9 +15,11 @@
 pub mod bytes;
 mod checkpoint;
 mod cleanup;
+mod map_run;
 pub mod map_table;
 pub mod table;
 pub mod timer_table;
+mod user_map;
 
 use std::sync::Arc;
 
