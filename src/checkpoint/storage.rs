@@ -365,17 +365,8 @@ impl CheckpointStorage {
                 .collect::<Vec<_>>()
                 .await
         });
-        let mut out = Vec::with_capacity(uploads.len());
-        for r in results {
-            out.push(r?);
-        }
-        if out.len() < uploads.len() {
-            // Unreachable: the stream stops early only after an error, which the loop returned.
-            return Err(CheckpointError::Invalid(
-                "an upload was skipped without an error".into(),
-            ));
-        }
-        Ok(out)
+        // The stream stops early only after an error, which `collect` then returns.
+        results.into_iter().collect()
     }
 
     async fn upload_one(&self, u: &Upload, fs: &dyn Storage) -> Result<Uploaded, CheckpointError> {
