@@ -42,9 +42,9 @@ use keyed_state::checkpoint::{
     Checkpointer, RestoreInfo, RestoreMode,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
-use keyed_state::lsm::Options;
 use keyed_state::serializer::{BytesSerializer, LongSerializer};
 use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
+use keyed_state_lsm::Options;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

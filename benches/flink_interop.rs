@@ -21,13 +21,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use keyed_state::backend::{BackendConfig, BackendSnapshot, StateId};
-use keyed_state::flink::{export_canonical, ExportOptions, FlinkSavepoint};
 use keyed_state::keygroup::{java_long_hash, key_group_for_hash, KeyGroup, KeyGroupRange};
 use keyed_state::meta::{StateKind, StateMetaInfo};
 use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
 use keyed_state::serializer::{
     SerializerSnapshot, BYTES_SNAPSHOT_ID, LONG_SNAPSHOT_ID, VOID_NAMESPACE_SNAPSHOT_ID,
 };
+use keyed_state_flink::{export_canonical, ExportOptions, FlinkSavepoint};
 
 const MAX_PARALLELISM: u32 = 128;
 const PAYLOAD: usize = 100;

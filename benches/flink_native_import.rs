@@ -29,13 +29,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use keyed_state::flink::metadata::{KeyedHandle, StreamHandle};
-use keyed_state::flink::metadata_writer::write_metadata;
-use keyed_state::flink::sst::table::block_checksum;
-use keyed_state::flink::sst::SstFile;
-use keyed_state::flink::FlinkSavepoint;
 use keyed_state::keygroup::{java_long_hash, key_group_for_hash};
 use keyed_state::savepoint::{write_savepoint, WriteOptions};
+use keyed_state_flink::metadata::{KeyedHandle, StreamHandle};
+use keyed_state_flink::metadata_writer::write_metadata;
+use keyed_state_flink::sst::table::block_checksum;
+use keyed_state_flink::sst::SstFile;
+use keyed_state_flink::FlinkSavepoint;
 
 const MAX_PARALLELISM: u32 = 128;
 const FIXTURE: &str = concat!(

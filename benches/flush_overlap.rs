@@ -7,11 +7,10 @@
 
 use std::time::Instant;
 
-use keyed_state::lsm::db::Db;
-use keyed_state::lsm::options::Options;
-use keyed_state::lsm::sst::SstOptions;
+use keyed_state_lsm::db::Db;
+use keyed_state_lsm::options::Options;
+use keyed_state_lsm::sst::SstOptions;
 
-#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -84,7 +84,6 @@ fn main() {
     }
 }
 
-/// mimalloc as the global allocator (feature `mimalloc`, on by default), as in the other benchmarks.
-#[cfg(feature = "mimalloc")]
+/// mimalloc as the global allocator (a dev-dependency), as in the other benchmarks.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

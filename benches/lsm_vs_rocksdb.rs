@@ -172,10 +172,10 @@ trait Engine {
 
 mod ours {
     use super::*;
-    use keyed_state::lsm::db::Db;
-    use keyed_state::lsm::merge::ListAppendOperator;
-    use keyed_state::lsm::options::{CompactionPriority, Options, ReadOptions};
-    use keyed_state::lsm::sst::{Compression, SstOptions};
+    use keyed_state_lsm::db::Db;
+    use keyed_state_lsm::merge::ListAppendOperator;
+    use keyed_state_lsm::options::{CompactionPriority, Options, ReadOptions};
+    use keyed_state_lsm::sst::{Compression, SstOptions};
 
     pub struct Ours {
         db: Db,
@@ -973,8 +973,7 @@ fn main() {
     load("at end");
 }
 
-/// mimalloc as the global allocator (feature `mimalloc`, on by default): see design/architecture.md,
+/// mimalloc as the global allocator (a dev-dependency): see design/architecture.md,
 /// "Allocator".
-#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -130,8 +130,7 @@ criterion_group! {
 }
 criterion_main!(benches);
 
-/// mimalloc as the global allocator (feature `mimalloc`, on by default): see design/architecture.md,
+/// mimalloc as the global allocator (a dev-dependency): see design/architecture.md,
 /// "Allocator".
-#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

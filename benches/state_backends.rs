@@ -41,8 +41,6 @@ use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::{BackendConfig, EngineHandle, StateBackend};
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
-use keyed_state::lsm::options::Options;
-use keyed_state::lsm::sst::{Compression as SstCompression, SstOptions};
 use keyed_state::savepoint::{encode, SavepointReader, WriteOptions};
 use keyed_state::serializer::{BytesSerializer, DoubleSerializer, LongSerializer};
 use keyed_state::state::{
@@ -51,6 +49,8 @@ use keyed_state::state::{
 };
 use keyed_state::ttl::ManualClock;
 use keyed_state::Result;
+use keyed_state_lsm::options::Options;
+use keyed_state_lsm::sst::{Compression as SstCompression, SstOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -1212,8 +1212,7 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// mimalloc as the global allocator (feature `mimalloc`, on by default): see design/architecture.md,
+/// mimalloc as the global allocator (a dev-dependency): see design/architecture.md,
 /// "Allocator".
-#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

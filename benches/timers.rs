@@ -26,7 +26,6 @@ use keyed_state::state::KeyedStateStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

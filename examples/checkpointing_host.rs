@@ -23,9 +23,9 @@ use keyed_state::checkpoint::{
     restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer, PendingCheckpoint, RestoreMode,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
-use keyed_state::lsm::Options;
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
+use keyed_state_lsm::Options;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use keyed_state::lsm::batch::WriteBatch;
-use keyed_state::lsm::db::Db;
-use keyed_state::lsm::merge::ListAppendOperator;
-use keyed_state::lsm::options::{Options, ReadOptions};
+use keyed_state_lsm::batch::WriteBatch;
+use keyed_state_lsm::db::Db;
+use keyed_state_lsm::merge::ListAppendOperator;
+use keyed_state_lsm::options::{Options, ReadOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;

@@ -19,7 +19,7 @@ FIX="$ROOT/tests/fixtures/flink"
 RUN="$FIX/generator/run.sh"
 
 echo "== building keyed-state"
-(cd "$ROOT" && nice -n 19 cargo build --quiet --bin keyed-state)
+(cd "$ROOT" && nice -n 19 cargo build --quiet -p keyed-state-cli --bin keyed-state)
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/keyed-state"
 
 rm -rf "$WORK" && mkdir -p "$WORK"

@@ -35,29 +35,29 @@ for target in $(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^ke
 done
 
 echo "== kill -9 campaign: 1000 kills (prints the inconsistencies found)"
-KEYED_STATE_KILL9_ITERS=1000 campaign nice -n 19 cargo test --release --test kill9_campaign -- --nocapture
+KEYED_STATE_KILL9_ITERS=1000 campaign nice -n 19 cargo test --release --test reliability kill9_campaign -- --nocapture
 
 echo "== crash consistency by enumeration: 2000 steps, 1000 random crash points per mode"
-KEYED_STATE_CRASH_STEPS=2000 KEYED_STATE_CRASH_POINTS=1000 campaign nice -n 19 cargo test --release --test crash_consistency -- --nocapture
+KEYED_STATE_CRASH_STEPS=2000 KEYED_STATE_CRASH_POINTS=1000 campaign nice -n 19 cargo test --release --test lsm crash_consistency -- --nocapture
 echo "== crash at every storage operation of object-store checkpoints and restores of an LSM backend on FaultFs"
-campaign nice -n 19 cargo test --release --test checkpoints_on_fault_fs -- --nocapture
+campaign nice -n 19 cargo test --release --test checkpoint checkpoints_on_fault_fs -- --nocapture
 
 echo "== loom model checks of the memtable (skiplist, version chains, point index, its growth) and the writer fast path"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
-  campaign nice -n 19 cargo test --release --no-default-features --lib loom_ -- --nocapture --test-threads=1
+  campaign nice -n 19 cargo test --release -p keyed-state-lsm --lib loom_ -- --nocapture --test-threads=1
 
 echo "== stress: concurrent writers, readers, snapshots, flushes, compactions for 120 s"
-KEYED_STATE_STRESS_SECS=120 campaign nice -n 19 cargo test --release --test lsm_stress -- --nocapture
+KEYED_STATE_STRESS_SECS=120 campaign nice -n 19 cargo test --release --test lsm lsm_stress -- --nocapture
 
 echo "== checkpoint crash test: 200 children SIGKILLed during checkpoints"
-KEYED_STATE_CKPT_CRASH_ITERS=200 campaign nice -n 19 cargo test --release --test checkpoint_crash -- --nocapture
+KEYED_STATE_CKPT_CRASH_ITERS=200 campaign nice -n 19 cargo test --release --test checkpoint checkpoint_crash -- --nocapture
 
 echo "== bit flips: every bit of files and blocks up to 4 KiB, 10,000 of larger ones, in every file kind"
-KEYED_STATE_BITFLIP_FULL=1 campaign nice -n 19 cargo test --release --test bitflips -- --nocapture
+KEYED_STATE_BITFLIP_FULL=1 campaign nice -n 19 cargo test --release --test reliability bitflips -- --nocapture
 
 echo "== one model, every backend: 10,000 sequences (and 5000 on the LSM engine's own model)"
-PROPTEST_CASES=10000 campaign nice -n 19 cargo test --release --test model every_backend -- --nocapture
-PROPTEST_CASES=5000 campaign nice -n 19 cargo test --release --test lsm_model -- --nocapture
+PROPTEST_CASES=10000 campaign nice -n 19 cargo test --release --test state model::every_backend -- --nocapture
+PROPTEST_CASES=5000 campaign nice -n 19 cargo test --release --test lsm lsm_model -- --nocapture
 
 # The table: one row per `campaign NAME k=v ...` line; "failures" is the first of findings=, failures=,
 # differences=, inconsistencies= that the line has. Add a campaign by printing such a line from its test.

@@ -17,9 +17,8 @@ if ! dpkg -s libclang-dev >/dev/null 2>&1; then
 fi
 
 if [ "$what" = "tests" ] || [ "$what" = "all" ]; then
-  cargo test --release --features rocksdb --test backends --test backend_swap --test checkpoints \
-    --test checkpoint_claim
-  cargo clippy --release --features rocksdb --all-targets -- -D warnings
+  cargo test --release --features rocksdb --test state --test checkpoint
+  cargo clippy --release --features rocksdb --workspace --all-targets -- -D warnings
 fi
 if [ "$what" = "bench" ] || [ "$what" = "all" ]; then
   cargo bench --features rocksdb,bench-malloc-override --bench lsm_vs_rocksdb

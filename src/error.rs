@@ -3,6 +3,7 @@
 use crate::keygroup::{KeyGroup, KeyGroupError, KeyGroupRange};
 use crate::meta::StateKind;
 use crate::serializer::{SerializerError, SerializerSnapshot};
+pub use keyed_state_lsm::{ErrorKind, Location};
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -113,23 +114,29 @@ pub enum Error {
         /// The operation attempted.
         operation: &'static str,
     },
-    /// Stored bytes are damaged or do not follow the format.
-    #[error("corrupt data in {location}: {detail}")]
+    /// A file's bytes are damaged or do not follow the format.
+    #[error("corrupt data in {at}: {detail}")]
     Corruption {
-        /// Where (file, block, state).
-        location: String,
+        /// The file and, where known, the byte offset.
+        at: Location,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A stored entry of a state does not follow the state's format (a list without its delimiters, a map
+    /// value without its null flag, a TTL value without its timestamp, a key its serializers cannot read).
+    #[error("corrupt entry of state '{state}': {detail}")]
+    CorruptState {
+        /// The state.
+        state: String,
         /// What is wrong.
         detail: String,
     },
     /// A savepoint could not be read or written.
     #[error(transparent)]
     Savepoint(#[from] crate::savepoint::SavepointError),
-    /// A Flink savepoint could not be read or written.
-    #[error(transparent)]
-    Flink(#[from] crate::flink::FlinkError),
     /// The LSM engine failed.
     #[error(transparent)]
-    Lsm(#[from] crate::lsm::LsmError),
+    Lsm(#[from] keyed_state_lsm::LsmError),
     /// The RocksDB library reported an error (RocksDB backend).
     #[cfg(feature = "rocksdb")]
     #[error("RocksDB error during {context}: {detail}")]
@@ -153,9 +160,47 @@ pub enum Error {
         /// The operation.
         what: &'static str,
     },
+    /// An error of code above this crate that reached it through one of its traits (a
+    /// [`BackendSnapshot`](crate::backend::BackendSnapshot) that reads a Flink savepoint, say), with its kind.
+    /// The source can be downcast to the caller's own error type.
+    #[error("{source}")]
+    External {
+        /// What kind of failure it is.
+        kind: ErrorKind,
+        /// The error.
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }
 
 impl Error {
+    /// What kind of failure this is: the question a caller asks to decide what to do
+    /// (`design/errors.md`).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { source, .. } => ErrorKind::of_io(source),
+            Error::Serializer { source, .. } => source.kind(),
+            Error::KeyGroup(e) => e.kind(),
+            Error::StateKindMismatch { .. }
+            | Error::StateTypeMismatch { .. }
+            | Error::IncompatibleSerializer { .. }
+            | Error::TtlToggled { .. }
+            | Error::MaxParallelismMismatch { .. }
+            | Error::KeyGroupOutOfRange { .. }
+            | Error::NoCurrentKey
+            | Error::WrongKind { .. }
+            | Error::InvalidArgument(_) => ErrorKind::InvalidInput,
+            Error::UnknownState(_) => ErrorKind::NotFound,
+            Error::Corruption { .. } | Error::CorruptState { .. } => ErrorKind::Corruption,
+            Error::Savepoint(e) => e.kind(),
+            Error::Lsm(e) => e.kind(),
+            #[cfg(feature = "rocksdb")]
+            Error::RocksDb { .. } => ErrorKind::Io,
+            Error::Closed(_) => ErrorKind::Closed,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::External { kind, .. } => *kind,
+        }
+    }
+
     /// An I/O error with context.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {

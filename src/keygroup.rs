@@ -50,6 +50,13 @@ pub enum KeyGroupError {
     },
 }
 
+impl KeyGroupError {
+    /// What kind of failure this is: always [`InvalidInput`](crate::ErrorKind::InvalidInput).
+    pub fn kind(&self) -> crate::ErrorKind {
+        crate::ErrorKind::InvalidInput
+    }
+}
+
 /// Checks `1 <= max_parallelism <= 32768`.
 pub fn check_max_parallelism(max_parallelism: u32) -> Result<(), KeyGroupError> {
     if max_parallelism == 0 || max_parallelism > UPPER_BOUND_MAX_PARALLELISM {

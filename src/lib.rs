@@ -10,22 +10,19 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+#[cfg(feature = "checkpoints")]
 pub mod checkpoint;
 pub mod error;
-pub mod flink;
-mod fsutil;
 pub mod keygroup;
 pub mod layout;
-pub mod lsm;
 pub mod meta;
-mod prefetch;
 pub mod restore;
 pub mod savepoint;
 pub mod serializer;
 pub mod state;
 pub mod ttl;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Location, Result};
 
 /// The README's code blocks, compiled and run as doctests so that its API example stays true.
 #[cfg(doctest)]

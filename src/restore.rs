@@ -162,9 +162,9 @@ impl<K: KeySerializer> KeyedStateStore<K> {
                 }
                 let backend = &mut self.backend;
                 sp.read_key_group(kg, &mut |state_index, key, value| {
-                    let id = *map.get(state_index).ok_or_else(|| Error::Corruption {
-                        location: format!("savepoint key group {kg}"),
-                        detail: format!("state index {state_index} not in the header"),
+                    let id = *map.get(state_index).ok_or_else(|| Error::CorruptState {
+                        state: format!("#{state_index}"),
+                        detail: format!("key group {kg} holds an entry of a state the savepoint header does not list"),
                     })?;
                     had = true;
                     summary.entries += 1;

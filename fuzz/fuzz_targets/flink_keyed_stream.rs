@@ -3,8 +3,8 @@
 //! key groups to read; the key groups start where the proxy ends.
 #![no_main]
 
-use keyed_state::flink::keyed_stream::read_key_group;
-use keyed_state::flink::proxy::read_proxy;
+use keyed_state_flink::keyed_stream::read_key_group;
+use keyed_state_flink::proxy::read_proxy;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let metas: Result<Vec<_>, _> = proxy.states.iter().map(|s| s.to_meta("f")).collect();
     if let Ok(metas) = &metas {
         // The same bytes as the HashMap backend's native format.
-        let _ = keyed_state::flink::heap_native::read_native_key_group(
+        let _ = keyed_state_flink::heap_native::read_native_key_group(
             rest,
             proxy.end,
             0,

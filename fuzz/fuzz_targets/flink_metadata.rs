@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(m) = keyed_state::flink::parse_metadata(data, "_metadata") {
+    if let Ok(m) = keyed_state_flink::parse_metadata(data, "_metadata") {
         for op in &m.operators {
             let _ = op.label();
             for st in &op.subtasks {

@@ -4,7 +4,7 @@
 //! SSTs (`design/bench-results/flink-interop-2026-12-02.md` has the command).
 #![no_main]
 
-use keyed_state::flink::sst::{fold_versions, SstFile, Versions};
+use keyed_state_flink::sst::{fold_versions, SstFile, Versions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! `FlinkError`; what the writer writes decodes back to the same bytes.
 #![no_main]
 
-use keyed_state::flink::snappy::{decode_all, FramedWriter};
+use keyed_state_flink::snappy::{decode_all, FramedWriter};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,12 +2,12 @@
 //! ascending key order, never a panic.
 #![no_main]
 
-use keyed_state::checkpoint::heap_table;
+use keyed_state::backend::heap::table_file;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let mut last: Option<Vec<u8>> = None;
-    let _ = heap_table::decode(data, &mut |k, _| {
+    let _ = table_file::decode(std::path::Path::new("fuzz"), data, &mut |k, _| {
         assert!(last.as_deref().is_none_or(|l| l < k));
         last = Some(k.to_vec());
         Ok(())

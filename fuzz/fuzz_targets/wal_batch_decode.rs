@@ -3,7 +3,7 @@
 //! encoding is canonical, so nothing is skipped or invented).
 #![no_main]
 
-use keyed_state::lsm::batch::WriteBatch;
+use keyed_state_lsm::batch::WriteBatch;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

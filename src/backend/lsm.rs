@@ -29,19 +29,19 @@ use super::lsm_load::{LoadRun, Loader};
 use super::lsm_ttl::{TtlFilterFactory, TtlFilters};
 use super::state_prefix::StateKeyPrefix;
 use super::{BackendConfig, BackendSnapshot, EngineHandle, StateBackend, StateId};
-use crate::error::{Error, Result};
+use crate::error::{Error, Location, Result};
 use crate::keygroup::{
     key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup, KeyGroupRange,
 };
-use crate::lsm::batch::WriteBatch;
-use crate::lsm::checkpoint::CheckpointInfo;
-use crate::lsm::db::Db;
-use crate::lsm::iter::DbIter;
-use crate::lsm::merge::ListAppendOperator;
-use crate::lsm::options::{Options, ReadOptions};
-use crate::lsm::prefix::prefix_successor;
-use crate::lsm::snapshot::Snapshot;
 use crate::meta::{StateKind, StateMetaInfo};
+use keyed_state_lsm::batch::WriteBatch;
+use keyed_state_lsm::checkpoint::CheckpointInfo;
+use keyed_state_lsm::db::Db;
+use keyed_state_lsm::iter::DbIter;
+use keyed_state_lsm::merge::ListAppendOperator;
+use keyed_state_lsm::options::{Options, ReadOptions};
+use keyed_state_lsm::prefix::prefix_successor;
+use keyed_state_lsm::snapshot::Snapshot;
 
 /// Width of the state-id prefix of every engine key.
 pub const STATE_PREFIX_LEN: usize = 2;
@@ -227,6 +227,7 @@ impl LsmBackend {
         Ok(b)
     }
 
+    #[cfg(feature = "checkpoints")]
     /// Opens a directory inside `tmp` (which the backend then owns: removed when the backend and its
     /// snapshots are gone) whose files were adopted with bounds inside `config`'s key-group range: nothing
     /// outside it is visible, so nothing is clipped.
@@ -266,7 +267,7 @@ impl LsmBackend {
         }
         options.sst.prefix_extractor = prefixes
             .clone()
-            .map(|x| x as Arc<dyn crate::lsm::prefix::PrefixExtractor>);
+            .map(|x| x as Arc<dyn keyed_state_lsm::prefix::PrefixExtractor>);
         (options, EngineParts { prefixes, ttl })
     }
 
@@ -409,7 +410,7 @@ impl LsmBackend {
 
 /// The synchronous part of an LSM checkpoint: the engine's pending checkpoint and the engine it belongs to.
 struct LsmCapture {
-    pending: crate::lsm::checkpoint::PendingCheckpoint,
+    pending: keyed_state_lsm::checkpoint::PendingCheckpoint,
     shared: Arc<Shared>,
 }
 
@@ -437,7 +438,7 @@ impl super::CheckpointCapture for LsmCapture {
             })
             .collect();
         Ok(super::CapturedFiles {
-            backend: crate::checkpoint::BackendKind::Lsm,
+            backend: crate::backend::BackendKind::Lsm,
             files,
             storage: shared.db.storage().clone(),
             seqno: captured.seqno,
@@ -649,7 +650,7 @@ impl StateBackend for LsmBackend {
         })?;
         match bad {
             Some(k) => Err(Error::Corruption {
-                location: format!("LSM backend at {}", self.path().display()),
+                at: Location::file(self.path()),
                 detail: format!("engine key {k:?} has no key-group prefix"),
             }),
             None => Ok(()),

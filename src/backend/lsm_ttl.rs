@@ -21,16 +21,16 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use super::StateId;
-use crate::lsm::filter::{
-    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
-    FilterEntryKind,
-};
-use crate::lsm::ikey::{self, ValueKind};
-use crate::lsm::sst::{PropertiesCollector, SstProperties};
 use crate::ttl::{
     decode_ttl_range, decode_ttl_written, expiration_timestamp, split_list, timestamp_at,
     TtlLayout, TtlStateFilter, TtlVerdict, PROP_TTL_RANGE, PROP_TTL_WRITTEN,
 };
+use keyed_state_lsm::filter::{
+    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
+    FilterEntryKind,
+};
+use keyed_state_lsm::ikey::{self, ValueKind};
+use keyed_state_lsm::sst::{PropertiesCollector, SstProperties};
 
 /// One TTL state's filter and how often its clock is read.
 #[derive(Clone)]

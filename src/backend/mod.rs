@@ -9,7 +9,7 @@
 //! while the backend keeps taking writes). The savepoint encoder reads only [`BackendSnapshot`], so every
 //! backend produces the same savepoint bytes for the same logical state.
 
-mod checkpoint_capture;
+mod capture;
 pub mod heap;
 pub mod lsm;
 mod lsm_load;
@@ -22,8 +22,8 @@ use crate::error::Result;
 use crate::keygroup::{KeyGroup, KeyGroupRange};
 use crate::meta::StateMetaInfo;
 use crate::serializer::SerializerSnapshot;
-pub use checkpoint_capture::{
-    CapturedFile, CapturedFiles, CheckpointCapture, FileSource, TableSource,
+pub use capture::{
+    BackendKind, CapturedFile, CapturedFiles, CheckpointCapture, FileSource, TableSource,
 };
 
 /// Index of a registered state in a backend, in registration order. The savepoint header lists states in

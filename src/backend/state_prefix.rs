@@ -10,10 +10,10 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::keygroup::key_group_prefix_len;
-use crate::lsm::prefix::PrefixExtractor;
 use crate::meta::{StateKind, StateMetaInfo};
 use crate::serializer::dynamic::is_fixed_length;
 use crate::serializer::SerializerSnapshot;
+use keyed_state_lsm::prefix::PrefixExtractor;
 
 /// Bytes of the state id in front of every engine key.
 const STATE_ID_LEN: usize = 2;

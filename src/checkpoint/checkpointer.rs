@@ -12,8 +12,8 @@ use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 use super::storage::{CheckpointStorage, Upload, UploadPart};
 use super::{instance_name, metadata_path, CheckpointError};
 use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource, StateBackend};
-use crate::lsm::storage::Storage;
 use crate::meta::StateMetaInfo;
+use keyed_state_lsm::storage::Storage;
 
 /// How a checkpointer treats the checkpoint its backend was restored from (Flink's restore modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -713,7 +713,7 @@ impl PendingCheckpoint {
             .ok_or_else(|| CheckpointError::Invalid("checkpoint already run".into()))?;
         let captured = match capture.wait(&self.cancel) {
             Ok(c) => c,
-            Err(crate::Error::Lsm(crate::lsm::LsmError::Cancelled)) => {
+            Err(crate::Error::Lsm(keyed_state_lsm::LsmError::Cancelled)) => {
                 return Err(CheckpointError::Cancelled(self.id))
             }
             Err(e) => return Err(e.into()),

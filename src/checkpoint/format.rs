@@ -2,12 +2,12 @@
 //! version 2; version 1 still decodes): byte layout in `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
 
 use super::CheckpointError;
-use crate::backend::{BackendConfig, BackendSnapshot, StateId};
+use crate::backend::{BackendConfig, BackendKind, BackendSnapshot, StateId};
 use crate::keygroup::{KeyGroup, KeyGroupRange};
-use crate::lsm::bounds::KeyBounds;
 use crate::meta::StateMetaInfo;
 use crate::savepoint::{SavepointReader, WriteOptions};
 use crate::serializer::SerializerSnapshot;
+use keyed_state_lsm::bounds::KeyBounds;
 
 /// The first eight bytes of every metadata file.
 pub const MAGIC: [u8; 8] = *b"KSCKPT\0\x01";
@@ -27,34 +27,12 @@ const FILE_LEN: usize = 8 + 1 + 4 + 8 + 8 + 8;
 /// Smallest encoded size of one version-2 file record (the fixed part and its kind byte).
 const FILE_MIN_V2: usize = FILE_LEN + 1;
 
-/// The backend that wrote a checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BackendKind {
-    /// The LSM backend: every file is an engine SST.
-    Lsm,
-    /// The heap backend: every file is one serialized (state, key group) table.
-    Heap,
-    /// The RocksDB variant: RocksDB's SST files and its named files (MANIFEST, OPTIONS, CURRENT).
-    RocksDb,
-}
-
-impl BackendKind {
-    fn code(self) -> u8 {
-        match self {
-            BackendKind::Lsm => 1,
-            BackendKind::Heap => 2,
-            BackendKind::RocksDb => 3,
-        }
-    }
-
-    /// The backend's name, as `StateBackend::backend_name` says it.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Lsm => "lsm",
-            BackendKind::Heap => "heap",
-            BackendKind::RocksDb => "rocksdb",
-        }
+/// The metadata's code of a backend.
+fn backend_code(kind: BackendKind) -> u8 {
+    match kind {
+        BackendKind::Lsm => 1,
+        BackendKind::Heap => 2,
+        BackendKind::RocksDb => 3,
     }
 }
 
@@ -183,7 +161,7 @@ impl CheckpointMetadata {
     pub fn encode(&self) -> Result<Vec<u8>, CheckpointError> {
         let mut b = Vec::with_capacity(256 + self.files.len() * FILE_LEN);
         b.extend_from_slice(&self.checkpoint_id.to_le_bytes());
-        b.push(self.backend.code());
+        b.push(backend_code(self.backend));
         put_str(&mut b, &self.instance, "instance name")?;
         b.extend_from_slice(&self.run.to_le_bytes());
         b.extend_from_slice(&self.max_parallelism.to_le_bytes());

@@ -12,9 +12,9 @@
 //! * [`tools`] — list, verify and gc, as the command line runs them.
 
 mod checkpointer;
+#[cfg(any(test, feature = "test-util"))]
 pub mod fault_store;
 pub mod format;
-pub mod heap_table;
 pub(crate) mod restore;
 mod restore_heap;
 pub mod storage;
@@ -22,10 +22,11 @@ pub mod tools;
 
 #[cfg(feature = "rocksdb")]
 pub use crate::backend::rocksdb::restore_rocksdb;
+pub use crate::backend::BackendKind;
 pub use checkpointer::{
     CheckpointOptions, CheckpointSummary, Checkpointer, PendingCheckpoint, RestoreMode,
 };
-pub use format::{BackendKind, CheckpointMetadata, FileKind, FileRef, ObjectRef};
+pub use format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 pub use restore::{checkpoint_parts, restore_lsm, to_savepoint, RestoreInfo};
 pub use restore_heap::restore_heap;
 pub use storage::CheckpointStorage;
@@ -97,8 +98,8 @@ pub enum CheckpointError {
     Backend(#[from] crate::Error),
 }
 
-impl From<crate::lsm::LsmError> for CheckpointError {
-    fn from(e: crate::lsm::LsmError) -> Self {
+impl From<keyed_state_lsm::LsmError> for CheckpointError {
+    fn from(e: keyed_state_lsm::LsmError) -> Self {
         CheckpointError::Backend(crate::Error::Lsm(e))
     }
 }

@@ -3,19 +3,20 @@
 
 use std::path::{Path, PathBuf};
 
-use super::format::{BackendKind, CheckpointMetadata, FileKind};
+use super::format::{CheckpointMetadata, FileKind};
 use super::storage::CheckpointStorage;
 use super::tools::{checkpoint_id_of, list_completed, read_all_metadata};
 use super::CheckpointError;
 use crate::backend::lsm::{LsmBackend, STATE_PREFIX_LEN};
+use crate::backend::BackendKind;
 use crate::backend::{BackendConfig, StateBackend};
 use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroupRange};
-use crate::lsm::adopt::{self, AdoptFile, SstSummary};
-use crate::lsm::bounds::KeyBounds;
-use crate::lsm::options::Options;
-use crate::lsm::prefix::prefix_successor;
-use crate::lsm::storage::Storage;
 use crate::savepoint::{write_savepoint, WriteOptions};
+use keyed_state_lsm::adopt::{self, AdoptFile, SstSummary};
+use keyed_state_lsm::bounds::KeyBounds;
+use keyed_state_lsm::options::Options;
+use keyed_state_lsm::prefix::prefix_successor;
+use keyed_state_lsm::storage::Storage;
 
 /// What a restore did.
 #[derive(Debug, Clone, Default)]
@@ -71,7 +72,7 @@ fn write_file(fs: &dyn Storage, dst: &Path, data: &[u8]) -> Result<(), Checkpoin
 /// A second name `dst` for file `src` of `fs`: a hard link, else a copy (streamed on the real file system).
 fn link_or_copy(fs: &dyn Storage, src: &Path, dst: &Path) -> Result<(), CheckpointError> {
     if fs.hard_link(src, dst).is_err() {
-        crate::lsm::io::copy_file_on(fs, src, dst)?;
+        keyed_state_lsm::io::copy_file_on(fs, src, dst)?;
     }
     Ok(())
 }

@@ -1,13 +1,16 @@
 //! Restore and rescale from a heap checkpoint into a heap backend (`design/checkpoints.md`, "Heap
 //! checkpoints"): a new instance reads exactly the (state, key group) tables of the key groups it owns.
 
-use super::format::{BackendKind, CheckpointMetadata, FileKind, FileRef};
+use super::format::{CheckpointMetadata, FileKind, FileRef};
 use super::restore::{other_backend, select_parts, RestoreInfo};
 use super::storage::CheckpointStorage;
-use super::{heap_table, CheckpointError};
+use super::CheckpointError;
+use crate::backend::heap::table_file;
 use crate::backend::heap::HeapBackend;
+use crate::backend::BackendKind;
 use crate::backend::{BackendConfig, StateBackend};
 use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroup};
+use std::path::Path;
 
 /// Bytes of tables fetched at once.
 const FETCH_BYTES: u64 = 64 << 20;
@@ -104,11 +107,11 @@ pub fn restore_heap(
                 )));
             }
             info.bytes_fetched += bytes.len() as u64;
-            heap_table::decode(&bytes, &mut |k, v| {
+            table_file::decode(Path::new(&w.object), &bytes, &mut |k, v| {
                 key.clear();
                 write_key_group_prefix(&mut key, w.key_group, prefix_len);
                 key.extend_from_slice(k);
-                Ok(backend.load_entry(w.state, w.key_group, &key, v)?)
+                backend.load_entry(w.state, w.key_group, &key, v)
             })?;
             info.files_adopted += 1;
         }

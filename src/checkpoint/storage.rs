@@ -19,7 +19,7 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
 use super::CheckpointError;
-use crate::lsm::storage::Storage;
+use keyed_state_lsm::storage::Storage;
 
 /// Files at least this large are uploaded in parts.
 pub const MULTIPART_THRESHOLD: u64 = 16 << 20;

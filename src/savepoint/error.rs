@@ -140,6 +140,28 @@ pub enum SavepointError {
 }
 
 impl SavepointError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> crate::ErrorKind {
+        use crate::ErrorKind;
+        match self {
+            SavepointError::Io { source, .. } => ErrorKind::of_io(source),
+            SavepointError::TooShort { .. }
+            | SavepointError::BadMagic { .. }
+            | SavepointError::BadFooterMagic { .. }
+            | SavepointError::ChecksumMismatch { .. }
+            | SavepointError::MalformedHeader { .. }
+            | SavepointError::MalformedIndex { .. }
+            | SavepointError::FrameChecksum { .. }
+            | SavepointError::MalformedBlock { .. } => ErrorKind::Corruption,
+            SavepointError::UnsupportedVersion { .. } | SavepointError::UnknownFlags { .. } => {
+                ErrorKind::Unsupported
+            }
+            SavepointError::KeyGroupNotInRange { .. }
+            | SavepointError::InvalidSnapshot { .. }
+            | SavepointError::Unrepresentable(_) => ErrorKind::InvalidInput,
+        }
+    }
+
     /// The key group a decoding error is located in, if any.
     pub fn key_group(&self) -> Option<KeyGroup> {
         match self {

@@ -13,8 +13,8 @@ use super::{
 };
 use crate::backend::BackendSnapshot;
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
-use crate::lsm::storage::{NewFile, OsStorage, Storage};
 use crate::meta::StateKind;
+use keyed_state_lsm::storage::{NewFile, OsStorage, Storage};
 
 /// Output buffer size. Smaller than a full frame, so full frames bypass the buffer (`BufWriter` writes a
 /// slice at least its capacity straight through after flushing what it holds): one copy less per byte.

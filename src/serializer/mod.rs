@@ -18,6 +18,8 @@ pub mod dynamic;
 mod serde_support;
 mod snapshot;
 
+use crate::ErrorKind;
+
 pub use builtin::*;
 pub use composite::*;
 pub use serde_support::*;
@@ -59,6 +61,22 @@ pub enum SerializerError {
         /// This serializer's identifier.
         new: String,
     },
+}
+
+impl SerializerError {
+    /// What kind of failure this is: bytes that do not decode are [`Corruption`](ErrorKind::Corruption),
+    /// a value the serializer cannot write or a serializer that cannot read older bytes is
+    /// [`InvalidInput`](ErrorKind::InvalidInput).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SerializerError::Truncated { .. } | SerializerError::Invalid { .. } => {
+                ErrorKind::Corruption
+            }
+            SerializerError::Unserializable { .. } | SerializerError::NotMigratable { .. } => {
+                ErrorKind::InvalidInput
+            }
+        }
+    }
 }
 
 /// How a new serializer relates to the serializer that wrote existing bytes (Flink's

@@ -315,6 +315,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     /// The synchronous part of checkpoint `id` through `checkpointer` (`design/checkpoints.md`): no cost in
     /// the state size. Run the returned part on any thread while this store keeps taking writes, then tell
     /// the checkpointer what the host decided (`notify_complete` / `notify_aborted`).
+    #[cfg(feature = "checkpoints")]
     pub fn checkpoint(
         &mut self,
         checkpointer: &crate::checkpoint::Checkpointer,
@@ -632,8 +633,8 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         })?;
         let mut pairs: BTreeSet<(Vec<u8>, Vec<u8>)> = BTreeSet::new();
         for k in &raw {
-            let (key, ns) = self.split(&core, k).ok_or_else(|| Error::Corruption {
-                location: format!("state '{}'", core.name),
+            let (key, ns) = self.split(&core, k).ok_or_else(|| Error::CorruptState {
+                state: core.name.to_string(),
                 detail: format!(
                     "entry key {k:02x?} does not parse with the registered serializers"
                 ),

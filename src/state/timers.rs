@@ -369,8 +369,8 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         q: &TimerQueue<N>,
         el: &[u8],
     ) -> Result<Timer<K::Value, N::Value>> {
-        let corrupt = |detail: String| Error::Corruption {
-            location: format!("timer queue '{}'", q.core.name),
+        let corrupt = |detail: String| Error::CorruptState {
+            state: q.core.name.to_string(),
             detail,
         };
         let Some((ts, rest)) = el.split_first_chunk::<8>() else {

@@ -28,8 +28,8 @@ pub(crate) fn read_ttl_value<S: TypeSerializer>(
     input: &mut &[u8],
 ) -> Result<(i64, S::Value)> {
     let Some((ts, rest)) = input.split_first_chunk::<8>() else {
-        return Err(Error::Corruption {
-            location: format!("state '{name}'"),
+        return Err(Error::CorruptState {
+            state: name.to_string(),
             detail: format!(
                 "a TTL value needs an 8-byte timestamp, {} bytes are left",
                 input.len()
@@ -53,8 +53,8 @@ pub(crate) fn decode_ttl_value<S: TypeSerializer>(
     let mut input = bytes;
     let out = read_ttl_value(name, ser, &mut input)?;
     if !input.is_empty() {
-        return Err(Error::Corruption {
-            location: format!("state '{name}'"),
+        return Err(Error::CorruptState {
+            state: name.to_string(),
             detail: format!("{} trailing bytes after a TTL value", input.len()),
         });
     }
@@ -123,8 +123,8 @@ pub(crate) fn decode_ttl_list<E: TypeSerializer>(
         out.push(read_ttl_value(name, el, &mut input)?);
         if let Some((d, rest)) = input.split_first() {
             if *d != crate::layout::LIST_DELIMITER || rest.is_empty() {
-                return Err(Error::Corruption {
-                    location: format!("list state '{name}'"),
+                return Err(Error::CorruptState {
+                    state: name.to_string(),
                     detail: format!(
                         "expected delimiter 0x2c between TTL elements, found {d:#04x}{}",
                         if rest.is_empty() { " at the end" } else { "" }

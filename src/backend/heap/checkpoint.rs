@@ -12,10 +12,10 @@ use super::map_table::{MapTable, MapVersion};
 use super::table::{CowTable, KvVersion};
 use super::timer_table::{TimerTable, TimerVersion};
 use super::{HeapSnapshot, StateTables};
+use crate::backend::BackendKind;
 use crate::backend::{
     BackendSnapshot, CapturedFile, CapturedFiles, CheckpointCapture, FileSource, TableSource,
 };
-use crate::checkpoint::BackendKind;
 use crate::error::Result;
 use crate::keygroup::KeyGroup;
 
@@ -93,6 +93,7 @@ impl Numbering {
         self.next
     }
 
+    #[cfg(feature = "checkpoints")]
     /// Records that (state, group index) holds the contents of file `number` (after a restore).
     fn set(&mut self, state: usize, g: usize, groups: usize, t: &TableRef<'_>, number: u64) {
         if self.tables.len() <= state {
@@ -141,6 +142,7 @@ impl super::HeapBackend {
         Ok(Box::new(HeapCapture { files, snap }))
     }
 
+    #[cfg(feature = "checkpoints")]
     /// After a restore of one instance's part: table (`state`, `kg`) holds the contents of file `number`,
     /// so a checkpoint that claims the restored one references it while it stays unchanged.
     pub(crate) fn set_table_number(&mut self, state: usize, kg: KeyGroup, number: u64) {
@@ -166,7 +168,7 @@ impl CheckpointCapture for HeapCapture {
         Ok(CapturedFiles {
             backend: BackendKind::Heap,
             files,
-            storage: crate::lsm::storage::StorageHandle::os(),
+            storage: keyed_state_lsm::storage::StorageHandle::os(),
             seqno: 0,
             tables: Some(Box::new(HeapTables(snap))),
             keep_alive: Box::new(()),
@@ -180,13 +182,9 @@ struct HeapTables(HeapSnapshot);
 impl TableSource for HeapTables {
     fn render(&self, state: u32, key_group: KeyGroup, out: &mut Vec<u8>) -> Result<()> {
         let prefix_len = self.0.prefix_len;
-        crate::checkpoint::heap_table::begin(out);
+        super::table_file::begin(out);
         self.0.visit(state as usize, key_group, &mut |k, v| {
-            crate::checkpoint::heap_table::push_entry(
-                out,
-                k.get(prefix_len..).unwrap_or_default(),
-                v,
-            );
+            super::table_file::push_entry(out, k.get(prefix_len..).unwrap_or_default(), v);
             Ok(())
         })
     }

@@ -18,6 +18,7 @@ mod cleanup;
 mod map_run;
 pub mod map_table;
 pub mod table;
+pub mod table_file;
 pub mod timer_table;
 mod user_map;
 

@@ -11,8 +11,8 @@ use rocksdb::{
 use crate::backend::{BackendConfig, BackendSnapshot, EngineHandle, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
-use crate::lsm::prefix::prefix_successor;
 use crate::meta::StateMetaInfo;
+use keyed_state_lsm::prefix::prefix_successor;
 
 use super::load::{LoadRun, Loader};
 use super::ttl_filter::TtlSlots;
@@ -483,8 +483,8 @@ impl StateBackend for RocksDbBackend {
             },
         )?;
         match bad {
-            Some(k) => Err(Error::Corruption {
-                location: self.context("scan_state", state),
+            Some(k) => Err(Error::CorruptState {
+                state: self.context("scan_state", state),
                 detail: format!("entry key {k:02x?} has no key-group prefix"),
             }),
             None => Ok(()),

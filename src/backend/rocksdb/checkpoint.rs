@@ -21,7 +21,7 @@ use crate::checkpoint::{
 };
 use crate::error::{Error, Result};
 use crate::keygroup::{write_key_group_prefix, KeyGroupRange};
-use crate::lsm::prefix::prefix_successor;
+use keyed_state_lsm::prefix::prefix_successor;
 
 /// Where the synchronous parts put RocksDB's checkpoint directories (inside the database directory, so
 /// hard links work; RocksDB ignores directories it did not create).
@@ -104,7 +104,7 @@ impl CheckpointCapture for RocksCapture {
         Ok(CapturedFiles {
             backend: BackendKind::RocksDb,
             files,
-            storage: crate::lsm::storage::StorageHandle::os(),
+            storage: keyed_state_lsm::storage::StorageHandle::os(),
             seqno,
             tables: None,
             keep_alive: Box::new((tmp, _holder)),

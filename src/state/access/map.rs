@@ -12,8 +12,8 @@ fn decode_map_value<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>(
             .map(Some)
             .map_err(ser_err(&h.core.name)),
         Some((&MAP_VALUE_NULL, _)) => Ok(None),
-        _ => Err(Error::Corruption {
-            location: format!("map state '{}'", h.core.name),
+        _ => Err(Error::CorruptState {
+            state: h.core.name.to_string(),
             detail: "map value without a valid null flag".into(),
         }),
     }
@@ -55,8 +55,8 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
                 decode_ttl_value(&self.h.core.name, &*self.h.user_value, rest).map(Some)
             }
             Some((&MAP_VALUE_NULL, _)) => Ok(None),
-            _ => Err(Error::Corruption {
-                location: format!("map state '{}'", self.h.core.name),
+            _ => Err(Error::CorruptState {
+                state: self.h.core.name.to_string(),
                 detail: "map value without a valid null flag".into(),
             }),
         }

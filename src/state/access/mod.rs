@@ -37,15 +37,15 @@ pub(crate) fn decode_list<E: TypeSerializer>(
         out.push(el.deserialize(&mut input).map_err(ser_err(name))?);
         if let Some((d, rest)) = input.split_first() {
             if *d != LIST_DELIMITER {
-                return Err(Error::Corruption {
-                    location: format!("list state '{name}'"),
+                return Err(Error::CorruptState {
+                    state: name.to_string(),
                     detail: format!("expected delimiter 0x2c between elements, found {d:#04x}"),
                 });
             }
             input = rest;
             if input.is_empty() {
-                return Err(Error::Corruption {
-                    location: format!("list state '{name}'"),
+                return Err(Error::CorruptState {
+                    state: name.to_string(),
                     detail: "trailing delimiter".into(),
                 });
             }

@@ -1,0 +1,471 @@
+//! The `keyed-state` command line: demo, inspect, dump, verify, key-group.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use keyed_state::backend::heap::HeapBackend;
+use keyed_state::backend::lsm::LsmBackend;
+use keyed_state::backend::StateBackend;
+use keyed_state::keygroup::{
+    check_max_parallelism, java_int_hash, java_long_hash, java_string_hash, key_group_for_hash,
+    operator_index_for_key_group,
+};
+use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
+use keyed_state::Error;
+
+mod checkpoint_cmds;
+mod demo;
+mod demo_checkpoints;
+mod flink_cmds;
+mod tools;
+
+#[derive(Parser)]
+#[command(
+    name = "keyed-state",
+    version,
+    about = "A keyed state store for stream processors: demo and savepoint tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum BackendKind {
+    /// In-memory tables per key group.
+    Heap,
+    /// Our LSM engine on disk (a temporary directory unless `--dir` is given).
+    Lsm,
+    /// RocksDB, configured as Flink configures it (built with the `rocksdb` feature).
+    #[cfg(feature = "rocksdb")]
+    Rocksdb,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum KeyType {
+    /// Java long (i64).
+    Long,
+    /// Java int (i32).
+    Int,
+    /// Java String.
+    String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the demo workload (clicks and impressions per user) and end with a savepoint.
+    Demo {
+        /// The state backend.
+        #[arg(long, value_enum, default_value = "lsm")]
+        backend: BackendKind,
+        /// Working directory of the lsm (or rocksdb) backend (default: a temporary directory, removed
+        /// afterwards). Whatever an earlier run left there is discarded.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Number of events.
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// Seed of the event stream.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Where to write the savepoint.
+        #[arg(long, default_value = "demo.savepoint")]
+        savepoint: PathBuf,
+        /// Take incremental checkpoints into this root (a directory or a URL: `s3://bucket/prefix`,
+        /// `file:///…`), confirming each once it completes while the events keep flowing.
+        #[arg(long)]
+        checkpoint_dir: Option<String>,
+        /// Events between two checkpoints.
+        #[arg(long, default_value_t = 100_000, requires = "checkpoint_dir")]
+        checkpoint_every: u64,
+        /// Confirmed checkpoints retained in the root.
+        #[arg(long, default_value_t = 3, requires = "checkpoint_dir")]
+        retain: usize,
+    },
+    /// Show a savepoint's states, serializers, key groups, entries and bytes (our savepoint files, and
+    /// Flink savepoint or checkpoint directories holding `_metadata`).
+    Inspect {
+        /// The savepoint file, or a Flink savepoint directory.
+        savepoint: PathBuf,
+    },
+    /// Import one operator's keyed state from a Flink canonical savepoint into one of our savepoints.
+    ImportFlink {
+        /// The Flink savepoint directory (holding `_metadata`).
+        flink_savepoint: PathBuf,
+        /// The operator: its uid or its 32-digit hex operator id.
+        #[arg(long)]
+        operator: String,
+        /// Where to write our savepoint.
+        #[arg(long)]
+        out: PathBuf,
+        /// LZ4-compress the frames of the savepoint written.
+        #[arg(long)]
+        lz4: bool,
+    },
+    /// Export the keyed state of one or more of our savepoints as a Flink canonical savepoint directory
+    /// (`_metadata` and one keyed-state file per subtask) that Flink restores on any state backend.
+    ExportFlink {
+        /// Our savepoint files (states merged by name; key groups must not overlap per state).
+        #[arg(required = true)]
+        savepoints: Vec<PathBuf>,
+        /// The operator uid of the Flink job; the operator id is the one Flink derives from it.
+        #[arg(long)]
+        operator_uid: String,
+        /// The operator's parallelism: one keyed-state file per subtask.
+        #[arg(long)]
+        parallelism: u32,
+        /// The savepoint directory to write (created; must not exist or be empty).
+        #[arg(long)]
+        out: PathBuf,
+        /// Snappy-compress every key group, as Flink does with snapshot compression on.
+        #[arg(long)]
+        compress: bool,
+    },
+    /// Print every entry of a savepoint.
+    Dump {
+        /// The savepoint file.
+        savepoint: PathBuf,
+        /// One JSON object per line and per entry.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check every checksum of a savepoint.
+    Verify {
+        /// The savepoint file.
+        savepoint: PathBuf,
+    },
+    /// Print the key group (and operator index) of keys, exactly as Flink computes them.
+    KeyGroup {
+        /// The job's max parallelism.
+        #[arg(long)]
+        max_parallelism: u32,
+        /// The job's parallelism (adds the operator index column).
+        #[arg(long)]
+        parallelism: Option<u32>,
+        /// How to read the keys.
+        #[arg(long, value_enum)]
+        key_type: KeyType,
+        /// The keys.
+        #[arg(required = true, allow_hyphen_values = true)]
+        keys: Vec<String>,
+    },
+    /// List, verify, garbage-collect checkpoints, or turn one into a savepoint.
+    Checkpoint {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: checkpoint_cmds::CheckpointCommand,
+    },
+}
+
+/// A failure of the demo: of the store, or of its checkpoints.
+#[derive(Debug, thiserror::Error)]
+enum DemoError {
+    #[error(transparent)]
+    State(#[from] Error),
+    #[error("checkpoints: {0}")]
+    Checkpoint(#[from] keyed_state::checkpoint::CheckpointError),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Checkpoint { cmd } => return checkpoint_cmds::main(cmd),
+        Command::Demo {
+            backend,
+            dir,
+            records,
+            seed,
+            savepoint,
+            checkpoint_dir,
+            checkpoint_every,
+            retain,
+        } => {
+            let plan = checkpoint_dir.map(|root| demo_checkpoints::Plan {
+                root,
+                every: checkpoint_every,
+                retain,
+            });
+            match run_demo(backend, dir.as_deref(), records, seed, &savepoint, plan) {
+                Ok(()) => Ok(()),
+                Err(DemoError::State(e)) => Err(e),
+                Err(e) => return report(&e),
+            }
+        }
+        command => run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
+            // The reader of our output went away (e.g. `| head`): not an error.
+            ExitCode::SUCCESS
+        }
+        Err(e) => report(&e),
+    }
+}
+
+/// Prints `error: …` and the causes the message does not already say.
+fn report(e: &dyn std::error::Error) -> ExitCode {
+    let message = e.to_string();
+    eprintln!("error: {message}");
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            eprintln!("  caused by: {text}");
+        }
+        source = s.source();
+    }
+    ExitCode::FAILURE
+}
+
+fn open(path: &Path) -> Result<SavepointReader, Error> {
+    Ok(SavepointReader::open(path)?)
+}
+
+fn run(command: Command) -> Result<(), Error> {
+    match command {
+        // Handled in `main`, which reports checkpoint errors too.
+        Command::Demo { .. } => Err(Error::InvalidArgument(
+            "the demo runs through run_demo".into(),
+        )),
+        Command::Inspect { savepoint } if keyed_state_flink::is_flink_savepoint(&savepoint) => {
+            print!("{}", flink_cmds::inspect(&savepoint)?);
+            Ok(())
+        }
+        Command::ImportFlink {
+            flink_savepoint,
+            operator,
+            out,
+            lz4,
+        } => {
+            print!(
+                "{}",
+                flink_cmds::import(&flink_savepoint, &operator, &out, lz4)?
+            );
+            Ok(())
+        }
+        Command::ExportFlink {
+            savepoints,
+            operator_uid,
+            parallelism,
+            out,
+            compress,
+        } => {
+            print!(
+                "{}",
+                flink_cmds::export(&savepoints, &operator_uid, parallelism, &out, compress)?
+            );
+            Ok(())
+        }
+        Command::Inspect { savepoint } => {
+            let reader = open(&savepoint)?;
+            print!("{}", tools::inspect(&reader)?);
+            Ok(())
+        }
+        Command::Dump { savepoint, json } => {
+            let reader = open(&savepoint)?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            if json {
+                tools::dump_json(&reader, &mut out)?;
+            } else {
+                tools::dump_text(&reader, &mut out)?;
+            }
+            out.flush()
+                .map_err(|e| Error::io("writing dump output", e))?;
+            Ok(())
+        }
+        Command::Verify { savepoint } => {
+            let reader = open(&savepoint)?;
+            let report = reader.verify()?;
+            println!(
+                "ok: {} key groups, {} frames, {} entries, {} bytes, every checksum verified",
+                report.key_groups,
+                report.frames,
+                report.total_entries(),
+                report.file_bytes
+            );
+            Ok(())
+        }
+        // Handled in `main`, which owns its exit code.
+        Command::Checkpoint { .. } => Err(Error::InvalidArgument(
+            "checkpoint commands run through checkpoint_cmds::main".into(),
+        )),
+        Command::KeyGroup {
+            max_parallelism,
+            parallelism,
+            key_type,
+            keys,
+        } => {
+            check_max_parallelism(max_parallelism)?;
+            if let Some(p) = parallelism {
+                if p == 0 || p > max_parallelism {
+                    return Err(keyed_state::keygroup::KeyGroupError::InvalidParallelism {
+                        parallelism: p,
+                        max_parallelism,
+                    }
+                    .into());
+                }
+            }
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for key in &keys {
+                let hash = match key_type {
+                    KeyType::Long => java_long_hash(key.trim().parse::<i64>().map_err(|e| {
+                        Error::InvalidArgument(format!("'{key}' is not a long: {e}"))
+                    })?),
+                    KeyType::Int => java_int_hash(key.trim().parse::<i32>().map_err(|e| {
+                        Error::InvalidArgument(format!("'{key}' is not an int: {e}"))
+                    })?),
+                    KeyType::String => java_string_hash(key),
+                };
+                let kg = key_group_for_hash(hash, max_parallelism);
+                let line = match parallelism {
+                    Some(p) => format!(
+                        "{key}\t{kg}\t{}",
+                        operator_index_for_key_group(max_parallelism, p, kg)
+                    ),
+                    None => format!("{key}\t{kg}"),
+                };
+                writeln!(out, "{line}").map_err(|e| Error::io("writing output", e))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn run_demo(
+    backend: BackendKind,
+    dir: Option<&Path>,
+    records: u64,
+    seed: u64,
+    path: &Path,
+    plan: Option<demo_checkpoints::Plan>,
+) -> Result<(), DemoError> {
+    let config = demo::config();
+    // The RocksDB settings are printed with the results.
+    #[cfg_attr(not(feature = "rocksdb"), allow(unused_mut))]
+    let mut settings: Option<String> = None;
+    let (backend, location): (Box<dyn StateBackend>, String) = match backend {
+        BackendKind::Heap => {
+            if dir.is_some() {
+                return Err(Error::InvalidArgument(
+                    "--dir applies to the on-disk backends (lsm, rocksdb) only".into(),
+                )
+                .into());
+            }
+            (Box::new(HeapBackend::new(config)?), "in memory".into())
+        }
+        BackendKind::Lsm => {
+            let b = match dir {
+                Some(d) => LsmBackend::open(d, config, Default::default())?,
+                None => LsmBackend::temp(config)?,
+            };
+            let location = match dir {
+                Some(_) => format!("directory {}", b.path().display()),
+                None => format!("temporary directory {}", b.path().display()),
+            };
+            (Box::new(b), location)
+        }
+        #[cfg(feature = "rocksdb")]
+        BackendKind::Rocksdb => {
+            use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
+            let options = RocksDbOptions::default();
+            settings = Some(options.describe());
+            let (backend, location) = match dir {
+                Some(d) => (
+                    RocksDbBackend::open(d, config, options)?,
+                    format!("directory {}", d.display()),
+                ),
+                None => (
+                    RocksDbBackend::temporary(config, options)?,
+                    "temporary directory".to_string(),
+                ),
+            };
+            (Box::new(backend), location)
+        }
+    };
+    let name = backend.backend_name();
+    let mut store = demo::store(backend)?;
+    let states = demo::register(&mut store)?;
+    let mut host = match &plan {
+        Some(p) => Some(demo_checkpoints::Host::start(p, &mut store)?),
+        None => None,
+    };
+
+    let bar = indicatif::ProgressBar::new(records);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} events ({per_sec})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    let mut clicks = 0u64;
+    for (i, e) in demo::events(seed, records).enumerate() {
+        clicks += e.click as u64;
+        demo::process(&mut store, &states, &e)?;
+        if let Some(h) = host.as_mut() {
+            // A hidden bar (output not a terminal) prints nothing through `println`.
+            h.after_event(i as u64 + 1, &mut store, &mut |line| {
+                if bar.is_hidden() {
+                    println!("{line}");
+                } else {
+                    bar.println(line);
+                }
+            })?;
+        }
+        if i % 8192 == 0 {
+            bar.set_position(i as u64);
+        }
+    }
+    bar.finish_and_clear();
+    let process_secs = start.elapsed().as_secs_f64();
+    let checkpoints = match host {
+        Some(h) => Some(h.finish(&mut |line| println!("{line}"))?),
+        None => None,
+    };
+
+    let snap_start = Instant::now();
+    let snapshot = store.snapshot()?;
+    let sync_secs = snap_start.elapsed().as_secs_f64();
+    let summary = write_savepoint(path, &*snapshot, &WriteOptions::default())?;
+    let write_secs = snap_start.elapsed().as_secs_f64() - sync_secs;
+
+    println!("backend:        {name} ({location})");
+    if let Some(settings) = &settings {
+        println!("options:        {settings}");
+    }
+    println!(
+        "events:         {records} ({clicks} clicks, {} impressions), seed {seed}",
+        records - clicks
+    );
+    println!(
+        "processing:     {:.2} s, {:.0} events/s",
+        process_secs,
+        records as f64 / process_secs.max(1e-9)
+    );
+    println!("state entries:  {}", store.num_entries()?);
+    if let Some(c) = &checkpoints {
+        println!("checkpoints:    {c}");
+    }
+    println!("snapshot sync:  {:.3} ms", sync_secs * 1e3);
+    println!(
+        "savepoint:      {} ({} bytes, {} entries, {} key groups) in {:.3} s, {:.0} MB/s",
+        path.display(),
+        summary.bytes_written,
+        summary.total_entries(),
+        summary.key_groups_written,
+        write_secs,
+        summary.bytes_written as f64 / 1e6 / write_secs.max(1e-9)
+    );
+    Ok(())
+}
+
+/// mimalloc as the global allocator: see design/architecture.md,
+/// "Allocator".
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,0 +1,495 @@
+//! Picking a compaction: the level targets (static, or dynamic as RocksDB's
+//! `level_compaction_dynamic_level_bytes`), the score of each level, and which files of the
+//! highest-scoring level go.
+
+use std::sync::Arc;
+
+use crate::options::{CompactionPriority, Options};
+use crate::version::{FileMeta, Version};
+
+use super::{key_range, Compaction};
+
+/// Where L0 compacts to and how large each level may grow, computed from a version's level sizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LevelTargets {
+    /// The level L0 compacts into: 1 in static mode. In dynamic mode never deeper than the shallowest
+    /// non-empty level L1+, so data compacted out of L0 (newer than anything in L1+) lands above or beside
+    /// older data, never below it.
+    pub base_level: usize,
+    /// Target bytes per level (index = level); `u64::MAX` where size never triggers a compaction (L0, and in
+    /// dynamic mode the levels above the base level, which are empty).
+    pub targets: Vec<u64>,
+    /// Dynamic mode: the deepest level the tree does not need any more for the size of its largest level
+    /// (RocksDB's `lowest_unnecessary_level_`); the non-empty levels down to it are drained downwards, so that
+    /// the base level can move down after the tree shrank.
+    pub lowest_unnecessary: Option<usize>,
+}
+
+impl LevelTargets {
+    /// The targets of `v` under `opts` (static or dynamic, per `opts.dynamic_level_bytes`).
+    pub fn new(v: &Version, opts: &Options) -> LevelTargets {
+        let base = opts.level_base_size.max(1);
+        let mult = opts.level_multiplier.max(1);
+        let bytes = v.level_bytes();
+        let t = if opts.dynamic_level_bytes {
+            dynamic_targets(&bytes, base, mult)
+        } else {
+            static_targets(bytes.len(), base, mult)
+        };
+        debug_assert!(
+            (1..bytes.len()).all(|l| bytes[l] == 0 || l >= t.base_level),
+            "base level {} below non-empty levels {bytes:?}",
+            t.base_level
+        );
+        t
+    }
+}
+
+/// Static targets: L1 = `base`, Ln = `base` * `mult`^(n-1); L0 compacts into L1.
+fn static_targets(num_levels: usize, base: u64, mult: u64) -> LevelTargets {
+    let mut targets = vec![u64::MAX; num_levels];
+    let mut t = base;
+    for target in targets.iter_mut().skip(1) {
+        *target = t;
+        t = t.saturating_mul(mult);
+    }
+    LevelTargets {
+        base_level: 1,
+        targets,
+        lowest_unnecessary: None,
+    }
+}
+
+/// Dynamic targets from the bytes per level, following RocksDB's `VersionStorageInfo::CalculateBaseBytes`
+/// (dynamic branch, RocksDB 8.2+ with unnecessary levels; `base_bytes_max` = `level_base_size`):
+///
+/// * No data below L0: L0 compacts into the last level, no level has a size target.
+/// * Otherwise, from the largest level L1+ (`max_level_size`, normally the last level) divide by `mult` once
+///   per level up to the shallowest non-empty level. If that is `<= base_bytes_max / mult`, the tree has more
+///   levels than it needs: the base level is the shallowest non-empty level (it cannot move down past data)
+///   with target `base_bytes_max / mult + 1`, and the levels whose share fell to that size are
+///   *unnecessary* (drained by compaction). Else the base level moves up from the shallowest non-empty level,
+///   dividing by `mult` per level, while the size is still above `base_bytes_max` (and the base level is
+///   below L1); its target is that size (at most `base_bytes_max`).
+/// * Below the base level each target is `mult` times the one above; no target is set below
+///   `base_bytes_max` (RocksDB's guard against an hourglass shape where L1+ targets are smaller than L0).
+fn dynamic_targets(bytes: &[u64], base_bytes_max: u64, mult: u64) -> LevelTargets {
+    let n = bytes.len();
+    let last = n - 1;
+    let mut targets = vec![u64::MAX; n];
+    let Some(first_non_empty) = (1..n).find(|l| bytes[*l] > 0) else {
+        return LevelTargets {
+            base_level: last,
+            targets,
+            lowest_unnecessary: None,
+        };
+    };
+    let max_level_size = bytes[1..].iter().copied().max().unwrap_or(0);
+    let base_bytes_min = base_bytes_max / mult;
+    let mut cur = max_level_size;
+    let mut lowest_unnecessary = None;
+    for level in (first_non_empty..last).rev() {
+        cur /= mult;
+        if lowest_unnecessary.is_none() && cur <= base_bytes_min {
+            lowest_unnecessary = Some(level);
+        }
+    }
+    let (base_level, base_level_size) = if cur <= base_bytes_min {
+        (first_non_empty, base_bytes_min + 1)
+    } else {
+        let mut b = first_non_empty;
+        while b > 1 && cur > base_bytes_max {
+            b -= 1;
+            cur /= mult;
+        }
+        (b, cur.clamp(1, base_bytes_max))
+    };
+    let mut size = base_level_size;
+    for (level, target) in targets.iter_mut().enumerate().skip(base_level) {
+        if level > base_level {
+            size = size.saturating_mul(mult);
+        }
+        *target = size.max(base_bytes_max);
+    }
+    LevelTargets {
+        base_level,
+        targets,
+        lowest_unnecessary,
+    }
+}
+
+/// The level L0 compacts into in `v` under `opts`.
+pub(crate) fn base_level(v: &Version, opts: &Options) -> usize {
+    LevelTargets::new(v, opts).base_level
+}
+
+/// Factor by which urgent scores are scaled in dynamic mode (RocksDB's `kScoreScale`).
+const SCORE_SCALE: f64 = 10.0;
+
+/// Compaction score per level (last level excluded); >= 1 means the level needs compaction.
+///
+/// Static mode: L0 = files / `l0_compaction_trigger`; Ln = bytes / target.
+///
+/// Dynamic mode, as RocksDB's `ComputeCompactionScore`:
+/// * L0: files / trigger, at least 1.01 once L0 holds `level_base_size` bytes, and at least
+///   L0 bytes / max(base level bytes, base level target) when L0 outgrew the base level's target; scaled by
+///   10 when above 1 (so that a backlogged L0 goes before the base level it feeds).
+/// * Ln under its target: bytes / target. Over it: bytes / (target + bytes still to come down from the
+///   levels above) * 10 — a level that is about to receive much data from above waits for it, and the
+///   levels above go first.
+/// * A non-empty level at or above the lowest unnecessary level scores at least 10.01 (a little more the
+///   shallower it is), so unneeded levels drain downwards.
+fn scores(v: &Version, opts: &Options, t: &LevelTargets) -> Vec<f64> {
+    level_scores(&v.level_bytes(), v.levels[0].len(), opts, t)
+}
+
+/// [`scores`] from the bytes per level and the number of L0 files.
+fn level_scores(bytes: &[u64], l0_files: usize, opts: &Options, t: &LevelTargets) -> Vec<f64> {
+    let trigger = opts.l0_compaction_trigger.max(1) as f64;
+    let l0_files = l0_files as f64;
+    let inner = 0..bytes.len().saturating_sub(1);
+    if !opts.dynamic_level_bytes {
+        return inner
+            .map(|l| {
+                if l == 0 {
+                    l0_files / trigger
+                } else {
+                    bytes[l] as f64 / t.targets[l] as f64
+                }
+            })
+            .collect();
+    }
+    let mut downcompact = 0.0f64;
+    let mut out = Vec::with_capacity(inner.len());
+    for l in inner {
+        let b = bytes[l];
+        let score = if l == 0 {
+            downcompact += b as f64;
+            let mut s = l0_files / trigger;
+            if l0_files > 0.0 && b >= opts.level_base_size.max(1) {
+                s = s.max(1.01);
+            }
+            let base_target = t.targets[t.base_level];
+            if b > base_target {
+                s = s.max(b as f64 / bytes[t.base_level].max(base_target) as f64);
+            }
+            if s > 1.0 {
+                s *= SCORE_SCALE;
+            }
+            s
+        } else {
+            let target = t.targets[l];
+            let mut s = if b < target {
+                b as f64 / target as f64
+            } else {
+                b as f64 / (target as f64 + downcompact) * SCORE_SCALE
+            };
+            let unnecessary = t.lowest_unnecessary.filter(|lu| l <= *lu);
+            if let Some(lu) = unnecessary {
+                if b > 0 {
+                    s = s.max(SCORE_SCALE * (1.001 + 0.001 * (lu - l) as f64));
+                }
+                downcompact += b as f64;
+            } else if b > target {
+                downcompact += (b - target) as f64;
+            }
+            s
+        };
+        out.push(score);
+    }
+    out
+}
+
+/// Whether automatic compaction has work.
+pub(crate) fn needs_compaction(v: &Version, opts: &Options) -> bool {
+    opts.auto_compaction
+        && (scores(v, opts, &LevelTargets::new(v, opts))
+            .iter()
+            .any(|s| *s >= 1.0)
+            || solo_file(v, opts).is_some())
+}
+
+/// Why a file is compacted on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Solo {
+    /// The compaction filter would remove every entry (`CompactionFilterFactory::file_expired`).
+    Expired,
+    /// Written longer ago than the periodic bound (`CompactionFilterFactory::file_due_for_rewrite`).
+    Periodic,
+}
+
+/// A file of L1 or deeper to compact on its own, judged from its properties without reading it: first one
+/// the compaction filter would remove wholly now, else one due for a periodic rewrite; with its level.
+pub(crate) fn solo_file(v: &Version, opts: &Options) -> Option<(usize, Arc<FileMeta>, Solo)> {
+    let factory = opts
+        .compaction_filter_factory
+        .as_ref()
+        .filter(|f| f.is_active())?;
+    let find = |due: &dyn Fn(&FileMeta) -> bool, why: Solo| {
+        v.levels.iter().enumerate().skip(1).find_map(|(l, files)| {
+            files
+                .iter()
+                .find(|f| due(f))
+                .map(|f| (l, Arc::clone(f), why))
+        })
+    };
+    find(
+        &|f| factory.file_expired(f.reader.properties()),
+        Solo::Expired,
+    )
+    .or_else(|| {
+        find(
+            &|f| factory.file_due_for_rewrite(f.reader.properties()),
+            Solo::Periodic,
+        )
+    })
+}
+
+/// Total size of the files of a sorted, non-overlapping level overlapping the user-key range `[lo, hi]`.
+fn overlapping_bytes(level: &[Arc<FileMeta>], lo: &[u8], hi: &[u8]) -> u64 {
+    let start = level.partition_point(|f| f.info.largest_user() < lo);
+    level[start..]
+        .iter()
+        .take_while(|f| f.info.smallest_user() <= hi)
+        .map(|f| f.info.size)
+        .sum()
+}
+
+/// The file of `files` whose overlapping bytes in `next` divided by its own size are the smallest (the
+/// first in key order on ties). Only one compaction runs at a time, so no file is already being compacted.
+fn min_overlapping_file(files: &[Arc<FileMeta>], next: &[Arc<FileMeta>]) -> Option<Arc<FileMeta>> {
+    let mut best: Option<(&Arc<FileMeta>, f64)> = None;
+    for f in files {
+        let overlap = overlapping_bytes(next, f.info.smallest_user(), f.info.largest_user());
+        let ratio = overlap as f64 / f.info.size.max(1) as f64;
+        if best.is_none_or(|(_, b)| ratio < b) {
+            best = Some((f, ratio));
+        }
+    }
+    best.map(|(f, _)| Arc::clone(f))
+}
+
+/// The file after the level's compaction pointer (wrapping around), moving the pointer past it.
+fn round_robin_file(
+    files: &[Arc<FileMeta>],
+    pointer: Option<&mut Vec<u8>>,
+) -> Option<Arc<FileMeta>> {
+    let ptr = pointer.as_ref().map(|p| p.as_slice()).unwrap_or_default();
+    let f = files
+        .iter()
+        .find(|f| f.info.smallest_user() > ptr)
+        .or_else(|| files.first())?;
+    if let Some(p) = pointer {
+        *p = f.info.largest_user().to_vec();
+    }
+    Some(Arc::clone(f))
+}
+
+/// The compaction of the highest-scoring level (the shallowest on ties), if any level scores at least 1;
+/// `pointers` are the levels' round-robin compaction pointers.
+pub(super) fn pick(v: &Version, opts: &Options, pointers: &mut [Vec<u8>]) -> Option<Compaction> {
+    let t = LevelTargets::new(v, opts);
+    // The highest score, the shallowest level on ties.
+    let mut best: Option<(usize, f64)> = None;
+    for (l, s) in scores(v, opts, &t).into_iter().enumerate() {
+        if best.is_none_or(|(_, b)| s > b) {
+            best = Some((l, s));
+        }
+    }
+    let (level, score) = best?;
+    if score < 1.0 {
+        return None;
+    }
+    let output_level = if level == 0 { t.base_level } else { level + 1 };
+    let inputs: Vec<Arc<FileMeta>> = if level == 0 {
+        v.levels[0].clone()
+    } else {
+        let files = &v.levels[level];
+        let f = match opts.compaction_priority {
+            CompactionPriority::MinOverlappingRatio => {
+                min_overlapping_file(files, &v.levels[output_level])
+            }
+            CompactionPriority::RoundRobin => round_robin_file(files, pointers.get_mut(level)),
+        }?;
+        vec![f]
+    };
+    let (lo, hi) = key_range(&inputs)?;
+    let next = v.overlapping(output_level, &lo, &hi);
+    Some(Compaction {
+        level,
+        output_level,
+        inputs,
+        next,
+        manual: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::Db;
+    use crate::sst::{Compression, SstOptions};
+
+    const MIB: u64 = 1 << 20;
+
+    /// Bytes per level of a 7-level tree.
+    fn sizes(levels: &[(usize, u64)]) -> Vec<u64> {
+        let mut b = vec![0; 7];
+        for (l, n) in levels {
+            b[*l] = *n;
+        }
+        b
+    }
+
+    #[test]
+    fn dynamic_targets_follow_rocksdb_calculate_base_bytes() {
+        let (base, mult) = (256 * MIB, 10);
+        // Nothing below L0: L0 compacts into the last level, no level has a target.
+        let t = dynamic_targets(&sizes(&[(0, 5 * MIB)]), base, mult);
+        assert_eq!(t.base_level, 6);
+        assert!(t.targets.iter().all(|x| *x == u64::MAX));
+        assert_eq!(t.lowest_unnecessary, None);
+        // A last level under the base size is the base level; no target is below the base size.
+        let t = dynamic_targets(&sizes(&[(6, 100 * MIB)]), base, mult);
+        assert_eq!(
+            (t.base_level, t.targets[6], t.targets[5]),
+            (6, base, u64::MAX)
+        );
+        // Past the base size the base level moves up.
+        let t = dynamic_targets(&sizes(&[(6, 1000 * MIB)]), base, mult);
+        assert_eq!(t.base_level, 5);
+        assert_eq!(&t.targets[4..], &[u64::MAX, base, 1000 * MIB]);
+        // Last level 30000 MiB: each level above 10x smaller, up to the first one under the base size.
+        let t = dynamic_targets(&sizes(&[(5, 1000 * MIB), (6, 30000 * MIB)]), base, mult);
+        assert_eq!(t.base_level, 3);
+        assert_eq!(
+            &t.targets[2..],
+            &[u64::MAX, base, 300 * MIB, 3000 * MIB, 30000 * MIB]
+        );
+        assert_eq!(t.lowest_unnecessary, None);
+        // The tree shrank under data left in L2: the base level stays at L2 (never below data), and the
+        // levels whose share fell under base / mult are unnecessary, to be drained.
+        let t = dynamic_targets(&sizes(&[(2, MIB), (6, 100 * MIB)]), base, mult);
+        assert_eq!((t.base_level, t.lowest_unnecessary), (2, Some(5)));
+        assert_eq!(t.targets[1], u64::MAX);
+        assert!(t.targets[2..].iter().all(|x| *x >= base));
+        // A tree written with static targets (L1, L2) opened with dynamic ones: base at L1, L1..L4 drained.
+        let t = dynamic_targets(&sizes(&[(1, 200 * MIB), (2, 2000 * MIB)]), base, mult);
+        assert_eq!((t.base_level, t.lowest_unnecessary), (1, Some(4)));
+    }
+
+    #[test]
+    fn dynamic_scores_put_a_backlogged_l0_first_and_drain_unnecessary_levels() {
+        let opts = Options {
+            l0_compaction_trigger: 4,
+            ..Options::default()
+        };
+        let base = opts.level_base_size;
+        // L0 at its trigger and the base level (L5) just over its target: the base level goes first.
+        let b = sizes(&[(0, 100 * MIB), (5, 300 * MIB), (6, 1000 * MIB)]);
+        let t = dynamic_targets(&b, base, 10);
+        let s = level_scores(&b, 4, &opts, &t);
+        assert_eq!(s[0], 1.0);
+        assert!(s[5] > 1.0, "{s:?}");
+        // One more L0 file: L0's score is scaled up and goes before the base level.
+        let s = level_scores(&b, 5, &opts, &t);
+        assert!(s[0] > s[5], "{s:?}");
+        // L0 larger than `level_base_size` scores at least 10.1 even under its file trigger.
+        let b = sizes(&[(0, base), (6, 1000 * MIB)]);
+        let t = dynamic_targets(&b, base, 10);
+        assert!(level_scores(&b, 2, &opts, &t)[0] >= 10.1);
+        // Unnecessary levels with data score above 10, the shallower higher.
+        let b = sizes(&[(2, MIB), (4, MIB), (6, 100 * MIB)]);
+        let t = dynamic_targets(&b, base, 10);
+        let s = level_scores(&b, 0, &opts, &t);
+        assert!(s[2] > s[4] && s[4] > 10.0, "{s:?}");
+        assert_eq!((s[1], s[3], s[5]), (0.0, 0.0, 0.0));
+        // Static mode: bytes / target.
+        let opts = Options {
+            dynamic_level_bytes: false,
+            ..opts
+        };
+        let t = static_targets(7, base, 10);
+        let b = sizes(&[(1, base / 2), (2, base * 20)]);
+        assert_eq!(&level_scores(&b, 2, &opts, &t)[..3], &[0.5, 0.5, 2.0]);
+    }
+
+    /// Writes each group of keys and flushes it into one L0 file; returns the files in the order of `groups`.
+    fn flushed_files(db: &Db, groups: &[Vec<String>]) -> Vec<Arc<FileMeta>> {
+        for g in groups {
+            for k in g {
+                db.put(k.as_bytes(), &[b'v'; 100]).unwrap();
+            }
+            db.flush().unwrap();
+        }
+        let v = Arc::clone(&db.inner().state.lock().version);
+        let mut files = v.levels[0].clone();
+        files.reverse();
+        assert_eq!(files.len(), groups.len());
+        files
+    }
+
+    fn keys(prefix: &str, range: std::ops::Range<u32>) -> Vec<String> {
+        range.map(|i| format!("{prefix}{i:03}")).collect()
+    }
+
+    #[test]
+    fn min_overlapping_ratio_picks_the_least_overlapping_file() {
+        for dynamic in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = Options {
+                auto_compaction: false,
+                num_levels: 3,
+                level_base_size: 1,
+                dynamic_level_bytes: dynamic,
+                sst: SstOptions {
+                    compression: Compression::None,
+                    ..SstOptions::default()
+                },
+                ..Options::default()
+            };
+            let db = Db::open(dir.path(), opts.clone()).unwrap();
+            let f = flushed_files(
+                &db,
+                &[
+                    keys("a", 0..100), // p: L2
+                    keys("c", 0..20),  // q: L2
+                    keys("a", 10..20), // x: L1, overlaps all of p (ratio ~10)
+                    keys("b", 0..10),  // y: L1, overlaps nothing (ratio 0)
+                    keys("c", 0..40),  // z: L1, overlaps q (ratio ~0.5)
+                ],
+            );
+            let [p, q, x, y, z] = [0, 1, 2, 3, 4].map(|i| Arc::clone(&f[i]));
+            let numbers = |files: &[Arc<FileMeta>]| -> Vec<u64> {
+                files.iter().map(|f| f.info.number).collect()
+            };
+            let mut pointers = vec![Vec::new(); 3];
+            let v = Version::from_levels(vec![
+                vec![],
+                vec![x.clone(), y.clone(), z.clone()],
+                vec![p.clone(), q.clone()],
+            ]);
+            let c = pick(&v, &opts, &mut pointers).unwrap();
+            assert_eq!((c.level, c.output_level), (1, 2));
+            assert_eq!(numbers(&c.inputs), numbers(&[y]), "dynamic {dynamic}");
+            assert!(c.next.is_empty());
+            // Without the file that overlaps nothing: the one rewriting the fewest bytes per byte moved.
+            let v = Version::from_levels(vec![
+                vec![],
+                vec![x.clone(), z.clone()],
+                vec![p.clone(), q.clone()],
+            ]);
+            let c = pick(&v, &opts, &mut pointers).unwrap();
+            assert_eq!(numbers(&c.inputs), numbers(&[z]), "dynamic {dynamic}");
+            assert_eq!(numbers(&c.next), numbers(&[q]));
+            // Round robin takes the first file in key order instead.
+            let rr = Options {
+                compaction_priority: CompactionPriority::RoundRobin,
+                ..opts.clone()
+            };
+            let c = pick(&v, &rr, &mut pointers).unwrap();
+            assert_eq!(numbers(&c.inputs), numbers(&[x]));
+            assert_eq!(numbers(&c.next), numbers(&[p]));
+        }
+    }
+}

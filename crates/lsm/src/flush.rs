@@ -1,0 +1,273 @@
+//! Writing SST files: the shared output builder (used by flush, compaction and ingestion) and the flush of
+//! one immutable memtable into an L0 file.
+
+use std::sync::Arc;
+
+use super::ikey;
+use super::memtable::MemTable;
+use super::rangedel::{self, RangeDelCollector, PROP_RANGE_DELS};
+use super::sst::PropertiesCollector;
+use super::sst::{SstReader, SstWriter};
+use super::state::DbInner;
+use super::version::{sst_path, FileInfo, FileMeta};
+use super::{Location, LsmError};
+
+/// Writes a sorted stream of internal keys into one or more SST files, splitting at `target_size` but
+/// never inside the versions of one user key. Dropped without [`finish`](Self::finish) succeeding (an error,
+/// a panic), it deletes what it wrote: the file being written at once, the finished ones (never installed)
+/// when their last reference goes.
+/// Several property collectors as one: each sees every entry; their properties are joined.
+struct Collectors(Vec<Box<dyn PropertiesCollector>>);
+
+impl PropertiesCollector for Collectors {
+    fn add(&mut self, ikey: &[u8], value: &[u8]) {
+        for c in &mut self.0 {
+            c.add(ikey, value);
+        }
+    }
+    fn finish(&mut self) -> Vec<(String, Vec<u8>)> {
+        self.0.iter_mut().flat_map(|c| c.finish()).collect()
+    }
+}
+
+pub(crate) struct Outputs<'a> {
+    db: &'a DbInner,
+    target_size: Option<u64>,
+    cur: Option<(SstWriter, u64)>,
+    last_user_key: Vec<u8>,
+    done: Vec<Arc<FileMeta>>,
+}
+
+impl<'a> Outputs<'a> {
+    /// Outputs of `db` that start a new file past `target_size` bytes (None: a single file).
+    pub fn new(db: &'a DbInner, target_size: Option<u64>) -> Self {
+        Self {
+            db,
+            target_size,
+            cur: None,
+            last_user_key: Vec::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Adds one entry (internal keys strictly ascending).
+    pub fn add(&mut self, ikey_bytes: &[u8], value: &[u8]) -> Result<(), LsmError> {
+        let uk = ikey::user_key(ikey_bytes);
+        if let (Some((w, _)), Some(t)) = (&self.cur, self.target_size) {
+            if w.estimated_size() >= t && uk != self.last_user_key.as_slice() {
+                self.finish_current()?;
+            }
+        }
+        let p = self.db.opts.partition_prefix_len;
+        if p > 0
+            && self.cur.is_some()
+            && uk.get(..p.min(uk.len()))
+                != self.last_user_key.get(..p.min(self.last_user_key.len()))
+        {
+            self.finish_current()?;
+        }
+        if self.cur.is_none() {
+            let number = self.db.new_file_number();
+            let mut collectors: Vec<Box<dyn PropertiesCollector>> =
+                vec![Box::new(RangeDelCollector::default())];
+            if let Some(c) = self
+                .db
+                .opts
+                .compaction_filter_factory
+                .as_ref()
+                .filter(|f| f.is_active())
+                .and_then(|f| f.properties_collector())
+            {
+                collectors.push(c);
+            }
+            let w = SstWriter::create_on(
+                &self.db.opts.storage,
+                &sst_path(&self.db.dir, number),
+                self.db.opts.sst.clone(),
+                Some(Box::new(Collectors(collectors))),
+            )?;
+            self.cur = Some((w, number));
+        }
+        if let Some((w, _)) = &mut self.cur {
+            w.add(ikey_bytes, value)?;
+        }
+        if uk != self.last_user_key.as_slice() {
+            self.last_user_key.clear();
+            self.last_user_key.extend_from_slice(uk);
+        }
+        Ok(())
+    }
+
+    fn finish_current(&mut self) -> Result<(), LsmError> {
+        if let Some((w, number)) = self.cur.take() {
+            let path = sst_path(&self.db.dir, number);
+            let opened = w
+                .finish()
+                .and_then(|meta| open_file(self.db, number, meta.file_size));
+            match opened {
+                Ok(f) => self.done.push(f),
+                Err(e) => {
+                    // Not part of the tree: the half-written (or unreadable) file goes.
+                    let _ = self.db.opts.storage.remove(&path);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the last file and returns all files written (their directory entries are made durable
+    /// before a manifest record names them: `State::log_and_apply`).
+    pub fn finish(mut self) -> Result<Vec<Arc<FileMeta>>, LsmError> {
+        self.finish_current()?;
+        Ok(std::mem::take(&mut self.done))
+    }
+}
+
+impl Drop for Outputs<'_> {
+    fn drop(&mut self) {
+        if let Some((w, _)) = self.cur.take() {
+            let _ = w.abandon();
+        }
+        for f in &self.done {
+            f.mark_obsolete();
+        }
+    }
+}
+
+/// Opens SST `number` of the database and builds its shared metadata.
+pub(crate) fn open_file(
+    db: &DbInner,
+    number: u64,
+    size_hint: u64,
+) -> Result<Arc<FileMeta>, LsmError> {
+    open_recorded(db, number, size_hint, None)
+}
+
+/// Opens SST `number` as the manifest recorded it: with `recorded` bounds, the file is read only inside
+/// them and its key range is the recorded (bounded) one.
+pub(crate) fn open_recorded(
+    db: &DbInner,
+    number: u64,
+    size_hint: u64,
+    recorded: Option<&FileInfo>,
+) -> Result<Arc<FileMeta>, LsmError> {
+    let path = sst_path(&db.dir, number);
+    let reader = SstReader::open_on(&*db.opts.storage, &path, number, Arc::clone(&db.cache))?;
+    let props = reader.properties();
+    let range_dels = match props.user.iter().find(|(k, _)| k == PROP_RANGE_DELS) {
+        Some((_, v)) => rangedel::decode(v).map_err(|d| LsmError::Corruption {
+            at: Location::file(&path),
+            detail: format!("range tombstone property: {d}"),
+        })?,
+        None => Vec::new(),
+    };
+    let size = match reader.file_size() {
+        0 => size_hint,
+        s => s,
+    };
+    let info = match recorded.filter(|r| r.bounds.is_some()) {
+        Some(r) => FileInfo {
+            number,
+            size,
+            smallest: r.smallest.clone(),
+            largest: r.largest.clone(),
+            min_seqno: props.min_seqno,
+            max_seqno: props.max_seqno,
+            bounds: r.bounds.clone(),
+        },
+        None => FileInfo {
+            number,
+            size,
+            smallest: props.smallest.clone(),
+            largest: props.largest.clone(),
+            min_seqno: props.min_seqno,
+            max_seqno: props.max_seqno,
+            bounds: None,
+        },
+    };
+    Ok(Arc::new(FileMeta::new(
+        info,
+        reader,
+        range_dels,
+        path,
+        Arc::clone(&db.cache),
+        db.opts.storage.clone(),
+    )))
+}
+
+/// Writes a memtable into one L0 file (none if it is empty).
+///
+/// With a merge operator, each run of consecutive merge operands of one user key that no live snapshot splits
+/// is written as one operand (`partial_merge`, oldest first, at the newest operand's seqno), as RocksDB's flush
+/// does: a list read then finds one entry per flushed memtable instead of one per append. Not done when the
+/// memtable holds a range tombstone (it may hide some operands of a run and not others), when a compaction
+/// filter is configured (it must see each operand as written, e.g. to drop expired list elements one by one),
+/// or when the operator declines (`None`: the operands are written as they are).
+pub(crate) fn write_memtable(db: &DbInner, mem: &MemTable) -> Result<Vec<Arc<FileMeta>>, LsmError> {
+    let mut out = Outputs::new(db, None);
+    let op = match &db.opts.merge_operator {
+        Some(op)
+            if db
+                .opts
+                .compaction_filter_factory
+                .as_ref()
+                .is_none_or(|f| !f.is_active())
+                && mem.with_range_dels(|t| t.is_empty()) =>
+        {
+            Some(Arc::clone(op))
+        }
+        _ => None,
+    };
+    let Some(op) = op else {
+        mem.try_for_each(|k, v| out.add(k, v))?;
+        return out.finish();
+    };
+    let mut snaps = db.snapshots.seqnos();
+    snaps.sort_unstable();
+    let stripe = |seq: u64| snaps.partition_point(|s| *s < seq);
+    // The pending run: (internal key, value) of consecutive operands of one user key in one stripe, newest first.
+    let mut run: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut run_stripe = 0usize;
+    let flush_run =
+        |run: &mut Vec<(Vec<u8>, Vec<u8>)>, out: &mut Outputs| -> Result<(), LsmError> {
+            if run.len() >= 2 {
+                if let Some((newest, _)) = run.first() {
+                    let ops: Vec<&[u8]> = run.iter().rev().map(|(_, v)| v.as_slice()).collect();
+                    if let Some(merged) = op.partial_merge(ikey::user_key(newest), &ops) {
+                        out.add(newest, &merged)?;
+                        run.clear();
+                        return Ok(());
+                    }
+                }
+            }
+            for (k, v) in run.drain(..) {
+                out.add(&k, &v)?;
+            }
+            Ok(())
+        };
+    mem.try_for_each(|k, v| {
+        let p = ikey::parse(k).ok_or_else(|| LsmError::Corruption {
+            at: Location::file("<memtable>"),
+            detail: format!("malformed internal key {k:?}"),
+        })?;
+        let joins = p.kind == ikey::ValueKind::Merge
+            && run.first().is_some_and(|(rk, _)| {
+                ikey::user_key(rk) == p.user_key && stripe(p.seqno) == run_stripe
+            });
+        if !joins {
+            flush_run(&mut run, &mut out)?;
+        }
+        if p.kind == ikey::ValueKind::Merge {
+            if run.is_empty() {
+                run_stripe = stripe(p.seqno);
+            }
+            run.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        } else {
+            out.add(k, v)
+        }
+    })?;
+    flush_run(&mut run, &mut out)?;
+    out.finish()
+}

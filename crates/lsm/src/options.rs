@@ -1,0 +1,183 @@
+//! Engine options.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::filter::CompactionFilterFactory;
+use super::merge::MergeOperator;
+use super::snapshot::Snapshot;
+use super::sst::SstOptions;
+use super::storage::StorageHandle;
+
+/// Options of a [`Db`](super::db::Db).
+#[derive(Clone)]
+pub struct Options {
+    /// Memtable size at which it is switched to immutable and flushed (default 64 MiB). Includes each
+    /// memtable's point index (charged as it grows, ≈ 17 bytes per distinct key).
+    pub memtable_size: usize,
+    /// Immutable memtables allowed before writes stall (default 2).
+    pub max_immutable_memtables: usize,
+    /// Number of L0 files that triggers an L0 compaction (default 4).
+    pub l0_compaction_trigger: usize,
+    /// Number of L0 files at which writes stall until compaction catches up (default 20).
+    pub l0_stop_writes_trigger: usize,
+    /// Number of levels, L0 included (default 7).
+    pub num_levels: usize,
+    /// Target total size of the level L0 compacts into, in bytes (default 256 MiB): L1 in static mode; with
+    /// [`Options::dynamic_level_bytes`] the upper bound of the base level's target and the floor of every
+    /// level's target.
+    pub level_base_size: u64,
+    /// Size ratio between adjacent levels (default 10).
+    pub level_multiplier: u64,
+    /// Dynamic level sizing, as RocksDB's `level_compaction_dynamic_level_bytes` (default true, as in
+    /// RocksDB 11.8): the last level's target is its actual size, each level above is `level_multiplier`
+    /// times smaller, L0 compacts straight into the *base level* (the shallowest level the tree needs) and
+    /// the levels between L1 and the base level stay empty. `false`: static targets, L1 =
+    /// `level_base_size`, Ln = L1 * `level_multiplier`^(n-1), L0 compacts into L1.
+    pub dynamic_level_bytes: bool,
+    /// Which file of a level L1+ a size-triggered compaction takes (default
+    /// [`CompactionPriority::MinOverlappingRatio`], as RocksDB's default `kMinOverlappingRatio`).
+    pub compaction_priority: CompactionPriority,
+    /// Target size of one SST written by flush or compaction (default 64 MiB).
+    pub target_file_size: u64,
+    /// SST writer options.
+    pub sst: SstOptions,
+    /// Block cache capacity in bytes (default 64 MiB).
+    pub block_cache_size: usize,
+    /// Whether writes are logged to a WAL (default off: durability comes from checkpoints).
+    pub wal: bool,
+    /// Whether every write syncs the WAL before it is acknowledged (default false).
+    pub wal_sync: bool,
+    /// What opening does when a WAL record other than the newest log's torn tail is damaged (default
+    /// [`WalRecovery::Strict`]; see `design/durability.md`).
+    pub wal_recovery: WalRecovery,
+    /// The merge operator (default: none; merging then fails).
+    pub merge_operator: Option<Arc<dyn MergeOperator>>,
+    /// The compaction filter factory (default: none).
+    pub compaction_filter_factory: Option<Arc<dyn CompactionFilterFactory>>,
+    /// Nice increment of the flush and compaction threads (Linux; default 5, 0 keeps the caller's priority).
+    /// Background work then yields the CPU to the threads that read and write when cores are short, and
+    /// catches up when they idle; write stalls (memtables or L0 full) bound how far it can fall behind.
+    /// RocksDB's equivalent is `Env::LowerThreadPoolCPUPriority`.
+    pub background_nice: i32,
+    /// Whether the flush and compaction threads run under `SCHED_BATCH` (Linux; default true): a background
+    /// thread woken by a write (a memtable switch, a checkpoint) then never preempts the thread that woke
+    /// it, but waits for the scheduler's next tick. Without it, on a machine whose cores are busy with
+    /// compaction, the woken flush thread takes the writer's core for a time slice (1.5–5 ms measured,
+    /// `design/bench-results/sched-batch-2026-12-02.md`) in the middle of the call that woke it.
+    pub background_batch_policy: bool,
+    /// Whether the background thread compacts automatically (default true). Without it, writes never
+    /// stall on a deep L0; only `compact_all`/`compact_range` compact.
+    pub auto_compaction: bool,
+    /// Create the database if missing (default true).
+    pub create_if_missing: bool,
+    /// Flush, compaction and ingestion start a new SST file whenever the first this-many bytes of the user
+    /// key change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`. The LSM state backend sets
+    /// it to its state-id width, so no file spans two states (`design/checkpoints.md`, "Restore").
+    pub partition_prefix_len: usize,
+    /// Where the database's files live (default: the real file system, [`StorageHandle::os`]). Every
+    /// durable byte goes through it: SST files, WAL, manifest, `CURRENT`, directory syncs, renames,
+    /// deletes, listings and the directory lock. Tests pass a
+    /// `FaultFs` (feature `test-util`) to lose unsynced bytes at a simulated crash or to fail
+    /// chosen operations.
+    pub storage: StorageHandle,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            memtable_size: 64 << 20,
+            max_immutable_memtables: 2,
+            l0_compaction_trigger: 4,
+            l0_stop_writes_trigger: 20,
+            num_levels: 7,
+            level_base_size: 256 << 20,
+            level_multiplier: 10,
+            dynamic_level_bytes: true,
+            compaction_priority: CompactionPriority::MinOverlappingRatio,
+            target_file_size: 64 << 20,
+            sst: SstOptions::default(),
+            block_cache_size: 64 << 20,
+            wal: false,
+            wal_sync: false,
+            wal_recovery: WalRecovery::Strict,
+            merge_operator: None,
+            compaction_filter_factory: None,
+            background_nice: 5,
+            background_batch_policy: true,
+            auto_compaction: true,
+            create_if_missing: true,
+            partition_prefix_len: 0,
+            storage: StorageHandle::os(),
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("memtable_size", &self.memtable_size)
+            .field("max_immutable_memtables", &self.max_immutable_memtables)
+            .field("l0_compaction_trigger", &self.l0_compaction_trigger)
+            .field("l0_stop_writes_trigger", &self.l0_stop_writes_trigger)
+            .field("num_levels", &self.num_levels)
+            .field("level_base_size", &self.level_base_size)
+            .field("level_multiplier", &self.level_multiplier)
+            .field("dynamic_level_bytes", &self.dynamic_level_bytes)
+            .field("compaction_priority", &self.compaction_priority)
+            .field("target_file_size", &self.target_file_size)
+            .field("background_nice", &self.background_nice)
+            .field("background_batch_policy", &self.background_batch_policy)
+            .field("wal", &self.wal)
+            .field("wal_sync", &self.wal_sync)
+            .field("wal_recovery", &self.wal_recovery)
+            .field("storage", &self.storage)
+            .field(
+                "merge_operator",
+                &self.merge_operator.as_ref().map(|m| m.name().to_string()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// How WAL replay treats a damaged record (RocksDB's `WALRecoveryMode`). In every mode replay stops at the
+/// first record that is not whole, across the whole sequence of logs, and applies nothing after it; a torn
+/// tail of the newest log (a write cut off by a crash) is normal and silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WalRecovery {
+    /// Any other damage (a bad checksum or record header, a torn record before the end of the newest log,
+    /// a batch that does not decode) fails the open with [`LsmError::DamagedLog`](super::LsmError)
+    /// naming the file and offset (RocksDB's `kAbsoluteConsistency` for damage).
+    #[default]
+    Strict,
+    /// Recover to the last consistent point before the damage, drop the rest, and say what was dropped in
+    /// [`Db::recovery_report`](super::Db::recovery_report) and a `tracing` warning (RocksDB's
+    /// `kPointInTimeRecovery`).
+    PointInTime,
+}
+
+/// How a size-triggered compaction of a level L1+ picks its input file (L0 compactions take every L0 file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CompactionPriority {
+    /// The file whose overlapping bytes in the output level, divided by its own size, are the smallest
+    /// (RocksDB's `kMinOverlappingRatio`): the least rewriting per byte moved down.
+    #[default]
+    MinOverlappingRatio,
+    /// The file after the one the level's previous compaction took, in key order (a per-level compaction
+    /// pointer, wrapping around; RocksDB's `kRoundRobin`).
+    RoundRobin,
+}
+
+/// Options of one read or iterator.
+#[derive(Default, Clone)]
+pub struct ReadOptions<'a> {
+    /// Read as of this snapshot (default: latest).
+    pub snapshot: Option<&'a Snapshot>,
+    /// Inclusive lower bound of user keys.
+    pub lower_bound: Option<Vec<u8>>,
+    /// Exclusive upper bound of user keys.
+    pub upper_bound: Option<Vec<u8>>,
+    /// Only keys starting with this prefix.
+    pub prefix: Option<Vec<u8>>,
+}

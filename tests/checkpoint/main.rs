@@ -1,0 +1,13 @@
+//! Incremental checkpoints: the protocol, claim mode, crash and model tests, object-store failures,
+//! checkpoints on `FaultFs`.
+
+#[macro_use]
+mod common;
+#[path = "../common/s3.rs"]
+mod s3;
+
+mod checkpoint_claim;
+mod checkpoint_crash;
+mod checkpoint_model;
+mod checkpoints;
+mod checkpoints_on_fault_fs;

@@ -1,0 +1,10 @@
+//! The LSM engine's tests (crate `keyed-state-lsm`): scenarios named by behaviour, the model against a
+//! `BTreeMap`, SST format and fixtures, levels, recovery, crash consistency on `FaultFs`, stress.
+
+mod crash_consistency;
+mod lsm_levels;
+mod lsm_model;
+mod lsm_recovery;
+mod lsm_scenarios;
+mod lsm_sst;
+mod lsm_stress;

@@ -1,0 +1,388 @@
+//! Kill -9 campaign on real files: a child process runs a deterministic workload on one database — atomic
+//! batches of puts, deletes, merges and range deletes with the WAL synced, flushes, compactions,
+//! checkpoints and savepoints — and is SIGKILLed at a random point, then restarted on the same directory,
+//! again and again. After every kill the parent reopens the database and checks it against a model:
+//!
+//! * it holds exactly the state after the last acknowledged batch, or after the one in flight (each batch
+//!   records its step number under `last`, so the state must equal the model at that step, whole);
+//! * the last completed checkpoint opens and equals the model at its step;
+//! * the last completed savepoint reads back, checksums verified, with the model's key count at its step
+//!   (or at the step of the savepoint in flight, which replaces it atomically).
+//!
+//! `KEYED_STATE_KILL9_ITERS` sets the number of kills (default 50); `scripts/long-checks.sh` runs 1000.
+//! The campaign prints the number of inconsistencies and fails if there is any.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keyed_state::backend::heap::HeapBackend;
+use keyed_state::keygroup::KeyGroupRange;
+use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
+use keyed_state::serializer::{LongSerializer, StringSerializer};
+use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
+use keyed_state_lsm::batch::WriteBatch;
+use keyed_state_lsm::db::Db;
+use keyed_state_lsm::merge::ListAppendOperator;
+use keyed_state_lsm::options::{Options, ReadOptions};
+use keyed_state_lsm::sst::SstOptions;
+
+const CHILD_ENV: &str = "KEYED_STATE_KILL9_CHILD_DIR";
+const KEYS: u64 = 1500;
+const FLUSH_EVERY: u64 = 40;
+const COMPACT_EVERY: u64 = 170;
+const CHECKPOINT_EVERY: u64 = 60;
+const SAVEPOINT_EVERY: u64 = 90;
+
+fn opts() -> Options {
+    Options {
+        memtable_size: 16 << 10,
+        l0_compaction_trigger: 3,
+        l0_stop_writes_trigger: 12,
+        num_levels: 4,
+        level_base_size: 64 << 10,
+        level_multiplier: 4,
+        target_file_size: 16 << 10,
+        sst: SstOptions {
+            block_size: 1024,
+            ..SstOptions::default()
+        },
+        wal: true,
+        wal_sync: true,
+        merge_operator: Some(Arc::new(ListAppendOperator)),
+        background_nice: 0,
+        ..Options::default()
+    }
+}
+
+fn key(k: u64) -> Vec<u8> {
+    format!("k{k:06}").into_bytes()
+}
+
+/// One step's batch, as (kind, key, value): `p` put, `d` delete, `m` merge, `r` range delete `[key, value)`.
+fn step_ops(s: u64) -> Vec<(char, Vec<u8>, Vec<u8>)> {
+    let mut ops = vec![(
+        'p',
+        key(s * 7 % KEYS),
+        format!("v{s}-{}", "x".repeat((s % 40) as usize)).into_bytes(),
+    )];
+    if s % 5 == 0 {
+        ops.push(('d', key(s * 13 % KEYS), Vec::new()));
+    }
+    if s % 11 == 0 {
+        ops.push((
+            'm',
+            format!("list{}", s % 4).into_bytes(),
+            s.to_string().into_bytes(),
+        ));
+    }
+    if s % 17 == 0 {
+        let a = s * 3 % KEYS;
+        ops.push(('r', key(a), key(a + 5)));
+    }
+    ops.push(('p', b"last".to_vec(), s.to_string().into_bytes()));
+    ops
+}
+
+/// The model: the state after steps `0..=step`, built up incrementally.
+struct Model {
+    map: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Steps applied (the next one to apply).
+    next: u64,
+}
+
+impl Model {
+    fn new() -> Self {
+        Model {
+            map: BTreeMap::new(),
+            next: 0,
+        }
+    }
+
+    fn advance_to(&mut self, step: u64) {
+        while self.next <= step {
+            for (kind, k, v) in step_ops(self.next) {
+                match kind {
+                    'p' => {
+                        self.map.insert(k, v);
+                    }
+                    'd' => {
+                        self.map.remove(&k);
+                    }
+                    'm' => {
+                        let e = self.map.entry(k).or_default();
+                        if !e.is_empty() {
+                            e.push(b',');
+                        }
+                        e.extend_from_slice(&v);
+                    }
+                    _ => {
+                        let doomed: Vec<Vec<u8>> = self
+                            .map
+                            .range(k.clone()..v.clone())
+                            .map(|(k, _)| k.clone())
+                            .collect();
+                        for d in doomed {
+                            self.map.remove(&d);
+                        }
+                    }
+                }
+            }
+            self.next += 1;
+        }
+    }
+
+    fn keys_with_prefix(&self, p: u8) -> usize {
+        self.map.keys().filter(|k| k.first() == Some(&p)).count()
+    }
+}
+
+fn contents(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut it = db.iter(ReadOptions::default());
+    it.seek_to_first();
+    let mut out = BTreeMap::new();
+    while it.valid() {
+        out.insert(it.key().to_vec(), it.value().to_vec());
+        it.next();
+    }
+    it.take_status().unwrap();
+    out
+}
+
+fn last_step(db: &Db) -> Option<u64> {
+    db.get(b"last")
+        .unwrap()
+        .map(|v| String::from_utf8_lossy(&v).parse().unwrap())
+}
+
+fn ckpt_dir(dir: &Path, s: u64) -> PathBuf {
+    dir.join("ckpt").join(format!("{s:08}"))
+}
+
+/// Writes a savepoint of the `k` keys of `db` (key number → value as a string) to `dir/savepoint`.
+fn savepoint(db: &Db, dir: &Path) {
+    let cfg = KeyedStateStore::config_for(&LongSerializer, 16, KeyGroupRange::new(0, 15));
+    let mut store =
+        KeyedStateStore::new(Box::new(HeapBackend::new(cfg).unwrap()), LongSerializer).unwrap();
+    let v = store
+        .register_value(ValueStateDescriptor::new("v", StringSerializer))
+        .unwrap();
+    for (k, val) in contents(db) {
+        if k.first() != Some(&b'k') {
+            continue;
+        }
+        let n: i64 = String::from_utf8_lossy(&k[1..]).parse().unwrap();
+        store.set_current_key(&n).unwrap();
+        store
+            .value(&v)
+            .unwrap()
+            .update(&String::from_utf8_lossy(&val).into_owned())
+            .unwrap();
+    }
+    let snap = store.snapshot().unwrap();
+    write_savepoint(&dir.join("savepoint"), &*snap, &WriteOptions::default()).unwrap();
+}
+
+/// The child: continues the workload from the step after the one the database holds, logging every
+/// acknowledged step (`w S`), checkpoint (`c S`) and savepoint (`s S`), until it is killed.
+#[test]
+fn kill9_child() {
+    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let db = Db::open(dir.join("db"), opts()).unwrap();
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("log"))
+        .unwrap();
+    std::fs::create_dir_all(dir.join("ckpt")).unwrap();
+    let mut s = last_step(&db).map_or(0, |l| l + 1);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        let mut b = WriteBatch::new();
+        for (kind, k, v) in step_ops(s) {
+            match kind {
+                'p' => b.put(&k, &v),
+                'd' => b.delete(&k),
+                'm' => b.merge(&k, &v),
+                _ => b.delete_range(&k, &v),
+            };
+        }
+        db.write(&b).unwrap();
+        log.write_all(format!("w {s}\n").as_bytes()).unwrap();
+        if s % FLUSH_EVERY == FLUSH_EVERY - 1 {
+            db.flush().unwrap();
+        }
+        if s % COMPACT_EVERY == COMPACT_EVERY - 1 {
+            db.compact_all().unwrap();
+        }
+        if s % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
+            let target = ckpt_dir(dir, s);
+            if target.exists() {
+                // Left by a checkpoint killed midway at this same step in an earlier life.
+                std::fs::remove_dir_all(&target).unwrap();
+            }
+            db.checkpoint(&target).unwrap();
+            log.write_all(format!("c {s}\n").as_bytes()).unwrap();
+        }
+        if s % SAVEPOINT_EVERY == SAVEPOINT_EVERY - 1 {
+            savepoint(&db, dir);
+            log.write_all(format!("s {s}\n").as_bytes()).unwrap();
+        }
+        s += 1;
+    }
+}
+
+/// The last complete log line of each kind.
+fn last_logged(dir: &Path, kind: char) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+    let complete = &text[..text.rfind('\n').map_or(0, |p| p + 1)];
+    complete
+        .lines()
+        .filter_map(|l| l.strip_prefix(kind).and_then(|r| r.trim().parse().ok()))
+        .next_back()
+}
+
+/// Checks the directory after a kill; returns what is wrong, if anything.
+fn check(dir: &Path, model: &mut Model, models_at: &mut BTreeMap<u64, usize>) -> Vec<String> {
+    let mut bad = Vec::new();
+    let acked = last_logged(dir, 'w');
+    let db = match Db::open(dir.join("db"), opts()) {
+        Ok(db) => db,
+        Err(e) => return vec![format!("reopen failed: {e}")],
+    };
+    let held = last_step(&db);
+    let ok_step = match (acked, held) {
+        (None, None) => true,
+        (None, Some(h)) => h == 0,
+        (Some(a), Some(h)) => h == a || h == a + 1,
+        (Some(_), None) => false,
+    };
+    if !ok_step {
+        bad.push(format!(
+            "acknowledged step {acked:?}, database holds {held:?}"
+        ));
+    }
+    if let Some(h) = held {
+        model.advance_to(h);
+        if contents(&db) != model.map {
+            bad.push(format!("contents differ from the model at step {h}"));
+        }
+    }
+    drop(db);
+    if let Some(c) = last_logged(dir, 'c') {
+        let mut m = Model::new();
+        m.advance_to(c);
+        match Db::open(ckpt_dir(dir, c), opts()) {
+            Ok(db) => {
+                if contents(&db) != m.map {
+                    bad.push(format!("checkpoint of step {c} differs from the model"));
+                }
+            }
+            Err(e) => bad.push(format!("checkpoint of step {c} does not open: {e}")),
+        }
+        // Older checkpoints are no longer checked: keep the disk lean.
+        if let Ok(rd) = std::fs::read_dir(dir.join("ckpt")) {
+            for e in rd.flatten() {
+                let n: Option<u64> = e.file_name().to_string_lossy().parse().ok();
+                if n.is_some_and(|n| n < c) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+    // Temporary files of savepoints killed midway never look complete; clear them.
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with(".savepoint.") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    if let Some(s) = last_logged(dir, 's') {
+        let mut count_at = |step: u64| {
+            *models_at.entry(step).or_insert_with(|| {
+                let mut m = Model::new();
+                m.advance_to(step);
+                m.keys_with_prefix(b'k')
+            })
+        };
+        let want = [count_at(s), count_at(s + SAVEPOINT_EVERY)];
+        match SavepointReader::open(&dir.join("savepoint")).and_then(|r| r.verify()) {
+            Ok(report) => {
+                let n = report.entries_per_state.iter().sum::<u64>() as usize;
+                if !want.contains(&n) {
+                    bad.push(format!(
+                        "savepoint of step {s}: {n} entries, model {want:?}"
+                    ));
+                }
+            }
+            Err(e) => bad.push(format!("savepoint of step {s} does not verify: {e}")),
+        }
+    }
+    bad
+}
+
+#[test]
+fn kill9_campaign_loses_nothing_acknowledged_and_keeps_checkpoints_and_savepoints_whole() {
+    let iters: usize = std::env::var("KEYED_STATE_KILL9_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let exe = std::env::current_exe().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut model = Model::new();
+    let mut counts = BTreeMap::new();
+    let mut inconsistencies = Vec::new();
+    let (mut max_step, mut checkpoints, mut savepoints) = (0, 0, 0);
+    for iter in 0..iters {
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "kill9_campaign::kill9_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let wait = Duration::from_millis(rand::random_range(20..400));
+        let before = last_logged(dir, 'w');
+        let t = Instant::now();
+        // Run for the random while, and at least until the child acknowledged a step of its own.
+        while t.elapsed() < wait
+            || (last_logged(dir, 'w') == before && t.elapsed() < Duration::from_secs(20))
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        for problem in check(dir, &mut model, &mut counts) {
+            inconsistencies.push(format!("kill {iter}: {problem}"));
+        }
+        max_step = last_logged(dir, 'w').unwrap_or(0);
+        checkpoints = last_logged(dir, 'c').map_or(0, |c| (c + 1) / CHECKPOINT_EVERY);
+        savepoints = last_logged(dir, 's').map_or(0, |s| (s + 1) / SAVEPOINT_EVERY);
+    }
+    eprintln!(
+        "kill -9 campaign: {iters} kills, {} steps acknowledged, {checkpoints} checkpoints and \
+         {savepoints} savepoints completed, {} inconsistencies",
+        max_step + 1,
+        inconsistencies.len()
+    );
+    eprintln!(
+        "campaign kill9 kills={iters} steps={} checkpoints={checkpoints} savepoints={savepoints} \
+         inconsistencies={}",
+        max_step + 1,
+        inconsistencies.len()
+    );
+    assert!(inconsistencies.is_empty(), "{}", inconsistencies.join("\n"));
+}

@@ -1,0 +1,1041 @@
+//! The conformance suite: Flink's keyed-state behaviour (`flink-semantics.md` §1), written once against
+//! `StateBackend` and run against every backend by `conformance_suite!`.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use keyed_state::backend::{BackendConfig, StateBackend};
+use keyed_state::keygroup::KeyGroupRange;
+use keyed_state::serializer::{IntSerializer, LongSerializer, StringSerializer};
+use keyed_state::state::*;
+use keyed_state::Error;
+
+mod timers;
+mod ttl;
+#[allow(unused_imports)]
+pub use timers::*;
+#[allow(unused_imports)]
+pub use ttl::*;
+
+/// Creates a backend for a configuration.
+pub type Factory = dyn Fn(BackendConfig) -> Box<dyn StateBackend>;
+
+pub fn store_long(
+    f: &Factory,
+    max_p: u32,
+    range: KeyGroupRange,
+) -> KeyedStateStore<LongSerializer> {
+    let cfg = KeyedStateStore::config_for(&LongSerializer, max_p, range);
+    KeyedStateStore::new(f(cfg), LongSerializer).expect("store")
+}
+
+pub fn store_string(f: &Factory) -> KeyedStateStore<StringSerializer> {
+    let cfg = KeyedStateStore::config_for(&StringSerializer, 128, KeyGroupRange::all(128));
+    KeyedStateStore::new(f(cfg), StringSerializer).expect("store")
+}
+
+pub fn store_int(f: &Factory) -> KeyedStateStore<IntSerializer> {
+    let cfg = KeyedStateStore::config_for(&IntSerializer, 10, KeyGroupRange::all(10));
+    KeyedStateStore::new(f(cfg), IntSerializer).expect("store")
+}
+
+pub fn value_default_update_clear(f: &Factory) {
+    // testValueStateNullUpdate / testValueStateDefaultValue
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer).with_default(42))
+        .unwrap();
+    s.set_current_key(&1).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(42));
+    s.value(&v).unwrap().update(&1).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(1));
+    s.set_current_key(&2).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(42));
+    s.set_current_key(&1).unwrap();
+    s.value(&v).unwrap().clear().unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(42));
+    s.value(&v).unwrap().update(&17).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(17));
+    s.value(&v).unwrap().set(None).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), Some(42));
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn multiple_value_states_are_independent(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let a = s
+        .register_value(ValueStateDescriptor::new("a", StringSerializer))
+        .unwrap();
+    let b = s
+        .register_value(ValueStateDescriptor::new("b", IntSerializer))
+        .unwrap();
+    s.set_current_key(&7).unwrap();
+    s.value(&a).unwrap().update(&"x".to_string()).unwrap();
+    assert_eq!(s.value(&b).unwrap().get().unwrap(), None);
+    s.value(&b).unwrap().update(&5).unwrap();
+    assert_eq!(s.value(&a).unwrap().get().unwrap(), Some("x".to_string()));
+    assert_eq!(s.value(&b).unwrap().get().unwrap(), Some(5));
+}
+
+pub fn num_entries_counts_and_clear_removes(f: &Factory) {
+    // testNumStateEntries
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", StringSerializer))
+        .unwrap();
+    assert_eq!(s.num_entries().unwrap(), 0);
+    s.set_current_key(&0).unwrap();
+    s.value(&v).unwrap().update(&"a".into()).unwrap();
+    s.value(&v).unwrap().update(&"b".into()).unwrap();
+    assert_eq!(s.num_entries().unwrap(), 1);
+    s.set_current_key(&42).unwrap();
+    s.value(&v).unwrap().update(&"c".into()).unwrap();
+    assert_eq!(s.num_entries().unwrap(), 2);
+    s.value(&v).unwrap().clear().unwrap();
+    assert_eq!(s.num_entries().unwrap(), 1);
+    s.set_current_key(&0).unwrap();
+    s.value(&v).unwrap().clear().unwrap();
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn list_state_api_matrix(f: &Factory) {
+    // testListStateAPIs
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let l = s
+        .register_list(ListStateDescriptor::new("l", LongSerializer))
+        .unwrap();
+    s.set_current_key(&1).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), None);
+    s.list(&l).unwrap().add(&17).unwrap();
+    s.list(&l).unwrap().add(&11).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![17, 11]));
+    s.list(&l).unwrap().update(&[]).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), None);
+    s.list(&l).unwrap().update(&[10, 16]).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![10, 16]));
+    s.set_current_key(&2).unwrap();
+    s.list(&l).unwrap().add_all(&[]).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), None);
+    s.list(&l).unwrap().add_all(&[3, 4]).unwrap();
+    s.list(&l).unwrap().add_all(&[]).unwrap();
+    s.list(&l).unwrap().add_all(&[5, 6]).unwrap();
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![3, 4, 5, 6]));
+    s.list(&l).unwrap().update(&[1, 2]).unwrap();
+    for x in [3, 2, 1] {
+        s.list(&l).unwrap().add(&x).unwrap();
+    }
+    assert_eq!(
+        s.list(&l).unwrap().get().unwrap(),
+        Some(vec![1, 2, 3, 2, 1])
+    );
+    for k in [1, 2] {
+        s.set_current_key(&k).unwrap();
+        s.list(&l).unwrap().clear().unwrap();
+    }
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn list_keeps_insertion_order_of_strings(f: &Factory) {
+    let mut s = store_string(f);
+    let l = s
+        .register_list(ListStateDescriptor::new("l", StringSerializer))
+        .unwrap();
+    s.set_current_key(&"k1".to_string()).unwrap();
+    let items: Vec<String> = (0..50).map(|i| format!("item-{i},with,commas")).collect();
+    for it in &items {
+        s.list(&l).unwrap().add(it).unwrap();
+    }
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(items));
+}
+
+/// The five key patterns of `testListStateMerging` (values 11..55 spread over namespaces 1, 2, 3).
+fn merge_patterns() -> Vec<Vec<(i32, i64)>> {
+    vec![
+        vec![(1, 11), (2, 22), (3, 33), (1, 44), (3, 55)],
+        vec![(1, 11), (1, 22), (3, 33), (3, 44), (1, 55)],
+        vec![],
+        vec![(1, 11), (1, 22), (1, 33), (1, 44), (1, 55)],
+        vec![(3, 11), (3, 22), (3, 33), (3, 44), (3, 55)],
+    ]
+}
+
+pub fn list_namespace_merge_deletes_sources(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let l = s
+        .register_list(ListStateDescriptor::new("l", LongSerializer).with_namespace(IntSerializer))
+        .unwrap();
+    for (key, pattern) in merge_patterns().into_iter().enumerate() {
+        s.set_current_key(&(key as i64)).unwrap();
+        for (ns, v) in &pattern {
+            s.list_in(&l, ns).unwrap().add(v).unwrap();
+        }
+        s.merge_list_namespaces(&l, &1, &[2, 3]).unwrap();
+        let got = s.list_in(&l, &1).unwrap().get().unwrap();
+        if pattern.is_empty() {
+            assert_eq!(got, None);
+        } else {
+            let mut got = got.unwrap();
+            got.sort();
+            assert_eq!(got, vec![11, 22, 33, 44, 55]);
+        }
+        assert_eq!(s.list_in(&l, &2).unwrap().get().unwrap(), None);
+        assert_eq!(s.list_in(&l, &3).unwrap().get().unwrap(), None);
+    }
+    for key in 0..5i64 {
+        s.set_current_key(&key).unwrap();
+        s.list_in(&l, &1).unwrap().clear().unwrap();
+    }
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn reducing_and_aggregating_merge_to_165(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let r = s
+        .register_reducing(
+            ReducingStateDescriptor::new("r", LongSerializer, |a, b| a + b)
+                .with_namespace(IntSerializer),
+        )
+        .unwrap();
+    let a = s
+        .register_aggregating(
+            AggregatingStateDescriptor::new("a", SumAgg, LongSerializer)
+                .with_namespace(IntSerializer),
+        )
+        .unwrap();
+    for (key, pattern) in merge_patterns().into_iter().enumerate() {
+        s.set_current_key(&(key as i64)).unwrap();
+        for (ns, v) in &pattern {
+            s.reducing_in(&r, ns).unwrap().add(v).unwrap();
+            s.aggregating_in(&a, ns).unwrap().add(v).unwrap();
+        }
+        s.merge_reducing_namespaces(&r, &1, &[2, 3]).unwrap();
+        s.merge_aggregating_namespaces(&a, &1, &[2, 3]).unwrap();
+        let expect = if pattern.is_empty() { None } else { Some(165) };
+        assert_eq!(s.reducing_in(&r, &1).unwrap().get().unwrap(), expect);
+        assert_eq!(
+            s.aggregating_in(&a, &1).unwrap().get().unwrap(),
+            expect.map(|x| format!("sum={x}"))
+        );
+        s.reducing_in(&r, &1).unwrap().clear().unwrap();
+        s.aggregating_in(&a, &1).unwrap().clear().unwrap();
+    }
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+/// Sums i64 inputs; the result is a string, to show IN, ACC and OUT may differ.
+pub struct SumAgg;
+impl AggregateFunction for SumAgg {
+    type In = i64;
+    type Acc = i64;
+    type Out = String;
+    fn create_accumulator(&self) -> i64 {
+        0
+    }
+    fn add(&self, v: &i64, acc: i64) -> i64 {
+        acc + v
+    }
+    fn get_result(&self, acc: &i64) -> String {
+        format!("sum={acc}")
+    }
+    fn merge(&self, a: i64, b: i64) -> i64 {
+        a + b
+    }
+}
+
+pub fn reducing_add_get_clear(f: &Factory) {
+    // testReducingStateAddAndGet
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let r = s
+        .register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| {
+            a + b
+        }))
+        .unwrap();
+    s.set_current_key(&1).unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), None);
+    s.reducing(&r).unwrap().add(&17).unwrap();
+    s.reducing(&r).unwrap().add(&11).unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), Some(28));
+    s.set_current_key(&2).unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), None);
+    s.set_current_key(&1).unwrap();
+    s.reducing(&r).unwrap().clear().unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), None);
+    s.reducing(&r).unwrap().add(&9).unwrap();
+    assert_eq!(s.reducing(&r).unwrap().get().unwrap(), Some(9));
+    s.reducing(&r).unwrap().clear().unwrap();
+    assert_eq!(s.num_entries().unwrap(), 0);
+}
+
+pub fn map_state_crud_and_retain(f: &Factory) {
+    // testMapState
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let m = s
+        .register_map(MapStateDescriptor::new(
+            "m",
+            IntSerializer,
+            StringSerializer,
+        ))
+        .unwrap();
+    s.set_current_key(&1).unwrap();
+    assert!(s.map(&m).unwrap().is_empty().unwrap());
+    assert_eq!(s.map(&m).unwrap().entries().unwrap(), vec![]);
+    s.map(&m).unwrap().put(&1, &"1".into()).unwrap();
+    s.set_current_key(&2).unwrap();
+    s.map(&m)
+        .unwrap()
+        .put_all(&[(2, "2".into()), (102, "102".into())])
+        .unwrap();
+    s.set_current_key(&3).unwrap();
+    s.map(&m)
+        .unwrap()
+        .put_all(&[
+            (103, "103".into()),
+            (1031, "1031".into()),
+            (1032, "1032".into()),
+        ])
+        .unwrap();
+    assert_eq!(s.map(&m).unwrap().get(&1031).unwrap(), Some("1031".into()));
+    assert!(s.map(&m).unwrap().contains(&103).unwrap());
+    assert!(!s.map(&m).unwrap().contains(&104).unwrap());
+    // Iterator remove of values whose length != 4, setValue on the rest.
+    s.map(&m)
+        .unwrap()
+        .retain(|_, v| {
+            if v.len() != 4 {
+                return false;
+            }
+            v.push_str("_updated");
+            true
+        })
+        .unwrap();
+    assert_eq!(
+        s.map(&m).unwrap().entries().unwrap(),
+        vec![
+            (1031, "1031_updated".to_string()),
+            (1032, "1032_updated".to_string())
+        ]
+    );
+    s.set_current_key(&1).unwrap();
+    s.map(&m).unwrap().clear().unwrap();
+    assert!(s.map(&m).unwrap().is_empty().unwrap());
+    s.set_current_key(&2).unwrap();
+    s.map(&m).unwrap().remove(&102).unwrap();
+    assert_eq!(s.map(&m).unwrap().keys().unwrap(), vec![2]);
+    assert_eq!(s.map(&m).unwrap().values().unwrap(), vec!["2".to_string()]);
+    assert_eq!(s.num_entries().unwrap(), 3);
+}
+
+pub fn map_iterates_in_ascending_key_order(f: &Factory) {
+    // testMapStateIteratorArbitraryAccess (non-negative Int keys: byte order = numeric order)
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let m = s
+        .register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer))
+        .unwrap();
+    s.set_current_key(&9).unwrap();
+    let mut keys: Vec<i32> = (0..4096).collect();
+    keys.reverse();
+    for k in &keys {
+        s.map(&m).unwrap().put(k, &(*k as i64 * 2)).unwrap();
+    }
+    let got = s.map(&m).unwrap().keys().unwrap();
+    assert_eq!(got, (0..4096).collect::<Vec<_>>());
+    assert!(!s.map(&m).unwrap().is_empty().unwrap());
+    for k in 0..4096 {
+        s.map(&m).unwrap().remove(&k).unwrap();
+    }
+    assert!(s.map(&m).unwrap().is_empty().unwrap());
+}
+
+/// `StateBackend::map_scan_from` (the timer queues' seek) visits one map's entries from a user key on, in
+/// ascending order, until told to stop; also for maps restored from a savepoint and not touched since.
+pub fn map_scan_from_starts_at_the_bound(f: &Factory) {
+    fn scan(b: &mut dyn StateBackend, key_ns: &[u8], from: &[u8], stop_after: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        b.map_scan_from(0, 0, key_ns, from, &mut |uk, v| {
+            assert_eq!(v, &[uk[0], 7][..]);
+            got.push(uk[0]);
+            got.len() < stop_after
+        })
+        .unwrap();
+        got
+    }
+    fn check(b: &mut dyn StateBackend) {
+        let odd = |from: u8| (from..40).filter(|u| u % 2 == 1).collect::<Vec<u8>>();
+        assert_eq!(scan(b, &[0, 2], &[3], 100), odd(3));
+        assert_eq!(scan(b, &[0, 2], &[4], 100), odd(4));
+        assert_eq!(scan(b, &[0, 1], &[], 100), odd(0));
+        assert_eq!(scan(b, &[0, 3], &[39], 100), vec![39]);
+        assert_eq!(scan(b, &[0, 3], &[40], 100), Vec::<u8>::new());
+        assert_eq!(scan(b, &[0, 4], &[], 100), Vec::<u8>::new());
+        assert_eq!(scan(b, &[0, 1], &[10], 2), vec![11, 13]);
+    }
+    let register = |s: &mut KeyedStateStore<LongSerializer>| {
+        s.register_map(MapStateDescriptor::new("m", LongSerializer, LongSerializer))
+            .unwrap();
+    };
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    register(&mut s);
+    // Key-group prefix 0 and one byte of key and namespace per map; user keys 1, 3, ..., 39.
+    for key_ns in [&[0u8, 1][..], &[0, 2], &[0, 3]] {
+        for uk in (1u8..40).step_by(2) {
+            s.backend_mut()
+                .map_put(0, 0, key_ns, &[uk], &[uk, 7])
+                .unwrap();
+        }
+    }
+    check(s.backend_mut());
+    let sp = savepoint_of(&mut s);
+    let mut t = store_long(f, 128, KeyGroupRange::all(128));
+    register(&mut t);
+    t.restore(&[sp]).unwrap();
+    check(t.backend_mut());
+}
+
+pub fn maps_of_neighbouring_keys_do_not_mix(f: &Factory) {
+    // String keys and String namespaces: ambiguous layout with length bytes; prefix scans must be exact.
+    let mut s = store_string(f);
+    let m = s
+        .register_map(
+            MapStateDescriptor::new("m", StringSerializer, LongSerializer)
+                .with_namespace(StringSerializer),
+        )
+        .unwrap();
+    let keys = ["a", "ab", "", "a\u{0}"];
+    let nss = ["", "x", "xy"];
+    for k in keys {
+        s.set_current_key(&k.to_string()).unwrap();
+        for (i, ns) in nss.iter().enumerate() {
+            s.map_in(&m, &ns.to_string())
+                .unwrap()
+                .put(&format!("{k}/{ns}"), &(i as i64))
+                .unwrap();
+        }
+    }
+    for k in keys {
+        s.set_current_key(&k.to_string()).unwrap();
+        for (i, ns) in nss.iter().enumerate() {
+            assert_eq!(
+                s.map_in(&m, &ns.to_string()).unwrap().entries().unwrap(),
+                vec![(format!("{k}/{ns}"), i as i64)]
+            );
+        }
+    }
+}
+
+pub fn keys_per_namespace(f: &Factory) {
+    // testGetKeys / testGetKeysAndNamespaces
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(
+            ValueStateDescriptor::new("v", LongSerializer).with_namespace(StringSerializer),
+        )
+        .unwrap();
+    let m = s
+        .register_map(
+            MapStateDescriptor::new("m", IntSerializer, LongSerializer)
+                .with_namespace(StringSerializer),
+        )
+        .unwrap();
+    for k in 0..2000i64 {
+        let ns = if k < 1000 { "ns1" } else { "ns2" }.to_string();
+        s.set_current_key(&k).unwrap();
+        s.value_in(&v, &ns).unwrap().update(&k).unwrap();
+        for uk in 0..3 {
+            s.map_in(&m, &ns).unwrap().put(&uk, &k).unwrap();
+        }
+    }
+    let mut k1 = s.keys(&v, &"ns1".to_string()).unwrap();
+    k1.sort();
+    assert_eq!(k1, (0..1000).collect::<Vec<_>>());
+    let mut k2 = s.keys(&m, &"ns2".to_string()).unwrap();
+    k2.sort();
+    assert_eq!(k2, (1000..2000).collect::<Vec<_>>());
+    let pairs = s.keys_and_namespaces(&v).unwrap();
+    assert_eq!(pairs.len(), 2000);
+    let uniq: std::collections::BTreeSet<_> = pairs.into_iter().collect();
+    assert_eq!(uniq.len(), 2000);
+}
+
+pub fn apply_to_all_keys_tolerates_changes(f: &Factory) {
+    // testConcurrentModificationWithApplyToAllKeys
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let l = s
+        .register_list(ListStateDescriptor::new("l", StringSerializer))
+        .unwrap();
+    for k in 0..100i64 {
+        s.set_current_key(&k).unwrap();
+        s.list(&l).unwrap().add(&format!("Hello{k}")).unwrap();
+    }
+    let l2 = l.clone();
+    s.apply_to_all_keys(&l, &keyed_state::serializer::VoidNamespace, |st, k| {
+        assert_eq!(st.list(&l2)?.get()?, Some(vec![format!("Hello{k}")]));
+        st.list(&l2)?.clear()?;
+        assert_eq!(st.list(&l2)?.get()?, None);
+        st.list(&l2)?.add(&"x".to_string())?;
+        st.list(&l2)?.clear()?;
+        st.list(&l2)?.add(&format!("Hello_{k}"))?;
+        Ok(())
+    })
+    .unwrap();
+    for k in 0..100i64 {
+        s.set_current_key(&k).unwrap();
+        assert_eq!(
+            s.list(&l).unwrap().get().unwrap(),
+            Some(vec![format!("Hello_{k}")])
+        );
+    }
+}
+
+pub fn registering_a_name_twice_checks_kind_and_type(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    s.register_value(ValueStateDescriptor::new("x", LongSerializer))
+        .unwrap();
+    // Same kind and type: the same state.
+    s.register_value(ValueStateDescriptor::new("x", LongSerializer))
+        .unwrap();
+    let e = s
+        .register_list(ListStateDescriptor::new("x", LongSerializer))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::StateKindMismatch { .. }), "{e}");
+    let e = s
+        .register_value(ValueStateDescriptor::new("x", StringSerializer))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::StateTypeMismatch { .. }), "{e}");
+    assert!(e.to_string().contains("'x'"));
+}
+
+pub fn key_outside_range_is_rejected(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::new(0, 63));
+    // Key 0 is in key group 94 (Flink's vector).
+    let e = s.set_current_key(&0).err().unwrap();
+    assert!(
+        matches!(e, Error::KeyGroupOutOfRange { key_group: 94, .. }),
+        "{e}"
+    );
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    assert!(matches!(s.value(&v).err().unwrap(), Error::NoCurrentKey));
+}
+
+/// Collects a snapshot's entries as (state name, key, value), key group by key group.
+pub fn snapshot_entries(
+    snap: &dyn keyed_state::backend::BackendSnapshot,
+) -> BTreeMap<(String, Vec<u8>), Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for (id, meta) in snap.states().iter().enumerate() {
+        for kg in snap.config().key_group_range.iter() {
+            let mut last: Option<Vec<u8>> = None;
+            snap.visit(id, kg, &mut |k, v| {
+                if let Some(prev) = &last {
+                    assert!(prev.as_slice() < k, "entries must be sorted");
+                }
+                last = Some(k.to_vec());
+                out.insert((meta.name.clone(), k.to_vec()), v.to_vec());
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
+    out
+}
+
+pub fn snapshot_is_isolated_from_later_writes(f: &Factory) {
+    // testAsyncSnapshot / testParallelAsyncSnapshots: snapshots see exactly the state at their point.
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("l", LongSerializer))
+        .unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new("m", IntSerializer, LongSerializer))
+        .unwrap();
+    for k in 0..10i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&k).unwrap();
+        s.list(&l).unwrap().add(&k).unwrap();
+        s.map(&m).unwrap().put(&1, &k).unwrap();
+    }
+    let snap1 = s.snapshot().unwrap();
+    let before = snapshot_entries(&*snap1);
+    for k in 0..20i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&(k + 1)).unwrap();
+        s.list(&l).unwrap().add(&(k + 100)).unwrap();
+        s.map(&m).unwrap().put(&2, &k).unwrap();
+        s.map(&m).unwrap().remove(&1).unwrap();
+    }
+    let snap2 = s.snapshot().unwrap();
+    // Encode snapshot 1 on another thread while the store keeps writing.
+    let handle = std::thread::spawn(move || snapshot_entries(&*snap1));
+    for k in 0..20i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().clear().unwrap();
+    }
+    let after1 = handle.join().unwrap();
+    assert_eq!(before, after1);
+    assert_eq!(before.len(), 30);
+    let e2 = snapshot_entries(&*snap2);
+    assert_eq!(e2.len(), 60);
+    s.set_current_key(&3).unwrap();
+    assert_eq!(s.value(&v).unwrap().get().unwrap(), None);
+    assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![3, 103]));
+}
+
+/// Instantiates every conformance test for one backend factory.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($modname:ident, $factory:expr) => {
+        mod $modname {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::conformance as c;
+            fn factory() -> Box<c::Factory> {
+                Box::new($factory)
+            }
+            macro_rules! t {
+                ($name:ident) => {
+                    #[test]
+                    fn $name() {
+                        c::$name(&*factory());
+                    }
+                };
+            }
+            t!(value_default_update_clear);
+            t!(multiple_value_states_are_independent);
+            t!(num_entries_counts_and_clear_removes);
+            t!(list_state_api_matrix);
+            t!(list_keeps_insertion_order_of_strings);
+            t!(list_namespace_merge_deletes_sources);
+            t!(reducing_and_aggregating_merge_to_165);
+            t!(reducing_add_get_clear);
+            t!(map_state_crud_and_retain);
+            t!(map_iterates_in_ascending_key_order);
+            t!(maps_of_neighbouring_keys_do_not_mix);
+            t!(map_scan_from_starts_at_the_bound);
+            t!(keys_per_namespace);
+            t!(apply_to_all_keys_tolerates_changes);
+            t!(registering_a_name_twice_checks_kind_and_type);
+            t!(key_outside_range_is_rejected);
+            t!(snapshot_is_isolated_from_later_writes);
+            t!(two_snapshots_restore_their_own_point);
+            t!(every_kind_survives_savepoint_and_restore);
+            t!(restored_untouched_state_is_snapshotted_again);
+            t!(empty_backend_savepoint_restores);
+            t!(restore_rejects_wrong_key_serializer_and_max_parallelism);
+            t!(restore_rejects_incompatible_value_serializer_before_loading);
+            t!(value_serializer_migrates_on_restore);
+            t!(ttl_exact_expiration_on_write);
+            t!(ttl_relaxed_expiration_on_write);
+            t!(ttl_exact_expiration_on_read);
+            t!(ttl_relaxed_expiration_on_read);
+            t!(ttl_expiration_timestamp_overflow);
+            t!(ttl_snapshot_change_restore);
+            t!(ttl_merge_namespaces);
+            t!(ttl_snapshot_cleanup_drops_expired_state);
+            t!(ttl_cannot_be_toggled_across_restore);
+            t!(ttl_value_bytes_are_flinks_ttl_value);
+            t!(timers_key_grouped_priority_queue_walkthrough);
+            t!(timers_queue_peek_poll_order_and_set_semantics);
+            t!(timers_fire_in_order_with_the_current_key_set);
+            t!(timers_survive_savepoint_and_rescale);
+        }
+    };
+}
+
+// ------------------------------------------------------------------ savepoints and restore
+
+use keyed_state::savepoint::{encode, Compression, SavepointReader, WriteOptions};
+
+/// Encodes a store's snapshot into an in-memory savepoint.
+pub fn savepoint_of<K: keyed_state::serializer::KeySerializer>(
+    s: &mut KeyedStateStore<K>,
+) -> SavepointReader {
+    let snap = s.snapshot().unwrap();
+    savepoint_of_snapshot(&*snap)
+}
+
+pub fn savepoint_of_snapshot(snap: &dyn keyed_state::backend::BackendSnapshot) -> SavepointReader {
+    let mut bytes = Vec::new();
+    encode(
+        snap,
+        &WriteOptions {
+            compression: Compression::None,
+        },
+        &mut bytes,
+    )
+    .unwrap();
+    SavepointReader::from_bytes(bytes).unwrap()
+}
+
+pub fn two_snapshots_restore_their_own_point(f: &Factory) {
+    // testValueState: snapshot 1, more writes, snapshot 2; each restores its own contents.
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", StringSerializer))
+        .unwrap();
+    for (k, x) in [(1, "1"), (2, "2")] {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&x.to_string()).unwrap();
+    }
+    let snap1 = s.snapshot().unwrap();
+    for (k, x) in [(1, "u1"), (2, "u2"), (3, "u3")] {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&x.to_string()).unwrap();
+    }
+    let snap2 = s.snapshot().unwrap();
+    let (sp1, sp2) = (
+        savepoint_of_snapshot(&*snap1),
+        savepoint_of_snapshot(&*snap2),
+    );
+    for (sp, expect) in [
+        (sp1, [Some("1"), Some("2"), None]),
+        (sp2, [Some("u1"), Some("u2"), Some("u3")]),
+    ] {
+        let mut r = store_long(f, 128, KeyGroupRange::all(128));
+        let v = r
+            .register_value(ValueStateDescriptor::new("v", StringSerializer))
+            .unwrap();
+        r.restore(&[sp]).unwrap();
+        for (k, e) in [1i64, 2, 3].iter().zip(expect) {
+            r.set_current_key(k).unwrap();
+            assert_eq!(r.value(&v).unwrap().get().unwrap(), e.map(String::from));
+        }
+    }
+}
+
+pub fn every_kind_survives_savepoint_and_restore(f: &Factory) {
+    let mut s = store_string(f);
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    let l = s
+        .register_list(
+            ListStateDescriptor::new("l", StringSerializer).with_namespace(IntSerializer),
+        )
+        .unwrap();
+    let m = s
+        .register_map(
+            MapStateDescriptor::new("m", StringSerializer, LongSerializer)
+                .with_namespace(StringSerializer),
+        )
+        .unwrap();
+    let r = s
+        .register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| {
+            *a.max(b)
+        }))
+        .unwrap();
+    let a = s
+        .register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer))
+        .unwrap();
+    for i in 0..200i64 {
+        let key = format!("user-{i}");
+        s.set_current_key(&key).unwrap();
+        s.value(&v).unwrap().update(&i).unwrap();
+        s.list_in(&l, &((i % 3) as i32))
+            .unwrap()
+            .add_all(&[format!("a{i}"), format!("b{i}")])
+            .unwrap();
+        s.map_in(&m, &"ns".to_string())
+            .unwrap()
+            .put(&format!("k{i}"), &i)
+            .unwrap();
+        s.map_in(&m, &"empty".to_string())
+            .unwrap()
+            .put(&"gone".into(), &1)
+            .unwrap();
+        s.map_in(&m, &"empty".to_string())
+            .unwrap()
+            .remove(&"gone".into())
+            .unwrap();
+        s.reducing(&r).unwrap().add(&i).unwrap();
+        s.aggregating(&a).unwrap().add(&i).unwrap();
+    }
+    let sp = savepoint_of(&mut s);
+    let mut t = store_string(f);
+    t.restore(&[sp]).unwrap();
+    let v = t
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    let l = t
+        .register_list(
+            ListStateDescriptor::new("l", StringSerializer).with_namespace(IntSerializer),
+        )
+        .unwrap();
+    let m = t
+        .register_map(
+            MapStateDescriptor::new("m", StringSerializer, LongSerializer)
+                .with_namespace(StringSerializer),
+        )
+        .unwrap();
+    let r = t
+        .register_reducing(ReducingStateDescriptor::new("r", LongSerializer, |a, b| {
+            *a.max(b)
+        }))
+        .unwrap();
+    let a = t
+        .register_aggregating(AggregatingStateDescriptor::new("a", SumAgg, LongSerializer))
+        .unwrap();
+    for i in 0..200i64 {
+        t.set_current_key(&format!("user-{i}")).unwrap();
+        assert_eq!(t.value(&v).unwrap().get().unwrap(), Some(i));
+        assert_eq!(
+            t.list_in(&l, &((i % 3) as i32)).unwrap().get().unwrap(),
+            Some(vec![format!("a{i}"), format!("b{i}")])
+        );
+        assert_eq!(
+            t.list_in(&l, &(((i + 1) % 3) as i32))
+                .unwrap()
+                .get()
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            t.map_in(&m, &"ns".to_string()).unwrap().entries().unwrap(),
+            vec![(format!("k{i}"), i)]
+        );
+        assert!(t
+            .map_in(&m, &"empty".to_string())
+            .unwrap()
+            .is_empty()
+            .unwrap());
+        assert_eq!(t.reducing(&r).unwrap().get().unwrap(), Some(i));
+        assert_eq!(
+            t.aggregating(&a).unwrap().get().unwrap(),
+            Some(format!("sum={i}"))
+        );
+    }
+    assert_eq!(t.num_entries().unwrap(), s.num_entries().unwrap());
+}
+
+pub fn restored_untouched_state_is_snapshotted_again(f: &Factory) {
+    // testSnapshotNonAccessedState
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let m = s
+        .register_map(MapStateDescriptor::new(
+            "m",
+            IntSerializer,
+            StringSerializer,
+        ))
+        .unwrap();
+    s.set_current_key(&5).unwrap();
+    for i in 0..3 {
+        s.map(&m).unwrap().put(&i, &format!("v{i}")).unwrap();
+    }
+    let sp = savepoint_of(&mut s);
+    let mut t = store_long(f, 128, KeyGroupRange::all(128));
+    t.restore(&[sp]).unwrap();
+    let sp2 = savepoint_of(&mut t); // never registered, never touched
+    let mut u = store_long(f, 128, KeyGroupRange::all(128));
+    u.restore(&[sp2]).unwrap();
+    let m = u
+        .register_map(MapStateDescriptor::new(
+            "m",
+            IntSerializer,
+            StringSerializer,
+        ))
+        .unwrap();
+    u.set_current_key(&5).unwrap();
+    assert_eq!(u.map(&m).unwrap().entries().unwrap().len(), 3);
+}
+
+pub fn empty_backend_savepoint_restores(f: &Factory) {
+    // testEmptyStateCheckpointing
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let sp = savepoint_of(&mut s);
+    assert_eq!(sp.key_groups().len(), 0);
+    let mut t = store_long(f, 128, KeyGroupRange::all(128));
+    let summary = t.restore(&[sp]).unwrap();
+    assert_eq!(summary.entries, 0);
+    assert_eq!(t.num_entries().unwrap(), 0);
+}
+
+pub fn restore_rejects_wrong_key_serializer_and_max_parallelism(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    s.set_current_key(&1).unwrap();
+    s.value(&v).unwrap().update(&1).unwrap();
+    let bytes = {
+        let snap = s.snapshot().unwrap();
+        let mut b = Vec::new();
+        encode(&*snap, &WriteOptions::default(), &mut b).unwrap();
+        b
+    };
+    let mut t = store_string(f);
+    let e = t
+        .restore(&[SavepointReader::from_bytes(bytes.clone()).unwrap()])
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::IncompatibleSerializer { role: "key", .. }),
+        "{e}"
+    );
+    let mut u = store_long(f, 256, KeyGroupRange::all(256));
+    let e = u
+        .restore(&[SavepointReader::from_bytes(bytes).unwrap()])
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            e,
+            Error::MaxParallelismMismatch {
+                savepoint: 128,
+                backend: 256
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(u.num_entries().unwrap(), 0);
+}
+
+pub fn restore_rejects_incompatible_value_serializer_before_loading(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("name", StringSerializer))
+        .unwrap();
+    let c = s
+        .register_value(ValueStateDescriptor::new("count", LongSerializer))
+        .unwrap();
+    s.set_current_key(&1).unwrap();
+    s.value(&v).unwrap().update(&"x".into()).unwrap();
+    s.value(&c).unwrap().update(&7).unwrap();
+    let snap = s.snapshot().unwrap();
+    // Registered before the restore: checked before anything loads.
+    let mut t = store_long(f, 128, KeyGroupRange::all(128));
+    t.register_value(ValueStateDescriptor::new("name", LongSerializer))
+        .unwrap();
+    let e = t.restore(&[savepoint_of_snapshot(&*snap)]).err().unwrap();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, Error::IncompatibleSerializer { role: "value", .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("'name'")
+            && msg.contains("StringSerializer")
+            && msg.contains("LongSerializer"),
+        "{msg}"
+    );
+    assert_eq!(
+        t.num_entries().unwrap(),
+        0,
+        "nothing may load when a check fails"
+    );
+    // Registered after the restore: checked at registration.
+    let mut u = store_long(f, 128, KeyGroupRange::all(128));
+    u.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
+    let e = u
+        .register_value(ValueStateDescriptor::new("name", IntSerializer))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::IncompatibleSerializer { .. }), "{e}");
+    let e = u
+        .register_list(ListStateDescriptor::new("count", LongSerializer))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::StateKindMismatch { .. }), "{e}");
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+pub struct ProfileV1 {
+    pub name: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+pub struct ProfileV2 {
+    pub name: String,
+    pub visits: u64,
+}
+
+pub fn value_serializer_migrates_on_restore(f: &Factory) {
+    use keyed_state::serializer::SerdeSerializer;
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v1 = SerdeSerializer::<ProfileV1>::new("Profile", 1);
+    let p = s
+        .register_value(ValueStateDescriptor::new("profile", v1.clone()))
+        .unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("history", v1.clone()))
+        .unwrap();
+    let m = s
+        .register_map(MapStateDescriptor::new("by-page", IntSerializer, v1))
+        .unwrap();
+    for k in 0..50i64 {
+        s.set_current_key(&k).unwrap();
+        let prof = ProfileV1 {
+            name: format!("u{k}"),
+        };
+        s.value(&p).unwrap().update(&prof).unwrap();
+        s.list(&l)
+            .unwrap()
+            .add_all(&[prof.clone(), prof.clone()])
+            .unwrap();
+        s.map(&m).unwrap().put(&(k as i32), &prof).unwrap();
+    }
+    let snap = s.snapshot().unwrap();
+    let v2 = || {
+        SerdeSerializer::<ProfileV2>::new("Profile", 2).with_serde_migration::<ProfileV1>(
+            1,
+            |old| ProfileV2 {
+                name: old.name,
+                visits: 0,
+            },
+        )
+    };
+    for register_first in [true, false] {
+        let mut t = store_long(f, 128, KeyGroupRange::all(128));
+        let handles = |t: &mut KeyedStateStore<LongSerializer>| {
+            (
+                t.register_value(ValueStateDescriptor::new("profile", v2()))
+                    .unwrap(),
+                t.register_list(ListStateDescriptor::new("history", v2()))
+                    .unwrap(),
+                t.register_map(MapStateDescriptor::new("by-page", IntSerializer, v2()))
+                    .unwrap(),
+            )
+        };
+        let (p2, l2, m2) = if register_first {
+            let h = handles(&mut t);
+            let summary = t.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
+            assert_eq!(summary.migrated_states.len(), 3);
+            h
+        } else {
+            t.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
+            handles(&mut t)
+        };
+        for k in 0..50i64 {
+            t.set_current_key(&k).unwrap();
+            let want = ProfileV2 {
+                name: format!("u{k}"),
+                visits: 0,
+            };
+            assert_eq!(t.value(&p2).unwrap().get().unwrap(), Some(want.clone()));
+            assert_eq!(
+                t.list(&l2).unwrap().get().unwrap(),
+                Some(vec![want.clone(), want.clone()])
+            );
+            assert_eq!(t.map(&m2).unwrap().get(&(k as i32)).unwrap(), Some(want));
+        }
+        // The migrated state snapshots with the new serializer.
+        let sp = savepoint_of(&mut t);
+        assert_eq!(sp.header().states[0].value_serializer.version, 2);
+    }
+    // A serializer that cannot read version 1 is incompatible.
+    let mut u = store_long(f, 128, KeyGroupRange::all(128));
+    u.restore(&[savepoint_of_snapshot(&*snap)]).unwrap();
+    let e = u
+        .register_value(ValueStateDescriptor::new(
+            "profile",
+            SerdeSerializer::<ProfileV2>::new("Profile", 2),
+        ))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::IncompatibleSerializer { .. }), "{e}");
+}

@@ -1,0 +1,16 @@
+//! The state layer's tests: the conformance suite on every backend, models, serializers, savepoint format,
+//! restore and rescale, timers, TTL, windows.
+
+#[macro_use]
+mod conformance;
+
+mod backend_swap;
+mod backends;
+mod lsm_rescale;
+mod model;
+mod rescale;
+mod savepoint_format;
+mod serializers;
+mod timers;
+mod ttl_cleanup;
+mod windows;
