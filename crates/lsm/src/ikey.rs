@@ -89,6 +89,12 @@ pub fn user_key(ikey: &[u8]) -> &[u8] {
     &ikey[..ikey.len().saturating_sub(TRAILER_LEN)]
 }
 
+/// Whether an internal key is a range tombstone's (its trailer's kind byte is [`ValueKind::RangeDelete`]).
+#[inline]
+pub fn is_range_delete(ikey: &[u8]) -> bool {
+    ikey.last() == Some(&(ValueKind::RangeDelete as u8))
+}
+
 /// Orders internal keys: user key ascending, then trailer descending (newest first).
 #[inline]
 pub fn compare(a: &[u8], b: &[u8]) -> Ordering {

@@ -4,8 +4,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::ikey::ValueKind;
-use crate::iter::{full_merge, DbIter, IterParts};
+use crate::iter::{DbIter, IterParts};
 use crate::memtable::{epoch, key_hash, with_lookup_key};
+use crate::merge::full_merge;
 use crate::options::ReadOptions;
 use crate::rangedel::max_covering;
 use crate::slice::ValueSlice;
