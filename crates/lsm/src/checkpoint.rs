@@ -141,7 +141,7 @@ enum Pending {
 /// The synchronous part of a two-part checkpoint ([`Db::begin_checkpoint`]); [`wait`](Self::wait) is the
 /// asynchronous part.
 pub struct PendingCheckpoint {
-    inner: Arc<super::state::DbInner>,
+    inner: Arc<super::inner::DbInner>,
     seqno: u64,
     pending: Option<Pending>,
     _snapshot: super::snapshot::Snapshot,
@@ -166,7 +166,7 @@ impl Db {
             Some(m) => {
                 let id = CAPTURE_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mem = Arc::clone(m);
-                st.captures.push(super::state::Capture {
+                st.captures.push(super::inner::Capture {
                     id,
                     mem,
                     version: None,

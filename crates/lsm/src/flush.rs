@@ -8,7 +8,7 @@ use super::memtable::MemTable;
 use super::rangedel::{self, RangeDelCollector, PROP_RANGE_DELS};
 use super::sst::PropertiesCollector;
 use super::sst::{SstReader, SstWriter};
-use super::state::DbInner;
+use super::inner::DbInner;
 use super::version::{sst_path, FileInfo, FileMeta};
 use super::{Location, LsmError};
 

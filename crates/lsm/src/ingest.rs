@@ -10,7 +10,7 @@ use super::db::Db;
 use super::flush::Outputs;
 use super::ikey::{self, ValueKind};
 use super::panic_message;
-use super::state::{DbInner, WriterState};
+use super::inner::{DbInner, WriterState};
 use super::version::{FileMeta, VersionEdit};
 use super::LsmError;
 

@@ -53,7 +53,7 @@ pub mod rangedel;
 pub mod record_log;
 pub(crate) mod skiplist;
 pub mod snapshot;
-pub(crate) mod state;
+pub(crate) mod inner;
 pub mod storage;
 pub(crate) mod sync;
 pub(crate) mod version;

@@ -10,7 +10,7 @@ use crate::ikey::{self, ValueKind};
 use crate::iter::{file_iter, InternalIterator, MergingIter, TombIter};
 use crate::merge::full_merge;
 use crate::rangedel::RangeTombstone;
-use crate::state::DbInner;
+use crate::inner::DbInner;
 use crate::version::{FileMeta, Version, VersionEdit};
 use crate::{Location, LsmError};
 

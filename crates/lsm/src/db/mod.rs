@@ -4,7 +4,7 @@
 //! This module holds the handle and its public API; the work is in the submodules: `open` (opening and
 //! recovery), `write` (the write path), `read` (the read path), `background` (the flush and compaction
 //! threads, waiting for them, shutdown) and `stats` ([`DbStats`]). What they share with the flush and
-//! compaction jobs is `DbInner`, in `lsm::state`.
+//! compaction jobs is `DbInner`, in `inner.rs`.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -20,7 +20,7 @@ use super::iter::DbIter;
 use super::options::{Options, ReadOptions};
 use super::slice::ValueSlice;
 use super::snapshot::Snapshot;
-use super::state::DbInner;
+use super::inner::DbInner;
 use super::LsmError;
 
 mod background;

@@ -14,7 +14,7 @@ use crate::flush;
 use crate::io::io_err;
 use crate::manifest::{self, ManifestWriter};
 use crate::options::Options;
-use crate::state::DbInner;
+use crate::inner::DbInner;
 use crate::storage::{DirLock, Storage};
 use crate::version::{FileInfo, FileMeta, Version};
 use crate::wal::{self, WalWriter};

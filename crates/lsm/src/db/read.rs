@@ -11,7 +11,7 @@ use crate::options::ReadOptions;
 use crate::rangedel::max_covering;
 use crate::slice::ValueSlice;
 use crate::sst::PrefixProbe;
-use crate::state::{DbInner, SuperVersion};
+use crate::inner::{DbInner, SuperVersion};
 use crate::version::FileMeta;
 
 use super::Result;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::batch::WriteBatch;
 use crate::ikey::ValueKind;
 use crate::memtable::MemTable;
-use crate::state::{DbInner, State, WriterState};
+use crate::inner::{DbInner, State, WriterState};
 use crate::version::{FileMeta, VersionEdit};
 use crate::wal::{self, WalWriter};
 use crate::LsmError;
@@ -111,7 +111,7 @@ impl DbInner {
 
     /// The writer's fast path: the memtable the last unforced [`make_room`](Self::make_room) recorded, if
     /// nothing it checks has changed since (no flush or compaction installed, no error, no shutdown: see
-    /// [`State::changes`](crate::state::State::changes)) and the table is not full. Then a write
+    /// [`State::changes`](crate::inner::State::changes)) and the table is not full. Then a write
     /// needs neither the state lock nor a reference count, which measurably speeds up random puts and
     /// merges (`lsm_vs_rocksdb`). A change that lands just after the check is seen by the next write, as a
     /// write that took the lock just before the change would have missed it too.
