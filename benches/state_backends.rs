@@ -49,8 +49,7 @@ use keyed_state::state::{
 };
 use keyed_state::ttl::ManualClock;
 use keyed_state::Result;
-use keyed_state_lsm::options::Options;
-use keyed_state_lsm::sst::{Compression as SstCompression, SstOptions};
+use keyed_state_lsm::{Compression as SstCompression, Options, SstOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -34,14 +34,10 @@ use crate::keygroup::{
     key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup, KeyGroupRange,
 };
 use crate::meta::{StateKind, StateMetaInfo};
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::checkpoint::CheckpointInfo;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::iter::DbIter;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
-use keyed_state_lsm::prefix::prefix_successor;
-use keyed_state_lsm::snapshot::Snapshot;
+use keyed_state_lsm::{
+    prefix_successor, CheckpointInfo, Db, DbIter, ListAppendOperator, Options, ReadOptions,
+    Snapshot, WriteBatch,
+};
 
 /// Width of the state-id prefix of every engine key.
 pub const STATE_PREFIX_LEN: usize = 2;
@@ -267,7 +263,7 @@ impl LsmBackend {
         }
         options.sst.prefix_extractor = prefixes
             .clone()
-            .map(|x| x as Arc<dyn keyed_state_lsm::prefix::PrefixExtractor>);
+            .map(|x| x as Arc<dyn keyed_state_lsm::PrefixExtractor>);
         (options, EngineParts { prefixes, ttl })
     }
 
@@ -410,7 +406,7 @@ impl LsmBackend {
 
 /// The synchronous part of an LSM checkpoint: the engine's pending checkpoint and the engine it belongs to.
 struct LsmCapture {
-    pending: keyed_state_lsm::checkpoint::PendingCheckpoint,
+    pending: keyed_state_lsm::PendingCheckpoint,
     shared: Arc<Shared>,
 }
 

@@ -7,7 +7,7 @@ use crate::keygroup::{KeyGroup, KeyGroupRange};
 use crate::meta::StateMetaInfo;
 use crate::savepoint::{SavepointReader, WriteOptions};
 use crate::serializer::SerializerSnapshot;
-use keyed_state_lsm::bounds::KeyBounds;
+use keyed_state_lsm::KeyBounds;
 
 /// The first eight bytes of every metadata file.
 pub const MAGIC: [u8; 8] = *b"KSCKPT\0\x01";

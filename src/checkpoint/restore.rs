@@ -12,11 +12,10 @@ use crate::backend::BackendKind;
 use crate::backend::{BackendConfig, StateBackend};
 use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroupRange};
 use crate::savepoint::{write_savepoint, WriteOptions};
-use keyed_state_lsm::adopt::{self, AdoptFile, SstSummary};
-use keyed_state_lsm::bounds::KeyBounds;
-use keyed_state_lsm::options::Options;
-use keyed_state_lsm::prefix::prefix_successor;
 use keyed_state_lsm::storage::Storage;
+use keyed_state_lsm::{
+    adopt_sst_files, prefix_successor, summarize_sst, AdoptFile, KeyBounds, Options, SstSummary,
+};
 
 /// What a restore did.
 #[derive(Debug, Clone, Default)]
@@ -72,7 +71,7 @@ fn write_file(fs: &dyn Storage, dst: &Path, data: &[u8]) -> Result<(), Checkpoin
 /// A second name `dst` for file `src` of `fs`: a hard link, else a copy (streamed on the real file system).
 fn link_or_copy(fs: &dyn Storage, src: &Path, dst: &Path) -> Result<(), CheckpointError> {
     if fs.hard_link(src, dst).is_err() {
-        keyed_state_lsm::io::copy_file_on(fs, src, dst)?;
+        keyed_state_lsm::util::copy_file_on(fs, src, dst)?;
     }
     Ok(())
 }
@@ -294,7 +293,7 @@ pub fn restore_lsm(
         info.bytes_fetched += fetch_files(storage, m, &dir, &numbers, fs)?;
         let mut sums = Vec::with_capacity(numbers.len());
         for n in &numbers {
-            sums.push(adopt::summarize(fs, &dir.join(format!("{n:06}.sst")))?);
+            sums.push(summarize_sst(fs, &dir.join(format!("{n:06}.sst")))?);
         }
         staged.push((dir, sums));
     }
@@ -350,8 +349,7 @@ pub fn restore_lsm(
         // What was not adopted (files holding nothing of the new range) goes now, not with the backend.
         remove_files(fs, &staged[i].0);
     }
-    info.files_adopted =
-        adopt::write_bounded_manifest(fs, &db_dir, &placed, last_seqno, options.num_levels)?;
+    info.files_adopted = adopt_sst_files(fs, &db_dir, &placed, last_seqno, options.num_levels)?;
     let mut backend = LsmBackend::open_adopted_in_temp(
         tmp,
         &db_dir,
@@ -390,7 +388,7 @@ fn copy_part(
             },
         })
         .collect();
-    adopt::write_bounded_manifest(&*options.storage, dir, &placed, m.seqno, options.num_levels)?;
+    adopt_sst_files(&*options.storage, dir, &placed, m.seqno, options.num_levels)?;
     let range = m.key_group_range.intersect(&target);
     let mut cfg = m.backend_config();
     cfg.key_group_range = range;

@@ -3,20 +3,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use keyed_state_lsm::adopt::{self, AdoptFile};
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::bounds::KeyBounds;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::filter::{
-    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
-    FilterEntryKind,
-};
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
-use keyed_state_lsm::prefix::{FixedPrefix, PrefixExtractor};
-use keyed_state_lsm::sst::{Compression, SstOptions};
 use keyed_state_lsm::storage::OsStorage;
 use keyed_state_lsm::LsmError;
+use keyed_state_lsm::{
+    adopt_sst_files, AdoptFile, CompactionFilter, CompactionFilterContext, CompactionFilterFactory,
+    Compression, Db, FilterDecision, FilterEntryKind, FixedPrefix, KeyBounds, ListAppendOperator,
+    Options, PrefixExtractor, ReadOptions, SstOptions, WriteBatch,
+};
 
 fn small_opts() -> Options {
     Options {
@@ -758,8 +751,8 @@ fn db_and_iterators_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}
     send_sync::<Db>();
-    send_sync::<keyed_state_lsm::snapshot::Snapshot>();
-    send::<keyed_state_lsm::iter::DbIter>();
+    send_sync::<keyed_state_lsm::Snapshot>();
+    send::<keyed_state_lsm::DbIter>();
 }
 
 /// Throughput smoke test; run with `cargo test --release --test lsm_scenarios perf_smoke -- --ignored --nocapture`.
@@ -1060,10 +1053,10 @@ fn operands_per_file(dir: &std::path::Path) -> Vec<u64> {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "sst") {
-            let r = keyed_state_lsm::sst::SstReader::open(
+            let r = keyed_state_lsm::internals::sst::SstReader::open(
                 &p,
                 u64::MAX,
-                keyed_state_lsm::cache::BlockCache::new(1 << 20),
+                keyed_state_lsm::internals::BlockCache::new(1 << 20),
             )
             .unwrap();
             out.push(r.properties().merge_operands);
@@ -1599,7 +1592,7 @@ fn adopt_bounded(src: &std::path::Path, dst: &std::path::Path, bounds: &KeyBound
         })
         .collect();
     assert!(files.len() >= 6, "{files:?}");
-    adopt::write_bounded_manifest(&OsStorage, dst, &files, info.seqno, 4).unwrap()
+    adopt_sst_files(&OsStorage, dst, &files, info.seqno, 4).unwrap()
 }
 
 fn model_in(
@@ -1729,9 +1722,13 @@ fn bounded_files_compact_into_unbounded_files_without_the_keys_outside() {
     let mut files = Vec::new();
     for f in &info.files {
         std::fs::copy(&f.path, plain.join(f.path.file_name().unwrap())).unwrap();
-        files.push((f.level, f.number));
+        files.push(AdoptFile {
+            level: f.level,
+            number: f.number,
+            bounds: None,
+        });
     }
-    adopt::write_manifest(&OsStorage, &plain, &files, info.seqno, 4).unwrap();
+    adopt_sst_files(&OsStorage, &plain, &files, info.seqno, 4).unwrap();
     let db = Db::open(&plain, bounded_opts()).unwrap();
     assert_eq!(
         scan(&db, ReadOptions::default()),

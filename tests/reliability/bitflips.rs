@@ -22,8 +22,7 @@ use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::options::{Options, ReadOptions, WalRecovery};
+use keyed_state_lsm::{Db, Options, ReadOptions, WalRecovery};
 
 const LSM_KEYS: usize = 5_000;
 const WAL_KEYS: usize = 300;

@@ -17,11 +17,10 @@ use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::savepoint::{write_savepoint_on, SavepointReader, WriteOptions};
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::options::{Options, ReadOptions};
 use keyed_state_lsm::storage::fault::{Effect, Fault, FaultFs, Op};
 use keyed_state_lsm::storage::{Storage, StorageHandle};
 use keyed_state_lsm::LsmError;
+use keyed_state_lsm::{Db, Options, ReadOptions};
 
 fn opts(fs: &FaultFs, wal: bool) -> Options {
     Options {

@@ -399,7 +399,7 @@ pub fn export_canonical(
     std::fs::write(&tmp, &bytes).map_err(io(&tmp))?;
     let meta_path = out_dir.join("_metadata");
     std::fs::rename(&tmp, &meta_path).map_err(io(&meta_path))?;
-    keyed_state_lsm::fsutil::sync_dir(out_dir).map_err(io(out_dir))?;
+    keyed_state_lsm::util::sync_dir(out_dir).map_err(io(out_dir))?;
     Ok(ExportSummary {
         operator_id: id,
         max_parallelism: max_p,

@@ -93,8 +93,7 @@ impl WriteBatch {
     }
 
     /// Encodes the batch with its first sequence number (the WAL record payload).
-    #[doc(hidden)]
-    pub fn encode(&self, seqno: u64) -> Vec<u8> {
+    pub(crate) fn encode(&self, seqno: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(12 + self.bytes);
         put_u64(&mut out, seqno);
         put_u32(&mut out, self.ops.len() as u32);
@@ -107,8 +106,7 @@ impl WriteBatch {
     }
 
     /// Decodes an encoded batch into its first sequence number and the batch.
-    #[doc(hidden)]
-    pub fn decode(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
         let mut r = ByteReader::new(bytes);
         let seqno = r.u64()?;
         let count = r.u32()?;

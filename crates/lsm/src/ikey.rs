@@ -70,6 +70,15 @@ pub struct ParsedKey<'a> {
     pub kind: ValueKind,
 }
 
+impl<'a> ParsedKey<'a> {
+    /// Splits an internal key (what a [`PropertiesCollector`](crate::PropertiesCollector) is shown); `None`
+    /// if it is shorter than the 8-byte trailer or has an unknown kind.
+    #[inline]
+    pub fn parse(ikey: &'a [u8]) -> Option<ParsedKey<'a>> {
+        parse(ikey)
+    }
+}
+
 /// Splits an internal key; `None` if it is shorter than the trailer or has an unknown kind.
 #[inline]
 pub fn parse(ikey: &[u8]) -> Option<ParsedKey<'_>> {

@@ -9,10 +9,10 @@ use super::compaction::key_range;
 use super::db::Db;
 use super::flush::Outputs;
 use super::ikey::{self, ValueKind};
-use super::panic_message;
 use super::inner::{DbInner, WriterState};
 use super::version::{FileMeta, VersionEdit};
 use super::LsmError;
+use crate::util::panic_message;
 
 /// What an ingestion did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,7 +28,7 @@ pub trait MergeOperator: Send + Sync {
 pub struct ListAppendOperator;
 
 /// The list delimiter byte.
-pub const LIST_DELIMITER: u8 = 0x2C;
+const LIST_DELIMITER: u8 = 0x2C;
 
 fn join(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
     let cap =

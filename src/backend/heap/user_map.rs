@@ -6,7 +6,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::bytes::{head_of, SmallBytes};
-use keyed_state_lsm::prefetch::prefetch_read as prefetch;
+use keyed_state_lsm::util::prefetch_read as prefetch;
 
 /// A map with more entries than this is stored as an ordered tree, not a sorted vector.
 pub const SMALL_MAX: usize = 32;

@@ -12,7 +12,7 @@ use crate::backend::{BackendConfig, BackendSnapshot, EngineHandle, StateBackend,
 use crate::error::{Error, Result};
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
 use crate::meta::StateMetaInfo;
-use keyed_state_lsm::prefix::prefix_successor;
+use keyed_state_lsm::prefix_successor;
 
 use super::load::{LoadRun, Loader};
 use super::ttl_filter::TtlSlots;

@@ -21,7 +21,7 @@ use crate::checkpoint::{
 };
 use crate::error::{Error, Result};
 use crate::keygroup::{write_key_group_prefix, KeyGroupRange};
-use keyed_state_lsm::prefix::prefix_successor;
+use keyed_state_lsm::prefix_successor;
 
 /// Where the synchronous parts put RocksDB's checkpoint directories (inside the database directory, so
 /// hard links work; RocksDB ignores directories it did not create).

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use crate::filter::{CompactionFilter, CompactionFilterContext, FilterDecision, FilterEntryKind};
 use crate::flush::Outputs;
 use crate::ikey::{self, ValueKind};
+use crate::inner::DbInner;
 use crate::iter::{file_iter, InternalIterator, MergingIter, TombIter};
 use crate::merge::full_merge;
 use crate::rangedel::RangeTombstone;
-use crate::inner::DbInner;
 use crate::version::{FileMeta, Version, VersionEdit};
 use crate::{Location, LsmError};
 

@@ -16,11 +16,11 @@ use parking_lot::Mutex;
 use super::batch::WriteBatch;
 use super::compaction;
 use super::ikey::ValueKind;
+use super::inner::DbInner;
 use super::iter::DbIter;
 use super::options::{Options, ReadOptions};
 use super::slice::ValueSlice;
 use super::snapshot::Snapshot;
-use super::inner::DbInner;
 use super::LsmError;
 
 mod background;

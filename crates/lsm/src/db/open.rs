@@ -11,10 +11,10 @@ use parking_lot::Mutex;
 
 use crate::cache::BlockCache;
 use crate::flush;
+use crate::inner::DbInner;
 use crate::io::io_err;
 use crate::manifest::{self, ManifestWriter};
 use crate::options::Options;
-use crate::inner::DbInner;
 use crate::storage::{DirLock, Storage};
 use crate::version::{FileInfo, FileMeta, Version};
 use crate::wal::{self, WalWriter};

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::ikey::ValueKind;
+use crate::inner::{DbInner, SuperVersion};
 use crate::iter::{DbIter, IterParts};
 use crate::memtable::{epoch, key_hash, with_lookup_key};
 use crate::merge::full_merge;
@@ -11,7 +12,6 @@ use crate::options::ReadOptions;
 use crate::rangedel::max_covering;
 use crate::slice::ValueSlice;
 use crate::sst::PrefixProbe;
-use crate::inner::{DbInner, SuperVersion};
 use crate::version::FileMeta;
 
 use super::Result;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::batch::WriteBatch;
 use crate::ikey::ValueKind;
-use crate::memtable::MemTable;
 use crate::inner::{DbInner, State, WriterState};
+use crate::memtable::MemTable;
 use crate::version::{FileMeta, VersionEdit};
 use crate::wal::{self, WalWriter};
 use crate::LsmError;

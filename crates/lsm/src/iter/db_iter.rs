@@ -14,7 +14,13 @@ use crate::sst::PrefixProbe;
 use crate::version::Version;
 use crate::{Location, LsmError};
 
-/// A user-facing iterator over the database at one snapshot.
+/// A user-facing cursor over the database at one snapshot, in key order.
+///
+/// As a cursor ([`seek`](Self::seek), [`next`](Self::next), [`key`](Self::key), [`value`](Self::value)) it
+/// copies nothing per entry: the key and value it shows are borrowed from it until it moves. As an
+/// [`Iterator`] (`for entry in db.iter(..)`, or [`entries`](Self::entries)) it yields owned entries instead.
+/// An error stops it: the cursor then reports it through [`status`](Self::status), the iterator as its last
+/// item.
 ///
 /// It pins the memtables and version it was created on, so files it reads are not deleted while it lives.
 pub struct DbIter {
@@ -37,6 +43,8 @@ pub struct DbIter {
     /// Reused seek-target buffer.
     seek_buf: Vec<u8>,
     valid: bool,
+    /// Whether `seek` (or `seek_to_first`) was called.
+    positioned: bool,
     status: Option<LsmError>,
     _version: Arc<Version>,
     _snapshot: Option<Snapshot>,
@@ -87,6 +95,7 @@ impl DbIter {
             skip_pending: false,
             seek_buf: Vec::new(),
             valid: false,
+            positioned: false,
             status: None,
             _version: p.version,
             _snapshot: p.hold,
@@ -118,6 +127,7 @@ impl DbIter {
         lk.extend_from_slice(target);
         lk.extend_from_slice(&((self.snapshot.min(ikey::MAX_SEQNO) << 8) | 0xFF).to_be_bytes());
         self.skip_pending = false;
+        self.positioned = true;
         let res = self.inner.seek(&lk).and_then(|_| self.find_next());
         self.seek_buf = lk;
         self.settle(res);
@@ -175,6 +185,18 @@ impl DbIter {
     /// Takes the error that stopped the iterator, if any (leaving none behind).
     pub fn take_status(&mut self) -> Result<(), LsmError> {
         self.status.take().map_or(Ok(()), Err)
+    }
+
+    /// The entries from the current position on (from the first key if the cursor was never positioned),
+    /// as an [`Iterator`] of owned keys and values.
+    pub fn entries(mut self) -> DbEntries {
+        if !self.positioned {
+            self.seek_to_first();
+        }
+        DbEntries {
+            iter: self,
+            done: false,
+        }
     }
 
     fn out_of_bounds(&self, uk: &[u8]) -> bool {
@@ -273,6 +295,50 @@ impl DbIter {
         }
     }
 }
+
+impl IntoIterator for DbIter {
+    type Item = Result<(Vec<u8>, ValueSlice), LsmError>;
+    type IntoIter = DbEntries;
+
+    /// [`DbIter::entries`].
+    fn into_iter(self) -> DbEntries {
+        self.entries()
+    }
+}
+
+/// The entries of a [`DbIter`] as an [`Iterator`]: each key copied out, each value a [`ValueSlice`] (a view
+/// into the file when the value sits in an SST block, a copy otherwise). An error ends it: it is the last
+/// item.
+pub struct DbEntries {
+    iter: DbIter,
+    done: bool,
+}
+
+impl DbEntries {
+    /// The cursor behind the entries, positioned at the next entry to yield.
+    pub fn into_cursor(self) -> DbIter {
+        self.iter
+    }
+}
+
+impl Iterator for DbEntries {
+    type Item = Result<(Vec<u8>, ValueSlice), LsmError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if !self.iter.valid() {
+            self.done = true;
+            return self.iter.take_status().err().map(Err);
+        }
+        let entry = (self.iter.key().to_vec(), self.iter.value_slice());
+        self.iter.next();
+        Some(Ok(entry))
+    }
+}
+
+impl std::iter::FusedIterator for DbEntries {}
 
 fn parse(k: &[u8]) -> Result<ikey::ParsedKey<'_>, LsmError> {
     ikey::parse(k).ok_or_else(|| LsmError::Corruption {

@@ -12,8 +12,8 @@ mod level;
 mod merging;
 
 pub(crate) use clamped::TombIter;
-pub use db_iter::DbIter;
 pub(crate) use db_iter::IterParts;
+pub use db_iter::{DbEntries, DbIter};
 pub(crate) use internal::InternalIterator;
 pub(crate) use level::file_iter;
 pub(crate) use merging::MergingIter;

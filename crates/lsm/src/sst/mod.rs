@@ -19,7 +19,7 @@ mod writer;
 #[doc(hidden)]
 pub use reader::{PrefixProbe, SstIter, SstReader};
 #[doc(hidden)]
-pub use writer::{SstWriter, MAX_ENTRY_BYTES};
+pub use writer::SstWriter;
 
 use std::sync::Arc;
 
@@ -107,5 +107,6 @@ pub struct SstMeta {
     /// Size of the file in bytes.
     pub file_size: u64,
     /// Its properties.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     pub properties: SstProperties,
 }

@@ -25,7 +25,7 @@ use crate::cache::BlockCache;
 use crate::coding::DecodeError;
 use crate::ikey::{self, ValueKind};
 use crate::slice::ValueSlice;
-use crate::storage::{FileBytes, OsStorage, Storage};
+use crate::storage::{FileBytes, Storage};
 use crate::{Location, LsmError};
 
 /// The bytes of an open file.
@@ -116,12 +116,13 @@ pub struct SstReader {
 
 impl SstReader {
     /// Maps the file and validates footer, index, filter and properties blocks (checksums and structure).
+    #[cfg(feature = "test-util")]
     pub fn open(
         path: &Path,
         file_number: u64,
         cache: Arc<BlockCache>,
     ) -> Result<Arc<Self>, LsmError> {
-        Self::open_on(&OsStorage, path, file_number, cache)
+        Self::open_on(&crate::storage::OsStorage, path, file_number, cache)
     }
 
     /// Opens a file of `storage`: mapped from the real file system (see the module documentation on
@@ -148,6 +149,7 @@ impl SstReader {
     }
 
     /// Opens an SST image held in memory (for tests and fuzzing); `path` only names it in errors.
+    #[cfg(feature = "test-util")]
     pub fn open_bytes(
         bytes: Arc<[u8]>,
         path: &Path,
@@ -276,21 +278,25 @@ impl SstReader {
     }
 
     /// The file's path.
+    #[cfg(feature = "test-util")]
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// The file number (the block cache key).
+    #[cfg(feature = "test-util")]
     pub fn file_number(&self) -> u64 {
         self.file_number
     }
 
     /// Number of data blocks.
+    #[cfg(feature = "test-util")]
     pub fn data_blocks(&self) -> usize {
         self.index.len()
     }
 
     /// The byte range of the whole file image in memory (used to check zero-copy views).
+    #[cfg(feature = "test-util")]
     pub fn mapped_range(&self) -> std::ops::Range<usize> {
         let b = self.backing.bytes();
         let start = b.as_ptr() as usize;
@@ -325,6 +331,7 @@ impl SstReader {
     }
 
     /// Whether the filter holds prefixes under the extractor `name` (format version 3).
+    #[cfg(feature = "test-util")]
     pub fn filters_prefixes_of(&self, name: &str) -> bool {
         self.filter_prefix == Some(name_hash(name.as_bytes()))
     }
@@ -794,6 +801,7 @@ impl SstIter {
     }
 
     /// The reader this iterator reads.
+    #[cfg(feature = "test-util")]
     pub fn reader(&self) -> &Arc<SstReader> {
         &self.reader
     }
