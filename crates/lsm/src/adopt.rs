@@ -125,9 +125,9 @@ pub fn summarize_sst(storage: &dyn Storage, path: &Path) -> Result<SstSummary, L
 /// inside its bounds is left out (and removed by the first open). Returns the number of files the manifest
 /// names.
 ///
-/// Fails with [`LsmError::InvalidArgument`] for a level the database does not have, empty bounds, or two
-/// files of a level 1 or deeper that overlap, and with the errors of opening a file
-/// ([`LsmError::Corruption`], [`LsmError::Io`]).
+/// Fails with [`LsmError::InvalidArgument`] for a level the database does not have or empty bounds, with
+/// [`LsmError::FilesOverlap`] when two files of a level 1 or deeper overlap, and with the errors of opening a
+/// file ([`LsmError::Corruption`], [`LsmError::Io`]).
 pub fn adopt_sst_files(
     storage: &dyn Storage,
     dir: &Path,
@@ -170,10 +170,11 @@ pub fn adopt_sst_files(
             .windows(2)
             .find(|w| w[0].largest_user() >= w[1].smallest_user())
         {
-            return Err(LsmError::InvalidArgument(format!(
-                "files {} and {} overlap at level {level}",
-                w[0].number, w[1].number
-            )));
+            return Err(LsmError::FilesOverlap {
+                level: level as usize,
+                first: w[0].number,
+                second: w[1].number,
+            });
         }
     }
     let edit = VersionEdit {

@@ -43,18 +43,16 @@ pub struct CheckpointInfo {
 }
 
 impl Db {
-    /// Flushes, then captures the live files and a manifest into `target` (which must not exist or be
-    /// empty). Files are hard-linked where the filesystem allows, copied otherwise.
+    /// Flushes, then captures the live files and a manifest into `target`, which must not exist or be empty
+    /// ([`LsmError::DirectoryNotEmpty`] otherwise). Files are hard-linked where the filesystem allows, copied
+    /// otherwise.
     pub fn checkpoint(&self, target: impl AsRef<Path>) -> Result<CheckpointInfo, LsmError> {
         let target = target.as_ref().to_path_buf();
         let storage = self.inner().opts.storage.clone();
         if storage.exists(&target) {
             let names = storage.list(&target).map_err(|e| io_err(&target, e))?;
             if !names.is_empty() {
-                return Err(LsmError::InvalidArgument(format!(
-                    "checkpoint directory {} is not empty",
-                    target.display()
-                )));
+                return Err(LsmError::DirectoryNotEmpty { dir: target });
             }
         } else {
             storage

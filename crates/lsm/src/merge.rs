@@ -73,7 +73,7 @@ pub(crate) fn full_merge(
     base: Option<&[u8]>,
     operands_newest_first: &[impl AsRef<[u8]>],
 ) -> Result<Vec<u8>, LsmError> {
-    let op = op.ok_or(LsmError::NoMergeOperator)?;
+    let op = op.ok_or_else(|| LsmError::NoMergeOperator { key: key.to_vec() })?;
     let ops: Vec<&[u8]> = operands_newest_first
         .iter()
         .rev()

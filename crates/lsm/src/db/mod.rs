@@ -63,7 +63,9 @@ impl Db {
         &self.inner
     }
 
-    /// Applies a batch atomically: all its updates get consecutive seqnos and become visible together.
+    /// Applies a batch atomically: all its updates get consecutive seqnos and become visible together. A batch
+    /// holding a merge operand, in a database opened without a merge operator, is refused whole
+    /// ([`LsmError::NoMergeOperator`], naming the operand's key).
     pub fn write(&self, batch: &WriteBatch) -> Result<()> {
         self.write_seq(batch).map(|_| ())
     }
@@ -78,7 +80,9 @@ impl Db {
         self.write_one(ValueKind::Delete, key, &[])
     }
 
-    /// Adds a merge operand for `key`.
+    /// Adds a merge operand for `key`, combined with the value and the other operands by the
+    /// [`merge_operator`](Options::merge_operator) on read and in compactions. Without a merge operator it is
+    /// refused ([`LsmError::NoMergeOperator`]) and nothing is written.
     pub fn merge(&self, key: &[u8], operand: &[u8]) -> Result<()> {
         self.write_one(ValueKind::Merge, key, operand)
     }

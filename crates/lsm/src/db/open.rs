@@ -26,7 +26,9 @@ use super::{background, recovery, Db, Result};
 fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn DirLock>> {
     let path = dir.join("LOCK");
     storage.lock(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock => LsmError::Locked(path.display().to_string()),
+        std::io::ErrorKind::WouldBlock => LsmError::Locked {
+            dir: dir.to_path_buf(),
+        },
         _ => io_err(&path, e),
     })
 }

@@ -20,6 +20,9 @@ impl Db {
         if batch.is_empty() {
             return self.inner.check_bg_error().map(|_| 0);
         }
+        if let Some(key) = batch.first_merge_key() {
+            self.refuse_merge_without_operator(key)?;
+        }
         let inner = &self.inner;
         let mut w = inner.writer.lock();
         inner.room_for_write(&mut w)?;
@@ -47,6 +50,9 @@ impl Db {
     /// WAL it is logged as a one-entry batch.
     pub(super) fn write_one(&self, kind: ValueKind, key: &[u8], value: &[u8]) -> Result<()> {
         let inner = &self.inner;
+        if kind == ValueKind::Merge {
+            self.refuse_merge_without_operator(key)?;
+        }
         if inner.opts.wal {
             let mut b = WriteBatch::new();
             match kind {
@@ -68,6 +74,17 @@ impl Db {
             // The same size a one-entry `WriteBatch` reports.
             .fetch_add((key.len() + value.len() + 9) as u64, Ordering::Relaxed);
         inner.last_seqno.store(seq, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Db {
+    /// A merge operand for `key` is refused when no merge operator is configured: it could never be read.
+    #[inline]
+    fn refuse_merge_without_operator(&self, key: &[u8]) -> Result<()> {
+        if self.inner.opts.merge_operator.is_none() {
+            return Err(LsmError::NoMergeOperator { key: key.to_vec() });
+        }
         Ok(())
     }
 }
