@@ -41,8 +41,10 @@ def expand_braces(s):
     m = re.search(r"\{([^{}]*)\}", s)
     if not m:
         return [s]
+    r = re.fullmatch(r"(\d+)\.\.(\d+)", m.group(1))
+    alts = [str(i) for i in range(int(r.group(1)), int(r.group(2)) + 1)] if r else m.group(1).split(",")
     out = []
-    for alt in m.group(1).split(","):
+    for alt in alts:
         out.extend(expand_braces(s[: m.start()] + alt + s[m.end():]))
     return out
 
@@ -81,6 +83,19 @@ def looks_like_path(span, is_record):
     return None
 
 
+RAW_FILE = re.compile(r"[\w*{},.-]+(?:/[\w*{},.-]+)*\.(?:txt|err|log)")
+
+
+def raw_file_held(name, here):
+    """A raw output a record cites (`run1.txt`, `final/run*.txt`, `val{1,2}.err`, `ab-sb-N.txt`): somewhere
+    under the record's folder, or under design/bench-results/ for a citation of another run's file."""
+    results = os.path.join(ROOT, "design", "bench-results")
+    for name in expand_braces(re.sub(r"(?<=[-a-z])N(?=\.)", "*", name)):
+        if not any(glob.glob(os.path.join(top, "**", name), recursive=True) for top in (here, results)):
+            return False
+    return True
+
+
 def check_markdown(path, problems):
     rel = os.path.relpath(path, ROOT)
     here = os.path.dirname(path)
@@ -110,10 +125,12 @@ def check_markdown(path, problems):
             if t and not resolves(t, [here]):
                 problems.append(f"{rel}:{n}: link to a missing file: {t}")
         # Inline code outside links' targets.
-        for _, span in CODE_SPAN.findall(LINK.sub(lambda mm: mm.group(0).split("](")[0], line)):
+        for _, span in CODE_SPAN.findall(LINK.sub("", line)):
             p = looks_like_path(span, is_record)
             if p and not resolves(p, [here, ROOT, os.path.join(ROOT, "design")]):
                 problems.append(f"{rel}:{n}: names a missing file: {p}")
+            elif is_record and not p and RAW_FILE.fullmatch(span.strip()) and not raw_file_held(span.strip(), here):
+                problems.append(f"{rel}:{n}: cites a raw output the folder does not hold: {span.strip()}")
 
 
 def check_source(path, problems):
