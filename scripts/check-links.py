@@ -9,8 +9,8 @@ Checked:
       `src/...`, `crates/...`, a bare `x.md`), resolved against the page's folder, the repository root
       or design/. Brace lists (`src/{a,b}.rs`) expand; `*` globs must match something; a `:LINE` or `::item`
       suffix is ignored. Fenced code blocks are commands, not references, and are skipped.
-  * *.rs, *.toml and *.sh files (and .ci/run): every `something.md` they mention (`design/x.md`,
-    `design/bench-results/...`), resolved against the repository root, design/ or the file's folder.
+  * *.rs, *.toml and *.sh files (and .ci/run): every `something.md` and every `design/...` path they
+    mention, resolved against the repository root, design/ or the file's folder.
 
 Pages under design/bench-results/ are records of a run: their links and their references to other pages are
 checked, but not the source paths they name (`src/...`, `tests/...`), which describe the code at the run's
@@ -34,7 +34,8 @@ SKIP_DIRS = {".git", "target", "node_modules"}
 LINK = re.compile(r"\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REF_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-MD_IN_CODE = re.compile(r"(?<![\w./-])((?:\.\./)*[\w][\w./-]*\.md)\b")
+DESIGN_PATH = re.compile(r"(?<![\w./${}-])(design/[\w./-]*[\w/])")
+MD_IN_CODE = re.compile(r"(?<![\w./${}-])((?:\.\./)*[\w][\w./-]*\.md)\b")
 
 
 def expand_braces(s):
@@ -138,8 +139,8 @@ def check_source(path, problems):
     here = os.path.dirname(path)
     with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
-            for t in MD_IN_CODE.findall(line):
-                if not resolves(t, [ROOT, os.path.join(ROOT, "design"), here]):
+            for t in set(MD_IN_CODE.findall(line)) | set(DESIGN_PATH.findall(line)):
+                if not resolves(t.rstrip("."), [ROOT, os.path.join(ROOT, "design"), here]):
                     problems.append(f"{rel}:{n}: names a missing file: {t}")
 
 
