@@ -46,7 +46,7 @@ impl KeyBounds {
     }
 
     /// `t` cut to the bounds, or `None` if nothing of it lies inside.
-    pub fn clip(&self, t: &RangeTombstone) -> Option<RangeTombstone> {
+    pub(crate) fn clip(&self, t: &RangeTombstone) -> Option<RangeTombstone> {
         let start = t.start.as_slice().max(self.lo.as_slice());
         let end = t.end.as_slice().min(self.hi.as_slice());
         (start < end).then(|| RangeTombstone {
