@@ -5,3 +5,4 @@ mod flink_fixtures;
 mod flink_import;
 mod flink_rocksdb_sst;
 mod flink_vectors;
+mod flink_whole_reads;

@@ -8,7 +8,7 @@ use keyed_state::Error;
 use keyed_state_flink::FlinkError;
 
 type Result<T, E = FlinkError> = std::result::Result<T, E>;
-use keyed_state::savepoint::{write_savepoint, Compression, SavepointReader, WriteOptions};
+use keyed_state::savepoint::{Compression, SavepointReader, WriteOptions};
 use keyed_state_flink::location::{display_name, open_stream};
 use keyed_state_flink::metadata::{KeyedHandle, OperatorState, SubtaskState};
 use keyed_state_flink::proxy::{read_proxy, KeyedProxy};
@@ -29,7 +29,7 @@ pub fn import(dir: &Path, operator: &str, out: &Path, lz4: bool) -> Result<Strin
             Compression::None
         },
     };
-    let summary = write_savepoint(out, &import, &options)?;
+    let (summary, _) = import.write_savepoint(out, &options)?;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -201,10 +201,18 @@ fn subtask_report(
             sst_bytes += f.bytes;
             let _ = writeln!(
                 s,
-                "    sst {} ({}): column family {}, {} records, {} range tombstones, {} bytes",
-                f.local_name, f.stored_as, f.column_family, f.records, f.range_tombstones, f.bytes
+                "    sst {} ({}): column family {}, {} records, {} range tombstones, {} bytes, level {}, {}",
+                f.local_name,
+                f.stored_as,
+                f.column_family,
+                f.records,
+                f.range_tombstones,
+                f.bytes,
+                f.level,
+                if f.private { "private" } else { "shared" }
             );
         }
+        let _ = writeln!(s, "    live files from {}", rocks.manifest);
         let _ = writeln!(
             s,
             "    folded {} versions ({} merge operands, {} deleted keys, {} keys outside the key groups skipped)",

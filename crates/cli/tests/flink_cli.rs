@@ -112,6 +112,8 @@ fn import_then_dump_json_equals_expected_json() {
         "hashmap-native-savepoint",
         "rocksdb-native-savepoint",
         "rocksdb-incremental-checkpoint/chk-3",
+        "rocksdb-native-savepoint-incremental-off",
+        "rocksdb-full-checkpoint/chk-2",
     ] {
         let run_dir = fixture.split('/').next().unwrap();
         let info: Value = serde_json::from_str(
@@ -220,6 +222,7 @@ fn import_errors_name_what_is_wrong() {
     assert!(!o.status.success());
     let e = text(&o.stderr);
     for want in [
+        "operator 'state-op' subtask 0 (IncrementalRemoteKeyedStateHandle)",
         "000023.sst (0560438e-e824-4ae4-852b-68b61d32a3c2)",
         "corrupt RocksDB SST file",
         "data block",

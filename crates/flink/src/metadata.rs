@@ -4,6 +4,7 @@
 use super::input::DataInput;
 use super::FlinkError;
 use keyed_state::keygroup::KeyGroupRange;
+use keyed_state::Location;
 
 /// `Checkpoints.HEADER_MAGIC_NUMBER`.
 pub const METADATA_MAGIC: u32 = 0x4960_672d;
@@ -323,14 +324,14 @@ pub fn parse_metadata(data: &[u8], file: &str) -> Result<CheckpointMetadata, Fli
     let magic = d.i32("magic number")? as u32;
     if magic != METADATA_MAGIC {
         return Err(FlinkError::BadMagic {
-            file: file.to_string(),
+            at: Location::at(file, 0),
             found: magic,
         });
     }
     let version = d.i32("metadata version")?;
     if !(MIN_METADATA_VERSION..=MAX_METADATA_VERSION).contains(&version) {
         return Err(FlinkError::UnsupportedMetadataVersion {
-            file: file.to_string(),
+            at: Location::at(file, 4),
             version,
         });
     }
@@ -517,8 +518,7 @@ impl Parser {
                 Ok(Some(OperatorStateHandle { states, stream }))
             }
             _ => Err(FlinkError::UnknownHandleType {
-                file: d.file().to_string(),
-                offset: at as u64,
+                at: Location::at(d.file(), at as u64),
                 kind: "operator state",
                 tag,
             }),
@@ -536,8 +536,7 @@ impl Parser {
                     3 | 4 => true,
                     tag => {
                         return Err(FlinkError::UnknownHandleType {
-                            file: d.file().to_string(),
-                            offset: at as u64,
+                            at: Location::at(d.file(), at as u64),
                             kind: "channel state",
                             tag,
                         })
@@ -708,8 +707,7 @@ impl Parser {
             }
             _ => {
                 return Err(FlinkError::UnknownHandleType {
-                    file: d.file().to_string(),
-                    offset: at as u64,
+                    at: Location::at(d.file(), at as u64),
                     kind: "keyed state",
                     tag,
                 })
@@ -787,8 +785,7 @@ impl Parser {
             }
             _ => {
                 return Err(FlinkError::UnknownHandleType {
-                    file: d.file().to_string(),
-                    offset: at as u64,
+                    at: Location::at(d.file(), at as u64),
                     kind: "stream state",
                     tag,
                 })

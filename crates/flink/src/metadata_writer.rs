@@ -63,7 +63,7 @@ impl Out {
 pub fn write_metadata(m: &CheckpointMetadata) -> Result<Vec<u8>, FlinkError> {
     if !(MIN_METADATA_VERSION..=MAX_METADATA_VERSION).contains(&m.version) {
         return Err(FlinkError::UnsupportedMetadataVersion {
-            file: "_metadata".into(),
+            at: keyed_state::Location::file("_metadata"),
             version: m.version,
         });
     }

@@ -3,6 +3,7 @@
 //!
 //! - [`table`]: one SST file: footer, metaindex, properties, index, data blocks, range tombstones;
 //! - [`block`]: the entries of one block (shared-prefix keys, restart points, delta-encoded index values);
+//! - [`manifest`]: the `MANIFEST` replayed into the live files of every column family, and `CURRENT`;
 //! - [`fold`]: the versions of every key across files folded as RocksDB reads them (newest sequence
 //!   number wins, tombstones and range tombstones hide older versions, merge operands joined with `,`).
 //!
@@ -13,7 +14,9 @@
 pub mod block;
 pub(crate) mod coding;
 pub mod fold;
+pub mod manifest;
 pub mod table;
 
 pub use fold::{fold_versions, FoldStats, RangeTombstone, Versions};
+pub use manifest::{read_current, read_manifest, ColumnFamily, LiveFile, Manifest};
 pub use table::{Record, SstFile, SstProperties, ValueKind};

@@ -125,8 +125,7 @@ impl<'a> SstFile<'a> {
     /// Opens the SST file `data` (named `name` in messages): footer, metaindex, properties and index.
     pub fn open(data: &'a [u8], name: &'a str) -> Result<Self, FlinkError> {
         let corrupt = |offset: u64, what: &'static str, detail: String| FlinkError::SstCorrupt {
-            file: name.to_string(),
-            offset,
+            at: keyed_state::Location::at(name, offset),
             what,
             detail,
         };
@@ -490,8 +489,7 @@ impl<'a> SstFile<'a> {
             let ranges = self.properties.num_range_deletions.unwrap_or(0);
             if count != n && count.checked_add(ranges) != Some(n) {
                 return Err(FlinkError::SstCorrupt {
-                    file: self.name.to_string(),
-                    offset: 0,
+                    at: keyed_state::Location::file(self.name),
                     what: "data blocks",
                     detail: format!(
                         "{count} records, the properties say {n} entries ({ranges} range deletions)"
