@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# Flink restores our exports: imports the fixture job's state (tests/fixtures/flink/rocksdb-canonical-savepoint,
-# written by Flink 2.3.0) with `keyed-state import-flink`, exports it with `keyed-state export-flink` at
-# parallelism 2 and 3 (plain, and Snappy at 3), has Flink 2.3.0 itself restore every export into the fixture
-# job on the HashMap and on the RocksDB backend at that parallelism (run.sh's VERIFY_ONLY mode), and checks
-#   1. what Flink restored (a CANONICAL savepoint Flink writes of it) against expected.json (check_canonical.py),
-#   2. that our import of Flink's savepoint dumps exactly the entries of our import of the fixture
-#      (`dump --json` lines, TTL timestamps included, compared sorted: Flink's HashMap backend lists the
-#      states in another order).
+# Flink restores our exports:
+# * one operator: imports the fixture job's state (tests/fixtures/flink/rocksdb-canonical-savepoint, written
+#   by Flink 2.3.0) with `keyed-state import-flink`, exports it with `keyed-state export-flink` at parallelism
+#   2 and 3 (plain, and Snappy at 3), has Flink 2.3.0 itself restore every export into the fixture job on the
+#   HashMap and on the RocksDB backend at that parallelism (run.sh's VERIFY_ONLY mode), and checks
+#     1. what Flink restored (a CANONICAL savepoint Flink writes of it) against expected.json
+#        (check_canonical.py),
+#     2. that our import of Flink's savepoint dumps exactly the entries of our import of the fixture
+#        (`dump --json` lines, TTL timestamps included, compared sorted: Flink's HashMap backend lists the
+#        states in another order);
+# * a whole job (tests/fixtures/flink/job: a FLIP-27 source with operator and coordinator state, keyed
+#   operators keyed-a and keyed-b): `import-flink --all`, then `export-flink --template` replacing both keyed
+#   operators (canonical template) or keyed-a only (native template: keyed-b's RocksDB files carried over),
+#   and Flink 2.3.0 restores the result into the job (run.sh's VERIFY_JOB mode) on HashMap and RocksDB (the
+#   native template's carried RocksDB handles: RocksDB only), once with no new record and once with 60
+#   more. Checked: every keyed operator's state, imported by us from Flink's savepoint of the restored job,
+#   against job/expected.json (check_job.py: "initial", or "after_extra" — the source resumed where the
+#   template's source state left it), and with no new record the source's coordinator and operator state
+#   bytes equal the template's (checksums in `inspect`).
 # Not part of `cargo test`: needs Java 17 and the PyPI wheel apache-flink-libraries==2.3.0 that run.sh
 # fetches into FLINK_WORK (default /tmp/flink; about 330 MB, downloaded once).
 #
@@ -47,6 +58,46 @@ for variant in "2" "3" "3 --compress"; do
       ours="DUMP DIFFERS"; fail=1
     fi
     results+=("export parallelism $p${z:+ snappy}, Flink 2.3.0 restores on $backend at parallelism $p: expected.json $flink; re-import $ours")
+  done
+done
+
+JOBFIX="$FIX/job"
+source_state() { "$BIN" inspect "$1" | awk '/^operator /{s = ($0 ~ / uid=source /)} s' | sed 's/, via .*//'; }
+for t in canonical-savepoint native-savepoint; do
+  ours="$WORK/job-$t-ours"
+  "$BIN" import-flink "$JOBFIX/$t" --all --out-dir "$ours" > /dev/null
+  if [[ $t == canonical-savepoint ]]; then
+    replaced="keyed-a keyed-b"; backends="hashmap rocksdb"
+  else
+    replaced="keyed-a"; backends="rocksdb"
+  fi
+  args=()
+  for op in $replaced; do args+=(--operator "$op=$ours/$op.sp"); done
+  export="$WORK/job-$t-export"
+  "$BIN" export-flink --template "$JOBFIX/$t" "${args[@]}" --out "$export"
+  for backend in $backends; do
+    for extra in 0 60; do
+      dst="$WORK/job-$t-restored-on-$backend-then-$extra"
+      phase=initial; [[ $extra != 0 ]] && phase=after_extra
+      if VERIFY_JOB="$backend=$export=$dst=$extra" "$RUN" > "$dst.log" 2>&1 &&
+          "$BIN" import-flink "$dst" --all --out-dir "$dst.ours" > /dev/null &&
+          "$BIN" dump "$dst.ours/keyed-a.sp" --json > "$dst.keyed-a.json" &&
+          "$BIN" dump "$dst.ours/keyed-b.sp" --json > "$dst.keyed-b.json" &&
+          python3 "$FIX/generator/check_job.py" "$JOBFIX/expected.json" "$phase" \
+            keyed-a="$dst.keyed-a.json" keyed-b="$dst.keyed-b.json" > "$dst.check" 2>&1; then
+        state="$(paste -sd ';' "$dst.check" | sed 's/;/; /g')"
+      else
+        state="FAILED ($(tail -1 "$dst.check" 2>/dev/null || tail -1 "$dst.log"))"; fail=1
+      fi
+      if [[ $extra == 0 ]]; then
+        if cmp -s <(source_state "$JOBFIX/$t") <(source_state "$dst"); then
+          state="$state; source coordinator and operator state byte-equal to the template's"
+        else
+          state="$state; SOURCE STATE DIFFERS"; fail=1
+        fi
+      fi
+      results+=("job, template $t, replaced: ${replaced// /+}; Flink 2.3.0 restores on $backend, then $extra more records ($phase): $state")
+    done
   done
 done
 

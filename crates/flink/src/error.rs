@@ -219,6 +219,15 @@ pub enum FlinkError {
         #[source]
         source: Box<FlinkError>,
     },
+    /// An error concerning one operator of a job being written or carried over.
+    #[error("operator '{operator}': {source}")]
+    Operator {
+        /// The operator (uid, or hex id without one).
+        operator: String,
+        /// What went wrong.
+        #[source]
+        source: Box<FlinkError>,
+    },
     /// keyed-state failed (reading or writing one of our savepoints, a serializer, a backend).
     #[error(transparent)]
     State(keyed_state::Error),
@@ -250,7 +259,9 @@ impl FlinkError {
             | FlinkError::NoKeyedState { .. }
             | FlinkError::MissingFile { .. } => ErrorKind::NotFound,
             FlinkError::Inconsistent(_) => ErrorKind::InvalidInput,
-            FlinkError::InHandle { source, .. } => source.kind(),
+            FlinkError::InHandle { source, .. } | FlinkError::Operator { source, .. } => {
+                source.kind()
+            }
             FlinkError::State(e) => e.kind(),
         }
     }
@@ -269,7 +280,9 @@ impl FlinkError {
             | FlinkError::BadKeyGroup { at, .. }
             | FlinkError::SstCorrupt { at, .. }
             | FlinkError::ManifestCorrupt { at, .. } => Some(at),
-            FlinkError::InHandle { source, .. } => source.location(),
+            FlinkError::InHandle { source, .. } | FlinkError::Operator { source, .. } => {
+                source.location()
+            }
             _ => None,
         }
     }
@@ -283,6 +296,19 @@ impl FlinkError {
                 operator: operator.to_string(),
                 subtask,
                 handle,
+                source: Box::new(e),
+            },
+        }
+    }
+
+    /// This error as met for `operator` of a job (an error already naming it is kept as it is).
+    pub fn for_operator(self, operator: &str) -> FlinkError {
+        match self {
+            e @ (FlinkError::Operator { .. }
+            | FlinkError::InHandle { .. }
+            | FlinkError::UnsupportedHandle { .. }) => e,
+            e => FlinkError::Operator {
+                operator: operator.to_string(),
                 source: Box::new(e),
             },
         }

@@ -27,6 +27,8 @@ use keyed_state::Location;
 #[derive(Debug, Clone)]
 pub struct FlinkSavepoint {
     dir: PathBuf,
+    /// The `_metadata` bytes decoded.
+    bytes: Vec<u8>,
     /// The decoded `_metadata`.
     pub metadata: CheckpointMetadata,
 }
@@ -52,13 +54,18 @@ impl FlinkSavepoint {
         };
         let bytes = std::fs::read(&meta).map_err(|e| FlinkError::io(meta.display(), e))?;
         let metadata = parse_metadata(&bytes, "_metadata")?;
-        Ok(FlinkSavepoint { dir, metadata })
+        Ok(FlinkSavepoint {
+            dir,
+            bytes,
+            metadata,
+        })
     }
 
     /// From `_metadata` bytes already read; relative handles resolve against `dir`.
     pub fn from_bytes(dir: &Path, bytes: &[u8]) -> Result<Self, FlinkError> {
         Ok(FlinkSavepoint {
             dir: dir.to_path_buf(),
+            bytes: bytes.to_vec(),
             metadata: parse_metadata(bytes, "_metadata")?,
         })
     }
@@ -66,6 +73,12 @@ impl FlinkSavepoint {
     /// The directory relative handles resolve against.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The bytes of operator `i` (of `metadata.operators`) as `_metadata` holds them.
+    pub fn operator_bytes(&self, i: usize) -> Option<&[u8]> {
+        let span = self.metadata.operator_spans.get(i)?;
+        self.bytes.get(span.clone())
     }
 
     /// The operator with this uid, or with this 32-digit hex id, or whose id Flink derives from this uid.
