@@ -17,7 +17,18 @@
 #   more. Checked: every keyed operator's state, imported by us from Flink's savepoint of the restored job,
 #   against job/expected.json (check_job.py: "initial", or "after_extra" — the source resumed where the
 #   template's source state left it), and with no new record the source's coordinator and operator state
-#   bytes equal the template's (checksums in `inspect`).
+#   bytes equal the template's (checksums in `inspect`);
+# * the state kinds (tests/fixtures/flink/kinds: TTL'd lists and maps, null map values, String namespaces,
+#   incremental checkpoints across a compaction): each imported and exported at parallelism 3, Flink 2.3.0
+#   restores the export into that job at parallelism 2 (run.sh's VERIFY_KINDS mode) on RocksDB (then a
+#   canonical savepoint) and on HashMap (then a native one: HashMap's canonical writer fails on null map
+#   values), and our import of what Flink wrote dumps exactly the entries of our import of the fixture (TTL
+#   timestamps included);
+# * Flink 1.20.3 (tests/fixtures/flink/flink-1.20.3, `_metadata` version 4; run.sh with FLINK_VERSION=1.20.3
+#   fetches that Flink's jars, about 230 MB, into FLINK_WORK_1X, default /tmp/flink-1.20.3): the fixture job's
+#   1.20 canonical savepoint imported and exported with itself as --template (so the result keeps its
+#   `_metadata` version and properties), and Flink 1.20.3 restores it on HashMap and RocksDB: checked against
+#   expected.json, and our import of what Flink wrote dumps the entries of our import of the fixture.
 # Not part of `cargo test`: needs Java 17 and the PyPI wheel apache-flink-libraries==2.3.0 that run.sh
 # fetches into FLINK_WORK (default /tmp/flink; about 330 MB, downloaded once).
 #
@@ -99,6 +110,49 @@ for t in canonical-savepoint native-savepoint; do
       results+=("job, template $t, replaced: ${replaced// /+}; Flink 2.3.0 restores on $backend, then $extra more records ($phase): $state")
     done
   done
+done
+
+KINDS="$FIX/kinds"
+for f in rocksdb-canonical-savepoint rocksdb-native-savepoint hashmap-native-savepoint \
+    rocksdb-incremental-checkpoints/chk-3 rocksdb-incremental-checkpoints/chk-4; do
+  tag="kinds-${f//\//-}"
+  "$BIN" import-flink "$KINDS/$f" --operator kinds --out "$WORK/$tag.sp" > /dev/null
+  "$BIN" dump "$WORK/$tag.sp" --json | sort > "$WORK/$tag.json"
+  "$BIN" export-flink "$WORK/$tag.sp" --operator-uid kinds --parallelism 3 --out "$WORK/$tag-export" > /dev/null
+  for bf in rocksdb=canonical hashmap=native; do
+    backend="${bf%%=*}"; format="${bf##*=}"
+    dst="$WORK/$tag-restored-on-$backend"
+    if VERIFY_KINDS="$backend=$WORK/$tag-export=$dst=$format" "$RUN" > "$dst.log" 2>&1 &&
+        "$BIN" import-flink "$dst" --operator kinds --out "$dst.sp" > /dev/null &&
+        "$BIN" dump "$dst.sp" --json | sort > "$dst.json" && cmp -s "$WORK/$tag.json" "$dst.json"; then
+      state="re-import dump equal ($(wc -l < "$dst.json") entries)"
+    else
+      state="FAILED or DUMP DIFFERS (see $dst.log)"; fail=1
+    fi
+    results+=("kinds $f, export parallelism 3, Flink 2.3.0 restores on $backend at parallelism 2 ($format savepoint): $state")
+  done
+done
+
+F120="$FIX/flink-1.20.3"
+"$BIN" import-flink "$F120/rocksdb-canonical-savepoint" --operator state-op --out "$WORK/f120.sp" > /dev/null
+"$BIN" dump "$WORK/f120.sp" --json | sort > "$WORK/f120.json"
+"$BIN" export-flink --template "$F120/rocksdb-canonical-savepoint" --operator "state-op=$WORK/f120.sp" \
+  --out "$WORK/f120-export" > /dev/null
+for backend in hashmap rocksdb; do
+  dst="$WORK/f120-restored-on-$backend"
+  if FLINK_VERSION=1.20.3 FLINK_WORK="${FLINK_WORK_1X:-/tmp/flink-1.20.3}" OUT="$F120" VERIFY_ONLY="$backend=$WORK/f120-export=$dst" \
+      VERIFY_RUN_INFO="$F120/rocksdb-canonical-savepoint/run-info.json" "$RUN" > "$dst.log" 2>&1; then
+    flink="$(grep -E '^/.*entries.*keys' "$dst.log" | sed 's/^.*: //')"
+  else
+    flink="FAILED ($(tail -1 "$dst.log"))"; fail=1
+  fi
+  if "$BIN" import-flink "$dst" --operator state-op --out "$dst.sp" > /dev/null &&
+      "$BIN" dump "$dst.sp" --json | sort > "$dst.json" && cmp -s "$WORK/f120.json" "$dst.json"; then
+    ours="dump equal ($(wc -l < "$dst.json") entries)"
+  else
+    ours="DUMP DIFFERS"; fail=1
+  fi
+  results+=("Flink 1.20.3 savepoint, exported with itself as template (_metadata v4), Flink 1.20.3 restores on $backend: expected.json $flink; re-import $ours")
 done
 
 echo "== results"

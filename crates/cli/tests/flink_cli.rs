@@ -115,7 +115,11 @@ fn import_then_dump_json_equals_expected_json() {
         "rocksdb-native-savepoint-incremental-off",
         "rocksdb-full-checkpoint/chk-2",
     ] {
-        let run_dir = fixture.split('/').next().unwrap();
+        // The directory holding run-info.json: the fixture, or the checkpoint's parent.
+        let run_dir = match fixture.rsplit_once('/') {
+            Some((parent, last)) if last.starts_with("chk-") => parent,
+            _ => fixture,
+        };
         let info: Value = serde_json::from_str(
             &std::fs::read_to_string(format!("{FIXTURES}/{run_dir}/run-info.json")).unwrap(),
         )
@@ -666,5 +670,122 @@ fn help_shows_the_whole_job_contract() {
         "--compress",
     ] {
         assert!(h.contains(want), "export-flink --help lacks {want:?}:\n{h}");
+    }
+}
+
+const KINDS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/flink/kinds"
+);
+
+/// Per key: expected.json's fields of the state-kinds fixtures from `dump --json` lines, and the
+/// `(key, j, ttl timestamp)` of every TTL'd list element and map entry.
+fn kinds_logical(lines: &str) -> (Value, Vec<(String, usize, i64)>) {
+    let mut out = serde_json::Map::new();
+    let mut stamps = Vec::new();
+    for line in lines.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let key = e["key"].as_str().unwrap().to_string();
+        let k = out
+            .entry(key.clone())
+            .or_insert_with(|| json!({ "key_group": e["key_group"] }))
+            .as_object_mut()
+            .unwrap();
+        let state = e["state"].as_str().unwrap();
+        match state {
+            "ns-value" | "ns-list" => {
+                let m = k.entry(state).or_insert_with(|| json!({}));
+                m.as_object_mut().unwrap().insert(
+                    e["namespace"].as_str().unwrap().to_string(),
+                    e["value"].clone(),
+                );
+            }
+            "ttl-list" => {
+                assert_eq!(e["namespace"], Value::Null);
+                k.insert(state.into(), e["value"].clone());
+                for (j, ts) in e["ttl_timestamp"].as_array().unwrap().iter().enumerate() {
+                    stamps.push((key.clone(), j, ts.as_i64().unwrap()));
+                }
+            }
+            "ttl-map" | "null-map" => {
+                let uk = e["user_key"].as_str().unwrap().to_string();
+                if state == "ttl-map" {
+                    let j = uk[1..].parse().unwrap();
+                    stamps.push((key.clone(), j, e["ttl_timestamp"].as_i64().unwrap()));
+                }
+                let m = k.entry(state).or_insert_with(|| json!({}));
+                m.as_object_mut().unwrap().insert(uk, e["value"].clone());
+            }
+            other => panic!("unexpected state {other}"),
+        }
+    }
+    (Value::Object(out), stamps)
+}
+
+#[test]
+fn state_kind_fixtures_dump_json_equals_expected_json() {
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{KINDS}/expected.json")).unwrap())
+            .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (fixture, run_dir, phase) in [
+        (
+            "rocksdb-canonical-savepoint",
+            "rocksdb-canonical-savepoint",
+            3,
+        ),
+        ("rocksdb-native-savepoint", "rocksdb-native-savepoint", 3),
+        ("hashmap-native-savepoint", "hashmap-native-savepoint", 3),
+        (
+            "rocksdb-incremental-checkpoints/chk-2",
+            "rocksdb-incremental-checkpoints",
+            1,
+        ),
+        (
+            "rocksdb-incremental-checkpoints/chk-3",
+            "rocksdb-incremental-checkpoints",
+            2,
+        ),
+        (
+            "rocksdb-incremental-checkpoints/chk-4",
+            "rocksdb-incremental-checkpoints",
+            3,
+        ),
+    ] {
+        let out = tmp.path().join(format!("{}.sp", fixture.replace('/', "-")));
+        let out_s = out.to_str().unwrap();
+        run_ok(&[
+            "import-flink",
+            &format!("{KINDS}/{fixture}"),
+            "--operator",
+            "kinds",
+            "--out",
+            out_s,
+        ]);
+        let dump = text(&run_ok(&["dump", out_s, "--json"]).stdout);
+        let (got, stamps) = kinds_logical(&dump);
+        let mut want = expected[format!("after_phase_{phase}")].clone();
+        for (_, s) in want.as_object_mut().unwrap() {
+            s.as_object_mut().unwrap().remove("subtask");
+        }
+        assert_eq!(got, want, "{fixture}");
+        let info: Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{KINDS}/{run_dir}/run-info.json")).unwrap(),
+        )
+        .unwrap();
+        let ranges = &info["ttl_write_millis_range_by_record"];
+        for (key, j, ts) in &stamps {
+            let n: u32 = key
+                .strip_prefix('k')
+                .or_else(|| key.split('-').nth(1))
+                .unwrap()
+                .parse()
+                .unwrap();
+            let r = &ranges[format!("{n}/{j}")];
+            assert!(
+                r[0].as_i64().unwrap() <= *ts && *ts <= r[1].as_i64().unwrap(),
+                "{fixture} {key} j={j}: {ts} outside {r}"
+            );
+        }
     }
 }
