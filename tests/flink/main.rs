@@ -7,4 +7,5 @@ mod flink_job;
 mod flink_kinds;
 mod flink_rocksdb_sst;
 mod flink_vectors;
+mod flink_versions;
 mod flink_whole_reads;

@@ -114,6 +114,14 @@ fn import_then_dump_json_equals_expected_json() {
         "rocksdb-incremental-checkpoint/chk-3",
         "rocksdb-native-savepoint-incremental-off",
         "rocksdb-full-checkpoint/chk-2",
+        "flink-1.20.3/hashmap-canonical-savepoint",
+        "flink-1.20.3/hashmap-canonical-savepoint-inline",
+        "flink-1.20.3/hashmap-native-savepoint",
+        "flink-1.20.3/rocksdb-canonical-savepoint",
+        "flink-1.20.3/rocksdb-native-savepoint",
+        "flink-1.20.3/rocksdb-native-savepoint-incremental-off",
+        "flink-1.20.3/rocksdb-full-checkpoint/chk-1",
+        "flink-1.20.3/rocksdb-incremental-checkpoint/chk-2",
     ] {
         // The directory holding run-info.json: the fixture, or the checkpoint's parent.
         let run_dir = match fixture.rsplit_once('/') {
@@ -520,6 +528,20 @@ fn import_all_writes_one_savepoint_per_keyed_operator_named_by_uid() {
             );
         }
     }
+    // Flink 1.x writes no uids into _metadata: operators are named by id.
+    let _ = std::fs::remove_dir_all(&out);
+    run_ok(&[
+        "import-flink",
+        &format!("{FIXTURES}/flink-1.20.3/rocksdb-native-savepoint"),
+        "--all",
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]);
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["14725b7741e1a536207c2c73a13e02c9.sp"]);
     // --all and --operator exclude each other; --all needs --out-dir.
     for args in [
         vec!["--all", "--operator", "keyed-a", "--out-dir", "x"],
