@@ -575,7 +575,13 @@ pub fn inspect(dir: &Path) -> Result<String> {
             );
         }
         for st in &op.subtasks {
-            subtask_report(&mut s, &sp, op, st)?;
+            subtask_report(&mut s, &sp, op, st).map_err(|e| {
+                let handle = st
+                    .managed_keyed
+                    .as_ref()
+                    .map_or("subtask state", |h| h.type_name());
+                e.in_handle(&op.label(), st.index, handle)
+            })?;
         }
     }
     Ok(s)

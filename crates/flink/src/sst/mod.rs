@@ -2,6 +2,7 @@
 //! writes into native savepoints and incremental checkpoints.
 //!
 //! - [`table`]: one SST file: footer, metaindex, properties, index, data blocks, range tombstones;
+//! - [`record`]: records and range tombstones, what a table yields and the fold takes;
 //! - [`block`]: the entries of one block (shared-prefix keys, restart points, delta-encoded index values);
 //! - [`manifest`]: the `MANIFEST` replayed into the live files of every column family, and `CURRENT`;
 //! - [`fold`]: the versions of every key across files folded as RocksDB reads them (newest sequence
@@ -15,8 +16,10 @@ pub mod block;
 pub(crate) mod coding;
 pub mod fold;
 pub mod manifest;
+pub mod record;
 pub mod table;
 
-pub use fold::{fold_versions, FoldStats, RangeTombstone, Versions};
+pub use fold::{fold_versions, FoldStats, Versions};
 pub use manifest::{read_current, read_manifest, ColumnFamily, LiveFile, Manifest};
-pub use table::{Record, SstFile, SstProperties, ValueKind};
+pub use record::{RangeTombstone, Record, ValueKind};
+pub use table::{SstFile, SstProperties};
