@@ -17,7 +17,8 @@
 //! per key (newest wins) and `list` two merge operands (`e1,e2`). Values are pseudo-random. n is chosen so
 //! the SST files total about `FLINK_NATIVE_BENCH_MB` MiB (default 256). The savepoint is written once
 //! (untimed) into `FLINK_BENCH_DIR` (default `/dev/shm` if present, else the temp dir), with the fixture's
-//! meta-data files and a `_metadata` derived from the fixture's. Then `FLINK_BENCH_ROUNDS` rounds (default
+//! meta-data files, a `MANIFEST` listing the SSTs as RocksDB's flushes would and a `CURRENT` naming it, and a
+//! `_metadata` derived from the fixture's. Then `FLINK_BENCH_ROUNDS` rounds (default
 //! 3), each alternating: SST scan, full import, and the fixture native savepoint itself imported 200 times
 //! (its 24 files of ~1.8 KiB: per-file overhead dominates). The table shows every round.
 //!
@@ -33,6 +34,7 @@ use keyed_state::keygroup::{java_long_hash, key_group_for_hash};
 use keyed_state::savepoint::{write_savepoint, WriteOptions};
 use keyed_state_flink::metadata::{KeyedHandle, StreamHandle};
 use keyed_state_flink::metadata_writer::write_metadata;
+use keyed_state_flink::sst::manifest::{EditSpec, LiveFile, ManifestWriter};
 use keyed_state_flink::sst::table::block_checksum;
 use keyed_state_flink::sst::SstFile;
 use keyed_state_flink::FlinkSavepoint;
@@ -309,11 +311,23 @@ fn generate(dir: &Path, target_bytes: u64) -> Generated {
         std::fs::copy(Path::new(FIXTURE).join(&path), dir.join(&path)).expect("copy meta-data");
         shared.clear();
         private.clear();
+        // The MANIFEST: the two column families, then one flush (an L0 file) per SST written.
+        let mut manifest = ManifestWriter::new();
+        manifest.comparator("leveldb.BytewiseComparator");
+        for (id, name) in [(1, "sum"), (2, "list")] {
+            manifest.edit(&EditSpec {
+                column_family: id,
+                add_column_family: Some(name.into()),
+                ..EditSpec::default()
+            });
+        }
         let mut file_no = 100;
         for layer in 0..2u64 {
             for (cf, cf_id, ty) in [("sum", 1u64, 1u8), ("list", 2, 2)] {
                 let mut w = SstWriter::new();
-                let mut seq = 1 + layer * 2 * n as u64;
+                let first_seq = 1 + layer * 2 * n as u64;
+                let mut seq = first_seq;
+                let mut smallest = None;
                 for kg in range.start()..=range.end() {
                     let mut keys: Vec<[u8; 10]> = by_kg[kg as usize]
                         .iter()
@@ -328,11 +342,28 @@ fn generate(dir: &Path, target_bytes: u64) -> Generated {
                     for key in &keys {
                         let v = (xorshift(&mut seed) % 1_000_000) as i64;
                         w.add(key, seq, ty, &v.to_be_bytes());
+                        smallest.get_or_insert_with(|| w.last_key.clone());
                         seq += 1;
                     }
                 }
                 records += w.entries;
+                let largest = w.last_key.clone();
                 let bytes = w.finish(cf, cf_id);
+                manifest.edit(&EditSpec {
+                    column_family: cf_id as u32,
+                    added: vec![LiveFile {
+                        level: 0,
+                        number: file_no,
+                        size: bytes.len() as u64,
+                        smallest: smallest.unwrap_or_else(|| largest.clone()),
+                        largest,
+                        smallest_seqno: first_seq,
+                        largest_seqno: seq - 1,
+                        epoch: file_no,
+                    }],
+                    next_file_and_last_sequence: Some((file_no + 1, seq - 1)),
+                    ..EditSpec::default()
+                });
                 let name = format!("bench-{}-{file_no}.sst", st.index);
                 std::fs::write(dir.join(&name), &bytes).expect("write sst");
                 sst_bytes += bytes.len() as u64;
@@ -346,6 +377,20 @@ fn generate(dir: &Path, target_bytes: u64) -> Generated {
                 files.push(dir.join(&name));
                 file_no += 1;
             }
+        }
+        for (local, bytes) in [
+            ("MANIFEST-000005", manifest.finish()),
+            ("CURRENT", b"MANIFEST-000005\n".to_vec()),
+        ] {
+            let name = format!("bench-{}-{local}", st.index);
+            std::fs::write(dir.join(&name), &bytes).expect("write MANIFEST");
+            private.push((
+                local.to_string(),
+                StreamHandle::Relative {
+                    path: name,
+                    size: bytes.len() as i64,
+                },
+            ));
         }
     }
     let bytes = write_metadata(&meta).expect("write _metadata");

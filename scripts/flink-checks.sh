@@ -1,12 +1,34 @@
 #!/usr/bin/env bash
-# Flink restores our exports: imports the fixture job's state (tests/fixtures/flink/rocksdb-canonical-savepoint,
-# written by Flink 2.3.0) with `keyed-state import-flink`, exports it with `keyed-state export-flink` at
-# parallelism 2 and 3 (plain, and Snappy at 3), has Flink 2.3.0 itself restore every export into the fixture
-# job on the HashMap and on the RocksDB backend at that parallelism (run.sh's VERIFY_ONLY mode), and checks
-#   1. what Flink restored (a CANONICAL savepoint Flink writes of it) against expected.json (check_canonical.py),
-#   2. that our import of Flink's savepoint dumps exactly the entries of our import of the fixture
-#      (`dump --json` lines, TTL timestamps included, compared sorted: Flink's HashMap backend lists the
-#      states in another order).
+# Flink restores our exports:
+# * one operator: imports the fixture job's state (tests/fixtures/flink/rocksdb-canonical-savepoint, written
+#   by Flink 2.3.0) with `keyed-state import-flink`, exports it with `keyed-state export-flink` at parallelism
+#   2 and 3 (plain, and Snappy at 3), has Flink 2.3.0 itself restore every export into the fixture job on the
+#   HashMap and on the RocksDB backend at that parallelism (run.sh's VERIFY_ONLY mode), and checks
+#     1. what Flink restored (a CANONICAL savepoint Flink writes of it) against expected.json
+#        (check_canonical.py),
+#     2. that our import of Flink's savepoint dumps exactly the entries of our import of the fixture
+#        (`dump --json` lines, TTL timestamps included, compared sorted: Flink's HashMap backend lists the
+#        states in another order);
+# * a whole job (tests/fixtures/flink/job: a FLIP-27 source with operator and coordinator state, keyed
+#   operators keyed-a and keyed-b): `import-flink --all`, then `export-flink --template` replacing both keyed
+#   operators (canonical template) or keyed-a only (native template: keyed-b's RocksDB files carried over),
+#   and Flink 2.3.0 restores the result into the job (run.sh's VERIFY_JOB mode) on HashMap and RocksDB (the
+#   native template's carried RocksDB handles: RocksDB only), once with no new record and once with 60
+#   more. Checked: every keyed operator's state, imported by us from Flink's savepoint of the restored job,
+#   against job/expected.json (check_job.py: "initial", or "after_extra" — the source resumed where the
+#   template's source state left it), and with no new record the source's coordinator and operator state
+#   bytes equal the template's (checksums in `inspect`);
+# * the state kinds (tests/fixtures/flink/kinds: TTL'd lists and maps, null map values, String namespaces,
+#   incremental checkpoints across a compaction): each imported and exported at parallelism 3, Flink 2.3.0
+#   restores the export into that job at parallelism 2 (run.sh's VERIFY_KINDS mode) on RocksDB (then a
+#   canonical savepoint) and on HashMap (then a native one: HashMap's canonical writer fails on null map
+#   values), and our import of what Flink wrote dumps exactly the entries of our import of the fixture (TTL
+#   timestamps included);
+# * Flink 1.20.3 (tests/fixtures/flink/flink-1.20.3, `_metadata` version 4; run.sh with FLINK_VERSION=1.20.3
+#   fetches that Flink's jars, about 230 MB, into FLINK_WORK_1X, default /tmp/flink-1.20.3): the fixture job's
+#   1.20 canonical savepoint imported and exported with itself as --template (so the result keeps its
+#   `_metadata` version and properties), and Flink 1.20.3 restores it on HashMap and RocksDB: checked against
+#   expected.json, and our import of what Flink wrote dumps the entries of our import of the fixture.
 # Not part of `cargo test`: needs Java 17 and the PyPI wheel apache-flink-libraries==2.3.0 that run.sh
 # fetches into FLINK_WORK (default /tmp/flink; about 330 MB, downloaded once).
 #
@@ -48,6 +70,89 @@ for variant in "2" "3" "3 --compress"; do
     fi
     results+=("export parallelism $p${z:+ snappy}, Flink 2.3.0 restores on $backend at parallelism $p: expected.json $flink; re-import $ours")
   done
+done
+
+JOBFIX="$FIX/job"
+source_state() { "$BIN" inspect "$1" | awk '/^operator /{s = ($0 ~ / uid=source /)} s' | sed 's/, via .*//'; }
+for t in canonical-savepoint native-savepoint; do
+  ours="$WORK/job-$t-ours"
+  "$BIN" import-flink "$JOBFIX/$t" --all --out-dir "$ours" > /dev/null
+  if [[ $t == canonical-savepoint ]]; then
+    replaced="keyed-a keyed-b"; backends="hashmap rocksdb"
+  else
+    replaced="keyed-a"; backends="rocksdb"
+  fi
+  args=()
+  for op in $replaced; do args+=(--operator "$op=$ours/$op.sp"); done
+  export="$WORK/job-$t-export"
+  "$BIN" export-flink --template "$JOBFIX/$t" "${args[@]}" --out "$export"
+  for backend in $backends; do
+    for extra in 0 60; do
+      dst="$WORK/job-$t-restored-on-$backend-then-$extra"
+      phase=initial; [[ $extra != 0 ]] && phase=after_extra
+      if VERIFY_JOB="$backend=$export=$dst=$extra" "$RUN" > "$dst.log" 2>&1 &&
+          "$BIN" import-flink "$dst" --all --out-dir "$dst.ours" > /dev/null &&
+          "$BIN" dump "$dst.ours/keyed-a.sp" --json > "$dst.keyed-a.json" &&
+          "$BIN" dump "$dst.ours/keyed-b.sp" --json > "$dst.keyed-b.json" &&
+          python3 "$FIX/generator/check_job.py" "$JOBFIX/expected.json" "$phase" \
+            keyed-a="$dst.keyed-a.json" keyed-b="$dst.keyed-b.json" > "$dst.check" 2>&1; then
+        state="$(paste -sd ';' "$dst.check" | sed 's/;/; /g')"
+      else
+        state="FAILED ($(tail -1 "$dst.check" 2>/dev/null || tail -1 "$dst.log"))"; fail=1
+      fi
+      if [[ $extra == 0 ]]; then
+        if cmp -s <(source_state "$JOBFIX/$t") <(source_state "$dst"); then
+          state="$state; source coordinator and operator state byte-equal to the template's"
+        else
+          state="$state; SOURCE STATE DIFFERS"; fail=1
+        fi
+      fi
+      results+=("job, template $t, replaced: ${replaced// /+}; Flink 2.3.0 restores on $backend, then $extra more records ($phase): $state")
+    done
+  done
+done
+
+KINDS="$FIX/kinds"
+for f in rocksdb-canonical-savepoint rocksdb-native-savepoint hashmap-native-savepoint \
+    rocksdb-incremental-checkpoints/chk-3 rocksdb-incremental-checkpoints/chk-4; do
+  tag="kinds-${f//\//-}"
+  "$BIN" import-flink "$KINDS/$f" --operator kinds --out "$WORK/$tag.sp" > /dev/null
+  "$BIN" dump "$WORK/$tag.sp" --json | sort > "$WORK/$tag.json"
+  "$BIN" export-flink "$WORK/$tag.sp" --operator-uid kinds --parallelism 3 --out "$WORK/$tag-export" > /dev/null
+  for bf in rocksdb=canonical hashmap=native; do
+    backend="${bf%%=*}"; format="${bf##*=}"
+    dst="$WORK/$tag-restored-on-$backend"
+    if VERIFY_KINDS="$backend=$WORK/$tag-export=$dst=$format" "$RUN" > "$dst.log" 2>&1 &&
+        "$BIN" import-flink "$dst" --operator kinds --out "$dst.sp" > /dev/null &&
+        "$BIN" dump "$dst.sp" --json | sort > "$dst.json" && cmp -s "$WORK/$tag.json" "$dst.json"; then
+      state="re-import dump equal ($(wc -l < "$dst.json") entries)"
+    else
+      state="FAILED or DUMP DIFFERS (see $dst.log)"; fail=1
+    fi
+    results+=("kinds $f, export parallelism 3, Flink 2.3.0 restores on $backend at parallelism 2 ($format savepoint): $state")
+  done
+done
+
+F120="$FIX/flink-1.20.3"
+"$BIN" import-flink "$F120/rocksdb-canonical-savepoint" --operator state-op --out "$WORK/f120.sp" > /dev/null
+"$BIN" dump "$WORK/f120.sp" --json | sort > "$WORK/f120.json"
+"$BIN" export-flink --template "$F120/rocksdb-canonical-savepoint" --operator "state-op=$WORK/f120.sp" \
+  --out "$WORK/f120-export" > /dev/null
+for backend in hashmap rocksdb; do
+  dst="$WORK/f120-restored-on-$backend"
+  if FLINK_VERSION=1.20.3 FLINK_WORK="${FLINK_WORK_1X:-/tmp/flink-1.20.3}" OUT="$F120" VERIFY_ONLY="$backend=$WORK/f120-export=$dst" \
+      VERIFY_RUN_INFO="$F120/rocksdb-canonical-savepoint/run-info.json" "$RUN" > "$dst.log" 2>&1; then
+    flink="$(grep -E '^/.*entries.*keys' "$dst.log" | sed 's/^.*: //')"
+  else
+    flink="FAILED ($(tail -1 "$dst.log"))"; fail=1
+  fi
+  if "$BIN" import-flink "$dst" --operator state-op --out "$dst.sp" > /dev/null &&
+      "$BIN" dump "$dst.sp" --json | sort > "$dst.json" && cmp -s "$WORK/f120.json" "$dst.json"; then
+    ours="dump equal ($(wc -l < "$dst.json") entries)"
+  else
+    ours="DUMP DIFFERS"; fail=1
+  fi
+  results+=("Flink 1.20.3 savepoint, exported with itself as template (_metadata v4), Flink 1.20.3 restores on $backend: expected.json $flink; re-import $ours")
 done
 
 echo "== results"

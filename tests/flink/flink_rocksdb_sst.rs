@@ -281,25 +281,41 @@ fn a_damaged_sst_fails_the_import_naming_the_file() {
         std::fs::write(&sst, &data[..cut]).unwrap();
         let sp = FlinkSavepoint::open(dir.path()).unwrap();
         let e = sp.import(sp.operator("state-op").unwrap()).unwrap_err();
-        assert!(matches!(e, FlinkError::SstCorrupt { .. }), "{e}");
-        assert!(e.to_string().contains("000023.sst"), "{e}");
+        let FlinkError::InHandle {
+            operator,
+            subtask,
+            handle,
+            source,
+        } = &e
+        else {
+            panic!("{e}")
+        };
+        assert_eq!(
+            (operator.as_str(), *subtask, *handle),
+            ("state-op", 0, "IncrementalRemoteKeyedStateHandle")
+        );
+        assert!(matches!(**source, FlinkError::SstCorrupt { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("000023.sst (0560438e-e824-4ae4-852b-68b61d32a3c2)"),
+            "{e}"
+        );
+        assert_eq!(e.kind(), keyed_state::ErrorKind::Corruption);
     }
-    // Files are assigned to states by the column family in their properties, not by name: swapping two
-    // files' contents imports the same state.
+    // Files belong to the column family the MANIFEST lists them in: two files' contents swapped is
+    // corruption naming the file (its size and its properties disagree with the MANIFEST).
     std::fs::write(&sst, &data).unwrap();
     let other = dir.path().join("a47a337d-3a5c-498e-85ee-2ed75f8e00cd");
     let other_data = std::fs::read(&other).unwrap();
     std::fs::write(&sst, &other_data).unwrap();
     std::fs::write(&other, &data).unwrap();
     let sp = FlinkSavepoint::open(dir.path()).unwrap();
-    let mut swapped = Vec::new();
-    encode(
-        &sp.import(sp.operator("state-op").unwrap()).unwrap(),
-        &WriteOptions::default(),
-        &mut swapped,
-    )
-    .unwrap();
-    assert!(swapped == import_entries("rocksdb-native-savepoint").0);
+    let e = sp.import(sp.operator("state-op").unwrap()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("corrupt RocksDB SST file") && msg.contains("MANIFEST-000005"),
+        "{msg}"
+    );
 }
 
 #[test]

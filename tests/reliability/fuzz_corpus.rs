@@ -430,6 +430,43 @@ fn generate_fuzz_corpus() {
         }
     }
 
+    // Flink's RocksDB MANIFEST files (every native savepoint and checkpoint fixture), found by replaying
+    // every file named MANIFEST-* that a handle of those directories lists.
+    let flink_manifest = Corpus::new("flink_rocksdb_manifest");
+    for dir in [
+        "rocksdb-native-savepoint",
+        "rocksdb-native-savepoint-incremental-off",
+        "rocksdb-full-checkpoint/chk-2",
+        "rocksdb-incremental-checkpoint/chk-3",
+    ] {
+        let sp = keyed_state_flink::FlinkSavepoint::open(&flink_fixture(dir)).unwrap();
+        for op in sp.keyed_operators() {
+            for st in &op.subtasks {
+                let Some(keyed_state_flink::KeyedHandle::Incremental {
+                    shared, private, ..
+                }) = &st.managed_keyed
+                else {
+                    continue;
+                };
+                for (local, h) in shared.iter().chain(private) {
+                    if local.starts_with("MANIFEST-") {
+                        let bytes = keyed_state_flink::location::open_stream(h, sp.dir()).unwrap();
+                        keyed_state_flink::sst::read_manifest(&bytes, "seed").unwrap();
+                        flink_manifest.add(
+                            &format!(
+                                "{}-{}-{}-{local}",
+                                dir.replace('/', "-"),
+                                op.label(),
+                                st.index
+                            ),
+                            &bytes,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     // Heap checkpoint table files: an empty table, one entry, and a few hundred ascending entries.
     let heap = Corpus::new("heap_table_decode");
     for (i, n) in [0usize, 1, 300].into_iter().enumerate() {
@@ -482,6 +519,9 @@ fn every_fuzz_target_has_a_seed_corpus() {
                 "flink_snappy" => keyed_state_flink::snappy::decode_all(&bytes, "seed").is_ok(),
                 "flink_rocksdb_sst" => {
                     keyed_state_flink::sst::SstFile::open(&bytes, "seed").is_ok()
+                }
+                "flink_rocksdb_manifest" => {
+                    keyed_state_flink::sst::read_manifest(&bytes, "seed").is_ok()
                 }
                 "heap_table_decode" => keyed_state::backend::heap::table_file::decode(
                     std::path::Path::new("seed"),

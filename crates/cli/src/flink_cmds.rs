@@ -8,32 +8,35 @@ use keyed_state::Error;
 use keyed_state_flink::FlinkError;
 
 type Result<T, E = FlinkError> = std::result::Result<T, E>;
-use keyed_state::savepoint::{write_savepoint, Compression, SavepointReader, WriteOptions};
+use keyed_state::savepoint::{Compression, SavepointReader, WriteOptions};
+use keyed_state_flink::job::OperatorOutcome;
 use keyed_state_flink::location::{display_name, open_stream};
 use keyed_state_flink::metadata::{KeyedHandle, OperatorState, SubtaskState};
 use keyed_state_flink::proxy::{read_proxy, KeyedProxy};
-use keyed_state_flink::{export_canonical, ExportOptions, FlinkSavepoint};
+use keyed_state_flink::{
+    export_canonical, export_job, ExportOptions, FlinkSavepoint, JobExportOptions, OperatorSources,
+};
 
-/// `import-flink`: one operator's keyed state into one of our savepoints. Returns the summary printed.
-pub fn import(dir: &Path, operator: &str, out: &Path, lz4: bool) -> Result<String> {
-    let sp = FlinkSavepoint::open(dir)?;
-    let op = sp.operator(operator)?;
-    let import = sp.import(op)?;
-    for w in import.warnings() {
-        eprintln!("warning: {w}");
-    }
-    let options = WriteOptions {
+/// The write options of `--lz4`.
+fn write_options(lz4: bool) -> WriteOptions {
+    WriteOptions {
         compression: if lz4 {
             Compression::Lz4
         } else {
             Compression::None
         },
-    };
-    let summary = write_savepoint(out, &import, &options)?;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "imported operator {} ({}) from {} subtask stream(s): {} states, {} entries in {} key groups -> {} ({} bytes)",
+    }
+}
+
+/// Imports `op` into `out`; returns the line printed.
+fn import_one(sp: &FlinkSavepoint, op: &OperatorState, out: &Path, lz4: bool) -> Result<String> {
+    let import = sp.import(op)?;
+    for w in import.warnings() {
+        eprintln!("warning: {w}");
+    }
+    let (summary, _) = import.write_savepoint(out, &write_options(lz4))?;
+    Ok(format!(
+        "imported operator {} ({}) from {} subtask stream(s): {} states, {} entries in {} key groups -> {} ({} bytes)\n",
         op.label(),
         op.id,
         import.files().len(),
@@ -42,12 +45,237 @@ pub fn import(dir: &Path, operator: &str, out: &Path, lz4: bool) -> Result<Strin
         summary.key_groups_written,
         out.display(),
         summary.bytes_written
+    ))
+}
+
+/// `import-flink --operator`: one operator's keyed state into one of our savepoints. Returns the summary
+/// printed.
+pub fn import(dir: &Path, operator: &str, out: &Path, lz4: bool) -> Result<String> {
+    let sp = FlinkSavepoint::open(dir)?;
+    let op = sp.operator(operator)?;
+    import_one(&sp, op, out, lz4)
+}
+
+/// The file name of an operator's savepoint in `--out-dir`: the uid (or hex id) with every character that
+/// is not a letter, digit, `-`, `_` or a non-leading `.` written as `%XX` (its UTF-8 bytes), then `.sp`;
+/// distinct uids give distinct names.
+pub fn savepoint_file_name(label: &str) -> String {
+    let mut out = String::with_capacity(label.len() + 3);
+    for (i, c) in label.chars().enumerate() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '_' || (c == '.' && i > 0) {
+            out.push(c);
+        } else {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    out.push_str(".sp");
+    out
+}
+
+/// `import-flink --all --out-dir`: every keyed operator into `out_dir/<uid>.sp`. Returns the summary.
+pub fn import_all(dir: &Path, out_dir: &Path, lz4: bool) -> Result<String> {
+    let sp = FlinkSavepoint::open(dir)?;
+    let ops: Vec<&OperatorState> = sp.keyed_operators().collect();
+    if ops.is_empty() {
+        return Err(FlinkError::NoKeyedState {
+            operator: format!("any operator of {}", dir.display()),
+        });
+    }
+    std::fs::create_dir_all(out_dir).map_err(|e| FlinkError::io(out_dir.display(), e))?;
+    let mut s = String::new();
+    let mut names = std::collections::BTreeSet::new();
+    for op in &ops {
+        let name = savepoint_file_name(&op.label());
+        if !names.insert(name.clone()) {
+            return Err(FlinkError::Inconsistent(format!(
+                "two operators would both be written to {name}"
+            )));
+        }
+        s.push_str(&import_one(&sp, op, &out_dir.join(name), lz4)?);
+    }
+    let _ = writeln!(
+        s,
+        "imported {} keyed operator(s) of {} into {}",
+        ops.len(),
+        sp.metadata.operators.len(),
+        out_dir.display()
     );
     Ok(s)
 }
 
-/// `export-flink`: our savepoints as a Flink canonical savepoint directory. Returns the summary printed.
-pub fn export(
+/// What `export-flink` was asked.
+#[derive(Debug, Clone)]
+pub struct ExportRequest {
+    /// Positional savepoints (with `operator_uid`).
+    pub savepoints: Vec<PathBuf>,
+    /// `--operator-uid`.
+    pub operator_uid: Option<String>,
+    /// `--operator UID=SAVEPOINT[,SAVEPOINT...]`, each.
+    pub operators: Vec<String>,
+    /// `--parallelism`.
+    pub parallelism: Option<u32>,
+    /// `--template`.
+    pub template: Option<PathBuf>,
+    /// `--out`.
+    pub out: PathBuf,
+    /// `--compress`.
+    pub compress: bool,
+}
+
+fn open_ours(p: &Path) -> Result<(String, SavepointReader)> {
+    SavepointReader::open(p)
+        .map(|r| (p.display().to_string(), r))
+        .map_err(|e| FlinkError::from(Error::from(e)))
+}
+
+/// The operator groups of a request: `(operator, savepoint paths)`.
+fn groups(r: &ExportRequest) -> Result<Vec<(String, Vec<PathBuf>)>> {
+    let mut out = Vec::new();
+    match (&r.operator_uid, r.savepoints.is_empty()) {
+        (Some(uid), false) => out.push((uid.clone(), r.savepoints.clone())),
+        (Some(_), true) => {
+            return Err(FlinkError::Inconsistent(
+                "--operator-uid names the operator of the savepoint files given before it; none is given".into(),
+            ))
+        }
+        (None, false) => {
+            return Err(FlinkError::Inconsistent(
+                "savepoint files without --operator-uid: give --operator-uid UID, or --operator UID=SAVEPOINT".into(),
+            ))
+        }
+        (None, true) => {}
+    }
+    for g in &r.operators {
+        let Some((op, list)) = g.split_once('=') else {
+            return Err(FlinkError::Inconsistent(format!(
+                "--operator {g}: expected UID=SAVEPOINT[,SAVEPOINT...]"
+            )));
+        };
+        let paths: Vec<PathBuf> = list
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        if op.is_empty() || paths.is_empty() {
+            return Err(FlinkError::Inconsistent(format!(
+                "--operator {g}: expected UID=SAVEPOINT[,SAVEPOINT...]"
+            )));
+        }
+        out.push((op.to_string(), paths));
+    }
+    if out.is_empty() {
+        return Err(FlinkError::Inconsistent(
+            "nothing to export: give SAVEPOINT... --operator-uid UID, or --operator UID=SAVEPOINT[,SAVEPOINT...]".into(),
+        ));
+    }
+    Ok(out)
+}
+
+/// `export-flink`: our savepoints as a Flink savepoint directory. Returns the summary printed.
+pub fn export(r: &ExportRequest) -> Result<String> {
+    let groups = groups(r)?;
+    // One operator, no template: the single-operator export (the operator id always derived from the uid).
+    if let ([(uid, paths)], None, true) = (groups.as_slice(), &r.template, r.operators.is_empty()) {
+        let parallelism = r.parallelism.ok_or_else(|| {
+            FlinkError::Inconsistent("--parallelism is needed without --template".into())
+        })?;
+        return export_one(paths, uid, parallelism, &r.out, r.compress);
+    }
+    let template = match &r.template {
+        Some(t) => Some(FlinkSavepoint::open(t)?),
+        None => None,
+    };
+    let readers: Vec<Vec<(String, SavepointReader)>> = groups
+        .iter()
+        .map(|(_, paths)| {
+            paths
+                .iter()
+                .map(|p| open_ours(p))
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<_>>()?;
+    let ops: Vec<OperatorSources<'_>> = groups
+        .iter()
+        .zip(&readers)
+        .map(|((op, _), rs)| OperatorSources {
+            operator: op.clone(),
+            savepoints: rs.iter().map(|(n, r)| (n.as_str(), r)).collect(),
+        })
+        .collect();
+    let opts = JobExportOptions {
+        parallelism: r.parallelism,
+        compress: r.compress,
+    };
+    let summary = export_job(&ops, template.as_ref(), &opts, &r.out)?;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "exported {} operator(s){} -> {} (_metadata version {}, {} bytes{})",
+        ops.len(),
+        match &r.template {
+            Some(t) => format!(
+                ", {} carried over from template {}",
+                summary.operators.len() - ops.len(),
+                t.display()
+            ),
+            None => String::new(),
+        },
+        r.out.display(),
+        summary.metadata_version,
+        summary.metadata_bytes,
+        if r.compress { ", snappy" } else { "" }
+    );
+    for op in &summary.operators {
+        let what = match &op.outcome {
+            OperatorOutcome::Replaced {
+                states,
+                files,
+                kept_files,
+            } => format!(
+                "replaced: {states} states, {} entries in {} keyed-state file(s){}",
+                op.entries(),
+                files.len(),
+                if *kept_files > 0 {
+                    format!(", {kept_files} file(s) of the template's operator state kept")
+                } else {
+                    String::new()
+                }
+            ),
+            OperatorOutcome::Carried {
+                verbatim,
+                files,
+                bytes,
+            } => format!(
+                "carried over{}: {files} file(s), {bytes} bytes copied",
+                if *verbatim {
+                    " byte for byte"
+                } else {
+                    " (absolute file handles made relative to copies)"
+                }
+            ),
+        };
+        let _ = writeln!(
+            s,
+            "  operator {} ({}) parallelism {}, max parallelism {}{}: {what}",
+            op.label,
+            op.id,
+            op.parallelism,
+            op.max_parallelism,
+            if op.coordinator_state {
+                ", coordinator state"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(s)
+}
+
+/// The single-operator export (no template). Returns the summary printed.
+fn export_one(
     savepoints: &[PathBuf],
     uid: &str,
     parallelism: u32,
@@ -56,11 +284,7 @@ pub fn export(
 ) -> Result<String> {
     let readers = savepoints
         .iter()
-        .map(|p| {
-            SavepointReader::open(p)
-                .map(|r| (p.display().to_string(), r))
-                .map_err(|e| FlinkError::from(Error::from(e)))
-        })
+        .map(|p| open_ours(p))
         .collect::<Result<Vec<_>>>()?;
     let sources: Vec<(&str, &SavepointReader)> =
         readers.iter().map(|(n, r)| (n.as_str(), r)).collect();
@@ -149,6 +373,30 @@ fn subtask_report(
         st.input_channels.len(),
         st.result_subpartitions.len()
     );
+    for (what, h) in [("managed", &st.managed_operator), ("raw", &st.raw_operator)] {
+        let Some(h) = h else { continue };
+        let data = open_stream(&h.stream, sp.dir())?;
+        let states: Vec<String> = h
+            .states
+            .iter()
+            .map(|(name, mode, offsets)| {
+                let mode = match mode {
+                    0 => "SPLIT_DISTRIBUTE",
+                    1 => "UNION",
+                    _ => "BROADCAST",
+                };
+                format!("{name} ({mode}, {} partition(s))", offsets.len())
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "    {what} operator state: {}; {} bytes, crc32c {:08x}, via {}",
+            states.join(", "),
+            data.len(),
+            keyed_state_flink::snappy::crc32c(&data),
+            h.stream.describe()
+        );
+    }
     let Some(h) = &st.managed_keyed else {
         return Ok(());
     };
@@ -201,10 +449,18 @@ fn subtask_report(
             sst_bytes += f.bytes;
             let _ = writeln!(
                 s,
-                "    sst {} ({}): column family {}, {} records, {} range tombstones, {} bytes",
-                f.local_name, f.stored_as, f.column_family, f.records, f.range_tombstones, f.bytes
+                "    sst {} ({}): column family {}, {} records, {} range tombstones, {} bytes, level {}, {}",
+                f.local_name,
+                f.stored_as,
+                f.column_family,
+                f.records,
+                f.range_tombstones,
+                f.bytes,
+                f.level,
+                if f.private { "private" } else { "shared" }
             );
         }
+        let _ = writeln!(s, "    live files from {}", rocks.manifest);
         let _ = writeln!(
             s,
             "    folded {} versions ({} merge operands, {} deleted keys, {} keys outside the key groups skipped)",
@@ -309,9 +565,43 @@ pub fn inspect(dir: &Path) -> Result<String> {
             op.subtasks.len(),
             if op.fully_finished { " (finished)" } else { "" }
         );
+        if let Some(c) = &op.coordinator_state {
+            let data = open_stream(c, sp.dir())?;
+            let _ = writeln!(
+                s,
+                "  coordinator state: {} bytes, crc32c {:08x}",
+                data.len(),
+                keyed_state_flink::snappy::crc32c(&data)
+            );
+        }
         for st in &op.subtasks {
-            subtask_report(&mut s, &sp, op, st)?;
+            subtask_report(&mut s, &sp, op, st).map_err(|e| {
+                let handle = st
+                    .managed_keyed
+                    .as_ref()
+                    .map_or("subtask state", |h| h.type_name());
+                e.in_handle(&op.label(), st.index, handle)
+            })?;
         }
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::savepoint_file_name;
+
+    #[test]
+    fn savepoint_file_names_keep_plain_uids_and_escape_the_rest() {
+        assert_eq!(savepoint_file_name("keyed-a"), "keyed-a.sp");
+        assert_eq!(
+            savepoint_file_name("14725b7741e1a536207c2c73a13e02c9"),
+            "14725b7741e1a536207c2c73a13e02c9.sp"
+        );
+        assert_eq!(savepoint_file_name("a/b c"), "a%2Fb%20c.sp");
+        assert_eq!(savepoint_file_name("..x"), "%2E.x.sp");
+        assert_eq!(savepoint_file_name("é%"), "%C3%A9%25.sp");
+        // Distinct uids, distinct names.
+        assert_ne!(savepoint_file_name("a/b"), savepoint_file_name("a%2Fb"));
+    }
 }

@@ -91,32 +91,53 @@ enum Command {
         /// The savepoint file, or a Flink savepoint directory.
         savepoint: PathBuf,
     },
-    /// Import one operator's keyed state from a Flink canonical savepoint into one of our savepoints.
+    /// Import keyed state from a Flink savepoint or checkpoint (canonical, HashMap native, RocksDB native
+    /// or incremental) into our savepoints: one operator (`--operator OP --out FILE`), or every keyed
+    /// operator (`--all --out-dir DIR`: one savepoint per operator, `DIR/<uid>.sp`, or `DIR/<operator
+    /// id>.sp` for an operator without uid). An import reads every file it references or fails.
     ImportFlink {
-        /// The Flink savepoint directory (holding `_metadata`).
+        /// The Flink savepoint or checkpoint directory (holding `_metadata`).
         flink_savepoint: PathBuf,
         /// The operator: its uid or its 32-digit hex operator id.
-        #[arg(long)]
-        operator: String,
-        /// Where to write our savepoint.
-        #[arg(long)]
-        out: PathBuf,
-        /// LZ4-compress the frames of the savepoint written.
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        operator: Option<String>,
+        /// Where to write our savepoint (with `--operator`).
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        out: Option<PathBuf>,
+        /// Import every operator with keyed state.
+        #[arg(long, requires = "out_dir")]
+        all: bool,
+        /// The directory to write one savepoint per keyed operator into (with `--all`; created if needed).
+        #[arg(long, requires = "all")]
+        out_dir: Option<PathBuf>,
+        /// LZ4-compress the frames of the savepoints written.
         #[arg(long)]
         lz4: bool,
     },
-    /// Export the keyed state of one or more of our savepoints as a Flink canonical savepoint directory
-    /// (`_metadata` and one keyed-state file per subtask) that Flink restores on any state backend.
+    /// Export our savepoints as a Flink savepoint directory (`_metadata`, one canonical keyed-state file per
+    /// subtask and operator) that Flink restores on any state backend: one operator (`SAVEPOINT...
+    /// --operator-uid UID`), or several (`--operator UID=SAVEPOINT[,SAVEPOINT...]`, repeated). With
+    /// `--template FLINK_SAVEPOINT_DIR`, every operator of that savepoint not given is carried over
+    /// unchanged, byte for byte (keyed, operator and coordinator state), and each operator given must be in
+    /// it with the same max parallelism (and parallelism, which it then defaults to).
     ExportFlink {
-        /// Our savepoint files (states merged by name; key groups must not overlap per state).
-        #[arg(required = true)]
+        /// Our savepoint files for `--operator-uid` (states merged by name; key groups must not overlap per
+        /// state).
         savepoints: Vec<PathBuf>,
-        /// The operator uid of the Flink job; the operator id is the one Flink derives from it.
+        /// The operator uid of the Flink job for SAVEPOINT...; the operator id is the one Flink derives.
         #[arg(long)]
-        operator_uid: String,
-        /// The operator's parallelism: one keyed-state file per subtask.
+        operator_uid: Option<String>,
+        /// An operator and its savepoints: `UID=SAVEPOINT[,SAVEPOINT...]` (UID may be a 32-digit hex
+        /// operator id); repeat for several operators.
+        #[arg(long = "operator", value_name = "UID=SAVEPOINT[,SAVEPOINT...]")]
+        operators: Vec<String>,
+        /// The operators' parallelism: one keyed-state file per subtask (default with --template: each
+        /// operator's parallelism in it).
         #[arg(long)]
-        parallelism: u32,
+        parallelism: Option<u32>,
+        /// A Flink savepoint or checkpoint of the job whose other operators are carried over.
+        #[arg(long, value_name = "FLINK_SAVEPOINT_DIR")]
+        template: Option<PathBuf>,
         /// The savepoint directory to write (created; must not exist or be empty).
         #[arg(long)]
         out: PathBuf,
@@ -239,25 +260,45 @@ fn run(command: Command) -> Result<(), Error> {
             flink_savepoint,
             operator,
             out,
+            all,
+            out_dir,
             lz4,
         } => {
-            print!(
-                "{}",
-                flink_cmds::import(&flink_savepoint, &operator, &out, lz4)?
-            );
+            let text = match (operator, out, all, out_dir) {
+                (Some(op), Some(out), false, None) => {
+                    flink_cmds::import(&flink_savepoint, &op, &out, lz4)?
+                }
+                (None, None, true, Some(dir)) => {
+                    flink_cmds::import_all(&flink_savepoint, &dir, lz4)?
+                }
+                _ => {
+                    return Err(Error::InvalidArgument(
+                        "give --operator OP --out FILE, or --all --out-dir DIR".into(),
+                    ))
+                }
+            };
+            print!("{text}");
             Ok(())
         }
         Command::ExportFlink {
             savepoints,
             operator_uid,
+            operators,
             parallelism,
+            template,
             out,
             compress,
         } => {
-            print!(
-                "{}",
-                flink_cmds::export(&savepoints, &operator_uid, parallelism, &out, compress)?
-            );
+            let request = flink_cmds::ExportRequest {
+                savepoints,
+                operator_uid,
+                operators,
+                parallelism,
+                template,
+                out,
+                compress,
+            };
+            print!("{}", flink_cmds::export(&request)?);
             Ok(())
         }
         Command::Inspect { savepoint } => {

@@ -112,8 +112,22 @@ fn import_then_dump_json_equals_expected_json() {
         "hashmap-native-savepoint",
         "rocksdb-native-savepoint",
         "rocksdb-incremental-checkpoint/chk-3",
+        "rocksdb-native-savepoint-incremental-off",
+        "rocksdb-full-checkpoint/chk-2",
+        "flink-1.20.3/hashmap-canonical-savepoint",
+        "flink-1.20.3/hashmap-canonical-savepoint-inline",
+        "flink-1.20.3/hashmap-native-savepoint",
+        "flink-1.20.3/rocksdb-canonical-savepoint",
+        "flink-1.20.3/rocksdb-native-savepoint",
+        "flink-1.20.3/rocksdb-native-savepoint-incremental-off",
+        "flink-1.20.3/rocksdb-full-checkpoint/chk-1",
+        "flink-1.20.3/rocksdb-incremental-checkpoint/chk-2",
     ] {
-        let run_dir = fixture.split('/').next().unwrap();
+        // The directory holding run-info.json: the fixture, or the checkpoint's parent.
+        let run_dir = match fixture.rsplit_once('/') {
+            Some((parent, last)) if last.starts_with("chk-") => parent,
+            _ => fixture,
+        };
         let info: Value = serde_json::from_str(
             &std::fs::read_to_string(format!("{FIXTURES}/{run_dir}/run-info.json")).unwrap(),
         )
@@ -220,6 +234,7 @@ fn import_errors_name_what_is_wrong() {
     assert!(!o.status.success());
     let e = text(&o.stderr);
     for want in [
+        "operator 'state-op' subtask 0 (IncrementalRemoteKeyedStateHandle)",
         "000023.sst (0560438e-e824-4ae4-852b-68b61d32a3c2)",
         "corrupt RocksDB SST file",
         "data block",
@@ -419,4 +434,380 @@ fn cli_export_flink_then_import_flink_dumps_the_same_entries() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("state-op"));
+}
+
+const JOB: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/flink/job"
+);
+
+/// Per key: the fields of the whole-job fixture's expected.json, rebuilt from `dump --json` lines.
+fn job_logical(lines: &str) -> Value {
+    let mut out = serde_json::Map::new();
+    for line in lines.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let key = e["key"].as_i64().unwrap().to_string();
+        let k = out
+            .entry(key)
+            .or_insert_with(|| json!({ "key_group": e["key_group"] }));
+        let state = e["state"].as_str().unwrap();
+        if state == "per-a" {
+            let m = k
+                .as_object_mut()
+                .unwrap()
+                .entry("per-a")
+                .or_insert_with(|| json!({}));
+            m.as_object_mut()
+                .unwrap()
+                .insert(e["user_key"].to_string(), e["value"].clone());
+        } else {
+            k.as_object_mut()
+                .unwrap()
+                .insert(state.to_string(), e["value"].clone());
+        }
+    }
+    Value::Object(out)
+}
+
+fn job_expected(phase: &str) -> Value {
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{JOB}/expected.json")).unwrap())
+            .unwrap();
+    v[phase].clone()
+}
+
+/// The `inspect` lines of the source operator (its coordinator and operator state, with checksums).
+fn source_lines(dir: &str) -> Vec<String> {
+    let text = String::from_utf8_lossy(&run_ok(&["inspect", dir]).stdout).into_owned();
+    let mut out = Vec::new();
+    let mut in_source = false;
+    for line in text.lines() {
+        if line.starts_with("operator ") {
+            in_source = line.contains(" uid=source ");
+        }
+        if in_source {
+            // File names differ between savepoints; sizes and checksums do not.
+            out.push(line.split(", via ").next().unwrap().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn import_all_writes_one_savepoint_per_keyed_operator_named_by_uid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ours");
+    for sp in ["canonical-savepoint", "native-savepoint"] {
+        let _ = std::fs::remove_dir_all(&out);
+        let o = run_ok(&[
+            "import-flink",
+            &format!("{JOB}/{sp}"),
+            "--all",
+            "--out-dir",
+            out.to_str().unwrap(),
+        ]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("imported 2 keyed operator(s) of 4"), "{text}");
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["keyed-a.sp", "keyed-b.sp"], "{sp}");
+        for uid in ["keyed-a", "keyed-b"] {
+            assert!(
+                text.contains(&format!("imported operator {uid} (")),
+                "{text}"
+            );
+            let path = out.join(format!("{uid}.sp"));
+            let dump = run_ok(&["dump", path.to_str().unwrap(), "--json"]).stdout;
+            assert_eq!(
+                job_logical(&String::from_utf8_lossy(&dump)),
+                job_expected("initial")[uid],
+                "{sp} {uid}"
+            );
+        }
+    }
+    // Flink 1.x writes no uids into _metadata: operators are named by id.
+    let _ = std::fs::remove_dir_all(&out);
+    run_ok(&[
+        "import-flink",
+        &format!("{FIXTURES}/flink-1.20.3/rocksdb-native-savepoint"),
+        "--all",
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]);
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["14725b7741e1a536207c2c73a13e02c9.sp"]);
+    // --all and --operator exclude each other; --all needs --out-dir.
+    for args in [
+        vec!["--all", "--operator", "keyed-a", "--out-dir", "x"],
+        vec!["--all"],
+        vec!["--operator", "keyed-a"],
+    ] {
+        let mut full = vec!["import-flink", JOB];
+        full.extend(args.iter().copied());
+        let o = run(&full);
+        assert!(!o.status.success(), "{args:?}");
+    }
+}
+
+#[test]
+fn export_flink_with_a_template_replaces_keyed_state_and_keeps_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n).display().to_string();
+    let template = format!("{JOB}/canonical-savepoint");
+    run_ok(&["import-flink", &template, "--all", "--out-dir", &p("ours")]);
+    let o = run_ok(&[
+        "export-flink",
+        "--template",
+        &template,
+        "--operator",
+        &format!("keyed-a={}", p("ours/keyed-a.sp")),
+        "--operator",
+        &format!("keyed-b={}", p("ours/keyed-b.sp")),
+        "--out",
+        &p("job"),
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "exported 2 operator(s), 2 carried over from template",
+        "operator keyed-a (9e32641d90691ee5ad28af9efd3c6b42) parallelism 2, max parallelism 128: replaced:",
+        "operator keyed-b (624157fad7a80defebac3c24cbcf314f) parallelism 3, max parallelism 128: replaced:",
+        "operator source (e5a72f353fc1e6bbf3bd96a41384998c) parallelism 1, max parallelism 128, coordinator state: carried over byte for byte",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in\n{text}");
+    }
+    // The source's coordinator and operator state are the template's, byte for byte.
+    let lines = source_lines(&p("job"));
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("coordinator state: 16 bytes")));
+    assert!(lines.iter().any(|l| l.contains("SourceReaderState")));
+    assert_eq!(lines, source_lines(&template));
+    // Re-imported, every keyed operator holds its state.
+    run_ok(&["import-flink", &p("job"), "--all", "--out-dir", &p("again")]);
+    for uid in ["keyed-a", "keyed-b"] {
+        let dump = run_ok(&["dump", &p(&format!("again/{uid}.sp")), "--json"]).stdout;
+        assert_eq!(
+            job_logical(&String::from_utf8_lossy(&dump)),
+            job_expected("initial")[uid]
+        );
+    }
+}
+
+#[test]
+fn export_flink_errors_name_the_operator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n).display().to_string();
+    let template = format!("{JOB}/native-savepoint");
+    run_ok(&["import-flink", &template, "--all", "--out-dir", &p("ours")]);
+    let fails = |args: &[&str], wants: &[&str]| {
+        let o = run(args);
+        assert!(!o.status.success(), "{args:?}");
+        let e = text(&o.stderr);
+        for w in wants {
+            assert!(e.contains(w), "missing {w:?} in {e}");
+        }
+        assert!(!e.contains("panicked"), "{e}");
+    };
+    let b = format!("keyed-b={}", p("ours/keyed-b.sp"));
+    fails(
+        &[
+            "export-flink",
+            "--template",
+            &template,
+            "--operator",
+            &b,
+            "--parallelism",
+            "2",
+            "--out",
+            &p("x"),
+        ],
+        &[
+            "operator 'keyed-b'",
+            "parallelism 2",
+            "parallelism 3 in the template",
+        ],
+    );
+    fails(
+        &[
+            "export-flink",
+            "--template",
+            &template,
+            "--operator",
+            &format!("nope={}", p("ours/keyed-b.sp")),
+            "--out",
+            &p("x"),
+        ],
+        &["'nope'", "keyed-a", "keyed-b", "source"],
+    );
+    fails(
+        &["export-flink", "--operator", &b, "--out", &p("x")],
+        &["operator 'keyed-b': a parallelism is needed without a template"],
+    );
+    fails(
+        &["export-flink", "--operator", "keyed-b", "--out", &p("x")],
+        &["expected UID=SAVEPOINT[,SAVEPOINT...]"],
+    );
+    // The same state in the same key group from two savepoints.
+    let a = p("ours/keyed-a.sp");
+    fails(
+        &[
+            "export-flink",
+            "--template",
+            &template,
+            "--operator",
+            &format!("keyed-a={a},{a}"),
+            "--out",
+            &p("x"),
+        ],
+        &["in both"],
+    );
+    assert!(!tmp.path().join("x").join("_metadata").exists());
+}
+
+#[test]
+fn help_shows_the_whole_job_contract() {
+    let h = text(&run_ok(&["import-flink", "--help"]).stdout);
+    for want in [
+        "--all",
+        "--out-dir <OUT_DIR>",
+        "--operator <OPERATOR>",
+        "--out <OUT>",
+        "<uid>.sp",
+    ] {
+        assert!(h.contains(want), "import-flink --help lacks {want:?}:\n{h}");
+    }
+    let h = text(&run_ok(&["export-flink", "--help"]).stdout);
+    for want in [
+        "--operator <UID=SAVEPOINT[,SAVEPOINT...]>",
+        "--template <FLINK_SAVEPOINT_DIR>",
+        "--operator-uid <OPERATOR_UID>",
+        "--parallelism <PARALLELISM>",
+        "--out <OUT>",
+        "--compress",
+    ] {
+        assert!(h.contains(want), "export-flink --help lacks {want:?}:\n{h}");
+    }
+}
+
+const KINDS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/flink/kinds"
+);
+
+/// Per key: expected.json's fields of the state-kinds fixtures from `dump --json` lines, and the
+/// `(key, j, ttl timestamp)` of every TTL'd list element and map entry.
+fn kinds_logical(lines: &str) -> (Value, Vec<(String, usize, i64)>) {
+    let mut out = serde_json::Map::new();
+    let mut stamps = Vec::new();
+    for line in lines.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let key = e["key"].as_str().unwrap().to_string();
+        let k = out
+            .entry(key.clone())
+            .or_insert_with(|| json!({ "key_group": e["key_group"] }))
+            .as_object_mut()
+            .unwrap();
+        let state = e["state"].as_str().unwrap();
+        match state {
+            "ns-value" | "ns-list" => {
+                let m = k.entry(state).or_insert_with(|| json!({}));
+                m.as_object_mut().unwrap().insert(
+                    e["namespace"].as_str().unwrap().to_string(),
+                    e["value"].clone(),
+                );
+            }
+            "ttl-list" => {
+                assert_eq!(e["namespace"], Value::Null);
+                k.insert(state.into(), e["value"].clone());
+                for (j, ts) in e["ttl_timestamp"].as_array().unwrap().iter().enumerate() {
+                    stamps.push((key.clone(), j, ts.as_i64().unwrap()));
+                }
+            }
+            "ttl-map" | "null-map" => {
+                let uk = e["user_key"].as_str().unwrap().to_string();
+                if state == "ttl-map" {
+                    let j = uk[1..].parse().unwrap();
+                    stamps.push((key.clone(), j, e["ttl_timestamp"].as_i64().unwrap()));
+                }
+                let m = k.entry(state).or_insert_with(|| json!({}));
+                m.as_object_mut().unwrap().insert(uk, e["value"].clone());
+            }
+            other => panic!("unexpected state {other}"),
+        }
+    }
+    (Value::Object(out), stamps)
+}
+
+#[test]
+fn state_kind_fixtures_dump_json_equals_expected_json() {
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{KINDS}/expected.json")).unwrap())
+            .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (fixture, run_dir, phase) in [
+        (
+            "rocksdb-canonical-savepoint",
+            "rocksdb-canonical-savepoint",
+            3,
+        ),
+        ("rocksdb-native-savepoint", "rocksdb-native-savepoint", 3),
+        ("hashmap-native-savepoint", "hashmap-native-savepoint", 3),
+        (
+            "rocksdb-incremental-checkpoints/chk-2",
+            "rocksdb-incremental-checkpoints",
+            1,
+        ),
+        (
+            "rocksdb-incremental-checkpoints/chk-3",
+            "rocksdb-incremental-checkpoints",
+            2,
+        ),
+        (
+            "rocksdb-incremental-checkpoints/chk-4",
+            "rocksdb-incremental-checkpoints",
+            3,
+        ),
+    ] {
+        let out = tmp.path().join(format!("{}.sp", fixture.replace('/', "-")));
+        let out_s = out.to_str().unwrap();
+        run_ok(&[
+            "import-flink",
+            &format!("{KINDS}/{fixture}"),
+            "--operator",
+            "kinds",
+            "--out",
+            out_s,
+        ]);
+        let dump = text(&run_ok(&["dump", out_s, "--json"]).stdout);
+        let (got, stamps) = kinds_logical(&dump);
+        let mut want = expected[format!("after_phase_{phase}")].clone();
+        for (_, s) in want.as_object_mut().unwrap() {
+            s.as_object_mut().unwrap().remove("subtask");
+        }
+        assert_eq!(got, want, "{fixture}");
+        let info: Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{KINDS}/{run_dir}/run-info.json")).unwrap(),
+        )
+        .unwrap();
+        let ranges = &info["ttl_write_millis_range_by_record"];
+        for (key, j, ts) in &stamps {
+            let n: u32 = key
+                .strip_prefix('k')
+                .or_else(|| key.split('-').nth(1))
+                .unwrap()
+                .parse()
+                .unwrap();
+            let r = &ranges[format!("{n}/{j}")];
+            assert!(
+                r[0].as_i64().unwrap() <= *ts && *ts <= r[1].as_i64().unwrap(),
+                "{fixture} {key} j={j}: {ts} outside {r}"
+            );
+        }
+    }
 }

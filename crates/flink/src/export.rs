@@ -265,47 +265,12 @@ impl KeyGroupEncoder {
     }
 }
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> FlinkError + '_ {
+pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> FlinkError + '_ {
     move |e| FlinkError::io(path.display(), e)
 }
 
-/// Writes the keyed state of `sources` (our savepoints, each named for errors) as a Flink canonical
-/// savepoint into `out_dir` (created; it must not exist or be empty). States are merged by name (a state
-/// described differently in two sources is an error), the sources' key groups must not overlap per state,
-/// and all must share max parallelism and key serializer. Each subtask `i` of `parallelism` gets the key
-/// groups Flink assigns it (`computeKeyGroupRangeForOperatorIndex`); `_metadata` is written last.
-pub fn export_canonical(
-    sources: &[(&str, &SavepointReader)],
-    opts: &ExportOptions,
-    out_dir: &Path,
-) -> Result<ExportSummary, FlinkError> {
-    let merged = merge(sources)?;
-    let max_p = merged.max_parallelism;
-    if opts.parallelism == 0 || opts.parallelism > max_p {
-        return Err(FlinkError::Inconsistent(format!(
-            "parallelism {} must be between 1 and the max parallelism {max_p}",
-            opts.parallelism
-        )));
-    }
-    if opts.checkpoint_id < 0 {
-        return Err(FlinkError::Inconsistent(format!(
-            "checkpoint id {} is negative",
-            opts.checkpoint_id
-        )));
-    }
-    let flink_states = merged
-        .states
-        .iter()
-        .map(|m| flink_state_meta(m, &merged.key_serializer))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut header = Vec::new();
-    write_proxy(
-        opts.compress,
-        &merged.key_serializer,
-        &flink_states,
-        &mut header,
-    )?;
-
+/// Creates `out_dir`, which must not exist or be empty.
+pub(crate) fn prepare_out_dir(out_dir: &Path) -> Result<(), FlinkError> {
     if out_dir.exists() {
         let mut it = std::fs::read_dir(out_dir).map_err(io(out_dir))?;
         if it.next().is_some() {
@@ -315,28 +280,102 @@ pub fn export_canonical(
             )));
         }
     }
-    std::fs::create_dir_all(out_dir).map_err(io(out_dir))?;
+    std::fs::create_dir_all(out_dir).map_err(io(out_dir))
+}
 
-    let id = operator_id_for_uid(&opts.operator_uid);
-    let mut enc = KeyGroupEncoder::new(merged.states.len());
+/// Writes `metadata` as `out_dir/_metadata` (through `_metadata.inprogress`, renamed, the directory
+/// synced): the last step of an export.
+pub(crate) fn commit_metadata(out_dir: &Path, bytes: &[u8]) -> Result<(), FlinkError> {
+    let tmp = out_dir.join("_metadata.inprogress");
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    let meta_path = out_dir.join("_metadata");
+    std::fs::rename(&tmp, &meta_path).map_err(io(&meta_path))?;
+    keyed_state_lsm::util::sync_dir(out_dir).map_err(io(out_dir))
+}
+
+/// The merged states of `sources`, checked for a Flink export: every serializer has a Flink counterpart.
+pub(crate) struct Prepared<'s> {
+    pub(crate) sources: &'s [(&'s str, &'s SavepointReader)],
+    merged: Merged,
+    header: Vec<u8>,
+}
+
+impl<'s> Prepared<'s> {
+    /// Merges `sources` by state name and writes the serialization proxy.
+    pub(crate) fn new(
+        sources: &'s [(&'s str, &'s SavepointReader)],
+        compress: bool,
+    ) -> Result<Self, FlinkError> {
+        let merged = merge(sources)?;
+        let flink_states = merged
+            .states
+            .iter()
+            .map(|m| flink_state_meta(m, &merged.key_serializer))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut header = Vec::new();
+        write_proxy(compress, &merged.key_serializer, &flink_states, &mut header)?;
+        Ok(Prepared {
+            sources,
+            merged,
+            header,
+        })
+    }
+
+    /// The sources' max parallelism.
+    pub(crate) fn max_parallelism(&self) -> u32 {
+        self.merged.max_parallelism
+    }
+
+    /// The number of states merged.
+    pub(crate) fn states(&self) -> usize {
+        self.merged.states.len()
+    }
+}
+
+/// Writes one keyed-state file per subtask of an operator with id `id` at `parallelism` into `out_dir`;
+/// returns each subtask's state (its keyed handle only) and what each file holds.
+pub(crate) fn write_keyed_files(
+    p: &Prepared<'_>,
+    id: &OperatorId,
+    parallelism: u32,
+    compress: bool,
+    out_dir: &Path,
+) -> Result<(Vec<SubtaskState>, Vec<ExportedFile>), FlinkError> {
+    let max_p = p.merged.max_parallelism;
+    if parallelism == 0 || parallelism > max_p {
+        return Err(FlinkError::Inconsistent(format!(
+            "parallelism {parallelism} must be between 1 and the max parallelism {max_p}"
+        )));
+    }
+    let mut enc = KeyGroupEncoder::new(p.merged.states.len());
     let mut files = Vec::new();
     let mut subtasks = Vec::new();
     let mut buf = Vec::with_capacity(1 << 20);
-    for i in 0..opts.parallelism {
-        let range = key_group_range_for_operator(max_p, opts.parallelism, i)
+    for i in 0..parallelism {
+        let range = key_group_range_for_operator(max_p, parallelism, i)
             .map_err(|e| FlinkError::Inconsistent(e.to_string()))?;
-        let name = file_name(&id, opts.parallelism, i);
+        let name = file_name(id, parallelism, i);
         let path = out_dir.join(&name);
+        if path.exists() {
+            return Err(FlinkError::Inconsistent(format!(
+                "{} exists already: two operators with id {id}?",
+                path.display()
+            )));
+        }
         let file = std::fs::File::create(&path).map_err(io(&path))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-        w.write_all(&header).map_err(io(&path))?;
-        let mut pos = header.len() as u64;
+        w.write_all(&p.header).map_err(io(&path))?;
+        let mut pos = p.header.len() as u64;
         let mut offsets = Vec::with_capacity(range.len());
         let mut entries = 0u64;
         let mut with_data = 0usize;
         for kg in range.iter() {
             buf.clear();
-            let n = enc.encode(kg, sources, &merged, opts.compress, &mut buf)?;
+            let n = enc.encode(kg, p.sources, &p.merged, compress, &mut buf)?;
             if n == 0 {
                 offsets.push(0);
                 continue;
@@ -378,10 +417,45 @@ pub fn export_canonical(
             bytes: pos,
         });
     }
+    Ok((subtasks, files))
+}
+
+/// Writes the keyed state of `sources` (our savepoints, each named for errors) as a Flink canonical
+/// savepoint into `out_dir` (created; it must not exist or be empty). States are merged by name (a state
+/// described differently in two sources is an error), the sources' key groups must not overlap per state,
+/// and all must share max parallelism and key serializer. Each subtask `i` of `parallelism` gets the key
+/// groups Flink assigns it (`computeKeyGroupRangeForOperatorIndex`); `_metadata` is written last. For
+/// several operators, or to carry a job's other operators over from one of Flink's savepoints, see
+/// [`export_job`](crate::job::export_job).
+pub fn export_canonical(
+    sources: &[(&str, &SavepointReader)],
+    opts: &ExportOptions,
+    out_dir: &Path,
+) -> Result<ExportSummary, FlinkError> {
+    let prepared = Prepared::new(sources, opts.compress)?;
+    let max_p = prepared.max_parallelism();
+    if opts.parallelism == 0 || opts.parallelism > max_p {
+        return Err(FlinkError::Inconsistent(format!(
+            "parallelism {} must be between 1 and the max parallelism {max_p}",
+            opts.parallelism
+        )));
+    }
+    if opts.checkpoint_id < 0 {
+        return Err(FlinkError::Inconsistent(format!(
+            "checkpoint id {} is negative",
+            opts.checkpoint_id
+        )));
+    }
+    prepare_out_dir(out_dir)?;
+    let id = operator_id_for_uid(&opts.operator_uid);
+    let (subtasks, files) =
+        write_keyed_files(&prepared, &id, opts.parallelism, opts.compress, out_dir)?;
     let metadata = CheckpointMetadata {
         version: EXPORT_METADATA_VERSION,
         checkpoint_id: opts.checkpoint_id,
         master_states: 0,
+        master_state_bytes: Vec::new(),
+        operator_spans: Vec::new(),
         operators: vec![OperatorState {
             name: Some(opts.operator_uid.clone()),
             uid: Some(opts.operator_uid.clone()),
@@ -395,15 +469,11 @@ pub fn export_canonical(
         trailer: CANONICAL_SAVEPOINT_PROPERTIES.to_vec(),
     };
     let bytes = write_metadata(&metadata)?;
-    let tmp = out_dir.join("_metadata.inprogress");
-    std::fs::write(&tmp, &bytes).map_err(io(&tmp))?;
-    let meta_path = out_dir.join("_metadata");
-    std::fs::rename(&tmp, &meta_path).map_err(io(&meta_path))?;
-    keyed_state_lsm::util::sync_dir(out_dir).map_err(io(out_dir))?;
+    commit_metadata(out_dir, &bytes)?;
     Ok(ExportSummary {
         operator_id: id,
         max_parallelism: max_p,
-        states: merged.states.len(),
+        states: prepared.states(),
         files,
         metadata_bytes: bytes.len() as u64,
     })

@@ -15,6 +15,7 @@ use keyed_state::layout::{list_append, CompositeKeyBuilder};
 use keyed_state::meta::{StateKind, StateMetaInfo};
 use keyed_state::serializer::dynamic::{decode_to_json, is_fixed_length};
 use keyed_state::serializer::SerializerSnapshot;
+use keyed_state::Location;
 
 /// The bytes one value of `s` takes at the front of `d`, consumed.
 fn value<'a>(
@@ -55,7 +56,7 @@ pub fn read_native_key_group(
     f: &mut dyn FnMut(usize, Vec<u8>, Vec<u8>) -> Result<(), FlinkError>,
 ) -> Result<usize, FlinkError> {
     let bad = |detail: String| FlinkError::BadKeyGroup {
-        file: file.to_string(),
+        at: Location::at(file, offset as u64),
         key_group: kg,
         detail,
     };

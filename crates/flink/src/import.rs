@@ -20,11 +20,15 @@ use super::FlinkError;
 use keyed_state::backend::{BackendConfig, BackendSnapshot, StateId};
 use keyed_state::keygroup::{KeyGroup, KeyGroupRange};
 use keyed_state::meta::StateMetaInfo;
+use keyed_state::savepoint::{write_savepoint, SavepointSummary, WriteOptions};
+use keyed_state::Location;
 
 /// A Flink savepoint or checkpoint directory with its decoded `_metadata`.
 #[derive(Debug, Clone)]
 pub struct FlinkSavepoint {
     dir: PathBuf,
+    /// The `_metadata` bytes decoded.
+    bytes: Vec<u8>,
     /// The decoded `_metadata`.
     pub metadata: CheckpointMetadata,
 }
@@ -50,13 +54,18 @@ impl FlinkSavepoint {
         };
         let bytes = std::fs::read(&meta).map_err(|e| FlinkError::io(meta.display(), e))?;
         let metadata = parse_metadata(&bytes, "_metadata")?;
-        Ok(FlinkSavepoint { dir, metadata })
+        Ok(FlinkSavepoint {
+            dir,
+            bytes,
+            metadata,
+        })
     }
 
     /// From `_metadata` bytes already read; relative handles resolve against `dir`.
     pub fn from_bytes(dir: &Path, bytes: &[u8]) -> Result<Self, FlinkError> {
         Ok(FlinkSavepoint {
             dir: dir.to_path_buf(),
+            bytes: bytes.to_vec(),
             metadata: parse_metadata(bytes, "_metadata")?,
         })
     }
@@ -64,6 +73,12 @@ impl FlinkSavepoint {
     /// The directory relative handles resolve against.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The bytes of operator `i` (of `metadata.operators`) as `_metadata` holds them.
+    pub fn operator_bytes(&self, i: usize) -> Option<&[u8]> {
+        let span = self.metadata.operator_spans.get(i)?;
+        self.bytes.get(span.clone())
     }
 
     /// The operator with this uid, or with this 32-digit hex id, or whose id Flink derives from this uid.
@@ -99,34 +114,75 @@ impl FlinkSavepoint {
         })
     }
 
-    /// Opens every managed keyed-state handle of `op` and prepares the import.
+    /// Opens every managed keyed-state handle of `op` and prepares the import. Raw keyed state (which only
+    /// the operator that wrote it can read) is an error rather than left behind; operator state (not keyed)
+    /// gives a warning, as it has no place in one of our savepoints.
     pub fn import(&self, op: &OperatorState) -> Result<FlinkImport, FlinkError> {
         let label = op.label();
         let mut files = Vec::new();
+        let mut warnings = Vec::new();
         for st in &op.subtasks {
+            if let Some(h) = &st.raw_keyed {
+                return Err(FlinkError::UnsupportedHandle {
+                    operator: label,
+                    subtask: st.index,
+                    handle: h.type_name(),
+                    detail: "raw keyed state is written and read by the operator's own code; it cannot be imported, and an import never leaves state behind".into(),
+                });
+            }
+            for (what, h) in [("managed", &st.managed_operator), ("raw", &st.raw_operator)] {
+                if let Some(h) = h {
+                    let names: Vec<&str> = h.states.iter().map(|(n, _, _)| n.as_str()).collect();
+                    warnings.push(format!(
+                        "operator {label} subtask {}: {what} operator state ({}) is not keyed state and is not imported (export-flink --template carries it over)",
+                        st.index,
+                        if names.is_empty() { "no named states".to_string() } else { names.join(", ") }
+                    ));
+                }
+            }
             let Some(h) = &st.managed_keyed else { continue };
-            files.push(KeyedFile::open(
-                self,
-                &label,
-                st.index,
-                h,
-                op.max_parallelism,
-            )?);
+            files.push(
+                KeyedFile::open(self, &label, st.index, h, op.max_parallelism)
+                    .map_err(|e| e.in_handle(&label, st.index, h.type_name()))?,
+            );
         }
         if files.is_empty() {
             return Err(FlinkError::NoKeyedState { operator: label });
         }
-        FlinkImport::new(op.max_parallelism, files)
+        let mut import = FlinkImport::new(label, op.max_parallelism, files)?;
+        import.warnings.extend(warnings);
+        Ok(import)
+    }
+
+    /// The operators with managed keyed state, in `_metadata` order.
+    pub fn keyed_operators(&self) -> impl Iterator<Item = &OperatorState> + '_ {
+        self.metadata
+            .operators
+            .iter()
+            .filter(|o| o.subtasks.iter().any(|s| s.managed_keyed.is_some()))
     }
 }
 
-/// One subtask's canonical keyed-state stream.
+/// How a keyed-state stream lays out its key groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamFormat {
+    /// Flink's canonical format (canonical savepoints, and full checkpoints of the RocksDB backend).
+    Canonical,
+    /// The HashMap backend's native format (its checkpoints and native savepoints).
+    HeapNative,
+    /// A RocksDB directory (`IncrementalRemoteKeyedStateHandle`): SST files.
+    RocksDb,
+}
+
+/// One subtask's keyed-state handle, opened: its stream (or RocksDB files) and header.
 #[derive(Debug)]
 pub struct KeyedFile {
-    /// The file name (or `inline:<name>`).
+    /// The file name (or `inline:<name>`; for RocksDB, the meta-data file).
     pub name: String,
     /// The subtask index.
     pub subtask: u32,
+    /// Flink's class name of the handle.
+    pub handle: &'static str,
     /// The stream's bytes (a file is memory-mapped).
     pub data: StreamBytes,
     /// The handle's key groups.
@@ -137,7 +193,7 @@ pub struct KeyedFile {
     pub proxy: KeyedProxy,
     /// The header's states mapped to ours, by Flink state id.
     pub metas: Vec<StateMetaInfo>,
-    /// The HashMap backend's native format (`KeyGroupsStateHandle`) rather than the canonical one.
+    /// The HashMap backend's native format rather than the canonical one.
     pub native: bool,
     /// For a RocksDB native savepoint or incremental checkpoint (`IncrementalRemoteKeyedStateHandle`):
     /// its SST files read and folded (`data` is then the meta-data file, `offsets` empty).
@@ -145,10 +201,12 @@ pub struct KeyedFile {
 }
 
 impl KeyedFile {
-    /// Opens a key-groups handle — canonical (`KeyGroupsSavepointStateHandle`) or the HashMap backend's
-    /// native format (`KeyGroupsStateHandle`, uncompressed or Snappy) — or a RocksDB native savepoint or incremental
-    /// checkpoint (`IncrementalRemoteKeyedStateHandle`, its SST files read whole). Other handle types give
-    /// [`FlinkError::UnsupportedHandle`] naming them.
+    /// Opens a key-groups handle — canonical (`KeyGroupsSavepointStateHandle`, or a `KeyGroupsStateHandle`
+    /// of the RocksDB backend's full checkpoints) or the HashMap backend's native format
+    /// (`KeyGroupsStateHandle`, uncompressed or Snappy; told apart by content) — or a RocksDB native
+    /// savepoint or checkpoint (`IncrementalRemoteKeyedStateHandle`, its files read whole). The key-group
+    /// offsets must increase with the key group and the header must end at the first; other handle types
+    /// give [`FlinkError::UnsupportedHandle`] naming them.
     pub fn open(
         sp: &FlinkSavepoint,
         operator: &str,
@@ -162,7 +220,7 @@ impl KeyedFile {
             handle: h.type_name(),
             detail: detail.to_string(),
         };
-        let (range, offsets, stream, native) = match h {
+        let (range, offsets, stream, checkpoint) = match h {
             KeyedHandle::KeyGroups {
                 kind,
                 range,
@@ -205,28 +263,118 @@ impl KeyedFile {
         }
         let name = display_name(stream);
         let data = map_stream(stream, sp.dir())?;
+        let mut last = 0i64;
+        for (j, off) in offsets.iter().enumerate() {
+            if *off == 0 {
+                continue;
+            }
+            if *off <= last || *off as u64 >= data.len() as u64 {
+                return Err(FlinkError::BadKeyGroup {
+                    at: Location::at(name.as_str(), *off as u64),
+                    key_group: range.start() + j as KeyGroup,
+                    detail: format!(
+                        "offset {off} is not after the previous key group's ({last}) and inside the stream of {} bytes",
+                        data.len()
+                    ),
+                });
+            }
+            last = *off;
+        }
         let header_end = offsets
             .iter()
             .filter(|o| **o != 0)
             .min()
             .map(|o| *o as usize);
         let proxy = read_proxy(&data, &name, header_end)?;
+        if header_end.is_none() && proxy.end != data.len() {
+            return Err(FlinkError::UnreadData {
+                file: name,
+                detail: format!(
+                    "{} bytes after the header, but no key group offset points into them",
+                    data.len() - proxy.end
+                ),
+            });
+        }
         let metas = proxy
             .states
             .iter()
             .map(|s| s.to_meta(&name))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(KeyedFile {
+        let mut file = KeyedFile {
             name,
             subtask,
+            handle: h.type_name(),
             data,
             range,
             offsets,
             proxy,
             metas,
-            native,
+            native: false,
             rocks: None,
-        })
+        };
+        if checkpoint {
+            file.native = file.detect_heap_native(max_parallelism)?;
+        }
+        Ok(file)
+    }
+
+    /// The format of the stream.
+    pub fn format(&self) -> StreamFormat {
+        match (&self.rocks, self.native) {
+            (Some(_), _) => StreamFormat::RocksDb,
+            (None, true) => StreamFormat::HeapNative,
+            (None, false) => StreamFormat::Canonical,
+        }
+    }
+
+    /// Where the bytes of the `j`-th key group of the range end: the next key group's offset, or the end of
+    /// the stream.
+    fn key_group_end(&self, j: usize) -> usize {
+        self.offsets[j + 1..]
+            .iter()
+            .find(|o| **o != 0)
+            .map(|o| *o as usize)
+            .unwrap_or(self.data.len())
+    }
+
+    /// A `KeyGroupsStateHandle` holds either the HashMap backend's native format (every key group written,
+    /// each starting with its own key-group id) or the canonical format (the RocksDB backend's full
+    /// checkpoints: empty key groups have offset 0, each starts with a state id, compressed ones with a
+    /// Snappy stream identifier). Decided on the first key group; both or neither fitting is an error.
+    fn detect_heap_native(&self, max_parallelism: u32) -> Result<bool, FlinkError> {
+        let Some(j) = self.offsets.iter().position(|o| *o != 0) else {
+            return Ok(false);
+        };
+        if self.offsets.contains(&0) {
+            return Ok(false);
+        }
+        let kg = self.range.start() + j as KeyGroup;
+        let off = self.offsets[j] as usize;
+        let heap = self.data.get(off..off + 4) == Some(&i32::from(kg).to_be_bytes()[..]);
+        let canonical = read_key_group(
+            &self.data,
+            off,
+            kg,
+            max_parallelism,
+            self.proxy.compressed,
+            self.proxy.states.len(),
+            &self.name,
+            &mut |_, _, _| Ok(()),
+        )
+        .is_ok_and(|st| st.end == self.key_group_end(j));
+        match (heap, canonical) {
+            (true, false) => Ok(true),
+            (false, true) => Ok(false),
+            (true, true) | (false, false) => Err(FlinkError::BadKeyGroup {
+                at: Location::at(self.name.as_str(), off as u64),
+                key_group: kg,
+                detail: format!(
+                    "the stream is {} the HashMap backend's native format and {} the canonical one",
+                    if heap { "both" } else { "neither" },
+                    if heap { "" } else { "nor" },
+                ),
+            }),
+        }
     }
 
     fn open_incremental(
@@ -262,6 +410,7 @@ impl KeyedFile {
         Ok(KeyedFile {
             name,
             subtask,
+            handle: "IncrementalRemoteKeyedStateHandle",
             data,
             range,
             offsets: Vec::new(),
@@ -304,17 +453,14 @@ impl KeyedFile {
                 end: 0,
             }));
         }
-        let off = self.offsets[(kg - self.range.start()) as usize];
+        let j = (kg - self.range.start()) as usize;
+        let off = self.offsets[j];
         if off == 0 {
             return Ok(None);
         }
+        let next = self.key_group_end(j);
+        let at = Location::at(self.name.as_str(), off as u64);
         if self.native {
-            let j = (kg - self.range.start()) as usize;
-            let next = self
-                .offsets
-                .get(j + 1)
-                .map(|o| *o as usize)
-                .unwrap_or(self.data.len());
             // Compressed: the key group id, then per state one Snappy framed stream (state id, count,
             // entries); decoded back to back they are the uncompressed layout.
             let decoded;
@@ -322,7 +468,7 @@ impl KeyedFile {
                 let off = off as usize;
                 let Some(framed) = self.data.get(off + 4..next).filter(|_| off + 4 <= next) else {
                     return Err(FlinkError::BadKeyGroup {
-                        file: self.name.clone(),
+                        at,
                         key_group: kg,
                         detail: format!(
                             "key group at byte {off} ends at {next}, before its compressed state streams"
@@ -353,15 +499,14 @@ impl KeyedFile {
                 },
             )?;
             if end != want_end {
-                return Err(FlinkError::BadKeyGroup {
+                return Err(FlinkError::UnreadData {
                     file: self.name.clone(),
-                    key_group: kg,
                     detail: if self.proxy.compressed {
                         format!(
-                            "its decoded state streams hold {want_end} bytes, the entries end at {end}"
+                            "key group {kg}: its decoded state streams hold {want_end} bytes, the entries end at {end}"
                         )
                     } else {
-                        format!("ends at byte {end}, the next key group starts at {next}")
+                        format!("key group {kg} ends at byte {end}, the next key group starts at {next}: {} bytes in no key group", next.abs_diff(end))
                     },
                 });
             }
@@ -371,7 +516,7 @@ impl KeyedFile {
                 end: next.max(end),
             }));
         }
-        read_key_group(
+        let stats = read_key_group(
             &self.data,
             off as usize,
             kg,
@@ -380,8 +525,18 @@ impl KeyedFile {
             self.proxy.states.len(),
             &self.name,
             f,
-        )
-        .map(Some)
+        )?;
+        if stats.end != next {
+            return Err(FlinkError::UnreadData {
+                file: self.name.clone(),
+                detail: format!(
+                    "key group {kg} ends at byte {}, the next key group (or the stream) at {next}: {} bytes in no key group",
+                    stats.end,
+                    next.abs_diff(stats.end)
+                ),
+            });
+        }
+        Ok(Some(stats))
     }
 }
 
@@ -458,6 +613,7 @@ pub type Entries = Vec<StateEntries>;
 /// key group as our format requires. Key groups are decoded one at a time when visited.
 #[derive(Debug)]
 pub struct FlinkImport {
+    operator: String,
     config: BackendConfig,
     states: Vec<StateMetaInfo>,
     files: Vec<KeyedFile>,
@@ -468,10 +624,27 @@ pub struct FlinkImport {
     warnings: Vec<String>,
     /// The key group decoded last (`None`: none is valid), with its entries; buffers are reused.
     cache: Mutex<(Option<KeyGroup>, Entries)>,
+    /// Key groups with data decoded so far, with their entries.
+    read: Mutex<BTreeMap<KeyGroup, u64>>,
+}
+
+/// What an import read, once every key group was: [`FlinkImport::finish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Subtask handles read.
+    pub handles: usize,
+    /// Key groups with data.
+    pub key_groups: usize,
+    /// Entries read.
+    pub entries: u64,
 }
 
 impl FlinkImport {
-    fn new(max_parallelism: u32, files: Vec<KeyedFile>) -> Result<Self, FlinkError> {
+    fn new(
+        operator: String,
+        max_parallelism: u32,
+        files: Vec<KeyedFile>,
+    ) -> Result<Self, FlinkError> {
         let first = &files[0];
         let key_serializer = first.proxy.key_serializer.snapshot.clone();
         let mut states: Vec<StateMetaInfo> = Vec::new();
@@ -537,6 +710,7 @@ impl FlinkImport {
         let start = files.iter().map(|f| f.range.start()).min().unwrap_or(0);
         let end = files.iter().map(|f| f.range.end()).max().unwrap_or(0);
         Ok(FlinkImport {
+            operator,
             config: BackendConfig {
                 max_parallelism,
                 key_group_range: KeyGroupRange::new(start, end),
@@ -548,6 +722,7 @@ impl FlinkImport {
             owners,
             warnings,
             cache: Mutex::new((None, Vec::new())),
+            read: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -582,20 +757,80 @@ impl FlinkImport {
         };
         let file = &self.files[fi];
         let map = &self.maps[fi];
+        let in_handle = |e: FlinkError| e.in_handle(&self.operator, file.subtask, file.handle);
+        let mut n = 0u64;
         file.read_key_group(kg, self.config.max_parallelism, &mut |sid, k, v| {
             out[map[sid]].push(k, v);
+            n += 1;
             Ok(())
-        })?;
+        })
+        .map_err(in_handle)?;
         for (i, entries) in out.iter_mut().enumerate() {
             if let Some(k) = entries.sort_and_find_duplicate() {
-                return Err(FlinkError::BadKeyGroup {
-                    file: file.name.clone(),
+                return Err(in_handle(FlinkError::BadKeyGroup {
+                    at: Location::file(file.name.as_str()),
                     key_group: kg,
                     detail: format!("state '{}' holds key {:02x?} twice", self.states[i].name, k),
-                });
+                }));
             }
         }
+        if let Ok(mut read) = self.read.lock() {
+            read.insert(kg, n);
+        }
         Ok(())
+    }
+
+    /// The end-of-import check: every key group that holds data was read (by the savepoint writer's
+    /// visits, or by [`decode_key_group`](Self::decode_key_group)). An import that left data unread is an
+    /// error naming the file and key group, never a success with fewer entries.
+    pub fn finish(&self) -> Result<ImportReport, FlinkError> {
+        let read = self
+            .read
+            .lock()
+            .map_err(|_| FlinkError::Inconsistent("Flink import after a panic".into()))?;
+        for (kg, &fi) in &self.owners {
+            if !read.contains_key(kg) {
+                let f = &self.files[fi];
+                return Err(FlinkError::UnreadData {
+                    file: f.name.clone(),
+                    detail: format!("key group {kg} holds data but was never read"),
+                }
+                .in_handle(&self.operator, f.subtask, f.handle));
+            }
+        }
+        Ok(ImportReport {
+            handles: self.files.len(),
+            key_groups: read.len(),
+            entries: read.values().sum(),
+        })
+    }
+
+    /// Writes the import as one of our savepoints at `path`, then checks that nothing was left unread
+    /// ([`finish`](Self::finish)); on any failure no file is left at `path`.
+    pub fn write_savepoint(
+        &self,
+        path: &Path,
+        options: &WriteOptions,
+    ) -> Result<(SavepointSummary, ImportReport), FlinkError> {
+        let summary = write_savepoint(path, self, options)?;
+        match self.finish() {
+            Ok(report) if report.entries == summary.total_entries() => Ok((summary, report)),
+            Ok(report) => {
+                let _ = std::fs::remove_file(path);
+                Err(FlinkError::UnreadData {
+                    file: path.display().to_string(),
+                    detail: format!(
+                        "{} entries were read from Flink's files, {} written",
+                        report.entries,
+                        summary.total_entries()
+                    ),
+                })
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
     }
 }
 

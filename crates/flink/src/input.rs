@@ -2,6 +2,7 @@
 //! slice, every read bounds-checked and every error naming the file and the offset.
 
 use super::FlinkError;
+use keyed_state::Location;
 
 /// A cursor over bytes written by Java's `DataOutputStream`.
 #[derive(Debug, Clone)]
@@ -45,8 +46,7 @@ impl<'a> DataInput<'a> {
     /// A truncation error at the current offset.
     pub fn truncated(&self, what: &'static str) -> FlinkError {
         FlinkError::Truncated {
-            file: self.file.to_string(),
-            offset: self.pos as u64,
+            at: Location::at(self.file, self.pos as u64),
             what,
         }
     }
@@ -59,8 +59,7 @@ impl<'a> DataInput<'a> {
         detail: impl Into<String>,
     ) -> FlinkError {
         FlinkError::Malformed {
-            file: self.file.to_string(),
-            offset: offset as u64,
+            at: Location::at(self.file, offset as u64),
             what,
             detail: detail.into(),
         }

@@ -6,6 +6,7 @@
 use super::snappy::{FramedReader, FramedWriter};
 use super::FlinkError;
 use keyed_state::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
+use keyed_state::Location;
 
 /// `FullSnapshotUtil.END_OF_KEY_GROUP_MARK`.
 pub const END_OF_KEY_GROUP_MARK: u16 = 0xFFFF;
@@ -33,8 +34,7 @@ impl Source<'_> {
             Source::Plain { data, pos, file } => {
                 let Some(b) = data.get(*pos..pos.saturating_add(n)) else {
                     return Err(FlinkError::Truncated {
-                        file: file.to_string(),
-                        offset: *pos as u64,
+                        at: Location::at(*file, *pos as u64),
                         what,
                     });
                 };
@@ -78,8 +78,7 @@ impl<'a> Source<'a> {
                 let d: &'a [u8] = data;
                 let Some(b) = d.get(*pos..pos.saturating_add(n)) else {
                     return Err(FlinkError::Truncated {
-                        file: file.to_string(),
-                        offset: *pos as u64,
+                        at: Location::at(*file, *pos as u64),
                         what,
                     });
                 };
@@ -121,7 +120,7 @@ pub fn read_key_group(
     f: &mut dyn FnMut(usize, &[u8], &[u8]) -> Result<(), FlinkError>,
 ) -> Result<KeyGroupStats, FlinkError> {
     let bad = |detail: String| FlinkError::BadKeyGroup {
-        file: file.to_string(),
+        at: Location::at(file, offset as u64),
         key_group: kg,
         detail,
     };

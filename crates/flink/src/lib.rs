@@ -12,7 +12,9 @@
 //!   that our savepoint writer encodes;
 //! - [`operator_id`]: the operator id Flink derives from a uid;
 //! - [`export`]: our savepoints written as a Flink canonical savepoint directory ([`metadata_writer`],
-//!   [`proxy_writer`] and the key-group writer of [`keyed_stream`]).
+//!   [`proxy_writer`] and the key-group writer of [`keyed_stream`]);
+//! - [`job`]: whole jobs: several operators into one savepoint directory, and every other operator of a
+//!   template savepoint carried over unchanged.
 //!
 //! Formats, mappings and limits: `design/flink-interop.md`. Every decoder returns a [`FlinkError`] naming
 //! what is wrong and where, never panics, and has a fuzz target.
@@ -22,6 +24,7 @@ pub mod export;
 pub mod heap_native;
 pub mod import;
 pub mod input;
+pub mod job;
 pub mod keyed_stream;
 pub mod location;
 pub mod metadata;
@@ -36,7 +39,8 @@ pub mod typeser;
 
 pub use error::FlinkError;
 pub use export::{export_canonical, ExportOptions, ExportSummary};
-pub use import::{is_flink_savepoint, FlinkImport, FlinkSavepoint};
+pub use import::{is_flink_savepoint, FlinkImport, FlinkSavepoint, ImportReport};
+pub use job::{export_job, JobExportOptions, JobExportSummary, OperatorSources};
 pub use metadata::{
     parse_metadata, CheckpointMetadata, KeyedHandle, OperatorId, OperatorState, StreamHandle,
 };

@@ -68,7 +68,8 @@ pub fn reroot(uri: &str, base: &Path) -> Result<PathBuf, FlinkError> {
     })
 }
 
-fn relative(path: &str, base: &Path) -> Result<PathBuf, FlinkError> {
+/// `path` below `base`; it must be a plain relative path (no `..`, not absolute).
+pub(crate) fn relative(path: &str, base: &Path) -> Result<PathBuf, FlinkError> {
     let p = Path::new(path);
     if p.components().any(|c| !matches!(c, Component::Normal(_))) {
         return Err(FlinkError::UnsupportedLocation {

@@ -4,6 +4,7 @@
 use super::input::DataInput;
 use super::FlinkError;
 use keyed_state::keygroup::KeyGroupRange;
+use keyed_state::Location;
 
 /// `Checkpoints.HEADER_MAGIC_NUMBER`.
 pub const METADATA_MAGIC: u32 = 0x4960_672d;
@@ -23,8 +24,13 @@ pub struct CheckpointMetadata {
     pub checkpoint_id: i64,
     /// Number of master (coordinator-side) states, kept opaque.
     pub master_states: usize,
+    /// The master states as they are encoded (magic, length, bytes each), written back verbatim.
+    pub master_state_bytes: Vec<u8>,
     /// Every operator with state.
     pub operators: Vec<OperatorState>,
+    /// Where each operator's encoding lies in the `_metadata` read (same order as `operators`; empty for
+    /// metadata built in memory): what a whole-job export copies byte for byte.
+    pub operator_spans: Vec<std::ops::Range<usize>>,
     /// The bytes after the operator states, kept as they are (v4+: Java-serialized `CheckpointProperties`).
     pub trailer: Vec<u8>,
 }
@@ -323,14 +329,14 @@ pub fn parse_metadata(data: &[u8], file: &str) -> Result<CheckpointMetadata, Fli
     let magic = d.i32("magic number")? as u32;
     if magic != METADATA_MAGIC {
         return Err(FlinkError::BadMagic {
-            file: file.to_string(),
+            at: Location::at(file, 0),
             found: magic,
         });
     }
     let version = d.i32("metadata version")?;
     if !(MIN_METADATA_VERSION..=MAX_METADATA_VERSION).contains(&version) {
         return Err(FlinkError::UnsupportedMetadataVersion {
-            file: file.to_string(),
+            at: Location::at(file, 4),
             version,
         });
     }
@@ -341,6 +347,7 @@ pub fn parse_metadata(data: &[u8], file: &str) -> Result<CheckpointMetadata, Fli
         return Err(d.malformed(at, "checkpoint id", format!("negative: {checkpoint_id}")));
     }
     let master_states = d.count("number of master states", 12)?;
+    let masters_start = d.pos();
     for _ in 0..master_states {
         let at = d.pos();
         if d.i32("master state magic")? as u32 != MASTER_STATE_MAGIC {
@@ -351,10 +358,14 @@ pub fn parse_metadata(data: &[u8], file: &str) -> Result<CheckpointMetadata, Fli
             return Err(d.malformed(at, "master state", "empty"));
         }
     }
+    let master_state_bytes = d.data()[masters_start..d.pos()].to_vec();
     let n = d.count("number of operator states", 30)?;
     let mut operators = Vec::with_capacity(n);
+    let mut operator_spans = Vec::with_capacity(n);
     for _ in 0..n {
+        let start = d.pos();
         operators.push(p.operator(&mut d)?);
+        operator_spans.push(start..d.pos());
     }
     // V4+ append Java-serialized CheckpointProperties: kept as bytes, not decoded.
     let trailer = d.bytes(d.remaining(), "checkpoint properties")?.to_vec();
@@ -362,7 +373,9 @@ pub fn parse_metadata(data: &[u8], file: &str) -> Result<CheckpointMetadata, Fli
         version,
         checkpoint_id,
         master_states,
+        master_state_bytes,
         operators,
+        operator_spans,
         trailer,
     })
 }
@@ -517,8 +530,7 @@ impl Parser {
                 Ok(Some(OperatorStateHandle { states, stream }))
             }
             _ => Err(FlinkError::UnknownHandleType {
-                file: d.file().to_string(),
-                offset: at as u64,
+                at: Location::at(d.file(), at as u64),
                 kind: "operator state",
                 tag,
             }),
@@ -536,8 +548,7 @@ impl Parser {
                     3 | 4 => true,
                     tag => {
                         return Err(FlinkError::UnknownHandleType {
-                            file: d.file().to_string(),
-                            offset: at as u64,
+                            at: Location::at(d.file(), at as u64),
                             kind: "channel state",
                             tag,
                         })
@@ -708,8 +719,7 @@ impl Parser {
             }
             _ => {
                 return Err(FlinkError::UnknownHandleType {
-                    file: d.file().to_string(),
-                    offset: at as u64,
+                    at: Location::at(d.file(), at as u64),
                     kind: "keyed state",
                     tag,
                 })
@@ -787,8 +797,7 @@ impl Parser {
             }
             _ => {
                 return Err(FlinkError::UnknownHandleType {
-                    file: d.file().to_string(),
-                    offset: at as u64,
+                    at: Location::at(d.file(), at as u64),
                     kind: "stream state",
                     tag,
                 })

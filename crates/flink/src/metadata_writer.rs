@@ -57,28 +57,52 @@ impl Out {
     }
 }
 
-/// Encodes `m` as Flink's `_metadata` (`m.version`, 3 to 7), ending with `m.trailer` as it is. Master
-/// states (kept only as a count), channel state handles, changelog handles and file segments are not kept
-/// by the reader and cannot be written: they give [`FlinkError::Inconsistent`] naming them.
+/// Encodes `m` as Flink's `_metadata` (`m.version`, 3 to 7), master states as their bytes were read,
+/// ending with `m.trailer` as it is. Channel state handles, changelog handles and file segments are not
+/// kept by the reader and cannot be written: they give [`FlinkError::Inconsistent`] naming them (a
+/// whole-job export copies such operators' bytes instead, [`write_metadata_with`]).
 pub fn write_metadata(m: &CheckpointMetadata) -> Result<Vec<u8>, FlinkError> {
+    let ops: Vec<EncodedOperator<'_>> = m.operators.iter().map(EncodedOperator::State).collect();
+    write_metadata_with(m, &ops)
+}
+
+/// One operator of a `_metadata` being written: encoded from its state, or its bytes as another
+/// `_metadata` of the same version holds them.
+#[derive(Debug, Clone, Copy)]
+pub enum EncodedOperator<'a> {
+    /// Encoded by [`write_metadata`]'s rules.
+    State(&'a OperatorState),
+    /// Copied verbatim.
+    Bytes(&'a [u8]),
+}
+
+/// [`write_metadata`] with the operators given as `ops` (in this order) instead of `m.operators`.
+pub fn write_metadata_with(
+    m: &CheckpointMetadata,
+    ops: &[EncodedOperator<'_>],
+) -> Result<Vec<u8>, FlinkError> {
     if !(MIN_METADATA_VERSION..=MAX_METADATA_VERSION).contains(&m.version) {
         return Err(FlinkError::UnsupportedMetadataVersion {
-            file: "_metadata".into(),
+            at: keyed_state::Location::file("_metadata"),
             version: m.version,
         });
     }
-    if m.master_states != 0 {
-        return Err(unsupported("master states"));
+    if m.master_states != 0 && m.master_state_bytes.is_empty() {
+        return Err(unsupported("master states without their bytes"));
     }
     let mut o = Out { b: Vec::new() };
     o.i32(METADATA_MAGIC as i32);
     o.i32(m.version);
     o.i64(m.checkpoint_id);
-    o.i32(0);
-    o.count(m.operators.len(), "operators")?;
+    o.count(m.master_states, "master states")?;
+    o.b.extend_from_slice(&m.master_state_bytes);
+    o.count(ops.len(), "operators")?;
     let w = Writer { version: m.version };
-    for op in &m.operators {
-        w.operator(&mut o, op)?;
+    for op in ops {
+        match op {
+            EncodedOperator::State(op) => w.operator(&mut o, op)?,
+            EncodedOperator::Bytes(b) => o.b.extend_from_slice(b),
+        }
     }
     o.b.extend_from_slice(&m.trailer);
     Ok(o.b)

@@ -329,7 +329,7 @@ pub fn read_proxy(
     let version = d.i32("serialization proxy version")?;
     if version != PROXY_VERSION {
         return Err(FlinkError::UnsupportedProxyVersion {
-            file: file.to_string(),
+            at: keyed_state::Location::at(file, 0),
             version,
         });
     }

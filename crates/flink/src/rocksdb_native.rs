@@ -1,27 +1,36 @@
-//! The keyed state of one `IncrementalRemoteKeyedStateHandle` (a RocksDB native savepoint or incremental
-//! checkpoint of one subtask) as canonical entries: every shared SST file read with [`sst`](super::sst),
-//! assigned to its state by the column family name in its properties (Flink names each column family after
-//! its state), the versions of each column family folded across its files as RocksDB reads them, and the
-//! live entries grouped by key group.
+//! The keyed state of one `IncrementalRemoteKeyedStateHandle` (a RocksDB native savepoint, or a full or
+//! incremental checkpoint of one subtask) as canonical entries.
+//!
+//! The handle's files are read whole, whether Flink lists them as shared or private (with incremental
+//! checkpoints off, and in native savepoints generally, the SST files are private): `CURRENT` names the
+//! `MANIFEST`, whose replay ([`manifest`](super::sst::manifest)) gives the live SST files of every column
+//! family (Flink names each column family after its state). Every live file must be in the handle, and
+//! every SST file of the handle must be live; each is checked against the MANIFEST (size, column family,
+//! sequence numbers) and read with [`sst`](super::sst); the versions of each column family are folded as
+//! RocksDB reads them (newest sequence number first, which is RocksDB's own order across levels and L0
+//! files), and the live entries are grouped by key group.
 //!
 //! Keys and values are already the canonical entry bytes (`KG | K | NS [| UK]` keys, Flink's serialized
 //! values, list elements joined with `,` by the merge operator), so nothing is re-encoded. Keys outside
 //! the handle's key groups (left behind after a rescale until compaction) are skipped, as Flink's restore
-//! clips them. The MANIFEST is not read: the handle lists the live SST files, and each file names its
-//! column family.
+//! clips them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::location::{display_name, map_stream};
+use super::location::{display_name, map_stream, open_stream};
 use super::metadata::StreamHandle;
 use super::proxy::FlinkStateMeta;
+use super::sst::manifest::{read_current, read_manifest, Manifest};
 use super::sst::{fold_versions, SstFile, Versions};
 use super::FlinkError;
 use keyed_state::keygroup::{KeyGroup, KeyGroupRange};
+use keyed_state::Location;
 
 /// The merge operator names that mean Flink's list append (`StringAppendTESTOperator`).
 const FLINK_MERGE_OPERATORS: &[&str] = &["StringAppendTESTOperator", "stringappendtest"];
+/// The only comparator Flink configures.
+const BYTEWISE: &str = "leveldb.BytewiseComparator";
 
 /// What was read from one SST file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +41,10 @@ pub struct SstSummary {
     pub stored_as: String,
     /// The column family (state) it belongs to.
     pub column_family: String,
+    /// Its LSM level, as the MANIFEST records it.
+    pub level: u32,
+    /// Listed among the handle's private files (not shared).
+    pub private: bool,
     /// Records (puts, tombstones, merge operands) in it.
     pub records: u64,
     /// Range tombstones in it.
@@ -56,7 +69,9 @@ pub struct RocksNativeState {
     entries: Vec<Entry>,
     /// Per key group with data: its range in `entries`.
     by_key_group: BTreeMap<KeyGroup, (usize, usize)>,
-    /// The SST files read, in the handle's order.
+    /// The MANIFEST read (its local name).
+    pub manifest: String,
+    /// The SST files read, in the MANIFEST's order (column family, then RocksDB's read order).
     pub files: Vec<SstSummary>,
     /// Live keys outside the handle's key groups, skipped.
     pub skipped_outside_range: u64,
@@ -74,15 +89,79 @@ impl std::fmt::Debug for RocksNativeState {
             .field("entries", &self.entries.len())
             .field("bytes", &self.data.len())
             .field("key_groups", &self.by_key_group.len())
+            .field("manifest", &self.manifest)
             .field("files", &self.files)
             .field("skipped_outside_range", &self.skipped_outside_range)
             .finish()
     }
 }
 
+/// One file of a handle: its local name, handle and list.
+struct HandleFile<'h> {
+    local: &'h str,
+    handle: &'h StreamHandle,
+    private: bool,
+}
+
+impl HandleFile<'_> {
+    fn label(&self) -> String {
+        format!("{} ({})", self.local, display_name(self.handle))
+    }
+}
+
+/// The manifest the handle's `CURRENT` names (or its only `MANIFEST` when it has no `CURRENT`), replayed.
+fn open_manifest(
+    files: &BTreeMap<&str, HandleFile<'_>>,
+    base: &Path,
+) -> Result<(String, Manifest), FlinkError> {
+    let name = match files.get("CURRENT") {
+        Some(c) => {
+            let bytes = open_stream(c.handle, base)?;
+            read_current(&bytes, &c.label())?
+        }
+        None => {
+            let manifests: Vec<&&str> = files
+                .keys()
+                .filter(|n| n.starts_with("MANIFEST-"))
+                .collect();
+            match manifests.as_slice() {
+                [one] => one.to_string(),
+                _ => {
+                    return Err(FlinkError::MissingFile {
+                        file: "CURRENT".into(),
+                        detail: format!(
+                            "the handle holds no CURRENT file and {} MANIFEST files, so its live SST files cannot be told",
+                            manifests.len()
+                        ),
+                    })
+                }
+            }
+        }
+    };
+    let Some(m) = files.get(name.as_str()) else {
+        return Err(FlinkError::MissingFile {
+            file: name,
+            detail: "CURRENT names this MANIFEST, but the handle does not hold it".into(),
+        });
+    };
+    let label = m.label();
+    let bytes = map_stream(m.handle, base)?;
+    let manifest = read_manifest(&bytes, &label)?;
+    if let Some(c) = manifest.comparator.as_deref().filter(|c| *c != BYTEWISE) {
+        return Err(FlinkError::ManifestUnsupported {
+            file: label,
+            feature: format!("the comparator {c}"),
+        });
+    }
+    Ok((name, manifest))
+}
+
 impl RocksNativeState {
-    /// Reads the shared SST files of a handle. `states` are the meta-data file's states (Flink state id =
-    /// index), `range` the handle's key groups, `base` the directory of `_metadata`.
+    /// Reads every file of a handle (`shared` and `private` lists alike): `CURRENT`, the `MANIFEST`, and
+    /// every live SST file. `states` are the meta-data file's states (Flink state id = index), `range` the
+    /// handle's key groups, `base` the directory of `_metadata`. A live file the handle does not hold, an
+    /// SST file of the handle that is not live, or any other file that would hold data (a WAL, a blob
+    /// file) is an error naming it.
     pub fn read(
         shared: &[(String, StreamHandle)],
         private: &[(String, StreamHandle)],
@@ -91,37 +170,111 @@ impl RocksNativeState {
         range: KeyGroupRange,
         max_parallelism: u32,
     ) -> Result<Self, FlinkError> {
-        if let Some((name, h)) = private.iter().find(|(n, _)| n.ends_with(".blob")) {
-            return Err(FlinkError::SstUnsupported {
-                file: format!("{name} ({})", display_name(h)),
-                feature: "BlobDB blob files".into(),
-            });
+        let mut files: BTreeMap<&str, HandleFile<'_>> = BTreeMap::new();
+        for (list, is_private) in [(shared, false), (private, true)] {
+            for (local, handle) in list {
+                let f = HandleFile {
+                    local,
+                    handle,
+                    private: is_private,
+                };
+                if let Some(prev) = files.insert(local, f) {
+                    return Err(FlinkError::Inconsistent(format!(
+                        "the handle lists {local} twice ({} and {})",
+                        prev.label(),
+                        files[local.as_str()].label()
+                    )));
+                }
+            }
+        }
+        let (manifest_name, manifest) = open_manifest(&files, base)?;
+        let live: BTreeSet<String> = manifest.live_files().map(|(_, f)| f.file_name()).collect();
+        for f in files.values() {
+            let local = f.local;
+            let unread = |detail: &str| FlinkError::UnreadData {
+                file: f.label(),
+                detail: detail.to_string(),
+            };
+            if local.ends_with(".sst") {
+                if !live.contains(local) {
+                    return Err(unread(&format!(
+                        "an SST file of the handle that is not among the live files of {manifest_name}: RocksDB would never read it"
+                    )));
+                }
+            } else if local.ends_with(".blob") {
+                return Err(FlinkError::SstUnsupported {
+                    file: f.label(),
+                    feature: "BlobDB blob files".into(),
+                });
+            } else if local.ends_with(".log") {
+                if f.handle.size() != 0 {
+                    return Err(FlinkError::SstUnsupported {
+                        file: f.label(),
+                        feature: "a write-ahead log with writes not flushed to SST files".into(),
+                    });
+                }
+            } else if !(local == "CURRENT"
+                || local.starts_with("MANIFEST-")
+                || local.starts_with("OPTIONS-"))
+            {
+                return Err(unread(
+                    "a file of a kind RocksDB directories do not hold; it is not read",
+                ));
+            }
         }
         let mut per_state: Vec<Versions> = states.iter().map(|_| Versions::default()).collect();
         let mut merge_ok = vec![true; states.len()];
-        let mut out = RocksNativeState::default();
-        for (local, h) in shared {
-            let stored_as = display_name(h);
-            let label = format!("{local} ({stored_as})");
-            if !local.ends_with(".sst") {
-                return Err(FlinkError::Inconsistent(format!(
-                    "{label}: a shared file that is not an SST file"
+        let mut out = RocksNativeState {
+            manifest: manifest_name.clone(),
+            ..RocksNativeState::default()
+        };
+        for (cf, lf) in manifest.live_files() {
+            let local = lf.file_name();
+            let Some(hf) = files.get(local.as_str()) else {
+                return Err(FlinkError::MissingFile {
+                    file: local,
+                    detail: format!(
+                        "{manifest_name} lists it as a live file of column family '{}' (level {}), but the handle does not hold it",
+                        cf.name, lf.level
+                    ),
+                });
+            };
+            let label = hf.label();
+            let bytes = map_stream(hf.handle, base)?;
+            let corrupt = |detail: String| FlinkError::SstCorrupt {
+                at: Location::file(label.as_str()),
+                what: "file",
+                detail,
+            };
+            if bytes.len() as u64 != lf.size {
+                return Err(corrupt(format!(
+                    "{} bytes, {manifest_name} says {}",
+                    bytes.len(),
+                    lf.size
                 )));
             }
-            let bytes = map_stream(h, base)?;
             let t = SstFile::open(&bytes, &label)?;
-            let cf =
-                t.properties
-                    .column_family_name
-                    .clone()
-                    .ok_or_else(|| FlinkError::SstCorrupt {
-                        file: label.clone(),
-                        offset: 0,
-                        what: "properties block",
-                        detail: "no column family name".into(),
-                    })?;
-            let state = states.iter().position(|s| s.name == cf);
+            if let Some(name) = t.properties.column_family_name.as_deref() {
+                if name != cf.name {
+                    return Err(corrupt(format!(
+                        "its properties name column family '{name}', {manifest_name} lists it in '{}'",
+                        cf.name
+                    )));
+                }
+            }
+            let seqnos = lf.smallest_seqno..=lf.largest_seqno;
+            let state = states.iter().position(|s| s.name == cf.name);
             let tombstones = t.range_tombstones()?;
+            let check_seqno = |seqno: u64| {
+                if seqnos.contains(&seqno) {
+                    Ok(())
+                } else {
+                    Err(corrupt(format!(
+                        "a record with sequence number {seqno}, outside the range {}..={} {manifest_name} records",
+                        lf.smallest_seqno, lf.largest_seqno
+                    )))
+                }
+            };
             let records = match state {
                 Some(i) => {
                     let v = &mut per_state[i];
@@ -134,27 +287,36 @@ impl RocksNativeState {
                     {
                         merge_ok[i] = false;
                     }
-                    t.for_each_record(&mut |r| v.push(&r))?
+                    t.for_each_record(&mut |r| {
+                        check_seqno(r.seqno)?;
+                        v.push(&r)
+                    })?
                 }
                 None => {
-                    let n = t.for_each_record(&mut |_| Ok(()))?;
-                    if cf != "default" || n > 0 || !tombstones.is_empty() {
-                        return Err(FlinkError::Inconsistent(format!(
-                            "{label}: column family '{cf}' is none of the states of the meta-data file ({})",
-                            states
-                                .iter()
-                                .map(|s| s.name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )));
+                    let n = t.for_each_record(&mut |r| check_seqno(r.seqno))?;
+                    if n > 0 || !tombstones.is_empty() {
+                        return Err(FlinkError::UnreadData {
+                            file: label,
+                            detail: format!(
+                                "column family '{}' holds data but is none of the states of the meta-data file ({})",
+                                cf.name,
+                                states
+                                    .iter()
+                                    .map(|s| s.name.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        });
                     }
                     n
                 }
             };
             out.files.push(SstSummary {
                 local_name: local.clone(),
-                stored_as,
-                column_family: cf,
+                stored_as: display_name(hf.handle),
+                column_family: cf.name.clone(),
+                level: lf.level,
+                private: hf.private,
                 records,
                 range_tombstones: tombstones.len() as u64,
                 bytes: bytes.len() as u64,
@@ -179,7 +341,7 @@ impl RocksNativeState {
                 };
                 if u32::from(kg) >= max_parallelism {
                     return Err(FlinkError::BadKeyGroup {
-                        file: label.clone(),
+                        at: Location::file(label.as_str()),
                         key_group: kg,
                         detail: format!(
                             "key {k:02x?} is in key group {kg}, beyond max parallelism {max_parallelism}"

@@ -136,8 +136,7 @@ impl<'a> FramedReader<'a> {
 
     fn err(&self, offset: usize, detail: impl Into<String>) -> FlinkError {
         FlinkError::Snappy {
-            file: self.file.to_string(),
-            offset: offset as u64,
+            at: keyed_state::Location::at(self.file, offset as u64),
             detail: detail.into(),
         }
     }
@@ -227,8 +226,7 @@ impl<'a> FramedReader<'a> {
         while left > 0 {
             if self.buffered() == 0 && !self.fill()? {
                 return Err(FlinkError::Truncated {
-                    file: self.file.to_string(),
-                    offset: self.pos as u64,
+                    at: keyed_state::Location::at(self.file, self.pos as u64),
                     what,
                 });
             }

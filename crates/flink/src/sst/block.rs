@@ -33,8 +33,7 @@ impl BlockContext<'_> {
     /// A [`FlinkError::SstCorrupt`] for this block.
     pub fn corrupt(&self, detail: impl Into<String>) -> FlinkError {
         FlinkError::SstCorrupt {
-            file: self.file.to_string(),
-            offset: self.offset,
+            at: keyed_state::Location::at(self.file, self.offset),
             what: self.what,
             detail: detail.into(),
         }

@@ -5,23 +5,11 @@
 //! operator, `StringAppendTESTOperator(',')` (`utilities/merge_operators/string_append/stringappend2.cc`):
 //! base and operands joined with one `0x2C` byte, no leading delimiter without a base.
 
-use super::table::{Record, ValueKind};
+use super::record::{RangeTombstone, Record, ValueKind};
 use crate::FlinkError;
 
 /// The delimiter of Flink's list state merge operator.
 pub const LIST_DELIMITER: u8 = b',';
-
-/// A range tombstone: hides every version of the keys in `[start, end)` with a sequence number below
-/// `seqno`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RangeTombstone {
-    /// The first key covered.
-    pub start: Vec<u8>,
-    /// The first key after the range.
-    pub end: Vec<u8>,
-    /// The tombstone's sequence number.
-    pub seqno: u64,
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Version {

@@ -18,7 +18,7 @@ use std::borrow::Cow;
 
 use super::block::{index_handles, BlockContext, BlockIter, BLOCK_TRAILER};
 use super::coding::{fixed32, fixed64, BlockHandle, Cursor};
-use super::fold::RangeTombstone;
+use super::record::{RangeTombstone, Record, ValueKind};
 use crate::snappy::crc32c;
 use crate::FlinkError;
 
@@ -35,32 +35,6 @@ const XXH3_LAST_BYTE_PRIME: u32 = 0x6b90_83d9;
 /// No block is allowed to decompress to more than this many times its stored size (Snappy and LZ4
 /// expand by at most ~21× and ~255×), which bounds what a damaged length field can allocate.
 const MAX_EXPANSION: u64 = 256;
-
-/// The kind of a record in a data block (`ValueType` of `db/dbformat.h`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ValueKind {
-    /// `kTypeValue` (1): a put.
-    Put,
-    /// `kTypeDeletion` (0): a point tombstone.
-    Delete,
-    /// `kTypeSingleDeletion` (7): a tombstone for a key put once.
-    SingleDelete,
-    /// `kTypeMerge` (2): a merge operand.
-    Merge,
-}
-
-/// One record of a data block.
-#[derive(Debug, Clone, Copy)]
-pub struct Record<'b> {
-    /// The user key (the internal key without its 8-byte trailer).
-    pub user_key: &'b [u8],
-    /// The sequence number.
-    pub seqno: u64,
-    /// Put, tombstone or merge operand.
-    pub kind: ValueKind,
-    /// The value or merge operand (empty for tombstones).
-    pub value: &'b [u8],
-}
 
 /// The table properties this reader uses (`rocksdb.properties` meta block).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -125,8 +99,7 @@ impl<'a> SstFile<'a> {
     /// Opens the SST file `data` (named `name` in messages): footer, metaindex, properties and index.
     pub fn open(data: &'a [u8], name: &'a str) -> Result<Self, FlinkError> {
         let corrupt = |offset: u64, what: &'static str, detail: String| FlinkError::SstCorrupt {
-            file: name.to_string(),
-            offset,
+            at: keyed_state::Location::at(name, offset),
             what,
             detail,
         };
@@ -490,8 +463,7 @@ impl<'a> SstFile<'a> {
             let ranges = self.properties.num_range_deletions.unwrap_or(0);
             if count != n && count.checked_add(ranges) != Some(n) {
                 return Err(FlinkError::SstCorrupt {
-                    file: self.name.to_string(),
-                    offset: 0,
+                    at: keyed_state::Location::file(self.name),
                     what: "data blocks",
                     detail: format!(
                         "{count} records, the properties say {n} entries ({ranges} range deletions)"
