@@ -16,13 +16,14 @@ pub mod error;
 pub mod keygroup;
 pub mod layout;
 pub mod meta;
-pub mod restore;
 pub mod savepoint;
 pub mod serializer;
 pub mod state;
 pub mod ttl;
 
-pub use error::{Error, ErrorKind, Location, Result};
+#[cfg(feature = "checkpoints")]
+pub use error::CheckpointError;
+pub use error::{Error, ErrorKind, Location, Result, SavepointError};
 
 /// The README's code blocks, compiled and run as doctests so that its API example stays true.
 #[cfg(doctest)]

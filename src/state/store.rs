@@ -14,9 +14,10 @@ use crate::serializer::{KeySerializer, TtlSerializer, TypeSerializer};
 use crate::ttl::{SystemTimeProvider, TtlLayout, TtlStateFilter, TtlTimeProvider};
 
 use super::registration::{
-    element_length, list_registration, map_registration, whole_value_registration,
+    element_length, incompatible, list_registration, map_registration, whole_value_registration,
+    Registered, RestorePlan,
 };
-pub(crate) use super::registration::{incompatible, timer_registration, Registered, RestorePlan};
+use super::timer_queue::QueueHeads;
 
 /// The typed keyed-state store over one backend: Flink's keyed state backend with an implicit current key.
 ///
@@ -44,7 +45,7 @@ pub struct KeyedStateStore<K: KeySerializer> {
     /// Whether some TTL state cleans up incrementally on every record (every `set_current_key`).
     every_record_cleanup: bool,
     /// The in-memory heads of every timer queue, by state id.
-    pub(crate) timer_heads: foldhash::HashMap<StateId, super::timers::QueueHeads>,
+    pub(crate) timer_heads: foldhash::HashMap<StateId, QueueHeads>,
 }
 
 /// A TTL state registered through the store: what its cleanup needs.
@@ -320,8 +321,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         &mut self,
         checkpointer: &crate::checkpoint::Checkpointer,
         id: u64,
-    ) -> std::result::Result<crate::checkpoint::PendingCheckpoint, crate::checkpoint::CheckpointError>
-    {
+    ) -> Result<crate::checkpoint::PendingCheckpoint> {
         checkpointer.begin(id, self.backend.as_mut())
     }
 

@@ -332,7 +332,7 @@ fn generate_fuzz_corpus() {
         ..LsmBackend::small_options()
     };
     let (restored, _) =
-        keyed_state::checkpoint::restore_lsm(&storage, 2, half.clone(), quiet).unwrap();
+        keyed_state::checkpoint::restore_lsm_temp(&storage, 2, half.clone(), quiet).unwrap();
     let manifests: Vec<PathBuf> = fs::read_dir(restored.path())
         .unwrap()
         .map(|e| e.unwrap().path())

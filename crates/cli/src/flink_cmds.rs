@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use keyed_state::Error;
 use keyed_state_flink::FlinkError;
 
 type Result<T, E = FlinkError> = std::result::Result<T, E>;
@@ -59,7 +58,7 @@ pub fn export(
         .map(|p| {
             SavepointReader::open(p)
                 .map(|r| (p.display().to_string(), r))
-                .map_err(|e| FlinkError::from(Error::from(e)))
+                .map_err(FlinkError::from)
         })
         .collect::<Result<Vec<_>>>()?;
     let sources: Vec<(&str, &SavepointReader)> =
