@@ -651,6 +651,24 @@ impl StateBackend for LsmBackend {
         }
     }
 
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        if state >= self.states.len() {
+            return Err(Error::UnknownState(format!("id {state}")));
+        }
+        let range = self.config.key_group_range;
+        if !range.contains(kg) {
+            return Err(super::out_of_range(range, kg));
+        }
+        let mut prefix = (state as u16).to_be_bytes().to_vec();
+        write_key_group_prefix(&mut prefix, kg, self.prefix_len);
+        self.scan_prefix(&prefix, &mut |k, v| f(&k[STATE_PREFIX_LEN..], v))
+    }
+
     fn transform_values(
         &mut self,
         state: StateId,

@@ -33,7 +33,7 @@ pub use crate::meta::{TtlUpdateType, TtlVisibility};
 pub use access::*;
 pub use descriptor::*;
 pub use restore::RestoreSummary;
-pub use store::KeyedStateStore;
+pub use store::{KeyedStateStore, StateKeys, StateKeysAndNamespaces};
 pub use timer_queue::{
     Timer, TimerQueue, TimerService, EVENT_TIMERS_PREFIX, PROCESSING_TIMERS_PREFIX,
     TIMER_SNAPSHOT_ID,

@@ -778,7 +778,16 @@ fn heap_checkpoints_hold_list_map_and_timer_tables_and_restore_them() {
             store.map(&map).unwrap().get(&"u1".to_string()).unwrap(),
             Some(want)
         );
-        assert_eq!(store.map(&map).unwrap().entries().unwrap().len(), 3);
+        assert_eq!(
+            store
+                .map(&map)
+                .unwrap()
+                .entries()
+                .collect::<keyed_state::Result<Vec<_>>>()
+                .unwrap()
+                .len(),
+            3
+        );
     }
 }
 

@@ -294,7 +294,13 @@ impl Job {
             let got = inst.store.list(&inst.list).unwrap().get().unwrap();
             let want = model.lists.get(&key).filter(|l| !l.is_empty()).cloned();
             assert_eq!(got, want, "list {key}");
-            let got = inst.store.map(&inst.map).unwrap().entries().unwrap();
+            let got = inst
+                .store
+                .map(&inst.map)
+                .unwrap()
+                .entries()
+                .collect::<keyed_state::Result<Vec<_>>>()
+                .unwrap();
             let want: Vec<(i32, i64)> = model
                 .maps
                 .get(&key)

@@ -83,6 +83,49 @@ pub struct HeapBackend {
 }
 
 impl HeapBackend {
+    /// Visits the entries of `state` in key group `kg`, the `index`-th of the range, with full entry keys,
+    /// until `f` returns `false`. Returns whether it ran to the end.
+    fn scan_group(
+        &self,
+        state: StateId,
+        index: usize,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<bool> {
+        let mut go = true;
+        match self.tables.get(state) {
+            Some(StateTables::Kv(groups)) => {
+                let mut full = Vec::new();
+                if let Some(t) = groups.get(index) {
+                    t.for_each(&mut |k, v| {
+                        with_prefix(&mut full, kg, self.prefix_len, k);
+                        go = f(&full, v);
+                        go
+                    });
+                }
+            }
+            Some(StateTables::Map(groups)) => {
+                let mut prefix = Vec::with_capacity(2);
+                with_prefix(&mut prefix, kg, self.prefix_len, &[]);
+                if let Some(t) = groups.get(index) {
+                    go = t.for_each(&prefix, f);
+                }
+            }
+            Some(StateTables::Timer(groups)) => {
+                let mut full = Vec::new();
+                if let Some(t) = groups.get(index) {
+                    t.scan_from(&[], &mut |k, v| {
+                        with_prefix(&mut full, kg, self.prefix_len, k);
+                        go = f(&full, v);
+                        go
+                    });
+                }
+            }
+            None => return Err(Error::UnknownState(format!("id {state}"))),
+        }
+        Ok(go)
+    }
+
     /// A heap backend for `config`'s key-group range.
     pub fn new(config: BackendConfig) -> Result<Self> {
         config.validate()?;
@@ -312,47 +355,26 @@ impl StateBackend for HeapBackend {
         state: StateId,
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        let range = self.config.key_group_range;
-        let mut go = true;
-        match self.tables.get(state) {
-            Some(StateTables::Kv(groups)) => {
-                let mut full = Vec::new();
-                for (kg, t) in range.iter().zip(groups) {
-                    t.for_each(&mut |k, v| {
-                        with_prefix(&mut full, kg, self.prefix_len, k);
-                        go = f(kg, &full, v);
-                        go
-                    });
-                    if !go {
-                        break;
-                    }
-                }
+        for (i, kg) in self.config.key_group_range.iter().enumerate() {
+            if !self.scan_group(state, i, kg, &mut |k, v| f(kg, k, v))? {
+                break;
             }
-            Some(StateTables::Map(groups)) => {
-                let mut prefix = Vec::with_capacity(2);
-                for (kg, t) in range.iter().zip(groups) {
-                    with_prefix(&mut prefix, kg, self.prefix_len, &[]);
-                    if !t.for_each(&prefix, &mut |k, v| f(kg, k, v)) {
-                        break;
-                    }
-                }
-            }
-            Some(StateTables::Timer(groups)) => {
-                let mut full = Vec::new();
-                for (kg, t) in range.iter().zip(groups) {
-                    t.scan_from(&[], &mut |k, v| {
-                        with_prefix(&mut full, kg, self.prefix_len, k);
-                        go = f(kg, &full, v);
-                        go
-                    });
-                    if !go {
-                        break;
-                    }
-                }
-            }
-            None => return Err(Error::UnknownState(format!("id {state}"))),
         }
         Ok(())
+    }
+
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let range = self.config.key_group_range;
+        if !range.contains(kg) {
+            return Err(super::out_of_range(range, kg));
+        }
+        let i = usize::from(kg - range.start());
+        self.scan_group(state, i, kg, f).map(|_| ())
     }
 
     fn transform_values(

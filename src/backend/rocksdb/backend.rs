@@ -589,6 +589,27 @@ impl StateBackend for RocksDbBackend {
         }
     }
 
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        if state >= self.states.len() {
+            return Err(Error::UnknownState(format!("id {state}")));
+        }
+        let range = self.config.key_group_range;
+        if !range.contains(kg) {
+            return Err(crate::backend::out_of_range(range, kg));
+        }
+        let mut prefix = Vec::with_capacity(2);
+        crate::keygroup::write_key_group_prefix(&mut prefix, kg, self.prefix_len);
+        let upper = prefix_successor(&prefix);
+        self.iterate(state, &prefix, upper, "scan_key_group", &mut |k, v| {
+            k.starts_with(&prefix) && f(k, v)
+        })
+    }
+
     fn transform_values(
         &mut self,
         state: StateId,
