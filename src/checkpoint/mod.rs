@@ -17,13 +17,13 @@
 //! [`CheckpointError`] inside [`Error::Checkpoint`](crate::Error::Checkpoint).
 //!
 //! Modules: `format` (the metadata file), `storage`, `checkpointer`, `scan` (reading a root as a whole),
-//! `restore` (one module per backend, and what they share), and, hidden from the docs, `tools` (verify and
-//! gc for the command line) and `fault_store` (feature `test-util`).
+//! `restore` (one module per backend, and what they share), `fault_store` (feature `test-util`, reached
+//! through `keyed_state::internals`), and, hidden from the docs, `tools` (verify and gc for the command line
+//! and the test suites' oracle; see its documentation for why it stays here).
 
 mod checkpointer;
 #[cfg(any(test, feature = "test-util"))]
-#[doc(hidden)]
-pub mod fault_store;
+pub(crate) mod fault_store;
 mod format;
 mod restore;
 mod scan;

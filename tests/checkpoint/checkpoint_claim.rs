@@ -522,8 +522,8 @@ fn an_old_run_a_crash_left_objects_in_is_swept_by_its_owner_when_it_opens_again(
 
 #[test]
 fn a_scan_that_sees_a_metadata_file_vanish_scans_again_before_anything_is_deleted() {
-    use keyed_state::checkpoint::fault_store::FaultStore;
     use keyed_state::checkpoint::metadata_path;
+    use keyed_state::internals::FaultStore;
     let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
     let storage =
         Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap());
@@ -614,7 +614,7 @@ fn claim_and_checkpoint_until_a_failure(
 #[test]
 fn a_claim_rescale_failing_at_any_object_store_request_leaves_a_restorable_root_that_the_next_run_cleans(
 ) {
-    use keyed_state::checkpoint::fault_store::FaultStore;
+    use keyed_state::internals::FaultStore;
     let setup = || {
         let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
         let storage =

@@ -294,8 +294,8 @@ fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn a_multipart_upload_streams_its_file_and_a_failed_read_aborts_it() {
-    use keyed_state::checkpoint::fault_store::FaultStore;
     use keyed_state::checkpoint::{Upload, UploadPart, MULTIPART_THRESHOLD};
+    use keyed_state::internals::FaultStore;
     use keyed_state_lsm::storage::fault::{Effect, Fault, Op};
     use keyed_state_lsm::storage::Storage;
     use xxhash_rust::xxh3::xxh3_64;

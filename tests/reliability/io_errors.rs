@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
-use keyed_state::checkpoint::fault_store::FaultStore;
 use keyed_state::checkpoint::list_completed;
 use keyed_state::checkpoint::tools::verify;
 use keyed_state::checkpoint::{
     restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer,
 };
+use keyed_state::internals::FaultStore;
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::savepoint::{write_savepoint_on, SavepointReader, WriteOptions};
 use keyed_state::serializer::LongSerializer;

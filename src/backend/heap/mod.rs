@@ -1,25 +1,25 @@
 //! The heap backend: in-memory tables per state and key group, with cheap consistent snapshots.
 //!
 //! Every state has one table per key group of the backend's range. Value, list, reducing and aggregating
-//! states use a hash table from entry key to value bytes; map states use a [`map_table::MapTable`]: a hash
+//! states use a hash table from entry key to value bytes; map states use a `map_table::MapTable`: a hash
 //! table from key-and-namespace bytes to one small sorted map of user keys; timer states use a
-//! [`timer_table::TimerTable`]: an ordered tree of their entries, for the queues' ordered reads. Entries are
+//! `timer_table::TimerTable`: an ordered tree of their entries, for the queues' ordered reads. Entries are
 //! stored as the working-state bytes of `crate::layout`, so a snapshot hands them to the savepoint encoder
 //! unchanged.
 //!
 //! A snapshot clones every table (O(states × key groups), independent of the state size); the tables are
-//! copy-on-write ([`table`], [`map_table`], [`timer_table`]), so writes after the snapshot never disturb it.
+//! copy-on-write (`table`, `map_table`, `timer_table`), so writes after the snapshot never disturb it.
 //! Any number of snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
 //! Incremental TTL cleanup walks a state's tables from a cursor kept per state (`cleanup`).
 
-pub mod bytes;
+pub(crate) mod bytes;
 mod checkpoint;
 mod cleanup;
 mod map_run;
-pub mod map_table;
-pub mod table;
-pub mod table_file;
-pub mod timer_table;
+pub(crate) mod map_table;
+mod table;
+pub(crate) mod table_file;
+mod timer_table;
 mod user_map;
 
 use std::sync::Arc;
