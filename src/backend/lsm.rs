@@ -627,7 +627,7 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         let prefix = (state as u16).to_be_bytes();
         let pl = self.prefix_len;
@@ -658,7 +658,7 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         let range = self.config.key_group_range;
         if !range.contains(kg) {
@@ -675,7 +675,7 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         // The iterator reads at the sequence number it was created at, so the writes below are not seen.
         let prefix = (state as u16).to_be_bytes();
@@ -706,7 +706,7 @@ impl StateBackend for LsmBackend {
             });
         }
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         self.build_key(state, &[key]);
         if !self.load[state].accepts(&self.kbuf) {
@@ -835,7 +835,7 @@ impl BackendSnapshot for LsmSnapshot {
         f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<()> {
         let Some(meta) = self.states.get(state) else {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         };
         if !self.config.key_group_range.contains(kg) {
             return Ok(());

@@ -123,7 +123,7 @@ pub(crate) fn wrong_kind(
             kind: m.kind,
             operation: op,
         },
-        None => crate::Error::UnknownState(format!("id {state}")),
+        None => crate::Error::UnknownStateId(state),
     }
 }
 

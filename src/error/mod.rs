@@ -119,9 +119,12 @@ pub enum Error {
     /// A state operation was used before setting a current key.
     #[error("no current key is set")]
     NoCurrentKey,
-    /// An unknown state id or name.
-    #[error("unknown state {0}")]
+    /// No state of this name is registered or restored.
+    #[error("unknown state '{0}'")]
     UnknownState(String),
+    /// No state has this id (a backend used directly with an id it never gave out).
+    #[error("unknown state id {0}")]
+    UnknownStateId(usize),
     /// A state operation does not apply to the state's kind.
     #[error("state '{name}' is a {kind} state; {operation} does not apply")]
     WrongKind {
@@ -211,7 +214,7 @@ impl Error {
             | Error::NoCurrentKey
             | Error::WrongKind { .. }
             | Error::InvalidArgument(_) => ErrorKind::InvalidInput,
-            Error::UnknownState(_) => ErrorKind::NotFound,
+            Error::UnknownState(_) | Error::UnknownStateId(_) => ErrorKind::NotFound,
             Error::Corruption { .. } | Error::CorruptState { .. } => ErrorKind::Corruption,
             Error::Savepoint(e) => e.kind(),
             #[cfg(feature = "checkpoints")]

@@ -126,7 +126,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         }
         self.timer_heads
             .get_mut(&id)
-            .ok_or_else(|| Error::UnknownState(format!("timer queue id {id}")))
+            .ok_or_else(|| Error::UnknownStateId(id))
     }
 
     /// Adds element `el` to key group `kg` of queue `id`. Returns whether the queue's head changed (a

@@ -121,7 +121,7 @@ impl HeapBackend {
                     });
                 }
             }
-            None => return Err(Error::UnknownState(format!("id {state}"))),
+            None => return Err(Error::UnknownStateId(state)),
         }
         Ok(go)
     }
@@ -412,7 +412,7 @@ impl StateBackend for HeapBackend {
                     t.retain(&mut |_, v| retain_by(&mut apply, v));
                 }
             }
-            None => return Err(Error::UnknownState(format!("id {state}"))),
+            None => return Err(Error::UnknownStateId(state)),
         }
         match failure {
             Some(e) => Err(e),
@@ -432,7 +432,7 @@ impl StateBackend for HeapBackend {
             Some(StateTables::Timer(groups)) => {
                 groups[g].insert(strip_prefix(key, self.prefix_len)?, value)
             }
-            None => return Err(Error::UnknownState(format!("id {state}"))),
+            None => return Err(Error::UnknownStateId(state)),
         }
         Ok(())
     }
@@ -506,7 +506,7 @@ fn retain_by(apply: &mut dyn FnMut(&[u8]) -> Rewrite, v: &mut SmallBytes) -> boo
 
 #[cold]
 fn unknown_state(state: StateId) -> Error {
-    Error::UnknownState(format!("id {state}"))
+    Error::UnknownStateId(state)
 }
 
 /// A point-in-time view of a [`HeapBackend`]: clones of its tables.
@@ -563,7 +563,7 @@ impl BackendSnapshot for HeapSnapshot {
                 });
                 result
             }
-            None => Err(Error::UnknownState(format!("id {state}"))),
+            None => Err(Error::UnknownStateId(state)),
         }
     }
 }

@@ -563,7 +563,7 @@ impl StateBackend for RocksDbBackend {
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         let prefix_len = self.prefix_len;
         let mut bad: Option<Vec<u8>> = None;
@@ -596,7 +596,7 @@ impl StateBackend for RocksDbBackend {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         let range = self.config.key_group_range;
         if !range.contains(kg) {
@@ -640,7 +640,7 @@ impl StateBackend for RocksDbBackend {
 
     fn load_entry(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         if !self.config.key_group_range.contains(kg) {
             return Err(Error::KeyGroupOutOfRange {

@@ -111,7 +111,7 @@ fn cf_handle<'a>(
 ) -> Result<Arc<BoundColumnFamily<'a>>> {
     let name = cf_names
         .get(state)
-        .ok_or_else(|| Error::UnknownState(format!("id {state}")))?;
+        .ok_or_else(|| Error::UnknownStateId(state))?;
     db.cf_handle(name).ok_or_else(|| Error::RocksDb {
         context: format!("column family of state id {state}"),
         detail: format!("column family '{name}' does not exist"),
