@@ -455,7 +455,7 @@ impl Checkpointer {
     /// deleted referenced, whose objects may have lost their last reference.
     fn sweep_locked(&self, reg: &Registry, runs: &BTreeSet<String>) -> Result<()> {
         let storage = &self.inner.storage;
-        let Some(mut live) = super::tools::referenced_objects(storage)? else {
+        let Some(mut live) = super::scan::referenced_objects(storage)? else {
             // A metadata file that does not decode: what it references is unknown, so nothing is deleted.
             return Ok(());
         };
