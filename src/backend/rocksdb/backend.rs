@@ -17,7 +17,8 @@ use keyed_state_lsm::prefix::prefix_successor;
 use super::load::{LoadRun, Loader};
 use super::ttl_filter::TtlSlots;
 use super::{
-    cf_handle, column_family_name, rdb_error, Db, DbHolder, RocksDbOptions, RocksDbSnapshot,
+    cf_handle, column_family_name, rdb_error, Db, DbHolder, RocksDbEngine, RocksDbOptions,
+    RocksDbSnapshot,
 };
 
 /// Writes into one column family through write batches flushed at `write_batch_size`, keeping the first
@@ -297,7 +298,7 @@ impl RocksDbBackend {
     }
 
     /// The directory SST files for restore are written to (inside the database directory).
-    fn ingest_dir(&self) -> std::path::PathBuf {
+    pub(super) fn ingest_dir(&self) -> std::path::PathBuf {
         self.holder.db.path().join("keyed-state-ingest")
     }
 

@@ -26,11 +26,8 @@ use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 
 use crate::backend::StateId;
-use crate::error::Result;
 use crate::meta::StateMetaInfo;
 use crate::ttl::{TtlStateFilter, TtlVerdict};
-
-use super::rdb_error;
 
 /// The name RocksDB logs for the factory and its filters.
 const FILTER_NAME: &CStr = c"keyed-state.ttl";
