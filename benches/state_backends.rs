@@ -828,23 +828,24 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                         "mapKeys" => {
                             st.set_current_key(data.setup_key(i))?;
                             let mut sum = 0i64;
-                            for k in st.map(h)?.keys()? {
-                                sum = sum.wrapping_add(k);
+                            for k in st.map(h)?.keys() {
+                                sum = sum.wrapping_add(k?);
                             }
                             std::hint::black_box(sum);
                         }
                         "mapValues" => {
                             st.set_current_key(data.setup_key(i))?;
                             let mut sum = 0f64;
-                            for v in st.map(h)?.values()? {
-                                sum += v;
+                            for v in st.map(h)?.values() {
+                                sum += v?;
                             }
                             std::hint::black_box(sum);
                         }
                         "mapEntries" | "mapIterator" => {
                             st.set_current_key(data.setup_key(i))?;
                             let mut sum = 0f64;
-                            for (k, v) in st.map(h)?.entries()? {
+                            for e in st.map(h)?.entries() {
+                                let (k, v) = e?;
                                 sum += k as f64 + v;
                             }
                             std::hint::black_box(sum);

@@ -182,13 +182,7 @@ impl LsmBackend {
         let tmp = tempfile::Builder::new()
             .prefix("keyed-state-lsm-")
             .tempdir()
-            .map_err(|e| Error::Io {
-                context: format!(
-                    "creating a temporary directory in {}",
-                    std::env::temp_dir().display()
-                ),
-                source: e,
-            })?;
+            .map_err(|e| Error::io("creating a temporary directory in", std::env::temp_dir(), e))?;
         let (options, parts) = Self::engine_options(options, &config, &[]);
         let db = Db::open(tmp.path(), options)?;
         Self::from_db(config, Vec::new(), db, parts, Some(tmp))
@@ -224,19 +218,19 @@ impl LsmBackend {
     }
 
     #[cfg(feature = "checkpoints")]
-    /// Opens a directory inside `tmp` (which the backend then owns: removed when the backend and its
-    /// snapshots are gone) whose files were adopted with bounds inside `config`'s key-group range: nothing
-    /// outside it is visible, so nothing is clipped.
-    pub(crate) fn open_adopted_in_temp(
-        tmp: tempfile::TempDir,
+    /// Opens directory `dir` whose files were adopted with bounds inside `config`'s key-group range: nothing
+    /// outside it is visible, so nothing is clipped. `tmp`, if given, is removed when the backend and its
+    /// snapshots are gone.
+    pub(crate) fn open_adopted(
         dir: &Path,
+        tmp: Option<tempfile::TempDir>,
         config: BackendConfig,
         states: Vec<StateMetaInfo>,
         options: Options,
     ) -> Result<Self> {
         let (options, prefixes) = Self::engine_options(options, &config, &states);
         let db = Db::open(dir, options)?;
-        Self::from_db(config, states, db, prefixes, Some(tmp))
+        Self::from_db(config, states, db, prefixes, tmp)
     }
 
     /// The engine options the backend needs: its merge operator and its own prefix extractor with `states`
@@ -629,7 +623,7 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         let prefix = (state as u16).to_be_bytes();
         let pl = self.prefix_len;
@@ -653,13 +647,31 @@ impl StateBackend for LsmBackend {
         }
     }
 
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        if state >= self.states.len() {
+            return Err(Error::UnknownStateId(state));
+        }
+        let range = self.config.key_group_range;
+        if !range.contains(kg) {
+            return Err(super::out_of_range(range, kg));
+        }
+        let mut prefix = (state as u16).to_be_bytes().to_vec();
+        write_key_group_prefix(&mut prefix, kg, self.prefix_len);
+        self.scan_prefix(&prefix, &mut |k, v| f(&k[STATE_PREFIX_LEN..], v))
+    }
+
     fn transform_values(
         &mut self,
         state: StateId,
         f: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         // The iterator reads at the sequence number it was created at, so the writes below are not seen.
         let prefix = (state as u16).to_be_bytes();
@@ -690,7 +702,7 @@ impl StateBackend for LsmBackend {
             });
         }
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         self.build_key(state, &[key]);
         if !self.load[state].accepts(&self.kbuf) {
@@ -819,7 +831,7 @@ impl BackendSnapshot for LsmSnapshot {
         f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<()> {
         let Some(meta) = self.states.get(state) else {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         };
         if !self.config.key_group_range.contains(kg) {
             return Ok(());
@@ -980,10 +992,10 @@ mod tests {
     fn reopening_a_directory_whose_last_run_deleted_everything_brings_nothing_back() -> Result<()> {
         // Found by a second reading: a file holding only tombstones, filtered by the widths of the earlier
         // run, was skipped, and an older put of the same key bytes came back.
-        let dir = tempfile::tempdir().map_err(|e| Error::Io {
-            context: "tempdir".into(),
-            source: e,
-        })?;
+        let dir = tempfile::tempdir().map_err(Error::io_at(
+            "creating a temporary directory in",
+            std::env::temp_dir(),
+        ))?;
         let key_ns = [&[1u8][..], &7i64.to_be_bytes(), &3i32.to_be_bytes()].concat();
         let uk = 0x0102030405060708i64.to_be_bytes();
         let other = [1u8, 0, 0, 0, 0, 0, 0, 0, 1, 0];
@@ -1033,10 +1045,10 @@ mod tests {
             s
         );
         // A checkpoint opened with the latest meta still finds the entry.
-        let dir = tempfile::tempdir().map_err(|e| Error::Io {
-            context: "tempdir".into(),
-            source: e,
-        })?;
+        let dir = tempfile::tempdir().map_err(Error::io_at(
+            "creating a temporary directory in",
+            std::env::temp_dir(),
+        ))?;
         let cp = dir.path().join("cp");
         b.checkpoint(&cp)?;
         let states = b.states().to_vec();

@@ -222,10 +222,10 @@ impl Loader {
                 }
                 Ok(())
             })
-            .map_err(|e| Error::Io {
-                context: "starting the restore loader thread".into(),
-                source: e,
-            })?;
+            .map_err(Error::io_at(
+                "spawning the restore loader thread",
+                "ks-restore",
+            ))?;
         self.tx = Some(tx);
         self.spares = Some(spare_rx);
         self.handle = Some(handle);

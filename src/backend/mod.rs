@@ -123,7 +123,7 @@ pub(crate) fn wrong_kind(
             kind: m.kind,
             operation: op,
         },
-        None => crate::Error::UnknownState(format!("id {state}")),
+        None => crate::Error::UnknownStateId(state),
     }
 }
 
@@ -229,6 +229,18 @@ pub trait StateBackend: Send {
         state: StateId,
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()>;
+
+    /// Visits every entry of a state in key group `kg` until `f` returns `false`, with full entry keys; order
+    /// unspecified. Key iteration (`KeyedStateStore::keys`) streams key group by key group through it. The
+    /// default filters [`scan_state`](Self::scan_state); the backends read only the key group.
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.scan_state(state, &mut |g, k, v| g != kg || f(k, v))
+    }
 
     /// Replaces every value of a state by `f(value)` (serializer migration); `None` deletes the entry.
     fn transform_values(

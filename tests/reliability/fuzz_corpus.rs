@@ -329,7 +329,7 @@ fn generate_fuzz_corpus() {
         ..LsmBackend::small_options()
     };
     let (restored, _) =
-        keyed_state::checkpoint::restore_lsm(&storage, 2, half.clone(), quiet).unwrap();
+        keyed_state::checkpoint::restore_lsm_temp(&storage, 2, half.clone(), quiet).unwrap();
     let manifests: Vec<PathBuf> = fs::read_dir(restored.path())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -471,10 +471,10 @@ fn generate_fuzz_corpus() {
     let heap = Corpus::new("heap_table_decode");
     for (i, n) in [0usize, 1, 300].into_iter().enumerate() {
         let mut t = Vec::new();
-        keyed_state::backend::heap::table_file::begin(&mut t);
+        keyed_state::internals::heap_table_file::begin(&mut t);
         for k in 0..n {
             let key = (k as u64).to_be_bytes();
-            keyed_state::backend::heap::table_file::push_entry(
+            keyed_state::internals::heap_table_file::push_entry(
                 &mut t,
                 &key,
                 format!("v{k}").as_bytes(),
@@ -523,7 +523,7 @@ fn every_fuzz_target_has_a_seed_corpus() {
                 "flink_rocksdb_manifest" => {
                     keyed_state_flink::sst::read_manifest(&bytes, "seed").is_ok()
                 }
-                "heap_table_decode" => keyed_state::backend::heap::table_file::decode(
+                "heap_table_decode" => keyed_state::internals::heap_table_file::decode(
                     std::path::Path::new("seed"),
                     &bytes,
                     &mut |_, _| Ok(()),

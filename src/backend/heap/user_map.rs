@@ -20,7 +20,7 @@ pub(super) type Entry = (SmallBytes, SmallBytes);
 /// The entries of one map (one key and namespace), ordered by user-key bytes; never empty in a table.
 #[derive(Clone)]
 pub enum UserMap {
-    /// At most [`SMALL_MAX`] entries sorted by user key.
+    /// At most `SMALL_MAX` entries sorted by user key.
     Small(Vec<Entry>),
     /// More entries: an ordered tree, shared between copies of the table until written.
     Large(Arc<BTreeMap<SmallBytes, SmallBytes>>),
