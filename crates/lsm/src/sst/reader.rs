@@ -13,13 +13,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
-use memmap2::Mmap;
+use memmap2::{Advice, Mmap};
 
 use super::block::{user_key_hash, BlockCursor, HashLookup};
 use super::format::{
     checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
     BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN, FORMAT_VERSION_PREFIX,
 };
+use super::cold::{self, Readahead};
 use super::{bloom, properties, SstProperties};
 use crate::cache::BlockCache;
 use crate::coding::DecodeError;
@@ -56,6 +57,18 @@ impl Backing {
         match self {
             Backing::Map(m) => ValueSlice::from_map(Arc::clone(m), start..end),
             Backing::Mem(b) => ValueSlice::from_shared(Arc::clone(b), start..end),
+        }
+    }
+
+    /// Asks the kernel to read `[start, end)` of a mapped file into memory without waiting for it
+    /// (`MADV_WILLNEED`, which starts the reads and returns). Only a hint: a failure changes no result, so
+    /// it is ignored; bytes in memory do nothing.
+    fn will_need(&self, start: usize, end: usize) {
+        if let Backing::Map(m) = self {
+            let end = end.min(m.len());
+            if start < end {
+                let _ = m.advise_range(Advice::WillNeed, start, end - start);
+            }
         }
     }
 }
@@ -98,8 +111,9 @@ pub struct SstReader {
     /// `key_prefix` of each index entry's last key, in index order (non-decreasing): the index binary search
     /// runs over this dense array and compares whole keys only among entries sharing the target's prefix.
     index_prefixes: Box<[u64]>,
-    /// Byte range of the filter's bloom bytes in the file, if the file has a filter.
-    filter: Option<(usize, usize)>,
+    /// The filter's bloom bytes, copied out of the file at open (10 bits per key by default: 1.25 bytes of
+    /// heap per key), so that a point read never faults on them.
+    filter: Option<Box<[u8]>>,
     /// The filter holds every distinct user key (always, before format version 3).
     filter_whole: bool,
     /// The filter holds the prefix of every entry, under the extractor whose name hashes to this.
@@ -112,6 +126,8 @@ pub struct SstReader {
     lz4_verified: Box<[AtomicU64]>,
     /// Format version 2 or later: data blocks may carry a hash index.
     hashed_blocks: bool,
+    /// End of the data blocks (start of the metadata blocks): read-ahead stops there.
+    data_end: usize,
 }
 
 impl SstReader {
@@ -164,9 +180,22 @@ impl SstReader {
         cache: Arc<BlockCache>,
     ) -> Result<Arc<Self>, LsmError> {
         let err = |d: String| corruption(path, d);
+        if let Backing::Map(m) = &backing {
+            // Point reads fault one page, not the disk's read-around window (module `cold`). A hint: a
+            // kernel that refuses it reads as before.
+            let _ = m.advise(Advice::Random);
+        }
         let file = backing.bytes();
         let footer = Footer::decode(file).map_err(|e| err(format!("footer: {e}")))?;
         let meta_end = (file.len() - FOOTER_LEN) as u64;
+        // The metadata blocks are contiguous before the footer: one request for all of them.
+        let meta_start = [footer.filter, footer.properties, footer.index]
+            .iter()
+            .filter(|h| h.size != 0)
+            .map(|h| h.offset)
+            .min()
+            .unwrap_or(meta_end);
+        backing.will_need(meta_start as usize, file.len());
         for (name, h) in [
             ("filter", footer.filter),
             ("properties", footer.properties),
@@ -197,17 +226,16 @@ impl SstReader {
             if codec != CODEC_NONE {
                 return Err(err("filter block: unexpected codec".into()));
             }
-            let end = footer.filter.offset as usize + payload.len();
             if footer.version >= FORMAT_VERSION_PREFIX {
                 let (flags, name, bits) =
                     bloom::parse_v3(payload).map_err(|e| err(format!("filter block: {e}")))?;
                 filter_whole = flags & bloom::FILTER_WHOLE_KEYS != 0;
                 filter_prefix = (flags & bloom::FILTER_PREFIXES != 0).then(|| name_hash(name));
-                Some((end - bits.len(), end))
+                Some(Box::from(bits))
             } else {
                 bloom::validate(payload).map_err(|e| err(format!("filter block: {e}")))?;
                 filter_whole = true;
-                Some((footer.filter.offset as usize, end))
+                Some(Box::from(payload))
             }
         };
         // Index.
@@ -262,6 +290,7 @@ impl SstReader {
             verified,
             lz4_verified,
             hashed_blocks: footer.version >= 2,
+            data_end: data_end as usize,
         }))
     }
 
@@ -315,12 +344,9 @@ impl SstReader {
 
     /// Whether the file's filter admits the hash `h` (true without a filter).
     fn filter_says(&self, h: u64) -> bool {
-        match self.filter {
+        match &self.filter {
             None => true,
-            Some((s, e)) => match self.backing.bytes().get(s..e) {
-                Some(f) => bloom::may_contain(f, h),
-                None => true,
-            },
+            Some(f) => bloom::may_contain(f, h),
         }
     }
 
@@ -337,6 +363,7 @@ impl SstReader {
             block: ValueSlice::empty(),
             cursor: BlockCursor::default(),
             valid: false,
+            readahead: Readahead::default(),
         }
     }
 
@@ -520,6 +547,7 @@ impl SstReader {
             }
         }
         let file = self.backing.bytes();
+        self.touch(handle);
         let (codec, start, end) =
             locate_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
         if codec == CODEC_NONE {
@@ -560,6 +588,71 @@ impl SstReader {
         let len = block.len();
         ValueSlice::from_shared_vec(block, 0..len)
             .ok_or_else(|| self.corruption("block view".into()))
+    }
+}
+
+impl SstReader {
+    /// Brings the pages of the block at `handle` (payload and trailer) into memory before it is read: with
+    /// this thread's recent block reads mostly cold, one request for the whole range first (module
+    /// `cold`); then touches its first and last byte, timed, to tell the thread how this read went.
+    #[inline]
+    fn touch(&self, handle: BlockHandle) {
+        let Backing::Map(m) = &self.backing else {
+            return;
+        };
+        let start = handle.offset as usize;
+        let end = start
+            .saturating_add(handle.size as usize)
+            .saturating_add(BLOCK_TRAILER_LEN);
+        let (Some(first), Some(last)) = (m.get(start), m.get(end.saturating_sub(1))) else {
+            return; // out of bounds: `locate_block` reports it
+        };
+        if cold::pre_read() {
+            self.backing.will_need(start, end);
+        }
+        cold::timed_touch(|| {
+            std::hint::black_box(*first);
+            std::hint::black_box(*last);
+        });
+    }
+
+    /// Asks the kernel, without waiting, for the block a point lookup of `lookup_ikey` reads first (see
+    /// [`SstReader::get`]), unless it is a cached decompressed block. The batched read
+    /// ([`Db::multi_get`](crate::Db::multi_get)) calls it for every key of a batch before looking any up,
+    /// so the disk serves the batch's blocks concurrently instead of one fault at a time.
+    pub(crate) fn pre_read_point(&self, lookup_ikey: &[u8]) {
+        if !matches!(self.backing, Backing::Map(_)) {
+            return;
+        }
+        let idx = self.find_block(lookup_ikey);
+        let Some(h) = self.index.get(idx).map(|e| e.handle) else {
+            return;
+        };
+        if self.cache.contains(self.file_number, h.offset) {
+            return;
+        }
+        let start = h.offset as usize;
+        let end = start
+            .saturating_add(h.size as usize)
+            .saturating_add(BLOCK_TRAILER_LEN);
+        self.backing.will_need(start, end);
+    }
+
+    /// Read-ahead for a cursor loading data block `idx` (module `cold`).
+    fn read_ahead(&self, ra: &mut Readahead, idx: usize) {
+        if !matches!(self.backing, Backing::Map(_)) {
+            return;
+        }
+        let Some(h) = self.index.get(idx).map(|e| e.handle) else {
+            return;
+        };
+        let start = h.offset as usize;
+        let end = start
+            .saturating_add(h.size as usize)
+            .saturating_add(BLOCK_TRAILER_LEN);
+        if let Some((from, to)) = ra.on_load(idx, start, end, self.data_end) {
+            self.backing.will_need(from, to);
+        }
     }
 }
 
@@ -663,6 +756,7 @@ pub struct SstIter {
     block: ValueSlice,
     cursor: BlockCursor,
     valid: bool,
+    readahead: Readahead,
 }
 
 impl SstIter {
@@ -671,6 +765,7 @@ impl SstIter {
             self.block = ValueSlice::empty();
             return Ok(false);
         }
+        self.reader.read_ahead(&mut self.readahead, idx);
         self.block = self.reader.data_block(idx)?;
         self.block_idx = idx;
         self.cursor
