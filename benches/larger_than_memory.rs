@@ -399,9 +399,8 @@ mod rocks {
             self.db.get_pinned(k).expect("get").map(|v| v.len())
         }
         fn multi_get(&self, keys: &[[u8; KEY_LEN]]) -> usize {
-            let cf = self.db.cf_handle("default").expect("default column family");
             self.db
-                .batched_multi_get_cf(&cf, keys.iter(), false)
+                .multi_get(keys.iter())
                 .into_iter()
                 .filter(|r| matches!(r, Ok(Some(_))))
                 .count()
