@@ -444,6 +444,10 @@ impl Meter {
         let rb = read_bytes() - self.rb;
         let mf = major_faults() - self.mf;
         println!("PHASE {name} {ops} {wall:.6} {cpu:.6} {rb} {mf}");
+        println!(
+            "STAT anon_after_{name}_mib {}",
+            proc_field("/proc/self/status", "RssAnon:") >> 10
+        );
     }
 }
 
@@ -486,6 +490,9 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
     let m = Meter::start();
     let e = open_engine(engine, dir, cache);
     m.stop("open", 1);
+    println!("STAT anon_after_open_mib {}", proc_field("/proc/self/status", "RssAnon:") >> 10);
+    // Background work a reopen may start (not timed).
+    e.settle();
     let mut rng = Rng(0x5EED ^ std::process::id() as u64);
     // Warm-up: uniform reads until the cgroup is 90 % full (or 20 s).
     let t = Instant::now();
@@ -555,14 +562,20 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
     });
     m.stop("rmw", ops);
 
+    // Lists of their own keys (after every loaded key), 1 % as many as the loaded keys.
     let lists = (n / 100).max(1);
     let m = Meter::start();
     let ops = timed(secs, || {
-        let l = mix(rng.next() % lists) % n;
+        let l = n + mix(rng.next() % lists) % lists;
         e.merge(&key(l, n), &rng.next().to_le_bytes());
         1
     });
     m.stop("append", ops);
+    // Flush and compact what the writes left (not timed), so that the next round does not read while
+    // compacting them.
+    let t = Instant::now();
+    e.settle();
+    println!("STAT settle_secs {:.1}", t.elapsed().as_secs_f64());
     drop(e);
     println!(
         "STAT peak_anon_mib {:.1}",
@@ -798,6 +811,18 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
         "| peak RSS (VmHWM), MiB | {} | {} | |",
         mib(ours, &|r| stat(r, "vmhwm_mib")),
         mib(rocks, &|r| stat(r, "vmhwm_mib"))
+    );
+    println!(
+        "| anonymous memory after open / after the uniform reads, MiB | {} | {} | |",
+        ours.iter()
+            .map(|r| format!("{:.0}/{:.0}", stat(r, "anon_after_open_mib"), stat(r, "anon_after_get_uniform_mib")))
+            .collect::<Vec<_>>()
+            .join(" ; "),
+        rocks
+            .iter()
+            .map(|r| format!("{:.0}/{:.0}", stat(r, "anon_after_open_mib"), stat(r, "anon_after_get_uniform_mib")))
+            .collect::<Vec<_>>()
+            .join(" ; ")
     );
     println!(
         "| peak anonymous memory, MiB | {} | {} | |",
