@@ -17,6 +17,8 @@
 //!   timeout (`IORING_ENTER_EXT_ARG`).
 //!
 //! Prints per way: µs per batch, ranges per second, and `read_bytes` per range (`/proc/self/io`).
+//! `KS_CBI_CGROUP_MB=N` runs it in a new child cgroup limited to N MiB (every page read then reclaims one,
+//! as under `benches/larger_than_memory.rs`).
 //!
 //! **Hang** (`--hang`): the write pattern that hung, reduced: `KS_CBI_THREADS` threads each create a file
 //! on tmpfs (`/dev/shm`) `KS_CBI_FILES` times (default 2000), write it with one io_uring per file, one
@@ -382,7 +384,48 @@ fn hang() {
     );
 }
 
+/// Moves this process into a new child cgroup limited to `mb` MiB (cgroup v1 memory controller, or v2), so
+/// that every page read must first reclaim one, as in `benches/larger_than_memory.rs`. Returns its path.
+fn enter_cgroup(mb: u64) -> Option<PathBuf> {
+    let name = format!("ks-cold-batch-io-{}", std::process::id());
+    let v1 = PathBuf::from("/sys/fs/cgroup/memory");
+    let (dir, limit_file) = if v1.join("memory.limit_in_bytes").exists() {
+        (v1.join(name), "memory.limit_in_bytes")
+    } else {
+        (PathBuf::from("/sys/fs/cgroup").join(name), "memory.max")
+    };
+    let r = std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(dir.join(limit_file), (mb << 20).to_string()))
+        .and_then(|_| std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string()));
+    match r {
+        Ok(()) => {
+            println!("in cgroup {} limited to {mb} MiB", dir.display());
+            Some(dir)
+        }
+        Err(e) => {
+            println!("no cgroup ({e}): running without a memory limit");
+            None
+        }
+    }
+}
+
 fn main() {
+    let cg = match env_u64("KS_CBI_CGROUP_MB", 0) {
+        0 => None,
+        mb => enter_cgroup(mb),
+    };
+    run();
+    if let Some(dir) = cg {
+        // Back to the root cgroup, so that the child cgroup can be removed.
+        let root = dir.parent().map(|p| p.join("cgroup.procs"));
+        if let Some(root) = root {
+            let _ = std::fs::write(root, std::process::id().to_string());
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+fn run() {
     if std::env::args().any(|a| a == "--hang") {
         hang();
     } else {

@@ -73,10 +73,58 @@ impl Backing {
     }
 }
 
-struct IndexEntry {
+/// The decoded index block, in flat arrays: per data block its last internal key (all keys in one buffer)
+/// and its handle. About 20 bytes plus the key per block, against about 60 for a vector of boxed keys
+/// (`design/cold-reads.md`, "Index and filter stay in memory").
+#[derive(Default)]
+struct Index {
+    /// Every block's last internal key, concatenated.
+    keys: Box<[u8]>,
+    /// End of each key in `keys`.
+    key_ends: Box<[u32]>,
+    handles: Box<[BlockHandle]>,
+}
+
+/// One index entry.
+#[derive(Clone, Copy)]
+struct IndexEntry<'a> {
     /// The last internal key of the data block.
-    last_key: Box<[u8]>,
+    last_key: &'a [u8],
     handle: BlockHandle,
+}
+
+impl Index {
+    #[inline]
+    fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+
+    #[inline]
+    fn key(&self, i: usize) -> Option<&[u8]> {
+        let end = *self.key_ends.get(i)? as usize;
+        let start = match i.checked_sub(1) {
+            Some(p) => *self.key_ends.get(p)? as usize,
+            None => 0,
+        };
+        self.keys.get(start..end)
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<IndexEntry<'_>> {
+        Some(IndexEntry {
+            last_key: self.key(i)?,
+            handle: *self.handles.get(i)?,
+        })
+    }
+
+    fn last(&self) -> Option<IndexEntry<'_>> {
+        self.get(self.len().checked_sub(1)?)
+    }
 }
 
 /// A prefix to test against SST filters: the hash of its extractor's name and of its bytes.
@@ -107,7 +155,7 @@ pub struct SstReader {
     file_number: u64,
     backing: Backing,
     properties: SstProperties,
-    index: Vec<IndexEntry>,
+    index: Index,
     /// `key_prefix` of each index entry's last key, in index order (non-decreasing): the index binary search
     /// runs over this dense array and compares whole keys only among entries sharing the target's prefix.
     index_prefixes: Box<[u64]>,
@@ -258,7 +306,7 @@ impl SstReader {
             )));
         }
         if let Some(last) = index.last() {
-            if *last.last_key != properties.largest[..] {
+            if last.last_key != &properties.largest[..] {
                 return Err(err("properties: largest key differs from the index".into()));
             }
             if ikey::parse(&properties.smallest).is_none()
@@ -269,7 +317,9 @@ impl SstReader {
                 ));
             }
         }
-        let index_prefixes = index.iter().map(|e| key_prefix(&e.last_key)).collect();
+        let index_prefixes = (0..index.len())
+            .map(|i| index.key(i).map_or(0, key_prefix))
+            .collect();
         let verified = (0..index.len().div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
@@ -434,8 +484,21 @@ impl SstReader {
                 Some(n) => n,
                 None => rest.partition_point(|&p| p == tp),
             };
-        let ties = self.index.get(lo..hi).unwrap_or(&[]);
-        lo + ties.partition_point(|e| ikey::compare(&e.last_key, target_ikey) == Ordering::Less)
+        // First of the ties whose last key is >= the target (binary search over `lo..hi`).
+        let (mut a, mut b) = (lo, hi.min(self.index.len()));
+        while a < b {
+            let mid = a + (b - a) / 2;
+            let below = self
+                .index
+                .key(mid)
+                .is_some_and(|k| ikey::compare(k, target_ikey) == Ordering::Less);
+            if below {
+                a = mid + 1;
+            } else {
+                b = mid;
+            }
+        }
+        a
     }
 
     /// Point lookup: visits the versions of `user_key` with seqno `<= seqno` in this file, newest first, as
@@ -539,7 +602,9 @@ impl SstReader {
         let (word, bit) = (idx / 64, 1u64 << (idx % 64));
         let flag = self.verified.get(word);
         let raw_verified = flag.is_some_and(|f| f.load(AtomicOrdering::Relaxed) & bit != 0);
-        if !raw_verified {
+        // While this thread's reads go to the disk, raw blocks it read cold are cached too (below).
+        let cold = matches!(self.backing, Backing::Map(_)) && cold::pre_read();
+        if !raw_verified || cold {
             if let Some(block) = self.cache.get(self.file_number, handle.offset) {
                 let len = block.len();
                 return ValueSlice::from_shared_vec(block, 0..len)
@@ -547,7 +612,7 @@ impl SstReader {
             }
         }
         let file = self.backing.bytes();
-        self.touch(handle);
+        let slow = self.touch(handle);
         let (codec, start, end) =
             locate_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
         if codec == CODEC_NONE {
@@ -555,6 +620,22 @@ impl SstReader {
                 checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
                 if let Some(f) = flag {
                     f.fetch_or(bit, AtomicOrdering::Relaxed);
+                }
+            }
+            if slow && cold {
+                // A block that had to come from the disk: a copy goes to the block cache, whose CLOCK
+                // keeps the blocks read again, where the page cache would let the next cold reads evict
+                // them (`design/cold-reads.md`, decision 1).
+                if let Some(payload) = file.get(start..end) {
+                    let mut buf = self.cache.take_buffer(self.file_number, handle.offset, payload.len());
+                    buf.clear();
+                    buf.extend_from_slice(payload);
+                    let block = Arc::new(buf);
+                    self.cache
+                        .insert(self.file_number, handle.offset, Arc::clone(&block));
+                    let len = block.len();
+                    return ValueSlice::from_shared_vec(block, 0..len)
+                        .ok_or_else(|| self.corruption("block view".into()));
                 }
             }
             return self.backing.view(start, end).ok_or_else(|| {
@@ -595,17 +676,18 @@ impl SstReader {
     /// Brings the pages of the block at `handle` (payload and trailer) into memory before it is read: with
     /// this thread's recent block reads mostly cold, one request for the whole range first (module
     /// `cold`); then touches its first and last byte, timed, to tell the thread how this read went.
+    /// Returns whether the touch was slow (had to wait for the disk).
     #[inline]
-    fn touch(&self, handle: BlockHandle) {
+    fn touch(&self, handle: BlockHandle) -> bool {
         let Backing::Map(m) = &self.backing else {
-            return;
+            return false;
         };
         let start = handle.offset as usize;
         let end = start
             .saturating_add(handle.size as usize)
             .saturating_add(BLOCK_TRAILER_LEN);
         if end > m.len() || start >= end {
-            return; // out of bounds: `locate_block` reports it
+            return false; // out of bounds: `locate_block` reports it
         }
         if cold::pre_read() {
             self.backing.will_need(start, end);
@@ -616,7 +698,7 @@ impl SstReader {
             let bytes: &[u8] = std::hint::black_box(m);
             std::hint::black_box(bytes.get(start).copied());
             std::hint::black_box(bytes.get(end - 1).copied());
-        });
+        })
     }
 
     /// Asks the kernel, without waiting, for the block a point lookup of `lookup_ikey` reads first (see
@@ -707,24 +789,28 @@ fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, DecodeE
 }
 
 /// Decodes the index block: last keys strictly ascending, handles ascending, non-overlapping, before `data_end`.
-fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, DecodeError> {
+fn decode_index(bytes: &[u8], data_end: u64) -> Result<Index, DecodeError> {
     let mut cursor = BlockCursor::default();
     cursor.reset(bytes)?;
     cursor.seek_to_first(bytes)?;
-    let mut out: Vec<IndexEntry> = Vec::new();
+    let mut keys: Vec<u8> = Vec::new();
+    let mut key_ends: Vec<u32> = Vec::new();
+    let mut handles: Vec<BlockHandle> = Vec::new();
     let mut next_free = 0u64;
+    let mut prev_start = 0usize;
     while cursor.valid() {
         let entry_err = |what| DecodeError::Entry {
             what,
-            index: out.len() as u64,
+            index: handles.len() as u64,
         };
         let key = cursor.key();
         if ikey::parse(key).is_none() {
             return Err(entry_err("malformed internal key"));
         }
-        if out
-            .last()
-            .is_some_and(|p| ikey::compare(&p.last_key, key) != Ordering::Less)
+        if !handles.is_empty()
+            && keys
+                .get(prev_start..)
+                .is_some_and(|p| ikey::compare(p, key) != Ordering::Less)
         {
             return Err(entry_err("keys not ascending"));
         }
@@ -742,13 +828,19 @@ fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, DecodeEr
                 ))
             }
         }
-        out.push(IndexEntry {
-            last_key: key.into(),
-            handle,
-        });
+        prev_start = keys.len();
+        keys.extend_from_slice(key);
+        let end = u32::try_from(keys.len())
+            .map_err(|_| entry_err("index keys exceed 4 GiB in all"))?;
+        key_ends.push(end);
+        handles.push(handle);
         cursor.next(bytes)?;
     }
-    Ok(out)
+    Ok(Index {
+        keys: keys.into_boxed_slice(),
+        key_ends: key_ends.into_boxed_slice(),
+        handles: handles.into_boxed_slice(),
+    })
 }
 
 /// A cursor over an SST file in internal-key order. Owns an `Arc` of its reader; scanning does not allocate
