@@ -105,10 +105,13 @@ impl Pool {
         let per = offs.len().div_ceil(self.jobs.len());
         let mut sent = 0;
         for (chunk, job) in offs.chunks(per).zip(&self.jobs) {
-            job.send((chunk.to_vec(), done_tx.clone())).expect("pool thread");
+            job.send((chunk.to_vec(), done_tx.clone()))
+                .expect("pool thread");
             sent += 1;
         }
-        (0..sent).map(|_| done_rx.recv().expect("pool result")).sum()
+        (0..sent)
+            .map(|_| done_rx.recv().expect("pool result"))
+            .sum()
     }
 }
 

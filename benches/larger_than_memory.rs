@@ -195,7 +195,10 @@ impl Cgroup {
             let _ = std::fs::write(cg.dir.join("memory.swap.max"), "0");
         } else {
             std::fs::write(cg.dir.join("memory.limit_in_bytes"), limit.to_string())?;
-            let _ = std::fs::write(cg.dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+            let _ = std::fs::write(
+                cg.dir.join("memory.memsw.limit_in_bytes"),
+                limit.to_string(),
+            );
         }
         Ok(cg)
     }
@@ -251,8 +254,11 @@ impl Cgroup {
         proc_field(&self.dir.join(f).to_string_lossy(), k)
     }
     fn enter(&self) {
-        std::fs::write(self.dir.join("cgroup.procs"), std::process::id().to_string())
-            .expect("move into the cgroup");
+        std::fs::write(
+            self.dir.join("cgroup.procs"),
+            std::process::id().to_string(),
+        )
+        .expect("move into the cgroup");
     }
     fn remove(&self) {
         let _ = std::fs::remove_dir(&self.dir);
@@ -490,7 +496,10 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
     let m = Meter::start();
     let e = open_engine(engine, dir, cache);
     m.stop("open", 1);
-    println!("STAT anon_after_open_mib {}", proc_field("/proc/self/status", "RssAnon:") >> 10);
+    println!(
+        "STAT anon_after_open_mib {}",
+        proc_field("/proc/self/status", "RssAnon:") >> 10
+    );
     // Background work a reopen may start (not timed).
     e.settle();
     let mut rng = Rng(0x5EED ^ std::process::id() as u64);
@@ -617,7 +626,14 @@ impl Run {
     }
 }
 
-fn run_child(exe: &Path, role: &str, engine: &str, case: &Case, dir: &Path, cg: Option<&Cgroup>) -> Run {
+fn run_child(
+    exe: &Path,
+    role: &str,
+    engine: &str,
+    case: &Case,
+    dir: &Path,
+    cg: Option<&Cgroup>,
+) -> Run {
     let mut cmd = Command::new(exe);
     cmd.args(["--child", role, engine])
         .env("KS_LTM_N", case.keys.to_string())
@@ -729,11 +745,18 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
                 r.stats.get("warmup").cloned().unwrap_or_default(),
                 r.cgroup_peak >> 20,
                 r.oom_kills,
-                ["get_uniform", "get_zipf", "get_hot", "multi_get32", "rmw", "append"]
-                    .iter()
-                    .map(|p| format!("{p} {}", r.rate(p).map_or("-".into(), fmt_rate)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                [
+                    "get_uniform",
+                    "get_zipf",
+                    "get_hot",
+                    "multi_get32",
+                    "rmw",
+                    "append"
+                ]
+                .iter()
+                .map(|p| format!("{p} {}", r.rate(p).map_or("-".into(), fmt_rate)))
+                .collect::<Vec<_>>()
+                .join(", ")
             );
             runs.entry(e).or_default().push(r);
         }
@@ -743,7 +766,8 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
     let none = Vec::new();
     let ours = runs.get("ours").unwrap_or(&none);
     let rocks = runs.get("rocksdb").unwrap_or(&none);
-    let med = |rs: &[Run], f: &dyn Fn(&Run) -> Option<f64>| median(rs.iter().filter_map(f).collect());
+    let med =
+        |rs: &[Run], f: &dyn Fn(&Run) -> Option<f64>| median(rs.iter().filter_map(f).collect());
     println!();
     println!(
         "| {} under {} MiB | ours | RocksDB | ratio ours/RocksDB (median, min-max over rounds) |",
@@ -794,7 +818,10 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
         );
     }
     let mib = |rs: &[Run], f: &dyn Fn(&Run) -> f64| {
-        rs.iter().map(|r| format!("{:.0}", f(r))).collect::<Vec<_>>().join(" / ")
+        rs.iter()
+            .map(|r| format!("{:.0}", f(r)))
+            .collect::<Vec<_>>()
+            .join(" / ")
     };
     println!(
         "| open, s | {} | {} | |",
@@ -806,7 +833,12 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
         mib(ours, &|r| (r.cgroup_peak >> 20) as f64),
         mib(rocks, &|r| (r.cgroup_peak >> 20) as f64)
     );
-    let stat = |r: &Run, k: &str| r.stats.get(k).and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
+    let stat = |r: &Run, k: &str| {
+        r.stats
+            .get(k)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
     println!(
         "| peak RSS (VmHWM), MiB | {} | {} | |",
         mib(ours, &|r| stat(r, "vmhwm_mib")),
@@ -815,12 +847,20 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
     println!(
         "| anonymous memory after open / after the uniform reads, MiB | {} | {} | |",
         ours.iter()
-            .map(|r| format!("{:.0}/{:.0}", stat(r, "anon_after_open_mib"), stat(r, "anon_after_get_uniform_mib")))
+            .map(|r| format!(
+                "{:.0}/{:.0}",
+                stat(r, "anon_after_open_mib"),
+                stat(r, "anon_after_get_uniform_mib")
+            ))
             .collect::<Vec<_>>()
             .join(" ; "),
         rocks
             .iter()
-            .map(|r| format!("{:.0}/{:.0}", stat(r, "anon_after_open_mib"), stat(r, "anon_after_get_uniform_mib")))
+            .map(|r| format!(
+                "{:.0}/{:.0}",
+                stat(r, "anon_after_open_mib"),
+                stat(r, "anon_after_get_uniform_mib")
+            ))
             .collect::<Vec<_>>()
             .join(" ; ")
     );
@@ -873,7 +913,10 @@ fn main() {
     let only = std::env::var("KS_LTM_ENGINES").ok();
     let engines: Vec<&str> = ["ours", "rocksdb"]
         .into_iter()
-        .filter(|e| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == *e)))
+        .filter(|e| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|x| x == *e))
+        })
         .collect();
     let cases_env = std::env::var("KS_LTM_CASES").unwrap_or_else(|_| "10m,8g".into());
     let all = [
@@ -897,7 +940,10 @@ fn main() {
         base.display(),
         l.trim()
     );
-    for case in all.iter().filter(|c| cases_env.split(',').any(|x| x == c.name)) {
+    for case in all
+        .iter()
+        .filter(|c| cases_env.split(',').any(|x| x == c.name))
+    {
         run_case(&exe, case, &engines, &base, reps);
     }
 }

@@ -75,8 +75,18 @@ fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, ks: &[u16]) {
         for (k, v) in keys.iter().zip(&got) {
             let single = db.get(k).unwrap().map(|v| v.to_vec());
             let batched = v.as_ref().map(|v| v.to_vec());
-            assert_eq!(batched, single, "key {:?} (pre-read {forced:?})", String::from_utf8_lossy(k));
-            assert_eq!(batched.as_ref(), model.get(k), "key {:?} against the model", String::from_utf8_lossy(k));
+            assert_eq!(
+                batched,
+                single,
+                "key {:?} (pre-read {forced:?})",
+                String::from_utf8_lossy(k)
+            );
+            assert_eq!(
+                batched.as_ref(),
+                model.get(k),
+                "key {:?} against the model",
+                String::from_utf8_lossy(k)
+            );
         }
     }
     force_pre_read(None);
@@ -132,8 +142,15 @@ fn run(ops: Vec<Op>, compression: Compression) {
         let got = db.multi_get_at(&refs, snap).unwrap();
         force_pre_read(None);
         for (k, v) in keys.iter().zip(got) {
-            assert_eq!(v.map(|v| v.to_vec()).as_ref(), m.get(k), "snapshot read of {k:?}");
-            assert_eq!(db.get_at(k, snap).unwrap().map(|v| v.to_vec()).as_ref(), m.get(k));
+            assert_eq!(
+                v.map(|v| v.to_vec()).as_ref(),
+                m.get(k),
+                "snapshot read of {k:?}"
+            );
+            assert_eq!(
+                db.get_at(k, snap).unwrap().map(|v| v.to_vec()).as_ref(),
+                m.get(k)
+            );
         }
     }
 }

@@ -610,7 +610,13 @@ pub fn multi_get_equals_get(f: &Factory) {
     }
     let ids: Vec<usize> = ["v", "l"]
         .iter()
-        .map(|n| s.backend_mut().states().iter().position(|m| m.name == *n).unwrap())
+        .map(|n| {
+            s.backend_mut()
+                .states()
+                .iter()
+                .position(|m| m.name == *n)
+                .unwrap()
+        })
         .collect();
     for id in ids {
         let b = s.backend_mut();

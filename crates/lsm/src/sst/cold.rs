@@ -77,7 +77,9 @@ thread_local! {
 /// Whether this thread's block reads currently pre-read.
 #[inline]
 pub(crate) fn pre_read() -> bool {
-    FORCED.with(|f| f.get()).unwrap_or_else(|| TRACKER.with(|t| t.get().pre_read()))
+    FORCED
+        .with(|f| f.get())
+        .unwrap_or_else(|| TRACKER.with(|t| t.get().pre_read()))
 }
 
 /// Makes this thread's reads pre-read and treat every block touch as slow (`Some(true)`), never pre-read

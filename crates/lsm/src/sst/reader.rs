@@ -16,11 +16,11 @@ use std::sync::Arc;
 use memmap2::{Advice, Mmap};
 
 use super::block::{user_key_hash, BlockCursor, HashLookup};
+use super::cold::{self, Readahead};
 use super::format::{
     checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
     BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN, FORMAT_VERSION_PREFIX,
 };
-use super::cold::{self, Readahead};
 use super::{bloom, properties, SstProperties};
 use crate::cache::BlockCache;
 use crate::coding::DecodeError;
@@ -74,8 +74,8 @@ impl Backing {
 }
 
 /// The decoded index block, in flat arrays: per data block its last internal key (all keys in one buffer)
-/// and its handle. About 20 bytes plus the key per block, against about 60 for a vector of boxed keys
-/// (`design/cold-reads.md`, "Index and filter stay in memory").
+/// and its handle. 20 bytes plus the key per block (28 with the reader's key prefixes), against about 60
+/// for boxed keys (`design/cold-reads.md`, "Index and filter stay in memory").
 #[derive(Default)]
 struct Index {
     /// Every block's last internal key, concatenated.
@@ -287,16 +287,15 @@ impl SstReader {
             }
         };
         // Index.
-        let index_bytes =
-            read_block_bytes(file, footer.index).map_err(|e| err(format!("index {e}")))?;
         let data_end = [footer.filter, footer.properties, footer.index]
             .iter()
             .filter(|h| h.size != 0 || h.offset != 0)
             .map(|h| h.offset)
             .min()
             .unwrap_or(meta_end);
-        let index =
-            decode_index(&index_bytes, data_end).map_err(|e| err(format!("index block: {e}")))?;
+        let index = with_block_bytes(file, footer.index, |bytes| decode_index(bytes, data_end))
+            .map_err(|e| err(format!("index {e}")))?
+            .map_err(|e| err(format!("index block: {e}")))?;
         // Cross-checks between properties and index.
         if (properties.entries == 0) != index.is_empty() {
             return Err(err(format!(
@@ -627,7 +626,9 @@ impl SstReader {
                 // keeps the blocks read again, where the page cache would let the next cold reads evict
                 // them (`design/cold-reads.md`, decision 1).
                 if let Some(payload) = file.get(start..end) {
-                    let mut buf = self.cache.take_buffer(self.file_number, handle.offset, payload.len());
+                    let mut buf =
+                        self.cache
+                            .take_buffer(self.file_number, handle.offset, payload.len());
                     buf.clear();
                     buf.extend_from_slice(payload);
                     let block = Arc::new(buf);
@@ -778,14 +779,31 @@ fn corruption(path: &Path, detail: String) -> LsmError {
     }
 }
 
-/// Verifies and (if needed) decompresses a metadata block into owned bytes.
-fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, DecodeError> {
+/// Verifies a metadata block and hands its bytes to `f`: in place for a raw block, decompressed into a
+/// per-thread buffer otherwise, reused by every file the thread opens (it grows to the largest index
+/// block), so that opening a file allocates no copy of its index block.
+fn with_block_bytes<R>(
+    file: &[u8],
+    handle: BlockHandle,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, DecodeError> {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
     let (codec, payload) = checked_block(file, handle)?;
     if codec == CODEC_NONE {
-        Ok(payload.to_vec())
-    } else {
-        decompress_lz4(payload, handle.offset, Vec::new())
+        return Ok(f(payload));
     }
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut buf) => {
+            let out = decompress_lz4(payload, handle.offset, std::mem::take(&mut *buf))?;
+            let r = f(&out);
+            *buf = out;
+            Ok(r)
+        }
+        // Re-entered (not done by the engine): a buffer of its own.
+        Err(_) => Ok(f(&decompress_lz4(payload, handle.offset, Vec::new())?)),
+    })
 }
 
 /// Decodes the index block: last keys strictly ascending, handles ascending, non-overlapping, before `data_end`.
@@ -830,8 +848,8 @@ fn decode_index(bytes: &[u8], data_end: u64) -> Result<Index, DecodeError> {
         }
         prev_start = keys.len();
         keys.extend_from_slice(key);
-        let end = u32::try_from(keys.len())
-            .map_err(|_| entry_err("index keys exceed 4 GiB in all"))?;
+        let end =
+            u32::try_from(keys.len()).map_err(|_| entry_err("index keys exceed 4 GiB in all"))?;
         key_ends.push(end);
         handles.push(handle);
         cursor.next(bytes)?;
@@ -990,3 +1008,48 @@ impl SstIter {
 }
 
 const _: () = assert!(BLOCK_TRAILER_LEN == 9);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ikey_of(user: &[u8], seq: u64) -> Vec<u8> {
+        let mut k = user.to_vec();
+        k.extend_from_slice(&((seq << 8) | 1).to_be_bytes());
+        k
+    }
+
+    #[test]
+    fn the_flat_index_returns_each_key_and_handle() {
+        let keys: Vec<Vec<u8>> = (0..100u64)
+            .map(|i| ikey_of(format!("key{:04}", i * 10).as_bytes(), 7))
+            .collect();
+        let mut all = Vec::new();
+        let mut ends = Vec::new();
+        for k in &keys {
+            all.extend_from_slice(k);
+            ends.push(all.len() as u32);
+        }
+        let handles: Vec<BlockHandle> = (0..100u64)
+            .map(|i| BlockHandle {
+                offset: i * 4105,
+                size: 4096,
+            })
+            .collect();
+        let index = Index {
+            keys: all.into(),
+            key_ends: ends.into(),
+            handles: handles.clone().into(),
+        };
+        assert_eq!(index.len(), 100);
+        for (i, k) in keys.iter().enumerate() {
+            let e = index.get(i).unwrap();
+            assert_eq!(e.last_key, &k[..]);
+            assert_eq!(e.handle, handles[i]);
+        }
+        assert!(index.get(100).is_none());
+        assert_eq!(index.last().unwrap().last_key, &keys[99][..]);
+        assert!(Index::default().is_empty());
+        assert!(Index::default().last().is_none());
+    }
+}
