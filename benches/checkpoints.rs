@@ -284,7 +284,7 @@ impl Instance {
 }
 
 /// The LSM engine's options: the defaults, but `KS_CKPT_BENCH_BG_BATCH=0` turns
-/// `Options::background_batch_policy` off (the A/B of `design/bench-results/sched-batch-2026-12-02.md`).
+/// `Options::background_batch_policy` off (the A/B of `design/bench-results/2026-12-02-sched-batch/`).
 fn lsm_options() -> Options {
     Options {
         background_batch_policy: std::env::var("KS_CKPT_BENCH_BG_BATCH").map_or(true, |v| v != "0"),

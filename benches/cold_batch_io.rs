@@ -1,5 +1,5 @@
 //! Batched cold reads: how to read 32 random SST-block-sized ranges of a file that is not in memory, and a
-//! reproduction of the io_uring write hang of `design/bench-results/io-uring-2026-12-02.md`.
+//! reproduction of the io_uring write hang of `design/bench-results/2026-12-02-io-uring/README.md`.
 //!
 //! `cargo bench --bench cold_batch_io` (release; as root, to drop the page cache between rounds).
 //!

@@ -177,7 +177,7 @@ fn value_state(c: &mut Criterion<CpuTime>) {
     });
     drop(map);
     // The same map with 32-byte slots (`u128` keys and values): what the slot size alone costs once the
-    // table outgrows the caches (`design/heap-backend.md`, packed slots).
+    // table outgrows the caches (`design/decisions/0002-heap-tables.md`, packed slots).
     let mut wide: HashMap<u128, u128> = HashMap::new();
     for (j, k) in inp.setup_keys.iter().enumerate() {
         wide.insert(*k as u128, inp.value(j) as u128);

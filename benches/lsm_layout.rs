@@ -1,7 +1,7 @@
-//! Quick measurement behind `design/lsm-backend.md`: one engine for all states (u16 state-id prefix, what
-//! `LsmBackend` does) versus one engine per state (like RocksDB column families, each with its own
-//! memtable, files and background threads). 10 states, N keys spread over them: value put, value get,
-//! list append, snapshot (sync part) and savepoint write (async part).
+//! Quick measurement behind `design/decisions/0003-one-engine-per-backend.md`: one engine for all states
+//! (u16 state-id prefix, what `LsmBackend` does) versus one engine per state (like RocksDB column families,
+//! each with its own memtable, files and background threads). 10 states, N keys spread over them: value put,
+//! value get, list append, snapshot (sync part) and savepoint write (async part).
 //!
 //! `cargo bench --bench lsm_layout -- [keys]` (default 500000).
 

@@ -1,4 +1,4 @@
-//! Flink's state micro-benchmarks (`org.apache.flink.state.benchmark`, `flink-semantics.md` §2) on the heap,
+//! Flink's state micro-benchmarks (flink-benchmarks' `org.apache.flink.state.benchmark`) on the heap,
 //! LSM and (with `--features rocksdb`) RocksDB backends in the same run, plus savepoint write / restore
 //! throughput and a 1→2 rescale-restore. Prints tables; see `design/bench-results/`.
 //!

@@ -1,7 +1,7 @@
 //! The hot paths the storage seam sits under, on the real file system: WAL appends (a write with the WAL
 //! on, not synced: one framed record per write), a flush (SST writer), point reads from SST blocks (through
 //! the memory map) and a full scan. Prints one line per phase with the wall time and the rate.
-//! `design/bench-results/seam-2026-12-02.md` compares it before and after the seam.
+//! `design/bench-results/2026-12-02-storage-seam/` compares it before and after the seam.
 //!
 //! `cargo bench --bench storage_seam -- [keys]` (default 300000).
 

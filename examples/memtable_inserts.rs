@@ -1,6 +1,6 @@
 //! A fixed memtable workload for instruction counts (`valgrind --tool=callgrind`): 20,000 puts into one
 //! memtable (no WAL, no flush), then a point read of each key. Used to check that the loom seam
-//! (`src/lsm/sync.rs`) leaves normal builds' code unchanged: the counts of two builds must be equal.
+//! (`crates/lsm/src/sync.rs`) leaves normal builds' code unchanged: the counts of two builds must be equal.
 //!
 //! ```sh
 //! cargo build --release --example memtable_inserts

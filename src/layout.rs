@@ -1,4 +1,4 @@
-//! The byte layout of entries: Flink's RocksDB working-state layout, exactly (`flink-formats.md` §2).
+//! The byte layout of entries: Flink's RocksDB working-state layout, exactly (`design/entry-layout.md`).
 //!
 //! ```text
 //! entry key   = KG | K | [lenK] | NS | [lenNS] | [UK]

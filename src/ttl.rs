@@ -1,7 +1,7 @@
 //! State TTL below the typed layer: the clock, Flink's expiry rule, and the byte-level expiry of stored TTL
 //! values that the full-snapshot cleanup, the heap's incremental cleanup and the LSM compaction filter share.
 //!
-//! A TTL value is Flink's `TtlValue`: `i64 BE last-access timestamp | user value` (`flink-formats.md` §2.5).
+//! A TTL value is Flink's `TtlValue`: `i64 BE last-access timestamp | user value` (Flink's `TtlSerializer`).
 //! Values, reducing and aggregating states store one; maps store one per entry after the null flag; lists store
 //! one per element, joined with `0x2C`.
 

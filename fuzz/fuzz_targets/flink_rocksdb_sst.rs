@@ -1,7 +1,7 @@
 //! The RocksDB SST reader of Flink native savepoints and incremental checkpoints: arbitrary bytes opened as
 //! an SST file (footer, metaindex, properties, index), every data block and the range tombstones read, and
 //! the records folded as the importer folds a column family. Errors, never panics. Seeds: the fixture
-//! SSTs (`design/bench-results/flink-interop-2026-12-02.md` has the command).
+//! SSTs (`design/bench-results/2026-12-02-flink-native-import/` has the command).
 #![no_main]
 
 use keyed_state_flink::sst::{fold_versions, SstFile, Versions};

@@ -162,7 +162,7 @@ pub trait StateBackend: Send {
     /// the order of `keys` (the value as [`get`](Self::get) returns it). A host processing a batch of
     /// records looks up all their keys at once, as Flink 2's asynchronous state access does. The default
     /// calls `get` for each key; the LSM backend reads the blocks of the batch from the disk concurrently
-    /// when its state is not in memory (`design/cold-reads.md`).
+    /// when its state is not in memory (`design/decisions/0007-cold-reads.md`).
     fn multi_get(
         &mut self,
         state: StateId,

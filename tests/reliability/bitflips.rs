@@ -8,7 +8,7 @@
 //! the recovered writes are a prefix and the recovery report names the file and offset), a savepoint, and
 //! checkpoint metadata. By default a sample that runs in seconds;
 //! `KEYED_STATE_BITFLIP_FULL=1` flips every bit of every file or block up to 4 KiB and 10,000 random bits of
-//! larger ones, and prints the table recorded in `design/bench-results/bitflips-2026-12-02.md`.
+//! larger ones, and prints the table recorded in `design/bench-results/2026-12-02-bitflips/`.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -1,7 +1,6 @@
 //! TTL cleanup inside backends: the LSM engine's and (with `--features rocksdb`) the RocksDB variant's
-//! compaction filters with compactions forced at Flink's times (`RocksDBTtlStateTestBase.testCompactFilter*`,
-//! `flink-semantics.md` §1.9), and the heap backend's incremental cleanup
-//! (`testIncrementalCleanupWholeState`).
+//! compaction filters with compactions forced at Flink's times (`RocksDBTtlStateTestBase.testCompactFilter*`),
+//! and the heap backend's incremental cleanup (`testIncrementalCleanupWholeState`).
 
 use crate::conformance;
 

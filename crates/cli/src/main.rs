@@ -465,7 +465,6 @@ fn run_demo(
     Ok(())
 }
 
-/// mimalloc as the global allocator: see design/architecture.md,
-/// "Allocator".
+/// mimalloc as the global allocator: see design/decisions/0004-mimalloc.md.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

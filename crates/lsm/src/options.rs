@@ -64,7 +64,7 @@ pub struct Options {
     /// thread woken by a write (a memtable switch, a checkpoint) then never preempts the thread that woke
     /// it, but waits for the scheduler's next tick. Without it, on a machine whose cores are busy with
     /// compaction, the woken flush thread takes the writer's core for a time slice (1.5–5 ms measured,
-    /// `design/bench-results/sched-batch-2026-12-02.md`) in the middle of the call that woke it.
+    /// `design/bench-results/2026-12-02-sched-batch/`) in the middle of the call that woke it.
     pub background_batch_policy: bool,
     /// Whether the background thread compacts automatically (default true). Without it, writes never
     /// stall on a deep L0; only `compact_all`/`compact_range` compact.

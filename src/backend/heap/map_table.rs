@@ -14,8 +14,8 @@
 //! Entries loaded by a restore arrive as whole entry keys, whose split into key-and-namespace and user key
 //! the byte-level backend cannot know. They are kept in a sorted *run* (chunks of at most [`RUN_CHUNK`]
 //! entries, copy-on-write per chunk) and moved into the index the first time an operation names their
-//! key-and-namespace bytes. Ordered visits merge the index and the run. `design/heap-backend.md`, "Map
-//! state", records the layout and the measurements behind it.
+//! key-and-namespace bytes. Ordered visits merge the index and the run.
+//! `design/decisions/0002-heap-tables.md`, "Map state", records the layout and the measurements behind it.
 
 use std::hash::BuildHasher;
 use std::ops::Bound;

@@ -68,7 +68,8 @@ impl StateTables {
     }
 }
 
-/// The heap backend: copy-on-write tables per (state, key group); see `design/heap-backend.md`.
+/// The heap backend: copy-on-write tables per (state, key group); see
+/// `design/decisions/0002-heap-tables.md`.
 pub struct HeapBackend {
     config: BackendConfig,
     states: Vec<StateMetaInfo>,

@@ -3,8 +3,8 @@
 //!
 //! A snapshot clones every table of every state: O(states × key groups), whatever the state size. Cloning
 //! a table bumps a reference count; the first write to a shared table copies that whole table (one key
-//! group of one state), later writes are plain hash-map writes. `design/heap-backend.md` records why this
-//! and not a persistent (path-copying) map.
+//! group of one state), later writes are plain hash-map writes. `design/decisions/0002-heap-tables.md`
+//! records why this and not a persistent (path-copying) map.
 
 use std::sync::Arc;
 
@@ -54,7 +54,7 @@ pub trait KvTable: Clone + Default + Send + Sync {
 /// the first 8 key bytes and the value. `i64` keys in the void namespace (`K | 0x00`: the tail is the
 /// namespace byte) with `i64`, `i32`, `f64` or `bool` values, Flink's counters, are stored this way. Half
 /// the slot size of [`BytesMap`], which is what decides the speed of a point access once the table
-/// outgrows the CPU caches (`design/heap-backend.md`).
+/// outgrows the CPU caches (`design/decisions/0002-heap-tables.md`).
 #[derive(Clone)]
 pub struct FixedMap {
     /// Length of the varying part of the keys (0..=8): the first `head` bytes.

@@ -1,7 +1,7 @@
 //! The RocksDB-backed variant of [`StateBackend`] (cargo feature `rocksdb`): the benchmark yardstick, and a
 //! backend users may choose.
 //!
-//! It is configured the way Flink configures RocksDB (`flink-formats.md` §2, `flink-semantics.md` §2.1):
+//! It is configured the way Flink configures RocksDB (`EmbeddedRocksDBStateBackend` with `PredefinedOptions.DEFAULT`):
 //! one column family per state, entries in Flink's working-state layout (`crate::layout`), a list-append
 //! merge operator named `stringappendtest` that joins with `0x2C`, the write-ahead log off and no fsync.
 //! See `design/rocksdb-backend.md` for the mapping to Flink's options and what differs.

@@ -1,4 +1,4 @@
-//! The conformance suite: Flink's keyed-state behaviour (`flink-semantics.md` §1), written once against
+//! The conformance suite: Flink's keyed-state behaviour (Flink's `StateBackendTestBase`), written once against
 //! `StateBackend` and run against every backend by `conformance_suite!`.
 
 #![allow(dead_code)]

@@ -1,4 +1,4 @@
-//! Timers and key-group partitioned priority queues (`flink-semantics.md` §1.10) against every backend.
+//! Timers and key-group partitioned priority queues (Flink's `InternalPriorityQueueTestBase`) against every backend.
 
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::serializer::{LongSerializer, VoidNamespace, VoidNamespaceSerializer};

@@ -1,4 +1,4 @@
-//! Flink's TTL timelines (`TtlStateTestBase`, `flink-semantics.md` §1.9) against every backend: TTL 100 ms on
+//! Flink's TTL timelines (Flink's `TtlStateTestBase`) against every backend: TTL 100 ms on
 //! a manual clock, with a savepoint and a restore into a fresh backend between the steps (so every timestamp
 //! must survive the savepoint), for each state kind's context values.
 

@@ -107,7 +107,7 @@ impl Db {
 
     /// Reads every key of `keys` (the latest values), results in the order of `keys`; the same values as
     /// [`Db::get`] of each key, read at one sequence number. On state that is not in memory the blocks of
-    /// the batch are read from the disk concurrently (`design/cold-reads.md`).
+    /// the batch are read from the disk concurrently (`design/decisions/0007-cold-reads.md`).
     pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<ValueSlice>>> {
         self.inner.multi_get_at_seqno(keys, None)
     }

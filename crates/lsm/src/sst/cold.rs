@@ -1,5 +1,5 @@
 //! How reads of memory-mapped SST files reach the disk when their pages are not in memory
-//! (`design/cold-reads.md`).
+//! (`design/decisions/0007-cold-reads.md`).
 //!
 //! SST maps are advised `MADV_RANDOM`, so a page fault reads one page and no read-around (with the default
 //! advice a fault on a disk whose `read_ahead_kb` is 8192 read about 6 MB). Three things then keep cold

@@ -75,7 +75,7 @@ impl Backing {
 
 /// The decoded index block, in flat arrays: per data block its last internal key (all keys in one buffer)
 /// and its handle. 20 bytes plus the key per block (28 with the reader's key prefixes), against about 60
-/// for boxed keys (`design/cold-reads.md`, "Index and filter stay in memory").
+/// for boxed keys (`design/decisions/0007-cold-reads.md`, "Index and filter stay in memory").
 #[derive(Default)]
 struct Index {
     /// Every block's last internal key, concatenated.
@@ -624,7 +624,7 @@ impl SstReader {
             if slow && cold {
                 // A block that had to come from the disk: a copy goes to the block cache, whose CLOCK
                 // keeps the blocks read again, where the page cache would let the next cold reads evict
-                // them (`design/cold-reads.md`, decision 1).
+                // them (`design/decisions/0007-cold-reads.md`, decision 1).
                 if let Some(payload) = file.get(start..end) {
                     let mut buf =
                         self.cache
