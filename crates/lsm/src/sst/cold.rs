@@ -82,32 +82,29 @@ pub(crate) fn pre_read() -> bool {
         .unwrap_or_else(|| TRACKER.with(|t| t.get().pre_read()))
 }
 
-/// Makes this thread's reads pre-read and treat every block touch as slow (`Some(true)`), never pre-read
-/// (`Some(false)`), or decide from their recent touches (`None`, the default). For tests of the cold paths,
-/// which state in memory never takes.
+/// Makes this thread's reads pre-read (`Some(true)`), never pre-read (`Some(false)`), or decide from their
+/// recent touches (`None`, the default). For tests of the pre-read paths, which state in memory never
+/// takes.
 pub fn force_pre_read(mode: Option<bool>) {
     FORCED.with(|f| f.set(mode));
 }
 
-/// Records how long touching one block took on this thread; returns whether it was slow.
+/// Records how long touching one block took on this thread.
 #[inline]
-pub(crate) fn record_touch(took: Duration) -> bool {
-    let slow = took >= SLOW_TOUCH;
+pub(crate) fn record_touch(took: Duration) {
     TRACKER.with(|t| {
         let mut v = t.get();
-        v.record(slow);
+        v.record(took >= SLOW_TOUCH);
         t.set(v);
     });
-    slow
 }
 
-/// Times `touch` and records it; returns whether it was slow (always, while [`force_pre_read`] forces
-/// pre-reads: the paths taken after a slow touch are then tested on state in memory).
+/// Times `touch` and records it.
 #[inline]
-pub(crate) fn timed_touch(touch: impl FnOnce()) -> bool {
+pub(crate) fn timed_touch(touch: impl FnOnce()) {
     let t = Instant::now();
     touch();
-    record_touch(t.elapsed()) || FORCED.with(|f| f.get()) == Some(true)
+    record_touch(t.elapsed());
 }
 
 /// The read-ahead state of one cursor over one file.

@@ -601,9 +601,7 @@ impl SstReader {
         let (word, bit) = (idx / 64, 1u64 << (idx % 64));
         let flag = self.verified.get(word);
         let raw_verified = flag.is_some_and(|f| f.load(AtomicOrdering::Relaxed) & bit != 0);
-        // While this thread's reads go to the disk, raw blocks it read cold are cached too (below).
-        let cold = matches!(self.backing, Backing::Map(_)) && cold::pre_read();
-        if !raw_verified || cold {
+        if !raw_verified {
             if let Some(block) = self.cache.get(self.file_number, handle.offset) {
                 let len = block.len();
                 return ValueSlice::from_shared_vec(block, 0..len)
@@ -611,7 +609,7 @@ impl SstReader {
             }
         }
         let file = self.backing.bytes();
-        let slow = self.touch(handle);
+        self.touch(handle);
         let (codec, start, end) =
             locate_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
         if codec == CODEC_NONE {
@@ -619,24 +617,6 @@ impl SstReader {
                 checked_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
                 if let Some(f) = flag {
                     f.fetch_or(bit, AtomicOrdering::Relaxed);
-                }
-            }
-            if slow && cold {
-                // A block that had to come from the disk: a copy goes to the block cache, whose CLOCK
-                // keeps the blocks read again, where the page cache would let the next cold reads evict
-                // them (`design/decisions/0007-cold-reads.md`, decision 1).
-                if let Some(payload) = file.get(start..end) {
-                    let mut buf =
-                        self.cache
-                            .take_buffer(self.file_number, handle.offset, payload.len());
-                    buf.clear();
-                    buf.extend_from_slice(payload);
-                    let block = Arc::new(buf);
-                    self.cache
-                        .insert(self.file_number, handle.offset, Arc::clone(&block));
-                    let len = block.len();
-                    return ValueSlice::from_shared_vec(block, 0..len)
-                        .ok_or_else(|| self.corruption("block view".into()));
                 }
             }
             return self.backing.view(start, end).ok_or_else(|| {
@@ -677,18 +657,17 @@ impl SstReader {
     /// Brings the pages of the block at `handle` (payload and trailer) into memory before it is read: with
     /// this thread's recent block reads mostly cold, one request for the whole range first (module
     /// `cold`); then touches its first and last byte, timed, to tell the thread how this read went.
-    /// Returns whether the touch was slow (had to wait for the disk).
     #[inline]
-    fn touch(&self, handle: BlockHandle) -> bool {
+    fn touch(&self, handle: BlockHandle) {
         let Backing::Map(m) = &self.backing else {
-            return false;
+            return;
         };
         let start = handle.offset as usize;
         let end = start
             .saturating_add(handle.size as usize)
             .saturating_add(BLOCK_TRAILER_LEN);
         if end > m.len() || start >= end {
-            return false; // out of bounds: `locate_block` reports it
+            return; // out of bounds: `locate_block` reports it
         }
         if cold::pre_read() {
             self.backing.will_need(start, end);
@@ -699,7 +678,7 @@ impl SstReader {
             let bytes: &[u8] = std::hint::black_box(m);
             std::hint::black_box(bytes.get(start).copied());
             std::hint::black_box(bytes.get(end - 1).copied());
-        })
+        });
     }
 
     /// Asks the kernel, without waiting, for the block a point lookup of `lookup_ikey` reads first (see
