@@ -5,10 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::Options;
-use keyed_state_lsm::sst::{force_pre_read, Compression, SstOptions};
+use keyed_state_lsm::internals::sst::force_pre_read;
+use keyed_state_lsm::{Compression, Db, ListAppendOperator, Options, SstOptions};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]

@@ -17,7 +17,7 @@ pub mod properties;
 mod reader;
 mod writer;
 
-#[doc(hidden)]
+#[cfg(any(test, feature = "test-util"))]
 pub use cold::force_pre_read;
 #[doc(hidden)]
 pub use reader::{PrefixProbe, SstIter, SstReader};
