@@ -121,6 +121,15 @@ fn flink_1x_metadata_reads_as_flink_read_it() {
             let dir = PathBuf::from(format!("{FIXTURES}/{set}/{f}"));
             let sp = FlinkSavepoint::open(&dir).unwrap();
             assert_eq!(sp.metadata.version, version, "{set}/{f}");
+            // Version 3 ends after the operators; 4 appends the Java-serialized CheckpointProperties.
+            assert_eq!(sp.metadata.trailer.is_empty(), version == 3, "{set}/{f}");
+            if version == 4 {
+                let props = b"org.apache.flink.runtime.checkpoint.CheckpointProperties";
+                assert!(
+                    sp.metadata.trailer.windows(props.len()).any(|w| w == props),
+                    "{set}/{f}"
+                );
+            }
             let root = f.split('/').next().unwrap();
             let dump =
                 std::fs::read_to_string(format!("{FIXTURES}/{set}/{root}/DUMP.txt")).unwrap();
