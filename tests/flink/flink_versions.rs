@@ -351,3 +351,73 @@ fn handle_kinds_and_versions_this_reader_cannot_import_are_refused_by_name() {
         "{e}"
     );
 }
+
+/// A copy of fixture `f` of `set` in which every `StringSerializerSnapshot` class name of the keyed-state
+/// files is replaced by a class this reader does not know (same length: `…base.StringSerializer$Xtring…`).
+fn with_unknown_string_snapshot(set: &str, f: &str, to: &Path) {
+    let from = format!("{FIXTURES}/{set}/{f}");
+    let known = b"StringSerializer$StringSerializerSnapshot";
+    let unknown = b"StringSerializer$XtringSerializerSnapshot";
+    let mut patched = 0;
+    for e in std::fs::read_dir(&from).unwrap() {
+        let e = e.unwrap();
+        let mut bytes = std::fs::read(e.path()).unwrap();
+        let name = e.file_name().into_string().unwrap();
+        if name != "_metadata" && !name.ends_with(".txt") && !name.ends_with(".json") {
+            let mut i = 0;
+            while let Some(p) = bytes[i..].windows(known.len()).position(|w| w == known) {
+                bytes[i + p..i + p + known.len()].copy_from_slice(unknown);
+                i += p + known.len();
+                patched += 1;
+            }
+        }
+        std::fs::write(to.join(&name), bytes).unwrap();
+    }
+    assert!(patched > 0, "{set}/{f}");
+}
+
+#[test]
+fn flink_1x_serializers_without_a_known_layout_are_named() {
+    let class =
+        "org.apache.flink.api.common.typeutils.base.StringSerializer$XtringSerializerSnapshot";
+    for &(set, _) in VERSIONS {
+        // The HashMap native format needs every value's length: refused, naming the subtask, handle, file,
+        // state and class.
+        let dir = tempfile::tempdir().unwrap();
+        with_unknown_string_snapshot(set, "hashmap-native-savepoint", dir.path());
+        let sp = FlinkSavepoint::open(dir.path()).unwrap();
+        let err = match sp.import(sp.operator("state-op").unwrap()) {
+            Err(e) => e.to_string(),
+            Ok(import) => {
+                let mut bytes = Vec::new();
+                encode(&import, &WriteOptions::default(), &mut bytes)
+                    .unwrap_err()
+                    .to_string()
+            }
+        };
+        // (`name` or `map`: the first state in the file's header whose serializer holds the class; the
+        // HashMap backend's header order is its own.)
+        assert!(
+            err.contains(class)
+                && (err.contains("state 'name'") || err.contains("state 'map'"))
+                && err.contains("subtask 0 (KeyGroupsStateHandle)"),
+            "{set}: {err}"
+        );
+        // The canonical format holds every value's length: imported, the values kept as raw bytes, with a
+        // warning naming each state and the class.
+        let dir = tempfile::tempdir().unwrap();
+        with_unknown_string_snapshot(set, "hashmap-canonical-savepoint", dir.path());
+        let sp = FlinkSavepoint::open(dir.path()).unwrap();
+        let import = sp.import(sp.operator("state-op").unwrap()).unwrap();
+        for state in ["map", "name"] {
+            assert!(
+                import
+                    .warnings()
+                    .iter()
+                    .any(|w| w.contains(&format!("state '{state}'")) && w.contains(class)),
+                "{set}: {:?}",
+                import.warnings()
+            );
+        }
+    }
+}
