@@ -40,7 +40,7 @@ fn run_and_kill(
     dir: &std::path::Path,
 ) {
     let mut children = job.spawn(processes, 1, restore, dir);
-    let delay = Duration::from_millis(rng.random_range(200..2_500));
+    let delay = Duration::from_millis(rng.random_range(300..5_000));
     let victim = rng.random_range(0..processes);
     std::thread::sleep(delay);
     let finished_before = children[victim].try_wait().unwrap().is_some();
@@ -135,4 +135,59 @@ fn kill_restart_rescale_on_s3_heap_loses_and_duplicates_nothing() {
     if let Some(s3) = s3_root("kill-heap") {
         kill_and_restart(Query::Q3, "heap", Some(s3), seed());
     }
+}
+
+/// `scripts/long-checks.sh`: KEYED_STATE_TIMELY_KILLS kills (10 per job) with random rescales (1–4
+/// processes × 1–2 workers) over every query on LSM and heap; each job's committed output must equal its
+/// reference. Without the variable it prints that it is skipped.
+#[test]
+fn kill_campaign_with_random_rescales() {
+    let Some(kills) = std::env::var("KEYED_STATE_TIMELY_KILLS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+    else {
+        println!("skipped kill_campaign_with_random_rescales: KEYED_STATE_TIMELY_KILLS is not set (scripts/long-checks.sh sets it)");
+        return;
+    };
+    let seed = seed();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    println!("kill campaign: {kills} kills, seed {seed} (KEYED_STATE_KILL_SEED)");
+    let mut done = 0;
+    let mut jobs = 0;
+    let mut failures = 0;
+    while done < kills {
+        let query = Query::ALL[rng.random_range(0..Query::ALL.len())];
+        let backend = if rng.random_bool(0.5) { "lsm" } else { "heap" };
+        let d = tempfile::tempdir().unwrap();
+        let mut job = Job::local(query, backend, 80_000, d.path());
+        job.every = rng.random_range(1..4);
+        let want = reference::rows(query, &job.spec());
+        for k in 0..10.min(kills - done) {
+            let p = rng.random_range(1..5);
+            let w = rng.random_range(1..3);
+            let mut children = job.spawn(p, w, k > 0, d.path());
+            std::thread::sleep(Duration::from_millis(rng.random_range(300..6_000)));
+            let victim = rng.random_range(0..p);
+            let _ = children[victim].kill();
+            for c in children.iter_mut() {
+                wait(c, Duration::from_secs(60), "a process");
+            }
+            done += 1;
+        }
+        let p = rng.random_range(1..5);
+        let o = job.launch(p, rng.random_range(1..3), true);
+        assert_ok(&o, "the final restart");
+        let got = committed_rows(&job.out);
+        jobs += 1;
+        if got != want {
+            failures += 1;
+            println!(
+                "{query:?} on {backend}: {} rows, {} expected",
+                got.len(),
+                want.len()
+            );
+        }
+    }
+    println!("campaign timely_kills kills={done} jobs={jobs} failures={failures}");
+    assert_eq!(failures, 0);
 }
