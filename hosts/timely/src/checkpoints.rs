@@ -381,3 +381,13 @@ pub fn confirm(checkpointer: &Checkpointer, id: u64, context: &str) -> Result<()
         .notify_complete(id)
         .map_err(ck(format!("{context}: confirming checkpoint {id}")))
 }
+
+/// Writes operator `op`'s state in checkpoint `id` of `root` as one unified savepoint at `out` (the same
+/// bytes from every backend for the same state); returns its size.
+pub fn operator_savepoint(root: &JobRoot, op: &str, id: u64, out: &std::path::Path) -> Result<u64> {
+    let storage = root.operator_storage(op)?;
+    keyed_state::checkpoint::to_savepoint(&storage, id, out).map_err(ck(format!(
+        "writing a savepoint of operator {op}, checkpoint {id} of {}",
+        root.name()
+    )))
+}

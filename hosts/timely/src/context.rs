@@ -39,6 +39,8 @@ pub struct WorkerStats {
     pub checkpoints: u64,
     /// Bytes of this worker's state in its last checkpoint (all its operators).
     pub state_bytes: u64,
+    /// The largest `state_bytes` of any of this run's checkpoints.
+    pub state_bytes_peak: u64,
     /// Bytes uploaded by this worker's checkpoints.
     pub bytes_uploaded: u64,
     /// Microseconds this worker's restore took (all its operators), if it restored.

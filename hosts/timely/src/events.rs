@@ -8,7 +8,7 @@
 //! first event of epoch `e+1`; after the last epoch it is `i64::MAX`.
 
 use nexmark::config::NexmarkConfig;
-use nexmark::event::Event;
+use nexmark::event::{Event, EventType};
 use nexmark::EventGenerator;
 
 /// Milliseconds of the generator's base time: 2026-01-01T00:00:00Z (a multiple of every window size).
@@ -98,9 +98,57 @@ impl EventSpec {
             .take(usize::try_from(count).unwrap_or(usize::MAX))
     }
 
+    /// How many of worker `worker`'s `workers` share of epoch `e` there are (the events it accounts for,
+    /// whichever types it generates).
+    pub fn worker_share(&self, e: u64, worker: u64, workers: u64) -> u64 {
+        let (start, end) = self.epoch_events(e);
+        let first = start + (worker + workers - start % workers) % workers;
+        if first >= end {
+            0
+        } else {
+            (end - first).div_ceil(workers)
+        }
+    }
+
+    /// The events of type `kind` in epoch `e` that worker `worker` of `workers` emits: the type's `k`-th
+    /// event (counting that type only) goes to worker `k % workers`. The generator makes only these, so a
+    /// query that reads bids never pays for generating people and auctions.
+    pub fn worker_events_of(
+        &self,
+        e: u64,
+        kind: EventType,
+        worker: u64,
+        workers: u64,
+    ) -> impl Iterator<Item = Event> {
+        let (start, end) = self.epoch_events(e);
+        let (k0, k1) = (type_count(kind, start), type_count(kind, end));
+        let first = k0 + (worker + workers - k0 % workers) % workers;
+        let count = if first >= k1 {
+            0
+        } else {
+            (k1 - first).div_ceil(workers)
+        };
+        EventGenerator::new(self.config())
+            .with_type_filter(kind)
+            .with_offset(first)
+            .with_step(workers.max(1))
+            .take(usize::try_from(count).unwrap_or(usize::MAX))
+    }
+
     /// Every event of the job, in order (the tests' references read this).
     pub fn all_events(&self) -> impl Iterator<Item = Event> {
         EventGenerator::new(self.config()).take(usize::try_from(self.events).unwrap_or(usize::MAX))
+    }
+}
+
+/// Events of type `kind` among events `0..n` (Nexmark's fixed proportions: of every 50 events, event 0 is a
+/// person, 1–3 are auctions, 4–49 are bids).
+pub fn type_count(kind: EventType, n: u64) -> u64 {
+    let (full, rem) = (n / 50, n % 50);
+    match kind {
+        EventType::Person => full + rem.min(1),
+        EventType::Auction => full * 3 + rem.saturating_sub(1).min(3),
+        EventType::Bid => full * 46 + rem.saturating_sub(4),
     }
 }
 
@@ -137,6 +185,35 @@ mod tests {
                 assert!(per.iter().all(Vec::is_empty));
             }
             assert_eq!(got, all, "{workers} workers");
+        }
+    }
+
+    #[test]
+    fn typed_shares_generate_exactly_the_events_of_each_type() {
+        let spec = EventSpec {
+            events: 2_345,
+            seed: 2,
+            per_epoch: 300,
+            rate: 1_000,
+        };
+        let all: Vec<Event> = spec.all_events().collect();
+        for workers in [1u64, 3] {
+            for kind in [EventType::Person, EventType::Auction, EventType::Bid] {
+                let mut got = Vec::new();
+                for e in 0..spec.epochs() {
+                    for w in 0..workers {
+                        got.extend(spec.worker_events_of(e, kind, w, workers));
+                    }
+                }
+                got.sort_by_key(|x| (x.timestamp(), format!("{x:?}")));
+                let mut want: Vec<Event> = all
+                    .iter()
+                    .filter(|x| x.event_type() == kind)
+                    .cloned()
+                    .collect();
+                want.sort_by_key(|x| (x.timestamp(), format!("{x:?}")));
+                assert_eq!(got, want, "{kind:?}, {workers} workers");
+            }
         }
     }
 

@@ -51,6 +51,11 @@ impl ProcessReport {
         self.workers.iter().map(|w| w.state_bytes).sum()
     }
 
+    /// The sum over this process's workers of each one's largest checkpointed state.
+    pub fn state_bytes_peak(&self) -> u64 {
+        self.workers.iter().map(|w| w.state_bytes_peak).sum()
+    }
+
     fn all(&self, f: impl Fn(&WorkerStats) -> &Vec<u64>) -> Vec<u64> {
         self.workers
             .iter()
@@ -85,7 +90,7 @@ impl ProcessReport {
         };
         format!(
             "keyed-state-timely: process {} of {} ({} workers, {}, {}): {restored}{events} events in {secs:.2} s, \
-             {:.0} events/s; state {} bytes; {checkpoints} checkpoints: sync avg {s_avg:.2} ms max {s_max:.2} ms, \
+             {:.0} events/s; state {} bytes (peak {} bytes); {checkpoints} checkpoints: sync avg {s_avg:.2} ms max {s_max:.2} ms, \
              async avg {a_avg:.1} ms max {a_max:.1} ms, confirmation avg {c_avg:.1} ms max {c_max:.1} ms; {rows} rows",
             self.cluster.process,
             self.cluster.processes,
@@ -94,6 +99,7 @@ impl ProcessReport {
             self.spec.identity.backend.name(),
             events as f64 / secs,
             self.state_bytes(),
+            self.state_bytes_peak(),
         )
     }
 }

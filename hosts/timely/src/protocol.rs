@@ -84,6 +84,7 @@ pub fn acks<'s>(
                     let mut w = ctx.stats.borrow_mut();
                     if let Some(b) = w.state_by_epoch.remove(&c) {
                         w.state_bytes = b;
+                        w.state_bytes_peak = w.state_bytes_peak.max(b);
                     }
                 }
                 output.session(k).give(Ack {

@@ -1,5 +1,6 @@
-//! The Nexmark source: each worker emits its share of every epoch's events, from the epoch after the
-//! restored checkpoint on, at most two epochs ahead of what the sink has finished.
+//! The Nexmark source: each worker emits its share of every epoch's events of the types the query reads
+//! (it accounts for its share of all events), from the epoch after the restored checkpoint on, at most two
+//! epochs ahead of what the sink has finished.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -31,21 +32,20 @@ pub fn nexmark<'s>(
             c
         });
         let (w, peers) = (ctx.worker as u64, ctx.peers as u64);
+        let kinds = ctx.spec.identity.query.event_types();
         move |output| {
             let Some(c) = cap.as_mut() else { return };
             if next >= LEAD && finished.less_than(&(next - LEAD)) {
                 act.activate_after(Duration::from_millis(1));
                 return;
             }
-            let mut n = 0;
             {
                 let mut s = output.session(&*c);
-                for ev in spec.worker_events(next, w, peers) {
-                    s.give(ev);
-                    n += 1;
+                for &kind in kinds {
+                    s.give_iterator(spec.worker_events_of(next, kind, w, peers));
                 }
             }
-            ctx.stats.borrow_mut().events += n;
+            ctx.stats.borrow_mut().events += spec.worker_share(next, w, peers);
             next += 1;
             if next > last {
                 cap = None;

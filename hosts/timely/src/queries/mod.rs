@@ -12,7 +12,7 @@
 
 use std::rc::Rc;
 
-use nexmark::event::Event;
+use nexmark::event::{Event, EventType};
 use timely::dataflow::operators::vec::Map;
 use timely::dataflow::StreamVec;
 
@@ -83,6 +83,14 @@ impl Query {
             Query::Q7 => &["q7-local", "q7-max"],
             Query::Q8 => &["q8-join"],
             Query::Q11 => &["q11-sessions"],
+        }
+    }
+
+    /// The event types it reads (the source generates only these).
+    pub fn event_types(self) -> &'static [EventType] {
+        match self {
+            Query::Q3 | Query::Q8 => &[EventType::Person, EventType::Auction],
+            Query::Q5 | Query::Q7 | Query::Q11 => &[EventType::Bid],
         }
     }
 
