@@ -21,7 +21,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_keyed-state-timely");
 
 #[derive(Debug, Default, Clone)]
 struct Line {
-    events_per_s: f64,
     state_bytes: u64,
     checkpoints: u64,
     sync_avg: f64,
@@ -47,15 +46,7 @@ fn parse(line: &str) -> Option<Line> {
     if !line.contains("events/s") {
         return None;
     }
-    let eps = line
-        .split(" events/s")
-        .next()?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()?;
     Some(Line {
-        events_per_s: eps,
         state_bytes: after(line, "(peak")? as u64,
         checkpoints: line
             .split(" checkpoints:")

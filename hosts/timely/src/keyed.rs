@@ -38,8 +38,9 @@ pub fn owner(key: i64, max_parallelism: u32, workers: usize) -> usize {
 
 /// What a keyed operator does with its records and timers.
 pub trait KeyedLogic: Sized + 'static {
-    /// Its records.
-    type In: ExchangeData;
+    /// Its records (ordered: an epoch's records are applied in their order, so that the state after an
+    /// epoch, lists included, does not depend on the order in which the workers' records arrived).
+    type In: ExchangeData + Ord;
     /// What it emits.
     type Out: ExchangeData;
     /// The key of a record.
@@ -160,7 +161,8 @@ pub fn keyed<'s, L: KeyedLogic>(
                     break;
                 }
                 let e = next;
-                let records = stash.remove(&e).unwrap_or_default();
+                let mut records = stash.remove(&e).unwrap_or_default();
+                records.sort_unstable();
                 if let Err(err) = run_epoch(
                     logic,
                     &mut store,

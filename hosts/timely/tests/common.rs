@@ -26,6 +26,9 @@ pub struct Job {
     pub out: PathBuf,
     /// Environment for the children (S3 settings).
     pub env: Vec<(String, String)>,
+    /// The children's temporary directory (their LSM and RocksDB directories: a killed process leaves
+    /// them behind, and the test's directory takes them away).
+    pub tmp: PathBuf,
 }
 
 impl Job {
@@ -42,6 +45,7 @@ impl Job {
             root: dir.join("checkpoints").display().to_string(),
             out: dir.join("out"),
             env: Vec::new(),
+            tmp: dir.join("tmp"),
         }
     }
 
@@ -86,7 +90,9 @@ impl Job {
 
     fn command(&self) -> Command {
         let mut c = Command::new(bin());
-        c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        std::fs::create_dir_all(&self.tmp).unwrap();
+        c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("TMPDIR", &self.tmp);
         c
     }
 

@@ -34,7 +34,9 @@ pub const SLIDE_MS: i64 = 2_000;
 pub const SESSION_GAP_MS: i64 = 10_000;
 
 /// A query.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Query {
     /// q3: local item suggestion (incremental join).
     Q3,

@@ -11,7 +11,9 @@ use crate::events::event_time;
 use crate::keyed::{KeyedLogic, KeyedTimer, Store};
 
 /// A bid: its bidder and time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Bid {
     /// The bidder.
     pub bidder: i64,
@@ -20,7 +22,9 @@ pub struct Bid {
 }
 
 /// An open session: `[start, end)`, `end` = last bid + gap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Session {
     /// The first bid's time.
     pub start: i64,

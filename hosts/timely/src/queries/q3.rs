@@ -18,7 +18,7 @@ pub const CATEGORY: usize = 10;
 pub const STATES: [&str; 3] = ["or", "id", "ca"];
 
 /// A seller's details.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Person {
     /// The name.
     pub name: String,
@@ -29,7 +29,7 @@ pub struct Person {
 }
 
 /// The join's input.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Input {
     /// A person of a selected state.
     Person {

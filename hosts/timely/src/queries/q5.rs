@@ -17,7 +17,9 @@ use crate::events::event_time;
 use crate::keyed::{KeyedLogic, KeyedTimer, Store};
 
 /// A bid: its auction and time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Bid {
     /// The auction.
     pub auction: i64,
@@ -26,7 +28,9 @@ pub struct Bid {
 }
 
 /// An auction's bids in one window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Count {
     /// The window's start.
     pub window: i64,

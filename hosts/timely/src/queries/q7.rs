@@ -16,7 +16,7 @@ use crate::events::event_time;
 use crate::keyed::{KeyedLogic, KeyedTimer, Store};
 
 /// A bid.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Bid {
     /// The auction.
     pub auction: i64,
@@ -29,7 +29,7 @@ pub struct Bid {
 }
 
 /// A window's candidate: a bid at its auction's highest price in `window`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Candidate {
     /// The window's start.
     pub window: i64,

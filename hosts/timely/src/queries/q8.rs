@@ -11,7 +11,7 @@ use crate::events::event_time;
 use crate::keyed::{KeyedLogic, KeyedTimer, Store};
 
 /// The join's input.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Input {
     /// A person registered.
     Person {
