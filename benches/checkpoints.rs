@@ -16,14 +16,14 @@
 //! 2. 50 checkpoints, each after 1 % of the keys changed, retain 3: objects and bytes in storage after them,
 //!    median and largest synchronous part, median asynchronous part.
 //! 3. Restore at the same parallelism; rescale 1 -> 2 and 2 -> 1. The LSM backend adopts files
-//!    (`restore_lsm`), and the same rescale is also done Flink's way on it (open each old instance, copy the
+//!    (`restore_lsm_temp`), and the same rescale is also done Flink's way on it (open each old instance, copy the
 //!    new range's entries into a fresh store); the RocksDB variant restores as Flink's RocksDB backend does
 //!    (`restore_rocksdb`: open the old database, clip it, copy the other instances' ranges in); the heap
 //!    backend reads the tables of its key groups (`restore_heap`).
 //!    The first checkpoint of the two halves of the 1 -> 2 rescale, restored in no-claim and in claim mode:
 //!    files and bytes it uploads.
 //!    On the LSM backend also 1 -> 2 -> 1: the halves of the first rescale, 1 % changed and checkpointed,
-//!    restored into one instance (the second step timed; `instances copied` says whether `restore_lsm`
+//!    restored into one instance (the second step timed; `instances copied` says whether `restore_lsm_temp`
 //!    adopted both or copied one).
 //! 4. The yardstick: LSM adoption against the RocksDB variant's Flink restore, same keys, same run.
 //!
@@ -38,7 +38,7 @@ use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::{BackendConfig, EngineHandle, StateBackend};
 use keyed_state::checkpoint::{
-    restore_heap, restore_lsm, CheckpointOptions, CheckpointStorage, CheckpointSummary,
+    restore_heap, restore_lsm_temp, CheckpointOptions, CheckpointStorage, CheckpointSummary,
     Checkpointer, RestoreInfo, RestoreMode,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
@@ -103,7 +103,8 @@ fn backend(
     }
 }
 
-/// Restores `target` of checkpoint `id` on `kind`: (backend, files taken, instances copied).
+/// Restores `target` of checkpoint `id` on `kind`: (backend, files taken: engine files or heap tables,
+/// instances copied).
 fn restore(
     kind: Kind,
     storage: &CheckpointStorage,
@@ -111,7 +112,7 @@ fn restore(
     target: KeyGroupRange,
 ) -> (Box<dyn StateBackend>, usize, usize) {
     let (b, i) = restore_reported(kind, storage, id, target);
-    (b, i.files_adopted, i.copied.len())
+    (b, i.files_adopted + i.tables_read, i.copied.len())
 }
 
 /// Restores `target` of checkpoint `id` on `kind`, with the restore's report.
@@ -123,7 +124,8 @@ fn restore_reported(
 ) -> (Box<dyn StateBackend>, RestoreInfo) {
     match kind {
         Kind::Lsm => {
-            let (b, i) = restore_lsm(storage, id, config(target), lsm_options()).expect("restore");
+            let (b, i) =
+                restore_lsm_temp(storage, id, config(target), lsm_options()).expect("restore");
             (Box::new(b), i)
         }
         Kind::Heap => {
@@ -378,7 +380,7 @@ fn copy_restore(
             continue;
         }
         let (mut src, _) =
-            restore_lsm(storage, id, config(*r), lsm_options()).expect("open old instance");
+            restore_lsm_temp(storage, id, config(*r), lsm_options()).expect("open old instance");
         if !registered {
             for m in src.states().to_vec() {
                 dst.register_state(m).expect("register");
@@ -398,7 +400,7 @@ fn copy_restore(
 /// An LSM instance of `range` restored from checkpoint `id` (adopting the old instances' files).
 fn restored_instance(storage: &Arc<CheckpointStorage>, id: u64, range: KeyGroupRange) -> Instance {
     let cfg = config(range);
-    let (b, _) = restore_lsm(storage, id, cfg.clone(), lsm_options()).expect("restore");
+    let (b, _) = restore_lsm_temp(storage, id, cfg.clone(), lsm_options()).expect("restore");
     let engine: Box<dyn EngineHandle> = Box::new(b.engine());
     let mut store = KeyedStateStore::new(Box::new(b), LongSerializer).expect("store");
     let state = store
@@ -417,7 +419,7 @@ fn restored_instance(storage: &Arc<CheckpointStorage>, id: u64, range: KeyGroupR
 
 /// Rescale 1 -> 2 -> 1, the second step timed: the halves restored from checkpoint `last` of the single
 /// instance take 1 % changed keys and checkpoint `last + 1`, then one instance is restored from it. An
-/// instance restored by a rescale is adopted again when its files carry bounds, copied by `restore_lsm`
+/// instance restored by a rescale is adopted again when its files carry bounds, copied by `restore_lsm_temp`
 /// otherwise; Flink's way (open each half, copy its entries) beside it.
 fn two_step_row(
     storage: &Arc<CheckpointStorage>,

@@ -7,9 +7,7 @@
 
 use std::time::Instant;
 
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::options::Options;
-use keyed_state_lsm::sst::SstOptions;
+use keyed_state_lsm::{Db, Options, SstOptions};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

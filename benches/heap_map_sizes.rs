@@ -1,6 +1,6 @@
 //! The heap backend's per-map representation at several map sizes: a sorted vector (`UserMap::Small`, with
 //! its prefetch of the entries) against an ordered tree (`UserMap::Large`), for get and update of existing
-//! entries. The evidence for `map_table::SMALL_MAX`.
+//! entries. The evidence for `SMALL_MAX` in `src/backend/heap/user_map.rs`.
 //!
 //! Setup: for each size n, 2^20 / n maps of n entries (about 1M entries, far beyond the caches), 8-byte
 //! big-endian user keys and 9-byte values (a `Long → Double` map's bytes); lookups go to a random map and a
@@ -13,8 +13,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use keyed_state::backend::heap::bytes::SmallBytes;
-use keyed_state::backend::heap::map_table::UserMap;
+use keyed_state::internals::SmallBytes;
+use keyed_state::internals::UserMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

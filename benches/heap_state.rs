@@ -374,8 +374,8 @@ fn map_state(c: &mut Criterion<CpuTime>) {
         b.iter(|| {
             store.set_current_key(&inp.setup_key(i)).unwrap();
             let mut sum = 0i64;
-            for k in store.map(&h).unwrap().keys().unwrap() {
-                sum = sum.wrapping_add(k);
+            for k in store.map(&h).unwrap().keys() {
+                sum = sum.wrapping_add(k.unwrap());
             }
             i += 1;
             black_box(sum)
@@ -385,8 +385,8 @@ fn map_state(c: &mut Criterion<CpuTime>) {
         b.iter(|| {
             store.set_current_key(&inp.setup_key(i)).unwrap();
             let mut sum = 0f64;
-            for v in store.map(&h).unwrap().values().unwrap() {
-                sum += v;
+            for v in store.map(&h).unwrap().values() {
+                sum += v.unwrap();
             }
             i += 1;
             black_box(sum)
@@ -396,7 +396,8 @@ fn map_state(c: &mut Criterion<CpuTime>) {
         b.iter(|| {
             store.set_current_key(&inp.setup_key(i)).unwrap();
             let mut sum = 0f64;
-            for (k, v) in store.map(&h).unwrap().entries().unwrap() {
+            for e in store.map(&h).unwrap().entries() {
+                let (k, v) = e.unwrap();
                 sum += k as f64 + v;
             }
             i += 1;

@@ -172,10 +172,9 @@ trait Engine {
 
 mod ours {
     use super::*;
-    use keyed_state_lsm::db::Db;
-    use keyed_state_lsm::merge::ListAppendOperator;
-    use keyed_state_lsm::options::{CompactionPriority, Options, ReadOptions};
-    use keyed_state_lsm::sst::{Compression, SstOptions};
+    use keyed_state_lsm::{
+        CompactionPriority, Compression, Db, ListAppendOperator, Options, ReadOptions, SstOptions,
+    };
 
     pub struct Ours {
         db: Db,

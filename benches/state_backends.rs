@@ -49,8 +49,7 @@ use keyed_state::state::{
 };
 use keyed_state::ttl::ManualClock;
 use keyed_state::Result;
-use keyed_state_lsm::options::Options;
-use keyed_state_lsm::sst::{Compression as SstCompression, SstOptions};
+use keyed_state_lsm::{Compression as SstCompression, Options, SstOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -829,23 +828,24 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                         "mapKeys" => {
                             st.set_current_key(data.setup_key(i))?;
                             let mut sum = 0i64;
-                            for k in st.map(h)?.keys()? {
-                                sum = sum.wrapping_add(k);
+                            for k in st.map(h)?.keys() {
+                                sum = sum.wrapping_add(k?);
                             }
                             std::hint::black_box(sum);
                         }
                         "mapValues" => {
                             st.set_current_key(data.setup_key(i))?;
                             let mut sum = 0f64;
-                            for v in st.map(h)?.values()? {
-                                sum += v;
+                            for v in st.map(h)?.values() {
+                                sum += v?;
                             }
                             std::hint::black_box(sum);
                         }
                         "mapEntries" | "mapIterator" => {
                             st.set_current_key(data.setup_key(i))?;
                             let mut sum = 0f64;
-                            for (k, v) in st.map(h)?.entries()? {
+                            for e in st.map(h)?.entries() {
+                                let (k, v) = e?;
                                 sum += k as f64 + v;
                             }
                             std::hint::black_box(sum);

@@ -7,8 +7,7 @@
 
 use std::time::Instant;
 
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::options::{Options, ReadOptions};
+use keyed_state_lsm::{Db, Options, ReadOptions};
 
 fn key(i: u64) -> [u8; 16] {
     let mut k = [0u8; 16];

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use keyed_state::backend::lsm::LsmBackend;
-use keyed_state::checkpoint::tools::list_completed;
+use keyed_state::checkpoint::list_completed;
 use keyed_state::checkpoint::{
     restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer, PendingCheckpoint, RestoreMode,
 };
@@ -189,7 +189,9 @@ fn main() -> Result<(), Error> {
     let mut instances = Vec::new();
     for i in 0..3 {
         let range = key_group_range_for_operator(MAX_PARALLELISM, 3, i)?;
-        let (backend, info) = restore_lsm(&storage, id, config(range), Options::default())?;
+        // Each new instance's engine lives in a directory the host chooses (its local disk).
+        let dir = tmp.path().join(format!("instance-{i}"));
+        let (backend, info) = restore_lsm(&storage, id, &dir, config(range), Options::default())?;
         println!(
             "  instance {range}: adopted {} files of {:?}, copied {:?}, {} bytes fetched",
             info.files_adopted, info.adopted, info.copied, info.bytes_fetched

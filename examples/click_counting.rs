@@ -161,9 +161,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let per_page: i64 = instance
             .store
             .map(&instance.per_page)?
-            .values()?
-            .iter()
-            .sum();
+            .values()
+            .sum::<keyed_state::Result<i64>>()?;
         assert_eq!(clicks, Some(count), "clicks of user {user}");
         assert_eq!(recent.len() as i64, count, "recent pages of user {user}");
         assert_eq!(per_page, count, "per-page clicks of user {user}");

@@ -6,10 +6,7 @@
 
 use std::sync::Arc;
 
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
+use keyed_state_lsm::{Db, ListAppendOperator, Options, ReadOptions, WriteBatch};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
@@ -61,6 +58,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     assert_eq!((names(&now), names(&then)), (3, 5));
     println!("now: {now:?}");
+    assert_eq!(
+        first_from(&db, b"user/0003")?.as_deref(),
+        Some("user/0005/name")
+    );
     drop(snapshot);
 
     // Flush the memtable to an SST file and compact; reads are unchanged.
@@ -89,18 +90,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Every (key, value) an iterator with `ro` yields, in key order.
+/// Every (key, value) an iterator with `ro` yields, in key order: the iterator over owned entries, which ends
+/// with the error that stopped it, if any.
 fn scan(db: &Db, ro: ReadOptions<'_>) -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> {
-    let mut it = db.iter(ro);
-    it.seek_to_first();
     let mut out = Vec::new();
-    while it.valid() {
+    for entry in db.iter(ro) {
+        let (key, value) = entry?;
         out.push((
-            String::from_utf8_lossy(it.key()).into_owned(),
-            String::from_utf8_lossy(it.value()).into_owned(),
+            String::from_utf8_lossy(&key).into_owned(),
+            String::from_utf8_lossy(&value).into_owned(),
         ));
-        it.next();
     }
-    it.take_status()?;
     Ok(out)
+}
+
+/// The first key at or after `from`, read with the zero-copy cursor: positioned by a seek, it lends its key
+/// and value without copying them.
+fn first_from(db: &Db, from: &[u8]) -> Result<Option<String>, Box<dyn std::error::Error>> {
+    let mut it = db.iter(ReadOptions::default());
+    it.seek(from);
+    let found = it
+        .valid()
+        .then(|| String::from_utf8_lossy(it.key()).into_owned());
+    it.take_status()?;
+    Ok(found)
 }

@@ -7,8 +7,7 @@
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/memtable_inserts
 //! ```
 
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::options::Options;
+use keyed_state_lsm::{Db, Options};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;

@@ -59,10 +59,9 @@ fn session_event(
     };
     let touching: Vec<(TimeWindow, TimeWindow)> = store
         .map(set)?
-        .entries()?
-        .into_iter()
-        .filter(|(w, _)| w.intersects(&new))
-        .collect();
+        .entries()
+        .filter(|e| e.as_ref().map_or(true, |(w, _)| w.intersects(&new)))
+        .collect::<keyed_state::Result<_>>()?;
     let state_window = match touching.as_slice() {
         [] => {
             store.map(set)?.put(&new, &new)?;

@@ -51,9 +51,9 @@ pub enum KeyGroupError {
 }
 
 impl KeyGroupError {
-    /// What kind of failure this is: always [`InvalidInput`](crate::ErrorKind::InvalidInput).
-    pub fn kind(&self) -> crate::ErrorKind {
-        crate::ErrorKind::InvalidInput
+    /// What kind of failure this is: always [`InvalidInput`](keyed_state_lsm::ErrorKind::InvalidInput).
+    pub fn kind(&self) -> keyed_state_lsm::ErrorKind {
+        keyed_state_lsm::ErrorKind::InvalidInput
     }
 }
 

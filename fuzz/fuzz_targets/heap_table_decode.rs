@@ -2,7 +2,7 @@
 //! ascending key order, never a panic.
 #![no_main]
 
-use keyed_state::backend::heap::table_file;
+use keyed_state::internals::heap_table_file as table_file;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

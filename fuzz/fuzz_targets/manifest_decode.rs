@@ -1,8 +1,8 @@
 //! Fuzzes the manifest decoder: arbitrary bytes must yield records or a typed error, never a panic.
 #![no_main]
 
-use keyed_state_lsm::manifest::validate_manifest;
-use keyed_state_lsm::record_log::{file_header, frame, LogKind};
+use keyed_state_lsm::internals::validate_manifest;
+use keyed_state_lsm::internals::record_log::{file_header, frame, LogKind};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,7 +3,7 @@
 //! an iterator builds from them agree with a linear scan for every bound and a few snapshots.
 #![no_main]
 
-use keyed_state_lsm::rangedel::{decode, encode, max_covering, Fragments};
+use keyed_state_lsm::internals::rangedel::{decode, encode, Fragments, max_covering};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

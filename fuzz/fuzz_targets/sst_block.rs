@@ -3,8 +3,8 @@
 //! to exactly those entries, with hash-index point seeks agreeing with binary-search seeks.
 #![no_main]
 
-use keyed_state_lsm::ikey::{self, ValueKind};
-use keyed_state_lsm::sst::block::{BlockBuilder, BlockIter};
+use keyed_state_lsm::internals::ikey::{self, ValueKind};
+use keyed_state_lsm::internals::sst::block::{BlockBuilder, BlockIter};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use keyed_state_lsm::cache::BlockCache;
-use keyed_state_lsm::sst::{PrefixProbe, SstReader};
+use keyed_state_lsm::internals::BlockCache;
+use keyed_state_lsm::internals::sst::{PrefixProbe, SstReader};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     }
     for k in &keys {
         let _ = it.seek(k);
-        let user = keyed_state_lsm::ikey::user_key(k);
+        let user = keyed_state_lsm::internals::ikey::user_key(k);
         let _ = reader.may_contain_prefix(&PrefixProbe::new(
             FIXTURE_EXTRACTOR,
             user.get(..5).unwrap_or(user),

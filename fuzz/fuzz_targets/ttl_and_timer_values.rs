@@ -56,7 +56,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = backend.map_put(q.id(), kg, &[kg as u8], data, &[]);
     let _ = s.value(&v).and_then(|mut a| a.get());
     let _ = s.list(&l).and_then(|mut a| a.get());
-    let _ = s.map(&m).and_then(|mut a| a.entries());
+    let _ = s
+        .map(&m)
+        .and_then(|mut a| a.entries().collect::<keyed_state::Result<Vec<_>>>());
     let _ = s.peek_timer(&q);
     let _ = s.all_timers(&q);
 });

@@ -40,7 +40,7 @@ pub enum FileSource {
         /// Where it is.
         path: PathBuf,
         /// The user keys read of it.
-        bounds: keyed_state_lsm::bounds::KeyBounds,
+        bounds: keyed_state_lsm::KeyBounds,
     },
     /// The table of one (state, key group), serialized on demand by [`CapturedFiles::tables`].
     Table {

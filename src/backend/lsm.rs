@@ -34,14 +34,10 @@ use crate::keygroup::{
     key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup, KeyGroupRange,
 };
 use crate::meta::{StateKind, StateMetaInfo};
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::checkpoint::CheckpointInfo;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::iter::DbIter;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
-use keyed_state_lsm::prefix::prefix_successor;
-use keyed_state_lsm::snapshot::Snapshot;
+use keyed_state_lsm::{
+    prefix_successor, CheckpointInfo, Db, DbIter, ListAppendOperator, Options, ReadOptions,
+    Snapshot, WriteBatch,
+};
 
 /// Width of the state-id prefix of every engine key.
 pub const STATE_PREFIX_LEN: usize = 2;
@@ -186,13 +182,7 @@ impl LsmBackend {
         let tmp = tempfile::Builder::new()
             .prefix("keyed-state-lsm-")
             .tempdir()
-            .map_err(|e| Error::Io {
-                context: format!(
-                    "creating a temporary directory in {}",
-                    std::env::temp_dir().display()
-                ),
-                source: e,
-            })?;
+            .map_err(|e| Error::io("creating a temporary directory in", std::env::temp_dir(), e))?;
         let (options, parts) = Self::engine_options(options, &config, &[]);
         let db = Db::open(tmp.path(), options)?;
         Self::from_db(config, Vec::new(), db, parts, Some(tmp))
@@ -228,19 +218,19 @@ impl LsmBackend {
     }
 
     #[cfg(feature = "checkpoints")]
-    /// Opens a directory inside `tmp` (which the backend then owns: removed when the backend and its
-    /// snapshots are gone) whose files were adopted with bounds inside `config`'s key-group range: nothing
-    /// outside it is visible, so nothing is clipped.
-    pub(crate) fn open_adopted_in_temp(
-        tmp: tempfile::TempDir,
+    /// Opens directory `dir` whose files were adopted with bounds inside `config`'s key-group range: nothing
+    /// outside it is visible, so nothing is clipped. `tmp`, if given, is removed when the backend and its
+    /// snapshots are gone.
+    pub(crate) fn open_adopted(
         dir: &Path,
+        tmp: Option<tempfile::TempDir>,
         config: BackendConfig,
         states: Vec<StateMetaInfo>,
         options: Options,
     ) -> Result<Self> {
         let (options, prefixes) = Self::engine_options(options, &config, &states);
         let db = Db::open(dir, options)?;
-        Self::from_db(config, states, db, prefixes, Some(tmp))
+        Self::from_db(config, states, db, prefixes, tmp)
     }
 
     /// The engine options the backend needs: its merge operator and its own prefix extractor with `states`
@@ -267,7 +257,7 @@ impl LsmBackend {
         }
         options.sst.prefix_extractor = prefixes
             .clone()
-            .map(|x| x as Arc<dyn keyed_state_lsm::prefix::PrefixExtractor>);
+            .map(|x| x as Arc<dyn keyed_state_lsm::PrefixExtractor>);
         (options, EngineParts { prefixes, ttl })
     }
 
@@ -410,7 +400,7 @@ impl LsmBackend {
 
 /// The synchronous part of an LSM checkpoint: the engine's pending checkpoint and the engine it belongs to.
 struct LsmCapture {
-    pending: keyed_state_lsm::checkpoint::PendingCheckpoint,
+    pending: keyed_state_lsm::PendingCheckpoint,
     shared: Arc<Shared>,
 }
 
@@ -501,6 +491,37 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key]);
         let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
         Ok(found.then_some(self.vbuf.as_slice()))
+    }
+
+    fn multi_get(
+        &mut self,
+        state: StateId,
+        keys: &[(KeyGroup, &[u8])],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        // Every engine key `sid | key` in one buffer, then one batched read of the engine.
+        self.kbuf.clear();
+        let mut ends = Vec::with_capacity(keys.len());
+        for (kg, key) in keys {
+            self.check(state, *kg, false, "multi_get")?;
+            self.kbuf.extend_from_slice(&(state as u16).to_be_bytes());
+            self.kbuf.extend_from_slice(key);
+            ends.push(self.kbuf.len());
+        }
+        let mut start = 0;
+        let engine_keys: Vec<&[u8]> = ends
+            .iter()
+            .map(|&end| {
+                let k = self.kbuf.get(start..end).unwrap_or(&[]);
+                start = end;
+                k
+            })
+            .collect();
+        let values = self.shared.db.multi_get(&engine_keys)?;
+        for (i, v) in values.iter().enumerate() {
+            f(i, v.as_deref());
+        }
+        Ok(())
     }
 
     #[inline]
@@ -633,7 +654,7 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         let prefix = (state as u16).to_be_bytes();
         let pl = self.prefix_len;
@@ -657,13 +678,31 @@ impl StateBackend for LsmBackend {
         }
     }
 
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        if state >= self.states.len() {
+            return Err(Error::UnknownStateId(state));
+        }
+        let range = self.config.key_group_range;
+        if !range.contains(kg) {
+            return Err(super::out_of_range(range, kg));
+        }
+        let mut prefix = (state as u16).to_be_bytes().to_vec();
+        write_key_group_prefix(&mut prefix, kg, self.prefix_len);
+        self.scan_prefix(&prefix, &mut |k, v| f(&k[STATE_PREFIX_LEN..], v))
+    }
+
     fn transform_values(
         &mut self,
         state: StateId,
         f: &mut dyn FnMut(&[u8]) -> Result<Option<Vec<u8>>>,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         // The iterator reads at the sequence number it was created at, so the writes below are not seen.
         let prefix = (state as u16).to_be_bytes();
@@ -694,7 +733,7 @@ impl StateBackend for LsmBackend {
             });
         }
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         self.build_key(state, &[key]);
         if !self.load[state].accepts(&self.kbuf) {
@@ -823,7 +862,7 @@ impl BackendSnapshot for LsmSnapshot {
         f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<()> {
         let Some(meta) = self.states.get(state) else {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         };
         if !self.config.key_group_range.contains(kg) {
             return Ok(());
@@ -984,10 +1023,10 @@ mod tests {
     fn reopening_a_directory_whose_last_run_deleted_everything_brings_nothing_back() -> Result<()> {
         // Found by a second reading: a file holding only tombstones, filtered by the widths of the earlier
         // run, was skipped, and an older put of the same key bytes came back.
-        let dir = tempfile::tempdir().map_err(|e| Error::Io {
-            context: "tempdir".into(),
-            source: e,
-        })?;
+        let dir = tempfile::tempdir().map_err(Error::io_at(
+            "creating a temporary directory in",
+            std::env::temp_dir(),
+        ))?;
         let key_ns = [&[1u8][..], &7i64.to_be_bytes(), &3i32.to_be_bytes()].concat();
         let uk = 0x0102030405060708i64.to_be_bytes();
         let other = [1u8, 0, 0, 0, 0, 0, 0, 0, 1, 0];
@@ -1037,10 +1076,10 @@ mod tests {
             s
         );
         // A checkpoint opened with the latest meta still finds the entry.
-        let dir = tempfile::tempdir().map_err(|e| Error::Io {
-            context: "tempdir".into(),
-            source: e,
-        })?;
+        let dir = tempfile::tempdir().map_err(Error::io_at(
+            "creating a temporary directory in",
+            std::env::temp_dir(),
+        ))?;
         let cp = dir.path().join("cp");
         b.checkpoint(&cp)?;
         let states = b.states().to_vec();

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
-use keyed_state_lsm::db::Db;
+use keyed_state_lsm::Db;
 
 /// A chunk with at least this many entries and bytes is ingested as two runs, in parallel.
 const SPLIT_MIN_ENTRIES: usize = 4096;
@@ -185,7 +185,7 @@ impl Loader {
             Some(h) => h.join().map_err(|panic| {
                 Error::InvalidArgument(format!(
                     "the restore loader thread panicked: {}",
-                    keyed_state_lsm::panic_message(&*panic)
+                    keyed_state_lsm::util::panic_message(&*panic)
                 ))
             })?,
         }
@@ -222,10 +222,10 @@ impl Loader {
                 }
                 Ok(())
             })
-            .map_err(|e| Error::Io {
-                context: "starting the restore loader thread".into(),
-                source: e,
-            })?;
+            .map_err(Error::io_at(
+                "spawning the restore loader thread",
+                "ks-restore",
+            ))?;
         self.tx = Some(tx);
         self.spares = Some(spare_rx);
         self.handle = Some(handle);
@@ -244,7 +244,7 @@ impl Drop for Loader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keyed_state_lsm::options::Options;
+    use keyed_state_lsm::Options;
 
     struct Owner(Db, tempfile::TempDir);
 
@@ -331,7 +331,7 @@ mod tests {
         l.hand_over(&o, &mut runs).unwrap();
         l.drain().unwrap();
         let db: &Db = o.as_ref().as_ref();
-        let mut it = db.iter(keyed_state_lsm::options::ReadOptions::default());
+        let mut it = db.iter(keyed_state_lsm::ReadOptions::default());
         it.seek_to_first();
         let mut i = 0u32;
         while it.valid() {

@@ -25,12 +25,10 @@ use crate::ttl::{
     decode_ttl_range, decode_ttl_written, expiration_timestamp, split_list, timestamp_at,
     TtlLayout, TtlStateFilter, TtlVerdict, PROP_TTL_RANGE, PROP_TTL_WRITTEN,
 };
-use keyed_state_lsm::filter::{
+use keyed_state_lsm::{
     CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
-    FilterEntryKind,
+    FilterEntryKind, ParsedKey, PropertiesCollector, SstProperties, ValueKind,
 };
-use keyed_state_lsm::ikey::{self, ValueKind};
-use keyed_state_lsm::sst::{PropertiesCollector, SstProperties};
 
 /// One TTL state's filter and how often its clock is read.
 #[derive(Clone)]
@@ -210,7 +208,7 @@ impl PropertiesCollector for TtlRangeCollector {
         if self.poisoned {
             return;
         }
-        let Some(p) = ikey::parse(ikey_bytes) else {
+        let Some(p) = ParsedKey::parse(ikey_bytes) else {
             self.poisoned = true;
             return;
         };

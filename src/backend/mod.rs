@@ -123,7 +123,7 @@ pub(crate) fn wrong_kind(
             kind: m.kind,
             operation: op,
         },
-        None => crate::Error::UnknownState(format!("id {state}")),
+        None => crate::Error::UnknownStateId(state),
     }
 }
 
@@ -157,6 +157,23 @@ pub trait StateBackend: Send {
 
     /// The value of an entry (value, reducing, aggregating and list states; for lists the joined elements).
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>>;
+
+    /// The values of many entries of one state, looked up together: `f(i, value)` for each `keys[i]`, in
+    /// the order of `keys` (the value as [`get`](Self::get) returns it). A host processing a batch of
+    /// records looks up all their keys at once, as Flink 2's asynchronous state access does. The default
+    /// calls `get` for each key; the LSM backend reads the blocks of the batch from the disk concurrently
+    /// when its state is not in memory (`design/decisions/0007-cold-reads.md`).
+    fn multi_get(
+        &mut self,
+        state: StateId,
+        keys: &[(KeyGroup, &[u8])],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        for (i, (kg, key)) in keys.iter().enumerate() {
+            f(i, self.get(state, *kg, key)?);
+        }
+        Ok(())
+    }
 
     /// Sets the value of an entry.
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()>;
@@ -229,6 +246,18 @@ pub trait StateBackend: Send {
         state: StateId,
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()>;
+
+    /// Visits every entry of a state in key group `kg` until `f` returns `false`, with full entry keys; order
+    /// unspecified. Key iteration (`KeyedStateStore::keys`) streams key group by key group through it. The
+    /// default filters [`scan_state`](Self::scan_state); the backends read only the key group.
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.scan_state(state, &mut |g, k, v| g != kg || f(k, v))
+    }
 
     /// Replaces every value of a state by `f(value)` (serializer migration); `None` deletes the entry.
     fn transform_values(

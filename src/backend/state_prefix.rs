@@ -13,7 +13,7 @@ use crate::keygroup::key_group_prefix_len;
 use crate::meta::{StateKind, StateMetaInfo};
 use crate::serializer::dynamic::is_fixed_length;
 use crate::serializer::SerializerSnapshot;
-use keyed_state_lsm::prefix::PrefixExtractor;
+use keyed_state_lsm::PrefixExtractor;
 
 /// Bytes of the state id in front of every engine key.
 const STATE_ID_LEN: usize = 2;

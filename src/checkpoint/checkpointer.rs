@@ -10,8 +10,9 @@ use parking_lot::Mutex;
 
 use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 use super::storage::{CheckpointStorage, Upload, UploadPart};
-use super::{instance_name, metadata_path, CheckpointError};
+use super::{instance_name, metadata_path};
 use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource, StateBackend};
+use crate::error::{CheckpointError, Error, Result};
 use crate::meta::StateMetaInfo;
 use keyed_state_lsm::storage::Storage;
 
@@ -161,17 +162,19 @@ impl Checkpointer {
         storage: Arc<CheckpointStorage>,
         config: &BackendConfig,
         opts: CheckpointOptions,
-    ) -> Result<Self, CheckpointError> {
+    ) -> Result<Self> {
         if opts.retain == 0 {
-            return Err(CheckpointError::Invalid("retain must be at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "checkpoint options: retain must be at least 1".into(),
+            ));
         }
         let instance = opts
             .instance
             .clone()
             .unwrap_or_else(|| instance_name(config.key_group_range));
         if instance.is_empty() || instance.contains('/') || instance.len() > 200 {
-            return Err(CheckpointError::Invalid(format!(
-                "instance name {instance:?} must be 1..200 bytes without '/'"
+            return Err(Error::InvalidArgument(format!(
+                "checkpoint instance name {instance:?} must be 1..200 bytes without '/'"
             )));
         }
         let c = Checkpointer {
@@ -217,21 +220,23 @@ impl Checkpointer {
         metas: &[CheckpointMetadata],
         range: crate::keygroup::KeyGroupRange,
         mode: RestoreMode,
-    ) -> Result<(), CheckpointError> {
+    ) -> Result<()> {
         if mode == RestoreMode::NoClaim {
             return Ok(());
         }
         let Some(first) = metas.first() else {
             return Err(CheckpointError::Invalid(
                 "claim mode needs the parts of the restored checkpoint".into(),
-            ));
+            )
+            .into());
         };
         let id = first.checkpoint_id;
         if let Some(m) = metas.iter().find(|m| m.checkpoint_id != id) {
             return Err(CheckpointError::Invalid(format!(
                 "claim mode: the restored parts come from checkpoints {id} and {} ({})",
                 m.checkpoint_id, m.instance
-            )));
+            ))
+            .into());
         }
         if let Some(m) = metas
             .iter()
@@ -240,7 +245,8 @@ impl Checkpointer {
             return Err(CheckpointError::Invalid(format!(
                 "claim mode: restored part {} (key groups {}) holds none of key groups {range}",
                 m.instance, m.key_group_range
-            )));
+            ))
+            .into());
         }
         let owned: Vec<&CheckpointMetadata> = metas
             .iter()
@@ -252,7 +258,8 @@ impl Checkpointer {
             if reg.last_confirmed.is_some() || !reg.in_flight.is_empty() {
                 return Err(CheckpointError::Invalid(
                     "restored_from must come before the first checkpoint".into(),
-                ));
+                )
+                .into());
             }
         }
         for m in &owned {
@@ -277,7 +284,7 @@ impl Checkpointer {
     /// Makes this instance a sweeper of every old run whose objects part `m` references (a marker
     /// `claimed/<instance>/<old instance>/<old run>` each), and of the runs part `m`'s instance swept for
     /// its own earlier claims.
-    fn take_over_claims(&self, m: &CheckpointMetadata) -> Result<(), CheckpointError> {
+    fn take_over_claims(&self, m: &CheckpointMetadata) -> Result<()> {
         let storage = &self.inner.storage;
         let me = &self.inner.instance;
         let mut runs = foreign_runs(m, me);
@@ -304,15 +311,9 @@ impl Checkpointer {
 
     /// The synchronous part of checkpoint `id`: captures the backend's state (no cost in its size) and
     /// returns the asynchronous part. Ids must grow.
-    pub fn begin(
-        &self,
-        id: u64,
-        backend: &mut dyn StateBackend,
-    ) -> Result<PendingCheckpoint, CheckpointError> {
+    pub fn begin(&self, id: u64, backend: &mut dyn StateBackend) -> Result<PendingCheckpoint> {
         if self.inner.closed.load(Ordering::Acquire) {
-            return Err(CheckpointError::Invalid(
-                "the checkpointer is closed".into(),
-            ));
+            return Err(Error::Closed("the checkpointer"));
         }
         let mut reg = self.inner.reg.lock();
         if reg.in_flight.contains_key(&id)
@@ -321,7 +322,8 @@ impl Checkpointer {
         {
             return Err(CheckpointError::Invalid(format!(
                 "checkpoint id {id} is not larger than every earlier one"
-            )));
+            ))
+            .into());
         }
         let capture = backend.checkpoint_capture()?;
         let base = if reg.last_confirmed.is_some() || reg.reuse_restored {
@@ -357,18 +359,19 @@ impl Checkpointer {
     /// The host confirms checkpoint `id` (every instance finished it): it becomes the incremental base,
     /// older checkpoints in flight are subsumed, retention drops the oldest beyond `retain`, and the sweep
     /// deletes what no retained checkpoint references.
-    pub fn notify_complete(&self, id: u64) -> Result<(), CheckpointError> {
+    pub fn notify_complete(&self, id: u64) -> Result<()> {
         let storage = &self.inner.storage;
         let mut reg = self.inner.reg.lock();
         let Some(f) = reg.in_flight.get(&id) else {
-            return Err(CheckpointError::Invalid(format!(
-                "checkpoint {id} is not in flight"
-            )));
+            return Err(
+                CheckpointError::Invalid(format!("checkpoint {id} is not in flight")).into(),
+            );
         };
         let Some(meta) = f.written.clone() else {
             return Err(CheckpointError::Invalid(format!(
                 "checkpoint {id} has not finished writing"
-            )));
+            ))
+            .into());
         };
         reg.in_flight.remove(&id);
         let me = &self.inner.instance;
@@ -407,7 +410,7 @@ impl Checkpointer {
 
     /// The host aborts checkpoint `id`: a running one is cancelled, a finished one loses its metadata, and
     /// the sweep runs. Unknown ids are ignored (as Flink ignores late aborts).
-    pub fn notify_aborted(&self, id: u64) -> Result<(), CheckpointError> {
+    pub fn notify_aborted(&self, id: u64) -> Result<()> {
         let mut reg = self.inner.reg.lock();
         let mut runs = BTreeSet::new();
         if let Some(f) = reg.in_flight.remove(&id) {
@@ -443,16 +446,16 @@ impl Checkpointer {
     /// Deletes every object under this instance's `shared/<instance>/`, and under the old runs it claimed
     /// (`claimed/<instance>/…`), that no metadata in the root and no checkpoint in flight references; a
     /// claimed run left empty loses its marker.
-    pub fn sweep(&self) -> Result<(), CheckpointError> {
+    pub fn sweep(&self) -> Result<()> {
         let reg = self.inner.reg.lock();
         self.sweep_locked(&reg, &BTreeSet::new())
     }
 
     /// [`sweep`](Self::sweep), and also the old runs `runs` (`<instance>/<run>`): those the metadata just
     /// deleted referenced, whose objects may have lost their last reference.
-    fn sweep_locked(&self, reg: &Registry, runs: &BTreeSet<String>) -> Result<(), CheckpointError> {
+    fn sweep_locked(&self, reg: &Registry, runs: &BTreeSet<String>) -> Result<()> {
         let storage = &self.inner.storage;
-        let Some(mut live) = super::tools::referenced_objects(storage)? else {
+        let Some(mut live) = super::scan::referenced_objects(storage)? else {
             // A metadata file that does not decode: what it references is unknown, so nothing is deleted.
             return Ok(());
         };
@@ -633,7 +636,7 @@ impl PendingCheckpoint {
     /// Waits for the backend's files, uploads those the incremental base lacks, and writes the metadata
     /// last. On any failure (cancellation included) the objects it uploaded are deleted and no metadata
     /// exists.
-    pub fn run(mut self) -> Result<CheckpointSummary, CheckpointError> {
+    pub fn run(mut self) -> Result<CheckpointSummary> {
         let t = Instant::now();
         let mut uploaded: Vec<String> = Vec::new();
         let r = self.run_inner(&mut uploaded, t);
@@ -654,7 +657,7 @@ impl PendingCheckpoint {
         batch: &mut Batch<'a>,
         uploaded: &mut Vec<String>,
         results: &mut Vec<UploadResult<'a>>,
-    ) -> Result<(), CheckpointError> {
+    ) -> Result<()> {
         let inner = &self.inner;
         let id = self.id;
         if batch.groups.is_empty() {
@@ -681,7 +684,7 @@ impl PendingCheckpoint {
         {
             let mut reg = inner.reg.lock();
             let Some(f) = reg.in_flight.get_mut(&id) else {
-                return Err(CheckpointError::Cancelled(id));
+                return Err(CheckpointError::Cancelled { id }.into());
             };
             f.protect.extend(ups.iter().map(|u| u.path.clone()));
         }
@@ -694,29 +697,24 @@ impl PendingCheckpoint {
         Ok(())
     }
 
-    fn check_cancel(&self) -> Result<(), CheckpointError> {
+    fn check_cancel(&self) -> Result<()> {
         if self.cancel.load(Ordering::Acquire) {
-            Err(CheckpointError::Cancelled(self.id))
+            Err(CheckpointError::Cancelled { id: self.id }.into())
         } else {
             Ok(())
         }
     }
 
-    fn run_inner(
-        &mut self,
-        uploaded: &mut Vec<String>,
-        t: Instant,
-    ) -> Result<CheckpointSummary, CheckpointError> {
-        let capture = self
-            .capture
-            .take()
-            .ok_or_else(|| CheckpointError::Invalid("checkpoint already run".into()))?;
+    fn run_inner(&mut self, uploaded: &mut Vec<String>, t: Instant) -> Result<CheckpointSummary> {
+        let capture = self.capture.take().ok_or_else(|| {
+            Error::from(CheckpointError::Invalid("checkpoint already run".into()))
+        })?;
         let captured = match capture.wait(&self.cancel) {
             Ok(c) => c,
-            Err(crate::Error::Lsm(keyed_state_lsm::LsmError::Cancelled)) => {
-                return Err(CheckpointError::Cancelled(self.id))
+            Err(Error::Lsm(keyed_state_lsm::LsmError::Cancelled)) => {
+                return Err(CheckpointError::Cancelled { id: self.id }.into())
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         self.check_cancel()?;
         let inner = &self.inner;
@@ -782,7 +780,9 @@ impl PendingCheckpoint {
                 | FileSource::Named { path: p, .. } => (UploadPart::File(p.clone()), f.size),
                 FileSource::Table { state, key_group } => {
                     let tables = captured.tables.as_ref().ok_or_else(|| {
-                        CheckpointError::Invalid("a table file without its tables".into())
+                        Error::from(CheckpointError::Invalid(
+                            "a table file without its tables".into(),
+                        ))
                     })?;
                     let mut b = Vec::new();
                     tables.render(*state, *key_group, &mut b)?;
@@ -862,7 +862,7 @@ impl PendingCheckpoint {
             let mut reg = inner.reg.lock();
             let cancelled = self.cancel.load(Ordering::Acquire);
             let Some(f) = reg.in_flight.get_mut(&id).filter(|_| !cancelled) else {
-                return Err(CheckpointError::Cancelled(id));
+                return Err(CheckpointError::Cancelled { id }.into());
             };
             inner
                 .storage

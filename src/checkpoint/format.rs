@@ -1,13 +1,16 @@
 //! The checkpoint metadata file (`chk-<id>/<instance>/_metadata`, version 3 when a file has bounds, else
-//! version 2; version 1 still decodes): byte layout in `design/checkpoints.md`. Every decoder check is a typed [`CheckpointError::Metadata`].
+//! version 2; version 1 still decodes): byte layout in `design/checkpoints.md`. Every decoder check is a
+//! typed [`CheckpointError::Metadata`] naming the file and the byte offset.
 
-use super::CheckpointError;
+use std::path::Path;
+
 use crate::backend::{BackendConfig, BackendKind, BackendSnapshot, StateId};
+use crate::error::{CheckpointError, Error, Location, Result, IN_MEMORY};
 use crate::keygroup::{KeyGroup, KeyGroupRange};
 use crate::meta::StateMetaInfo;
 use crate::savepoint::{SavepointReader, WriteOptions};
 use crate::serializer::SerializerSnapshot;
-use keyed_state_lsm::bounds::KeyBounds;
+use keyed_state_lsm::KeyBounds;
 
 /// The first eight bytes of every metadata file.
 pub const MAGIC: [u8; 8] = *b"KSCKPT\0\x01";
@@ -87,6 +90,23 @@ pub struct FileRef {
     pub kind: FileKind,
 }
 
+impl FileRef {
+    /// How errors and reports name the file: `file 000012.sst`, `table of state 1 key group 7 (file 3)`,
+    /// `file MANIFEST-000005`.
+    pub fn label(&self) -> String {
+        match &self.kind {
+            FileKind::Sst | FileKind::BoundedSst(_) => format!("file {:06}.sst", self.number),
+            FileKind::Table { state, key_group } => {
+                format!(
+                    "table of state {state} key group {key_group} (file {})",
+                    self.number
+                )
+            }
+            FileKind::Named(name) => format!("file {name}"),
+        }
+    }
+}
+
 /// What one instance wrote for one checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointMetadata {
@@ -158,7 +178,7 @@ impl CheckpointMetadata {
     }
 
     /// Encodes the metadata file.
-    pub fn encode(&self) -> Result<Vec<u8>, CheckpointError> {
+    pub fn encode(&self) -> Result<Vec<u8>> {
         let mut b = Vec::with_capacity(256 + self.files.len() * FILE_LEN);
         b.extend_from_slice(&self.checkpoint_id.to_le_bytes());
         b.push(backend_code(self.backend));
@@ -235,21 +255,35 @@ impl CheckpointMetadata {
         Ok(out)
     }
 
-    /// Decodes a metadata file, checking everything `design/checkpoints.md` lists. Never panics.
-    pub fn decode(bytes: &[u8]) -> Result<CheckpointMetadata, CheckpointError> {
-        let mut r = Reader { buf: bytes, pos: 0 };
+    /// Decodes a metadata file held in memory, checking everything `design/checkpoints.md` lists. Errors
+    /// name the file `<memory>`. Never panics.
+    pub fn decode(bytes: &[u8]) -> Result<CheckpointMetadata> {
+        Self::decode_named(IN_MEMORY, bytes)
+    }
+
+    /// [`decode`](Self::decode) of the metadata file `name` (its path relative to the storage root), which
+    /// errors name.
+    pub fn decode_named(name: impl AsRef<Path>, bytes: &[u8]) -> Result<CheckpointMetadata> {
+        let name = name.as_ref();
+        let meta_err = |offset: u64, detail: String| meta_err(name, offset, detail);
+        let mut r = Reader {
+            buf: bytes,
+            pos: 0,
+            name,
+        };
         let magic: [u8; 8] = r.array("magic")?;
         if magic != MAGIC {
             return Err(meta_err(0, format!("bad magic {magic:02x?}")));
         }
         let version = r.u16("format version")?;
         if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
-            return Err(meta_err(
-                8,
-                format!(
-                    "unsupported format version {version} (this build reads {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
-                ),
-            ));
+            return Err(CheckpointError::UnsupportedVersion {
+                at: Location::at(name, 8),
+                version,
+                oldest: OLDEST_FORMAT_VERSION,
+                newest: FORMAT_VERSION,
+            }
+            .into());
         }
         let flags = r.u16("flags")?;
         if flags != 0 {
@@ -280,6 +314,7 @@ impl CheckpointMetadata {
         let mut r = Reader {
             buf: covered,
             pos: PREAMBLE_LEN,
+            name,
         };
         let checkpoint_id = r.u64("checkpoint id")?;
         let at = r.pos;
@@ -459,7 +494,9 @@ fn decode_file_kind(
     backend: BackendKind,
     range: &KeyGroupRange,
     states: usize,
-) -> Result<FileKind, CheckpointError> {
+) -> Result<FileKind> {
+    let name = r.name;
+    let meta_err = |offset: u64, detail: String| meta_err(name, offset, detail);
     let at = r.pos as u64;
     let kind = match r.u8("file kind")? {
         0 => FileKind::Sst,
@@ -575,7 +612,7 @@ impl BackendSnapshot for MetaOnly {
     }
 }
 
-fn encode_states(m: &CheckpointMetadata) -> Result<Vec<u8>, CheckpointError> {
+fn encode_states(m: &CheckpointMetadata) -> Result<Vec<u8>> {
     let snap = MetaOnly {
         config: BackendConfig {
             max_parallelism: m.max_parallelism,
@@ -585,8 +622,7 @@ fn encode_states(m: &CheckpointMetadata) -> Result<Vec<u8>, CheckpointError> {
         states: m.states.clone(),
     };
     let mut out = Vec::new();
-    crate::savepoint::encode(&snap, &WriteOptions::default(), &mut out)
-        .map_err(|e| CheckpointError::Invalid(format!("state metas: {e}")))?;
+    crate::savepoint::encode(&snap, &WriteOptions::default(), &mut out)?;
     Ok(out)
 }
 
@@ -605,20 +641,28 @@ fn decode_states(
     Ok((h.key_serializer.clone(), h.states.clone()))
 }
 
-fn meta_err(offset: u64, detail: String) -> CheckpointError {
-    CheckpointError::Metadata { offset, detail }
+fn meta_err(file: &Path, offset: u64, detail: String) -> Error {
+    CheckpointError::Metadata {
+        at: Location::at(file, offset),
+        detail,
+    }
+    .into()
 }
 
-fn put_u32(out: &mut Vec<u8>, n: usize, what: &str) -> Result<(), CheckpointError> {
-    let n = u32::try_from(n)
-        .map_err(|_| CheckpointError::Invalid(format!("{what}: {n} exceeds 2^32-1")))?;
+fn put_u32(out: &mut Vec<u8>, n: usize, what: &str) -> Result<()> {
+    let n = u32::try_from(n).map_err(|_| {
+        Error::InvalidArgument(format!("checkpoint metadata: {what}: {n} exceeds 2^32-1"))
+    })?;
     out.extend_from_slice(&n.to_le_bytes());
     Ok(())
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str, what: &str) -> Result<(), CheckpointError> {
+fn put_str(out: &mut Vec<u8>, s: &str, what: &str) -> Result<()> {
     let n = u16::try_from(s.len()).map_err(|_| {
-        CheckpointError::Invalid(format!("{what} of {} bytes exceeds 65535", s.len()))
+        Error::InvalidArgument(format!(
+            "checkpoint metadata: {what} of {} bytes exceeds 65535",
+            s.len()
+        ))
     })?;
     out.extend_from_slice(&n.to_le_bytes());
     out.extend_from_slice(s.as_bytes());
@@ -628,19 +672,22 @@ fn put_str(out: &mut Vec<u8>, s: &str, what: &str) -> Result<(), CheckpointError
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// The file, for errors.
+    name: &'a Path,
 }
 
 impl<'a> Reader<'a> {
     fn remaining(&self) -> usize {
         self.buf.len().saturating_sub(self.pos)
     }
-    fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8], CheckpointError> {
+    fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
         let s = self
             .pos
             .checked_add(n)
             .and_then(|e| self.buf.get(self.pos..e))
             .ok_or_else(|| {
                 meta_err(
+                    self.name,
                     self.pos as u64,
                     format!("{what}: {n} bytes needed, {} left", self.remaining()),
                 )
@@ -648,29 +695,30 @@ impl<'a> Reader<'a> {
         self.pos += n;
         Ok(s)
     }
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], CheckpointError> {
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
         let s = self.bytes(N, what)?;
         let mut a = [0u8; N];
         a.copy_from_slice(s);
         Ok(a)
     }
-    fn u8(&mut self, what: &str) -> Result<u8, CheckpointError> {
+    fn u8(&mut self, what: &str) -> Result<u8> {
         Ok(self.array::<1>(what)?[0])
     }
-    fn u16(&mut self, what: &str) -> Result<u16, CheckpointError> {
+    fn u16(&mut self, what: &str) -> Result<u16> {
         Ok(u16::from_le_bytes(self.array(what)?))
     }
-    fn u32(&mut self, what: &str) -> Result<u32, CheckpointError> {
+    fn u32(&mut self, what: &str) -> Result<u32> {
         Ok(u32::from_le_bytes(self.array(what)?))
     }
-    fn u64(&mut self, what: &str) -> Result<u64, CheckpointError> {
+    fn u64(&mut self, what: &str) -> Result<u64> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
-    fn string(&mut self, what: &str) -> Result<String, CheckpointError> {
+    fn string(&mut self, what: &str) -> Result<String> {
         let at = self.pos as u64;
         let n = self.u16(what)? as usize;
         let s = self.bytes(n, what)?;
-        String::from_utf8(s.to_vec()).map_err(|_| meta_err(at, format!("{what} is not UTF-8")))
+        String::from_utf8(s.to_vec())
+            .map_err(|_| meta_err(self.name, at, format!("{what} is not UTF-8")))
     }
 }
 

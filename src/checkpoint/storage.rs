@@ -18,7 +18,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
-use super::CheckpointError;
+use crate::error::{CheckpointError, Error, Location, Result};
 use keyed_state_lsm::storage::Storage;
 
 /// Files at least this large are uploaded in parts.
@@ -48,16 +48,13 @@ pub enum UploadPart {
     Bytes(Vec<u8>),
 }
 
-fn read_err(f: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
-        context: format!("reading {}", f.display()),
-        source,
-    }
+fn read_err(f: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::io("reading", f, source)
 }
 
 /// Aborts multipart upload `w` after `err` (so its parts are not left on the store; best effort: a failed
 /// abort is logged) and returns `err`.
-async fn abort(w: WriteMultipart, err: CheckpointError) -> CheckpointError {
+async fn abort(w: WriteMultipart, err: Error) -> Error {
     if let Err(e) = w.abort().await {
         tracing::warn!("aborting a multipart upload after \"{err}\" failed: {e}");
     }
@@ -65,7 +62,7 @@ async fn abort(w: WriteMultipart, err: CheckpointError) -> CheckpointError {
 }
 
 impl UploadPart {
-    fn len(&self, files: &dyn Storage) -> Result<u64, CheckpointError> {
+    fn len(&self, files: &dyn Storage) -> Result<u64> {
         match self {
             UploadPart::File(f) => files.file_size(f).map_err(read_err(f)),
             UploadPart::Bytes(b) => Ok(b.len() as u64),
@@ -112,8 +109,9 @@ impl std::fmt::Debug for CheckpointStorage {
     }
 }
 
-fn store_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> CheckpointError {
-    CheckpointError::Storage(format!("{what}: {e}"))
+/// An invalid root, object path or setting.
+fn invalid(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!("checkpoint storage: {what}: {e}"))
 }
 
 /// An error and its chain of sources, each once.
@@ -152,20 +150,22 @@ impl CheckpointStorage {
     /// For `s3://bucket/prefix` the settings come from the environment as object_store reads them
     /// (`AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`,
     /// `AWS_ALLOW_HTTP`, ...), with bounded timeouts and retries.
-    pub fn open(root: &str) -> Result<Self, CheckpointError> {
+    pub fn open(root: &str) -> Result<Self> {
         Self::open_with(root, &[])
     }
 
     /// [`open`](Self::open) with store settings that override the environment's: for S3 any key
     /// `AmazonS3ConfigKey` parses (`aws_endpoint`, `aws_allow_http`, `aws_access_key_id`, `timeout`, ...).
-    pub fn open_with(root: &str, settings: &[(&str, &str)]) -> Result<Self, CheckpointError> {
+    pub fn open_with(root: &str, settings: &[(&str, &str)]) -> Result<Self> {
         if root.contains("://") {
             let url =
-                url::Url::parse(root).map_err(|e| store_err(format!("root URL {root}"), e))?;
+                url::Url::parse(root).map_err(|e| invalid(format_args!("root URL {root}"), e))?;
             match url.scheme() {
                 "file" => {
                     let p = url.to_file_path().map_err(|_| {
-                        CheckpointError::Invalid(format!("{root} is no local path"))
+                        Error::InvalidArgument(format!(
+                            "checkpoint storage: {root} is no local path"
+                        ))
                     })?;
                     Self::local(&p)
                 }
@@ -175,13 +175,14 @@ impl CheckpointStorage {
                 #[cfg(not(feature = "s3"))]
                 "s3" | "s3a" => {
                     let _ = settings;
-                    Err(CheckpointError::Invalid(format!(
-                        "{root}: S3 roots need keyed-state's `s3` feature"
-                    )))
+                    Err(Error::Unsupported {
+                        backend: "checkpoint storage",
+                        what: "S3 roots in a build without keyed-state's `s3` feature",
+                    })
                 }
                 _ => {
                     let (store, prefix) = object_store::parse_url(&url)
-                        .map_err(|e| store_err(format!("root {root}"), e))?;
+                        .map_err(|e| invalid(format_args!("root {root}"), e))?;
                     Self::from_store(Arc::from(store), prefix.as_ref(), root)
                 }
             }
@@ -191,7 +192,7 @@ impl CheckpointStorage {
     }
 
     #[cfg(feature = "s3")]
-    fn s3(root: &str, url: &url::Url, settings: &[(&str, &str)]) -> Result<Self, CheckpointError> {
+    fn s3(root: &str, url: &url::Url, settings: &[(&str, &str)]) -> Result<Self> {
         use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
         let mut b = AmazonS3Builder::new()
             .with_client_options(
@@ -213,41 +214,37 @@ impl CheckpointStorage {
             let key = k
                 .to_ascii_lowercase()
                 .parse::<AmazonS3ConfigKey>()
-                .map_err(|e| CheckpointError::Invalid(format!("S3 setting {k} for {root}: {e}")))?;
+                .map_err(|e| invalid(format_args!("S3 setting {k} for {root}"), e))?;
             b = b.with_config(key, *v);
         }
         let store = b.build().map_err(|e| CheckpointError::Store {
             store: root.to_string(),
-            operation: "configure".into(),
+            operation: "configure",
+            object: None,
             detail: error_chain(&e),
         })?;
         let prefix = url.path().trim_matches('/').to_string();
         Self::from_store(Arc::new(store), &prefix, root)
     }
 
-    fn remote_err(
-        &self,
-        operation: impl std::fmt::Display,
-        e: object_store::Error,
-    ) -> CheckpointError {
+    fn remote_err(&self, operation: &'static str, object: &str, e: object_store::Error) -> Error {
         CheckpointError::Store {
             store: self.root_name.clone(),
-            operation: operation.to_string(),
+            operation,
+            object: (!object.is_empty()).then(|| object.to_string()),
             detail: error_chain(&e),
         }
+        .into()
     }
 
     /// Storage in the local directory `dir` (created if missing); objects that hold one whole file can be
     /// hard-linked on restore. Every write is fsynced, with its directory, before it returns.
-    pub fn local(dir: &Path) -> Result<Self, CheckpointError> {
-        std::fs::create_dir_all(dir).map_err(|e| CheckpointError::Io {
-            context: format!("creating checkpoint root {}", dir.display()),
-            source: e,
-        })?;
+    pub fn local(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(Error::io_at("creating the checkpoint root", dir))?;
         // Every put is fsynced with its directory before it returns, as a remote store's PUT is durable
         // when acknowledged: the metadata written last must not outlive the objects it names.
         let fs = LocalFileSystem::new_with_prefix(dir)
-            .map_err(|e| store_err(format!("root {}", dir.display()), e))?
+            .map_err(|e| invalid(format_args!("root {}", dir.display()), e))?
             .with_fsync(true);
         let mut s = Self::from_store(Arc::new(fs), "", &dir.display().to_string())?;
         s.local_root = Some(dir.to_path_buf());
@@ -255,25 +252,21 @@ impl CheckpointStorage {
     }
 
     /// Storage in memory (for tests).
-    pub fn in_memory() -> Result<Self, CheckpointError> {
+    pub fn in_memory() -> Result<Self> {
         Self::from_store(Arc::new(InMemory::new()), "", "memory:///")
     }
 
     /// Storage on any object store, under `prefix`.
-    pub fn from_store(
-        store: Arc<dyn ObjectStore>,
-        prefix: &str,
-        name: &str,
-    ) -> Result<Self, CheckpointError> {
+    pub fn from_store(store: Arc<dyn ObjectStore>, prefix: &str, name: &str) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("ckpt-io")
             .enable_all()
             .build()
-            .map_err(|e| CheckpointError::Io {
-                context: "starting the checkpoint I/O runtime".into(),
-                source: e,
-            })?;
+            .map_err(Error::io_at(
+                "starting the I/O runtime of checkpoint storage",
+                name,
+            ))?;
         Ok(CheckpointStorage {
             store,
             prefix: prefix.trim_matches('/').to_string(),
@@ -296,27 +289,31 @@ impl CheckpointStorage {
         self.fail_after.store(v, Ordering::SeqCst);
     }
 
-    fn check_fail(&self, rel: &str) -> Result<(), CheckpointError> {
+    fn check_fail(&self, rel: &str) -> Result<()> {
         let r = self
             .fail_after
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
                 (v > 0).then_some(v - 1)
             });
         match r {
-            Err(0) => Err(CheckpointError::Storage(format!(
-                "put {rel}: injected failure"
-            ))),
+            Err(0) => Err(CheckpointError::Store {
+                store: self.root_name.clone(),
+                operation: "put",
+                object: Some(rel.to_string()),
+                detail: "injected failure".into(),
+            }
+            .into()),
             _ => Ok(()),
         }
     }
 
-    fn full(&self, rel: &str) -> Result<ObjPath, CheckpointError> {
+    fn full(&self, rel: &str) -> Result<ObjPath> {
         let s = if self.prefix.is_empty() {
             rel.to_string()
         } else {
             format!("{}/{rel}", self.prefix)
         };
-        ObjPath::parse(&s).map_err(|e| store_err(format!("object path {s}"), e))
+        ObjPath::parse(&s).map_err(|e| invalid(format_args!("object path {s}"), e))
     }
 
     fn rel(&self, p: &ObjPath) -> String {
@@ -331,12 +328,12 @@ impl CheckpointStorage {
     }
 
     /// Writes `bytes` as object `rel`, atomically (whole or nothing).
-    pub fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<(), CheckpointError> {
+    pub fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
         self.check_fail(rel)?;
         let p = self.full(rel)?;
         self.rt
             .block_on(self.store.put(&p, PutPayload::from(bytes)))
-            .map_err(|e| self.remote_err(format_args!("put {rel}"), e))?;
+            .map_err(|e| self.remote_err("put", rel, e))?;
         Ok(())
     }
 
@@ -345,11 +342,7 @@ impl CheckpointStorage {
     /// [`PARALLELISM`] parts of one object in flight). Returns the results in order. After an error no
     /// further upload starts, the ones already started are awaited (a failed multipart upload is aborted),
     /// and the first error is returned.
-    pub fn upload_all(
-        &self,
-        uploads: &[Upload],
-        files: &dyn Storage,
-    ) -> Result<Vec<Uploaded>, CheckpointError> {
+    pub fn upload_all(&self, uploads: &[Upload], files: &dyn Storage) -> Result<Vec<Uploaded>> {
         let failed = AtomicBool::new(false);
         let results = self.rt.block_on(async {
             futures::stream::iter(uploads)
@@ -369,7 +362,7 @@ impl CheckpointStorage {
         results.into_iter().collect()
     }
 
-    async fn upload_one(&self, u: &Upload, fs: &dyn Storage) -> Result<Uploaded, CheckpointError> {
+    async fn upload_one(&self, u: &Upload, fs: &dyn Storage) -> Result<Uploaded> {
         self.check_fail(&u.path)?;
         let p = self.full(&u.path)?;
         let mut total: u64 = 0;
@@ -394,7 +387,7 @@ impl CheckpointStorage {
             self.store
                 .put(&p, PutPayload::from(buf))
                 .await
-                .map_err(|e| self.remote_err(format_args!("put {}", u.path), e))?;
+                .map_err(|e| self.remote_err("put", &u.path, e))?;
             return Ok(Uploaded {
                 size,
                 checksum: whole.digest(),
@@ -405,7 +398,7 @@ impl CheckpointStorage {
             .store
             .put_multipart(&p)
             .await
-            .map_err(|e| self.remote_err(format_args!("multipart put {}", u.path), e))?;
+            .map_err(|e| self.remote_err("multipart put", &u.path, e))?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
         let mut size = 0u64;
         let mut buf = vec![0u8; CHUNK];
@@ -435,7 +428,7 @@ impl CheckpointStorage {
                         fh.update(c);
                         whole.update(c);
                         if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
-                            let err = self.remote_err(format_args!("multipart put {}", u.path), e);
+                            let err = self.remote_err("multipart put", &u.path, e);
                             return Err(abort(w, err).await);
                         }
                         w.write(c);
@@ -447,7 +440,7 @@ impl CheckpointStorage {
                     whole.update(b);
                     for c in b.chunks(CHUNK) {
                         if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
-                            let err = self.remote_err(format_args!("multipart put {}", u.path), e);
+                            let err = self.remote_err("multipart put", &u.path, e);
                             return Err(abort(w, err).await);
                         }
                         w.write(c);
@@ -460,7 +453,7 @@ impl CheckpointStorage {
         }
         w.finish()
             .await
-            .map_err(|e| self.remote_err(format_args!("multipart put {}", u.path), e))?;
+            .map_err(|e| self.remote_err("multipart put", &u.path, e))?;
         Ok(Uploaded {
             size,
             checksum: whole.digest(),
@@ -469,7 +462,7 @@ impl CheckpointStorage {
     }
 
     /// Reads object `rel` whole.
-    pub fn get(&self, rel: &str) -> Result<Vec<u8>, CheckpointError> {
+    pub fn get(&self, rel: &str) -> Result<Vec<u8>> {
         let p = self.full(rel)?;
         self.rt.block_on(async {
             let r = self.store.get(&p).await.map_err(|e| self.map_get(rel, e))?;
@@ -480,10 +473,7 @@ impl CheckpointStorage {
 
     /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once (an empty
     /// range reads nothing).
-    pub fn get_ranges(
-        &self,
-        parts: &[(String, u64, u64)],
-    ) -> Result<Vec<Vec<u8>>, CheckpointError> {
+    pub fn get_ranges(&self, parts: &[(String, u64, u64)]) -> Result<Vec<Vec<u8>>> {
         self.rt.block_on(async {
             futures::stream::iter(parts.iter().map(|(rel, off, len)| async move {
                 if *len == 0 {
@@ -496,7 +486,7 @@ impl CheckpointStorage {
                     .get_range(&p, *off..off + len)
                     .await
                     .map_err(|e| self.map_get(rel, e))?;
-                Ok::<_, CheckpointError>(b.to_vec())
+                Ok::<_, Error>(b.to_vec())
             }))
             .buffered(PARALLELISM)
             .try_collect()
@@ -505,21 +495,21 @@ impl CheckpointStorage {
     }
 
     /// Size of object `rel`, or `None` if it does not exist.
-    pub fn size(&self, rel: &str) -> Result<Option<u64>, CheckpointError> {
+    pub fn size(&self, rel: &str) -> Result<Option<u64>> {
         let p = self.full(rel)?;
         match self.rt.block_on(self.store.head(&p)) {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.remote_err(format_args!("head {rel}"), e)),
+            Err(e) => Err(self.remote_err("head", rel, e)),
         }
     }
 
     /// Every object under `rel_prefix` (relative paths and sizes, sorted).
-    pub fn list(&self, rel_prefix: &str) -> Result<Vec<(String, u64)>, CheckpointError> {
+    pub fn list(&self, rel_prefix: &str) -> Result<Vec<(String, u64)>> {
         let p = if rel_prefix.is_empty() && self.prefix.is_empty() {
             None
         } else if rel_prefix.is_empty() {
-            Some(ObjPath::parse(&self.prefix).map_err(|e| store_err("prefix", e))?)
+            Some(ObjPath::parse(&self.prefix).map_err(|e| invalid("prefix", e))?)
         } else {
             Some(self.full(rel_prefix)?)
         };
@@ -527,14 +517,7 @@ impl CheckpointStorage {
             match self.store.list(p.as_ref()).try_collect::<Vec<_>>().await {
                 Ok(v) => Ok(v),
                 Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
-                Err(e) => Err(self.remote_err(
-                    if rel_prefix.is_empty() {
-                        "list of the root".to_string()
-                    } else {
-                        format!("list {rel_prefix}")
-                    },
-                    e,
-                )),
+                Err(e) => Err(self.remote_err("list", rel_prefix, e)),
             }
         })?;
         let mut out: Vec<(String, u64)> = items
@@ -546,11 +529,11 @@ impl CheckpointStorage {
     }
 
     /// Deletes object `rel` (deleting a missing object is not an error).
-    pub fn delete(&self, rel: &str) -> Result<(), CheckpointError> {
+    pub fn delete(&self, rel: &str) -> Result<()> {
         let p = self.full(rel)?;
         match self.rt.block_on(self.store.delete(&p)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.remote_err(format_args!("delete {rel}"), e)),
+            Err(e) => Err(self.remote_err("delete", rel, e)),
         }
     }
 
@@ -561,10 +544,13 @@ impl CheckpointStorage {
 }
 
 impl CheckpointStorage {
-    fn map_get(&self, rel: &str, e: object_store::Error) -> CheckpointError {
+    fn map_get(&self, rel: &str, e: object_store::Error) -> Error {
         match e {
-            object_store::Error::NotFound { .. } => CheckpointError::MissingObject(rel.to_string()),
-            e => self.remote_err(format_args!("get {rel}"), e),
+            object_store::Error::NotFound { .. } => CheckpointError::MissingObject {
+                at: Location::file(rel),
+            }
+            .into(),
+            e => self.remote_err("get", rel, e),
         }
     }
 }

@@ -1,98 +1,18 @@
-//! Reading a checkpoint root as a whole: every metadata file, what they reference, verification and the
-//! offline garbage collection the command line runs.
+//! Offline maintenance of a checkpoint root, as the command line runs it (`keyed-state checkpoint verify |
+//! gc`): [`verify`] reads every object a metadata file references and checks sizes and checksums; [`gc`]
+//! keeps the newest checkpoints and deletes the rest.
+//!
+//! Not part of the library's API (hidden from the docs, no stability promise). It stays in this crate,
+//! not in `keyed-state-cli`, because the checkpoint test suites use [`verify`] and
+//! [`referenced_objects`] as the oracle of every run: moving it would make the library's tests depend on
+//! the command line crate and its features (S3, clap).
 
 use std::collections::BTreeSet;
 
-use super::format::CheckpointMetadata;
+use super::scan::checkpoint_id_of;
+pub use super::scan::{read_all_metadata, referenced_objects, MetadataEntry};
 use super::storage::CheckpointStorage;
-use super::CheckpointError;
-
-/// A metadata file in the root: its path and what decoding it gave.
-pub type MetadataEntry = (String, Result<CheckpointMetadata, CheckpointError>);
-
-/// The checkpoint id a `chk-<id>/...` path names.
-pub fn checkpoint_id_of(path: &str) -> Option<u64> {
-    path.strip_prefix("chk-")?.split('/').next()?.parse().ok()
-}
-
-/// Every metadata file of the root (`chk-*/*/_metadata`), decoded, sorted by path (so by id, then instance).
-pub fn read_all_metadata(
-    storage: &CheckpointStorage,
-) -> Result<Vec<MetadataEntry>, CheckpointError> {
-    Ok(scan_metadata(storage)?.0)
-}
-
-/// [`read_all_metadata`], and whether a listed file was gone when read (deleted during the scan).
-fn scan_metadata(
-    storage: &CheckpointStorage,
-) -> Result<(Vec<MetadataEntry>, bool), CheckpointError> {
-    let mut out = Vec::new();
-    let mut vanished = false;
-    for (path, _) in storage.list("")? {
-        if !(path.starts_with("chk-") && path.ends_with("/_metadata")) {
-            continue;
-        }
-        let decoded = match storage.get(&path) {
-            Ok(bytes) => CheckpointMetadata::decode(&bytes),
-            // Deleted between the list and the read: no longer a checkpoint.
-            Err(CheckpointError::MissingObject(_)) => {
-                vanished = true;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        out.push((path, decoded));
-    }
-    Ok((out, vanished))
-}
-
-/// Every completed checkpoint part whose metadata decodes, by id then instance.
-pub fn list_completed(
-    storage: &CheckpointStorage,
-) -> Result<Vec<CheckpointMetadata>, CheckpointError> {
-    let mut v: Vec<CheckpointMetadata> = read_all_metadata(storage)?
-        .into_iter()
-        .filter_map(|(_, m)| m.ok())
-        .collect();
-    v.sort_by(|a, b| {
-        (a.checkpoint_id, a.key_group_range.start(), &a.instance).cmp(&(
-            b.checkpoint_id,
-            b.key_group_range.start(),
-            &b.instance,
-        ))
-    });
-    Ok(v)
-}
-
-/// Times [`referenced_objects`] scans the root again after a metadata file vanished mid-scan.
-const RESCANS: usize = 5;
-
-/// Every object some metadata references, or `None` if a metadata file does not decode (then what it
-/// references is unknown, and nothing may be deleted).
-///
-/// The scan lists the root, then reads each metadata file. A file deleted in between (another instance
-/// confirming a newer checkpoint) may have been the only reference to an object that the newer metadata,
-/// put before the deletion but after the listing, references too: so a scan that saw a file vanish is
-/// repeated, and after five such scans the answer is `None`.
-pub fn referenced_objects(
-    storage: &CheckpointStorage,
-) -> Result<Option<BTreeSet<String>>, CheckpointError> {
-    for _ in 0..RESCANS {
-        let (all, vanished) = scan_metadata(storage)?;
-        if vanished {
-            continue;
-        }
-        let mut live = BTreeSet::new();
-        for (_, m) in all {
-            match m {
-                Ok(m) => live.extend(m.objects.into_iter().map(|o| o.path)),
-                Err(_) => return Ok(None),
-            }
-        }
-        return Ok(Some(live));
-    }
-    Ok(None)
-}
+use crate::error::{CheckpointError, Error, Result};
 
 /// One problem `verify` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,10 +40,7 @@ pub struct VerifyReport {
 
 /// Checks every metadata file (of checkpoint `id`, or all) and every object and file it references:
 /// present, of the recorded size, with the recorded checksums.
-pub fn verify(
-    storage: &CheckpointStorage,
-    id: Option<u64>,
-) -> Result<VerifyReport, CheckpointError> {
+pub fn verify(storage: &CheckpointStorage, id: Option<u64>) -> Result<VerifyReport> {
     let mut rep = VerifyReport::default();
     let mut checked = BTreeSet::new();
     for (path, m) in read_all_metadata(storage)? {
@@ -151,7 +68,7 @@ pub fn verify(
             };
             let bytes = match storage.get(&o.path) {
                 Ok(b) => b,
-                Err(CheckpointError::MissingObject(_)) => {
+                Err(Error::Checkpoint(CheckpointError::MissingObject { .. })) => {
                     rep.problems.push(fail("missing".into()));
                     continue;
                 }
@@ -189,7 +106,7 @@ pub fn verify(
                     Some(s) if s == f.checksum => {}
                     _ => rep.problems.push(fail(format!(
                         "{} at {}+{}: checksum does not match",
-                        file_label(f),
+                        f.label(),
                         f.offset,
                         f.length
                     ))),
@@ -198,22 +115,6 @@ pub fn verify(
         }
     }
     Ok(rep)
-}
-
-/// How a report names a file of a checkpoint.
-fn file_label(f: &super::FileRef) -> String {
-    match &f.kind {
-        super::FileKind::Sst | super::FileKind::BoundedSst(_) => {
-            format!("file {:06}.sst", f.number)
-        }
-        super::FileKind::Table { state, key_group } => {
-            format!(
-                "table of state {state} key group {key_group} (file {})",
-                f.number
-            )
-        }
-        super::FileKind::Named(name) => format!("file {name}"),
-    }
 }
 
 /// What `gc` deleted (or, dry, would delete).
@@ -231,16 +132,11 @@ pub struct GcReport {
 /// ones, then every object that no kept metadata references (uploads of unfinished checkpoints included)
 /// and the claim markers of runs left without objects.
 /// Must not run while a job writes to the root. A metadata file that does not decode stops it.
-pub fn gc(
-    storage: &CheckpointStorage,
-    retain: usize,
-    dry_run: bool,
-) -> Result<GcReport, CheckpointError> {
-    let all = read_all_metadata(storage)?;
-    if let Some((path, Err(e))) = all.iter().find(|(_, m)| m.is_err()) {
-        return Err(CheckpointError::Invalid(format!(
-            "{path} does not decode ({e}); nothing deleted"
-        )));
+pub fn gc(storage: &CheckpointStorage, retain: usize, dry_run: bool) -> Result<GcReport> {
+    let mut all = Vec::new();
+    for (path, m) in read_all_metadata(storage)? {
+        // The metadata file's error (it names the file): nothing is deleted.
+        all.push((path, Ok::<_, Error>(m?)));
     }
     let ids: BTreeSet<u64> = all
         .iter()

@@ -3,6 +3,7 @@
 
 use super::{Compression, KeyGroupBlock, SavepointError, SavepointHeader, FORMAT_VERSION, MAGIC};
 use crate::backend::BackendConfig;
+use crate::error::{in_memory, Location, IN_MEMORY};
 use crate::keygroup::{check_max_parallelism, KeyGroup, KeyGroupRange};
 use crate::meta::{StateKind, StateMetaInfo, TtlConfig, TtlUpdateType, TtlVisibility};
 use crate::serializer::SerializerSnapshot;
@@ -258,11 +259,17 @@ pub(crate) struct ByteReader<'a> {
 }
 
 pub(crate) fn header_err(offset: u64, detail: String) -> SavepointError {
-    SavepointError::MalformedHeader { offset, detail }
+    SavepointError::MalformedHeader {
+        at: in_memory(offset),
+        detail,
+    }
 }
 
 pub(crate) fn index_err(offset: u64, detail: String) -> SavepointError {
-    SavepointError::MalformedIndex { offset, detail }
+    SavepointError::MalformedIndex {
+        at: in_memory(offset),
+        detail,
+    }
 }
 
 impl<'a> ByteReader<'a> {
@@ -411,12 +418,21 @@ pub(crate) fn decode_header(file: &[u8]) -> Result<(SavepointHeader, u64), Savep
     let mut r = ByteReader::new(file, 0, header_err);
     let magic: [u8; 8] = r.array("magic")?;
     if magic != MAGIC {
-        return Err(SavepointError::BadMagic { found: magic });
+        return Err(SavepointError::BadMagic {
+            at: in_memory(0),
+            found: magic,
+        });
     }
+    let version_at = r.offset();
     let version = r.u32("format version")?;
     if version != FORMAT_VERSION {
-        return Err(SavepointError::UnsupportedVersion { version });
+        return Err(SavepointError::UnsupportedVersion {
+            at: in_memory(version_at),
+            version,
+            supported: FORMAT_VERSION,
+        });
     }
+    let flags_at = r.offset();
     let flags = r.u64("flags")?;
     let body_len = r.u32("header length")? as usize;
     // The header, its checksum, an empty index and the footer must fit.
@@ -444,13 +460,14 @@ pub(crate) fn decode_header(file: &[u8]) -> Result<(SavepointHeader, u64), Savep
     if !checksum_ok(stored, computed) {
         return Err(SavepointError::ChecksumMismatch {
             region: "header",
-            offset: 0,
+            at: in_memory(0),
             stored,
             computed,
         });
     }
     if flags & !super::KNOWN_FLAGS != 0 {
         return Err(SavepointError::UnknownFlags {
+            at: in_memory(flags_at),
             flags,
             unknown: flags & !super::KNOWN_FLAGS,
         });
@@ -582,6 +599,7 @@ pub(crate) fn decode_footer_and_index(
         .get(footer_at..)
         .filter(|f| f.len() == FOOTER_LEN)
         .ok_or(SavepointError::TooShort {
+            at: Location::file(IN_MEMORY),
             len: len as u64,
             min: MIN_FILE_LEN,
         })?;
@@ -593,7 +611,7 @@ pub(crate) fn decode_footer_and_index(
     let magic: [u8; 8] = r.array("footer magic")?;
     if magic != super::FOOTER_MAGIC {
         return Err(SavepointError::BadFooterMagic {
-            offset: (footer_at + 32) as u64,
+            at: in_memory((footer_at + 32) as u64),
             found: magic,
         });
     }
@@ -601,7 +619,7 @@ pub(crate) fn decode_footer_and_index(
     if !checksum_ok(footer_sum, computed) {
         return Err(SavepointError::ChecksumMismatch {
             region: "footer",
-            offset: footer_at as u64,
+            at: in_memory(footer_at as u64),
             stored: footer_sum,
             computed,
         });
@@ -622,7 +640,7 @@ pub(crate) fn decode_footer_and_index(
     if !checksum_ok(index_sum, computed) {
         return Err(SavepointError::ChecksumMismatch {
             region: "index",
-            offset: index_offset,
+            at: in_memory(index_offset),
             stored: index_sum,
             computed,
         });

@@ -13,14 +13,15 @@
 //!   size.
 //! - [`SavepointReader`] opens a file (memory-mapped) or bytes, validates header, index and footer, and
 //!   decodes key groups ([`SavepointReader::read_key_group`]) or checks everything
-//!   ([`SavepointReader::verify`]). Bad input gives a [`SavepointError`] naming what and where, never a panic.
+//!   ([`SavepointReader::verify`]). Bad input gives a [`SavepointError`] (inside
+//!   [`Error::Savepoint`](crate::Error::Savepoint)) naming what and where (file and byte offset), never a
+//!   panic.
 
-mod error;
 mod format;
 mod reader;
 mod writer;
 
-pub use error::SavepointError;
+pub use crate::error::SavepointError;
 
 pub use reader::{EntryVisitor, SavepointReader};
 pub use writer::{encode, write_savepoint, write_savepoint_on};

@@ -1,6 +1,6 @@
 //! The decoder: [`SavepointReader`] over a memory-mapped file or bytes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::format::{
     checksum_ok, decode_footer_and_index, decode_header, get_varint, Varint, CHECKSUM_LEN,
@@ -10,6 +10,7 @@ use super::format::{
 use super::{
     Compression, KeyGroupBlock, SavepointError, SavepointHeader, VerifyReport, MAX_FRAME_RAW_LEN,
 };
+use crate::error::{Error, Location, IN_MEMORY};
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
 use crate::meta::StateKind;
 
@@ -31,6 +32,8 @@ impl Data {
 /// the footer and the key-group index (checksums, every block inside the file, blocks contiguous and in
 /// ascending key-group order); key-group data is checked as it is read.
 pub struct SavepointReader {
+    /// The file's path (`<memory>` for bytes), named by every decoding error.
+    name: PathBuf,
     data: Data,
     header: SavepointHeader,
     blocks: Vec<KeyGroupBlock>,
@@ -39,6 +42,7 @@ pub struct SavepointReader {
 impl std::fmt::Debug for SavepointReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SavepointReader")
+            .field("name", &self.name)
             .field("len", &self.data.bytes().len())
             .field("header", &self.header)
             .field("key_groups", &self.blocks.len())
@@ -60,49 +64,55 @@ struct BlockStats {
 }
 
 impl SavepointReader {
-    /// Opens and validates the savepoint file at `path` (memory-mapped).
-    pub fn open(path: &Path) -> Result<Self, SavepointError> {
-        let shown = path.display();
-        let io = |source| SavepointError::Io {
-            context: format!("opening savepoint {shown}"),
-            source,
-        };
+    /// Opens and validates the savepoint file at `path` (memory-mapped). Decoding errors name `path`.
+    pub fn open(path: &Path) -> crate::Result<Self> {
+        let io = |source| Error::io("opening savepoint", path, source);
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < MIN_FILE_LEN {
             return Err(SavepointError::TooShort {
+                at: Location::file(path),
                 len,
                 min: MIN_FILE_LEN,
-            });
+            }
+            .into());
         }
         // SAFETY: the map is read-only. A finished savepoint is never modified in place (`write_savepoint`
         // only ever renames a complete file into place), and the contract of a savepoint path is that it
         // is not truncated or rewritten while a reader has it open. Content changes made in violation of that
         // are caught by the checksums as far as they are read after the change; a truncation could fault.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Self::parse(Data::Mapped(map))
+        Ok(Self::parse(path.to_path_buf(), Data::Mapped(map))?)
     }
 
-    /// Validates a savepoint held in memory.
-    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, SavepointError> {
-        Self::parse(Data::Owned(bytes))
+    /// Validates a savepoint held in memory. Decoding errors name the file `<memory>`.
+    pub fn from_bytes(bytes: Vec<u8>) -> crate::Result<Self> {
+        Ok(Self::parse(PathBuf::from(IN_MEMORY), Data::Owned(bytes))?)
     }
 
-    fn parse(data: Data) -> Result<Self, SavepointError> {
+    fn parse(name: PathBuf, data: Data) -> Result<Self, SavepointError> {
         let file = data.bytes();
         if (file.len() as u64) < MIN_FILE_LEN {
             return Err(SavepointError::TooShort {
+                at: Location::file(&name),
                 len: file.len() as u64,
                 min: MIN_FILE_LEN,
             });
         }
-        let (header, data_start) = decode_header(file)?;
-        let blocks = decode_footer_and_index(file, data_start, header.key_group_range)?;
+        let (header, data_start) = decode_header(file).map_err(|e| e.in_file(&name))?;
+        let blocks = decode_footer_and_index(file, data_start, header.key_group_range)
+            .map_err(|e| e.in_file(&name))?;
         Ok(SavepointReader {
+            name,
             data,
             header,
             blocks,
         })
+    }
+
+    /// The file's path, or `<memory>` for a savepoint read from bytes.
+    pub fn name(&self) -> &Path {
+        &self.name
     }
 
     /// The header: format version, max parallelism, key-group range, serializers, states.
@@ -149,8 +159,8 @@ impl SavepointReader {
     }
 
     /// Decodes every key group, checking every frame checksum and the whole structure. The error names the
-    /// first damaged block (key group and offsets).
-    pub fn verify(&self) -> Result<VerifyReport, SavepointError> {
+    /// first damaged block (key group, file and offsets).
+    pub fn verify(&self) -> crate::Result<VerifyReport> {
         let mut report = VerifyReport {
             key_groups: self.blocks.len(),
             frames: 0,
@@ -181,6 +191,7 @@ impl SavepointReader {
         let prefix_len = key_group_prefix_len(self.header.max_parallelism);
         let kg = block.key_group;
         let mut cur = BlockCursor::new(
+            &self.name,
             self.data.bytes(),
             block,
             self.header.compression == Compression::Lz4,
@@ -231,7 +242,13 @@ impl SavepointReader {
                     None
                 };
                 if let Some(detail) = detail {
-                    return Err(block_err(kg, block.offset, e.at, detail).into());
+                    return Err(block_err(
+                        kg,
+                        block.offset,
+                        Location::at(&self.name, e.at),
+                        detail,
+                    )
+                    .into());
                 }
                 prev_key.clear();
                 prev_key.extend_from_slice(e.key);
@@ -264,13 +281,13 @@ impl SavepointReader {
 fn block_err(
     key_group: KeyGroup,
     block_offset: u64,
-    offset: u64,
+    at: Location,
     detail: String,
 ) -> SavepointError {
     SavepointError::MalformedBlock {
         key_group,
         block_offset,
-        offset,
+        at,
         detail,
     }
 }
@@ -285,6 +302,8 @@ struct Entry<'s> {
 
 /// Reads the record stream of one block across its frames, verifying and decompressing frame by frame.
 struct BlockCursor<'a> {
+    /// The file's name, for errors.
+    name: &'a Path,
     file: &'a [u8],
     key_group: KeyGroup,
     block_offset: u64,
@@ -308,10 +327,11 @@ struct BlockCursor<'a> {
 }
 
 impl<'a> BlockCursor<'a> {
-    fn new(file: &'a [u8], block: &KeyGroupBlock, lz4_allowed: bool) -> Self {
+    fn new(name: &'a Path, file: &'a [u8], block: &KeyGroupBlock, lz4_allowed: bool) -> Self {
         // The index was checked at open: the block lies inside the file.
         let start = block.offset as usize;
         BlockCursor {
+            name,
             file,
             key_group: block.key_group,
             block_offset: block.offset,
@@ -334,7 +354,7 @@ impl<'a> BlockCursor<'a> {
         block_err(
             self.key_group,
             self.block_offset,
-            self.frame_at as u64,
+            Location::at(self.name, self.frame_at as u64),
             detail,
         )
     }
@@ -394,7 +414,7 @@ impl<'a> BlockCursor<'a> {
             return Err(SavepointError::FrameChecksum {
                 key_group: self.key_group,
                 frame: frame_no,
-                offset: at as u64,
+                at: Location::at(self.name, at as u64),
                 stored: stored_sum,
                 computed,
             });

@@ -1,7 +1,7 @@
 //! The streaming encoder and the atomic file writer.
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::format::{
@@ -12,6 +12,7 @@ use super::{
     Compression, KeyGroupBlock, SavepointError, SavepointSummary, WriteOptions, MAX_FRAME_RAW_LEN,
 };
 use crate::backend::BackendSnapshot;
+use crate::error::{Error, Result};
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
 use crate::meta::StateKind;
 use keyed_state_lsm::storage::{NewFile, OsStorage, Storage};
@@ -23,17 +24,15 @@ const WRITE_BUFFER: usize = 32 * 1024;
 /// Length of the frame checksum that follows each frame.
 const CHECKSUM_LEN: usize = 8;
 
-fn io_err(context: &str) -> impl FnOnce(std::io::Error) -> SavepointError + '_ {
-    move |source| SavepointError::Io {
-        context: context.to_string(),
-        source,
-    }
-}
+/// What [`encode`] names in an I/O error of its output, which may be any `Write`.
+const OUTPUT: &str = "<savepoint output>";
 
 /// Cuts the record stream into frames of exactly [`MAX_FRAME_RAW_LEN`] raw bytes (the last frame of a block
 /// may be shorter), compresses and checksums them, and tracks the output offset.
 struct FrameWriter<W: Write> {
     out: BufWriter<W>,
+    /// What I/O errors name: the file written, or [`OUTPUT`].
+    target: PathBuf,
     offset: u64,
     /// `FRAME_HEADER_LEN` reserved bytes, then the raw bytes of the open frame.
     frame: Vec<u8>,
@@ -43,7 +42,7 @@ struct FrameWriter<W: Write> {
 }
 
 impl<W: Write> FrameWriter<W> {
-    fn new(out: W, compression: Compression) -> Self {
+    fn new(out: W, target: PathBuf, compression: Compression) -> Self {
         let compressed = match compression {
             Compression::None => Vec::new(),
             Compression::Lz4 => {
@@ -59,6 +58,7 @@ impl<W: Write> FrameWriter<W> {
         frame.resize(FRAME_HEADER_LEN, 0);
         FrameWriter {
             out: BufWriter::with_capacity(WRITE_BUFFER, out),
+            target,
             offset: 0,
             frame,
             compressed,
@@ -67,10 +67,10 @@ impl<W: Write> FrameWriter<W> {
     }
 
     /// Writes bytes outside frames (header, index, footer).
-    fn write_plain(&mut self, bytes: &[u8]) -> Result<(), SavepointError> {
+    fn write_plain(&mut self, bytes: &[u8]) -> Result<()> {
         self.out
             .write_all(bytes)
-            .map_err(io_err("writing the savepoint"))?;
+            .map_err(Error::io_at("writing savepoint", &self.target))?;
         self.offset += bytes.len() as u64;
         Ok(())
     }
@@ -81,7 +81,7 @@ impl<W: Write> FrameWriter<W> {
     }
 
     /// Appends record-stream bytes, closing full frames as needed.
-    fn push(&mut self, mut data: &[u8]) -> Result<(), SavepointError> {
+    fn push(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             let space = self.space();
             if space == 0 {
@@ -97,7 +97,7 @@ impl<W: Write> FrameWriter<W> {
 
     /// Appends one entry: `varint key length | key | varint value length | value`.
     #[inline]
-    fn push_entry(&mut self, key: &[u8], value: &[u8]) -> Result<(), SavepointError> {
+    fn push_entry(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         let mut kl = [0u8; 5];
         let mut vl = [0u8; 5];
         let kn = put_varint(&mut kl, key.len() as u32);
@@ -117,7 +117,7 @@ impl<W: Write> FrameWriter<W> {
     }
 
     /// Writes the open frame, if it holds any bytes.
-    fn flush_frame(&mut self) -> Result<(), SavepointError> {
+    fn flush_frame(&mut self) -> Result<()> {
         let raw_len = self.frame.len() - FRAME_HEADER_LEN;
         if raw_len == 0 {
             return Ok(());
@@ -155,14 +155,16 @@ impl<W: Write> FrameWriter<W> {
         }
         self.out
             .write_all(&buf[..end + CHECKSUM_LEN])
-            .map_err(io_err("writing the savepoint"))?;
+            .map_err(Error::io_at("writing savepoint", &self.target))?;
         self.offset += (end + CHECKSUM_LEN) as u64;
         self.frame.truncate(FRAME_HEADER_LEN);
         Ok(())
     }
 
-    fn finish(mut self) -> Result<u64, SavepointError> {
-        self.out.flush().map_err(io_err("flushing the savepoint"))?;
+    fn finish(mut self) -> Result<u64> {
+        self.out
+            .flush()
+            .map_err(Error::io_at("flushing savepoint", &self.target))?;
         Ok(self.offset)
     }
 }
@@ -183,8 +185,8 @@ struct BlockEncoder<'s, W: Write> {
 }
 
 impl<W: Write> BlockEncoder<'_, W> {
-    fn invalid(&self, detail: String) -> SavepointError {
-        SavepointError::InvalidSnapshot {
+    fn invalid(&self, detail: String) -> Error {
+        Error::Savepoint(SavepointError::InvalidSnapshot {
             state: self.state,
             name: self
                 .snapshot
@@ -194,7 +196,7 @@ impl<W: Write> BlockEncoder<'_, W> {
                 .unwrap_or_default(),
             key_group: self.key_group,
             detail,
-        }
+        })
     }
 
     fn begin_state(&mut self, state: usize, kind: StateKind) {
@@ -206,7 +208,7 @@ impl<W: Write> BlockEncoder<'_, W> {
     }
 
     #[inline]
-    fn entry(&mut self, key: &[u8], value: &[u8]) -> Result<(), SavepointError> {
+    fn entry(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         if key.len() < self.min_key_len {
             return Err(self.invalid(format!(
                 "entry key of {} bytes is shorter than the minimum {}",
@@ -246,14 +248,14 @@ impl<W: Write> BlockEncoder<'_, W> {
         Ok(())
     }
 
-    fn end_state(&mut self) -> Result<u64, SavepointError> {
+    fn end_state(&mut self) -> Result<u64> {
         if self.state_entries > 0 {
             self.w.push(&[END_OF_STATE])?;
         }
         Ok(self.state_entries)
     }
 
-    fn end_block(&mut self) -> Result<Option<KeyGroupBlock>, SavepointError> {
+    fn end_block(&mut self) -> Result<Option<KeyGroupBlock>> {
         let Some(offset) = self.block_offset.take() else {
             return Ok(None);
         };
@@ -280,12 +282,22 @@ pub fn encode<W: Write>(
     snapshot: &dyn BackendSnapshot,
     options: &WriteOptions,
     out: W,
-) -> crate::Result<SavepointSummary> {
+) -> Result<SavepointSummary> {
+    encode_to(snapshot, options, out, PathBuf::from(OUTPUT))
+}
+
+/// [`encode`] into `out`, whose I/O errors name `target`.
+fn encode_to<W: Write>(
+    snapshot: &dyn BackendSnapshot,
+    options: &WriteOptions,
+    out: W,
+    target: PathBuf,
+) -> Result<SavepointSummary> {
     let config = snapshot.config();
     let states = snapshot.states();
     let header = encode_header(config, states, options.compression)?;
     let mut enc = BlockEncoder {
-        w: FrameWriter::new(out, options.compression),
+        w: FrameWriter::new(out, target, options.compression),
         snapshot,
         prefix_len: key_group_prefix_len(config.max_parallelism),
         key_group: 0,
@@ -307,7 +319,7 @@ pub fn encode<W: Write>(
         enc.key_group = kg;
         for (state, meta) in states.iter().enumerate() {
             enc.begin_state(state, meta.kind);
-            let mut own_error: Option<SavepointError> = None;
+            let mut own_error: Option<Error> = None;
             let visited = snapshot.visit(state, kg, &mut |key, value| {
                 enc.entry(key, value).map_err(|e| {
                     own_error = Some(e);
@@ -315,7 +327,7 @@ pub fn encode<W: Write>(
                 })
             });
             if let Some(e) = own_error {
-                return Err(e.into());
+                return Err(e);
             }
             visited?;
             if let Some(n) = entries_per_state.get_mut(state) {
@@ -346,7 +358,7 @@ pub fn write_savepoint(
     path: &Path,
     snapshot: &dyn BackendSnapshot,
     options: &WriteOptions,
-) -> crate::Result<SavepointSummary> {
+) -> Result<SavepointSummary> {
     write_savepoint_on(&OsStorage, path, snapshot, options)
 }
 
@@ -356,12 +368,13 @@ pub fn write_savepoint_on(
     path: &Path,
     snapshot: &dyn BackendSnapshot,
     options: &WriteOptions,
-) -> crate::Result<SavepointSummary> {
+) -> Result<SavepointSummary> {
     static TEMP_IDS: AtomicU64 = AtomicU64::new(0);
-    let shown = path.display().to_string();
-    let name = path.file_name().ok_or_else(|| SavepointError::Io {
-        context: format!("writing savepoint {shown}"),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name"),
+    let name = path.file_name().ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "savepoint path {} has no file name",
+            path.display()
+        ))
     })?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -384,21 +397,21 @@ pub fn write_savepoint_on(
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => {
                     attempt += 1;
                 }
-                Err(e) => {
-                    return Err(io_err(&format!("creating a temporary file for {shown}"))(e).into())
-                }
+                Err(e) => return Err(Error::io("creating the temporary savepoint file", tmp, e)),
             }
         }
     };
-    let written = encode(snapshot, options, NewFileWriter(&mut file)).and_then(|summary| {
-        file.sync()
-            .map_err(io_err(&format!("syncing the temporary file for {shown}")))?;
-        drop(file);
-        storage
-            .rename(&tmp, path)
-            .map_err(io_err(&format!("renaming the temporary file to {shown}")))?;
-        Ok(summary)
-    });
+    let written =
+        encode_to(snapshot, options, NewFileWriter(&mut file), tmp.clone()).and_then(|summary| {
+            file.sync()
+                .map_err(Error::io_at("syncing the temporary savepoint file", &tmp))?;
+            drop(file);
+            storage.rename(&tmp, path).map_err(Error::io_at(
+                "renaming the temporary savepoint file to",
+                path,
+            ))?;
+            Ok(summary)
+        });
     let summary = match written {
         Ok(s) => s,
         Err(e) => {
@@ -408,7 +421,7 @@ pub fn write_savepoint_on(
     };
     storage
         .sync_dir(dir)
-        .map_err(io_err(&format!("syncing the directory of {shown}")))?;
+        .map_err(Error::io_at("syncing the savepoint directory", dir))?;
     Ok(summary)
 }
 

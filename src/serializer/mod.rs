@@ -18,7 +18,7 @@ pub mod dynamic;
 mod serde_support;
 mod snapshot;
 
-use crate::ErrorKind;
+use keyed_state_lsm::ErrorKind;
 
 pub use builtin::*;
 pub use composite::*;

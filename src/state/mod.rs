@@ -22,7 +22,9 @@
 mod access;
 mod descriptor;
 mod registration;
-pub(crate) mod store;
+mod restore;
+mod store;
+mod timer_queue;
 mod timers;
 mod ttl;
 
@@ -30,5 +32,9 @@ pub use crate::meta::TtlConfig as StateTtlConfig;
 pub use crate::meta::{TtlUpdateType, TtlVisibility};
 pub use access::*;
 pub use descriptor::*;
-pub use store::KeyedStateStore;
-pub use timers::*;
+pub use restore::RestoreSummary;
+pub use store::{KeyedStateStore, StateKeys, StateKeysAndNamespaces};
+pub use timer_queue::{
+    Timer, TimerQueue, TimerService, EVENT_TIMERS_PREFIX, PROCESSING_TIMERS_PREFIX,
+    TIMER_SNAPSHOT_ID,
+};

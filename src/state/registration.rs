@@ -128,40 +128,6 @@ pub(super) fn stored_value_registration<S: TypeSerializer, N: TypeSerializer>(
     }
 }
 
-/// The registration of a timer queue: Flink's `TimerSerializer` snapshot over the key and namespace
-/// serializers; both must be compatible as they are (timer entries are keys: never migrated).
-pub(crate) fn timer_registration<K: TypeSerializer, N: TypeSerializer>(
-    name: &str,
-    key: &K,
-    ns: &Arc<N>,
-) -> Registered {
-    let element = SerializerSnapshot::composite(
-        super::timers::TIMER_SNAPSHOT_ID,
-        crate::serializer::COMPOSITE_SNAPSHOT_VERSION,
-        vec![key.snapshot(), ns.snapshot()],
-    );
-    let current = element.clone();
-    Registered {
-        meta: meta(name, StateKind::Timers, ns.snapshot(), element, None),
-        ns_compat: ns_compat(ns),
-        value_compat: Arc::new(move |old| {
-            if *old == current {
-                Compatibility::CompatibleAsIs
-            } else {
-                Compatibility::Incompatible(format!(
-                    "timer element serializer {current} cannot read timers written by {old}"
-                ))
-            }
-        }),
-        migrate: Arc::new(|prev, _| {
-            Err(Error::InvalidArgument(format!(
-                "timers written by {prev} cannot be migrated"
-            )))
-        }),
-        ttl_layout: None,
-    }
-}
-
 /// The registration of a list state whose stored elements `el` writes.
 pub(super) fn list_registration<S: TypeSerializer, N: TypeSerializer>(
     name: &str,

@@ -14,9 +14,10 @@ use crate::serializer::{KeySerializer, TtlSerializer, TypeSerializer};
 use crate::ttl::{SystemTimeProvider, TtlLayout, TtlStateFilter, TtlTimeProvider};
 
 use super::registration::{
-    element_length, list_registration, map_registration, whole_value_registration,
+    element_length, incompatible, list_registration, map_registration, whole_value_registration,
+    Registered, RestorePlan,
 };
-pub(crate) use super::registration::{incompatible, timer_registration, Registered, RestorePlan};
+use super::timer_queue::QueueHeads;
 
 /// The typed keyed-state store over one backend: Flink's keyed state backend with an implicit current key.
 ///
@@ -44,7 +45,7 @@ pub struct KeyedStateStore<K: KeySerializer> {
     /// Whether some TTL state cleans up incrementally on every record (every `set_current_key`).
     every_record_cleanup: bool,
     /// The in-memory heads of every timer queue, by state id.
-    pub(crate) timer_heads: foldhash::HashMap<StateId, super::timers::QueueHeads>,
+    pub(crate) timer_heads: foldhash::HashMap<StateId, QueueHeads>,
 }
 
 /// A TTL state registered through the store: what its cleanup needs.
@@ -320,8 +321,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         &mut self,
         checkpointer: &crate::checkpoint::Checkpointer,
         id: u64,
-    ) -> std::result::Result<crate::checkpoint::PendingCheckpoint, crate::checkpoint::CheckpointError>
-    {
+    ) -> Result<crate::checkpoint::PendingCheckpoint> {
         checkpointer.begin(id, self.backend.as_mut())
     }
 
@@ -587,70 +587,82 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         Some((key, ns))
     }
 
-    /// Every key that has an entry of `state` in namespace `ns` (each key once, in key-byte order).
+    /// Every key that has an entry of `state` in namespace `ns`, each once, streamed key group by key group
+    /// (in key-byte order within a key group): the store reads one key group of the state at a time
+    /// (`StateBackend::scan_key_group`), keeps its distinct keys, and hands them out before it reads the next,
+    /// so memory is bounded by one key group's keys and no backend lock is held while the caller runs. The
+    /// iterator borrows the store: collect it first to change state per key (as
+    /// [`apply_to_all_keys`](Self::apply_to_all_keys) does).
     pub fn keys<H: StateHandle>(
         &mut self,
         state: &H,
         ns: &<H::Namespace as TypeSerializer>::Value,
-    ) -> Result<Vec<K::Value>> {
+    ) -> Result<StateKeys<'_, K, H::Namespace>> {
         let core = state.core().clone();
         let mut ns_bytes = Vec::new();
         core.namespace
             .serialize(ns, &mut ns_bytes)
             .map_err(|e| Error::serializer(&*core.name, e))?;
-        let mut found: BTreeSet<Vec<u8>> = BTreeSet::new();
-        let mut raw: Vec<Vec<u8>> = Vec::new();
-        self.backend.scan_state(core.id, &mut |_, k, _| {
-            raw.push(k.to_vec());
-            true
-        })?;
-        for k in &raw {
-            if let Some((key, n)) = self.split(&core, k) {
-                if n == ns_bytes.as_slice() {
-                    found.insert(key.to_vec());
-                }
-            }
-        }
-        found
-            .iter()
-            .map(|k| {
-                crate::serializer::from_bytes(&self.key_serializer, k)
-                    .map_err(|e| Error::serializer("<key>", e))
-            })
-            .collect()
+        let groups = KeyGroups::of(self.backend.config().key_group_range);
+        Ok(StateKeys {
+            store: self,
+            core,
+            ns: ns_bytes,
+            groups,
+            batch: Default::default(),
+            failed: false,
+        })
     }
 
-    /// Every (key, namespace) pair that has an entry of `state` (each pair once).
+    /// Every (key, namespace) pair that has an entry of `state`, each once, streamed key group by key group
+    /// as [`keys`](Self::keys) is (in byte order of the pair within a key group).
     pub fn keys_and_namespaces<H: StateHandle>(
         &mut self,
         state: &H,
-    ) -> Result<Vec<(K::Value, <H::Namespace as TypeSerializer>::Value)>> {
+    ) -> StateKeysAndNamespaces<'_, K, H::Namespace> {
         let core = state.core().clone();
+        let groups = KeyGroups::of(self.backend.config().key_group_range);
+        StateKeysAndNamespaces {
+            store: self,
+            core,
+            groups,
+            batch: Default::default(),
+            failed: false,
+        }
+    }
+
+    /// The distinct (key bytes, namespace bytes) of the entries of `core`'s state in key group `kg`, in byte
+    /// order; with `ns`, only the keys in that namespace (namespace bytes left empty).
+    fn key_group_keys<N: TypeSerializer>(
+        &mut self,
+        core: &HandleCore<N>,
+        kg: KeyGroup,
+        ns: Option<&[u8]>,
+    ) -> Result<BTreeSet<(Vec<u8>, Vec<u8>)>> {
         let mut raw: Vec<Vec<u8>> = Vec::new();
-        self.backend.scan_state(core.id, &mut |_, k, _| {
+        self.backend.scan_key_group(core.id, kg, &mut |k, _| {
             raw.push(k.to_vec());
             true
         })?;
-        let mut pairs: BTreeSet<(Vec<u8>, Vec<u8>)> = BTreeSet::new();
+        let mut found = BTreeSet::new();
         for k in &raw {
-            let (key, ns) = self.split(&core, k).ok_or_else(|| Error::CorruptState {
+            let (key, n) = self.split(core, k).ok_or_else(|| Error::CorruptState {
                 state: core.name.to_string(),
                 detail: format!(
                     "entry key {k:02x?} does not parse with the registered serializers"
                 ),
             })?;
-            pairs.insert((key.to_vec(), ns.to_vec()));
+            match ns {
+                Some(want) if n != want => {}
+                Some(_) => {
+                    found.insert((key.to_vec(), Vec::new()));
+                }
+                None => {
+                    found.insert((key.to_vec(), n.to_vec()));
+                }
+            }
         }
-        pairs
-            .into_iter()
-            .map(|(k, n)| {
-                let key = crate::serializer::from_bytes(&self.key_serializer, &k)
-                    .map_err(|e| Error::serializer("<key>", e))?;
-                let ns = crate::serializer::from_bytes(&*core.namespace, &n)
-                    .map_err(|e| Error::serializer(&*core.name, e))?;
-                Ok((key, ns))
-            })
-            .collect()
+        Ok(found)
     }
 
     /// Calls `f` with every key that has an entry of `state` in `ns`, with that key set as the current key.
@@ -661,7 +673,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         ns: &<H::Namespace as TypeSerializer>::Value,
         mut f: impl FnMut(&mut Self, &K::Value) -> Result<()>,
     ) -> Result<()> {
-        let keys = self.keys(state, ns)?;
+        let keys: Vec<K::Value> = self.keys(state, ns)?.collect::<Result<_>>()?;
         let previous = self
             .current_kg
             .map(|kg| (kg, self.key_ns[..self.key_end].to_vec()));
@@ -675,5 +687,97 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             self.key_ns = key_prefix;
         }
         Ok(())
+    }
+}
+
+/// The key groups of a range, in order (a nameable iterator for the key iterators' fields).
+struct KeyGroups {
+    range: KeyGroupRange,
+    pos: usize,
+}
+
+impl KeyGroups {
+    fn of(range: KeyGroupRange) -> Self {
+        KeyGroups { range, pos: 0 }
+    }
+}
+
+impl Iterator for KeyGroups {
+    type Item = KeyGroup;
+
+    fn next(&mut self) -> Option<KeyGroup> {
+        if self.pos >= self.range.len() {
+            return None;
+        }
+        let kg = u32::from(self.range.start()) + self.pos as u32;
+        self.pos += 1;
+        KeyGroup::try_from(kg).ok()
+    }
+}
+
+/// The iterator of [`KeyedStateStore::keys`].
+pub struct StateKeys<'s, K: KeySerializer, N: TypeSerializer> {
+    store: &'s mut KeyedStateStore<K>,
+    core: HandleCore<N>,
+    ns: Vec<u8>,
+    groups: KeyGroups,
+    batch: std::collections::VecDeque<Vec<u8>>,
+    failed: bool,
+}
+
+impl<K: KeySerializer, N: TypeSerializer> Iterator for StateKeys<'_, K, N> {
+    type Item = Result<K::Value>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.batch.is_empty() && !self.failed {
+            let kg = self.groups.next()?;
+            match self.store.key_group_keys(&self.core, kg, Some(&self.ns)) {
+                Ok(found) => self.batch.extend(found.into_iter().map(|(k, _)| k)),
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let k = self.batch.pop_front()?;
+        Some(
+            crate::serializer::from_bytes(&self.store.key_serializer, &k)
+                .map_err(|e| Error::serializer("<key>", e)),
+        )
+    }
+}
+
+/// The iterator of [`KeyedStateStore::keys_and_namespaces`].
+pub struct StateKeysAndNamespaces<'s, K: KeySerializer, N: TypeSerializer> {
+    store: &'s mut KeyedStateStore<K>,
+    core: HandleCore<N>,
+    groups: KeyGroups,
+    batch: std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
+    failed: bool,
+}
+
+impl<K: KeySerializer, N: TypeSerializer> Iterator for StateKeysAndNamespaces<'_, K, N> {
+    type Item = Result<(K::Value, N::Value)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.batch.is_empty() && !self.failed {
+            let kg = self.groups.next()?;
+            match self.store.key_group_keys(&self.core, kg, None) {
+                Ok(found) => self.batch.extend(found),
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let (k, n) = self.batch.pop_front()?;
+        let decoded = crate::serializer::from_bytes(&self.store.key_serializer, &k)
+            .map_err(|e| Error::serializer("<key>", e))
+            .and_then(|key| {
+                crate::serializer::from_bytes(&*self.core.namespace, &n)
+                    .map(|ns| (key, ns))
+                    .map_err(|e| Error::serializer(&*self.core.name, e))
+            });
+        Some(decoded)
     }
 }

@@ -12,11 +12,11 @@ use crate::s3 as common_s3;
 use checkpoint_common::*;
 
 use keyed_state::backend::StateBackend;
-use keyed_state::checkpoint::tools::{self, list_completed};
 use keyed_state::checkpoint::{
-    instance_name, restore_lsm, CheckpointError, CheckpointOptions, CheckpointStorage,
+    instance_name, restore_lsm_temp, CheckpointError, CheckpointOptions, CheckpointStorage,
     Checkpointer, FileKind, RestoreInfo, RestoreMode,
 };
+use keyed_state::checkpoint::{list_completed, tools};
 use keyed_state::keygroup::key_group_range_for_operator;
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::KeyedStateStore;
@@ -40,7 +40,7 @@ fn claimed_instance(
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
     let (backend, info, engine): (Box<dyn StateBackend>, _, _) = match kind {
         Kind::Lsm => {
-            let (b, info) = restore_lsm(storage, id, cfg.clone(), options()).unwrap();
+            let (b, info) = restore_lsm_temp(storage, id, cfg.clone(), options()).unwrap();
             let e = Some(b.engine());
             (Box::new(b), info, e)
         }
@@ -392,14 +392,14 @@ fn claim_mode_refuses_parts_of_two_checkpoints_and_a_claim_after_the_first_check
         .restored_from(&parts, all(), RestoreMode::Claim)
         .unwrap_err();
     assert!(
-        matches!(&err, CheckpointError::Invalid(t) if t.contains("checkpoints 1 and 2")),
+        matches!(&err, keyed_state::Error::Checkpoint(CheckpointError::Invalid(t)) if t.contains("checkpoints 1 and 2")),
         "{err}"
     );
     let err =
         a.ck.restored_from(&parts[..1], all(), RestoreMode::Claim)
             .unwrap_err();
     assert!(
-        matches!(&err, CheckpointError::Invalid(t) if t.contains("before the first checkpoint")),
+        matches!(&err, keyed_state::Error::Checkpoint(CheckpointError::Invalid(t)) if t.contains("before the first checkpoint")),
         "{err}"
     );
 }
@@ -522,8 +522,8 @@ fn an_old_run_a_crash_left_objects_in_is_swept_by_its_owner_when_it_opens_again(
 
 #[test]
 fn a_scan_that_sees_a_metadata_file_vanish_scans_again_before_anything_is_deleted() {
-    use keyed_state::checkpoint::fault_store::FaultStore;
     use keyed_state::checkpoint::metadata_path;
+    use keyed_state::internals::FaultStore;
     let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
     let storage =
         Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap());
@@ -568,7 +568,7 @@ fn claim_and_checkpoint_until_a_failure(
     for i in 0..2 {
         let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
         let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-        let Ok((b, info)) = restore_lsm(storage, 1, cfg.clone(), options()) else {
+        let Ok((b, info)) = restore_lsm_temp(storage, 1, cfg.clone(), options()) else {
             return false;
         };
         let (store, counter) = store_on(Box::new(b));
@@ -614,7 +614,7 @@ fn claim_and_checkpoint_until_a_failure(
 #[test]
 fn a_claim_rescale_failing_at_any_object_store_request_leaves_a_restorable_root_that_the_next_run_cleans(
 ) {
-    use keyed_state::checkpoint::fault_store::FaultStore;
+    use keyed_state::internals::FaultStore;
     let setup = || {
         let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
         let storage =

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keyed_state::backend::lsm::LsmBackend;
-use keyed_state::checkpoint::tools::{list_completed, referenced_objects, verify};
+use keyed_state::checkpoint::list_completed;
+use keyed_state::checkpoint::tools::{referenced_objects, verify};
 use keyed_state::checkpoint::{
-    restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer, PendingCheckpoint,
+    restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer, PendingCheckpoint,
 };
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::serializer::LongSerializer;
@@ -92,7 +93,7 @@ fn checkpoint_crash_child() {
         .open(dir.join("confirmed"))
         .unwrap();
     let finish = |id: u64, h: std::thread::JoinHandle<_>, confirmed: &mut std::fs::File| {
-        let r: Result<_, keyed_state::checkpoint::CheckpointError> = h.join().unwrap();
+        let r: keyed_state::Result<_> = h.join().unwrap();
         r.unwrap();
         if id % 5 == 0 {
             ck.notify_aborted(id).unwrap();
@@ -185,7 +186,7 @@ fn a_sigkill_during_checkpoints_leaves_the_last_completed_one_restorable() {
             continue;
         };
         let (backend, _) =
-            restore_lsm(&storage, last, config(), LsmBackend::small_options()).unwrap();
+            restore_lsm_temp(&storage, last, config(), LsmBackend::small_options()).unwrap();
         let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
         let counter = store
             .register_value(ValueStateDescriptor::new("counter", LongSerializer))

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::checkpoint::tools::{referenced_objects, verify};
 use keyed_state::checkpoint::{
-    restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer, RestoreMode,
+    restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer, RestoreMode,
 };
 use keyed_state::keygroup::key_group_range_for_operator;
 use keyed_state::serializer::LongSerializer;
@@ -168,7 +168,7 @@ fn run_ops(ops: Vec<Op>, retain: usize) -> Result<(), TestCaseError> {
                     .map(|i| {
                         let range = key_group_range_for_operator(MAX_P, p, i).unwrap();
                         let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-                        let (b, info) = restore_lsm(&storage, id, cfg, opts.clone()).unwrap();
+                        let (b, info) = restore_lsm_temp(&storage, id, cfg, opts.clone()).unwrap();
                         let x = wrap(b, &storage, retain);
                         let mode = if claim {
                             RestoreMode::Claim

@@ -12,10 +12,10 @@ use checkpoint_common::*;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
-use keyed_state::checkpoint::tools::{self, list_completed};
+use keyed_state::checkpoint::{list_completed, tools};
 use keyed_state::checkpoint::{
-    restore_lsm, to_savepoint, CheckpointError, CheckpointOptions, CheckpointStorage, Checkpointer,
-    FileKind, RestoreInfo,
+    restore_lsm, restore_lsm_temp, to_savepoint, CheckpointError, CheckpointOptions,
+    CheckpointStorage, Checkpointer, FileKind, RestoreInfo,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::savepoint::SavepointReader;
@@ -31,6 +31,9 @@ on_every_store!(
     rescale_1_2_1_3_2_adopts_every_file_each_time_and_equals_the_model,
     instances_with_tombstones_over_each_others_key_groups_are_adopted_without_hiding_keys,
     large_files_go_up_in_parts_and_come_back_whole,
+    restore_lsm_builds_the_engine_in_the_directory_the_caller_gives,
+    a_part_with_other_states_is_copied_through_a_directory_inside_the_one_given_and_removed,
+    a_failed_restore_leaves_the_directory_it_was_given_empty,
 );
 
 on_every_backend_and_store!(
@@ -199,7 +202,17 @@ fn an_upload_failing_midway_leaves_no_metadata_and_no_objects(
     storage.fail_puts_after(Some(1));
     let err = p.run().unwrap_err();
     storage.fail_puts_after(None);
-    assert!(matches!(err, CheckpointError::Storage(_)), "{err}");
+    assert!(
+        matches!(
+            &err,
+            keyed_state::Error::Checkpoint(CheckpointError::Store {
+                operation: "put",
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert_eq!(err.kind(), keyed_state::ErrorKind::Io);
     assert!(list_completed(storage).unwrap().is_empty());
     a.ck.sweep().unwrap();
     assert!(storage.list("").unwrap().is_empty());
@@ -216,7 +229,15 @@ fn a_cancelled_checkpoint_fails_and_leaves_nothing(storage: &Arc<CheckpointStora
     }
     let p = a.ck.begin(1, a.store.backend_mut()).unwrap();
     a.ck.notify_aborted(1).unwrap();
-    assert!(matches!(p.run(), Err(CheckpointError::Cancelled(1))));
+    let err = p.run().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            keyed_state::Error::Checkpoint(CheckpointError::Cancelled { id: 1 })
+        ),
+        "{err}"
+    );
+    assert_eq!(err.kind(), keyed_state::ErrorKind::Closed);
     assert!(storage.list("").unwrap().is_empty());
 }
 
@@ -227,7 +248,12 @@ fn closing_while_a_checkpoint_runs_cancels_it(storage: &Arc<CheckpointStorage>, 
     }
     let p = a.ck.begin(1, a.store.backend_mut()).unwrap();
     a.ck.close();
-    assert!(matches!(p.run(), Err(CheckpointError::Cancelled(1))));
+    assert!(matches!(
+        p.run(),
+        Err(keyed_state::Error::Checkpoint(CheckpointError::Cancelled {
+            id: 1
+        }))
+    ));
     assert!(storage.list("").unwrap().is_empty());
     assert!(a.ck.begin(2, a.store.backend_mut()).is_err());
 }
@@ -348,7 +374,7 @@ fn instances_with_tombstones_over_each_others_key_groups_are_adopted_without_hid
         .map(|i| {
             let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-            let (mut backend, _) = restore_lsm(storage, 1, cfg.clone(), options()).unwrap();
+            let (mut backend, _) = restore_lsm_temp(storage, 1, cfg.clone(), options()).unwrap();
             // Tombstones over the other half, newer than every key of the checkpoint; the first half also
             // deletes its last key group by one tombstone reaching into the second half's first.
             backend.clip_to(range).unwrap();
@@ -516,7 +542,7 @@ fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale(
         x.ck.notify_complete(1).unwrap();
     }
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let (backend, info) = restore_lsm(storage, 1, cfg, options()).unwrap();
+    let (backend, info) = restore_lsm_temp(storage, 1, cfg, options()).unwrap();
     assert_eq!(info.adopted.len(), 2, "{info:?}");
     assert!(info.copied.is_empty());
     let (store, counter) = store_on(Box::new(backend));
@@ -533,7 +559,7 @@ fn instances_that_never_held_foreign_key_groups_are_all_adopted_on_rescale(
 }
 
 fn large_files_go_up_in_parts_and_come_back_whole(storage: &Arc<CheckpointStorage>) {
-    use keyed_state::checkpoint::storage::{Upload, UploadPart, MULTIPART_THRESHOLD};
+    use keyed_state::checkpoint::{Upload, UploadPart, MULTIPART_THRESHOLD};
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big");
     let small = dir.path().join("small");
@@ -582,11 +608,15 @@ fn an_unreachable_object_store_fails_fast_naming_the_store_and_the_operation() {
     let storage = Arc::new(CheckpointStorage::open_with(root, &s).unwrap());
     let err = storage.put("chk-1/x/_metadata", vec![1]).unwrap_err();
     match &err {
-        CheckpointError::Store {
-            store, operation, ..
-        } => {
+        keyed_state::Error::Checkpoint(CheckpointError::Store {
+            store,
+            operation,
+            object,
+            ..
+        }) => {
             assert_eq!(store, root);
-            assert_eq!(operation, "put chk-1/x/_metadata");
+            assert_eq!(*operation, "put");
+            assert_eq!(object.as_deref(), Some("chk-1/x/_metadata"));
         }
         e => panic!("expected a store error, got {e}"),
     }
@@ -748,7 +778,16 @@ fn heap_checkpoints_hold_list_map_and_timer_tables_and_restore_them() {
             store.map(&map).unwrap().get(&"u1".to_string()).unwrap(),
             Some(want)
         );
-        assert_eq!(store.map(&map).unwrap().entries().unwrap().len(), 3);
+        assert_eq!(
+            store
+                .map(&map)
+                .unwrap()
+                .entries()
+                .collect::<keyed_state::Result<Vec<_>>>()
+                .unwrap()
+                .len(),
+            3
+        );
     }
 }
 
@@ -770,7 +809,9 @@ fn heap_rescale_reads_exactly_the_tables_of_the_owned_key_groups() {
             let range = key_group_range_for_operator(MAX_P, 2, i).unwrap();
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
             let (backend, info) = restored(Kind::Heap, &storage, 1, cfg.clone());
-            assert_eq!(info.files_adopted, range.len(), "{info:?}");
+            // Heap tables are not engine files: counted apart.
+            assert_eq!(info.tables_read, range.len(), "{info:?}");
+            assert_eq!(info.files_adopted, 0, "{info:?}");
             assert!(
                 info.bytes_fetched < total,
                 "{} of {total}",
@@ -833,7 +874,7 @@ fn a_restore_of_another_backends_checkpoint_names_both_and_to_savepoint_bridges_
     a.checkpoint(1);
     a.ck.notify_complete(1).unwrap();
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let err = restore_lsm(&storage, 1, cfg, options()).err().unwrap();
+    let err = restore_lsm_temp(&storage, 1, cfg, options()).err().unwrap();
     let text = err.to_string();
     assert!(
         text.contains("heap backend") && text.contains("lsm"),
@@ -947,13 +988,151 @@ fn a_checkpoint_id_written_by_two_runs_with_overlapping_instances_is_an_error_na
     new.checkpoint(5);
     new.ck.notify_complete(5).unwrap();
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
-    let err = restore_lsm(&storage, 5, cfg, options()).err().unwrap();
+    let err = restore_lsm_temp(&storage, 5, cfg, options()).err().unwrap();
     let text = err.to_string();
-    assert!(matches!(err, CheckpointError::Damaged(_)), "{text}");
+    assert!(
+        matches!(
+            err,
+            keyed_state::Error::Checkpoint(CheckpointError::OverlappingParts { id: 5, .. })
+        ),
+        "{text}"
+    );
+    assert_eq!(err.kind(), keyed_state::ErrorKind::Corruption);
     assert!(
         text.contains("both hold key groups")
             && text.contains(&first_half.to_string())
             && text.contains(&all().to_string()),
         "{text}"
     );
+}
+
+/// The names in directory `dir`.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn restore_lsm_builds_the_engine_in_the_directory_the_caller_gives(
+    storage: &Arc<CheckpointStorage>,
+) {
+    let mut a = fresh(storage, all(), 3);
+    for k in 0..3000 {
+        a.put(k, k * 7);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("instance-0");
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, info) = restore_lsm(storage, 1, &dir, cfg.clone(), options()).unwrap();
+    assert_eq!(backend.path(), dir.as_path());
+    assert!(info.files_adopted > 0, "{info:?}");
+    assert_eq!(info.tables_read, 0, "{info:?}");
+    // The engine's files, and nothing of the restore's staging.
+    let names = names_in(&dir);
+    assert!(names.iter().any(|n| n.ends_with(".sst")), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.starts_with("staged-") && !n.starts_with("restore-part-")),
+        "{names:?}"
+    );
+    let (mut store, counter) = store_on(Box::new(backend));
+    for k in 0..3000 {
+        store.set_current_key(&k).unwrap();
+        assert_eq!(store.value(&counter).unwrap().get().unwrap(), Some(k * 7));
+    }
+    drop(store);
+    // The directory is the caller's: it stays, and a second restore into it (not empty) is refused.
+    assert!(names_in(&dir).iter().any(|n| n.ends_with(".sst")));
+    let err = restore_lsm(storage, 1, &dir, cfg, options()).err().unwrap();
+    assert_eq!(err.kind(), keyed_state::ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("not empty"), "{err}");
+}
+
+fn a_part_with_other_states_is_copied_through_a_directory_inside_the_one_given_and_removed(
+    storage: &Arc<CheckpointStorage>,
+) {
+    let halves = [KeyGroupRange::new(0, 7), KeyGroupRange::new(8, 15)];
+    let mut a = fresh(storage, halves[0], 3);
+    // The second instance registered another state first: its state ids differ, so its files cannot
+    // share the first instance's engine and its entries are copied.
+    let cfg_b = KeyedStateStore::config_for(&LongSerializer, MAX_P, halves[1]);
+    let mut b_store = KeyedStateStore::new(
+        Box::new(LsmBackend::temp_with(cfg_b.clone(), options()).unwrap()),
+        LongSerializer,
+    )
+    .unwrap();
+    b_store
+        .register_value(ValueStateDescriptor::new("other", LongSerializer))
+        .unwrap();
+    let b_counter = b_store
+        .register_value(ValueStateDescriptor::new("counter", LongSerializer))
+        .unwrap();
+    let b_ck =
+        Checkpointer::open(Arc::clone(storage), &cfg_b, CheckpointOptions::default()).unwrap();
+    let mut model = BTreeMap::new();
+    for k in 0..2000 {
+        if a.owns(k) {
+            a.put(k, k + 1);
+        } else {
+            b_store.set_current_key(&k).unwrap();
+            b_store.value(&b_counter).unwrap().update(&(k + 1)).unwrap();
+        }
+        model.insert(k, k + 1);
+    }
+    a.checkpoint(1);
+    b_store.checkpoint(&b_ck, 1).unwrap().run().unwrap();
+    a.ck.notify_complete(1).unwrap();
+    b_ck.notify_complete(1).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("merged");
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let (backend, info) = restore_lsm(storage, 1, &dir, cfg, options()).unwrap();
+    assert_eq!(info.adopted.len(), 1, "{info:?}");
+    assert_eq!(info.copied.len(), 1, "{info:?}");
+    let names = names_in(&dir);
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.starts_with("staged-") && !n.starts_with("restore-part-")),
+        "{names:?}"
+    );
+    let (mut store, counter) = store_on(Box::new(backend));
+    for (k, v) in model {
+        store.set_current_key(&k).unwrap();
+        assert_eq!(
+            store.value(&counter).unwrap().get().unwrap(),
+            Some(v),
+            "key {k}"
+        );
+    }
+}
+
+fn a_failed_restore_leaves_the_directory_it_was_given_empty(storage: &Arc<CheckpointStorage>) {
+    let mut a = fresh(storage, all(), 3);
+    for k in 0..3000 {
+        a.put(k, k);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    // Every object of the checkpoint damaged: whatever the restore fetched before it noticed goes.
+    for o in &list_completed(storage).unwrap()[0].objects {
+        let mut bytes = storage.get(&o.path).unwrap();
+        let n = bytes.len();
+        bytes[n / 2] ^= 0x55;
+        bytes[n - 1] ^= 0x55;
+        storage.put(&o.path, bytes).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("instance-0");
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let err = restore_lsm(storage, 1, &dir, cfg, options()).err().unwrap();
+    assert_eq!(err.kind(), keyed_state::ErrorKind::Corruption, "{err}");
+    assert!(err.location().is_some(), "{err}");
+    assert_eq!(names_in(&dir), Vec::<String>::new());
 }

@@ -20,12 +20,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
-use keyed_state_lsm::sst::SstOptions;
 use keyed_state_lsm::storage::fault::FaultFs;
 use keyed_state_lsm::storage::{Storage, StorageHandle};
+use keyed_state_lsm::{Db, ListAppendOperator, Options, ReadOptions, SstOptions};
 use rand::{Rng, SeedableRng};
 
 type Contents = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -109,7 +106,7 @@ fn apply(db: &Db, step: &Step, index: usize) -> Result<(), String> {
         Step::Delete(k) => db.delete(&key(*k)),
         Step::DeleteRange(a, b) => db.delete_range(&key(*a), &key(*b)),
         Step::Batch(ops) => {
-            let mut b = keyed_state_lsm::batch::WriteBatch::new();
+            let mut b = keyed_state_lsm::WriteBatch::new();
             for (k, v) in ops {
                 if v % 3 == 0 {
                     b.merge(&key(*k), format!("b{v}").as_bytes());

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use keyed_state_lsm::db::{Db, DbStats};
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{CompactionPriority, Options, ReadOptions};
-use keyed_state_lsm::sst::{Compression, SstOptions};
+use keyed_state_lsm::{
+    CompactionPriority, Compression, Db, DbStats, ListAppendOperator, Options, ReadOptions,
+    SstOptions,
+};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 

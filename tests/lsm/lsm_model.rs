@@ -3,13 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
-use keyed_state_lsm::prefix::PrefixExtractor;
-use keyed_state_lsm::snapshot::Snapshot;
-use keyed_state_lsm::sst::{Compression, SstOptions};
+use keyed_state_lsm::{
+    Compression, Db, ListAppendOperator, Options, PrefixExtractor, ReadOptions, Snapshot,
+    SstOptions, WriteBatch,
+};
 use proptest::prelude::*;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;

@@ -4,8 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::options::{Options, ReadOptions};
+use keyed_state_lsm::{Db, Options, ReadOptions};
 
 const KEYS: usize = 30_000;
 

@@ -3,20 +3,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use keyed_state_lsm::adopt::{self, AdoptFile};
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::bounds::KeyBounds;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::filter::{
-    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
-    FilterEntryKind,
-};
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
-use keyed_state_lsm::prefix::{FixedPrefix, PrefixExtractor};
-use keyed_state_lsm::sst::{Compression, SstOptions};
 use keyed_state_lsm::storage::OsStorage;
-use keyed_state_lsm::LsmError;
+use keyed_state_lsm::{
+    adopt_sst_files, AdoptFile, CompactionFilter, CompactionFilterContext, CompactionFilterFactory,
+    Compression, Db, ErrorKind, FilterDecision, FilterEntryKind, FixedPrefix, KeyBounds,
+    ListAppendOperator, LsmError, Options, PrefixExtractor, ReadOptions, SstOptions, WriteBatch,
+};
 
 fn small_opts() -> Options {
     Options {
@@ -505,10 +497,12 @@ fn wal_replays_unflushed_writes() {
         db.merge(b"l", b"x").unwrap();
         db.delete_range(b"q", b"r").unwrap();
         // A second handle is refused while the first is open.
-        assert!(matches!(
-            Db::open(dir.path(), opts.clone()),
-            Err(LsmError::Locked(_))
-        ));
+        let second = Db::open(dir.path(), opts.clone());
+        assert!(
+            matches!(&second, Err(e @ LsmError::Locked { dir: d }) if d == dir.path() && e.kind() == ErrorKind::Busy),
+            "{:?}",
+            second.as_ref().err()
+        );
         // Simulate a crash: no flush on close.
         db.abandon();
     }
@@ -559,23 +553,210 @@ fn manifest_corruption_is_typed_error() {
     ));
 }
 
+fn no_merge_operator(key: &[u8]) -> impl Fn(&Result<(), LsmError>) -> bool + '_ {
+    move |r| matches!(r, Err(e @ LsmError::NoMergeOperator { key: k }) if k == key && e.kind() == ErrorKind::InvalidInput)
+}
+
 #[test]
 fn merge_without_operator_is_typed_error() {
+    for wal in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            merge_operator: None,
+            wal,
+            ..small_opts()
+        };
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        db.put(b"k", b"base").unwrap();
+        // Refused at write, typed, naming the key: nothing is written, the database goes on.
+        let r = db.merge(b"k", b"v");
+        assert!(no_merge_operator(b"k")(&r), "{r:?}");
+        assert_eq!(get(&db, b"k").as_deref(), Some(&b"base"[..]));
+        assert_eq!(db.stats().last_seqno, 1);
+        db.put(b"other", b"1").unwrap();
+        db.close().unwrap();
+        // Nothing of the refused operand reached the log either.
+        let db = Db::open(dir.path(), opts).unwrap();
+        assert_eq!(get(&db, b"k").as_deref(), Some(&b"base"[..]));
+        assert_eq!(get(&db, b"other").as_deref(), Some(&b"1"[..]));
+    }
+}
+
+#[test]
+fn a_batch_holding_a_merge_operand_is_refused_whole_without_an_operator() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(
         dir.path(),
         Options {
             merge_operator: None,
+            wal: true,
             ..small_opts()
         },
     )
     .unwrap();
-    db.merge(b"k", b"v").unwrap();
-    assert!(matches!(db.get(b"k"), Err(LsmError::NoMergeOperator)));
+    let mut batch = WriteBatch::new();
+    batch
+        .put(b"a", b"1")
+        .merge(b"list", b"x")
+        .merge(b"other", b"y")
+        .delete(b"b");
+    let r = db.write(&batch);
+    assert!(no_merge_operator(b"list")(&r), "{r:?}");
+    assert_eq!(get(&db, b"a"), None, "no update of a refused batch applies");
+    assert_eq!(db.stats().last_seqno, 0);
+    // The same batch without its operands goes through; a cleared batch forgets them.
+    batch.clear();
+    batch.put(b"a", b"1").delete(b"b");
+    db.write(&batch).unwrap();
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
+}
+
+#[test]
+fn reopened_without_its_merge_operator_a_database_reports_the_operands_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.merge(b"l", b"x").unwrap();
+    db.merge(b"l", b"y").unwrap();
+    db.put(b"z", b"9").unwrap();
+    db.close().unwrap();
+    let without = Options {
+        merge_operator: None,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), without.clone()).unwrap();
+    assert!(matches!(db.get(b"l"), Err(LsmError::NoMergeOperator { key }) if key == b"l"));
+    assert_eq!(get(&db, b"a").as_deref(), Some(&b"1"[..]));
+    // The iterator yields the entries before the operands, then the error as its last item.
+    let entries: Vec<_> = db.iter(ReadOptions::default()).into_iter().collect();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries[0].as_ref().unwrap().0, b"a");
+    assert!(matches!(&entries[1], Err(LsmError::NoMergeOperator { key }) if key == b"l"));
     // Compaction keeps the operands instead of failing the database.
     db.compact_all().unwrap();
-    assert!(matches!(db.get(b"k"), Err(LsmError::NoMergeOperator)));
-    db.put(b"other", b"1").unwrap();
+    assert!(matches!(
+        db.get(b"l"),
+        Err(LsmError::NoMergeOperator { .. })
+    ));
+    db.close().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(get(&db, b"l").as_deref(), Some(&b"x,y"[..]));
+}
+
+#[test]
+fn the_iterator_of_owned_entries_yields_what_the_cursor_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for i in 0..600u32 {
+        db.put(format!("k{i:04}").as_bytes(), format!("v{i}").as_bytes())
+            .unwrap();
+    }
+    db.flush().unwrap();
+    // Newer values in the memtable over older ones in files, a deleted key, a merged list.
+    for i in (0..600u32).step_by(7) {
+        db.put(format!("k{i:04}").as_bytes(), b"new").unwrap();
+    }
+    db.delete(b"k0001").unwrap();
+    db.merge(b"k0002", b"x").unwrap();
+    for ro in [
+        ReadOptions::default(),
+        ReadOptions {
+            lower_bound: Some(b"k0100".to_vec()),
+            upper_bound: Some(b"k0200".to_vec()),
+            ..ReadOptions::default()
+        },
+        ReadOptions {
+            prefix: Some(b"k05".to_vec()),
+            ..ReadOptions::default()
+        },
+    ] {
+        let cursor = scan(&db, ro.clone());
+        let owned: Vec<(Vec<u8>, Vec<u8>)> = db
+            .iter(ro)
+            .into_iter()
+            .map(|e| e.map(|(k, v)| (k, v.to_vec())))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(!owned.is_empty());
+        assert_eq!(owned, cursor);
+    }
+    // From a positioned cursor the entries start where it is; the cursor comes back where they stopped.
+    let mut it = db.iter(ReadOptions::default());
+    it.seek(b"k0590");
+    let mut entries = it.entries();
+    let first: Vec<Vec<u8>> = entries.by_ref().take(3).map(|e| e.unwrap().0).collect();
+    assert_eq!(first, [&b"k0590"[..], b"k0591", b"k0592"]);
+    let it = entries.into_cursor();
+    assert_eq!(it.key(), b"k0593");
+    assert_eq!(it.entries().count(), 599 - 593 + 1);
+}
+
+#[test]
+fn adopting_overlapping_files_into_one_level_names_the_files_and_the_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        auto_compaction: false,
+        ..small_opts()
+    };
+    let db = Db::open(dir.path().join("db"), opts).unwrap();
+    for round in 0..2 {
+        for i in 0..50u32 {
+            db.put(format!("k{i:03}").as_bytes(), &[round]).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let dst = dir.path().join("adopted");
+    let info = db.checkpoint(&dst).unwrap();
+    db.close().unwrap();
+    std::fs::remove_file(&info.manifest).unwrap();
+    assert_eq!(info.files.len(), 2, "{info:?}");
+    let files: Vec<AdoptFile> = info
+        .files
+        .iter()
+        .map(|f| AdoptFile {
+            level: 1,
+            number: f.number,
+            bounds: None,
+        })
+        .collect();
+    let r = adopt_sst_files(&OsStorage, &dst, &files, info.seqno, 4);
+    let mut numbers: Vec<u64> = info.files.iter().map(|f| f.number).collect();
+    numbers.sort_unstable();
+    assert!(
+        matches!(&r, Err(e @ LsmError::FilesOverlap { level: 1, first, second })
+        if e.kind() == ErrorKind::InvalidInput && {
+            let mut got = [*first, *second];
+            got.sort_unstable();
+            got[..] == numbers[..]
+        }),
+        "{r:?}"
+    );
+    // At levels 0 and 1 they may: L0 files overlap.
+    let files: Vec<AdoptFile> = files
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| AdoptFile { level: i, ..f })
+        .collect();
+    assert_eq!(
+        adopt_sst_files(&OsStorage, &dst, &files, info.seqno, 4).unwrap(),
+        2
+    );
+}
+
+#[test]
+fn a_checkpoint_into_a_directory_that_is_not_empty_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path().join("db"), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    let target = dir.path().join("cp");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::write(target.join("someone-elses"), b"x").unwrap();
+    let r = db.checkpoint(&target);
+    assert!(
+        matches!(&r, Err(e @ LsmError::DirectoryNotEmpty { dir }) if *dir == target && e.kind() == ErrorKind::InvalidInput),
+        "{r:?}"
+    );
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 1);
 }
 
 #[test]
@@ -658,7 +839,10 @@ fn ingest_sorted_places_non_overlapping_files_in_last_level() {
     assert_eq!(get(&db, b"k00005").as_deref(), Some(&b"new"[..]));
     assert_eq!(scan(&db, ReadOptions::default()).len(), 2001);
     let err = db.ingest_sorted(vec![(b"b".to_vec(), vec![]), (b"a".to_vec(), vec![])]);
-    assert!(matches!(err, Err(LsmError::InvalidArgument(_))));
+    assert!(
+        matches!(&err, Err(LsmError::NotAscending { key }) if key == b"a"),
+        "{err:?}"
+    );
     db.close().unwrap();
     let db = Db::open(dir.path(), small_opts()).unwrap();
     assert_eq!(get(&db, b"k00006").as_deref(), Some(&b"new"[..]));
@@ -692,12 +876,15 @@ fn ingest_sorted_runs_writes_runs_in_parallel_and_rejects_runs_out_of_order() {
     assert_eq!(scan(&db, ReadOptions::default()).len(), 3001);
     // Runs that overlap, or come in the wrong order: an error, nothing installed, no file left behind.
     let files = sst_count(dir.path());
-    for runs in [
-        vec![run(5000..5010), run(4000..4010)],
-        vec![run(6000..6010), run(6005..6020)],
+    for (runs, first_out_of_order) in [
+        (vec![run(5000..5010), run(4000..4010)], b"k04000"),
+        (vec![run(6000..6010), run(6005..6020)], b"k06005"),
     ] {
         let err = db.ingest_sorted_runs(runs);
-        assert!(matches!(err, Err(LsmError::InvalidArgument(_))), "{err:?}");
+        assert!(
+            matches!(&err, Err(LsmError::NotAscending { key }) if key == first_out_of_order),
+            "{err:?}"
+        );
     }
     assert_eq!(sst_count(dir.path()), files);
     assert_eq!(get(&db, b"k04000"), None);
@@ -758,8 +945,8 @@ fn db_and_iterators_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}
     send_sync::<Db>();
-    send_sync::<keyed_state_lsm::snapshot::Snapshot>();
-    send::<keyed_state_lsm::iter::DbIter>();
+    send_sync::<keyed_state_lsm::Snapshot>();
+    send::<keyed_state_lsm::DbIter>();
 }
 
 /// Throughput smoke test; run with `cargo test --release --test lsm_scenarios perf_smoke -- --ignored --nocapture`.
@@ -1060,10 +1247,10 @@ fn operands_per_file(dir: &std::path::Path) -> Vec<u64> {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "sst") {
-            let r = keyed_state_lsm::sst::SstReader::open(
+            let r = keyed_state_lsm::internals::sst::SstReader::open(
                 &p,
                 u64::MAX,
-                keyed_state_lsm::cache::BlockCache::new(1 << 20),
+                keyed_state_lsm::internals::BlockCache::new(1 << 20),
             )
             .unwrap();
             out.push(r.properties().merge_operands);
@@ -1599,7 +1786,7 @@ fn adopt_bounded(src: &std::path::Path, dst: &std::path::Path, bounds: &KeyBound
         })
         .collect();
     assert!(files.len() >= 6, "{files:?}");
-    adopt::write_bounded_manifest(&OsStorage, dst, &files, info.seqno, 4).unwrap()
+    adopt_sst_files(&OsStorage, dst, &files, info.seqno, 4).unwrap()
 }
 
 fn model_in(
@@ -1729,9 +1916,13 @@ fn bounded_files_compact_into_unbounded_files_without_the_keys_outside() {
     let mut files = Vec::new();
     for f in &info.files {
         std::fs::copy(&f.path, plain.join(f.path.file_name().unwrap())).unwrap();
-        files.push((f.level, f.number));
+        files.push(AdoptFile {
+            level: f.level,
+            number: f.number,
+            bounds: None,
+        });
     }
-    adopt::write_manifest(&OsStorage, &plain, &files, info.seqno, 4).unwrap();
+    adopt_sst_files(&OsStorage, &plain, &files, info.seqno, 4).unwrap();
     let db = Db::open(&plain, bounded_opts()).unwrap();
     assert_eq!(
         scan(&db, ReadOptions::default()),

@@ -6,15 +6,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use keyed_state_lsm::cache::BlockCache;
-use keyed_state_lsm::ikey::{self, ValueKind};
-use keyed_state_lsm::io;
-use keyed_state_lsm::prefix::{FixedPrefix, PrefixExtractor};
-use keyed_state_lsm::sst::format::{Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
-use keyed_state_lsm::sst::{
-    Compression, PrefixProbe, PropertiesCollector, SstMeta, SstOptions, SstReader, SstWriter,
+use keyed_state_lsm::internals::ikey::{self, ValueKind};
+use keyed_state_lsm::internals::sst::format::{Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
+use keyed_state_lsm::internals::sst::{PrefixProbe, SstMeta, SstReader, SstWriter};
+use keyed_state_lsm::internals::{copy_file, BlockCache};
+use keyed_state_lsm::{
+    Compression, FixedPrefix, LsmError, PrefixExtractor, PropertiesCollector, SstOptions,
 };
-use keyed_state_lsm::LsmError;
 use proptest::prelude::*;
 
 /// An internal key ordered by `ikey::compare`.
@@ -413,7 +411,7 @@ struct Layout {
 
 fn layout(bytes: &[u8]) -> Layout {
     let f = Footer::decode(bytes).unwrap();
-    let r = |h: keyed_state_lsm::sst::format::BlockHandle| {
+    let r = |h: keyed_state_lsm::internals::sst::format::BlockHandle| {
         h.offset as usize..(h.offset + h.size) as usize + BLOCK_TRAILER_LEN
     };
     Layout {
@@ -606,7 +604,7 @@ fn an_sst_written_and_copied_reads_back_whole() {
         meta.file_size
     );
     let copy = dir.path().join("2.sst");
-    assert_eq!(io::copy_file(&path, &copy).unwrap(), meta.file_size);
+    assert_eq!(copy_file(&path, &copy).unwrap(), meta.file_size);
     let want: Vec<_> = model
         .iter()
         .map(|(k, v)| (k.0.clone(), v.clone()))

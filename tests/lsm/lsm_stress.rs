@@ -18,12 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
-use keyed_state_lsm::snapshot::Snapshot;
-use keyed_state_lsm::sst::{Compression, SstOptions};
+use keyed_state_lsm::{
+    Compression, Db, ListAppendOperator, Options, ReadOptions, Snapshot, SstOptions, WriteBatch,
+};
 
 const WRITERS: usize = 3;
 const READERS: usize = 2;

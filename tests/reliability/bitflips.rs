@@ -17,13 +17,14 @@ use std::sync::Arc;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
-use keyed_state::checkpoint::{restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer};
+use keyed_state::checkpoint::{
+    restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer,
+};
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::options::{Options, ReadOptions, WalRecovery};
+use keyed_state_lsm::{Db, Options, ReadOptions, WalRecovery};
 
 const LSM_KEYS: usize = 5_000;
 const WAL_KEYS: usize = 300;
@@ -491,7 +492,7 @@ fn checkpoint_metadata_campaign(table: &mut BTreeMap<String, Counts>) {
             copy_tree(root.path(), t.path());
             std::fs::write(t.path().join(&rel), b).unwrap();
             let storage = CheckpointStorage::local(t.path()).unwrap();
-            let backend = match restore_lsm(&storage, 1, cfg.clone(), backend_opts()) {
+            let backend = match restore_lsm_temp(&storage, 1, cfg.clone(), backend_opts()) {
                 Ok((b, _)) => b,
                 Err(e) => return Outcome::Error(e.to_string()),
             };

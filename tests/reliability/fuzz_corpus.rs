@@ -24,14 +24,11 @@ use keyed_state::serializer::{
 };
 use keyed_state::state::*;
 use keyed_state::ttl::ManualClock;
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::cache::BlockCache;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::Options;
-use keyed_state_lsm::sst::block::BlockIter;
-use keyed_state_lsm::sst::format::{checked_block, BlockHandle, Footer, CODEC_NONE};
-use keyed_state_lsm::sst::{Compression, SstOptions, SstReader};
+use keyed_state_lsm::internals::sst::block::BlockIter;
+use keyed_state_lsm::internals::sst::format::{checked_block, BlockHandle, Footer, CODEC_NONE};
+use keyed_state_lsm::internals::sst::SstReader;
+use keyed_state_lsm::internals::{decode_write_batch, encode_write_batch, BlockCache};
+use keyed_state_lsm::{Compression, Db, ListAppendOperator, Options, SstOptions, WriteBatch};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -104,7 +101,7 @@ fn write_db(dir: &Path, compression: Compression) -> Vec<Vec<u8>> {
             .merge(b"k0002", b"x")
             .delete_range(b"k0100", b"k0110");
         db.write(&b).unwrap();
-        batches.push(b.encode(seqno));
+        batches.push(encode_write_batch(&b, seqno));
         seqno += 4;
         if round < 2 {
             db.flush().unwrap();
@@ -112,8 +109,8 @@ fn write_db(dir: &Path, compression: Compression) -> Vec<Vec<u8>> {
     }
     let mut single = WriteBatch::new();
     single.put(b"k", b"v");
-    batches.push(single.encode(7));
-    batches.push(WriteBatch::new().encode(0));
+    batches.push(encode_write_batch(&single, 7));
+    batches.push(encode_write_batch(&WriteBatch::new(), 0));
     drop(db);
     batches
 }
@@ -332,7 +329,7 @@ fn generate_fuzz_corpus() {
         ..LsmBackend::small_options()
     };
     let (restored, _) =
-        keyed_state::checkpoint::restore_lsm(&storage, 2, half.clone(), quiet).unwrap();
+        keyed_state::checkpoint::restore_lsm_temp(&storage, 2, half.clone(), quiet).unwrap();
     let manifests: Vec<PathBuf> = fs::read_dir(restored.path())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -345,7 +342,8 @@ fn generate_fuzz_corpus() {
         .collect();
     for p in &manifests {
         let bytes = fs::read(p).unwrap();
-        keyed_state_lsm::manifest::validate_manifest(&bytes, std::path::Path::new("seed")).unwrap();
+        keyed_state_lsm::internals::validate_manifest(&bytes, std::path::Path::new("seed"))
+            .unwrap();
         manifest.add("db-bounded-MANIFEST", &bytes);
     }
     let mut half_store = KeyedStateStore::new(Box::new(restored), LongSerializer).unwrap();
@@ -473,10 +471,10 @@ fn generate_fuzz_corpus() {
     let heap = Corpus::new("heap_table_decode");
     for (i, n) in [0usize, 1, 300].into_iter().enumerate() {
         let mut t = Vec::new();
-        keyed_state::backend::heap::table_file::begin(&mut t);
+        keyed_state::internals::heap_table_file::begin(&mut t);
         for k in 0..n {
             let key = (k as u64).to_be_bytes();
-            keyed_state::backend::heap::table_file::push_entry(
+            keyed_state::internals::heap_table_file::push_entry(
                 &mut t,
                 &key,
                 format!("v{k}").as_bytes(),
@@ -504,9 +502,11 @@ fn every_fuzz_target_has_a_seed_corpus() {
                     SstReader::open_bytes(Arc::from(&bytes[..]), seed, 1, BlockCache::new(1 << 20))
                         .is_ok()
                 }
-                "wal_batch_decode" => WriteBatch::decode(&bytes).is_ok(),
-                "range_tombstones_decode" => keyed_state_lsm::rangedel::decode(&bytes).is_ok(),
-                "manifest_decode" => keyed_state_lsm::manifest::validate_manifest(
+                "wal_batch_decode" => decode_write_batch(&bytes).is_ok(),
+                "range_tombstones_decode" => {
+                    keyed_state_lsm::internals::rangedel::decode(&bytes).is_ok()
+                }
+                "manifest_decode" => keyed_state_lsm::internals::validate_manifest(
                     &bytes,
                     std::path::Path::new("seed"),
                 )
@@ -523,7 +523,7 @@ fn every_fuzz_target_has_a_seed_corpus() {
                 "flink_rocksdb_manifest" => {
                     keyed_state_flink::sst::read_manifest(&bytes, "seed").is_ok()
                 }
-                "heap_table_decode" => keyed_state::backend::heap::table_file::decode(
+                "heap_table_decode" => keyed_state::internals::heap_table_file::decode(
                     std::path::Path::new("seed"),
                     &bytes,
                     &mut |_, _| Ok(()),

@@ -10,18 +10,20 @@ use std::sync::Arc;
 
 use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
-use keyed_state::checkpoint::fault_store::FaultStore;
-use keyed_state::checkpoint::tools::{list_completed, verify};
-use keyed_state::checkpoint::{restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer};
+use keyed_state::checkpoint::list_completed;
+use keyed_state::checkpoint::tools::verify;
+use keyed_state::checkpoint::{
+    restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer,
+};
+use keyed_state::internals::FaultStore;
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::savepoint::{write_savepoint_on, SavepointReader, WriteOptions};
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::options::{Options, ReadOptions};
 use keyed_state_lsm::storage::fault::{Effect, Fault, FaultFs, Op};
 use keyed_state_lsm::storage::{Storage, StorageHandle};
 use keyed_state_lsm::LsmError;
+use keyed_state_lsm::{Db, Options, ReadOptions};
 
 fn opts(fs: &FaultFs, wal: bool) -> Options {
     Options {
@@ -424,7 +426,8 @@ fn a_checkpoint_failing_at_any_object_store_request_leaves_the_previous_one_comp
                 report.problems
             );
             let cfg = KeyedStateStore::config_for(&LongSerializer, 16, KeyGroupRange::new(0, 15));
-            let (backend, _) = restore_lsm(&storage, id, cfg, LsmBackend::small_options()).unwrap();
+            let (backend, _) =
+                restore_lsm_temp(&storage, id, cfg, LsmBackend::small_options()).unwrap();
             let mut r = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
             let rv = r
                 .register_value(ValueStateDescriptor::new("v", LongSerializer))

@@ -24,11 +24,7 @@ use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::savepoint::{write_savepoint, SavepointReader, WriteOptions};
 use keyed_state::serializer::{LongSerializer, StringSerializer};
 use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
-use keyed_state_lsm::batch::WriteBatch;
-use keyed_state_lsm::db::Db;
-use keyed_state_lsm::merge::ListAppendOperator;
-use keyed_state_lsm::options::{Options, ReadOptions};
-use keyed_state_lsm::sst::SstOptions;
+use keyed_state_lsm::{Db, ListAppendOperator, Options, ReadOptions, SstOptions, WriteBatch};
 
 const CHILD_ENV: &str = "KEYED_STATE_KILL9_CHILD_DIR";
 const KEYS: u64 = 1500;

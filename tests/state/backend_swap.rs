@@ -188,7 +188,12 @@ fn check(st: &mut Store) {
                 (!want.is_empty()).then_some(want),
                 "list order for key {key} ns {ns}"
             );
-            let map = store.map_in(&s.map, &ns).unwrap().entries().unwrap();
+            let map = store
+                .map_in(&s.map, &ns)
+                .unwrap()
+                .entries()
+                .collect::<keyed_state::Result<Vec<_>>>()
+                .unwrap();
             if ns == 2 {
                 assert!(map.is_empty(), "emptied map of key {key}");
             } else {

@@ -1,7 +1,7 @@
 //! One model, every backend: the same random operation sequences on the heap, the LSM and (with the
 //! `rocksdb` feature) the RocksDB backend against one `BTreeMap` model, including savepoints, restores and
 //! rescaling, and incremental checkpoints (into an in-memory checkpoint storage) with restores and rescales
-//! from them: natively on LSM (`restore_lsm`), through `checkpoint::to_savepoint` on every backend. A backend
+//! from them: natively on LSM (`restore_lsm_temp`), through `checkpoint::to_savepoint` on every backend. A backend
 //! without checkpoints answers `Unsupported` and the sequence goes on without that checkpoint. The job runs
 //! at a parallelism of 1 to 4 instances (each a store over its key-group range); keys are routed to their
 //! owner as Flink routes them. `PROPTEST_CASES` sets the number of sequences (scripts/long-checks.sh: 10,000).
@@ -18,8 +18,8 @@ use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
 use keyed_state::backend::StateBackend;
 use keyed_state::checkpoint::{
-    checkpoint_parts, restore_lsm, to_savepoint, CheckpointError, CheckpointOptions,
-    CheckpointStorage, Checkpointer,
+    checkpoint_parts, restore_lsm_temp, to_savepoint, CheckpointOptions, CheckpointStorage,
+    Checkpointer,
 };
 use keyed_state::keygroup::{key_group_range_for_operator, operator_index_for_key_group};
 use keyed_state::savepoint::SavepointReader;
@@ -149,7 +149,8 @@ impl Job {
             .map(|i| {
                 let range = key_group_range_for_operator(MAX_P, parallelism, i).unwrap();
                 let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-                let (b, _) = restore_lsm(&storage, id, cfg, LsmBackend::small_options()).unwrap();
+                let (b, _) =
+                    restore_lsm_temp(&storage, id, cfg, LsmBackend::small_options()).unwrap();
                 Box::new(b) as Box<dyn StateBackend>
             })
             .collect();
@@ -220,7 +221,7 @@ impl Job {
         for inst in &mut self.instances {
             match inst.ck.begin(id, inst.store.backend_mut()) {
                 Ok(p) => pending.push(p),
-                Err(CheckpointError::Backend(keyed_state::Error::Unsupported { .. })) => {
+                Err(keyed_state::Error::Unsupported { .. }) => {
                     assert!(
                         pending.is_empty(),
                         "one instance of a job took a checkpoint"
@@ -293,7 +294,13 @@ impl Job {
             let got = inst.store.list(&inst.list).unwrap().get().unwrap();
             let want = model.lists.get(&key).filter(|l| !l.is_empty()).cloned();
             assert_eq!(got, want, "list {key}");
-            let got = inst.store.map(&inst.map).unwrap().entries().unwrap();
+            let got = inst
+                .store
+                .map(&inst.map)
+                .unwrap()
+                .entries()
+                .collect::<keyed_state::Result<Vec<_>>>()
+                .unwrap();
             let want: Vec<(i32, i64)> = model
                 .maps
                 .get(&key)

@@ -448,16 +448,31 @@ fn verify_names_the_damaged_key_group() {
     let victim = r.key_groups()[r.key_groups().len() / 2];
     let mut b = bytes;
     b[(victim.offset + victim.length / 2) as usize] ^= 0x10;
-    let r = SavepointReader::from_bytes(b).unwrap();
+    let r = SavepointReader::from_bytes(b.clone()).unwrap();
     let err = r.verify().unwrap_err();
-    assert_eq!(err.key_group(), Some(victim.key_group), "{err}");
-    assert!(err.offset().unwrap() >= victim.offset, "{err}");
+    assert_eq!(err.kind(), keyed_state::ErrorKind::Corruption);
+    let keyed_state::Error::Savepoint(sp) = &err else {
+        panic!("not a savepoint error: {err}");
+    };
+    assert_eq!(sp.key_group(), Some(victim.key_group), "{err}");
+    let at = err.location().unwrap();
+    assert_eq!(at.file, std::path::Path::new("<memory>"), "{err}");
+    assert!(at.offset.unwrap() >= victim.offset, "{err}");
     assert!(err
         .to_string()
         .contains(&format!("key group {}", victim.key_group)));
     // Other key groups still read.
     let other = r.key_groups()[0].key_group;
     r.read_key_group(other, &mut |_, _, _| Ok(())).unwrap();
+    // Read from a file, the error names the file, at the same offset.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("damaged.sp");
+    std::fs::write(&path, &b).unwrap();
+    let from_file = SavepointReader::open(&path).unwrap().verify().unwrap_err();
+    let file_at = from_file.location().unwrap();
+    assert_eq!(file_at.file, path, "{from_file}");
+    assert_eq!(file_at.offset, at.offset, "{from_file}");
+    assert!(from_file.to_string().contains("damaged.sp"), "{from_file}");
 }
 
 fn rechecksum_header(b: &mut [u8]) {
@@ -475,20 +490,24 @@ fn unknown_versions_flags_and_kinds_are_rejected() {
     b[11] = 2; // version 2
     assert!(matches!(
         SavepointReader::from_bytes(b).unwrap_err(),
-        SavepointError::UnsupportedVersion { version: 2 }
+        keyed_state::Error::Savepoint(SavepointError::UnsupportedVersion {
+            version: 2,
+            supported: 1,
+            ..
+        })
     ));
     let mut b = bytes.clone();
     b[19] = 0x04; // an unknown required-feature flag, with a valid checksum
     rechecksum_header(&mut b);
     assert!(matches!(
         SavepointReader::from_bytes(b).unwrap_err(),
-        SavepointError::UnknownFlags { unknown: 4, .. }
+        keyed_state::Error::Savepoint(SavepointError::UnknownFlags { unknown: 4, .. })
     ));
     let mut b = bytes.clone();
     b[..8].copy_from_slice(b"NOTASAVE");
     assert!(matches!(
         SavepointReader::from_bytes(b).unwrap_err(),
-        SavepointError::BadMagic { .. }
+        keyed_state::Error::Savepoint(SavepointError::BadMagic { .. })
     ));
     // An unknown state kind code (with a valid checksum) is rejected by name.
     let mut b = bytes;

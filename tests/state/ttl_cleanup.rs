@@ -221,7 +221,11 @@ fn compact_filter_timeline(make: MakeStore, snapshot_and_rescale: bool) {
     s.set_current_key(&keys[0]).unwrap();
     assert_eq!(s.list(&h.list).unwrap().get().unwrap(), Some(vec![50]));
     assert_eq!(
-        s.map(&h.map).unwrap().entries().unwrap(),
+        s.map(&h.map)
+            .unwrap()
+            .entries()
+            .collect::<keyed_state::Result<Vec<_>>>()
+            .unwrap(),
         vec![(50, keys[0])]
     );
 
@@ -481,7 +485,13 @@ fn heap_incremental_cleanup_of_map_state_leaves_an_open_snapshot_untouched() {
     let mut map = t.map(&m).unwrap();
     assert_eq!(map.get(&1).unwrap(), Some(501));
     assert_eq!(map.get(&0).unwrap(), None);
-    assert_eq!(map.entries().unwrap().len(), 20);
+    assert_eq!(
+        map.entries()
+            .collect::<keyed_state::Result<Vec<_>>>()
+            .unwrap()
+            .len(),
+        20
+    );
 }
 
 /// Number of entries in a snapshot, over every state and key group.

@@ -157,8 +157,7 @@ impl Op {
             .map(&self.sessions)
             .unwrap()
             .entries()
-            .unwrap()
-            .into_iter()
+            .map(Result::unwrap)
             .filter(|(w, _)| w.intersects(&new))
             .collect();
         let state_window = match overlapping.as_slice() {

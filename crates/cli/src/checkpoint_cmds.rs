@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use keyed_state::checkpoint::tools::{gc, list_completed, verify};
-use keyed_state::checkpoint::{to_savepoint, CheckpointError, CheckpointStorage};
+use keyed_state::checkpoint::tools::{gc, verify};
+use keyed_state::checkpoint::{list_completed, to_savepoint, CheckpointStorage};
+use keyed_state::Result;
 
 /// The checkpoint subcommands. ROOT is a directory or a URL (`file:///…`, `memory:///`, `s3://…`).
 #[derive(Subcommand)]
@@ -60,7 +61,7 @@ pub fn main(cmd: CheckpointCommand) -> ExitCode {
     }
 }
 
-fn run(cmd: CheckpointCommand) -> Result<ExitCode, CheckpointError> {
+fn run(cmd: CheckpointCommand) -> Result<ExitCode> {
     match cmd {
         CheckpointCommand::List { root } => {
             let storage = CheckpointStorage::open(&root)?;

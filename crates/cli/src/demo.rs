@@ -9,10 +9,10 @@
 //! - `ctr-window`: `ReducingState<i64>` of clicks per hour window (namespace = window start).
 
 use keyed_state::backend::StateBackend;
-use keyed_state::error::Result;
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::serializer::{LongSerializer, StringSerializer};
 use keyed_state::state::*;
+use keyed_state::Result;
 
 /// A small, stable pseudo-random generator (SplitMix64): the event stream must not depend on a crate's
 /// version.

@@ -9,11 +9,11 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use keyed_state::checkpoint::{
-    CheckpointError, CheckpointOptions, CheckpointStorage, CheckpointSummary, Checkpointer,
-    PendingCheckpoint,
+    CheckpointOptions, CheckpointStorage, CheckpointSummary, Checkpointer, PendingCheckpoint,
 };
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::KeyedStateStore;
+use keyed_state::{Error, Result};
 
 /// What the checkpointing flags asked for.
 #[derive(Debug, Clone)]
@@ -29,7 +29,7 @@ pub struct Plan {
 struct Running {
     id: u64,
     sync_micros: u64,
-    handle: JoinHandle<Result<CheckpointSummary, CheckpointError>>,
+    handle: JoinHandle<Result<CheckpointSummary>>,
 }
 
 /// The host: takes, runs and confirms checkpoints.
@@ -45,12 +45,9 @@ pub struct Host {
 impl Host {
     /// Opens the root and checks that the store's backend takes checkpoints (a backend that does not
     /// fails here, naming itself, before any event is processed).
-    pub fn start(
-        plan: &Plan,
-        store: &mut KeyedStateStore<LongSerializer>,
-    ) -> Result<Self, CheckpointError> {
+    pub fn start(plan: &Plan, store: &mut KeyedStateStore<LongSerializer>) -> Result<Self> {
         if plan.every == 0 {
-            return Err(CheckpointError::Invalid(
+            return Err(Error::InvalidArgument(
                 "--checkpoint-every must be at least 1".into(),
             ));
         }
@@ -82,7 +79,7 @@ impl Host {
         done: u64,
         store: &mut KeyedStateStore<LongSerializer>,
         print: &mut dyn FnMut(String),
-    ) -> Result<(), CheckpointError> {
+    ) -> Result<()> {
         if done % self.every == 0 {
             let id = self.next_id;
             self.next_id += 1;
@@ -92,9 +89,12 @@ impl Host {
             let handle = std::thread::Builder::new()
                 .name(format!("checkpoint-{id}"))
                 .spawn(move || pending.run())
-                .map_err(|e| CheckpointError::Io {
-                    context: "starting a checkpoint thread".into(),
-                    source: e,
+                .map_err(|e| {
+                    Error::io(
+                        "spawning the checkpoint thread",
+                        format!("checkpoint-{id}"),
+                        e,
+                    )
                 })?;
             self.running.push_back(Running {
                 id,
@@ -106,11 +106,7 @@ impl Host {
     }
 
     /// Confirms the finished checkpoints, oldest first; with `wait`, waits for every one in flight.
-    pub fn confirm(
-        &mut self,
-        wait: bool,
-        print: &mut dyn FnMut(String),
-    ) -> Result<(), CheckpointError> {
+    pub fn confirm(&mut self, wait: bool, print: &mut dyn FnMut(String)) -> Result<()> {
         while let Some(front) = self.running.front() {
             if !wait && !front.handle.is_finished() {
                 break;
@@ -118,9 +114,10 @@ impl Host {
             let Some(r) = self.running.pop_front() else {
                 break;
             };
-            let result = r.handle.join().map_err(|_| {
-                CheckpointError::Invalid(format!("the thread of checkpoint {} panicked", r.id))
-            })?;
+            let result = r
+                .handle
+                .join()
+                .map_err(|_| Error::Closed("a checkpoint thread after a panic"))?;
             match result {
                 Ok(s) => {
                     self.ck.notify_complete(s.id)?;
@@ -146,7 +143,7 @@ impl Host {
     }
 
     /// Waits for the checkpoints in flight, confirms them, and says what stayed.
-    pub fn finish(mut self, print: &mut dyn FnMut(String)) -> Result<String, CheckpointError> {
+    pub fn finish(mut self, print: &mut dyn FnMut(String)) -> Result<String> {
         self.confirm(true, print)?;
         let retained = self.ck.retained();
         Ok(format!(

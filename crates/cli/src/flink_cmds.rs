@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use keyed_state::Error;
 use keyed_state_flink::FlinkError;
 
 type Result<T, E = FlinkError> = std::result::Result<T, E>;
@@ -128,7 +127,7 @@ pub struct ExportRequest {
 fn open_ours(p: &Path) -> Result<(String, SavepointReader)> {
     SavepointReader::open(p)
         .map(|r| (p.display().to_string(), r))
-        .map_err(|e| FlinkError::from(Error::from(e)))
+        .map_err(FlinkError::from)
 }
 
 /// The operator groups of a request: `(operator, savepoint paths)`.

@@ -181,15 +181,6 @@ enum Command {
     },
 }
 
-/// A failure of the demo: of the store, or of its checkpoints.
-#[derive(Debug, thiserror::Error)]
-enum DemoError {
-    #[error(transparent)]
-    State(#[from] Error),
-    #[error("checkpoints: {0}")]
-    Checkpoint(#[from] keyed_state::checkpoint::CheckpointError),
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -209,11 +200,7 @@ fn main() -> ExitCode {
                 every: checkpoint_every,
                 retain,
             });
-            match run_demo(backend, dir.as_deref(), records, seed, &savepoint, plan) {
-                Ok(()) => Ok(()),
-                Err(DemoError::State(e)) => Err(e),
-                Err(e) => return report(&e),
-            }
+            run_demo(backend, dir.as_deref(), records, seed, &savepoint, plan)
         }
         command => run(command),
     };
@@ -243,12 +230,12 @@ fn report(e: &dyn std::error::Error) -> ExitCode {
 }
 
 fn open(path: &Path) -> Result<SavepointReader, Error> {
-    Ok(SavepointReader::open(path)?)
+    SavepointReader::open(path)
 }
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        // Handled in `main`, which reports checkpoint errors too.
+        // Handled in `main`.
         Command::Demo { .. } => Err(Error::InvalidArgument(
             "the demo runs through run_demo".into(),
         )),
@@ -316,7 +303,7 @@ fn run(command: Command) -> Result<(), Error> {
                 tools::dump_text(&reader, &mut out)?;
             }
             out.flush()
-                .map_err(|e| Error::io("writing dump output", e))?;
+                .map_err(|e| Error::io("writing the dump to", "<stdout>", e))?;
             Ok(())
         }
         Command::Verify { savepoint } => {
@@ -371,7 +358,7 @@ fn run(command: Command) -> Result<(), Error> {
                     ),
                     None => format!("{key}\t{kg}"),
                 };
-                writeln!(out, "{line}").map_err(|e| Error::io("writing output", e))?;
+                writeln!(out, "{line}").map_err(|e| Error::io("writing to", "<stdout>", e))?;
             }
             Ok(())
         }
@@ -385,7 +372,7 @@ fn run_demo(
     seed: u64,
     path: &Path,
     plan: Option<demo_checkpoints::Plan>,
-) -> Result<(), DemoError> {
+) -> Result<(), Error> {
     let config = demo::config();
     // The RocksDB settings are printed with the results.
     #[cfg_attr(not(feature = "rocksdb"), allow(unused_mut))]
@@ -395,8 +382,7 @@ fn run_demo(
             if dir.is_some() {
                 return Err(Error::InvalidArgument(
                     "--dir applies to the on-disk backends (lsm, rocksdb) only".into(),
-                )
-                .into());
+                ));
             }
             (Box::new(HeapBackend::new(config)?), "in memory".into())
         }

@@ -4,13 +4,13 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use keyed_state::error::{Error, Result};
 use keyed_state::keygroup::{key_group_prefix_len, read_key_group_prefix};
 use keyed_state::layout::{variable_int_len, LIST_DELIMITER, MAP_VALUE_NULL, MAP_VALUE_PRESENT};
 use keyed_state::meta::{StateKind, StateMetaInfo};
 use keyed_state::savepoint::SavepointReader;
 use keyed_state::serializer::dynamic::{decode_to_json, is_fixed_length};
 use keyed_state::serializer::{SerializerSnapshot, TTL_SNAPSHOT_ID};
+use keyed_state::{Error, Result};
 
 fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
@@ -236,7 +236,7 @@ pub fn dump_json(reader: &SavepointReader, out: &mut dyn Write) -> Result<u64> {
                 key,
                 value,
             );
-            writeln!(out, "{line}").map_err(|e| Error::io("writing dump output", e))?;
+            writeln!(out, "{line}").map_err(|e| Error::io("writing the dump to", "<output>", e))?;
             n += 1;
             Ok(())
         })?;
@@ -333,7 +333,7 @@ pub fn dump_text(reader: &SavepointReader, out: &mut dyn Write) -> Result<u64> {
             }
             line.push('\t');
             line.push_str(&field("value"));
-            writeln!(out, "{line}").map_err(|e| Error::io("writing dump output", e))?;
+            writeln!(out, "{line}").map_err(|e| Error::io("writing the dump to", "<output>", e))?;
             n += 1;
             Ok(())
         })?;

@@ -294,7 +294,7 @@ pub(crate) fn commit_metadata(out_dir: &Path, bytes: &[u8]) -> Result<(), FlinkE
     }
     let meta_path = out_dir.join("_metadata");
     std::fs::rename(&tmp, &meta_path).map_err(io(&meta_path))?;
-    keyed_state_lsm::fsutil::sync_dir(out_dir).map_err(io(out_dir))
+    keyed_state_lsm::util::sync_dir(out_dir).map_err(io(out_dir))
 }
 
 /// The merged states of `sources`, checked for a Flink export: every serializer has a Flink counterpart.

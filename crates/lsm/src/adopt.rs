@@ -106,8 +106,9 @@ pub struct AdoptFile {
     pub bounds: Option<KeyBounds>,
 }
 
-/// Opens the SST file at `path` of `storage` (checking its footer, index and properties) and summarises it.
-pub fn summarize(storage: &dyn Storage, path: &Path) -> Result<SstSummary, LsmError> {
+/// Opens the SST file at `path` of `storage` (checking its footer, index and properties) and summarises it:
+/// what a checkpoint restore needs to know to place it before [`adopt_sst_files`].
+pub fn summarize_sst(storage: &dyn Storage, path: &Path) -> Result<SstSummary, LsmError> {
     let (info, range_dels) = read_info(storage, path, 0)?;
     Ok(SstSummary {
         smallest: info.smallest_user().to_vec(),
@@ -117,31 +118,17 @@ pub fn summarize(storage: &dyn Storage, path: &Path) -> Result<SstSummary, LsmEr
     })
 }
 
-/// Writes a manifest into `dir` of `storage` naming the SST files `files` — `(level, file number)`, each
-/// already at `NNNNNN.sst` in `dir` — so that `dir` opens as a database whose last sequence number is at
-/// least `last_seqno`. Levels 1 and deeper must not overlap (`InvalidArgument` naming the files otherwise).
-pub fn write_manifest(
-    storage: &dyn Storage,
-    dir: &Path,
-    files: &[(usize, u64)],
-    last_seqno: u64,
-    num_levels: usize,
-) -> Result<(), LsmError> {
-    let files: Vec<AdoptFile> = files
-        .iter()
-        .map(|&(level, number)| AdoptFile {
-            level,
-            number,
-            bounds: None,
-        })
-        .collect();
-    write_bounded_manifest(storage, dir, &files, last_seqno, num_levels).map(|_| ())
-}
-
-/// [`write_manifest`] of files that may carry bounds: the database reads a bounded file only inside its
-/// bounds (its key range, for the level checks, is what it holds there). A file holding nothing inside its
-/// bounds is left out (and removed by the first open). Returns the number of files the manifest names.
-pub fn write_bounded_manifest(
+/// Makes `dir` of `storage` a database of the SST files `files`, each already at `NNNNNN.sst` in `dir`: writes
+/// a manifest naming them at their levels, so that `dir` opens as a [`Db`](crate::Db) whose last sequence
+/// number is at least `last_seqno`. The files are used as they are. The database reads a bounded file only
+/// inside its bounds (its key range, for the level checks, is what it holds there); a file holding nothing
+/// inside its bounds is left out (and removed by the first open). Returns the number of files the manifest
+/// names.
+///
+/// Fails with [`LsmError::InvalidArgument`] for a level the database does not have or empty bounds, with
+/// [`LsmError::FilesOverlap`] when two files of a level 1 or deeper overlap, and with the errors of opening a
+/// file ([`LsmError::Corruption`], [`LsmError::Io`]).
+pub fn adopt_sst_files(
     storage: &dyn Storage,
     dir: &Path,
     files: &[AdoptFile],
@@ -183,10 +170,11 @@ pub fn write_bounded_manifest(
             .windows(2)
             .find(|w| w[0].largest_user() >= w[1].smallest_user())
         {
-            return Err(LsmError::InvalidArgument(format!(
-                "files {} and {} overlap at level {level}",
-                w[0].number, w[1].number
-            )));
+            return Err(LsmError::FilesOverlap {
+                level: level as usize,
+                first: w[0].number,
+                second: w[1].number,
+            });
         }
     }
     let edit = VersionEdit {

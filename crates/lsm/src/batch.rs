@@ -30,6 +30,8 @@ pub struct WriteBatch {
     /// The updates, in the order they get sequence numbers.
     pub(crate) ops: Vec<BatchOp>,
     bytes: usize,
+    /// The index of the first merge operand in `ops`, if any.
+    first_merge: Option<usize>,
 }
 
 impl WriteBatch {
@@ -40,6 +42,9 @@ impl WriteBatch {
 
     fn push(&mut self, kind: ValueKind, key: &[u8], value: &[u8]) {
         self.bytes += key.len() + value.len() + 9;
+        if kind == ValueKind::Merge && self.first_merge.is_none() {
+            self.first_merge = Some(self.ops.len());
+        }
         self.ops.push(BatchOp {
             kind,
             key: key.to_vec(),
@@ -59,7 +64,8 @@ impl WriteBatch {
         self
     }
 
-    /// Adds a merge operand for `key`.
+    /// Adds a merge operand for `key`. A database without a merge operator refuses the whole batch
+    /// ([`LsmError::NoMergeOperator`](crate::LsmError::NoMergeOperator)).
     pub fn merge(&mut self, key: &[u8], operand: &[u8]) -> &mut Self {
         self.push(ValueKind::Merge, key, operand);
         self
@@ -85,6 +91,14 @@ impl WriteBatch {
     pub fn clear(&mut self) {
         self.ops.clear();
         self.bytes = 0;
+        self.first_merge = None;
+    }
+
+    /// The key of the first merge operand, if the batch holds one.
+    pub(crate) fn first_merge_key(&self) -> Option<&[u8]> {
+        self.first_merge
+            .and_then(|i| self.ops.get(i))
+            .map(|op| op.key.as_slice())
     }
 
     /// Approximate payload size in bytes.
@@ -93,8 +107,7 @@ impl WriteBatch {
     }
 
     /// Encodes the batch with its first sequence number (the WAL record payload).
-    #[doc(hidden)]
-    pub fn encode(&self, seqno: u64) -> Vec<u8> {
+    pub(crate) fn encode(&self, seqno: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(12 + self.bytes);
         put_u64(&mut out, seqno);
         put_u32(&mut out, self.ops.len() as u32);
@@ -107,8 +120,7 @@ impl WriteBatch {
     }
 
     /// Decodes an encoded batch into its first sequence number and the batch.
-    #[doc(hidden)]
-    pub fn decode(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
         let mut r = ByteReader::new(bytes);
         let seqno = r.u64()?;
         let count = r.u32()?;

@@ -43,18 +43,16 @@ pub struct CheckpointInfo {
 }
 
 impl Db {
-    /// Flushes, then captures the live files and a manifest into `target` (which must not exist or be
-    /// empty). Files are hard-linked where the filesystem allows, copied otherwise.
+    /// Flushes, then captures the live files and a manifest into `target`, which must not exist or be empty
+    /// ([`LsmError::DirectoryNotEmpty`] otherwise). Files are hard-linked where the filesystem allows, copied
+    /// otherwise.
     pub fn checkpoint(&self, target: impl AsRef<Path>) -> Result<CheckpointInfo, LsmError> {
         let target = target.as_ref().to_path_buf();
         let storage = self.inner().opts.storage.clone();
         if storage.exists(&target) {
             let names = storage.list(&target).map_err(|e| io_err(&target, e))?;
             if !names.is_empty() {
-                return Err(LsmError::InvalidArgument(format!(
-                    "checkpoint directory {} is not empty",
-                    target.display()
-                )));
+                return Err(LsmError::DirectoryNotEmpty { dir: target });
             }
         } else {
             storage
@@ -141,7 +139,7 @@ enum Pending {
 /// The synchronous part of a two-part checkpoint ([`Db::begin_checkpoint`]); [`wait`](Self::wait) is the
 /// asynchronous part.
 pub struct PendingCheckpoint {
-    inner: Arc<super::state::DbInner>,
+    inner: Arc<super::inner::DbInner>,
     seqno: u64,
     pending: Option<Pending>,
     _snapshot: super::snapshot::Snapshot,
@@ -166,7 +164,7 @@ impl Db {
             Some(m) => {
                 let id = CAPTURE_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mem = Arc::clone(m);
-                st.captures.push(super::state::Capture {
+                st.captures.push(super::inner::Capture {
                     id,
                     mem,
                     version: None,

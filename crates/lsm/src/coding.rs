@@ -129,12 +129,6 @@ pub fn put_varint64(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// Appends `v` as a LEB128 varint (at most 5 bytes; the same bytes as [`put_varint64`] of `v`).
-#[inline]
-pub fn put_varint32(out: &mut Vec<u8>, v: u32) {
-    put_varint64(out, u64::from(v));
-}
-
 /// Decodes a LEB128 varint at `pos`; returns the value and the position after it, `None` if the varint is
 /// cut short or does not fit 64 bits.
 #[inline]
@@ -161,13 +155,6 @@ pub fn get_varint64(data: &[u8], mut pos: usize) -> Option<(u64, usize)> {
             return None;
         }
     }
-}
-
-/// Decodes a varint whose value must fit a `u32`.
-#[inline]
-pub fn get_varint32(data: &[u8], pos: usize) -> Option<(u32, usize)> {
-    let (v, p) = get_varint64(data, pos)?;
-    Some((u32::try_from(v).ok()?, p))
 }
 
 /// Decodes a varint whose value must fit a `usize` (a length or an offset).
@@ -345,8 +332,8 @@ mod tests {
             assert_eq!(get_varint64(&b, 0), Some((v, b.len())));
             assert_eq!(get_varint64(&b[..b.len() - 1], 0), None);
             assert_eq!(
-                get_varint32(&b, 0),
-                u32::try_from(v).ok().map(|v| (v, b.len()))
+                get_varint_usize(&b, 0),
+                usize::try_from(v).ok().map(|v| (v, b.len()))
             );
         }
         assert_eq!(get_varint64(&[0xff; 11], 0), None);
@@ -358,7 +345,7 @@ mod tests {
             None
         );
         let mut b = Vec::new();
-        put_varint32(&mut b, 300);
+        put_varint64(&mut b, 300);
         assert_eq!(b, [0xac, 0x02]);
     }
 

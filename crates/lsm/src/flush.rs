@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use super::ikey;
+use super::inner::DbInner;
 use super::memtable::MemTable;
 use super::rangedel::{self, RangeDelCollector, PROP_RANGE_DELS};
 use super::sst::PropertiesCollector;
 use super::sst::{SstReader, SstWriter};
-use super::state::DbInner;
 use super::version::{sst_path, FileInfo, FileMeta};
 use super::{Location, LsmError};
 

@@ -70,6 +70,15 @@ pub struct ParsedKey<'a> {
     pub kind: ValueKind,
 }
 
+impl<'a> ParsedKey<'a> {
+    /// Splits an internal key (what a [`PropertiesCollector`](crate::PropertiesCollector) is shown); `None`
+    /// if it is shorter than the 8-byte trailer or has an unknown kind.
+    #[inline]
+    pub fn parse(ikey: &'a [u8]) -> Option<ParsedKey<'a>> {
+        parse(ikey)
+    }
+}
+
 /// Splits an internal key; `None` if it is shorter than the trailer or has an unknown kind.
 #[inline]
 pub fn parse(ikey: &[u8]) -> Option<ParsedKey<'_>> {
@@ -87,6 +96,12 @@ pub fn parse(ikey: &[u8]) -> Option<ParsedKey<'_>> {
 #[inline]
 pub fn user_key(ikey: &[u8]) -> &[u8] {
     &ikey[..ikey.len().saturating_sub(TRAILER_LEN)]
+}
+
+/// Whether an internal key is a range tombstone's (its trailer's kind byte is [`ValueKind::RangeDelete`]).
+#[inline]
+pub fn is_range_delete(ikey: &[u8]) -> bool {
+    ikey.last() == Some(&(ValueKind::RangeDelete as u8))
 }
 
 /// Orders internal keys: user key ascending, then trailer descending (newest first).

@@ -9,10 +9,10 @@ use super::compaction::key_range;
 use super::db::Db;
 use super::flush::Outputs;
 use super::ikey::{self, ValueKind};
-use super::panic_message;
-use super::state::{DbInner, WriterState};
+use super::inner::{DbInner, WriterState};
 use super::version::{FileMeta, VersionEdit};
 use super::LsmError;
+use crate::util::panic_message;
 
 /// What an ingestion did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,8 @@ impl Db {
     /// Memtables are flushed first, and writes wait while the files are written. The files go to the last
     /// level when their key range overlaps no existing file or range tombstone, otherwise to L0 (newest);
     /// either way they carry one fresh seqno, so they shadow older values of the same keys. Snapshots taken
-    /// before the call do not see them.
+    /// before the call do not see them. Keys not strictly ascending fail with [`LsmError::NotAscending`], and
+    /// nothing is ingested.
     pub fn ingest_sorted<I, K, V>(&self, entries: I) -> Result<IngestInfo, LsmError>
     where
         I: IntoIterator<Item = (K, V)>,
@@ -89,15 +90,15 @@ impl Db {
             }
         }
         // Dropping `done` on an error below deletes every run's files (`Run`'s drop).
-        let in_order = done
+        let out_of_order = done
             .iter()
             .filter(|r| r.entries > 0)
             .zip(done.iter().filter(|r| r.entries > 0).skip(1))
-            .all(|(a, b)| a.last < b.first);
-        if failed.is_none() && !in_order {
-            failed = Some(LsmError::InvalidArgument(
-                "ingest_sorted_runs: runs overlap or are out of key order".into(),
-            ));
+            .find(|(a, b)| a.last >= b.first);
+        if let (None, Some((_, b))) = (&failed, out_of_order) {
+            failed = Some(LsmError::NotAscending {
+                key: b.first.clone(),
+            });
         }
         if let Some(e) = failed {
             return Err(e);
@@ -151,9 +152,7 @@ where
         for (k, v) in entries {
             let (k, v) = (k.as_ref(), v.as_ref());
             if run.entries > 0 && run.last.as_slice() >= k {
-                return Err(LsmError::InvalidArgument(
-                    "ingest_sorted: keys must be strictly ascending".into(),
-                ));
+                return Err(LsmError::NotAscending { key: k.to_vec() });
             }
             ikey_buf.clear();
             ikey::encode(&mut ikey_buf, k, seqno, ValueKind::Put);

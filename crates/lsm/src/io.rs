@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::storage::{NewFile, OsStorage, Storage, WritableFile};
+use super::storage::{NewFile, Storage, WritableFile};
 use super::LsmError;
 
 /// Default write buffer of a [`FileWriter`].
@@ -36,13 +36,15 @@ pub struct FileWriter {
 
 impl FileWriter {
     /// Creates a new file (failing if it exists: file names are never reused) with the default buffer.
+    #[cfg(feature = "test-util")]
     pub fn create(path: &Path) -> Result<Self, LsmError> {
         Self::create_with_buffer(path, DEFAULT_BUFFER)
     }
 
     /// Creates a new file with a write buffer of `buffer` bytes.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn create_with_buffer(path: &Path, buffer: usize) -> Result<Self, LsmError> {
-        Self::create_on(&OsStorage, path, buffer)
+        Self::create_on(&super::storage::OsStorage, path, buffer)
     }
 
     /// Creates a new file of `storage` with a write buffer of `buffer` bytes.
@@ -60,6 +62,7 @@ impl FileWriter {
     }
 
     /// The file's path.
+    #[cfg(feature = "test-util")]
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -130,12 +133,14 @@ impl std::fmt::Debug for FileWriter {
 }
 
 /// Copies `src` to a new file `dst` (which must not exist) and fsyncs it; returns the bytes copied.
+#[cfg(any(test, feature = "test-util"))]
 pub fn copy_file(src: &Path, dst: &Path) -> Result<u64, LsmError> {
-    copy_file_on(&OsStorage, src, dst)
+    copy_file_on(&super::storage::OsStorage, src, dst)
 }
 
-/// [`copy_file`] within `storage`: with the real file system as [`copy_file`] does; otherwise a read of
-/// `src` and a write and sync of `dst`.
+/// Copies `src` to a new file `dst` (which must not exist) of `storage` and syncs it; returns the bytes copied.
+/// On the real file system the copy streams between the files (`copy_file_range(2)` where the kernel has
+/// it); on another storage it is a read of `src`, then a write and sync of `dst`.
 pub fn copy_file_on(storage: &dyn Storage, src: &Path, dst: &Path) -> Result<u64, LsmError> {
     let mut output = match storage.create(dst).map_err(|e| io_err(dst, e))? {
         NewFile::Os(file) => file,
@@ -153,12 +158,8 @@ pub fn copy_file_on(storage: &dyn Storage, src: &Path, dst: &Path) -> Result<u64
     Ok(copied)
 }
 
-/// Fsyncs a directory so that files created or renamed in it are durable ([`LsmError::Io`] naming it).
-pub fn sync_dir(dir: &Path) -> Result<(), LsmError> {
-    sync_dir_on(&OsStorage, dir)
-}
-
-/// [`sync_dir`] within `storage`.
+/// Fsyncs directory `dir` of `storage`, so that files created or renamed in it are durable ([`LsmError::Io`]
+/// naming it).
 pub fn sync_dir_on(storage: &dyn Storage, dir: &Path) -> Result<(), LsmError> {
     storage.sync_dir(dir).map_err(|e| io_err(dir, e))
 }

@@ -1,79 +1,124 @@
-//! The native LSM engine: a sorted key-value store with merge operands, compaction filters, snapshots and
-//! checkpoints. It knows nothing of state kinds or serializers; key groups reach it only as key prefixes.
+//! keyed-state's LSM engine: an embeddable, sorted key-value store with merge operands, compaction filters,
+//! range deletes, snapshots, checkpoints and bulk ingestion. It knows nothing of state kinds, serializers or
+//! key groups (which reach it only as key prefixes).
 //!
-//! What an embedding user needs is re-exported here: [`Db`], [`Options`], [`ReadOptions`], [`WriteBatch`],
-//! [`Snapshot`], [`DbIter`], [`MergeOperator`], [`CompactionFilter`], [`DbStats`] and [`LsmError`].
-//! Modules marked hidden in the docs (`cache`, `coding`, `ikey`, `manifest`, `record_log`, and the SST
-//! reader, writer and block formats) are format internals, public for the tests and fuzz targets only.
+//! # The surface
+//!
+//! Everything an embedding user needs is at the crate root:
+//!
+//! * the database: [`Db`] (open, [`put`](Db::put), [`get`](Db::get), [`merge`](Db::merge),
+//!   [`delete_range`](Db::delete_range), [`write`](Db::write) of a [`WriteBatch`], [`snapshot`](Db::snapshot),
+//!   [`iter`](Db::iter), flush and compaction), its [`Options`] and [`ReadOptions`], and what it reports
+//!   ([`DbStats`], [`RecoveryReport`], [`DroppedWrites`]);
+//! * reads: [`ValueSlice`] (a value, zero-copy when it sits in a file), [`Snapshot`], and [`DbIter`], a
+//!   zero-copy cursor that also turns into an [`Iterator`] of owned entries ([`DbEntries`]);
+//! * extension points: [`MergeOperator`] (with [`ListAppendOperator`]), [`CompactionFilterFactory`] and
+//!   [`CompactionFilter`], [`PropertiesCollector`] (which sees internal keys: [`ParsedKey`], [`ValueKind`]),
+//!   [`PrefixExtractor`] (with [`FixedPrefix`]);
+//! * files in and out: [`Db::checkpoint`] ([`CheckpointInfo`]), the two-part [`Db::begin_checkpoint`]
+//!   ([`PendingCheckpoint`], [`CapturedCheckpoint`]), [`Db::ingest_sorted`] ([`IngestInfo`]), and adopting
+//!   existing SST files as a database ([`summarize_sst`], [`adopt_sst_files`], [`AdoptFile`], with
+//!   [`KeyBounds`] for files read only in part);
+//! * errors: [`LsmError`], whose [`kind`](LsmError::kind) is an [`ErrorKind`] and whose corruption variants
+//!   carry a [`Location`].
+//!
+//! Two public modules hold groups of their own: [`storage`], the seam every durable byte goes through
+//! ([`Storage`](storage::Storage), [`StorageHandle`](storage::StorageHandle), the default
+//! [`OsStorage`](storage::OsStorage), and with feature `test-util` the fault-injecting `storage::fault::FaultFs`),
+//! and [`util`], small helpers keyed-state shares with the engine.
+//!
+//! With feature `test-util` there is also a hidden module `internals`: the file formats' encoders and
+//! decoders, for the tests and fuzz targets. It is not API.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use keyed_state_lsm::{Db, ListAppendOperator, Options, ReadOptions};
+//!
+//! # fn main() -> Result<(), keyed_state_lsm::LsmError> {
+//! let dir = tempfile::tempdir().expect("a temporary directory");
+//! let opts = Options { merge_operator: Some(Arc::new(ListAppendOperator)), ..Options::default() };
+//! let db = Db::open(dir.path(), opts)?;
+//! db.put(b"user:1", b"ada")?;
+//! db.merge(b"list:1", b"a")?;
+//! db.merge(b"list:1", b"b")?;
+//! assert_eq!(db.get(b"list:1")?.as_deref(), Some(&b"a,b"[..]));
+//! let prefix = ReadOptions { prefix: Some(b"user:".to_vec()), ..ReadOptions::default() };
+//! for entry in db.iter(prefix) {
+//!     let (key, value) = entry?;
+//!     assert_eq!((&key[..], &value[..]), (&b"user:1"[..], &b"ada"[..]));
+//! }
+//! db.close()
+//! # }
+//! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-#[doc(hidden)]
-pub mod cache;
-#[doc(hidden)]
-pub mod coding;
-#[doc(hidden)]
-pub mod ikey;
-pub mod io;
-pub mod slice;
-pub mod sst;
-
-pub mod adopt;
-pub(crate) mod arena;
-pub mod batch;
-pub mod bounds;
-pub mod checkpoint;
-pub(crate) mod compaction;
-pub mod db;
+mod adopt;
+mod arena;
+mod batch;
+mod bounds;
+mod cache;
+mod checkpoint;
+mod coding;
+mod compaction;
+mod db;
 mod error;
-pub(crate) mod fast_path;
-pub mod filter;
-pub(crate) mod flush;
+mod fast_path;
+mod filter;
+mod flush;
+mod fsutil;
+mod ikey;
+mod ingest;
+mod inner;
+#[cfg(feature = "test-util")]
 #[doc(hidden)]
-pub mod fsutil;
-pub mod ingest;
-pub mod iter;
+pub mod internals;
+mod io;
+mod iter;
 #[cfg(all(test, loom))]
 mod loom_fast_path;
 #[cfg(all(test, loom))]
 mod loom_tests;
-#[doc(hidden)]
-pub mod manifest;
-pub(crate) mod memtable;
-pub mod merge;
-pub mod options;
-#[doc(hidden)]
-pub mod prefetch;
-pub mod prefix;
-#[doc(hidden)]
-pub mod rangedel;
-#[doc(hidden)]
-pub mod record_log;
-pub(crate) mod skiplist;
-pub mod snapshot;
-pub(crate) mod state;
+mod manifest;
+mod memtable;
+mod merge;
+mod options;
+mod prefetch;
+mod prefix;
+mod rangedel;
+mod record_log;
+mod skiplist;
+mod slice;
+mod snapshot;
+mod sst;
 pub mod storage;
-pub(crate) mod sync;
-pub(crate) mod version;
-pub(crate) mod wal;
+mod sync;
+pub mod util;
+mod version;
+mod wal;
 
+pub use adopt::{adopt_sst_files, summarize_sst, AdoptFile, SstSummary};
 pub use batch::WriteBatch;
+pub use bounds::KeyBounds;
+pub use checkpoint::{
+    CapturedCheckpoint, CapturedFile, CheckpointFile, CheckpointInfo, PendingCheckpoint,
+};
 pub use db::{Db, DbStats, DroppedWrites, RecoveryReport};
 pub use error::{ErrorKind, Location, LsmError};
-pub use filter::{CompactionFilter, CompactionFilterFactory};
-pub use iter::DbIter;
+pub use filter::{
+    CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
+    FilterEntryKind,
+};
+pub use ikey::{ParsedKey, ValueKind};
+pub use ingest::IngestInfo;
+pub use iter::{DbEntries, DbIter};
 pub use merge::{ListAppendOperator, MergeOperator};
-pub use options::{Options, ReadOptions, WalRecovery};
+pub use options::{CompactionPriority, Options, ReadOptions, WalRecovery};
+pub use prefix::{prefix_successor, FixedPrefix, PrefixExtractor};
+pub use slice::ValueSlice;
 pub use snapshot::Snapshot;
-
-/// The message of a panic payload (`panic!` with a literal or a formatted string), empty otherwise.
-#[doc(hidden)]
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
-}
+pub use sst::{Compression, PropertiesCollector, SstOptions, SstProperties};

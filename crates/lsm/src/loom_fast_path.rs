@@ -4,7 +4,7 @@
 //! What runs as the real code: the change counter (a loom atomic under `cfg(loom)`), its bump
 //! ([`note_change`]) and the writer's entry ([`FastPathEntry`]: `record` under the state lock, `get` on the
 //! fast path), with the orderings the engine uses ([`fast_path::NOTE`], [`fast_path::CHECK`],
-//! [`fast_path::RECORD`]). What is a model of the engine, written here after `db/write.rs`, `state.rs` and the
+//! [`fast_path::RECORD`]). What is a model of the engine, written here after `db/write.rs`, `inner.rs` and the
 //! flush: the state lock and the writer lock (loom `Mutex`es standing for the engine's parking_lot ones),
 //! `make_room` (error check, switch when full or forced, recording the entry), a memtable switch (the old
 //! table joins the immutable ones, the count is bumped), the flush (takes the oldest immutable table, reads

@@ -143,6 +143,7 @@ impl ManifestWriter {
 
 /// Decodes manifest bytes (as found in a `MANIFEST-NNNNNN` file) and returns the number of version-edit
 /// records, or a typed error naming `file`. Never panics on arbitrary input (fuzzed).
+#[cfg(any(test, feature = "test-util"))]
 pub fn validate_manifest(buf: &[u8], file: &Path) -> Result<usize, LsmError> {
     decode_manifest(buf, file).map(|edits| edits.len())
 }

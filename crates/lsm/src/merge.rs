@@ -1,5 +1,9 @@
 //! Pluggable merge operators, applied on read and during compaction.
 
+use std::sync::Arc;
+
+use crate::LsmError;
+
 /// Combines merge operands with an optional existing value.
 ///
 /// Operands are passed oldest first. Returning `None` reports a failed merge, surfaced as
@@ -24,7 +28,7 @@ pub trait MergeOperator: Send + Sync {
 pub struct ListAppendOperator;
 
 /// The list delimiter byte.
-pub const LIST_DELIMITER: u8 = 0x2C;
+const LIST_DELIMITER: u8 = 0x2C;
 
 fn join(existing: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
     let cap =
@@ -60,6 +64,26 @@ impl MergeOperator for ListAppendOperator {
     fn partial_merge(&self, _key: &[u8], operands: &[&[u8]]) -> Option<Vec<u8>> {
         Some(join(None, operands))
     }
+}
+
+/// Full-merges operands (collected newest first) onto `base`.
+pub(crate) fn full_merge(
+    op: Option<&Arc<dyn MergeOperator>>,
+    key: &[u8],
+    base: Option<&[u8]>,
+    operands_newest_first: &[impl AsRef<[u8]>],
+) -> Result<Vec<u8>, LsmError> {
+    let op = op.ok_or_else(|| LsmError::NoMergeOperator { key: key.to_vec() })?;
+    let ops: Vec<&[u8]> = operands_newest_first
+        .iter()
+        .rev()
+        .map(|o| o.as_ref())
+        .collect();
+    op.full_merge(key, base, &ops)
+        .ok_or_else(|| LsmError::MergeFailed {
+            operator: op.name().to_string(),
+            key: key.to_vec(),
+        })
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// The prefix every key of a scan shares, if the extractor maps it: the scan's `prefix` option, else its
 /// lower bound's prefix when the upper bound ends the scan within that prefix.
-pub fn scan_prefix<'a>(
+pub(crate) fn scan_prefix<'a>(
     extractor: &dyn PrefixExtractor,
     lower: Option<&'a [u8]>,
     upper: Option<&[u8]>,

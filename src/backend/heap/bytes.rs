@@ -12,7 +12,7 @@ use std::hash::{Hash, Hasher};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicUsize, Ordering};
 
-use keyed_state_lsm::prefetch::prefetch_read;
+use keyed_state_lsm::util::prefetch_read;
 
 const INLINE: usize = 14;
 

@@ -22,10 +22,11 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::bytes::SmallBytes;
-pub use super::map_run::RUN_CHUNK;
+#[cfg(test)]
+use super::map_run::RUN_CHUNK;
 use super::map_run::{sort_prefix, Run, RunDir};
 use super::user_map::Entry;
-pub use super::user_map::{UserMap, SMALL_MAX};
+pub use super::user_map::UserMap;
 use crate::error::Result;
 use crate::ttl::TtlVerdict;
 
@@ -138,11 +139,13 @@ impl MapTable {
     }
 
     /// Number of maps in the index (restored maps not yet touched are not counted).
+    #[cfg(test)]
     pub fn maps(&self) -> usize {
         self.maps
     }
 
     /// Number of index shards.
+    #[cfg(test)]
     pub fn shard_count(&self) -> usize {
         self.shards.len()
     }

@@ -1,25 +1,25 @@
 //! The heap backend: in-memory tables per state and key group, with cheap consistent snapshots.
 //!
 //! Every state has one table per key group of the backend's range. Value, list, reducing and aggregating
-//! states use a hash table from entry key to value bytes; map states use a [`map_table::MapTable`]: a hash
+//! states use a hash table from entry key to value bytes; map states use a `map_table::MapTable`: a hash
 //! table from key-and-namespace bytes to one small sorted map of user keys; timer states use a
-//! [`timer_table::TimerTable`]: an ordered tree of their entries, for the queues' ordered reads. Entries are
+//! `timer_table::TimerTable`: an ordered tree of their entries, for the queues' ordered reads. Entries are
 //! stored as the working-state bytes of `crate::layout`, so a snapshot hands them to the savepoint encoder
 //! unchanged.
 //!
 //! A snapshot clones every table (O(states × key groups), independent of the state size); the tables are
-//! copy-on-write ([`table`], [`map_table`], [`timer_table`]), so writes after the snapshot never disturb it.
+//! copy-on-write (`table`, `map_table`, `timer_table`), so writes after the snapshot never disturb it.
 //! Any number of snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
 //! Incremental TTL cleanup walks a state's tables from a cursor kept per state (`cleanup`).
 
-pub mod bytes;
+pub(crate) mod bytes;
 mod checkpoint;
 mod cleanup;
 mod map_run;
-pub mod map_table;
-pub mod table;
-pub mod table_file;
-pub mod timer_table;
+pub(crate) mod map_table;
+mod table;
+pub(crate) mod table_file;
+mod timer_table;
 mod user_map;
 
 use std::sync::Arc;
@@ -83,6 +83,49 @@ pub struct HeapBackend {
 }
 
 impl HeapBackend {
+    /// Visits the entries of `state` in key group `kg`, the `index`-th of the range, with full entry keys,
+    /// until `f` returns `false`. Returns whether it ran to the end.
+    fn scan_group(
+        &self,
+        state: StateId,
+        index: usize,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<bool> {
+        let mut go = true;
+        match self.tables.get(state) {
+            Some(StateTables::Kv(groups)) => {
+                let mut full = Vec::new();
+                if let Some(t) = groups.get(index) {
+                    t.for_each(&mut |k, v| {
+                        with_prefix(&mut full, kg, self.prefix_len, k);
+                        go = f(&full, v);
+                        go
+                    });
+                }
+            }
+            Some(StateTables::Map(groups)) => {
+                let mut prefix = Vec::with_capacity(2);
+                with_prefix(&mut prefix, kg, self.prefix_len, &[]);
+                if let Some(t) = groups.get(index) {
+                    go = t.for_each(&prefix, f);
+                }
+            }
+            Some(StateTables::Timer(groups)) => {
+                let mut full = Vec::new();
+                if let Some(t) = groups.get(index) {
+                    t.scan_from(&[], &mut |k, v| {
+                        with_prefix(&mut full, kg, self.prefix_len, k);
+                        go = f(&full, v);
+                        go
+                    });
+                }
+            }
+            None => return Err(Error::UnknownStateId(state)),
+        }
+        Ok(go)
+    }
+
     /// A heap backend for `config`'s key-group range.
     pub fn new(config: BackendConfig) -> Result<Self> {
         config.validate()?;
@@ -312,47 +355,26 @@ impl StateBackend for HeapBackend {
         state: StateId,
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        let range = self.config.key_group_range;
-        let mut go = true;
-        match self.tables.get(state) {
-            Some(StateTables::Kv(groups)) => {
-                let mut full = Vec::new();
-                for (kg, t) in range.iter().zip(groups) {
-                    t.for_each(&mut |k, v| {
-                        with_prefix(&mut full, kg, self.prefix_len, k);
-                        go = f(kg, &full, v);
-                        go
-                    });
-                    if !go {
-                        break;
-                    }
-                }
+        for (i, kg) in self.config.key_group_range.iter().enumerate() {
+            if !self.scan_group(state, i, kg, &mut |k, v| f(kg, k, v))? {
+                break;
             }
-            Some(StateTables::Map(groups)) => {
-                let mut prefix = Vec::with_capacity(2);
-                for (kg, t) in range.iter().zip(groups) {
-                    with_prefix(&mut prefix, kg, self.prefix_len, &[]);
-                    if !t.for_each(&prefix, &mut |k, v| f(kg, k, v)) {
-                        break;
-                    }
-                }
-            }
-            Some(StateTables::Timer(groups)) => {
-                let mut full = Vec::new();
-                for (kg, t) in range.iter().zip(groups) {
-                    t.scan_from(&[], &mut |k, v| {
-                        with_prefix(&mut full, kg, self.prefix_len, k);
-                        go = f(kg, &full, v);
-                        go
-                    });
-                    if !go {
-                        break;
-                    }
-                }
-            }
-            None => return Err(Error::UnknownState(format!("id {state}"))),
         }
         Ok(())
+    }
+
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let range = self.config.key_group_range;
+        if !range.contains(kg) {
+            return Err(super::out_of_range(range, kg));
+        }
+        let i = usize::from(kg - range.start());
+        self.scan_group(state, i, kg, f).map(|_| ())
     }
 
     fn transform_values(
@@ -390,7 +412,7 @@ impl StateBackend for HeapBackend {
                     t.retain(&mut |_, v| retain_by(&mut apply, v));
                 }
             }
-            None => return Err(Error::UnknownState(format!("id {state}"))),
+            None => return Err(Error::UnknownStateId(state)),
         }
         match failure {
             Some(e) => Err(e),
@@ -410,7 +432,7 @@ impl StateBackend for HeapBackend {
             Some(StateTables::Timer(groups)) => {
                 groups[g].insert(strip_prefix(key, self.prefix_len)?, value)
             }
-            None => return Err(Error::UnknownState(format!("id {state}"))),
+            None => return Err(Error::UnknownStateId(state)),
         }
         Ok(())
     }
@@ -484,7 +506,7 @@ fn retain_by(apply: &mut dyn FnMut(&[u8]) -> Rewrite, v: &mut SmallBytes) -> boo
 
 #[cold]
 fn unknown_state(state: StateId) -> Error {
-    Error::UnknownState(format!("id {state}"))
+    Error::UnknownStateId(state)
 }
 
 /// A point-in-time view of a [`HeapBackend`]: clones of its tables.
@@ -541,7 +563,7 @@ impl BackendSnapshot for HeapSnapshot {
                 });
                 result
             }
-            None => Err(Error::UnknownState(format!("id {state}"))),
+            None => Err(Error::UnknownStateId(state)),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::bytes::{head_of, SmallBytes};
-use keyed_state_lsm::prefetch::prefetch_read as prefetch;
+use keyed_state_lsm::util::prefetch_read as prefetch;
 
 /// A map with more entries than this is stored as an ordered tree, not a sorted vector.
 pub const SMALL_MAX: usize = 32;
@@ -20,7 +20,7 @@ pub(super) type Entry = (SmallBytes, SmallBytes);
 /// The entries of one map (one key and namespace), ordered by user-key bytes; never empty in a table.
 #[derive(Clone)]
 pub enum UserMap {
-    /// At most [`SMALL_MAX`] entries sorted by user key.
+    /// At most `SMALL_MAX` entries sorted by user key.
     Small(Vec<Entry>),
     /// More entries: an ordered tree, shared between copies of the table until written.
     Large(Arc<BTreeMap<SmallBytes, SmallBytes>>),

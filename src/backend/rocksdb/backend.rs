@@ -8,16 +8,17 @@ use rocksdb::{
     BoundColumnFamily, Cache, IngestExternalFileOptions, ReadOptions, WriteBatch, WriteOptions,
 };
 
-use crate::backend::{BackendConfig, BackendSnapshot, EngineHandle, StateBackend, StateId};
+use crate::backend::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Result};
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
 use crate::meta::StateMetaInfo;
-use keyed_state_lsm::prefix::prefix_successor;
+use keyed_state_lsm::prefix_successor;
 
 use super::load::{LoadRun, Loader};
 use super::ttl_filter::TtlSlots;
 use super::{
-    cf_handle, column_family_name, rdb_error, Db, DbHolder, RocksDbOptions, RocksDbSnapshot,
+    cf_handle, column_family_name, rdb_error, Db, DbHolder, RocksDbEngine, RocksDbOptions,
+    RocksDbSnapshot,
 };
 
 /// Writes into one column family through write batches flushed at `write_batch_size`, keeping the first
@@ -123,7 +124,10 @@ impl RocksDbBackend {
         let dir = tempfile::Builder::new()
             .prefix("keyed-state-rocksdb-")
             .tempdir()
-            .map_err(|e| Error::io("creating a temporary RocksDB directory", e))?;
+            .map_err(Error::io_at(
+                "creating a temporary directory in",
+                std::env::temp_dir(),
+            ))?;
         let path = dir.path().to_path_buf();
         Self::open_in(&path, Some(dir), config, options)
     }
@@ -146,9 +150,9 @@ impl RocksDbBackend {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(dir)
-                    .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+                    .map_err(Error::io_at("creating the directory", dir))?;
             }
-            Err(e) => return Err(Error::io(format!("reading {}", dir.display()), e)),
+            Err(e) => return Err(Error::io("listing", dir, e)),
         }
         let cache = Cache::new_lru_cache(options.block_cache_size);
         let cf_options = options.column_options(&cache);
@@ -212,6 +216,101 @@ impl RocksDbBackend {
             map,
             op,
         )
+    }
+
+    /// Opens the RocksDB database in `dir` that a checkpoint restore put there (RocksDB's own files, one
+    /// column family per state of `states`, in id order) as a backend for `config`; `temp`, if given, is
+    /// removed with the backend. Nothing is clipped: see [`clip_to`](Self::clip_to).
+    #[cfg(feature = "checkpoints")]
+    pub(crate) fn open_restored(
+        dir: &Path,
+        temp: Option<tempfile::TempDir>,
+        config: BackendConfig,
+        states: Vec<StateMetaInfo>,
+        options: &RocksDbOptions,
+    ) -> Result<Self> {
+        let cache = Cache::new_lru_cache(options.block_cache_size);
+        let cf_options = options.column_options(&cache);
+        let names: Vec<String> = states.iter().map(|s| column_family_name(&s.name)).collect();
+        // TTL states get their compaction filter at open, as `register_state` gives it to new ones.
+        let mut ttl = TtlSlots::default();
+        let cfs: Vec<rocksdb::ColumnFamilyDescriptor> = names
+            .iter()
+            .zip(&states)
+            .map(|(n, meta)| {
+                let opts = ttl
+                    .column_options(&cf_options, meta)
+                    .unwrap_or_else(|| cf_options.clone());
+                rocksdb::ColumnFamilyDescriptor::new(n, opts)
+            })
+            .collect();
+        let db = Db::open_cf_descriptors(&options.db_options()?, dir, cfs)
+            .map_err(|e| rdb_error(format!("opening the restored {}", dir.display()), e))?;
+        let mut write_opts = WriteOptions::default();
+        write_opts.disable_wal(options.disable_wal);
+        write_opts.set_sync(false);
+        Ok(RocksDbBackend {
+            holder: Arc::new(DbHolder {
+                db,
+                cf_options,
+                cf_names: parking_lot::Mutex::new(names.clone()),
+                _dir: temp,
+            }),
+            prefix_len: key_group_prefix_len(config.max_parallelism),
+            config,
+            options: options.clone(),
+            states,
+            cf_names: names,
+            read_opts: ReadOptions::default(),
+            write_opts,
+            value_buf: Vec::new(),
+            key_buf: Vec::new(),
+            loader: Loader::default(),
+            ttl,
+        })
+    }
+
+    /// Deletes every key outside key groups `keep`, per column family, by range deletion (a restore that
+    /// opened an old instance's database for a smaller range).
+    #[cfg(feature = "checkpoints")]
+    pub(crate) fn clip_to(&self, keep: crate::keygroup::KeyGroupRange) -> Result<()> {
+        let max = self.config.max_parallelism;
+        let p = self.prefix_len;
+        let db = &self.holder.db;
+        for state in 0..self.cf_names.len() {
+            let cf = cf_handle(db, &self.cf_names, state)?;
+            let mut lo = Vec::new();
+            crate::keygroup::write_key_group_prefix(&mut lo, keep.start(), p);
+            if keep.start() > 0 {
+                db.delete_range_cf(&cf, Vec::new(), lo.clone())
+                    .map_err(|e| rdb_error("clipping restored key groups", e))?;
+            }
+            if u32::from(keep.end()) + 1 < max {
+                let mut last = Vec::new();
+                crate::keygroup::write_key_group_prefix(&mut last, keep.end(), p);
+                if let Some(hi) = prefix_successor(&last) {
+                    db.delete_range_cf(&cf, hi, vec![0xFF; p + 1])
+                        .map_err(|e| rdb_error("clipping restored key groups", e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory SST files for restore are written to (inside the database directory).
+    pub(super) fn ingest_dir(&self) -> std::path::PathBuf {
+        self.holder.db.path().join("keyed-state-ingest")
+    }
+
+    /// Writes every buffered restore run out as one SST file per state.
+    fn spill_runs(&mut self) -> Result<()> {
+        let dir = self.ingest_dir();
+        let states = &self.states;
+        let context = |state: usize| match states.get(state) {
+            Some(m) => format!("writing a restore SST file on state '{}'", m.name),
+            None => format!("writing a restore SST file on state id {state}"),
+        };
+        self.loader.spill(&dir, &self.holder.cf_options, &context)
     }
 
     pub(super) fn context(&self, op: &str, state: StateId) -> String {
@@ -465,7 +564,7 @@ impl StateBackend for RocksDbBackend {
         f: &mut dyn FnMut(KeyGroup, &[u8], &[u8]) -> bool,
     ) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         let prefix_len = self.prefix_len;
         let mut bad: Option<Vec<u8>> = None;
@@ -489,6 +588,27 @@ impl StateBackend for RocksDbBackend {
             }),
             None => Ok(()),
         }
+    }
+
+    fn scan_key_group(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        if state >= self.states.len() {
+            return Err(Error::UnknownStateId(state));
+        }
+        let range = self.config.key_group_range;
+        if !range.contains(kg) {
+            return Err(crate::backend::out_of_range(range, kg));
+        }
+        let mut prefix = Vec::with_capacity(2);
+        crate::keygroup::write_key_group_prefix(&mut prefix, kg, self.prefix_len);
+        let upper = prefix_successor(&prefix);
+        self.iterate(state, &prefix, upper, "scan_key_group", &mut |k, v| {
+            k.starts_with(&prefix) && f(k, v)
+        })
     }
 
     fn transform_values(
@@ -521,7 +641,7 @@ impl StateBackend for RocksDbBackend {
 
     fn load_entry(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         if state >= self.states.len() {
-            return Err(Error::UnknownState(format!("id {state}")));
+            return Err(Error::UnknownStateId(state));
         }
         if !self.config.key_group_range.contains(kg) {
             return Err(Error::KeyGroupOutOfRange {
@@ -562,7 +682,7 @@ impl StateBackend for RocksDbBackend {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io(format!("removing {}", dir.display()), e)),
+            Err(e) => Err(Error::io("removing the directory", dir, e)),
         }
     }
 
@@ -578,7 +698,7 @@ impl StateBackend for RocksDbBackend {
     }
 
     fn checkpoint_capture(&mut self) -> Result<Box<dyn crate::backend::CheckpointCapture>> {
-        super::checkpoint::capture(self)
+        super::capture::capture(&self.holder)
     }
 
     fn set_ttl_filter(&mut self, state: StateId, filter: Option<crate::ttl::TtlStateFilter>) {
@@ -593,50 +713,5 @@ impl StateBackend for RocksDbBackend {
             self.cf_names.clone(),
             self.prefix_len,
         )))
-    }
-}
-
-/// A shared handle on the database of a [`RocksDbBackend`] ([`RocksDbBackend::engine`]) that stays valid after the
-/// backend is moved into a store: for benchmarks that wait for flushes and compactions between phases.
-#[derive(Clone)]
-pub struct RocksDbEngine(pub(super) Arc<DbHolder>);
-
-impl EngineHandle for RocksDbEngine {
-    fn wait_for_background_work(&self) -> Result<()> {
-        let mut opts = rocksdb::WaitForCompactOptions::default();
-        opts.set_flush(false);
-        self.0
-            .db
-            .wait_for_compact(&opts)
-            .map_err(|e| rdb_error("waiting for flushes and compactions".to_string(), e))
-    }
-
-    fn summary(&self) -> String {
-        let db = &self.0.db;
-        let mut parts = Vec::new();
-        let names = self.0.cf_names.lock().clone();
-        for name in &names {
-            let Some(cf) = db.cf_handle(name) else {
-                continue;
-            };
-            let files: Vec<u64> = (0..7)
-                .map(|l| {
-                    db.property_int_value_cf(&cf, format!("rocksdb.num-files-at-level{l}").as_str())
-                        .ok()
-                        .flatten()
-                        .unwrap_or(0)
-                })
-                .collect();
-            let mem = db
-                .property_int_value_cf(&cf, "rocksdb.cur-size-active-mem-table")
-                .ok()
-                .flatten()
-                .unwrap_or(0);
-            parts.push(format!(
-                "{name}: files per level {files:?}, memtable {} KiB",
-                mem >> 10
-            ));
-        }
-        parts.join("; ")
     }
 }

@@ -1,13 +1,13 @@
 //! Restore: entries buffered per state and written as SST files (`SstFileWriter`) that are ingested into the
 //! state's column family, instead of going through the memtable.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rocksdb::SstFileWriter;
 
 use crate::error::{Error, Result};
 
-use super::{rdb_error, RocksDbBackend};
+use super::rdb_error;
 
 /// Restored entries of one state not yet written out, in arrival order.
 #[derive(Default)]
@@ -73,42 +73,42 @@ pub(super) struct Loader {
     pub(super) next_file: u64,
 }
 
-impl RocksDbBackend {
-    /// The directory SST files for restore are written to (inside the database directory).
-    pub(super) fn ingest_dir(&self) -> PathBuf {
-        self.holder.db.path().join("keyed-state-ingest")
-    }
-
-    /// Writes every buffered restore run out as one SST file per state.
-    pub(super) fn spill_runs(&mut self) -> Result<()> {
-        let dir = self.ingest_dir();
-        if self.loader.runs.iter().any(|r| !r.entries.is_empty()) {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+impl Loader {
+    /// Writes every buffered run out as one SST file per state into `dir`, with the column families'
+    /// `cf_options`; `context(state)` names a state in errors.
+    pub(super) fn spill(
+        &mut self,
+        dir: &Path,
+        cf_options: &rocksdb::Options,
+        context: &dyn Fn(usize) -> String,
+    ) -> Result<()> {
+        if self.runs.iter().any(|r| !r.entries.is_empty()) {
+            std::fs::create_dir_all(dir).map_err(Error::io_at("creating the directory", dir))?;
         }
-        for state in 0..self.loader.runs.len() {
-            let run = &self.loader.runs[state];
+        for state in 0..self.runs.len() {
+            let run = &self.runs[state];
             if run.entries.is_empty() {
                 continue;
             }
-            let path = dir.join(format!("restore-{:06}.sst", self.loader.next_file));
-            self.loader.next_file += 1;
-            let context = || self.context("writing a restore SST file", state);
-            let mut writer = SstFileWriter::create(&self.holder.cf_options);
-            writer.open(&path).map_err(|e| rdb_error(context(), e))?;
+            let path = dir.join(format!("restore-{:06}.sst", self.next_file));
+            self.next_file += 1;
+            let mut writer = SstFileWriter::create(cf_options);
+            writer
+                .open(&path)
+                .map_err(|e| rdb_error(context(state), e))?;
             for e in run.ordered() {
                 writer
                     .put(run.key(e), run.value(e))
-                    .map_err(|e| rdb_error(context(), e))?;
+                    .map_err(|e| rdb_error(context(state), e))?;
             }
-            writer.finish().map_err(|e| rdb_error(context(), e))?;
-            if self.loader.files.len() <= state {
-                self.loader.files.resize_with(state + 1, Vec::new);
+            writer.finish().map_err(|e| rdb_error(context(state), e))?;
+            if self.files.len() <= state {
+                self.files.resize_with(state + 1, Vec::new);
             }
-            self.loader.files[state].push(path);
-            self.loader.runs[state].clear();
+            self.files[state].push(path);
+            self.runs[state].clear();
         }
-        self.loader.buffered = 0;
+        self.buffered = 0;
         Ok(())
     }
 }

@@ -15,20 +15,21 @@
 //! * **Restore.** Restored entries are buffered per state and written as SST files (`SstFileWriter`) that
 //!   are ingested into the state's column family, instead of going through the memtable.
 //!
-//! Modules: [`options`] (the settings and how they map to RocksDB's), `backend` (the [`StateBackend`]
-//! implementation), `load` (restore through SST ingestion), `snapshot` ([`RocksDbSnapshot`]), `checkpoint`
-//! (incremental checkpoints from RocksDB's own checkpoint, [`restore_rocksdb`]), `ttl_filter` (the TTL
-//! compaction filter).
+//! Modules: `options` (the settings and how they map to RocksDB's), `backend` (the [`StateBackend`]
+//! implementation), `load` (restore through SST ingestion), `snapshot` ([`RocksDbSnapshot`]), `capture`
+//! (the synchronous part of an incremental checkpoint: RocksDB's own checkpoint; restoring one is
+//! `checkpoint::restore_rocksdb`'s), `engine` ([`RocksDbEngine`]), `ttl_filter` (the TTL compaction filter).
 
 mod backend;
-mod checkpoint;
+mod capture;
+mod engine;
 mod load;
-pub mod options;
+mod options;
 mod snapshot;
 mod ttl_filter;
 
-pub use backend::{RocksDbBackend, RocksDbEngine};
-pub use checkpoint::restore_rocksdb;
+pub use backend::RocksDbBackend;
+pub use engine::RocksDbEngine;
 pub use options::{RocksDbCompression, RocksDbOptions};
 pub use snapshot::RocksDbSnapshot;
 
@@ -110,7 +111,7 @@ fn cf_handle<'a>(
 ) -> Result<Arc<BoundColumnFamily<'a>>> {
     let name = cf_names
         .get(state)
-        .ok_or_else(|| Error::UnknownState(format!("id {state}")))?;
+        .ok_or_else(|| Error::UnknownStateId(state))?;
     db.cf_handle(name).ok_or_else(|| Error::RocksDb {
         context: format!("column family of state id {state}"),
         detail: format!("column family '{name}' does not exist"),

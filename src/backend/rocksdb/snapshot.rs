@@ -71,7 +71,7 @@ impl BackendSnapshot for RocksDbSnapshot {
         let meta = self
             .states
             .get(state)
-            .ok_or_else(|| Error::UnknownState(format!("id {state}")))?;
+            .ok_or_else(|| Error::UnknownStateId(state))?;
         if !self.config.key_group_range.contains(kg) {
             return Ok(());
         }

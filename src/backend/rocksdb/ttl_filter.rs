@@ -26,11 +26,8 @@ use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 
 use crate::backend::StateId;
-use crate::error::Result;
 use crate::meta::StateMetaInfo;
 use crate::ttl::{TtlStateFilter, TtlVerdict};
-
-use super::{rdb_error, RocksDbEngine};
 
 /// The name RocksDB logs for the factory and its filters.
 const FILTER_NAME: &CStr = c"keyed-state.ttl";
@@ -168,50 +165,5 @@ impl CompactionFilter for TtlCompactionFilter {
 
     fn name(&self) -> &CStr {
         FILTER_NAME
-    }
-}
-
-impl RocksDbEngine {
-    /// Flushes the memtables of every column family to SST files (tests and benchmarks that force
-    /// compactions at given times).
-    pub fn flush_all(&self) -> Result<()> {
-        let db = &self.0.db;
-        for name in self.0.cf_names.lock().clone() {
-            if let Some(cf) = db.cf_handle(&name) {
-                db.flush_cf(&cf)
-                    .map_err(|e| rdb_error(format!("flushing column family '{name}'"), e))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Flushes and then compacts every column family over its whole key range (RocksDB rewrites the
-    /// bottommost level too when a compaction filter is installed), so the TTL filter judges every value.
-    pub fn compact_all(&self) -> Result<()> {
-        self.flush_all()?;
-        let db = &self.0.db;
-        for name in self.0.cf_names.lock().clone() {
-            if let Some(cf) = db.cf_handle(&name) {
-                db.compact_range_cf(&cf, None::<&[u8]>, None::<&[u8]>);
-            }
-        }
-        Ok(())
-    }
-
-    /// The bytes of every live SST file of the database (`rocksdb.live-sst-files-size`, summed over the
-    /// column families), for benchmarks that compare on-disk size.
-    pub fn live_sst_bytes(&self) -> u64 {
-        let db = &self.0.db;
-        self.0
-            .cf_names
-            .lock()
-            .iter()
-            .filter_map(|name| db.cf_handle(name))
-            .filter_map(|cf| {
-                db.property_int_value_cf(&cf, "rocksdb.live-sst-files-size")
-                    .ok()
-                    .flatten()
-            })
-            .sum()
     }
 }

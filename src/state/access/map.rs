@@ -1,6 +1,20 @@
-//! [`MapAccess`]: a map state at (current key, namespace).
+//! [`MapAccess`]: a map state at (current key, namespace), and its iterators [`MapEntries`], [`MapKeys`]
+//! and [`MapValues`].
+//!
+//! The iterators stream: they fetch the map from the backend [`MAP_BATCH`] entries at a time with
+//! `StateBackend::map_scan_from`, copying each batch out, and resume after the last user key seen. No
+//! backend lock, table borrow or engine iterator is held while the caller's code runs between `next`
+//! calls, so the same code works on the heap, LSM and RocksDB backends, and memory is bounded by one batch
+//! whatever the map's size. Each batch is a consistent read of its own; the iterator borrows the accessor
+//! mutably, so nothing else writes the map while it runs (TTL may remove expired entries as it passes
+//! them, behind the cursor).
+
+use std::collections::VecDeque;
 
 use super::*;
+
+/// How many map entries an iterator fetches from the backend at a time.
+pub const MAP_BATCH: usize = 256;
 
 /// A map value (`nullflag | V`) of `h` decoded.
 fn decode_map_value<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>(
@@ -32,8 +46,8 @@ pub struct MapAccess<
     pub(super) kg: KeyGroup,
 }
 
-impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>
-    MapAccess<'_, K, UK, UV, N>
+impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>
+    MapAccess<'a, K, UK, UV, N>
 {
     fn user_key_bytes(&mut self, key: &UK::Value) -> Result<()> {
         let s = &mut *self.store;
@@ -104,25 +118,53 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
             .map_put(self.h.core.id, self.kg, &s.key_ns, &s.scratch2, &s.scratch)
     }
 
-    /// Every entry with TTL applied (expired ones removed, and kept in the result only under
-    /// `ReturnExpiredIfNotCleanedUp`); null values as `None`.
-    fn ttl_entries(&mut self, ttl: TtlParams) -> Result<Vec<(UK::Value, Option<UV::Value>)>> {
-        let raw = self.raw_entries()?;
-        let mut out = Vec::with_capacity(raw.len());
-        for (k, v) in raw {
+    /// The next raw entry after `cur`'s position: a batch is fetched from the backend when the last one is
+    /// used up.
+    fn next_raw(&mut self, cur: &mut Cursor) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        if cur.batch.is_empty() && !cur.done {
+            let s = &mut *self.store;
+            let after = cur.last.take();
+            let from = after.as_deref().unwrap_or_default();
+            let batch = &mut cur.batch;
+            s.backend
+                .map_scan_from(self.h.core.id, self.kg, &s.key_ns, from, &mut |k, v| {
+                    if after.as_deref() == Some(k) {
+                        return true;
+                    }
+                    batch.push_back((k.to_vec(), v.to_vec()));
+                    batch.len() < MAP_BATCH
+                })?;
+            cur.done = cur.batch.len() < MAP_BATCH;
+            cur.last = cur.batch.back().map(|(k, _)| k.clone()).or(after);
+        }
+        Ok(cur.batch.pop_front())
+    }
+
+    /// The next entry after `cur`'s position, with TTL applied (an expired entry is removed, and returned
+    /// only under `ReturnExpiredIfNotCleanedUp`): the user key and the value (`None` for a null value, or
+    /// when `value` is false on a state without TTL).
+    fn next_entry(
+        &mut self,
+        cur: &mut Cursor,
+        value: bool,
+    ) -> Result<Option<(UK::Value, Option<UV::Value>)>> {
+        while let Some((k, v)) = self.next_raw(cur)? {
             let key = crate::serializer::from_bytes(&*self.h.user_key, &k)
                 .map_err(ser_err(&self.h.core.name))?;
+            let Some(ttl) = self.h.core.ttl else {
+                let decoded = if value { self.decode_value(&v)? } else { None };
+                return Ok(Some((key, decoded)));
+            };
             if v.first() == Some(&MAP_VALUE_NULL) {
-                out.push((key, None));
-                continue;
+                return Ok(Some((key, None)));
             }
             self.store.scratch2.clear();
             self.store.scratch2.extend_from_slice(&k);
-            if let Some(value) = self.ttl_check(ttl, &v)? {
-                out.push((key, Some(value)));
+            if let Some(decoded) = self.ttl_check(ttl, &v)? {
+                return Ok(Some((key, Some(decoded))));
             }
         }
-        Ok(out)
+        Ok(None)
     }
 
     /// The value for `key`, if present (a null value, as Flink can store, reads as `None`).
@@ -188,76 +230,42 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
             .map_remove(self.h.core.id, self.kg, &s.key_ns, &s.scratch2)
     }
 
-    /// Whether the map has no entry.
+    /// Whether the map has no entry (with TTL: no live entry; expired ones are removed on the way).
     pub fn is_empty(&mut self) -> Result<bool> {
-        if let Some(ttl) = self.h.core.ttl {
-            return Ok(self.ttl_entries(ttl)?.is_empty());
-        }
-        let s = &mut *self.store;
-        let mut empty = true;
-        s.backend
-            .map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |_, _| {
-                empty = false;
-                false
-            })?;
-        Ok(empty)
+        let mut cur = Cursor::default();
+        Ok(self.next_entry(&mut cur, false)?.is_none())
     }
 
-    fn raw_entries(&mut self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let s = &mut *self.store;
-        let mut out = Vec::new();
-        s.backend
-            .map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |k, v| {
-                out.push((k.to_vec(), v.to_vec()));
-                true
-            })?;
-        Ok(out)
+    /// Every entry, in user-key order (null values are skipped), streamed from the backend: see the module
+    /// documentation. Collect with `.collect::<Result<Vec<_>>>()`.
+    pub fn entries(&mut self) -> MapEntries<'_, 'a, K, UK, UV, N> {
+        MapEntries {
+            access: self,
+            cur: Cursor::default(),
+        }
     }
 
-    /// All entries in user-key order (null values are skipped).
-    pub fn entries(&mut self) -> Result<Vec<(UK::Value, UV::Value)>> {
-        if let Some(ttl) = self.h.core.ttl {
-            let all = self.ttl_entries(ttl)?;
-            return Ok(all
-                .into_iter()
-                .filter_map(|(k, v)| v.map(|v| (k, v)))
-                .collect());
+    /// Every user key, in order (keys with a null value too), streamed.
+    pub fn keys(&mut self) -> MapKeys<'_, 'a, K, UK, UV, N> {
+        MapKeys {
+            access: self,
+            cur: Cursor::default(),
         }
-        let raw = self.raw_entries()?;
-        let mut out = Vec::with_capacity(raw.len());
-        for (k, v) in raw {
-            let key = crate::serializer::from_bytes(&*self.h.user_key, &k)
-                .map_err(ser_err(&self.h.core.name))?;
-            if let Some(value) = self.decode_value(&v)? {
-                out.push((key, value));
-            }
-        }
-        Ok(out)
     }
 
-    /// All user keys in order.
-    pub fn keys(&mut self) -> Result<Vec<UK::Value>> {
-        if let Some(ttl) = self.h.core.ttl {
-            return Ok(self.ttl_entries(ttl)?.into_iter().map(|(k, _)| k).collect());
+    /// Every value, in user-key order (null values are skipped), streamed.
+    pub fn values(&mut self) -> MapValues<'_, 'a, K, UK, UV, N> {
+        MapValues {
+            access: self,
+            cur: Cursor::default(),
         }
-        let raw = self.raw_entries()?;
-        raw.iter()
-            .map(|(k, _)| {
-                crate::serializer::from_bytes(&*self.h.user_key, k)
-                    .map_err(ser_err(&self.h.core.name))
-            })
-            .collect()
-    }
-
-    /// All values in user-key order (null values are skipped).
-    pub fn values(&mut self) -> Result<Vec<UV::Value>> {
-        Ok(self.entries()?.into_iter().map(|(_, v)| v).collect())
     }
 
     /// Visits every entry in order; `f` may change the value and returns whether to keep the entry (Flink's
-    /// iterator `remove` and `Entry.setValue`).
+    /// iterator `remove` and `Entry.setValue`). The entries are read first, then changed.
     pub fn retain(&mut self, mut f: impl FnMut(&UK::Value, &mut UV::Value) -> bool) -> Result<()> {
-        for (k, mut v) in self.entries()? {
+        let all: Vec<(UK::Value, UV::Value)> = self.entries().collect::<Result<_>>()?;
+        for (k, mut v) in all {
             let before = {
                 self.store.scratch.clear();
                 self.h
@@ -286,5 +294,118 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
     pub fn clear(&mut self) -> Result<()> {
         let s = &mut *self.store;
         s.backend.map_clear(self.h.core.id, self.kg, &s.key_ns)
+    }
+}
+
+/// Where a map iterator is: the batch fetched and not yet returned, the last user key fetched, and whether
+/// the backend has nothing after it.
+#[derive(Default)]
+struct Cursor {
+    batch: VecDeque<(Vec<u8>, Vec<u8>)>,
+    last: Option<Vec<u8>>,
+    done: bool,
+}
+
+impl Cursor {
+    /// Ends the iteration (after an error: an iterator returns its first error, then nothing).
+    fn stop(&mut self) {
+        self.batch.clear();
+        self.done = true;
+    }
+}
+
+/// The iterator of [`MapAccess::entries`]: `(user key, value)` in user-key order, null values skipped.
+pub struct MapEntries<
+    'm,
+    'a,
+    K: KeySerializer,
+    UK: TypeSerializer,
+    UV: TypeSerializer,
+    N: TypeSerializer,
+> {
+    access: &'m mut MapAccess<'a, K, UK, UV, N>,
+    cur: Cursor,
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Iterator
+    for MapEntries<'_, '_, K, UK, UV, N>
+{
+    type Item = Result<(UK::Value, UV::Value)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.access.next_entry(&mut self.cur, true) {
+                Ok(Some((k, Some(v)))) => return Some(Ok((k, v))),
+                Ok(Some((_, None))) => continue,
+                Ok(None) => return None,
+                Err(e) => {
+                    self.cur.stop();
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// The iterator of [`MapAccess::keys`]: every user key in order.
+pub struct MapKeys<
+    'm,
+    'a,
+    K: KeySerializer,
+    UK: TypeSerializer,
+    UV: TypeSerializer,
+    N: TypeSerializer,
+> {
+    access: &'m mut MapAccess<'a, K, UK, UV, N>,
+    cur: Cursor,
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Iterator
+    for MapKeys<'_, '_, K, UK, UV, N>
+{
+    type Item = Result<UK::Value>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.access.next_entry(&mut self.cur, false) {
+            Ok(Some((k, _))) => Some(Ok(k)),
+            Ok(None) => None,
+            Err(e) => {
+                self.cur.stop();
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// The iterator of [`MapAccess::values`]: the values in user-key order, null values skipped.
+pub struct MapValues<
+    'm,
+    'a,
+    K: KeySerializer,
+    UK: TypeSerializer,
+    UV: TypeSerializer,
+    N: TypeSerializer,
+> {
+    access: &'m mut MapAccess<'a, K, UK, UV, N>,
+    cur: Cursor,
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Iterator
+    for MapValues<'_, '_, K, UK, UV, N>
+{
+    type Item = Result<UV::Value>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.access.next_entry(&mut self.cur, true) {
+                Ok(Some((_, Some(v)))) => return Some(Ok(v)),
+                Ok(Some((_, None))) => continue,
+                Ok(None) => return None,
+                Err(e) => {
+                    self.cur.stop();
+                    return Some(Err(e));
+                }
+            }
+        }
     }
 }

@@ -17,7 +17,7 @@ mod reducing;
 mod value;
 
 pub use list::ListAccess;
-pub use map::MapAccess;
+pub use map::{MapAccess, MapEntries, MapKeys, MapValues, MAP_BATCH};
 pub use reducing::{AggregatingAccess, ReducingAccess};
 pub use value::ValueAccess;
 

@@ -11,7 +11,7 @@ use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::StateBackend;
 use keyed_state::checkpoint::tools;
 use keyed_state::checkpoint::{
-    restore_heap, restore_lsm, CheckpointOptions, CheckpointStorage, Checkpointer, RestoreInfo,
+    restore_heap, restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer, RestoreInfo,
 };
 use keyed_state::keygroup::KeyGroupRange;
 use keyed_state::serializer::LongSerializer;
@@ -148,7 +148,7 @@ pub fn restored(
 ) -> (Box<dyn StateBackend>, RestoreInfo) {
     match kind {
         Kind::Lsm => {
-            let (b, i) = restore_lsm(storage, id, cfg, options()).unwrap();
+            let (b, i) = restore_lsm_temp(storage, id, cfg, options()).unwrap();
             (Box::new(b), i)
         }
         Kind::Heap => {
@@ -289,7 +289,7 @@ macro_rules! on_every_backend_and_store {
     };
 }
 
-/// An instance restored by `restore_lsm` for `range` of checkpoint `id`, with its restore report.
+/// An instance restored by `restore_lsm_temp` for `range` of checkpoint `id`, with its restore report.
 pub fn restore_reported(
     storage: &Arc<CheckpointStorage>,
     id: u64,
@@ -305,7 +305,7 @@ pub fn restore_reported_with(
     opts: Options,
 ) -> (Inst, RestoreInfo) {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-    let (backend, info) = restore_lsm(storage, id, cfg.clone(), opts).unwrap();
+    let (backend, info) = restore_lsm_temp(storage, id, cfg.clone(), opts).unwrap();
     let engine = Some(backend.engine());
     (inst_on(Box::new(backend), engine, storage, &cfg, 3), info)
 }

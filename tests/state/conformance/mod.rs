@@ -279,7 +279,14 @@ pub fn map_state_crud_and_retain(f: &Factory) {
         .unwrap();
     s.set_current_key(&1).unwrap();
     assert!(s.map(&m).unwrap().is_empty().unwrap());
-    assert_eq!(s.map(&m).unwrap().entries().unwrap(), vec![]);
+    assert_eq!(
+        s.map(&m)
+            .unwrap()
+            .entries()
+            .collect::<keyed_state::Result<Vec<_>>>()
+            .unwrap(),
+        vec![]
+    );
     s.map(&m).unwrap().put(&1, &"1".into()).unwrap();
     s.set_current_key(&2).unwrap();
     s.map(&m)
@@ -310,7 +317,11 @@ pub fn map_state_crud_and_retain(f: &Factory) {
         })
         .unwrap();
     assert_eq!(
-        s.map(&m).unwrap().entries().unwrap(),
+        s.map(&m)
+            .unwrap()
+            .entries()
+            .collect::<keyed_state::Result<Vec<_>>>()
+            .unwrap(),
         vec![
             (1031, "1031_updated".to_string()),
             (1032, "1032_updated".to_string())
@@ -321,8 +332,22 @@ pub fn map_state_crud_and_retain(f: &Factory) {
     assert!(s.map(&m).unwrap().is_empty().unwrap());
     s.set_current_key(&2).unwrap();
     s.map(&m).unwrap().remove(&102).unwrap();
-    assert_eq!(s.map(&m).unwrap().keys().unwrap(), vec![2]);
-    assert_eq!(s.map(&m).unwrap().values().unwrap(), vec!["2".to_string()]);
+    assert_eq!(
+        s.map(&m)
+            .unwrap()
+            .keys()
+            .collect::<keyed_state::Result<Vec<_>>>()
+            .unwrap(),
+        vec![2]
+    );
+    assert_eq!(
+        s.map(&m)
+            .unwrap()
+            .values()
+            .collect::<keyed_state::Result<Vec<_>>>()
+            .unwrap(),
+        vec!["2".to_string()]
+    );
     assert_eq!(s.num_entries().unwrap(), 3);
 }
 
@@ -338,7 +363,12 @@ pub fn map_iterates_in_ascending_key_order(f: &Factory) {
     for k in &keys {
         s.map(&m).unwrap().put(k, &(*k as i64 * 2)).unwrap();
     }
-    let got = s.map(&m).unwrap().keys().unwrap();
+    let got = s
+        .map(&m)
+        .unwrap()
+        .keys()
+        .collect::<keyed_state::Result<Vec<_>>>()
+        .unwrap();
     assert_eq!(got, (0..4096).collect::<Vec<_>>());
     assert!(!s.map(&m).unwrap().is_empty().unwrap());
     for k in 0..4096 {
@@ -416,11 +446,156 @@ pub fn maps_of_neighbouring_keys_do_not_mix(f: &Factory) {
         s.set_current_key(&k.to_string()).unwrap();
         for (i, ns) in nss.iter().enumerate() {
             assert_eq!(
-                s.map_in(&m, &ns.to_string()).unwrap().entries().unwrap(),
+                s.map_in(&m, &ns.to_string())
+                    .unwrap()
+                    .entries()
+                    .collect::<keyed_state::Result<Vec<_>>>()
+                    .unwrap(),
                 vec![(format!("{k}/{ns}"), i as i64)]
             );
         }
     }
+}
+
+/// A map of more entries than one batch of the map iterators (`MAP_BATCH`) streams in order, whole, through
+/// `entries`, `keys` and `values`; an iterator dropped midway leaves the accessor usable; an error-free
+/// stream after removals sees exactly what is left.
+pub fn map_iterators_stream_past_a_batch(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let m = s
+        .register_map(MapStateDescriptor::new(
+            "m",
+            LongSerializer,
+            StringSerializer,
+        ))
+        .unwrap();
+    let n = 3 * MAP_BATCH as i64 + 7;
+    let mut model = BTreeMap::new();
+    s.set_current_key(&5).unwrap();
+    // Inserted in descending order: iteration order is the key order, not the insertion order.
+    for k in (0..n).rev() {
+        let v = format!("v{k}");
+        s.map(&m).unwrap().put(&(k * 3), &v).unwrap();
+        model.insert(k * 3, v);
+    }
+    // A neighbouring key's map is not part of the stream.
+    s.set_current_key(&6).unwrap();
+    s.map(&m).unwrap().put(&1, &"other".to_string()).unwrap();
+    s.set_current_key(&5).unwrap();
+    let want: Vec<(i64, String)> = model.clone().into_iter().collect();
+    let got: Vec<(i64, String)> = s
+        .map(&m)
+        .unwrap()
+        .entries()
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(got, want);
+    let keys: Vec<i64> = s
+        .map(&m)
+        .unwrap()
+        .keys()
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(keys, model.keys().copied().collect::<Vec<_>>());
+    let values: Vec<String> = s
+        .map(&m)
+        .unwrap()
+        .values()
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(values, model.values().cloned().collect::<Vec<_>>());
+    // Partial iteration, then the same accessor writes and iterates again.
+    let mut access = s.map(&m).unwrap();
+    let first: Vec<(i64, String)> = access
+        .entries()
+        .take(MAP_BATCH + 1)
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(first, want[..MAP_BATCH + 1]);
+    // The order is that of the serialized user keys: -1 (0xFF...) after every non-negative key.
+    access.put(&-1, &"last".to_string()).unwrap();
+    assert_eq!(
+        access.entries().last().unwrap().unwrap(),
+        (-1, "last".to_string())
+    );
+    access.remove(&-1).unwrap();
+    // Every second entry removed: the stream resumes after the last key of each batch, whatever is gone.
+    for k in model.keys().copied().step_by(2).collect::<Vec<_>>() {
+        access.remove(&k).unwrap();
+        model.remove(&k);
+    }
+    let got: Vec<(i64, String)> = access
+        .entries()
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(got, model.into_iter().collect::<Vec<_>>());
+    assert!(!access.is_empty().unwrap());
+    access.clear().unwrap();
+    assert!(access.is_empty().unwrap());
+    assert_eq!(access.entries().count(), 0);
+}
+
+/// `keys` and `keys_and_namespaces` over keys of every key group: each key (pair) once, key group by key group
+/// in the range's order, exactly the model's.
+pub fn keys_stream_key_group_by_key_group(f: &Factory) {
+    let mut s = store_long(f, 16, KeyGroupRange::new(2, 13));
+    let v = s
+        .register_value(
+            ValueStateDescriptor::new("v", LongSerializer).with_namespace(StringSerializer),
+        )
+        .unwrap();
+    let mut in_a = std::collections::BTreeSet::new();
+    let mut pairs = std::collections::BTreeSet::new();
+    for k in 0..3000i64 {
+        if s.set_current_key(&k).is_err() {
+            continue;
+        }
+        let ns = if k % 3 == 0 { "a" } else { "b" };
+        s.value_in(&v, &ns.to_string()).unwrap().update(&k).unwrap();
+        if ns == "a" {
+            in_a.insert(k);
+        }
+        pairs.insert((k, ns.to_string()));
+    }
+    let got: Vec<i64> = s
+        .keys(&v, &"a".to_string())
+        .unwrap()
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(got.len(), in_a.len(), "each key once");
+    assert_eq!(
+        got.iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        in_a
+    );
+    let groups: Vec<u16> = got.iter().map(|k| s.key_group_of(k).unwrap()).collect();
+    assert!(
+        groups.windows(2).all(|w| w[0] <= w[1]),
+        "key group by key group"
+    );
+    let got: Vec<(i64, String)> = s
+        .keys_and_namespaces(&v)
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(got.len(), pairs.len());
+    assert_eq!(
+        got.into_iter().collect::<std::collections::BTreeSet<_>>(),
+        pairs
+    );
+    // Taking a few keys reads no further than it needs; the store is usable afterwards.
+    let few: Vec<i64> = s
+        .keys(&v, &"b".to_string())
+        .unwrap()
+        .take(3)
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(few.len(), 3);
+    s.set_current_key(&few[0]).unwrap();
+    assert_eq!(
+        s.value_in(&v, &"b".to_string()).unwrap().get().unwrap(),
+        Some(few[0])
+    );
 }
 
 pub fn keys_per_namespace(f: &Factory) {
@@ -445,13 +620,24 @@ pub fn keys_per_namespace(f: &Factory) {
             s.map_in(&m, &ns).unwrap().put(&uk, &k).unwrap();
         }
     }
-    let mut k1 = s.keys(&v, &"ns1".to_string()).unwrap();
+    let mut k1 = s
+        .keys(&v, &"ns1".to_string())
+        .unwrap()
+        .collect::<keyed_state::Result<Vec<_>>>()
+        .unwrap();
     k1.sort();
     assert_eq!(k1, (0..1000).collect::<Vec<_>>());
-    let mut k2 = s.keys(&m, &"ns2".to_string()).unwrap();
+    let mut k2 = s
+        .keys(&m, &"ns2".to_string())
+        .unwrap()
+        .collect::<keyed_state::Result<Vec<_>>>()
+        .unwrap();
     k2.sort();
     assert_eq!(k2, (1000..2000).collect::<Vec<_>>());
-    let pairs = s.keys_and_namespaces(&v).unwrap();
+    let pairs = s
+        .keys_and_namespaces(&v)
+        .collect::<keyed_state::Result<Vec<_>>>()
+        .unwrap();
     assert_eq!(pairs.len(), 2000);
     let uniq: std::collections::BTreeSet<_> = pairs.into_iter().collect();
     assert_eq!(uniq.len(), 2000);
@@ -587,6 +773,74 @@ pub fn snapshot_is_isolated_from_later_writes(f: &Factory) {
     assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![3, 103]));
 }
 
+pub fn multi_get_equals_get(f: &Factory) {
+    // A batch read returns, key by key and in order, what single reads return: values, lists (merged
+    // appends on the LSM backend), cleared and absent entries, keys of several key groups, duplicates.
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("l", LongSerializer))
+        .unwrap();
+    for k in 0..200i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&(k * 7)).unwrap();
+        s.list(&l).unwrap().add(&k).unwrap();
+        if k % 3 == 0 {
+            s.list(&l).unwrap().add(&(k + 1000)).unwrap();
+        }
+        if k % 5 == 0 {
+            s.value(&v).unwrap().clear().unwrap();
+        }
+    }
+    let ids: Vec<usize> = ["v", "l"]
+        .iter()
+        .map(|n| {
+            s.backend_mut()
+                .states()
+                .iter()
+                .position(|m| m.name == *n)
+                .unwrap()
+        })
+        .collect();
+    for id in ids {
+        let b = s.backend_mut();
+        let mut entries: Vec<(keyed_state::keygroup::KeyGroup, Vec<u8>)> = Vec::new();
+        b.scan_state(id, &mut |kg, key, _| {
+            entries.push((kg, key.to_vec()));
+            true
+        })
+        .unwrap();
+        assert!(entries.len() >= 150, "{} entries", entries.len());
+        // Absent keys: every present key with a byte appended, in the same key group; and duplicates.
+        let mut keys = entries.clone();
+        keys.extend(entries.iter().take(50).map(|(kg, k)| {
+            let mut k = k.clone();
+            k.push(0xEE);
+            (*kg, k)
+        }));
+        keys.extend(entries.iter().take(10).cloned());
+        keys.reverse();
+        let expected: Vec<Option<Vec<u8>>> = keys
+            .iter()
+            .map(|(kg, k)| b.get(id, *kg, k).unwrap().map(|v| v.to_vec()))
+            .collect();
+        assert!(expected.iter().filter(|v| v.is_none()).count() >= 50);
+        let refs: Vec<(keyed_state::keygroup::KeyGroup, &[u8])> =
+            keys.iter().map(|(kg, k)| (*kg, &k[..])).collect();
+        let mut got: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        let mut seen = 0;
+        b.multi_get(id, &refs, &mut |i, v| {
+            got[i] = v.map(|v| v.to_vec());
+            seen += 1;
+        })
+        .unwrap();
+        assert_eq!(seen, keys.len());
+        assert_eq!(got, expected);
+    }
+}
+
 /// Instantiates every conformance test for one backend factory.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -607,6 +861,7 @@ macro_rules! conformance_suite {
                 };
             }
             t!(value_default_update_clear);
+            t!(multi_get_equals_get);
             t!(multiple_value_states_are_independent);
             t!(num_entries_counts_and_clear_removes);
             t!(list_state_api_matrix);
@@ -619,6 +874,8 @@ macro_rules! conformance_suite {
             t!(maps_of_neighbouring_keys_do_not_mix);
             t!(map_scan_from_starts_at_the_bound);
             t!(keys_per_namespace);
+            t!(map_iterators_stream_past_a_batch);
+            t!(keys_stream_key_group_by_key_group);
             t!(apply_to_all_keys_tolerates_changes);
             t!(registering_a_name_twice_checks_kind_and_type);
             t!(key_outside_range_is_rejected);
@@ -640,6 +897,7 @@ macro_rules! conformance_suite {
             t!(ttl_snapshot_cleanup_drops_expired_state);
             t!(ttl_cannot_be_toggled_across_restore);
             t!(ttl_value_bytes_are_flinks_ttl_value);
+            t!(ttl_map_iteration_removes_expired_entries_across_batches);
             t!(timers_key_grouped_priority_queue_walkthrough);
             t!(timers_queue_peek_poll_order_and_set_semantics);
             t!(timers_fire_in_order_with_the_current_key_set);
@@ -796,7 +1054,11 @@ pub fn every_kind_survives_savepoint_and_restore(f: &Factory) {
             None
         );
         assert_eq!(
-            t.map_in(&m, &"ns".to_string()).unwrap().entries().unwrap(),
+            t.map_in(&m, &"ns".to_string())
+                .unwrap()
+                .entries()
+                .collect::<keyed_state::Result<Vec<_>>>()
+                .unwrap(),
             vec![(format!("k{i}"), i)]
         );
         assert!(t
@@ -841,7 +1103,15 @@ pub fn restored_untouched_state_is_snapshotted_again(f: &Factory) {
         ))
         .unwrap();
     u.set_current_key(&5).unwrap();
-    assert_eq!(u.map(&m).unwrap().entries().unwrap().len(), 3);
+    assert_eq!(
+        u.map(&m)
+            .unwrap()
+            .entries()
+            .collect::<keyed_state::Result<Vec<_>>>()
+            .unwrap()
+            .len(),
+        3
+    );
 }
 
 pub fn empty_backend_savepoint_restores(f: &Factory) {

@@ -137,7 +137,11 @@ impl Ctx for MapAllCtx {
         s.map(&self.0).unwrap().put_all(&e).unwrap();
     }
     fn get(&self, s: &mut Store) -> Self::Out {
-        s.map(&self.0).unwrap().entries().unwrap()
+        s.map(&self.0)
+            .unwrap()
+            .entries()
+            .collect::<keyed_state::Result<Vec<_>>>()
+            .unwrap()
     }
     fn empty() -> Self::Out {
         Vec::new()
@@ -715,4 +719,45 @@ pub fn ttl_value_bytes_are_flinks_ttl_value(f: &Factory) {
     assert_eq!(values[0].1, el(5));
     assert_eq!(values[1].1, [el(5), vec![0x2c], el(6)].concat());
     assert_eq!(values[2].1, [vec![0u8], el(5)].concat());
+}
+
+/// A TTL map of more entries than one batch of the map iterators: streaming removes the expired entries as it
+/// passes them, across batch boundaries, and yields exactly the live ones.
+pub fn ttl_map_iteration_removes_expired_entries_across_batches(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let clock = ManualClock::new(0);
+    s.set_ttl_time_provider(clock.clone());
+    let m = s
+        .register_map(
+            MapStateDescriptor::new("ttl-stream", LongSerializer, StringSerializer)
+                .with_ttl(StateTtlConfig::new(100).disable_cleanup_in_background()),
+        )
+        .unwrap();
+    s.set_current_key(&9).unwrap();
+    let n = 2 * MAP_BATCH as i64 + 11;
+    // Even keys written at 0 (expire at 100), odd keys at 60 (expire at 160).
+    for k in (0..n).filter(|k| k % 2 == 0) {
+        s.map(&m).unwrap().put(&k, &format!("e{k}")).unwrap();
+    }
+    clock.set(60);
+    for k in (0..n).filter(|k| k % 2 == 1) {
+        s.map(&m).unwrap().put(&k, &format!("o{k}")).unwrap();
+    }
+    clock.set(120);
+    let live: Vec<(i64, String)> = (0..n)
+        .filter(|k| k % 2 == 1)
+        .map(|k| (k, format!("o{k}")))
+        .collect();
+    let got: Vec<(i64, String)> = s
+        .map(&m)
+        .unwrap()
+        .entries()
+        .collect::<keyed_state::Result<_>>()
+        .unwrap();
+    assert_eq!(got, live);
+    // The expired entries were removed on the way: the raw map holds only the live ones now.
+    assert_eq!(s.num_entries().unwrap(), live.len() as u64);
+    clock.set(200);
+    assert!(s.map(&m).unwrap().is_empty().unwrap());
+    assert_eq!(s.num_entries().unwrap(), 0);
 }

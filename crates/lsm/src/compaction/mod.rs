@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use super::state::DbInner;
+use super::inner::DbInner;
 use super::version::FileMeta;
 use super::LsmError;
 

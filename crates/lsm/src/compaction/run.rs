@@ -4,13 +4,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::bounds::TombIter;
 use crate::filter::{CompactionFilter, CompactionFilterContext, FilterDecision, FilterEntryKind};
 use crate::flush::Outputs;
 use crate::ikey::{self, ValueKind};
-use crate::iter::{file_iter, full_merge, InternalIterator, MergingIter};
+use crate::inner::DbInner;
+use crate::iter::{file_iter, InternalIterator, MergingIter, TombIter};
+use crate::merge::full_merge;
 use crate::rangedel::RangeTombstone;
-use crate::state::DbInner;
 use crate::version::{FileMeta, Version, VersionEdit};
 use crate::{Location, LsmError};
 

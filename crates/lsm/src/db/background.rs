@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 
 use crate::compaction;
 use crate::flush;
+use crate::inner::DbInner;
 use crate::io::io_err;
-use crate::state::DbInner;
 use crate::version::{FileMeta, VersionEdit};
 use crate::wal;
 use crate::LsmError;

@@ -4,7 +4,7 @@
 //! This module holds the handle and its public API; the work is in the submodules: `open` (opening and
 //! recovery), `write` (the write path), `read` (the read path), `background` (the flush and compaction
 //! threads, waiting for them, shutdown) and `stats` ([`DbStats`]). What they share with the flush and
-//! compaction jobs is `DbInner`, in `lsm::state`.
+//! compaction jobs is `DbInner`, in `inner.rs`.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -16,11 +16,11 @@ use parking_lot::Mutex;
 use super::batch::WriteBatch;
 use super::compaction;
 use super::ikey::ValueKind;
+use super::inner::DbInner;
 use super::iter::DbIter;
 use super::options::{Options, ReadOptions};
 use super::slice::ValueSlice;
 use super::snapshot::Snapshot;
-use super::state::DbInner;
 use super::LsmError;
 
 mod background;
@@ -63,7 +63,9 @@ impl Db {
         &self.inner
     }
 
-    /// Applies a batch atomically: all its updates get consecutive seqnos and become visible together.
+    /// Applies a batch atomically: all its updates get consecutive seqnos and become visible together. A batch
+    /// holding a merge operand, in a database opened without a merge operator, is refused whole
+    /// ([`LsmError::NoMergeOperator`], naming the operand's key).
     pub fn write(&self, batch: &WriteBatch) -> Result<()> {
         self.write_seq(batch).map(|_| ())
     }
@@ -78,7 +80,9 @@ impl Db {
         self.write_one(ValueKind::Delete, key, &[])
     }
 
-    /// Adds a merge operand for `key`.
+    /// Adds a merge operand for `key`, combined with the value and the other operands by the
+    /// [`merge_operator`](Options::merge_operator) on read and in compactions. Without a merge operator it is
+    /// refused ([`LsmError::NoMergeOperator`]) and nothing is written.
     pub fn merge(&self, key: &[u8], operand: &[u8]) -> Result<()> {
         self.write_one(ValueKind::Merge, key, operand)
     }
@@ -103,6 +107,22 @@ impl Db {
     /// Cheaper than [`Db::get`] for values in memtables: they are copied into `out`, never allocated.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         self.inner.get_into_at_seqno(key, None, out)
+    }
+
+    /// Reads every key of `keys` (the latest values), results in the order of `keys`; the same values as
+    /// [`Db::get`] of each key, read at one sequence number. On state that is not in memory the blocks of
+    /// the batch are read from the disk concurrently (`design/decisions/0007-cold-reads.md`).
+    pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<ValueSlice>>> {
+        self.inner.multi_get_at_seqno(keys, None)
+    }
+
+    /// [`Db::multi_get`] as of `snapshot`.
+    pub fn multi_get_at(
+        &self,
+        keys: &[&[u8]],
+        snapshot: &Snapshot,
+    ) -> Result<Vec<Option<ValueSlice>>> {
+        self.inner.multi_get_at_seqno(keys, Some(snapshot.seqno()))
     }
 
     /// Reads `key` as of `snapshot`.

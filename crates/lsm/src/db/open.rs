@@ -11,10 +11,10 @@ use parking_lot::Mutex;
 
 use crate::cache::BlockCache;
 use crate::flush;
+use crate::inner::DbInner;
 use crate::io::io_err;
 use crate::manifest::{self, ManifestWriter};
 use crate::options::Options;
-use crate::state::DbInner;
 use crate::storage::{DirLock, Storage};
 use crate::version::{FileInfo, FileMeta, Version};
 use crate::wal::{self, WalWriter};
@@ -26,7 +26,9 @@ use super::{background, recovery, Db, Result};
 fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn DirLock>> {
     let path = dir.join("LOCK");
     storage.lock(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock => LsmError::Locked(path.display().to_string()),
+        std::io::ErrorKind::WouldBlock => LsmError::Locked {
+            dir: dir.to_path_buf(),
+        },
         _ => io_err(&path, e),
     })
 }

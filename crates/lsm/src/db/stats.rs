@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::compaction;
-use crate::state::DbInner;
+use crate::inner::DbInner;
 
 /// Counters and sizes of a database.
 #[derive(Debug, Clone, Default)]

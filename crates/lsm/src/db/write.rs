@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::batch::WriteBatch;
 use crate::ikey::ValueKind;
+use crate::inner::{DbInner, State, WriterState};
 use crate::memtable::MemTable;
-use crate::state::{DbInner, State, WriterState};
 use crate::version::{FileMeta, VersionEdit};
 use crate::wal::{self, WalWriter};
 use crate::LsmError;
@@ -19,6 +19,9 @@ impl Db {
     pub(super) fn write_seq(&self, batch: &WriteBatch) -> Result<u64> {
         if batch.is_empty() {
             return self.inner.check_bg_error().map(|_| 0);
+        }
+        if let Some(key) = batch.first_merge_key() {
+            self.refuse_merge_without_operator(key)?;
         }
         let inner = &self.inner;
         let mut w = inner.writer.lock();
@@ -47,6 +50,9 @@ impl Db {
     /// WAL it is logged as a one-entry batch.
     pub(super) fn write_one(&self, kind: ValueKind, key: &[u8], value: &[u8]) -> Result<()> {
         let inner = &self.inner;
+        if kind == ValueKind::Merge {
+            self.refuse_merge_without_operator(key)?;
+        }
         if inner.opts.wal {
             let mut b = WriteBatch::new();
             match kind {
@@ -68,6 +74,17 @@ impl Db {
             // The same size a one-entry `WriteBatch` reports.
             .fetch_add((key.len() + value.len() + 9) as u64, Ordering::Relaxed);
         inner.last_seqno.store(seq, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Db {
+    /// A merge operand for `key` is refused when no merge operator is configured: it could never be read.
+    #[inline]
+    fn refuse_merge_without_operator(&self, key: &[u8]) -> Result<()> {
+        if self.inner.opts.merge_operator.is_none() {
+            return Err(LsmError::NoMergeOperator { key: key.to_vec() });
+        }
         Ok(())
     }
 }
@@ -111,7 +128,7 @@ impl DbInner {
 
     /// The writer's fast path: the memtable the last unforced [`make_room`](Self::make_room) recorded, if
     /// nothing it checks has changed since (no flush or compaction installed, no error, no shutdown: see
-    /// [`State::changes`](crate::state::State::changes)) and the table is not full. Then a write
+    /// [`State::changes`](crate::inner::State::changes)) and the table is not full. Then a write
     /// needs neither the state lock nor a reference count, which measurably speeds up random puts and
     /// merges (`lsm_vs_rocksdb`). A change that lands just after the check is seen by the next write, as a
     /// write that took the lock just before the change would have missed it too.

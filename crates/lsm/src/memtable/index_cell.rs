@@ -8,8 +8,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::epoch;
 use super::point_index::IndexTable;
+use crossbeam_epoch as epoch;
 
 /// The ordering a reader loads the current generation with: it pairs with [`PUBLISH`], so a reader that
 /// sees a new generation also sees its slots as the writer filled them before the swap.

@@ -20,6 +20,7 @@ mod accounting;
 mod cursor;
 mod entry;
 mod index_cell;
+mod indexing;
 mod key_filter;
 mod point_index;
 mod versions;

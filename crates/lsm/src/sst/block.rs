@@ -472,12 +472,14 @@ impl BlockCursor {
 }
 
 /// A borrowing iterator over one block (used by tests and the block fuzzer).
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug)]
 pub struct BlockIter<'a> {
     data: &'a [u8],
     cursor: BlockCursor,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl<'a> BlockIter<'a> {
     /// Opens a block, validating its restart array framing.
     pub fn new(data: &'a [u8]) -> Result<Self, DecodeError> {

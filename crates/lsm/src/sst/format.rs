@@ -1,6 +1,6 @@
 //! Low-level encoding shared by the SST writer and reader: block handles, block trailers (codec byte + xxh3
 //! checksum) and the footer. See `design/sst-format.md`; varints and fixed-width integers are
-//! [`crate::coding`]'s.
+//! `crate::coding`'s.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 

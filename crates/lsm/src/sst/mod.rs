@@ -9,6 +9,7 @@
 pub mod block;
 #[doc(hidden)]
 pub mod bloom;
+pub(crate) mod cold;
 #[doc(hidden)]
 pub mod format;
 #[doc(hidden)]
@@ -16,10 +17,12 @@ pub mod properties;
 mod reader;
 mod writer;
 
+#[cfg(any(test, feature = "test-util"))]
+pub use cold::force_pre_read;
 #[doc(hidden)]
 pub use reader::{PrefixProbe, SstIter, SstReader};
 #[doc(hidden)]
-pub use writer::{SstWriter, MAX_ENTRY_BYTES};
+pub use writer::SstWriter;
 
 use std::sync::Arc;
 
@@ -107,5 +110,6 @@ pub struct SstMeta {
     /// Size of the file in bytes.
     pub file_size: u64,
     /// Its properties.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     pub properties: SstProperties,
 }

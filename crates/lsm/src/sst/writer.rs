@@ -44,6 +44,7 @@ pub struct SstWriter {
 
 impl SstWriter {
     /// Creates a new file at `path` (which must not exist).
+    #[cfg(feature = "test-util")]
     pub fn create(
         path: &Path,
         options: SstOptions,

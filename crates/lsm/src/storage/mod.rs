@@ -1,5 +1,5 @@
 //! The storage seam: every durable byte the engine writes or reads goes through a [`Storage`] — SST files
-//! (written by [`FileWriter`](super::io::FileWriter), read through [`Storage::map`]), the WAL, the manifest
+//! (written through [`Storage::create`], read through [`Storage::map`]), the WAL, the manifest
 //! and `CURRENT`, directory syncs, renames, deletes, listings and the directory lock.
 //!
 //! [`OsStorage`] (the default) is the real file system. It hands out plain [`File`]s

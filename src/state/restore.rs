@@ -13,13 +13,13 @@
 
 use std::collections::HashMap;
 
+use super::registration::{incompatible, RestorePlan};
+use super::store::KeyedStateStore;
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupRange;
 use crate::meta::StateMetaInfo;
 use crate::savepoint::SavepointReader;
 use crate::serializer::KeySerializer;
-use crate::state::store::{incompatible, RestorePlan};
-use crate::state::KeyedStateStore;
 
 /// What a restore loaded.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,9 +1,24 @@
-//! The crate's error type for state access, backends, snapshots and restore.
+//! The crate's one error type, [`Error`], with the detail types it wraps: [`SavepointError`] (savepoint
+//! files) and [`CheckpointError`] (checkpoints on object storage). The policy is in `design/errors.md`:
+//! every error answers [`Error::kind`]; errors about damaged bytes carry a typed [`Location`]; an I/O
+//! failure is one [`Error::Io`] naming the path (or object) and what was being done; errors of the engine
+//! (`keyed_state_lsm::LsmError`) are wrapped, never re-described; code above this crate reaches it only as
+//! [`Error::External`]. The detail types wrap nothing of this crate: the wrapping goes one way.
+
+#[cfg(feature = "checkpoints")]
+mod checkpoint;
+mod savepoint;
+
+use std::path::PathBuf;
 
 use crate::keygroup::{KeyGroup, KeyGroupError, KeyGroupRange};
 use crate::meta::StateKind;
 use crate::serializer::{SerializerError, SerializerSnapshot};
+#[cfg(feature = "checkpoints")]
+pub use checkpoint::CheckpointError;
 pub use keyed_state_lsm::{ErrorKind, Location};
+pub use savepoint::SavepointError;
+pub(crate) use savepoint::{in_memory, IN_MEMORY};
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -12,11 +27,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An I/O operation failed.
-    #[error("I/O error during {context}: {source}")]
+    /// An I/O operation on a file, a directory or a stream failed.
+    #[error("I/O error {op} {}: {source}", path.display())]
     Io {
-        /// What was being done.
-        context: String,
+        /// What was being done, as a verb phrase that the path completes (`"reading"`, `"creating the
+        /// directory"`, `"renaming the temporary file to"`).
+        op: &'static str,
+        /// The file, directory or stream (`<stdout>`) it was done on.
+        path: PathBuf,
         /// The underlying error.
         #[source]
         source: std::io::Error,
@@ -101,9 +119,12 @@ pub enum Error {
     /// A state operation was used before setting a current key.
     #[error("no current key is set")]
     NoCurrentKey,
-    /// An unknown state id or name.
-    #[error("unknown state {0}")]
+    /// No state of this name is registered or restored.
+    #[error("unknown state '{0}'")]
     UnknownState(String),
+    /// No state has this id (a backend used directly with an id it never gave out).
+    #[error("unknown state id {0}")]
+    UnknownStateId(usize),
     /// A state operation does not apply to the state's kind.
     #[error("state '{name}' is a {kind} state; {operation} does not apply")]
     WrongKind {
@@ -133,7 +154,11 @@ pub enum Error {
     },
     /// A savepoint could not be read or written.
     #[error(transparent)]
-    Savepoint(#[from] crate::savepoint::SavepointError),
+    Savepoint(#[from] SavepointError),
+    /// A checkpoint could not be taken, read or restored.
+    #[cfg(feature = "checkpoints")]
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     /// The LSM engine failed.
     #[error(transparent)]
     Lsm(#[from] keyed_state_lsm::LsmError),
@@ -189,9 +214,11 @@ impl Error {
             | Error::NoCurrentKey
             | Error::WrongKind { .. }
             | Error::InvalidArgument(_) => ErrorKind::InvalidInput,
-            Error::UnknownState(_) => ErrorKind::NotFound,
+            Error::UnknownState(_) | Error::UnknownStateId(_) => ErrorKind::NotFound,
             Error::Corruption { .. } | Error::CorruptState { .. } => ErrorKind::Corruption,
             Error::Savepoint(e) => e.kind(),
+            #[cfg(feature = "checkpoints")]
+            Error::Checkpoint(e) => e.kind(),
             Error::Lsm(e) => e.kind(),
             #[cfg(feature = "rocksdb")]
             Error::RocksDb { .. } => ErrorKind::Io,
@@ -201,12 +228,35 @@ impl Error {
         }
     }
 
-    /// An I/O error with context.
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    /// Where damaged bytes are (file and, where known, byte offset), for the errors that know it: corruption
+    /// of a file, of a savepoint, of a checkpoint, or of the engine's files.
+    pub fn location(&self) -> Option<&Location> {
+        match self {
+            Error::Corruption { at, .. } => Some(at),
+            Error::Savepoint(e) => e.location(),
+            #[cfg(feature = "checkpoints")]
+            Error::Checkpoint(e) => e.location(),
+            Error::Lsm(e) => e.location(),
+            _ => None,
+        }
+    }
+
+    /// An I/O error: `op` is what was being done (`"reading"`), `path` what it was done on.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
-            context: context.into(),
+            op,
+            path: path.into(),
             source,
         }
+    }
+
+    /// [`Error::io`] as a closure for `map_err`.
+    pub(crate) fn io_at(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Error::Io { op, path, source }
     }
 
     /// A serializer error for a state.

@@ -1,16 +1,18 @@
 //! Restore and rescale from a heap checkpoint into a heap backend (`design/checkpoints.md`, "Heap
 //! checkpoints"): a new instance reads exactly the (state, key group) tables of the key groups it owns.
 
-use super::format::{CheckpointMetadata, FileKind, FileRef};
-use super::restore::{other_backend, select_parts, RestoreInfo};
-use super::storage::CheckpointStorage;
-use super::CheckpointError;
+use std::path::Path;
+
+use super::parts::{
+    check_backend, check_fetched, damaged_metadata, object_of, select_parts, RestoreInfo,
+};
 use crate::backend::heap::table_file;
 use crate::backend::heap::HeapBackend;
-use crate::backend::BackendKind;
-use crate::backend::{BackendConfig, StateBackend};
+use crate::backend::{BackendConfig, BackendKind, StateBackend};
+use crate::checkpoint::format::{CheckpointMetadata, FileKind, FileRef};
+use crate::checkpoint::storage::CheckpointStorage;
+use crate::error::Result;
 use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroup};
-use std::path::Path;
 
 /// Bytes of tables fetched at once.
 const FETCH_BYTES: u64 = 64 << 20;
@@ -27,7 +29,6 @@ struct Wanted<'a> {
     object: String,
     offset: u64,
     length: u64,
-    checksum: u64,
 }
 
 /// Restores the key groups of `config` from heap checkpoint `id` into a new heap backend: the tables of
@@ -38,12 +39,10 @@ pub fn restore_heap(
     storage: &CheckpointStorage,
     id: u64,
     config: BackendConfig,
-) -> Result<(HeapBackend, RestoreInfo), CheckpointError> {
+) -> Result<(HeapBackend, RestoreInfo)> {
     let target = config.key_group_range;
     let parts = select_parts(storage, id, &config)?;
-    if let Some(m) = parts.iter().find(|m| m.backend != BackendKind::Heap) {
-        return Err(other_backend(m, "heap"));
-    }
+    check_backend(&parts, BackendKind::Heap)?;
     let prefix_len = key_group_prefix_len(config.max_parallelism);
     let mut backend = HeapBackend::new(config)?;
     let mut info = RestoreInfo {
@@ -63,19 +62,20 @@ pub fn restore_heap(
     for (pi, m) in parts.iter().enumerate() {
         for f in &m.files {
             let FileKind::Table { state, key_group } = f.kind else {
-                return Err(CheckpointError::Damaged(format!(
-                    "checkpoint {id} of {}: file {} is not a heap table",
-                    m.instance, f.number
-                )));
+                return Err(damaged_metadata(
+                    m,
+                    format!("file {} of a heap checkpoint is not a heap table", f.number),
+                ));
             };
             if !target.contains(key_group) {
                 continue;
             }
-            let o = m.objects.get(f.object as usize).ok_or_else(|| {
-                CheckpointError::Damaged(format!("file {} names no object", f.number))
-            })?;
+            let o = object_of(m, f)?;
             let state = ids[pi].get(state as usize).copied().ok_or_else(|| {
-                CheckpointError::Damaged(format!("file {} names state {state}", f.number))
+                damaged_metadata(
+                    m,
+                    format!("file {} names state {state} of {}", f.number, ids[pi].len()),
+                )
             })?;
             wanted.push(Wanted {
                 part: m,
@@ -87,7 +87,6 @@ pub fn restore_heap(
                 object: o.path.clone(),
                 offset: f.offset,
                 length: f.length,
-                checksum: f.checksum,
             });
         }
         info.adopted.push(m.instance.clone());
@@ -100,12 +99,7 @@ pub fn restore_heap(
             .collect();
         let data = storage.get_ranges(&ranges)?;
         for (w, bytes) in batch.iter().zip(data) {
-            if xxhash_rust::xxh3::xxh3_64(&bytes) != w.checksum {
-                return Err(CheckpointError::Damaged(format!(
-                    "table of state {} key group {} (file {}) of checkpoint {id} ({}) does not match its checksum",
-                    w.state, w.key_group, w.number, w.part.instance
-                )));
-            }
+            check_fetched(w.part, w.file, &w.object, &bytes)?;
             info.bytes_fetched += bytes.len() as u64;
             table_file::decode(Path::new(&w.object), &bytes, &mut |k, v| {
                 key.clear();
@@ -113,7 +107,7 @@ pub fn restore_heap(
                 key.extend_from_slice(k);
                 backend.load_entry(w.state, w.key_group, &key, v)
             })?;
-            info.files_adopted += 1;
+            info.tables_read += 1;
         }
     }
     backend.finish_load()?;

@@ -1,5 +1,5 @@
-//! The state a database shares between its handle ([`Db`](super::db::Db)), its writer and its background
-//! flush and compaction jobs: the memtables and version under one lock, the writer's WAL, the manifest,
+//! [`DbInner`], what a database's handle ([`Db`](super::db::Db)), its writer and its background flush and
+//! compaction jobs share: the memtables and version under one lock, the writer's WAL, the manifest,
 //! counters, and the operations on them that every part uses (installing a version edit, allocating file
 //! numbers, recording a background error). The flush and compaction modules depend on this one, not on the
 //! database handle that drives them.

@@ -1,0 +1,44 @@
+//! **Not API.** The engine's file formats and the pieces below [`Db`](crate::Db), for the tests and the fuzz
+//! targets only (feature `test-util`): internal keys, SST blocks, footers, readers and writers, the record
+//! log framing of the WAL and the manifest, write-batch and range-tombstone encodings, and the block cache.
+//! Anything here may change or go in any release; an embedding user has no reason to reach it.
+
+/// Internal keys: a user key and its `(seqno, kind)` trailer.
+pub mod ikey {
+    pub use crate::ikey::*;
+}
+
+/// SST files: reader, writer, blocks and the footer.
+pub mod sst {
+    pub use crate::sst::{
+        block, bloom, force_pre_read, format, properties, PrefixProbe, SstIter, SstMeta, SstReader,
+        SstWriter,
+    };
+}
+
+/// The framing of the WAL and the manifest: file header, checksummed records.
+pub mod record_log {
+    pub use crate::record_log::*;
+}
+
+/// Range tombstones and their encoding in an SST property.
+pub mod rangedel {
+    pub use crate::rangedel::*;
+}
+
+pub use crate::cache::BlockCache;
+pub use crate::coding::DecodeError;
+pub use crate::io::{copy_file, FileWriter};
+pub use crate::manifest::validate_manifest;
+
+use crate::WriteBatch;
+
+/// A batch as a WAL record's payload: its first sequence number, then its updates.
+pub fn encode_write_batch(batch: &WriteBatch, seqno: u64) -> Vec<u8> {
+    batch.encode(seqno)
+}
+
+/// Decodes a WAL record's payload into its first sequence number and the batch.
+pub fn decode_write_batch(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
+    WriteBatch::decode(bytes)
+}
