@@ -14,41 +14,21 @@ use keyed_state::backend::heap::HeapBackend;
 use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::{BackendConfig, StateBackend};
 use keyed_state::checkpoint::{
-    restore_heap, restore_lsm, CheckpointError, CheckpointOptions, CheckpointStorage, Checkpointer,
+    restore_heap, restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer,
     PendingCheckpoint, RestoreInfo, RestoreMode,
 };
 use keyed_state::serializer::KeySerializer;
 use keyed_state::state::KeyedStateStore;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::spec::{lsm_options, Backend, JobIdentity};
 
 /// Confirmed checkpoints each instance keeps (the newest is what a restart restores).
 pub const RETAIN: usize = 2;
 
-fn kind_of(e: &CheckpointError) -> ErrorKind {
-    match e {
-        CheckpointError::Storage(_)
-        | CheckpointError::Store { .. }
-        | CheckpointError::Io { .. } => ErrorKind::Io,
-        CheckpointError::MissingObject(_) | CheckpointError::NotFound { .. } => ErrorKind::NotFound,
-        CheckpointError::Metadata { .. }
-        | CheckpointError::Table { .. }
-        | CheckpointError::Damaged(_) => ErrorKind::Corruption,
-        CheckpointError::Cancelled(_) => ErrorKind::Closed,
-        CheckpointError::Backend(b) => b.kind(),
-        _ => ErrorKind::InvalidInput,
-    }
-}
-
-/// A checkpoint error with what the host was doing.
-fn ck(context: impl Into<String>) -> impl FnOnce(CheckpointError) -> Error {
-    let context = context.into();
-    move |e| Error::Checkpoint {
-        context,
-        kind: kind_of(&e),
-        detail: e.to_string(),
-    }
+/// A keyed-state error with what the host was doing.
+fn ck(context: impl Into<String>) -> impl FnOnce(keyed_state::Error) -> Error {
+    Error::state(context)
 }
 
 /// `root` joined with `rel` (a path or a URL).
@@ -273,7 +253,7 @@ pub fn open_instance(
             (Box::new(b), Some(info))
         }
         (Backend::Lsm, Some(id)) => {
-            let (b, info) = restore_lsm(storage, id, config.clone(), lsm_options())
+            let (b, info) = restore_lsm_temp(storage, id, config.clone(), lsm_options())
                 .map_err(ck(format!("{context}: restoring checkpoint {id}")))?;
             (Box::new(b), Some(info))
         }
@@ -310,7 +290,7 @@ pub fn open_instance(
                 .restored_from(&info.parts, range, RestoreMode::Claim)
                 .map_err(ck(format!("{context}: claiming the restored checkpoint")))?;
             Some(Restored {
-                files: info.files_adopted,
+                files: info.files_adopted + info.tables_read,
                 bytes: info.bytes_fetched,
                 micros: u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
             })

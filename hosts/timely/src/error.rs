@@ -8,7 +8,7 @@ pub use keyed_state::ErrorKind;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// keyed-state failed (state access, backend, restore).
+    /// keyed-state failed (state access, backend, checkpoint, restore).
     #[error("{context}: {source}")]
     State {
         /// What the host was doing (operator, worker, checkpoint).
@@ -16,16 +16,6 @@ pub enum Error {
         /// keyed-state's error.
         #[source]
         source: keyed_state::Error,
-    },
-    /// A checkpoint operation failed.
-    #[error("{context}: {detail}")]
-    Checkpoint {
-        /// What the host was doing (operator, worker, checkpoint id, root).
-        context: String,
-        /// keyed-state's error, as text.
-        detail: String,
-        /// Its kind.
-        kind: ErrorKind,
     },
     /// A file operation failed.
     #[error("{op} {path}: {source}")]
@@ -59,7 +49,6 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::State { source, .. } => source.kind(),
-            Error::Checkpoint { kind, .. } => *kind,
             Error::Io { source, .. } => ErrorKind::of_io(source),
             Error::Config(_) => ErrorKind::InvalidInput,
             Error::Record { .. } => ErrorKind::Corruption,

@@ -39,8 +39,8 @@ impl Backend {
 }
 
 /// The LSM engine options of each keyed operator instance: the engine's defaults.
-pub fn lsm_options() -> keyed_state_lsm::options::Options {
-    keyed_state_lsm::options::Options::default()
+pub fn lsm_options() -> keyed_state_lsm::Options {
+    keyed_state_lsm::Options::default()
 }
 
 /// What makes two runs the same job: a restore refuses a checkpoint whose identity differs.
