@@ -2,10 +2,11 @@
 //! `KS_NEXMARK_EVENTS` events (default 10 000 000) on 2 processes × 1 worker launched on loopback.
 //!
 //! For each it prints: events/s and events/s per core, the state's checkpointed bytes, checkpoint sync,
-//! async and confirmation times, whether the result equals the other backends', then two more jobs killed
-//! (SIGKILL) at half of the failure-free run's time: one restarted at 2 processes (recovery), one at 3
-//! (rescale 2 → 3). Recovery is measured from the restart to the first new committed output, and the
-//! restore alone as the processes report it (restored files and milliseconds).
+//! async and confirmation times, whether the result and the final state (as unified savepoints) equal the
+//! other backends', then two more jobs, each with one process killed (SIGKILL) at half of the failure-free
+//! run's time (or later, once a checkpoint is complete): one restarted at 2 processes (recovery), one at 3
+//! (rescale 2 → 3). Recovery is measured from the restart to the first committed output of an epoch after
+//! the restored checkpoint; the restore alone as the processes report it (milliseconds, files).
 //!
 //! `cargo bench -p keyed-state-timely --bench nexmark [--features rocksdb]`; `KS_NEXMARK_EVENTS` (a
 //! comma-separated list runs each size), `KS_NEXMARK_QUERIES` (e.g. `q5,q7`), `KS_NEXMARK_BACKENDS`,
@@ -36,9 +37,7 @@ struct Line {
 fn after(s: &str, key: &str) -> Option<f64> {
     let i = s.find(key)? + key.len();
     let rest = s[i..].trim_start();
-    let end = rest
-        .find(|c: char| c == ' ' || c == ',' || c == ';')
-        .unwrap_or(rest.len());
+    let end = rest.find([' ', ',', ';']).unwrap_or(rest.len());
     rest[..end].parse().ok()
 }
 
@@ -189,23 +188,58 @@ impl Job {
         (h.finish(), rows.len())
     }
 
-    /// Kills the job after `after`, restarts it at `processes`: the time from the restart to the first new
-    /// committed file, and the restarted processes' lines.
+    /// The newest complete checkpoint's epoch, from the job's records in the (local) root.
+    fn recorded_epoch(&self) -> Option<u64> {
+        let mut ids: Vec<u64> = std::fs::read_dir(self.root.join("job"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.strip_prefix("chk-")?.strip_suffix(".json")?.parse().ok()
+            })
+            .collect();
+        ids.sort_unstable();
+        ids.last().map(|id| id - 1)
+    }
+
+    /// The checkpoint epochs of the committed files.
+    fn committed_epochs(&self) -> Vec<u64> {
+        self.committed()
+            .iter()
+            .filter_map(|n| n.strip_prefix("part-")?.split('-').next()?.parse().ok())
+            .collect()
+    }
+
+    /// Kills one process of the job once `after` has passed and a checkpoint is complete, restarts it at
+    /// `processes`: the time from the restart to the first committed output of an epoch after the restored
+    /// checkpoint, and the restarted processes' lines.
     fn kill_and_restart(&self, after: Duration, processes: usize) -> (Duration, Vec<Line>) {
         let mut first = self.launch(2, false);
-        std::thread::sleep(after);
+        let t0 = Instant::now();
+        while t0.elapsed() < after || self.recorded_epoch().is_none() {
+            if let Ok(Some(_)) = first.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         // Killing `launch` alone would leave its children: kill one child, as a crash would.
         let children = child_pids(first.id());
         if let Some(pid) = children.first() {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
         let _ = first.wait();
-        let before: std::collections::BTreeSet<String> = self.committed().into_iter().collect();
+        let restored = self.recorded_epoch();
         let t = Instant::now();
         let mut restart = self.launch(processes, true);
         let mut recovery = None;
         loop {
-            if recovery.is_none() && self.committed().iter().any(|f| !before.contains(f)) {
+            if recovery.is_none()
+                && self
+                    .committed_epochs()
+                    .iter()
+                    .any(|&c| restored.is_none_or(|r| c > r))
+            {
                 recovery = Some(t.elapsed());
             }
             if let Ok(Some(_)) = restart.try_wait() {
