@@ -6,7 +6,8 @@
 //! other backends', then two more jobs, each with one process killed (SIGKILL) at half of the failure-free
 //! run's time (or later, once a checkpoint is complete): one restarted at 2 processes (recovery), one at 3
 //! (rescale 2 → 3). Recovery is measured from the restart to the first committed output of an epoch after
-//! the restored checkpoint; the restore alone as the processes report it (milliseconds, files).
+//! the restored checkpoint; the restore alone as the processes report it (milliseconds, files); and the
+//! machine's 1-minute load average when the row was printed.
 //!
 //! `cargo bench -p keyed-state-timely --bench nexmark [--features rocksdb]`; `KS_NEXMARK_EVENTS` (a
 //! comma-separated list runs each size), `KS_NEXMARK_QUERIES` (e.g. `q5,q7`), `KS_NEXMARK_BACKENDS`,
@@ -264,6 +265,14 @@ fn child_pids(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The machine's 1-minute load average (the machine is shared), as /proc/loadavg says.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
 fn list(var: &str, default: &str) -> Vec<String> {
     std::env::var(var)
         .unwrap_or_else(|_| default.to_string())
@@ -294,9 +303,9 @@ fn main() {
         .min(2);
     println!("nexmark on the timely host: 2 processes x 1 worker on loopback, {cores} cores, checkpoint every 10 epochs, seed 1");
     println!();
-    println!("| events | query | backend | events/s | events/s per core | peak state bytes | checkpoints | sync avg / max ms | async avg / max ms | confirm avg ms | result (rows; final state as savepoints) | recovery ms (restore ms, files) | rescale 2→3 ms (restore ms, files) |");
+    println!("| events | query | backend | events/s | events/s per core | peak state bytes | checkpoints | sync avg / max ms | async avg / max ms | confirm avg ms | result (rows; final state as savepoints) | recovery ms (restore ms, files) | rescale 2→3 ms (restore ms, files) | load (1 min) |");
     println!(
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"
     );
     for &events in &sizes {
         for q in &queries {
@@ -339,7 +348,7 @@ fn main() {
                 let (rm, rf) = restore(&rec_lines);
                 let (sm, sf) = restore(&res_lines);
                 println!(
-                    "| {events} | {q} | {b} | {eps:.0} | {:.0} | {state} | {} | {:.1} / {:.1} | {:.0} / {:.0} | {:.0} | {same} | {} ({rm:.0}, {rf}) | {} ({sm:.0}, {sf}) |",
+                    "| {events} | {q} | {b} | {eps:.0} | {:.0} | {state} | {} | {:.1} / {:.1} | {:.0} / {:.0} | {:.0} | {same} | {} ({rm:.0}, {rf}) | {} ({sm:.0}, {sf}) | {} |",
                     eps / cores as f64,
                     lines.first().map_or(0, |l| l.checkpoints),
                     avg(|l| l.sync_avg),
@@ -349,6 +358,7 @@ fn main() {
                     avg(|l| l.confirm_avg),
                     rec_t.as_millis(),
                     res_t.as_millis(),
+                    load(),
                 );
             }
         }
