@@ -106,6 +106,18 @@ impl Job {
         c.output().expect("running launch")
     }
 
+    /// `launch --processes P --workers W` started, its standard error piped.
+    pub fn launch_child(&self, processes: usize, workers: usize, restore: bool) -> Child {
+        let mut c = self.command();
+        c.arg("launch")
+            .args(self.args(restore))
+            .args(["--processes", &processes.to_string()])
+            .args(["--workers", &workers.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c.spawn().expect("starting launch")
+    }
+
     /// `run` processes started one by one (`-n P -p i -w W --hostfile`), their output piped.
     pub fn spawn(&self, processes: usize, workers: usize, restore: bool, dir: &Path) -> Vec<Child> {
         let ports = keyed_state_timely::launch::free_ports(processes).unwrap();

@@ -1,7 +1,7 @@
 //! Kill -9 one process at a random moment, restart at another parallelism, again and again: the committed
 //! output equals the failure-free result, with no duplicate and no missing row.
 
-use std::process::Child;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use keyed_state_timely::queries::Query;
@@ -135,6 +135,64 @@ fn kill_restart_rescale_on_s3_heap_loses_and_duplicates_nothing() {
     if let Some(s3) = s3_root("kill-heap") {
         kill_and_restart(Query::Q3, "heap", Some(s3), seed());
     }
+}
+
+/// The children of process `pid` (Linux: /proc/PID/task/PID/children).
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+/// `launch` as a supervisor sees it: a SIGKILL of one of its processes makes it stop the others and exit
+/// non-zero, and a later `launch --restore` at another number of processes completes the job.
+#[test]
+fn launch_stops_the_others_and_fails_when_one_of_its_processes_is_killed() {
+    let d = tempfile::tempdir().unwrap();
+    let job = Job::local(Query::Q7, "lsm", 200_000, d.path());
+    let want = reference::rows(job.query, &job.spec());
+    let mut launch = job.launch_child(3, 1, false);
+    let t = Instant::now();
+    let children = loop {
+        let c = children_of(launch.id());
+        if c.len() == 3 {
+            break c;
+        }
+        assert!(
+            launch.try_wait().unwrap().is_none(),
+            "launch ended before starting its 3 processes"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "launch started {c:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = Command::new("kill")
+        .args(["-9", &children[1].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "kill -9 {}", children[1]);
+    let (status, err) = wait(&mut launch, Duration::from_secs(60), "launch");
+    assert!(
+        !status.success(),
+        "launch must fail when one of its processes was killed: {err}"
+    );
+    for pid in [children[0], children[2]] {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} is still running after launch ended"
+        );
+    }
+    assert_ok(&job.launch(2, 1, true), "launch --restore at 2 processes");
+    assert_rows(
+        &committed_rows(&job.out),
+        &want,
+        "after the killed launch and a restore at 2 processes",
+    );
 }
 
 /// `scripts/long-checks.sh`: KEYED_STATE_TIMELY_KILLS kills (10 per job) with random rescales (1–4
