@@ -1,7 +1,8 @@
 //! Nexmark on the timely host, every backend in the same run: per query and backend, a job of
 //! `KS_NEXMARK_EVENTS` events (default 10 000 000) on 2 processes × 1 worker launched on loopback.
 //!
-//! For each it prints: events/s and events/s per core, the state's checkpointed bytes, checkpoint sync,
+//! For each it prints: events/s, events/s per core and events per CPU-second (Nexmark's "throughput/cores":
+//! events over the CPU seconds the job's processes used), the state's checkpointed bytes, checkpoint sync,
 //! async and confirmation times, whether the result and the final state (as unified savepoints) equal the
 //! other backends', then two more jobs, each with one process killed (SIGKILL) at half of the failure-free
 //! run's time (or later, once a checkpoint is complete): one restarted at 2 processes (recovery), one at 3
@@ -127,8 +128,10 @@ impl Job {
             .expect("starting launch")
     }
 
-    /// Runs to the end; the processes' end-of-run lines and the wall time.
-    fn run(&self, processes: usize, restore: bool) -> (Vec<Line>, Duration) {
+    /// Runs to the end; the processes' end-of-run lines, the wall time and the CPU seconds the job's
+    /// processes used (`launch` and its children).
+    fn run(&self, processes: usize, restore: bool) -> (Vec<Line>, Duration, f64) {
+        let cpu = children_cpu_seconds();
         let t = Instant::now();
         let o = self
             .launch(processes, restore)
@@ -140,7 +143,7 @@ impl Job {
             .lines()
             .filter_map(parse)
             .collect();
-        (lines, d)
+        (lines, d, children_cpu_seconds() - cpu)
     }
 
     fn committed(&self) -> Vec<String> {
@@ -257,6 +260,18 @@ impl Job {
     }
 }
 
+/// User and system CPU seconds of this process's children that have ended and been waited for, and of
+/// theirs (`cutime` and `cstime` of /proc/self/stat, in clock ticks of 1/100 s).
+fn children_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // cutime and cstime are fields 16 and 17 of the line, 14 and 15 after the name and state.
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(13) + ticks(14)) / 100.0
+}
+
 fn child_pids(parent: u32) -> Vec<u32> {
     let text = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
         .unwrap_or_default();
@@ -303,16 +318,16 @@ fn main() {
         .min(2);
     println!("nexmark on the timely host: 2 processes x 1 worker on loopback, {cores} cores, checkpoint every 10 epochs, seed 1");
     println!();
-    println!("| events | query | backend | events/s | events/s per core | peak state bytes | checkpoints | sync avg / max ms | async avg / max ms | confirm avg ms | result (rows; final state as savepoints) | recovery ms (restore ms, files) | rescale 2→3 ms (restore ms, files) | load (1 min) |");
+    println!("| events | query | backend | events/s | events/s per core | events per CPU-second | peak state bytes | checkpoints | sync avg / max ms | async avg / max ms | confirm avg ms | result (rows; final state as savepoints) | recovery ms (restore ms, files) | rescale 2→3 ms (restore ms, files) | load (1 min) |");
     println!(
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"
     );
     for &events in &sizes {
         for q in &queries {
             let mut first_digest = None;
             for b in &backends {
                 let job = Job::new(&base, q, b, events, "full");
-                let (lines, wall) = job.run(2, false);
+                let (lines, wall, cpu) = job.run(2, false);
                 let (digest, rows) = job.digest();
                 let (sdigest, sbytes) = job.state_digest();
                 let same = match first_digest {
@@ -348,8 +363,9 @@ fn main() {
                 let (rm, rf) = restore(&rec_lines);
                 let (sm, sf) = restore(&res_lines);
                 println!(
-                    "| {events} | {q} | {b} | {eps:.0} | {:.0} | {state} | {} | {:.1} / {:.1} | {:.0} / {:.0} | {:.0} | {same} | {} ({rm:.0}, {rf}) | {} ({sm:.0}, {sf}) | {} |",
+                    "| {events} | {q} | {b} | {eps:.0} | {:.0} | {:.0} | {state} | {} | {:.1} / {:.1} | {:.0} / {:.0} | {:.0} | {same} | {} ({rm:.0}, {rf}) | {} ({sm:.0}, {sf}) | {} |",
                     eps / cores as f64,
+                    events as f64 / cpu.max(0.01),
                     lines.first().map_or(0, |l| l.checkpoints),
                     avg(|l| l.sync_avg),
                     max(|l| l.sync_max),
