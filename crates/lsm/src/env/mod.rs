@@ -1,0 +1,230 @@
+//! The environment engines share: a memory budget and a pool of background threads.
+//!
+//! A [`SharedEnv`] is made once per process (or per slot of a stream processor) and given to every engine
+//! through [`Options::env`](crate::Options::env). It holds:
+//!
+//! * the **memory budget**: memtables of every engine charge one write-buffer manager (`write_buffer`) whose
+//!   limit is a share of the budget; when they reach 7/8 of it the largest memtable of any engine is
+//!   switched out and flushed, and writers stall only when flushes cannot keep up;
+//! * the **background pool** (`pool`): a fixed number of threads running every engine's flushes and
+//!   compactions, flushes first, engines taking turns.
+//!
+//! An engine opened without an environment gets a private one sized as its options say (two threads, a
+//! flush always able to run beside a compaction; no memory limit), which is the behaviour of an engine
+//! on its own. See `design/decisions/0008-shared-env.md`.
+
+pub(crate) mod pool;
+pub(crate) mod write_buffer;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use self::pool::{Pool, PoolConfig, PoolShared};
+use self::write_buffer::WriteBuffers;
+use crate::LsmError;
+
+/// How a [`SharedEnv`] is sized.
+#[derive(Debug, Clone)]
+pub struct EnvOptions {
+    /// The memory budget of every engine opened with the environment, in bytes: their memtables (arena and
+    /// point index), block cache, SST metadata and buffers (default `None`: no budget; each engine's
+    /// memtables are bounded by its own options).
+    pub memory_budget: Option<usize>,
+    /// The share of the budget memtables may take, in `(0, 1]` (default 0.5, as Flink's
+    /// `state.backend.rocksdb.memory.write-buffer-ratio`).
+    pub write_buffer_ratio: f64,
+    /// Threads running the flushes and compactions of every engine (default: the machine's cores, at least 2
+    /// and at most 4). With two or more, one is always free for a flush.
+    pub background_threads: usize,
+    /// Nice increment of the background threads (Linux; default 5; see
+    /// [`Options::background_nice`](crate::Options::background_nice)).
+    pub background_nice: i32,
+    /// Whether the background threads run under `SCHED_BATCH` (Linux; default true; see
+    /// [`Options::background_batch_policy`](crate::Options::background_batch_policy)).
+    pub background_batch_policy: bool,
+}
+
+impl Default for EnvOptions {
+    fn default() -> Self {
+        EnvOptions {
+            memory_budget: None,
+            write_buffer_ratio: 0.5,
+            background_threads: std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .clamp(2, 4),
+            background_nice: 5,
+            background_batch_policy: true,
+        }
+    }
+}
+
+/// What an environment shares: its options, the write-buffer manager and the pool.
+pub(crate) struct EnvInner {
+    pub options: EnvOptions,
+    pub write_buffers: Arc<WriteBuffers>,
+    pub pool: Pool,
+}
+
+/// The environment engines share: a memory budget and a pool of background threads. Cheap to clone (a
+/// shared handle); the threads stop when the last clone and the last engine opened with it are gone.
+#[derive(Clone)]
+pub struct SharedEnv {
+    inner: Arc<EnvInner>,
+}
+
+impl std::fmt::Debug for SharedEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedEnv")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedEnv {
+    /// Starts an environment: its background threads, and its budget if `options` has one. A
+    /// `write_buffer_ratio` outside `(0, 1]`, or a budget of 0, is refused.
+    pub fn new(options: EnvOptions) -> Result<SharedEnv, LsmError> {
+        if !(options.write_buffer_ratio > 0.0 && options.write_buffer_ratio <= 1.0) {
+            return Err(LsmError::InvalidArgument(format!(
+                "write_buffer_ratio {} is not in (0, 1]",
+                options.write_buffer_ratio
+            )));
+        }
+        if options.memory_budget == Some(0) {
+            return Err(LsmError::InvalidArgument(
+                "a memory budget of 0 bytes".into(),
+            ));
+        }
+        let limit = options
+            .memory_budget
+            .map(|b| ((b as f64 * options.write_buffer_ratio) as usize).max(1));
+        let pool = Pool::start(PoolConfig {
+            threads: options.background_threads.max(1),
+            nice: options.background_nice,
+            batch_policy: options.background_batch_policy,
+        })
+        .map_err(|source| LsmError::Spawn {
+            thread: "lsm-bg".into(),
+            source,
+        })?;
+        Ok(SharedEnv {
+            inner: Arc::new(EnvInner {
+                options,
+                write_buffers: WriteBuffers::new(limit),
+                pool,
+            }),
+        })
+    }
+
+    /// The private environment of an engine opened without one: two threads at the engine's background
+    /// priority, no budget.
+    pub(crate) fn private(opts: &crate::Options) -> Result<SharedEnv, LsmError> {
+        SharedEnv::new(EnvOptions {
+            memory_budget: None,
+            background_threads: 2,
+            background_nice: opts.background_nice,
+            background_batch_policy: opts.background_batch_policy,
+            ..EnvOptions::default()
+        })
+    }
+
+    /// The options the environment was made with.
+    pub fn options(&self) -> &EnvOptions {
+        &self.inner.options
+    }
+
+    /// The write-buffer manager.
+    pub(crate) fn write_buffers(&self) -> &Arc<WriteBuffers> {
+        &self.inner.write_buffers
+    }
+
+    /// The pool's scheduling state.
+    pub(crate) fn pool(&self) -> &Arc<PoolShared> {
+        self.inner.pool.shared()
+    }
+
+    /// Memory and background-work figures of the environment.
+    pub fn stats(&self) -> EnvStats {
+        let wb = &self.inner.write_buffers;
+        let (mutable, pending, retired) = wb.usage();
+        let pool = self.pool();
+        let c = &pool.counters;
+        let (flushes_queued, compactions_queued) = pool.queued();
+        EnvStats {
+            memory_budget: self.inner.options.memory_budget,
+            write_buffer_limit: wb.limit(),
+            memory: MemoryUsage {
+                memtables_mutable: mutable,
+                memtables_pending_flush: pending,
+                memtables_flushed_held: retired,
+            },
+            background_threads: self.inner.pool.config().threads,
+            flush_jobs: c.flush_jobs.load(Ordering::Relaxed),
+            compaction_jobs: c.compaction_jobs.load(Ordering::Relaxed),
+            background_busy_micros: c.busy_micros.load(Ordering::Relaxed),
+            flush_queue_micros: c.flush_queue_micros.load(Ordering::Relaxed),
+            flushes_queued,
+            compactions_queued,
+            write_buffer_stalls: wb.stalls.load(Ordering::Relaxed),
+            write_buffer_stall_micros: wb.stall_micros.load(Ordering::Relaxed),
+            switches_for_memory: wb.switches_for_memory.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Where an environment's memory goes, in bytes. The components add up to [`MemoryUsage::total`], which is
+/// what the budget charges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryUsage {
+    /// Memtables taking writes (arena, point index, key filter).
+    pub memtables_mutable: usize,
+    /// Memtables switched out, waiting for their flush.
+    pub memtables_pending_flush: usize,
+    /// Memtables flushed but still held by a reader (an iterator, a snapshot read in progress).
+    pub memtables_flushed_held: usize,
+}
+
+impl MemoryUsage {
+    /// Every component together: what the budget charges.
+    pub fn total(&self) -> usize {
+        self.memtables()
+    }
+
+    /// All memtables (RocksDB's `rocksdb.size-all-mem-tables`).
+    pub fn memtables(&self) -> usize {
+        self.memtables_mutable + self.memtables_pending_flush + self.memtables_flushed_held
+    }
+}
+
+/// Figures of a [`SharedEnv`]: its memory and its background pool.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct EnvStats {
+    /// The budget, if any.
+    pub memory_budget: Option<usize>,
+    /// The memtables' share of it.
+    pub write_buffer_limit: Option<usize>,
+    /// Where the memory goes.
+    pub memory: MemoryUsage,
+    /// Background threads.
+    pub background_threads: usize,
+    /// Flush jobs run (one memtable each, or none when another job had flushed it).
+    pub flush_jobs: u64,
+    /// Compaction jobs run (at most one compaction each).
+    pub compaction_jobs: u64,
+    /// Microseconds the background threads spent in jobs.
+    pub background_busy_micros: u64,
+    /// Microseconds flush requests waited for a thread, summed.
+    pub flush_queue_micros: u64,
+    /// Flush jobs waiting for a thread now.
+    pub flushes_queued: usize,
+    /// Compaction jobs waiting for a thread now.
+    pub compactions_queued: usize,
+    /// Times a writer waited because memtables reached their share of the budget.
+    pub write_buffer_stalls: u64,
+    /// Microseconds writers waited because memtables reached their share of the budget.
+    pub write_buffer_stall_micros: u64,
+    /// Memtables switched out because memtables reached 7/8 of their share (the largest of any engine).
+    pub switches_for_memory: u64,
+}
