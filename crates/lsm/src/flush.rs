@@ -161,7 +161,12 @@ pub(crate) fn open_recorded(
     recorded: Option<&FileInfo>,
 ) -> Result<Arc<FileMeta>, LsmError> {
     let path = sst_path(&db.dir, number);
-    let reader = SstReader::open_on(&*db.opts.storage, &path, number, Arc::clone(&db.cache))?;
+    let reader = SstReader::open_on(
+        &*db.opts.storage,
+        &path,
+        crate::cache::file_key(db.cache_owner, number),
+        Arc::clone(&db.cache),
+    )?;
     let props = reader.properties();
     let range_dels = match props.user.iter().find(|(k, _)| k == PROP_RANGE_DELS) {
         Some((_, v)) => rangedel::decode(v).map_err(|d| LsmError::Corruption {

@@ -212,6 +212,8 @@ pub(crate) struct DbInner {
     pub env: SharedEnv,
     /// The environment's write-buffer manager (read by every write's fast path).
     pub wb: Arc<WriteBuffers>,
+    /// This engine's tag in the block cache (`crate::cache::file_key`): the cache may be shared.
+    pub cache_owner: u64,
     /// This engine's id in the environment's pool (0 until registered).
     pub pool_id: AtomicU64,
     /// Bytes of the active memtable another engine's writer asked this one to switch out for memory (0:
@@ -230,11 +232,16 @@ impl DbInner {
         next_file: u64,
         last_seqno: u64,
     ) -> DbInner {
+        // On an environment with a memory budget, one memtable takes at most a quarter of the memtables'
+        // share (see `WriteBuffers::memtable_size_for`).
+        let mut opts = opts;
+        opts.memtable_size = env.write_buffers().memtable_size_for(opts.memtable_size);
         let state_changes = fast_path::new_counter();
         DbInner {
             wb: Arc::clone(env.write_buffers()),
             env,
             pool_id: AtomicU64::new(0),
+            cache_owner: cache.new_owner(),
             memory_switch_requested: AtomicUsize::new(0),
             dir,
             cache,

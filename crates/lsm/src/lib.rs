@@ -109,7 +109,7 @@ pub use checkpoint::{
     CapturedCheckpoint, CapturedFile, CheckpointFile, CheckpointInfo, PendingCheckpoint,
 };
 pub use db::{Db, DbStats, DroppedWrites, RecoveryReport};
-pub use env::{EnvOptions, EnvStats, MemoryUsage, SharedEnv};
+pub use env::{EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, SharedEnv};
 pub use error::{ErrorKind, Location, LsmError};
 pub use filter::{
     CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,

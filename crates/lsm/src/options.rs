@@ -87,7 +87,9 @@ pub struct Options {
     /// The environment the database shares with others: memory budget and background threads (default
     /// `None`: a private one, two threads at [`background_nice`](Options::background_nice) and no budget).
     /// With an environment, [`background_nice`](Options::background_nice) and
-    /// [`background_batch_policy`](Options::background_batch_policy) are the environment's.
+    /// [`background_batch_policy`](Options::background_batch_policy) are the environment's, and with a
+    /// memory budget [`memtable_size`](Options::memtable_size) is at most a quarter of the memtables' share
+    /// of it.
     pub env: Option<SharedEnv>,
 }
 

@@ -107,7 +107,7 @@ impl FileMeta {
 impl Drop for FileMeta {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
-            self.cache.erase_file(self.info.number);
+            self.cache.erase_file(self.reader.file_number());
             // Best effort: a leftover file is not named by the manifest and is removed at the next open.
             let _ = self.storage.remove(&self.path);
         }

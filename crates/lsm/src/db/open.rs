@@ -54,7 +54,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
         Some(env) => env.clone(),
         None => SharedEnv::private(&opts)?,
     };
-    let cache = BlockCache::new(opts.block_cache_size);
+    let cache = env
+        .block_cache()
+        .cloned()
+        .unwrap_or_else(|| BlockCache::new(opts.block_cache_size));
     // Replay the manifest.
     let current = manifest::read_current(&*storage, &dir)?;
     let mut files: BTreeMap<u64, (usize, FileInfo)> = BTreeMap::new();

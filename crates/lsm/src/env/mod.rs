@@ -1,34 +1,40 @@
-//! The environment engines share: a memory budget and a pool of background threads.
+//! The environment engines share: a memory budget, a block cache and a pool of background threads.
 //!
 //! A [`SharedEnv`] is made once per process (or per slot of a stream processor) and given to every engine
 //! through [`Options::env`](crate::Options::env). It holds:
 //!
-//! * the **memory budget**: memtables of every engine charge one write-buffer manager (`write_buffer`) whose
-//!   limit is a share of the budget; when they reach 7/8 of it the largest memtable of any engine is
-//!   switched out and flushed, and writers stall only when flushes cannot keep up;
+//! * the **memory budget** (`budget`): memtables of every engine charge one write-buffer manager
+//!   (`write_buffer`) whose limit is a share of the budget; when they reach 7/8 of it the largest memtable of
+//!   any engine is switched out and flushed, and writers stall only when flushes cannot keep up. SST metadata
+//!   held outside the cache and reservations of the engines' users ([`MemoryBudget::reserve`]) are charged
+//!   too, and one block cache shared by the engines holds what all of these leave;
 //! * the **background pool** (`pool`): a fixed number of threads running every engine's flushes and
 //!   compactions, flushes first, engines taking turns.
 //!
 //! An engine opened without an environment gets a private one sized as its options say (two threads, a
 //! flush always able to run beside a compaction; no memory limit), which is the behaviour of an engine
-//! on its own. See `design/decisions/0008-shared-env.md`.
+//! on its own, with its own block cache of [`Options::block_cache_size`](crate::Options::block_cache_size).
+//! See `design/shared-env.md`.
 
+pub(crate) mod budget;
 pub(crate) mod pool;
 pub(crate) mod write_buffer;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+pub use self::budget::{MemoryBudget, MemoryReservation};
 use self::pool::{Pool, PoolConfig, PoolShared};
 use self::write_buffer::WriteBuffers;
+use crate::cache::BlockCache;
 use crate::LsmError;
 
 /// How a [`SharedEnv`] is sized.
 #[derive(Debug, Clone)]
 pub struct EnvOptions {
     /// The memory budget of every engine opened with the environment, in bytes: their memtables (arena and
-    /// point index), block cache, SST metadata and buffers (default `None`: no budget; each engine's
-    /// memtables are bounded by its own options).
+    /// point index), one shared block cache, SST metadata held outside it and reservations (default `None`:
+    /// no budget; each engine's memtables and block cache are bounded by its own options).
     pub memory_budget: Option<usize>,
     /// The share of the budget memtables may take, in `(0, 1]` (default 0.5, as Flink's
     /// `state.backend.rocksdb.memory.write-buffer-ratio`).
@@ -62,6 +68,9 @@ impl Default for EnvOptions {
 pub(crate) struct EnvInner {
     pub options: EnvOptions,
     pub write_buffers: Arc<WriteBuffers>,
+    pub budget: Arc<MemoryBudget>,
+    /// The block cache of the engines, with a budget (without one each engine has its own).
+    pub cache: Option<Arc<BlockCache>>,
     pub pool: Pool,
 }
 
@@ -107,10 +116,18 @@ impl SharedEnv {
             thread: "lsm-bg".into(),
             source,
         })?;
+        let write_buffers = WriteBuffers::new(limit);
+        let budget = MemoryBudget::new(options.memory_budget, Arc::clone(&write_buffers));
+        let cache = options.memory_budget.map(|_| {
+            write_buffers.set_budget(&budget);
+            BlockCache::with_budget(Arc::clone(&budget))
+        });
         Ok(SharedEnv {
             inner: Arc::new(EnvInner {
                 options,
-                write_buffers: WriteBuffers::new(limit),
+                write_buffers,
+                budget,
+                cache,
                 pool,
             }),
         })
@@ -131,6 +148,17 @@ impl SharedEnv {
     /// The options the environment was made with.
     pub fn options(&self) -> &EnvOptions {
         &self.inner.options
+    }
+
+    /// The memory budget (with no capacity when the environment has none: charges are then only counted).
+    /// [`MemoryBudget::reserve`] charges it for memory the caller holds.
+    pub fn memory(&self) -> &Arc<MemoryBudget> {
+        &self.inner.budget
+    }
+
+    /// The block cache the engines share (with a budget).
+    pub(crate) fn block_cache(&self) -> Option<&Arc<BlockCache>> {
+        self.inner.cache.as_ref()
     }
 
     /// The write-buffer manager.
@@ -157,7 +185,15 @@ impl SharedEnv {
                 memtables_mutable: mutable,
                 memtables_pending_flush: pending,
                 memtables_flushed_held: retired,
+                block_cache: self.inner.budget.cache_bytes(),
+                sst_metadata: self.inner.budget.metadata_bytes(),
+                reserved: self.inner.budget.reserved_bytes(),
             },
+            block_cache_capacity: self
+                .inner
+                .cache
+                .as_ref()
+                .map(|c| c.capacity()),
             background_threads: self.inner.pool.config().threads,
             flush_jobs: c.flush_jobs.load(Ordering::Relaxed),
             compaction_jobs: c.compaction_jobs.load(Ordering::Relaxed),
@@ -183,12 +219,19 @@ pub struct MemoryUsage {
     pub memtables_pending_flush: usize,
     /// Memtables flushed but still held by a reader (an iterator, a snapshot read in progress).
     pub memtables_flushed_held: usize,
+    /// Blocks in the shared block cache (0 without a budget: each engine's own cache is in its
+    /// [`DbStats`](crate::DbStats)).
+    pub block_cache: usize,
+    /// SST metadata held outside the cache: indexes, filters, per-block bits (engines with a budget).
+    pub sst_metadata: usize,
+    /// Reservations of the engines' users ([`MemoryBudget::reserve`]).
+    pub reserved: usize,
 }
 
 impl MemoryUsage {
     /// Every component together: what the budget charges.
     pub fn total(&self) -> usize {
-        self.memtables()
+        self.memtables() + self.block_cache + self.sst_metadata + self.reserved
     }
 
     /// All memtables (RocksDB's `rocksdb.size-all-mem-tables`).
@@ -205,6 +248,8 @@ pub struct EnvStats {
     pub memory_budget: Option<usize>,
     /// The memtables' share of it.
     pub write_buffer_limit: Option<usize>,
+    /// What the shared block cache may hold now (what the rest leaves of the budget).
+    pub block_cache_capacity: Option<usize>,
     /// Where the memory goes.
     pub memory: MemoryUsage,
     /// Background threads.

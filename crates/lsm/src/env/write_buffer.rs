@@ -14,10 +14,12 @@
 //!   them (a reader holds them), and the reader may be the writer itself.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
+
+use super::budget::MemoryBudget;
 
 /// Memtable bytes of an environment and its limit.
 pub(crate) struct WriteBuffers {
@@ -41,6 +43,8 @@ pub(crate) struct WriteBuffers {
     pub stall_micros: AtomicU64,
     /// Memtables switched because of the limit (the largest of any engine), not because they were full.
     pub switches_for_memory: AtomicU64,
+    /// The budget memtables are part of: its block cache shrinks when they grow.
+    budget: OnceLock<Weak<MemoryBudget>>,
 }
 
 /// The state of one memtable's charge.
@@ -63,7 +67,20 @@ impl WriteBuffers {
             stalls: AtomicU64::new(0),
             stall_micros: AtomicU64::new(0),
             switches_for_memory: AtomicU64::new(0),
+            budget: OnceLock::new(),
         })
+    }
+
+    /// Connects the budget whose block cache makes room when memtables grow.
+    pub fn set_budget(&self, budget: &Arc<MemoryBudget>) {
+        let _ = self.budget.set(Arc::downgrade(budget));
+    }
+
+    /// Memtables grew: the budget's cache makes room.
+    fn grew(&self) {
+        if let Some(b) = self.budget.get().and_then(Weak::upgrade) {
+            b.fit_cache();
+        }
     }
 
     /// The limit, if any.
@@ -86,11 +103,24 @@ impl WriteBuffers {
         self.flush_wanted.load(Ordering::Relaxed)
     }
 
-    /// Whether writers must wait for flushes: mutable and pending bytes reach the limit.
+    /// Whether writers must wait for flushes: mutable and pending bytes reach the limit while a flush is
+    /// pending (without one, waiting would free nothing: memtables taking writes are switched instead, see
+    /// [`flush_wanted`](Self::flush_wanted)).
     pub fn must_stall(&self) -> bool {
         self.limit.is_some_and(|l| {
-            self.mutable.load(Ordering::Relaxed) + self.pending.load(Ordering::Relaxed) >= l
+            let pending = self.pending.load(Ordering::Relaxed);
+            pending > 0 && self.mutable.load(Ordering::Relaxed) + pending >= l
         })
+    }
+
+    /// The memtable size of an engine sharing this manager, for one it was configured with: at most a
+    /// quarter of the limit (and at least 64 KiB), so that a few engines' tables and their fixed parts
+    /// (point index, key filter, arena chunk) fit in it.
+    pub fn memtable_size_for(&self, configured: usize) -> usize {
+        match self.limit {
+            None => configured,
+            Some(l) => configured.min((l / 4).max(64 << 10)),
+        }
     }
 
     /// Records that an engine was asked to switch a memtable holding `bytes` (its writer will).
@@ -185,6 +215,7 @@ impl MemCharge {
             .counter(self.state.load(Ordering::Relaxed))
             .fetch_add(new - old, Ordering::Relaxed);
         self.wb.update();
+        self.wb.grew();
     }
 
     /// Bytes charged.
@@ -271,6 +302,10 @@ mod tests {
         assert!(!wb.flush_wanted() && !wb.must_stall());
         let c = MemCharge::new(&wb, 7 * MIB, MIB);
         assert!(wb.must_stall(), "50 pending + 14 mutable");
+        // Nothing pending: waiting would free nothing.
+        let idle = WriteBuffers::new(Some(8 * MIB));
+        let _d = MemCharge::new(&idle, 9 * MIB, MIB);
+        assert!(!idle.must_stall() && idle.flush_wanted());
         // Retired bytes never stall.
         a.flushed();
         assert!(!wb.must_stall());
