@@ -115,6 +115,17 @@ impl StateEnv {
         self.lsm.stats()
     }
 
+    /// [`stats`](Self::stats) under RocksDB's names where they exist ([`EnvStats::metrics`]), and the
+    /// environment's threads as `keyed-state.env.threads`.
+    pub fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
+        let mut m = self.stats().metrics();
+        m.push(keyed_state_lsm::Metric {
+            name: "keyed-state.env.threads".into(),
+            value: self.threads() as u64,
+        });
+        m
+    }
+
     /// Threads the environment runs: the engines' background threads, and the I/O runtime's once started.
     pub fn threads(&self) -> usize {
         let io = {

@@ -33,7 +33,8 @@ impl std::fmt::Debug for IoRuntime {
 }
 
 impl IoRuntime {
-    /// A runtime of `threads` worker threads (at least 1), started at its first request.
+    /// A runtime of `threads` worker threads (at least 1) and at most as many blocking threads (a local
+    /// root's file operations), started at its first request.
     pub fn new(threads: usize) -> IoRuntime {
         IoRuntime {
             threads: threads.max(1),
@@ -57,10 +58,14 @@ impl IoRuntime {
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(self.threads)
+            .max_blocking_threads(self.threads)
             .thread_name("ckpt-io")
             .enable_all()
             .build()
-            .map_err(Error::io_at("starting the I/O runtime of checkpoint storage", "ckpt-io"))?;
+            .map_err(Error::io_at(
+                "starting the I/O runtime of checkpoint storage",
+                "ckpt-io",
+            ))?;
         // Another thread may have won the race: its runtime stays; this one, never used, stops in the
         // background (a plain drop would panic inside an async context).
         if let Err(rt) = self.rt.set(rt) {
@@ -88,7 +93,10 @@ impl IoRuntime {
             let helper = std::thread::Builder::new()
                 .name("ckpt-io-call".into())
                 .spawn_scoped(s, move || rt.block_on(make()))
-                .map_err(Error::io_at("starting a checkpoint I/O helper thread", "ckpt-io-call"))?;
+                .map_err(Error::io_at(
+                    "starting a checkpoint I/O helper thread",
+                    "ckpt-io-call",
+                ))?;
             // A panic of the request is the caller's, as it would be on a plain thread.
             helper
                 .join()

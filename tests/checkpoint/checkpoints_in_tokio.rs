@@ -139,7 +139,11 @@ fn every_entry_point(make: MakeStorage<'_>, kind: Kind) {
             ck2.close();
             let (mut r, counter) = store_on(restored);
             r.set_current_key(&7).unwrap();
-            assert_eq!(r.value(&counter).unwrap().get().unwrap(), Some(21), "{name}");
+            assert_eq!(
+                r.value(&counter).unwrap().get().unwrap(),
+                Some(21),
+                "{name}"
+            );
 
             let out = tempfile::tempdir().unwrap();
             to_savepoint(&storage, 3, &out.path().join("sp")).unwrap();
@@ -156,7 +160,9 @@ fn every_entry_point(make: MakeStorage<'_>, kind: Kind) {
 
 /// The storage's own I/O runtime.
 #[cfg(feature = "s3")]
-fn own_runtime(storage: Arc<CheckpointStorage>) -> impl Fn(&StateEnv) -> Arc<CheckpointStorage> + Sync {
+fn own_runtime(
+    storage: Arc<CheckpointStorage>,
+) -> impl Fn(&StateEnv) -> Arc<CheckpointStorage> + Sync {
     move |_| Arc::clone(&storage)
 }
 
@@ -221,7 +227,10 @@ fn storages_opened_on_one_env_share_its_io_threads() {
         .iter()
         .map(|d| env.open_storage(d.path().to_str().unwrap()).unwrap())
         .collect();
-    assert!(!env.io().started(), "started at the first request, not at open");
+    assert!(
+        !env.io().started(),
+        "started at the first request, not at open"
+    );
     for s in &storages {
         s.put("x", b"y".to_vec()).unwrap();
         assert!(Arc::ptr_eq(s.io(), env.io()));

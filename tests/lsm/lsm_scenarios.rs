@@ -1406,16 +1406,8 @@ fn background_threads_run_at_the_configured_lower_priority() {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert!(
-        found("lsm-bg-0"),
-        "{:?} (base {base})",
-        nice_of("lsm-bg-0")
-    );
-    assert!(
-        found("lsm-bg-1"),
-        "{:?} (base {base})",
-        nice_of("lsm-bg-1")
-    );
+    assert!(found("lsm-bg-0"), "{:?} (base {base})", nice_of("lsm-bg-0"));
+    assert!(found("lsm-bg-1"), "{:?} (base {base})", nice_of("lsm-bg-1"));
     db.put(b"k", b"v").unwrap();
     assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
 }

@@ -111,7 +111,10 @@ fn memtables_of_all_engines_stay_within_their_share_of_the_budget() {
     let s = env.stats();
     // Writers stall once mutable and pending memtables reach the limit; the last step a writer charged
     // before it saw that may pass it (one arena chunk per engine at most).
-    assert!(peak <= limit + 4 * MIB, "peak {peak} over limit {limit}: {s:?}");
+    assert!(
+        peak <= limit + 4 * MIB,
+        "peak {peak} over limit {limit}: {s:?}"
+    );
     assert!(s.switches_for_memory > 0, "{s:?}");
     for db in &dbs {
         assert!(db.stats().flushes >= 2, "{:?}", db.stats());
@@ -272,4 +275,59 @@ fn a_flush_of_many_state_prefixes_is_one_l0_run_and_does_not_trip_the_l0_trigger
     let s = db.stats();
     assert_eq!(s.level_files[0], 0, "{s:?}");
     assert_eq!(s.level_files.iter().sum::<usize>(), 24, "{s:?}");
+}
+
+#[test]
+fn metrics_carry_rocksdb_names_and_the_memory_breakdown_adds_up() {
+    let env = SharedEnv::new(EnvOptions {
+        memory_budget: Some(32 * MIB),
+        ..EnvOptions::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts_on(&env)).unwrap();
+    for i in 0..20_000u32 {
+        db.put(&key(i), &value(0, i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.put(b"in memory", b"v").unwrap();
+    for i in 0..20_000u32 {
+        db.get(&key(i)).unwrap();
+    }
+    let s = db.stats();
+    let m = s.metrics();
+    let get = |m: &[keyed_state_lsm::Metric], name: &str| {
+        m.iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("{name} missing from {m:?}"))
+            .value
+    };
+    assert_eq!(get(&m, "rocksdb.estimate-num-keys"), 20_000);
+    assert!(get(&m, "rocksdb.cur-size-all-mem-tables") > 0);
+    assert_eq!(
+        get(&m, "rocksdb.num-files-at-level0") as usize
+            + (1..s.level_files.len())
+                .map(|l| get(&m, &format!("rocksdb.num-files-at-level{l}")) as usize)
+                .sum::<usize>(),
+        s.level_files.iter().sum::<usize>()
+    );
+    assert_eq!(
+        get(&m, "rocksdb.block-cache-usage") as usize,
+        s.block_cache_usage
+    );
+    assert!(s.block_cache_usage > 0);
+    let e = env.stats();
+    let em = e.metrics();
+    let parts = [
+        "keyed-state.env.memtables-mutable",
+        "keyed-state.env.memtables-pending-flush",
+        "keyed-state.env.memtables-flushed-held",
+        "rocksdb.block-cache-usage",
+        "keyed-state.env.sst-metadata",
+        "keyed-state.env.reserved",
+    ];
+    let sum: u64 = parts.iter().map(|p| get(&em, p)).sum();
+    assert_eq!(sum, get(&em, "keyed-state.env.memory-charged"));
+    assert!(sum <= 32 * MIB as u64);
+    db.close().unwrap();
 }

@@ -108,7 +108,7 @@ pub use bounds::KeyBounds;
 pub use checkpoint::{
     CapturedCheckpoint, CapturedFile, CheckpointFile, CheckpointInfo, PendingCheckpoint,
 };
-pub use db::{Db, DbStats, DroppedWrites, RecoveryReport};
+pub use db::{Db, DbStats, DroppedWrites, Metric, RecoveryReport};
 pub use env::{EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, SharedEnv};
 pub use error::{ErrorKind, Location, LsmError};
 pub use filter::{

@@ -208,7 +208,10 @@ impl Db {
         if id != 0 {
             self.inner.env.pool().deregister(id);
         }
-        let requested = self.inner.memory_switch_requested.swap(0, Ordering::Relaxed);
+        let requested = self
+            .inner
+            .memory_switch_requested
+            .swap(0, Ordering::Relaxed);
         if requested > 0 {
             self.inner.wb.clear_requested(requested);
         }

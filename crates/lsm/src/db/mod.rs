@@ -31,7 +31,7 @@ mod stats;
 mod write;
 
 pub use recovery::{DroppedWrites, RecoveryReport};
-pub use stats::DbStats;
+pub use stats::{DbStats, Metric};
 
 type Result<T> = std::result::Result<T, LsmError>;
 

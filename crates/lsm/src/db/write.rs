@@ -171,7 +171,8 @@ impl DbInner {
             self.write_buffer_room(w, &mut memory_stalled)
                 .and_then(|()| self.make_room_or_stall(w, false, &mut stalled))
         };
-        let micros = |t: std::time::Instant| u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let micros =
+            |t: std::time::Instant| u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
         if let Some(t) = memory_stalled {
             let m = micros(t);
             self.wb.stall_micros.fetch_add(m, Ordering::Relaxed);

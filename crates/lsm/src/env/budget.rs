@@ -72,8 +72,9 @@ impl MemoryBudget {
     /// What the shared block cache may hold now: the capacity less what the others take (0 when they take it
     /// all; unbounded without a budget).
     pub fn cache_capacity(&self) -> usize {
-        self.capacity
-            .map_or(usize::MAX, |c| c.saturating_sub(self.charged_outside_cache()))
+        self.capacity.map_or(usize::MAX, |c| {
+            c.saturating_sub(self.charged_outside_cache())
+        })
     }
 
     /// Bytes in the shared block cache (0 without a budget: each engine then has its own cache).

@@ -189,11 +189,7 @@ impl SharedEnv {
                 sst_metadata: self.inner.budget.metadata_bytes(),
                 reserved: self.inner.budget.reserved_bytes(),
             },
-            block_cache_capacity: self
-                .inner
-                .cache
-                .as_ref()
-                .map(|c| c.capacity()),
+            block_cache_capacity: self.inner.cache.as_ref().map(|c| c.capacity()),
             background_threads: self.inner.pool.config().threads,
             flush_jobs: c.flush_jobs.load(Ordering::Relaxed),
             compaction_jobs: c.compaction_jobs.load(Ordering::Relaxed),
@@ -237,6 +233,73 @@ impl MemoryUsage {
     /// All memtables (RocksDB's `rocksdb.size-all-mem-tables`).
     pub fn memtables(&self) -> usize {
         self.memtables_mutable + self.memtables_pending_flush + self.memtables_flushed_held
+    }
+}
+
+impl EnvStats {
+    /// The figures under RocksDB's names where they exist (`rocksdb.block-cache-usage`,
+    /// `rocksdb.block-cache-capacity`, `rocksdb.size-all-mem-tables`) and in their style where not
+    /// (`keyed-state.env.*`: the budget and each part of the memory breakdown, which add up to
+    /// `keyed-state.env.memory-charged`; jobs, queues and stalls of the pool and the write-buffer manager).
+    pub fn metrics(&self) -> Vec<crate::Metric> {
+        let m = &self.memory;
+        let pairs: [(&str, u64); 18] = [
+            ("rocksdb.size-all-mem-tables", m.memtables() as u64),
+            ("rocksdb.block-cache-usage", m.block_cache as u64),
+            (
+                "rocksdb.block-cache-capacity",
+                self.block_cache_capacity.unwrap_or(0) as u64,
+            ),
+            (
+                "keyed-state.env.memory-budget",
+                self.memory_budget.unwrap_or(0) as u64,
+            ),
+            (
+                "keyed-state.env.write-buffer-limit",
+                self.write_buffer_limit.unwrap_or(0) as u64,
+            ),
+            ("keyed-state.env.memory-charged", m.total() as u64),
+            (
+                "keyed-state.env.memtables-mutable",
+                m.memtables_mutable as u64,
+            ),
+            (
+                "keyed-state.env.memtables-pending-flush",
+                m.memtables_pending_flush as u64,
+            ),
+            (
+                "keyed-state.env.memtables-flushed-held",
+                m.memtables_flushed_held as u64,
+            ),
+            ("keyed-state.env.sst-metadata", m.sst_metadata as u64),
+            ("keyed-state.env.reserved", m.reserved as u64),
+            (
+                "keyed-state.env.background-threads",
+                self.background_threads as u64,
+            ),
+            ("keyed-state.env.flush-jobs", self.flush_jobs),
+            ("keyed-state.env.compaction-jobs", self.compaction_jobs),
+            ("keyed-state.env.flushes-queued", self.flushes_queued as u64),
+            (
+                "keyed-state.env.compactions-queued",
+                self.compactions_queued as u64,
+            ),
+            (
+                "keyed-state.env.write-buffer-stall-micros",
+                self.write_buffer_stall_micros,
+            ),
+            (
+                "keyed-state.env.switches-for-memory",
+                self.switches_for_memory,
+            ),
+        ];
+        pairs
+            .iter()
+            .map(|(name, value)| crate::Metric {
+                name: (*name).to_string(),
+                value: *value,
+            })
+            .collect()
     }
 }
 

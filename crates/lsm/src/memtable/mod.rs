@@ -157,7 +157,10 @@ impl MemTable {
     ) -> (Self, Option<SpareIndex>) {
         let slots = Self::index_slots_for(capacity_bytes, index_slots);
         if spare.slots() == slots {
-            (Self::with_index(wal_number, capacity_bytes, spare.table), None)
+            (
+                Self::with_index(wal_number, capacity_bytes, spare.table),
+                None,
+            )
         } else {
             (
                 Self::with_capacity(wal_number, capacity_bytes, index_slots),

@@ -23,8 +23,8 @@ use super::format::{
 };
 use super::{bloom, properties, SstProperties};
 use crate::cache::BlockCache;
-use crate::env::MemoryReservation;
 use crate::coding::DecodeError;
+use crate::env::MemoryReservation;
 use crate::ikey::{self, ValueKind};
 use crate::slice::ValueSlice;
 use crate::storage::{FileBytes, Storage};
