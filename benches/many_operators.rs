@@ -3,9 +3,11 @@
 //! Part 1, many states: one LSM backend with `KS_MO_STATES` value states (default 24), default engine
 //! options, `KS_MO_KEYS_PER_STATE` keys per state (default 40,000; `i64` keys, 100-byte values), written
 //! key by key through `KeyedStateStore` (each key updates every state). Then a full checkpoint and
-//! `KS_MO_ROUNDS` (default 5) checkpoints each after 1 % of the keys of every state changed. Printed: write
-//! stall time of the load, L0 files, and per checkpoint the files new/reused, bytes written against the raw
-//! bytes of the changed entries and against the bytes of the engine's files new since the last checkpoint.
+//! `KS_MO_ROUNDS` (default 5) checkpoints each after 1 % of the keys of every state changed (with
+//! `KS_MO_SETTLE=1` each after the engine's flushes and compactions are done, so that every compaction's
+//! output is in the next checkpoint). Printed: write stall time of the load, L0 files, and per checkpoint
+//! the compactions so far, files new/reused, bytes written against the raw bytes of the changed entries and
+//! against the bytes of the engine's files new since the last checkpoint; the sum over checkpoints 2...
 //!
 //! Part 2, many instances: `KS_MO_INSTANCES` LSM backends (default 16), each with 3 value states and its
 //! key-group range of max parallelism 128, loaded with `KS_MO_TOTAL_MB` MiB of raw entries in all (default
@@ -143,8 +145,18 @@ fn part1() {
         stalls_load,
         op.engine.summary()
     );
-    println!("| checkpoint | changed entries | files new | files reused | bytes written | written / changed raw | written / new file bytes | write stalls since load |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let settle = env_num("KS_MO_SETTLE", 0) == 1;
+    println!(
+        "checkpoints {}\n",
+        if settle {
+            "after the engine's flushes and compactions settled (KS_MO_SETTLE=1)"
+        } else {
+            "while compactions may run"
+        }
+    );
+    println!("| checkpoint | changed entries | compactions before | files new | files reused | bytes written | written / changed raw | written / new file bytes | write stalls since load |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let (mut written_after_first, mut raw_after_first) = (0u64, 0u64);
     for id in 1..=rounds + 1 {
         let changed = if id == 1 {
             keys as u64 * states as u64
@@ -163,12 +175,18 @@ fn part1() {
             }
             n as u64 * states as u64
         };
+        if settle {
+            op.engine.wait_for_background_work().expect("settle");
+        }
+        let compactions = op.engine.db().stats().compactions;
         let p = op.store.checkpoint(&op.ck, id).expect("sync part");
         let s = p.run().expect("async part");
         op.ck.notify_complete(id).expect("confirm");
         let raw = changed * ENTRY_BYTES;
+        written_after_first += if id > 1 { s.bytes_written } else { 0 };
+        raw_after_first += if id > 1 { raw } else { 0 };
         println!(
-            "| {id} | {changed} | {} | {} | {:.1} MiB | {:.2} | {:.2} | {:.0} ms |",
+            "| {id} | {changed} | {compactions} | {} | {} | {:.1} MiB | {:.2} | {:.2} | {:.0} ms |",
             s.files_new,
             s.files_reused,
             s.bytes_written as f64 / MIB,
@@ -177,6 +195,12 @@ fn part1() {
             stall_ms(&op.engine) - stalls_load
         );
     }
+    println!(
+        "\ncheckpoints 2..: {:.1} MiB written for {:.1} MiB of changed raw entries ({:.2})",
+        written_after_first as f64 / MIB,
+        raw_after_first as f64 / MIB,
+        written_after_first as f64 / raw_after_first.max(1) as f64
+    );
     println!("\nengine after: {}\n", op.engine.summary());
 }
 
