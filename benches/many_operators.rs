@@ -17,6 +17,7 @@
 //!   MiB of memory budget, 4 background threads, 2 I/O threads;
 //! * `separate`: each backend with its own engine defaults (64 MiB memtables, 64 MiB block cache, 2 threads)
 //!   and each storage with its own runtime: today's behaviour without an environment.
+//!
 //! Printed per variant: load throughput, peak `RssAnon` (sampled every 20 ms) over the load and over load
 //! and checkpoint, and the baseline before loading, `VmHWM`, threads at the end (names on stderr), write
 //! stall time summed over the engines.
@@ -95,7 +96,7 @@ fn operator(
         .map(|i| {
             store
                 .register_value(ValueStateDescriptor::new(
-                    &format!("state-{i}"),
+                    format!("state-{i}"),
                     BytesSerializer,
                 ))
                 .expect("register")
