@@ -331,3 +331,31 @@ fn metrics_carry_rocksdb_names_and_the_memory_breakdown_adds_up() {
     assert!(sum <= 32 * MIB as u64);
     db.close().unwrap();
 }
+
+#[test]
+fn flushes_past_the_l0_trigger_are_compacted() {
+    let env = SharedEnv::new(EnvOptions::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            partition_prefix_len: 2,
+            ..opts_on(&env)
+        },
+    )
+    .unwrap();
+    for round in 0..8u32 {
+        for state in 0..24u16 {
+            for i in 0..50u32 {
+                let mut k = state.to_be_bytes().to_vec();
+                k.extend_from_slice(&key(i * 8 + round));
+                db.put(&k, &value(round as usize, i)).unwrap();
+            }
+        }
+        db.flush().unwrap();
+    }
+    db.wait_for_background_work().unwrap();
+    let s = db.stats();
+    assert!(s.l0_sorted_runs < 4, "{s:?}");
+    assert!(s.compactions > 0, "{s:?}");
+}
