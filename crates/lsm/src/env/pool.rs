@@ -374,3 +374,141 @@ fn lower_thread_priority(increment: i32) {
     #[cfg(not(target_os = "linux"))]
     let _ = increment;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    /// An engine whose jobs are logged; `busy` flush jobs always find more work.
+    struct Fake {
+        name: u8,
+        busy: bool,
+        flushes: AtomicUsize,
+        compactions: AtomicUsize,
+        log: Arc<Mutex<Vec<(u8, JobKind)>>>,
+    }
+
+    impl BackgroundWork for Fake {
+        fn flush_job(&self) -> bool {
+            self.log.lock().push((self.name, JobKind::Flush));
+            std::thread::sleep(Duration::from_millis(1));
+            self.flushes.fetch_add(1, Ordering::SeqCst) < 50 && self.busy
+        }
+        fn compaction_job(&self) -> bool {
+            self.log.lock().push((self.name, JobKind::Compaction));
+            std::thread::sleep(Duration::from_millis(1));
+            self.compactions.fetch_add(1, Ordering::SeqCst) < 50 && self.busy
+        }
+        fn active_memtable_bytes(&self) -> usize {
+            0
+        }
+        fn switch_for_memory(&self) {}
+    }
+
+    fn fake(name: u8, busy: bool, log: &Arc<Mutex<Vec<(u8, JobKind)>>>) -> Arc<Fake> {
+        Arc::new(Fake {
+            name,
+            busy,
+            flushes: AtomicUsize::new(0),
+            compactions: AtomicUsize::new(0),
+            log: Arc::clone(log),
+        })
+    }
+
+    fn register(pool: &Pool, f: &Arc<Fake>) -> u64 {
+        let weak: Weak<Fake> = Arc::downgrade(f);
+        let work: Weak<dyn BackgroundWork> = weak;
+        pool.shared().register(work)
+    }
+
+    fn wait_until(cond: impl Fn() -> bool) {
+        for _ in 0..2000 {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("condition not reached in 10 s");
+    }
+
+    #[test]
+    fn a_busy_engine_takes_turns_so_another_engines_flush_runs_next() {
+        let pool = Pool::start(PoolConfig {
+            threads: 1,
+            nice: 0,
+            batch_policy: false,
+        })
+        .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (busy, quiet) = (fake(1, true, &log), fake(2, false, &log));
+        let (b, q) = (register(&pool, &busy), register(&pool, &quiet));
+        pool.shared().request(b, JobKind::Flush);
+        wait_until(|| busy.flushes.load(Ordering::SeqCst) >= 3);
+        let at_request = log.lock().iter().filter(|e| e.0 == 1).count();
+        pool.shared().request(q, JobKind::Flush);
+        wait_until(|| quiet.flushes.load(Ordering::SeqCst) == 1);
+        // The quiet engine's flush ran at the busy engine's next turn: at most the busy job running at the
+        // request started between the request and it.
+        let log = log.lock().clone();
+        let at = log.iter().position(|e| *e == (2, JobKind::Flush)).unwrap();
+        let busy_before = log[..at].iter().filter(|e| e.0 == 1).count();
+        assert!(busy_before <= at_request + 1, "{log:?}");
+        pool.shared().deregister(b);
+        pool.shared().deregister(q);
+    }
+
+    #[test]
+    fn flushes_go_before_compactions_and_one_thread_stays_free_for_them() {
+        let pool = Pool::start(PoolConfig {
+            threads: 2,
+            nice: 0,
+            batch_policy: false,
+        })
+        .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let engines: Vec<_> = (0..4).map(|n| fake(n, true, &log)).collect();
+        let ids: Vec<u64> = engines.iter().map(|e| register(&pool, e)).collect();
+        // Compactions of every engine, then one flush: the flush runs before the queued compactions end.
+        for id in &ids {
+            pool.shared().request(*id, JobKind::Compaction);
+        }
+        wait_until(|| engines[0].compactions.load(Ordering::SeqCst) >= 2);
+        let before = log.lock().len();
+        pool.shared().request(ids[3], JobKind::Flush);
+        wait_until(|| engines[3].flushes.load(Ordering::SeqCst) >= 1);
+        let log_now = log.lock().clone();
+        let at = log_now.iter().position(|e| e.1 == JobKind::Flush).unwrap();
+        assert!(
+            at <= before + 2,
+            "flush waited behind compactions: {log_now:?}"
+        );
+        // Never more than one compaction at a time with two threads (one kept for flushes).
+        assert_eq!(pool.shared().max_compactions, 1);
+        for id in ids {
+            pool.shared().deregister(id);
+        }
+    }
+
+    #[test]
+    fn deregister_waits_for_running_jobs_and_nothing_of_the_engine_runs_after() {
+        let pool = Pool::start(PoolConfig {
+            threads: 2,
+            nice: 0,
+            batch_policy: false,
+        })
+        .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let e = fake(7, true, &log);
+        let id = register(&pool, &e);
+        pool.shared().request(id, JobKind::Flush);
+        pool.shared().request(id, JobKind::Compaction);
+        wait_until(|| e.flushes.load(Ordering::SeqCst) >= 2);
+        pool.shared().deregister(id);
+        let n = log.lock().len();
+        pool.shared().request(id, JobKind::Flush);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(log.lock().len(), n, "a job ran after deregister");
+    }
+}
