@@ -36,7 +36,11 @@ impl BackgroundWork for DbInner {
                 return false;
             }
         }
-        if let Err(e) = self.flush_one() {
+        let flushed = {
+            let _span = tracing::debug_span!("lsm.flush", dir = %self.dir.display()).entered();
+            self.flush_one()
+        };
+        if let Err(e) = flushed {
             self.set_bg_error(e);
             return false;
         }
@@ -48,7 +52,11 @@ impl BackgroundWork for DbInner {
         if !self.compaction_due() {
             return false;
         }
-        match compaction::run_auto(self) {
+        let ran = {
+            let _span = tracing::debug_span!("lsm.compaction", dir = %self.dir.display()).entered();
+            compaction::run_auto(self)
+        };
+        match ran {
             Ok(true) => self.compaction_due(),
             // The compaction lock was busy: whoever holds it wakes the engine when done.
             Ok(false) => false,
