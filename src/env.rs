@@ -126,6 +126,14 @@ impl StateEnv {
         m
     }
 
+    /// Publishes [`metrics`](Self::metrics) as gauges of the `metrics` facade (feature `metrics`), each
+    /// labelled `scope` = `scope`; an engine's [`EngineHandle::metrics`](crate::backend::EngineHandle::metrics)
+    /// go through [`publish_metrics`] with the instance's name as scope.
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self, scope: &str) {
+        publish_metrics(&self.metrics(), scope);
+    }
+
     /// Threads the environment runs: the engines' background threads, and the I/O runtime's once started.
     pub fn threads(&self) -> usize {
         let io = {
@@ -170,5 +178,87 @@ impl StateEnv {
             crate::checkpoint::CheckpointStorage::open_with(root, settings)?
                 .with_io(Arc::clone(&self.io)),
         ))
+    }
+}
+
+/// Sets one gauge of the `metrics` facade per figure, named as the figure and labelled `scope` = `scope`
+/// (feature `metrics`).
+#[cfg(feature = "metrics")]
+pub fn publish_metrics(figures: &[keyed_state_lsm::Metric], scope: &str) {
+    for m in figures {
+        metrics::gauge!(m.name.clone(), "scope" => scope.to_string()).set(m.value as f64);
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use metrics::{
+        Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    /// A recorder keeping the last value of every gauge, by name and labels.
+    #[derive(Default)]
+    struct Gauges(Arc<Mutex<Vec<(String, f64)>>>);
+
+    struct Slot(String, Arc<Mutex<Vec<(String, f64)>>>);
+
+    impl GaugeFn for Slot {
+        fn increment(&self, _: f64) {}
+        fn decrement(&self, _: f64) {}
+        fn set(&self, value: f64) {
+            self.1.lock().unwrap().push((self.0.clone(), value));
+        }
+    }
+
+    impl Recorder for Gauges {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            Gauge::from_arc(Arc::new(Slot(
+                format!("{}{{{}}}", key.name(), labels.join(",")),
+                Arc::clone(&self.0),
+            )))
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn the_environment_publishes_its_figures_as_labelled_gauges() {
+        let env = super::StateEnv::new(super::StateEnvOptions {
+            memory_budget: Some(32 << 20),
+            ..super::StateEnvOptions::default()
+        })
+        .unwrap();
+        let _r = env.memory().reserve(1 << 20);
+        let rec = Gauges::default();
+        metrics::with_local_recorder(&rec, || env.publish_metrics("slot-1"));
+        let got = rec.0.lock().unwrap().clone();
+        assert!(
+            got.contains(&(
+                "keyed-state.env.reserved{scope=slot-1}".to_string(),
+                (1 << 20) as f64
+            )),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&(
+                "keyed-state.env.memory-budget{scope=slot-1}".to_string(),
+                (32 << 20) as f64
+            )),
+            "{got:?}"
+        );
+        assert_eq!(got.len(), env.metrics().len());
     }
 }
