@@ -359,3 +359,44 @@ fn flushes_past_the_l0_trigger_are_compacted() {
     assert!(s.l0_sorted_runs < 4, "{s:?}");
     assert!(s.compactions > 0, "{s:?}");
 }
+
+#[test]
+fn an_engine_opened_without_an_env_keeps_its_own_threads_cache_and_memtable_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_size: 1 << 20,
+        block_cache_size: 8 * MIB,
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    let env = db.env().clone();
+    assert_eq!(env.options().memory_budget, None);
+    assert_eq!(env.stats().background_threads, 2);
+    assert_eq!(env.stats().write_buffer_limit, None);
+    // Its own cache of block_cache_size, and memtables switched at memtable_size, not by a budget.
+    assert_eq!(db.stats().block_cache_capacity, 8 * MIB);
+    for i in 0..40_000u32 {
+        db.put(&key(i), &value(0, i)).unwrap();
+    }
+    db.wait_for_background_work().unwrap();
+    let s = db.stats();
+    assert!(s.flushes >= 4, "{s:?}");
+    assert_eq!(env.stats().switches_for_memory, 0);
+    assert_eq!(env.stats().write_buffer_stalls, 0);
+    // A second engine without an env has an environment of its own, whose pool runs its flush.
+    let dir2 = tempfile::tempdir().unwrap();
+    let db2 = Db::open(dir2.path(), Options::default()).unwrap();
+    db2.put(b"k", b"v").unwrap();
+    db2.flush().unwrap();
+    // The pool counts a job once it returned, just after the flush it installed woke `flush`.
+    for _ in 0..500 {
+        if db2.env().stats().flush_jobs >= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(db2.env().stats().flush_jobs >= 1);
+    assert_eq!(db2.env().stats().background_threads, 2);
+    db.close().unwrap();
+    db2.close().unwrap();
+}
