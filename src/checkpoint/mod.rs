@@ -25,6 +25,7 @@ mod checkpointer;
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) mod fault_store;
 mod format;
+mod io;
 mod restore;
 mod scan;
 mod storage;
@@ -37,6 +38,7 @@ pub use checkpointer::{
     CheckpointOptions, CheckpointSummary, Checkpointer, PendingCheckpoint, RestoreMode,
 };
 pub use format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
+pub use io::{IoRuntime, DEFAULT_IO_THREADS};
 #[cfg(feature = "rocksdb")]
 pub use restore::restore_rocksdb;
 pub use restore::{restore_heap, restore_lsm, restore_lsm_temp, to_savepoint, RestoreInfo};

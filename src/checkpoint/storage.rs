@@ -1,5 +1,6 @@
-//! Checkpoint storage: a synchronous facade over an [`object_store::ObjectStore`] that owns a small tokio
-//! runtime. Only [`CheckpointStorage::open`] knows which store it is; every other call is the same for the
+//! Checkpoint storage: a synchronous facade over an [`object_store::ObjectStore`] whose requests run on an
+//! I/O runtime ([`IoRuntime`]: its own, or one shared by a [`StateEnv`](crate::env::StateEnv)'s storages);
+//! every call works from a plain thread and from inside a tokio runtime. Only [`CheckpointStorage::open`] knows which store it is; every other call is the same for the
 //! local file system, memory and S3 (and any S3-compatible server).
 //!
 //! Remote stores get bounded timeouts and retries ([`REMOTE_CONNECT_TIMEOUT`], [`REMOTE_REQUEST_TIMEOUT`],
@@ -18,6 +19,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
+use super::io::{IoRuntime, DEFAULT_IO_THREADS};
 use crate::error::{CheckpointError, Error, Location, Result};
 use keyed_state_lsm::storage::Storage;
 
@@ -95,7 +97,7 @@ pub struct CheckpointStorage {
     store: Arc<dyn ObjectStore>,
     prefix: String,
     local_root: Option<PathBuf>,
-    rt: tokio::runtime::Runtime,
+    io: Arc<IoRuntime>,
     root_name: String,
     /// Test hook: puts left before every put fails (negative: never).
     fail_after: AtomicI64,
@@ -258,23 +260,25 @@ impl CheckpointStorage {
 
     /// Storage on any object store, under `prefix`.
     pub fn from_store(store: Arc<dyn ObjectStore>, prefix: &str, name: &str) -> Result<Self> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("ckpt-io")
-            .enable_all()
-            .build()
-            .map_err(Error::io_at(
-                "starting the I/O runtime of checkpoint storage",
-                name,
-            ))?;
         Ok(CheckpointStorage {
             store,
             prefix: prefix.trim_matches('/').to_string(),
             local_root: None,
-            rt,
+            io: Arc::new(IoRuntime::new(DEFAULT_IO_THREADS)),
             root_name: name.to_string(),
             fail_after: AtomicI64::new(-1),
         })
+    }
+
+    /// Runs the storage's requests on `io` (shared with other storages) instead of its own runtime.
+    pub fn with_io(mut self, io: Arc<IoRuntime>) -> Self {
+        self.io = io;
+        self
+    }
+
+    /// The runtime the storage's requests run on.
+    pub fn io(&self) -> &Arc<IoRuntime> {
+        &self.io
     }
 
     /// The root as given.
@@ -331,8 +335,8 @@ impl CheckpointStorage {
     pub fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
         self.check_fail(rel)?;
         let p = self.full(rel)?;
-        self.rt
-            .block_on(self.store.put(&p, PutPayload::from(bytes)))
+        self.io
+            .block_on(|| self.store.put(&p, PutPayload::from(bytes)))?
             .map_err(|e| self.remote_err("put", rel, e))?;
         Ok(())
     }
@@ -344,7 +348,7 @@ impl CheckpointStorage {
     /// and the first error is returned.
     pub fn upload_all(&self, uploads: &[Upload], files: &dyn Storage) -> Result<Vec<Uploaded>> {
         let failed = AtomicBool::new(false);
-        let results = self.rt.block_on(async {
+        let results = self.io.block_on(|| async {
             futures::stream::iter(uploads)
                 .take_while(|_| std::future::ready(!failed.load(Ordering::SeqCst)))
                 .map(|u| async {
@@ -357,7 +361,7 @@ impl CheckpointStorage {
                 .buffered(PARALLELISM)
                 .collect::<Vec<_>>()
                 .await
-        });
+        })?;
         // The stream stops early only after an error, which `collect` then returns.
         results.into_iter().collect()
     }
@@ -464,17 +468,17 @@ impl CheckpointStorage {
     /// Reads object `rel` whole.
     pub fn get(&self, rel: &str) -> Result<Vec<u8>> {
         let p = self.full(rel)?;
-        self.rt.block_on(async {
+        self.io.block_on(|| async {
             let r = self.store.get(&p).await.map_err(|e| self.map_get(rel, e))?;
             let b = r.bytes().await.map_err(|e| self.map_get(rel, e))?;
             Ok(b.to_vec())
-        })
+        })?
     }
 
     /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once (an empty
     /// range reads nothing).
     pub fn get_ranges(&self, parts: &[(String, u64, u64)]) -> Result<Vec<Vec<u8>>> {
-        self.rt.block_on(async {
+        self.io.block_on(|| async {
             futures::stream::iter(parts.iter().map(|(rel, off, len)| async move {
                 if *len == 0 {
                     // An empty file (RocksDB's empty WAL of a checkpoint): nothing to read.
@@ -491,13 +495,13 @@ impl CheckpointStorage {
             .buffered(PARALLELISM)
             .try_collect()
             .await
-        })
+        })?
     }
 
     /// Size of object `rel`, or `None` if it does not exist.
     pub fn size(&self, rel: &str) -> Result<Option<u64>> {
         let p = self.full(rel)?;
-        match self.rt.block_on(self.store.head(&p)) {
+        match self.io.block_on(|| self.store.head(&p))? {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.remote_err("head", rel, e)),
@@ -513,13 +517,13 @@ impl CheckpointStorage {
         } else {
             Some(self.full(rel_prefix)?)
         };
-        let items: Vec<object_store::ObjectMeta> = self.rt.block_on(async {
+        let items: Vec<object_store::ObjectMeta> = self.io.block_on(|| async {
             match self.store.list(p.as_ref()).try_collect::<Vec<_>>().await {
                 Ok(v) => Ok(v),
                 Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
                 Err(e) => Err(self.remote_err("list", rel_prefix, e)),
             }
-        })?;
+        })??;
         let mut out: Vec<(String, u64)> = items
             .iter()
             .map(|m| (self.rel(&m.location), m.size))
@@ -531,7 +535,7 @@ impl CheckpointStorage {
     /// Deletes object `rel` (deleting a missing object is not an error).
     pub fn delete(&self, rel: &str) -> Result<()> {
         let p = self.full(rel)?;
-        match self.rt.block_on(self.store.delete(&p)) {
+        match self.io.block_on(|| self.store.delete(&p))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.remote_err("delete", rel, e)),
         }

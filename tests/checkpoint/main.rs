@@ -10,4 +10,5 @@ mod checkpoint_claim;
 mod checkpoint_crash;
 mod checkpoint_model;
 mod checkpoints;
+mod checkpoints_in_tokio;
 mod checkpoints_on_fault_fs;

@@ -19,6 +19,7 @@ use keyed_state::Error;
 mod checkpoint_cmds;
 mod demo;
 mod demo_checkpoints;
+mod demo_instances;
 mod flink_cmds;
 mod tools;
 
@@ -84,6 +85,15 @@ enum Command {
         /// Confirmed checkpoints retained in the root.
         #[arg(long, default_value_t = 3, requires = "checkpoint_dir")]
         retain: usize,
+        /// Run the job as this many operator instances (key-group ranges) in this process, every LSM
+        /// backend on one shared environment; prints peak memory, threads and write stall time (no
+        /// savepoint or checkpoints).
+        #[arg(long, conflicts_with_all = ["checkpoint_dir", "dir"])]
+        instances: Option<usize>,
+        /// The memory budget the instances share (memtables, block cache, SST metadata), e.g. `512MiB`
+        /// (needs `--instances`).
+        #[arg(long, requires = "instances", value_parser = demo_instances::parse_size)]
+        memory_budget: Option<usize>,
     },
     /// Show a savepoint's states, serializers, key groups, entries and bytes (our savepoint files, and
     /// Flink savepoint or checkpoint directories holding `_metadata`).
@@ -194,7 +204,19 @@ fn main() -> ExitCode {
             checkpoint_dir,
             checkpoint_every,
             retain,
+            instances,
+            memory_budget,
         } => {
+            if let Some(n) = instances {
+                if !matches!(backend, BackendKind::Lsm) {
+                    eprintln!("error: --instances runs LSM backends only");
+                    return ExitCode::from(2);
+                }
+                return match demo_instances::run(n, memory_budget, records, seed) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => report(&e),
+                };
+            }
             let plan = checkpoint_dir.map(|root| demo_checkpoints::Plan {
                 root,
                 every: checkpoint_every,

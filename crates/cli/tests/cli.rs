@@ -214,3 +214,53 @@ fn missing_file_is_a_clear_error() {
         stderr(&o)
     );
 }
+
+#[test]
+fn demo_with_instances_on_one_budget_holds_the_same_entries_as_one_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let sp = dir.path().join("one.sp");
+    let entries = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("state entries:"))
+            .unwrap_or_else(|| panic!("no entry count in {out}"))
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .to_string()
+    };
+    let one = run(&[
+        "demo",
+        "--records",
+        "5000",
+        "--seed",
+        "3",
+        "--savepoint",
+        sp.to_str().unwrap(),
+    ]);
+    assert!(one.status.success(), "{}", stderr(&one));
+    let many = run(&[
+        "demo",
+        "--records",
+        "5000",
+        "--seed",
+        "3",
+        "--instances",
+        "4",
+        "--memory-budget",
+        "64MiB",
+    ]);
+    assert!(many.status.success(), "{}", stderr(&many));
+    let out = stdout(&many);
+    assert_eq!(entries(&out), entries(&stdout(&one)), "{out}");
+    for line in [
+        "peak memory:",
+        "threads:",
+        "write stalls:",
+        "memory budget:  64 MiB",
+    ] {
+        assert!(out.contains(line), "{line} missing from {out}");
+    }
+    let bad = run(&["demo", "--instances", "2", "--memory-budget", "lots"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("not a size"), "{}", stderr(&bad));
+}

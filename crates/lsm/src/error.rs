@@ -220,13 +220,23 @@ pub enum LsmError {
     /// (reading its input).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The operating system refused to start a thread: the background threads of a
+    /// [`SharedEnv`](crate::SharedEnv).
+    #[error("starting thread {thread}: {source}")]
+    Spawn {
+        /// The thread's name.
+        thread: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl LsmError {
     /// What kind of failure this is:
     ///
     /// * [`Io`](ErrorKind::Io) for [`LsmError::Io`] ([`NotFound`](ErrorKind::NotFound) when the OS error is
-    ///   a missing file or directory);
+    ///   a missing file or directory) and [`Spawn`](LsmError::Spawn);
     /// * [`Corruption`](ErrorKind::Corruption) for [`Corruption`](LsmError::Corruption),
     ///   [`DamagedLog`](LsmError::DamagedLog) and [`RecoveryPointBehindSst`](LsmError::RecoveryPointBehindSst);
     /// * [`InvalidInput`](ErrorKind::InvalidInput) for [`SstInput`](LsmError::SstInput),
@@ -240,6 +250,7 @@ impl LsmError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             LsmError::Io { source, .. } => ErrorKind::of_io(source),
+            LsmError::Spawn { .. } => ErrorKind::Io,
             LsmError::Corruption { .. }
             | LsmError::DamagedLog { .. }
             | LsmError::RecoveryPointBehindSst { .. } => ErrorKind::Corruption,

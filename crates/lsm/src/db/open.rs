@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::cache::BlockCache;
+use crate::env::SharedEnv;
 use crate::flush;
 use crate::inner::DbInner;
 use crate::io::io_err;
@@ -49,7 +50,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
         storage.create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
     }
     let lock = lock_dir(&*storage, &dir)?;
-    let cache = BlockCache::new(opts.block_cache_size);
+    let env = match &opts.env {
+        Some(env) => env.clone(),
+        None => SharedEnv::private(&opts)?,
+    };
+    let cache = env
+        .block_cache()
+        .cloned()
+        .unwrap_or_else(|| BlockCache::new(opts.block_cache_size));
     // Replay the manifest.
     let current = manifest::read_current(&*storage, &dir)?;
     let mut files: BTreeMap<u64, (usize, FileInfo)> = BTreeMap::new();
@@ -113,6 +121,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     let inner = Arc::new(DbInner::new(
         dir.clone(),
         opts,
+        env,
         Arc::clone(&cache),
         next_file,
         last_seqno,
@@ -193,10 +202,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
             inner.opts.wal_sync,
         )?);
     }
-    let threads = background::start_threads(&inner)?;
+    background::register(&inner);
     Ok(Db {
         inner,
-        threads: Mutex::new(threads),
+        open: Mutex::new(true),
         recovery: replay.report,
         _lock: lock,
     })
