@@ -8,3 +8,4 @@ mod lsm_recovery;
 mod lsm_scenarios;
 mod lsm_sst;
 mod lsm_stress;
+mod open_never_deletes;

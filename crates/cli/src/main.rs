@@ -62,7 +62,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "lsm")]
         backend: BackendKind,
         /// Working directory of the lsm (or rocksdb) backend (default: a temporary directory, removed
-        /// afterwards). Whatever an earlier run left there is discarded.
+        /// afterwards). An earlier run's lsm database there is emptied (rocksdb: the directory must be
+        /// empty); a directory holding engine files but no CURRENT is refused and nothing is deleted.
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Number of events.

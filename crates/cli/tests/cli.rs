@@ -214,3 +214,48 @@ fn missing_file_is_a_clear_error() {
         stderr(&o)
     );
 }
+
+/// Every file of `dir` with its bytes (the lock file aside).
+fn files_of(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && !p.ends_with("LOCK"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn demo_dir_without_current_fails_naming_the_directory_and_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let sp = dir.path().join("a.sp");
+    let args = |records: &str| {
+        vec![
+            "demo".to_string(),
+            "--dir".into(),
+            db.display().to_string(),
+            "--records".into(),
+            records.into(),
+            "--savepoint".into(),
+            sp.display().to_string(),
+        ]
+    };
+    let o = bin().args(args("20000")).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_file(db.join("CURRENT")).unwrap();
+    let before = files_of(&db);
+    assert!(before.keys().any(|n| n.ends_with(".sst")), "{before:?}");
+    let o = bin().args(args("100")).output().unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains(&db.display().to_string()) && err.contains("no CURRENT"),
+        "{err}"
+    );
+    assert!(err.contains(".sst"), "names what it found: {err}");
+    assert_eq!(files_of(&db), before, "the failed demo deleted files");
+}
