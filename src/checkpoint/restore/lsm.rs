@@ -397,3 +397,34 @@ fn copy_part(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::restore_made;
+
+    #[test]
+    fn a_failed_restore_removes_only_names_a_restore_or_its_engine_makes() {
+        for made in [
+            "staged-0-3",
+            "000007.sst",
+            "000012.log",
+            "MANIFEST-000009",
+            "CURRENT",
+            "CURRENT.tmp",
+            "LOCK",
+        ] {
+            assert!(restore_made(made), "{made}");
+        }
+        for foreign in [
+            "notes.txt",
+            "backup.sst.bak",
+            "x.sst",
+            ".sst",
+            "MANIFEST-",
+            "MANIFEST-old",
+            "current",
+        ] {
+            assert!(!restore_made(foreign), "{foreign}");
+        }
+    }
+}
