@@ -16,7 +16,7 @@ use futures::stream::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 
 use crate::error::{CheckpointError, Error, Location, Result};
 use keyed_state_lsm::storage::Storage;
@@ -335,6 +335,26 @@ impl CheckpointStorage {
             .block_on(self.store.put(&p, PutPayload::from(bytes)))
             .map_err(|e| self.remote_err("put", rel, e))?;
         Ok(())
+    }
+
+    /// Writes `bytes` as object `rel` only if no object `rel` exists (object_store's `PutMode::Create`: a
+    /// hard link without replace on a local root, `If-None-Match: *` on S3, a check under the store's lock
+    /// in memory), atomically. `Ok(false)`: the object existed and is unchanged.
+    pub fn put_if_absent(&self, rel: &str, bytes: Vec<u8>) -> Result<bool> {
+        self.check_fail(rel)?;
+        let p = self.full(rel)?;
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .rt
+            .block_on(self.store.put_opts(&p, PutPayload::from(bytes), opts))
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(self.remote_err("create-only put", rel, e)),
+        }
     }
 
     /// Uploads every `Upload` (up to [`PARALLELISM`] at once), reading its [`UploadPart::File`]s from
