@@ -381,7 +381,11 @@ impl Checkpointer {
     /// `base` without the files whose object is gone from the root (one listing per run it references).
     fn without_missing_objects(&self, mut base: CheckpointMetadata) -> Result<CheckpointMetadata> {
         let mut present: BTreeSet<String> = BTreeSet::new();
-        let runs: BTreeSet<&str> = base.objects.iter().filter_map(|o| run_of(&o.path)).collect();
+        let runs: BTreeSet<&str> = base
+            .objects
+            .iter()
+            .filter_map(|o| run_of(&o.path))
+            .collect();
         for run in runs {
             let listed = self.inner.storage.list(&format!("shared/{run}/"))?;
             present.extend(listed.into_iter().map(|(p, _)| p));
@@ -630,9 +634,6 @@ impl Checkpointer {
                     doomed.push(marker);
                 }
             }
-        }
-        if doomed.is_empty() {
-            return Ok(());
         }
         self.inner.check_fenced()?;
         for path in &doomed {

@@ -140,7 +140,9 @@ impl CheckpointError {
             CheckpointError::UnsupportedVersion { .. } => ErrorKind::Unsupported,
             CheckpointError::Cancelled { .. } => ErrorKind::Closed,
             CheckpointError::NotFound { .. } => ErrorKind::NotFound,
-            CheckpointError::Fenced { .. } | CheckpointError::AlreadyExists { .. } => ErrorKind::Busy,
+            CheckpointError::Fenced { .. } | CheckpointError::AlreadyExists { .. } => {
+                ErrorKind::Busy
+            }
             CheckpointError::WrongBackend { .. } | CheckpointError::Invalid(_) => {
                 ErrorKind::InvalidInput
             }

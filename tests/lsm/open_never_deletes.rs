@@ -63,13 +63,20 @@ fn without_current(create_if_missing: bool) {
             assert_eq!(e.kind(), ErrorKind::Corruption);
             let text = e.to_string();
             assert!(text.contains(&dir.path().display().to_string()), "{text}");
-            assert!(text.contains(".sst") && text.contains("MANIFEST-"), "{text}");
+            assert!(
+                text.contains(".sst") && text.contains("MANIFEST-"),
+                "{text}"
+            );
             assert!(text.contains("nothing was deleted"), "{text}");
         }
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("opened a database without CURRENT as a new one"),
     }
-    assert_eq!(contents(dir.path()), before, "the failed open deleted or changed files");
+    assert_eq!(
+        contents(dir.path()),
+        before,
+        "the failed open deleted or changed files"
+    );
 }
 
 #[test]
@@ -145,7 +152,10 @@ fn leftovers_are_deleted_only_after_the_open_succeeded() {
     let db = Db::open(dir.path(), logged()).unwrap();
     assert_eq!(db.get(b"unflushed").unwrap().unwrap().as_ref(), b"1");
     assert_eq!(db.get(b"k0007").unwrap().unwrap().as_ref(), [1]);
-    assert!(!leftover.exists(), "the unnamed SST is obsolete once the open succeeded");
+    assert!(
+        !leftover.exists(),
+        "the unnamed SST is obsolete once the open succeeded"
+    );
 }
 
 #[test]
@@ -178,7 +188,10 @@ fn open_checkpoint_of_a_directory_without_current_fails_and_deletes_nothing() {
     let engine = src.engine();
     let mut store = KeyedStateStore::new(Box::new(src), LongSerializer).unwrap();
     let st = store
-        .register_value(keyed_state::state::ValueStateDescriptor::new("v", LongSerializer))
+        .register_value(keyed_state::state::ValueStateDescriptor::new(
+            "v",
+            LongSerializer,
+        ))
         .unwrap();
     for k in 0..200i64 {
         store.set_current_key(&k).unwrap();

@@ -120,7 +120,11 @@ pub fn summarize_sst(storage: &dyn Storage, path: &Path) -> Result<SstSummary, L
 
 /// Refuses a directory holding engine files other than the SSTs `files` names: a manifest (a database's),
 /// a log (unflushed writes) or another SST would be orphaned by the manifest an adoption writes.
-fn check_no_database(storage: &dyn Storage, dir: &Path, files: &[AdoptFile]) -> Result<(), LsmError> {
+fn check_no_database(
+    storage: &dyn Storage,
+    dir: &Path,
+    files: &[AdoptFile],
+) -> Result<(), LsmError> {
     let names = storage.list(dir).map_err(|e| super::io::io_err(dir, e))?;
     let numbers: std::collections::BTreeSet<u64> = files.iter().map(|f| f.number).collect();
     for name in names {
