@@ -259,3 +259,60 @@ fn demo_dir_without_current_fails_naming_the_directory_and_deletes_nothing() {
     assert!(err.contains(".sst"), "names what it found: {err}");
     assert_eq!(files_of(&db), before, "the failed demo deleted files");
 }
+
+/// `dump` of a savepoint that is cut and rewritten (as `cp` over it does) again and again while it runs: every
+/// run ends with an exit code, never a signal (a mapped file's read past the cut was SIGBUS, exit 135), and
+/// a failed run names the file.
+#[test]
+fn dump_of_a_savepoint_replaced_while_it_runs_exits_with_an_error_never_a_signal() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sp = dir.path().join("a.sp");
+    let o = run(&[
+        "demo",
+        "--records",
+        "200000",
+        "--savepoint",
+        sp.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let good = std::fs::read(&sp).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (sp, good, stop) = (sp.clone(), good.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // What `cp` does: truncate in place, then write.
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(&sp)
+                    .unwrap();
+                std::io::Write::write_all(&mut f, &good[..good.len() / 2]).unwrap();
+                std::io::Write::write_all(&mut f, &good[good.len() / 2..]).unwrap();
+            }
+        })
+    };
+    for _ in 0..8 {
+        let o = bin()
+            .args(["dump", sp.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.signal(),
+            None,
+            "killed by a signal: {}",
+            stderr(&o)
+        );
+        if !o.status.success() {
+            assert!(
+                stderr(&o).contains(&sp.display().to_string()),
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+}
