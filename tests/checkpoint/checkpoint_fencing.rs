@@ -189,8 +189,8 @@ on_every_store!(
 
 /// One interleaving: the zombie's checkpoint 2 stops before its `n`-th request (counted from its begin),
 /// the successor restores checkpoint 1, takes and confirms checkpoint 5, then the zombie resumes. Returns
-/// whether the zombie reached request `n`.
-fn interleave(inner: Arc<dyn object_store::ObjectStore>, n: Option<u64>) -> (bool, u64) {
+/// whether the zombie reached request `n`, the requests it made, and whether it was fenced.
+fn interleave(inner: Arc<dyn object_store::ObjectStore>, n: Option<u64>) -> (bool, u64, bool) {
     let fault = FaultStore::new(Arc::clone(&inner));
     let zstore =
         Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "zombie").unwrap());
@@ -235,45 +235,56 @@ fn interleave(inner: Arc<dyn object_store::ObjectStore>, n: Option<u64>) -> (boo
     let requests = fault.requests() - start;
     let r = tools::verify(&sstore, None).unwrap();
     assert!(r.problems.is_empty(), "request {n:?}: {r:?}");
-    match confirmed {
+    let fenced = match confirmed {
         // A zombie that reports success has a whole checkpoint 2 holding its state.
-        Ok(()) => assert_whole_and_restores(&sstore, 2, &zombie_model),
+        Ok(()) => {
+            assert_whole_and_restores(&sstore, 2, &zombie_model);
+            false
+        }
         Err(e) => {
             assert!(reached && is_fenced(&e), "request {n:?}: {e}");
             // Whatever the zombie left of checkpoint 2 is withdrawn or whole (verify above).
+            true
         }
-    }
+    };
     if let Some(s) = next {
         assert_whole_and_restores(&sstore, 5, &model);
         s.ck.sweep().unwrap();
         assert_whole_and_restores(&sstore, 5, &model);
     }
-    (reached, requests)
+    (reached, requests, fenced)
 }
 
-fn interleave_at_every_request(make: impl Fn() -> Arc<dyn object_store::ObjectStore>) {
-    let (_, count) = interleave(make(), None);
+fn interleave_at_every_request(store: &str, make: impl Fn() -> Arc<dyn object_store::ObjectStore>) {
+    let (_, count, _) = interleave(make(), None);
     assert!(count >= 5, "{count} requests");
-    let mut fenced_runs = 0;
+    let (mut reached_all, mut fenced) = (0u64, 0u64);
     for n in 1..=count {
-        let (reached, _) = interleave(make(), Some(n));
-        fenced_runs += usize::from(reached);
+        let (reached, _, was_fenced) = interleave(make(), Some(n));
+        reached_all += u64::from(reached);
+        fenced += u64::from(was_fenced);
     }
     assert_eq!(
-        fenced_runs as u64, count,
+        reached_all, count,
         "interleavings that reached their request"
+    );
+    assert!(fenced > 0, "no interleaving fenced the zombie");
+    println!(
+        "campaign fencing:interleaved_attempts store={store} interleavings={count} zombie_fenced={fenced} \
+         zombie_completed={} losses=0",
+        count - fenced
     );
 }
 
 #[test]
 fn a_successor_interleaved_at_every_request_of_a_zombie_checkpoint_loses_nothing_in_memory() {
-    interleave_at_every_request(|| Arc::new(object_store::memory::InMemory::new()));
+    interleave_at_every_request("memory", || Arc::new(object_store::memory::InMemory::new()));
 }
 
 #[test]
 fn a_successor_interleaved_at_every_request_of_a_zombie_checkpoint_loses_nothing_on_a_local_root() {
     let dirs: std::cell::RefCell<Vec<tempfile::TempDir>> = Default::default();
-    interleave_at_every_request(|| {
+    interleave_at_every_request("local", || {
         let d = tempfile::tempdir().unwrap();
         let fs = object_store::local::LocalFileSystem::new_with_prefix(d.path())
             .unwrap()
