@@ -491,6 +491,22 @@ impl CheckpointStorage {
         })
     }
 
+    /// Reads object `rel` whole if it holds at most `max` bytes; `Ok(Err(size))` (nothing read) if larger.
+    pub fn get_bounded(&self, rel: &str, max: u64) -> Result<std::result::Result<Vec<u8>, u64>> {
+        let p = self.full(rel)?;
+        self.rt.block_on(async {
+            let r = self.store.get(&p).await.map_err(|e| self.map_get(rel, e))?;
+            if r.meta.size > max {
+                return Ok(Err(r.meta.size));
+            }
+            let b = r.bytes().await.map_err(|e| self.map_get(rel, e))?;
+            if b.len() as u64 > max {
+                return Ok(Err(b.len() as u64));
+            }
+            Ok(Ok(b.to_vec()))
+        })
+    }
+
     /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once (an empty
     /// range reads nothing).
     pub fn get_ranges(&self, parts: &[(String, u64, u64)]) -> Result<Vec<Vec<u8>>> {

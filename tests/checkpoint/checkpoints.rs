@@ -1136,3 +1136,45 @@ fn a_failed_restore_leaves_the_directory_it_was_given_empty(storage: &Arc<Checkp
     assert!(err.location().is_some(), "{err}");
     assert_eq!(names_in(&dir), Vec::<String>::new());
 }
+
+/// An 8 GiB `_metadata` (sparse) beside a good checkpoint: listing, verifying and restoring name it as
+/// too large without reading it (before the bound, reading it aborted on "memory allocation of 8589934592
+/// bytes failed").
+#[test]
+fn an_8_gib_metadata_file_is_an_error_naming_it_never_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(CheckpointStorage::local(dir.path()).unwrap());
+    let mut a = fresh(&storage, all(), 3);
+    for k in 0..100 {
+        a.put(k, k);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    let huge = dir
+        .path()
+        .join("chk-00000000000000000002/kg00000-00015/_metadata");
+    std::fs::create_dir_all(huge.parent().unwrap()).unwrap();
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(8 << 30)
+        .unwrap();
+    let r = tools::verify(&storage, None).unwrap();
+    assert_eq!(r.problems.len(), 1, "{r:?}");
+    let text = format!("{:?}", r.problems[0]);
+    assert!(
+        text.contains("chk-00000000000000000002") && text.contains("8589934592 bytes"),
+        "{text}"
+    );
+    let Err(e) = keyed_state::checkpoint::restore_lsm_temp(
+        &storage,
+        2,
+        KeyedStateStore::config_for(&LongSerializer, MAX_P, all()),
+        options(),
+    ) else {
+        panic!("restored a checkpoint from an 8 GiB metadata file");
+    };
+    assert!(e.to_string().contains("more than the 268435456"), "{e}");
+    // The good checkpoint still restores.
+    let mut one = vec![restore(&storage, 1, all())];
+    check_instances(&mut one, &(0..100).map(|k| (k, k)).collect());
+}
