@@ -154,6 +154,34 @@ impl CheckpointStorage {
         Self::open_with(root, &[])
     }
 
+    /// [`open`](Self::open) of a root that must exist, for commands that only read (or only delete): a local
+    /// root (a path or `file://`) that is not an existing directory is [`Error::Io`] naming it (kind
+    /// `NotFound` when it does not exist), and nothing is created. Other stores are opened as by `open`.
+    pub fn open_existing(root: &str) -> Result<Self> {
+        let local = if root.contains("://") {
+            url::Url::parse(root)
+                .ok()
+                .filter(|u| u.scheme() == "file")
+                .and_then(|u| u.to_file_path().ok())
+        } else {
+            Some(PathBuf::from(root))
+        };
+        if let Some(p) = local {
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::io(
+                        "opening the checkpoint root",
+                        p,
+                        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory"),
+                    ))
+                }
+                Err(e) => return Err(Error::io("opening the checkpoint root", p, e)),
+            }
+        }
+        Self::open(root)
+    }
+
     /// [`open`](Self::open) with store settings that override the environment's: for S3 any key
     /// `AmazonS3ConfigKey` parses (`aws_endpoint`, `aws_allow_http`, `aws_access_key_id`, `timeout`, ...).
     pub fn open_with(root: &str, settings: &[(&str, &str)]) -> Result<Self> {

@@ -444,3 +444,46 @@ fn two_demos_into_one_root_at_once_never_both_succeed_and_lose_nothing() {
         assert!(o.status.success(), "{}", text(&o.stderr));
     }
 }
+
+#[test]
+fn read_only_checkpoint_commands_on_a_mistyped_root_fail_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("ckpt-typo");
+    let t = typo.to_str().unwrap();
+    let out = dir.path().join("out.sp");
+    let url = format!("file://{t}");
+    for args in [
+        vec!["checkpoint", "list", t],
+        vec!["checkpoint", "verify", t],
+        vec!["checkpoint", "gc", t, "--retain", "1", "--dry-run"],
+        vec!["checkpoint", "gc", t, "--retain", "1"],
+        vec![
+            "checkpoint",
+            "to-savepoint",
+            t,
+            "--id",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        vec!["checkpoint", "list", &url],
+    ] {
+        let o = run(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(t) && err.contains("No such file or directory"),
+            "{args:?}: {err}"
+        );
+        assert!(!typo.exists(), "{args:?} created the root");
+    }
+    // A file given as the root names it as not a directory.
+    std::fs::write(&typo, b"x").unwrap();
+    let o = run(&["checkpoint", "verify", t]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("not a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+}

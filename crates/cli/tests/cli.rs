@@ -316,3 +316,17 @@ fn dump_of_a_savepoint_replaced_while_it_runs_exits_with_an_error_never_a_signal
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+#[test]
+fn verify_of_a_directory_names_it_and_says_it_is_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in ["verify", "dump"] {
+        let o = run(&[cmd, dir.path().to_str().unwrap()]);
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(
+            err.contains(&dir.path().display().to_string()) && err.contains("Is a directory"),
+            "{cmd}: {err}"
+        );
+    }
+}
