@@ -32,8 +32,10 @@ const CHUNK: usize = 1 << 20;
 
 /// Time to establish a connection to a remote store.
 pub const REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time one request to a remote store may take (an 8 MiB part included).
-pub const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Time one request to a remote store may take (a 16 MiB whole-object put or an 8 MiB part included: at
+/// least 0.56 MB/s). With [`REMOTE_RETRY_TIMEOUT`] it bounds a store that accepts and never answers to
+/// about 30 s.
+pub const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Retries of one failed request to a remote store.
 pub const REMOTE_MAX_RETRIES: usize = 3;
 /// Time after the first attempt of a request beyond which it is not retried.

@@ -1178,3 +1178,41 @@ fn an_8_gib_metadata_file_is_an_error_naming_it_never_an_allocation() {
     let mut one = vec![restore(&storage, 1, all())];
     check_instances(&mut one, &(0..100).map(|k| (k, k)).collect());
 }
+
+/// An S3 endpoint that accepts connections and never answers: every request times out, and the store
+/// fails with an error naming the operation: after about 4.5 s with the request timeout set to 1 s
+/// (`timeout`, or `AWS_TIMEOUT` in the environment), after about 30 s with the default (it was 120 s).
+#[cfg(feature = "s3")]
+#[test]
+fn an_s3_endpoint_that_never_answers_fails_after_its_request_timeout_not_minutes() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    // Accept and hold every connection, never writing a byte.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+        }
+    });
+    let try_list = |extra: &[(&str, &str)]| {
+        let mut settings: Vec<(&str, &str)> = vec![
+            ("aws_endpoint", endpoint.as_str()),
+            ("aws_allow_http", "true"),
+            ("aws_access_key_id", "x"),
+            ("aws_secret_access_key", "x"),
+            ("aws_region", "us-east-1"),
+        ];
+        settings.extend_from_slice(extra);
+        let storage = CheckpointStorage::open_with("s3://silent/root", &settings).unwrap();
+        let t = std::time::Instant::now();
+        let e = storage.list("").unwrap_err();
+        (e, t.elapsed())
+    };
+    let (e, took) = try_list(&[("timeout", "1s")]);
+    assert!(e.to_string().contains("list failed"), "{e}");
+    eprintln!("silent endpoint, timeout 1s: failed after {took:?}: {e}");
+    assert!(took < std::time::Duration::from_secs(15), "{took:?}");
+    let (e, took) = try_list(&[]);
+    eprintln!("silent endpoint, default timeout: failed after {took:?}: {e}");
+    assert!(took < std::time::Duration::from_secs(45), "{took:?}");
+}
