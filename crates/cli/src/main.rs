@@ -366,6 +366,20 @@ fn run(command: Command) -> Result<(), Error> {
     }
 }
 
+/// On SIGINT, SIGTERM or SIGHUP: removes the demo's temporary directory `dir`, says so, and exits with
+/// 128 + 2 (the process is stopping anyway; the engine's files there are the demo's own).
+fn remove_on_signal(dir: PathBuf) -> Result<(), Error> {
+    ctrlc::set_handler(move || {
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "interrupted: removed the temporary directory {}",
+            dir.display()
+        );
+        std::process::exit(130);
+    })
+    .map_err(|e| Error::InvalidArgument(format!("installing the signal handler: {e}")))
+}
+
 fn run_demo(
     backend: BackendKind,
     dir: Option<&Path>,
@@ -394,7 +408,10 @@ fn run_demo(
             };
             let location = match dir {
                 Some(_) => format!("directory {}", b.path().display()),
-                None => format!("temporary directory {}", b.path().display()),
+                None => {
+                    remove_on_signal(b.path().to_path_buf())?;
+                    format!("temporary directory {}", b.path().display())
+                }
             };
             (Box::new(b), location)
         }

@@ -330,3 +330,59 @@ fn verify_of_a_directory_names_it_and_says_it_is_a_directory() {
         );
     }
 }
+
+/// The demo's temporary LSM directory (under `TMPDIR`) is removed when the demo is interrupted by SIGINT or
+/// SIGTERM, and the demo exits with 130.
+#[test]
+fn an_interrupted_demo_removes_its_temporary_directory() {
+    for signal in ["-INT", "-TERM"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let sp = tmp.path().join("never.sp");
+        let mut child = bin()
+            .args([
+                "demo",
+                "--records",
+                "100000000",
+                "--savepoint",
+                sp.to_str().unwrap(),
+            ])
+            .env("TMPDIR", tmp.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until the engine's directory holds its CURRENT.
+        let started = std::time::Instant::now();
+        let engine_dir = loop {
+            let found = std::fs::read_dir(tmp.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.join("CURRENT").exists());
+            if let Some(d) = found {
+                // The handler is installed right after the engine opens: give it that moment.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                break d;
+            }
+            assert!(
+                started.elapsed().as_secs() < 60,
+                "no engine directory appeared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let kill = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(130), "{signal}: {status:?} {err}");
+        assert!(
+            !engine_dir.exists(),
+            "{signal}: {} is left",
+            engine_dir.display()
+        );
+        assert!(err.contains("removed the temporary directory"), "{err}");
+    }
+}
