@@ -493,6 +493,37 @@ impl StateBackend for LsmBackend {
         Ok(found.then_some(self.vbuf.as_slice()))
     }
 
+    fn multi_get(
+        &mut self,
+        state: StateId,
+        keys: &[(KeyGroup, &[u8])],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        // Every engine key `sid | key` in one buffer, then one batched read of the engine.
+        self.kbuf.clear();
+        let mut ends = Vec::with_capacity(keys.len());
+        for (kg, key) in keys {
+            self.check(state, *kg, false, "multi_get")?;
+            self.kbuf.extend_from_slice(&(state as u16).to_be_bytes());
+            self.kbuf.extend_from_slice(key);
+            ends.push(self.kbuf.len());
+        }
+        let mut start = 0;
+        let engine_keys: Vec<&[u8]> = ends
+            .iter()
+            .map(|&end| {
+                let k = self.kbuf.get(start..end).unwrap_or(&[]);
+                start = end;
+                k
+            })
+            .collect();
+        let values = self.shared.db.multi_get(&engine_keys)?;
+        for (i, v) in values.iter().enumerate() {
+            f(i, v.as_deref());
+        }
+        Ok(())
+    }
+
     #[inline]
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         self.check(state, kg, false, "put")?;

@@ -158,6 +158,23 @@ pub trait StateBackend: Send {
     /// The value of an entry (value, reducing, aggregating and list states; for lists the joined elements).
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>>;
 
+    /// The values of many entries of one state, looked up together: `f(i, value)` for each `keys[i]`, in
+    /// the order of `keys` (the value as [`get`](Self::get) returns it). A host processing a batch of
+    /// records looks up all their keys at once, as Flink 2's asynchronous state access does. The default
+    /// calls `get` for each key; the LSM backend reads the blocks of the batch from the disk concurrently
+    /// when its state is not in memory (`design/decisions/0007-cold-reads.md`).
+    fn multi_get(
+        &mut self,
+        state: StateId,
+        keys: &[(KeyGroup, &[u8])],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        for (i, (kg, key)) in keys.iter().enumerate() {
+            f(i, self.get(state, *kg, key)?);
+        }
+        Ok(())
+    }
+
     /// Sets the value of an entry.
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()>;
 

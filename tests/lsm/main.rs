@@ -4,6 +4,7 @@
 mod crash_consistency;
 mod lsm_levels;
 mod lsm_model;
+mod lsm_multi_get;
 mod lsm_recovery;
 mod lsm_scenarios;
 mod lsm_sst;

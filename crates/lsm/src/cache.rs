@@ -168,6 +168,13 @@ impl BlockCache {
         self.shard(&key).lock().get(&key)
     }
 
+    /// Whether the block at `offset` in file `file_number` is cached (its reference bit is left alone).
+    #[inline]
+    pub fn contains(&self, file_number: u64, offset: u64) -> bool {
+        let key = (file_number, offset);
+        self.shard(&key).lock().map.contains_key(&key)
+    }
+
     /// A buffer to decompress the block at (`file_number`, `offset`) into: a recycled one of at least
     /// `len_hint` bytes' capacity from the block's shard if there is one (still holding the evicted block's
     /// bytes, so that the caller overwrites them instead of zeroing first), else a new vector without capacity

@@ -11,7 +11,8 @@ pub mod ikey {
 /// SST files: reader, writer, blocks and the footer.
 pub mod sst {
     pub use crate::sst::{
-        block, bloom, format, properties, PrefixProbe, SstIter, SstMeta, SstReader, SstWriter,
+        block, bloom, force_pre_read, format, properties, PrefixProbe, SstIter, SstMeta, SstReader,
+        SstWriter,
     };
 }
 

@@ -773,6 +773,74 @@ pub fn snapshot_is_isolated_from_later_writes(f: &Factory) {
     assert_eq!(s.list(&l).unwrap().get().unwrap(), Some(vec![3, 103]));
 }
 
+pub fn multi_get_equals_get(f: &Factory) {
+    // A batch read returns, key by key and in order, what single reads return: values, lists (merged
+    // appends on the LSM backend), cleared and absent entries, keys of several key groups, duplicates.
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let v = s
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    let l = s
+        .register_list(ListStateDescriptor::new("l", LongSerializer))
+        .unwrap();
+    for k in 0..200i64 {
+        s.set_current_key(&k).unwrap();
+        s.value(&v).unwrap().update(&(k * 7)).unwrap();
+        s.list(&l).unwrap().add(&k).unwrap();
+        if k % 3 == 0 {
+            s.list(&l).unwrap().add(&(k + 1000)).unwrap();
+        }
+        if k % 5 == 0 {
+            s.value(&v).unwrap().clear().unwrap();
+        }
+    }
+    let ids: Vec<usize> = ["v", "l"]
+        .iter()
+        .map(|n| {
+            s.backend_mut()
+                .states()
+                .iter()
+                .position(|m| m.name == *n)
+                .unwrap()
+        })
+        .collect();
+    for id in ids {
+        let b = s.backend_mut();
+        let mut entries: Vec<(keyed_state::keygroup::KeyGroup, Vec<u8>)> = Vec::new();
+        b.scan_state(id, &mut |kg, key, _| {
+            entries.push((kg, key.to_vec()));
+            true
+        })
+        .unwrap();
+        assert!(entries.len() >= 150, "{} entries", entries.len());
+        // Absent keys: every present key with a byte appended, in the same key group; and duplicates.
+        let mut keys = entries.clone();
+        keys.extend(entries.iter().take(50).map(|(kg, k)| {
+            let mut k = k.clone();
+            k.push(0xEE);
+            (*kg, k)
+        }));
+        keys.extend(entries.iter().take(10).cloned());
+        keys.reverse();
+        let expected: Vec<Option<Vec<u8>>> = keys
+            .iter()
+            .map(|(kg, k)| b.get(id, *kg, k).unwrap().map(|v| v.to_vec()))
+            .collect();
+        assert!(expected.iter().filter(|v| v.is_none()).count() >= 50);
+        let refs: Vec<(keyed_state::keygroup::KeyGroup, &[u8])> =
+            keys.iter().map(|(kg, k)| (*kg, &k[..])).collect();
+        let mut got: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        let mut seen = 0;
+        b.multi_get(id, &refs, &mut |i, v| {
+            got[i] = v.map(|v| v.to_vec());
+            seen += 1;
+        })
+        .unwrap();
+        assert_eq!(seen, keys.len());
+        assert_eq!(got, expected);
+    }
+}
+
 /// Instantiates every conformance test for one backend factory.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -793,6 +861,7 @@ macro_rules! conformance_suite {
                 };
             }
             t!(value_default_update_clear);
+            t!(multi_get_equals_get);
             t!(multiple_value_states_are_independent);
             t!(num_entries_counts_and_clear_removes);
             t!(list_state_api_matrix);

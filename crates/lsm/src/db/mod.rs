@@ -115,6 +115,22 @@ impl Db {
         self.inner.get_into_at_seqno(key, None, out)
     }
 
+    /// Reads every key of `keys` (the latest values), results in the order of `keys`; the same values as
+    /// [`Db::get`] of each key, read at one sequence number. On state that is not in memory the blocks of
+    /// the batch are read from the disk concurrently (`design/decisions/0007-cold-reads.md`).
+    pub fn multi_get(&self, keys: &[&[u8]]) -> Result<Vec<Option<ValueSlice>>> {
+        self.inner.multi_get_at_seqno(keys, None)
+    }
+
+    /// [`Db::multi_get`] as of `snapshot`.
+    pub fn multi_get_at(
+        &self,
+        keys: &[&[u8]],
+        snapshot: &Snapshot,
+    ) -> Result<Vec<Option<ValueSlice>>> {
+        self.inner.multi_get_at_seqno(keys, Some(snapshot.seqno()))
+    }
+
     /// Reads `key` as of `snapshot`.
     pub fn get_at(&self, key: &[u8], snapshot: &Snapshot) -> Result<Option<ValueSlice>> {
         self.inner.get_at_seqno(key, Some(snapshot.seqno()))

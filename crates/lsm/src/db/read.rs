@@ -89,6 +89,78 @@ impl DbInner {
         Ok(true)
     }
 
+    /// Reads every key of `keys` as of one seqno (`None`: the latest), results in the order of `keys`.
+    ///
+    /// The keys are looked up in sorted order. When this thread's recent block reads went to the disk
+    /// (`sst::cold`), the blocks the batch will read first (one per key and candidate file the filters
+    /// admit, unless a memtable already holds a value or deletion of the key) are asked for before any is
+    /// read, so that the disk serves them concurrently.
+    pub(super) fn multi_get_at_seqno(
+        &self,
+        keys: &[&[u8]],
+        seqno: Option<u64>,
+    ) -> Result<Vec<Option<ValueSlice>>> {
+        let (sv, seqno) = self.read_view(seqno);
+        let guard = epoch::pin();
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_unstable_by(|&a, &b| keys.get(a).cmp(&keys.get(b)));
+        if crate::sst::cold::pre_read() {
+            for key in order.iter().filter_map(|&i| keys.get(i)) {
+                self.pre_read(&sv, &guard, key, seqno);
+            }
+        }
+        let mut out: Vec<Option<ValueSlice>> = vec![None; keys.len()];
+        for &i in &order {
+            let (Some(key), Some(slot)) = (keys.get(i), out.get_mut(i)) else {
+                continue;
+            };
+            *slot = match self.lookup(&sv, &guard, key, seqno)? {
+                Got::Missing => None,
+                Got::Mem(v) => Some(ValueSlice::from_vec(v.to_vec())),
+                Got::Slice(v) => Some(v),
+                Got::Owned(v) => Some(ValueSlice::from_vec(v)),
+            };
+        }
+        Ok(out)
+    }
+
+    /// Asks for the first block of every file a lookup of `key` would read (see `multi_get_at_seqno`).
+    fn pre_read(&self, sv: &SuperVersion, guard: &epoch::Guard, key: &[u8], seqno: u64) {
+        let hash = key_hash(key);
+        for m in &sv.mems {
+            if let Some((_, kind, _)) = m
+                .versions_hashed(key, hash, seqno, guard)
+                .find(|v| v.1 != ValueKind::RangeDelete)
+            {
+                if matches!(kind, ValueKind::Put | ValueKind::Delete) {
+                    return;
+                }
+            }
+        }
+        let probe = self.opts.sst.prefix_extractor.as_ref().and_then(|x| {
+            let n = x.prefix_len(key)?;
+            Some(PrefixProbe::new(x.name(), key.get(..n)?))
+        });
+        with_lookup_key(key, seqno, |lk| {
+            for (level, files) in sv.version.levels.iter().enumerate() {
+                let candidates: &[Arc<FileMeta>] = if level == 0 {
+                    files
+                } else {
+                    let i = files.partition_point(|f| f.info.largest_user() < key);
+                    files.get(i..files.len().min(i + 1)).unwrap_or(&[])
+                };
+                for f in candidates {
+                    if f.info.overlaps(key, key)
+                        && f.reader.may_contain(key)
+                        && probe.is_none_or(|p| f.reader.may_contain_prefix(&p))
+                    {
+                        f.reader.pre_read_point(lk);
+                    }
+                }
+            }
+        });
+    }
+
     /// The point lookup behind every `get`: range tombstones, then versions newest first (memtables, L0
     /// newest first, then one file per deeper level), then one full merge if operands were found. Memtable
     /// bytes are borrowed under `guard`, not copied.

@@ -9,6 +9,7 @@
 pub mod block;
 #[doc(hidden)]
 pub mod bloom;
+pub(crate) mod cold;
 #[doc(hidden)]
 pub mod format;
 #[doc(hidden)]
@@ -16,6 +17,8 @@ pub mod properties;
 mod reader;
 mod writer;
 
+#[cfg(any(test, feature = "test-util"))]
+pub use cold::force_pre_read;
 #[doc(hidden)]
 pub use reader::{PrefixProbe, SstIter, SstReader};
 #[doc(hidden)]

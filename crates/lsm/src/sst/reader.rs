@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
-use memmap2::Mmap;
+use memmap2::{Advice, Mmap};
 
 use super::block::{user_key_hash, BlockCursor, HashLookup};
+use super::cold::{self, Readahead};
 use super::format::{
     checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
     BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN, FORMAT_VERSION_PREFIX,
@@ -58,12 +59,72 @@ impl Backing {
             Backing::Mem(b) => ValueSlice::from_shared(Arc::clone(b), start..end),
         }
     }
+
+    /// Asks the kernel to read `[start, end)` of a mapped file into memory without waiting for it
+    /// (`MADV_WILLNEED`, which starts the reads and returns). Only a hint: a failure changes no result, so
+    /// it is ignored; bytes in memory do nothing.
+    fn will_need(&self, start: usize, end: usize) {
+        if let Backing::Map(m) = self {
+            let end = end.min(m.len());
+            if start < end {
+                let _ = m.advise_range(Advice::WillNeed, start, end - start);
+            }
+        }
+    }
 }
 
-struct IndexEntry {
+/// The decoded index block, in flat arrays: per data block its last internal key (all keys in one buffer)
+/// and its handle. 20 bytes plus the key per block (28 with the reader's key prefixes), against about 60
+/// for boxed keys (`design/decisions/0007-cold-reads.md`, "Index and filter stay in memory").
+#[derive(Default)]
+struct Index {
+    /// Every block's last internal key, concatenated.
+    keys: Box<[u8]>,
+    /// End of each key in `keys`.
+    key_ends: Box<[u32]>,
+    handles: Box<[BlockHandle]>,
+}
+
+/// One index entry.
+#[derive(Clone, Copy)]
+struct IndexEntry<'a> {
     /// The last internal key of the data block.
-    last_key: Box<[u8]>,
+    last_key: &'a [u8],
     handle: BlockHandle,
+}
+
+impl Index {
+    #[inline]
+    fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+
+    #[inline]
+    fn key(&self, i: usize) -> Option<&[u8]> {
+        let end = *self.key_ends.get(i)? as usize;
+        let start = match i.checked_sub(1) {
+            Some(p) => *self.key_ends.get(p)? as usize,
+            None => 0,
+        };
+        self.keys.get(start..end)
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<IndexEntry<'_>> {
+        Some(IndexEntry {
+            last_key: self.key(i)?,
+            handle: *self.handles.get(i)?,
+        })
+    }
+
+    fn last(&self) -> Option<IndexEntry<'_>> {
+        self.get(self.len().checked_sub(1)?)
+    }
 }
 
 /// A prefix to test against SST filters: the hash of its extractor's name and of its bytes.
@@ -94,12 +155,13 @@ pub struct SstReader {
     file_number: u64,
     backing: Backing,
     properties: SstProperties,
-    index: Vec<IndexEntry>,
+    index: Index,
     /// `key_prefix` of each index entry's last key, in index order (non-decreasing): the index binary search
     /// runs over this dense array and compares whole keys only among entries sharing the target's prefix.
     index_prefixes: Box<[u64]>,
-    /// Byte range of the filter's bloom bytes in the file, if the file has a filter.
-    filter: Option<(usize, usize)>,
+    /// The filter's bloom bytes, copied out of the file at open (10 bits per key by default: 1.25 bytes of
+    /// heap per key), so that a point read never faults on them.
+    filter: Option<Box<[u8]>>,
     /// The filter holds every distinct user key (always, before format version 3).
     filter_whole: bool,
     /// The filter holds the prefix of every entry, under the extractor whose name hashes to this.
@@ -112,6 +174,8 @@ pub struct SstReader {
     lz4_verified: Box<[AtomicU64]>,
     /// Format version 2 or later: data blocks may carry a hash index.
     hashed_blocks: bool,
+    /// End of the data blocks (start of the metadata blocks): read-ahead stops there.
+    data_end: usize,
 }
 
 impl SstReader {
@@ -166,9 +230,22 @@ impl SstReader {
         cache: Arc<BlockCache>,
     ) -> Result<Arc<Self>, LsmError> {
         let err = |d: String| corruption(path, d);
+        if let Backing::Map(m) = &backing {
+            // Point reads fault one page, not the disk's read-around window (module `cold`). A hint: a
+            // kernel that refuses it reads as before.
+            let _ = m.advise(Advice::Random);
+        }
         let file = backing.bytes();
         let footer = Footer::decode(file).map_err(|e| err(format!("footer: {e}")))?;
         let meta_end = (file.len() - FOOTER_LEN) as u64;
+        // The metadata blocks are contiguous before the footer: one request for all of them.
+        let meta_start = [footer.filter, footer.properties, footer.index]
+            .iter()
+            .filter(|h| h.size != 0)
+            .map(|h| h.offset)
+            .min()
+            .unwrap_or(meta_end);
+        backing.will_need(meta_start as usize, file.len());
         for (name, h) in [
             ("filter", footer.filter),
             ("properties", footer.properties),
@@ -199,30 +276,28 @@ impl SstReader {
             if codec != CODEC_NONE {
                 return Err(err("filter block: unexpected codec".into()));
             }
-            let end = footer.filter.offset as usize + payload.len();
             if footer.version >= FORMAT_VERSION_PREFIX {
                 let (flags, name, bits) =
                     bloom::parse_v3(payload).map_err(|e| err(format!("filter block: {e}")))?;
                 filter_whole = flags & bloom::FILTER_WHOLE_KEYS != 0;
                 filter_prefix = (flags & bloom::FILTER_PREFIXES != 0).then(|| name_hash(name));
-                Some((end - bits.len(), end))
+                Some(Box::from(bits))
             } else {
                 bloom::validate(payload).map_err(|e| err(format!("filter block: {e}")))?;
                 filter_whole = true;
-                Some((footer.filter.offset as usize, end))
+                Some(Box::from(payload))
             }
         };
         // Index.
-        let index_bytes =
-            read_block_bytes(file, footer.index).map_err(|e| err(format!("index {e}")))?;
         let data_end = [footer.filter, footer.properties, footer.index]
             .iter()
             .filter(|h| h.size != 0 || h.offset != 0)
             .map(|h| h.offset)
             .min()
             .unwrap_or(meta_end);
-        let index =
-            decode_index(&index_bytes, data_end).map_err(|e| err(format!("index block: {e}")))?;
+        let index = with_block_bytes(file, footer.index, |bytes| decode_index(bytes, data_end))
+            .map_err(|e| err(format!("index {e}")))?
+            .map_err(|e| err(format!("index block: {e}")))?;
         // Cross-checks between properties and index.
         if (properties.entries == 0) != index.is_empty() {
             return Err(err(format!(
@@ -232,7 +307,7 @@ impl SstReader {
             )));
         }
         if let Some(last) = index.last() {
-            if *last.last_key != properties.largest[..] {
+            if last.last_key != &properties.largest[..] {
                 return Err(err("properties: largest key differs from the index".into()));
             }
             if ikey::parse(&properties.smallest).is_none()
@@ -243,7 +318,9 @@ impl SstReader {
                 ));
             }
         }
-        let index_prefixes = index.iter().map(|e| key_prefix(&e.last_key)).collect();
+        let index_prefixes = (0..index.len())
+            .map(|i| index.key(i).map_or(0, key_prefix))
+            .collect();
         let verified = (0..index.len().div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
@@ -264,6 +341,7 @@ impl SstReader {
             verified,
             lz4_verified,
             hashed_blocks: footer.version >= 2,
+            data_end: data_end as usize,
         }))
     }
 
@@ -321,12 +399,9 @@ impl SstReader {
 
     /// Whether the file's filter admits the hash `h` (true without a filter).
     fn filter_says(&self, h: u64) -> bool {
-        match self.filter {
+        match &self.filter {
             None => true,
-            Some((s, e)) => match self.backing.bytes().get(s..e) {
-                Some(f) => bloom::may_contain(f, h),
-                None => true,
-            },
+            Some(f) => bloom::may_contain(f, h),
         }
     }
 
@@ -344,6 +419,7 @@ impl SstReader {
             block: ValueSlice::empty(),
             cursor: BlockCursor::default(),
             valid: false,
+            readahead: Readahead::default(),
         }
     }
 
@@ -414,8 +490,21 @@ impl SstReader {
                 Some(n) => n,
                 None => rest.partition_point(|&p| p == tp),
             };
-        let ties = self.index.get(lo..hi).unwrap_or(&[]);
-        lo + ties.partition_point(|e| ikey::compare(&e.last_key, target_ikey) == Ordering::Less)
+        // First of the ties whose last key is >= the target (binary search over `lo..hi`).
+        let (mut a, mut b) = (lo, hi.min(self.index.len()));
+        while a < b {
+            let mid = a + (b - a) / 2;
+            let below = self
+                .index
+                .key(mid)
+                .is_some_and(|k| ikey::compare(k, target_ikey) == Ordering::Less);
+            if below {
+                a = mid + 1;
+            } else {
+                b = mid;
+            }
+        }
+        a
     }
 
     /// Point lookup: visits the versions of `user_key` with seqno `<= seqno` in this file, newest first, as
@@ -527,6 +616,7 @@ impl SstReader {
             }
         }
         let file = self.backing.bytes();
+        self.touch(handle);
         let (codec, start, end) =
             locate_block(file, handle).map_err(|e| self.corruption(format!("data {e}")))?;
         if codec == CODEC_NONE {
@@ -570,6 +660,74 @@ impl SstReader {
     }
 }
 
+impl SstReader {
+    /// Brings the pages of the block at `handle` (payload and trailer) into memory before it is read: with
+    /// this thread's recent block reads mostly cold, one request for the whole range first (module
+    /// `cold`); then touches its first and last byte, timed, to tell the thread how this read went.
+    #[inline]
+    fn touch(&self, handle: BlockHandle) {
+        let Backing::Map(m) = &self.backing else {
+            return;
+        };
+        let start = handle.offset as usize;
+        let end = start
+            .saturating_add(handle.size as usize)
+            .saturating_add(BLOCK_TRAILER_LEN);
+        if end > m.len() || start >= end {
+            return; // out of bounds: `locate_block` reports it
+        }
+        if cold::pre_read() {
+            self.backing.will_need(start, end);
+        }
+        cold::timed_touch(|| {
+            // Through `black_box`, so that the loads (and the faults they may take) cannot move before the
+            // clock is read: the bytes of a map are immutable, which would let the compiler hoist them.
+            let bytes: &[u8] = std::hint::black_box(m);
+            std::hint::black_box(bytes.get(start).copied());
+            std::hint::black_box(bytes.get(end - 1).copied());
+        });
+    }
+
+    /// Asks the kernel, without waiting, for the block a point lookup of `lookup_ikey` reads first (see
+    /// [`SstReader::get`]), unless it is a cached decompressed block. The batched read
+    /// ([`Db::multi_get`](crate::Db::multi_get)) calls it for every key of a batch before looking any up,
+    /// so the disk serves the batch's blocks concurrently instead of one fault at a time.
+    pub(crate) fn pre_read_point(&self, lookup_ikey: &[u8]) {
+        if !matches!(self.backing, Backing::Map(_)) {
+            return;
+        }
+        let idx = self.find_block(lookup_ikey);
+        let Some(h) = self.index.get(idx).map(|e| e.handle) else {
+            return;
+        };
+        if self.cache.contains(self.file_number, h.offset) {
+            return;
+        }
+        let start = h.offset as usize;
+        let end = start
+            .saturating_add(h.size as usize)
+            .saturating_add(BLOCK_TRAILER_LEN);
+        self.backing.will_need(start, end);
+    }
+
+    /// Read-ahead for a cursor loading data block `idx` (module `cold`).
+    fn read_ahead(&self, ra: &mut Readahead, idx: usize) {
+        if !matches!(self.backing, Backing::Map(_)) {
+            return;
+        }
+        let Some(h) = self.index.get(idx).map(|e| e.handle) else {
+            return;
+        };
+        let start = h.offset as usize;
+        let end = start
+            .saturating_add(h.size as usize)
+            .saturating_add(BLOCK_TRAILER_LEN);
+        if let Some((from, to)) = ra.on_load(idx, start, end, self.data_end) {
+            self.backing.will_need(from, to);
+        }
+    }
+}
+
 impl std::fmt::Debug for SstReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SstReader")
@@ -607,35 +765,56 @@ fn corruption(path: &Path, detail: String) -> LsmError {
     }
 }
 
-/// Verifies and (if needed) decompresses a metadata block into owned bytes.
-fn read_block_bytes(file: &[u8], handle: BlockHandle) -> Result<Vec<u8>, DecodeError> {
+/// Verifies a metadata block and hands its bytes to `f`: in place for a raw block, decompressed into a
+/// per-thread buffer otherwise, reused by every file the thread opens (it grows to the largest index
+/// block), so that opening a file allocates no copy of its index block.
+fn with_block_bytes<R>(
+    file: &[u8],
+    handle: BlockHandle,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, DecodeError> {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
     let (codec, payload) = checked_block(file, handle)?;
     if codec == CODEC_NONE {
-        Ok(payload.to_vec())
-    } else {
-        decompress_lz4(payload, handle.offset, Vec::new())
+        return Ok(f(payload));
     }
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut buf) => {
+            let out = decompress_lz4(payload, handle.offset, std::mem::take(&mut *buf))?;
+            let r = f(&out);
+            *buf = out;
+            Ok(r)
+        }
+        // Re-entered (not done by the engine): a buffer of its own.
+        Err(_) => Ok(f(&decompress_lz4(payload, handle.offset, Vec::new())?)),
+    })
 }
 
 /// Decodes the index block: last keys strictly ascending, handles ascending, non-overlapping, before `data_end`.
-fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, DecodeError> {
+fn decode_index(bytes: &[u8], data_end: u64) -> Result<Index, DecodeError> {
     let mut cursor = BlockCursor::default();
     cursor.reset(bytes)?;
     cursor.seek_to_first(bytes)?;
-    let mut out: Vec<IndexEntry> = Vec::new();
+    let mut keys: Vec<u8> = Vec::new();
+    let mut key_ends: Vec<u32> = Vec::new();
+    let mut handles: Vec<BlockHandle> = Vec::new();
     let mut next_free = 0u64;
+    let mut prev_start = 0usize;
     while cursor.valid() {
         let entry_err = |what| DecodeError::Entry {
             what,
-            index: out.len() as u64,
+            index: handles.len() as u64,
         };
         let key = cursor.key();
         if ikey::parse(key).is_none() {
             return Err(entry_err("malformed internal key"));
         }
-        if out
-            .last()
-            .is_some_and(|p| ikey::compare(&p.last_key, key) != Ordering::Less)
+        if !handles.is_empty()
+            && keys
+                .get(prev_start..)
+                .is_some_and(|p| ikey::compare(p, key) != Ordering::Less)
         {
             return Err(entry_err("keys not ascending"));
         }
@@ -653,13 +832,19 @@ fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<IndexEntry>, DecodeEr
                 ))
             }
         }
-        out.push(IndexEntry {
-            last_key: key.into(),
-            handle,
-        });
+        prev_start = keys.len();
+        keys.extend_from_slice(key);
+        let end =
+            u32::try_from(keys.len()).map_err(|_| entry_err("index keys exceed 4 GiB in all"))?;
+        key_ends.push(end);
+        handles.push(handle);
         cursor.next(bytes)?;
     }
-    Ok(out)
+    Ok(Index {
+        keys: keys.into_boxed_slice(),
+        key_ends: key_ends.into_boxed_slice(),
+        handles: handles.into_boxed_slice(),
+    })
 }
 
 /// A cursor over an SST file in internal-key order. Owns an `Arc` of its reader; scanning does not allocate
@@ -670,6 +855,7 @@ pub struct SstIter {
     block: ValueSlice,
     cursor: BlockCursor,
     valid: bool,
+    readahead: Readahead,
 }
 
 impl SstIter {
@@ -678,6 +864,7 @@ impl SstIter {
             self.block = ValueSlice::empty();
             return Ok(false);
         }
+        self.reader.read_ahead(&mut self.readahead, idx);
         self.block = self.reader.data_block(idx)?;
         self.block_idx = idx;
         self.cursor
@@ -808,3 +995,48 @@ impl SstIter {
 }
 
 const _: () = assert!(BLOCK_TRAILER_LEN == 9);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ikey_of(user: &[u8], seq: u64) -> Vec<u8> {
+        let mut k = user.to_vec();
+        k.extend_from_slice(&((seq << 8) | 1).to_be_bytes());
+        k
+    }
+
+    #[test]
+    fn the_flat_index_returns_each_key_and_handle() {
+        let keys: Vec<Vec<u8>> = (0..100u64)
+            .map(|i| ikey_of(format!("key{:04}", i * 10).as_bytes(), 7))
+            .collect();
+        let mut all = Vec::new();
+        let mut ends = Vec::new();
+        for k in &keys {
+            all.extend_from_slice(k);
+            ends.push(all.len() as u32);
+        }
+        let handles: Vec<BlockHandle> = (0..100u64)
+            .map(|i| BlockHandle {
+                offset: i * 4105,
+                size: 4096,
+            })
+            .collect();
+        let index = Index {
+            keys: all.into(),
+            key_ends: ends.into(),
+            handles: handles.clone().into(),
+        };
+        assert_eq!(index.len(), 100);
+        for (i, k) in keys.iter().enumerate() {
+            let e = index.get(i).unwrap();
+            assert_eq!(e.last_key, &k[..]);
+            assert_eq!(e.handle, handles[i]);
+        }
+        assert!(index.get(100).is_none());
+        assert_eq!(index.last().unwrap().last_key, &keys[99][..]);
+        assert!(Index::default().is_empty());
+        assert!(Index::default().last().is_none());
+    }
+}
