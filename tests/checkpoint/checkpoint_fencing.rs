@@ -190,7 +190,12 @@ on_every_store!(
 /// One interleaving: the zombie's checkpoint 2 stops before its `n`-th request (counted from its begin),
 /// the successor restores checkpoint 1, takes and confirms checkpoint 5, then the zombie resumes. Returns
 /// whether the zombie reached request `n`, the requests it made, and whether it was fenced.
-fn interleave(inner: Arc<dyn object_store::ObjectStore>, n: Option<u64>) -> (bool, u64, bool) {
+/// With `crash`, the zombie dies at request `n` instead of resuming: that request and every later one fail.
+fn interleave(
+    inner: Arc<dyn object_store::ObjectStore>,
+    n: Option<u64>,
+    crash: bool,
+) -> (bool, u64, bool) {
     let fault = FaultStore::new(Arc::clone(&inner));
     let zstore =
         Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "zombie").unwrap());
@@ -230,8 +235,14 @@ fn interleave(inner: Arc<dyn object_store::ObjectStore>, n: Option<u64>) -> (boo
         s.ck.notify_complete(5).unwrap();
         next = Some(s);
     }
+    if crash {
+        if let Some(n) = n {
+            fault.fail_from(Some(start + n));
+        }
+    }
     drop(gate);
     let (confirmed, _ck) = task.join().unwrap();
+    fault.fail_from(None);
     let requests = fault.requests() - start;
     let r = tools::verify(&sstore, None).unwrap();
     assert!(r.problems.is_empty(), "request {n:?}: {r:?}");
@@ -242,7 +253,7 @@ fn interleave(inner: Arc<dyn object_store::ObjectStore>, n: Option<u64>) -> (boo
             false
         }
         Err(e) => {
-            assert!(reached && is_fenced(&e), "request {n:?}: {e}");
+            assert!(reached && (crash || is_fenced(&e)), "request {n:?}: {e}");
             // Whatever the zombie left of checkpoint 2 is withdrawn or whole (verify above).
             true
         }
@@ -256,13 +267,16 @@ fn interleave(inner: Arc<dyn object_store::ObjectStore>, n: Option<u64>) -> (boo
 }
 
 fn interleave_at_every_request(store: &str, make: impl Fn() -> Arc<dyn object_store::ObjectStore>) {
-    let (_, count, _) = interleave(make(), None);
+    let (_, count, _) = interleave(make(), None, false);
     assert!(count >= 5, "{count} requests");
     let (mut reached_all, mut fenced) = (0u64, 0u64);
     for n in 1..=count {
-        let (reached, _, was_fenced) = interleave(make(), Some(n));
+        let (reached, _, was_fenced) = interleave(make(), Some(n), false);
         reached_all += u64::from(reached);
         fenced += u64::from(was_fenced);
+        // The same interleaving, with the zombie dying where it stopped.
+        let (reached, _, _) = interleave(make(), Some(n), true);
+        assert!(reached);
     }
     assert_eq!(
         reached_all, count,
@@ -271,7 +285,7 @@ fn interleave_at_every_request(store: &str, make: impl Fn() -> Arc<dyn object_st
     assert!(fenced > 0, "no interleaving fenced the zombie");
     println!(
         "campaign fencing:interleaved_attempts store={store} interleavings={count} zombie_fenced={fenced} \
-         zombie_completed={} losses=0",
+         zombie_completed={} zombie_crashed={count} losses=0",
         count - fenced
     );
 }
