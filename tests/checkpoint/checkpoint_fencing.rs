@@ -191,15 +191,12 @@ on_every_store!(
 /// the successor restores checkpoint 1, takes and confirms checkpoint 5, then the zombie resumes. Returns
 /// whether the zombie reached request `n`, the requests it made, and whether it was fenced.
 /// With `crash`, the zombie dies at request `n` instead of resuming: that request and every later one fail.
-fn interleave(
-    inner: Arc<dyn object_store::ObjectStore>,
-    n: Option<u64>,
-    crash: bool,
-) -> (bool, u64, bool) {
+fn interleave((inner, prefix): Root, n: Option<u64>, crash: bool) -> (bool, u64, bool) {
     let fault = FaultStore::new(Arc::clone(&inner));
-    let zstore =
-        Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "zombie").unwrap());
-    let sstore = Arc::new(CheckpointStorage::from_store(inner, "", "successor").unwrap());
+    let zstore = Arc::new(
+        CheckpointStorage::from_store(Arc::new(fault.clone()), &prefix, "zombie").unwrap(),
+    );
+    let sstore = Arc::new(CheckpointStorage::from_store(inner, &prefix, "successor").unwrap());
     let mut zombie = fresh(&zstore, all(), 2);
     let mut model = BTreeMap::new();
     round(&mut zombie, &mut model, 1, 300);
@@ -266,7 +263,10 @@ fn interleave(
     (reached, requests, fenced)
 }
 
-fn interleave_at_every_request(store: &str, make: impl Fn() -> Arc<dyn object_store::ObjectStore>) {
+/// A store and the prefix of a fresh root in it.
+type Root = (Arc<dyn object_store::ObjectStore>, String);
+
+fn interleave_at_every_request(store: &str, make: impl Fn() -> Root) {
     let (_, count, _) = interleave(make(), None, false);
     assert!(count >= 5, "{count} requests");
     let (mut reached_all, mut fenced) = (0u64, 0u64);
@@ -292,7 +292,12 @@ fn interleave_at_every_request(store: &str, make: impl Fn() -> Arc<dyn object_st
 
 #[test]
 fn a_successor_interleaved_at_every_request_of_a_zombie_checkpoint_loses_nothing_in_memory() {
-    interleave_at_every_request("memory", || Arc::new(object_store::memory::InMemory::new()));
+    interleave_at_every_request("memory", || {
+        (
+            Arc::new(object_store::memory::InMemory::new()),
+            String::new(),
+        )
+    });
 }
 
 #[test]
@@ -304,6 +309,31 @@ fn a_successor_interleaved_at_every_request_of_a_zombie_checkpoint_loses_nothing
             .unwrap()
             .with_fsync(true);
         dirs.borrow_mut().push(d);
-        Arc::new(fs)
+        (Arc::new(fs), String::new())
+    });
+}
+
+#[cfg(feature = "s3")]
+#[test]
+fn a_successor_interleaved_at_every_request_of_a_zombie_checkpoint_loses_nothing_on_s3() {
+    let Some(endpoint) = common_s3::endpoint("interleaving on S3") else {
+        return;
+    };
+    let mut b = object_store::aws::AmazonS3Builder::new().with_bucket_name(common_s3::bucket());
+    for (k, v) in common_s3::settings(&endpoint) {
+        b = b.with_config(k.parse().unwrap(), v);
+    }
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(b.build().unwrap());
+    let n = std::cell::Cell::new(0u32);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    interleave_at_every_request("s3", || {
+        n.set(n.get() + 1);
+        (
+            Arc::clone(&store),
+            format!("interleave-{nanos}-{}", n.get()),
+        )
     });
 }
