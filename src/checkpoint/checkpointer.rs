@@ -118,7 +118,20 @@ struct Registry {
     reuse_restored: bool,
 }
 
+struct Inner {
+    storage: Arc<CheckpointStorage>,
+    instance: String,
+    /// This writer's attempt (its marker `attempts/<instance>/<attempt>` exists in the root).
+    attempt: u64,
+    run: u64,
+    opts: CheckpointOptions,
+    reg: Mutex<Registry>,
+    closed: AtomicBool,
+    next_object: AtomicU64,
+}
+
 impl Inner {
+    /// [`CheckpointError::Fenced`] if a newer attempt of the instance name is in the root.
     fn check_fenced(&self) -> Result<()> {
         let newest = newest_attempt(&self.storage, &self.instance)?;
         if newest > self.attempt {
@@ -131,18 +144,6 @@ impl Inner {
         }
         Ok(())
     }
-}
-
-struct Inner {
-    storage: Arc<CheckpointStorage>,
-    instance: String,
-    /// This writer's attempt (its marker `attempts/<instance>/<attempt>` exists in the root).
-    attempt: u64,
-    run: u64,
-    opts: CheckpointOptions,
-    reg: Mutex<Registry>,
-    closed: AtomicBool,
-    next_object: AtomicU64,
 }
 
 /// One instance's checkpoints into one storage root. Cheap to clone (shared).
