@@ -116,6 +116,9 @@ struct Registry {
     last_confirmed: Option<u64>,
     /// After a no-claim restore nothing is reused until the first own confirmation.
     reuse_restored: bool,
+    /// The highest id of this instance name in the root at open: new ids must be above it (a rerun
+    /// never writes below or over an earlier run's checkpoints).
+    floor: Option<u64>,
 }
 
 struct Inner {
@@ -260,6 +263,7 @@ impl Checkpointer {
             )));
         }
         let attempt = take_attempt(&storage, &instance, opts.attempt)?;
+        let floor = super::scan::newest_id_of(&storage, &instance)?;
         let c = Checkpointer {
             inner: Arc::new(Inner {
                 storage,
@@ -273,6 +277,7 @@ impl Checkpointer {
                     in_flight: BTreeMap::new(),
                     last_confirmed: None,
                     reuse_restored: false,
+                    floor,
                 }),
                 closed: AtomicBool::new(false),
                 next_object: AtomicU64::new(0),
@@ -440,6 +445,15 @@ impl Checkpointer {
             return Err(Error::Closed("the checkpointer"));
         }
         let mut reg = self.inner.reg.lock();
+        if let Some(floor) = reg.floor.filter(|&f| id <= f) {
+            return Err(CheckpointError::Invalid(format!(
+                "checkpoint id {id} of instance {}: the root already holds checkpoints of this instance up to \
+                 id {floor}; number new checkpoints past them (as Flink's checkpoint counter does), or write \
+                 into another root",
+                self.inner.instance
+            ))
+            .into());
+        }
         if reg.in_flight.contains_key(&id)
             || reg.last_confirmed.is_some_and(|c| id <= c)
             || reg.in_flight.keys().next_back().is_some_and(|&l| id <= l)

@@ -98,6 +98,17 @@ pub fn referenced_objects(storage: &CheckpointStorage) -> Result<Option<BTreeSet
     Ok(None)
 }
 
+/// The highest checkpoint id with metadata of `instance` in the root (from one listing; nothing is read).
+pub(crate) fn newest_id_of(storage: &CheckpointStorage, instance: &str) -> Result<Option<u64>> {
+    let suffix = format!("/{instance}/_metadata");
+    Ok(storage
+        .list("")?
+        .iter()
+        .filter(|(p, _)| p.starts_with("chk-") && p.ends_with(&suffix))
+        .filter_map(|(p, _)| checkpoint_id_of(p))
+        .max())
+}
+
 /// The completed parts of checkpoint `id` (one per instance). A metadata file of checkpoint `id` that does
 /// not decode is an error naming it: restoring without that part would lose its key groups' state.
 pub fn checkpoint_parts(storage: &CheckpointStorage, id: u64) -> Result<Vec<CheckpointMetadata>> {

@@ -135,19 +135,35 @@ fn a_rerun_into_a_used_root_is_refused_and_overwrites_nothing(storage: &Arc<Chec
     let mut rerun = fresh(storage, all(), 3);
     let mut other = BTreeMap::new();
     round(&mut rerun, &mut other, 7, 100);
+    // Ids at or below the root's newest of this instance name are refused at once, free or not.
+    for id in [1, 3, 4] {
+        let Err(e) = rerun.ck.begin(id, rerun.store.backend_mut()) else {
+            panic!("checkpoint {id} begun below the root's newest");
+        };
+        assert_eq!(e.kind(), keyed_state::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("up to id 4"), "{e}");
+    }
+    // A metadata object that appears after the open (another writer's put racing the open's listing)
+    // is never overwritten: the create-only put refuses.
+    let planted = storage
+        .get(&keyed_state::checkpoint::metadata_path(4, "kg00000-00015"))
+        .unwrap();
+    let five = keyed_state::checkpoint::metadata_path(5, "kg00000-00015");
+    storage.put(&five, planted.clone()).unwrap();
     let e = rerun
         .ck
-        .begin(3, rerun.store.backend_mut())
+        .begin(5, rerun.store.backend_mut())
         .unwrap()
         .run()
         .unwrap_err();
     match &e {
-        keyed_state::Error::Checkpoint(CheckpointError::AlreadyExists { id: 3, path, .. }) => {
-            assert!(path.contains("chk-00000000000000000003"), "{e}")
+        keyed_state::Error::Checkpoint(CheckpointError::AlreadyExists { id: 5, path, .. }) => {
+            assert!(path.contains("chk-00000000000000000005"), "{e}")
         }
         _ => panic!("{e}"),
     }
     assert_eq!(e.kind(), keyed_state::ErrorKind::Busy);
+    assert_eq!(storage.get(&five).unwrap(), planted);
     let after: Vec<Vec<u8>> = (2..=4)
         .map(|id| {
             storage
@@ -157,6 +173,10 @@ fn a_rerun_into_a_used_root_is_refused_and_overwrites_nothing(storage: &Arc<Chec
         .collect();
     assert_eq!(before, after, "metadata was overwritten");
     assert_whole_and_restores(storage, 4, &model);
+    // Past every id the root holds, the rerun checkpoints.
+    rerun.checkpoint(6);
+    rerun.ck.notify_complete(6).unwrap();
+    assert_whole_and_restores(storage, 6, &other);
 }
 
 fn an_attempt_older_than_the_newest_is_fenced_at_open(storage: &Arc<CheckpointStorage>) {
