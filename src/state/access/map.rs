@@ -14,6 +14,9 @@ use super::*;
 /// How many map entries an iterator fetches from the backend at a time.
 pub const MAP_BATCH: usize = 256;
 
+/// The largest batch buffer a store keeps between map iterations.
+const KEPT_BATCH_BYTES: usize = 64 << 10;
+
 /// A map value (`nullflag | V`) of `h` decoded.
 fn decode_map_value<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>(
     h: &MapState<UK, UV, N>,
@@ -148,6 +151,27 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
         Ok(cur.next == 1)
     }
 
+    /// A cursor before the first entry, on the buffers the last iteration left in the store.
+    fn cursor(&mut self) -> Cursor {
+        let (mut buf, mut spans) = std::mem::take(&mut self.store.map_batch);
+        buf.clear();
+        spans.clear();
+        Cursor {
+            buf,
+            spans,
+            next: 0,
+            done: false,
+        }
+    }
+
+    /// Gives a finished cursor's buffers back to the store for the next iteration (unless a batch of large
+    /// entries grew them beyond [`KEPT_BATCH_BYTES`]).
+    fn recycle(&mut self, cur: Cursor) {
+        if cur.buf.capacity() <= KEPT_BATCH_BYTES {
+            self.store.map_batch = (cur.buf, cur.spans);
+        }
+    }
+
     /// The next entry after `cur`'s position, with TTL applied (an expired entry is removed, and returned
     /// only under `ReturnExpiredIfNotCleanedUp`): the user key and the value (`None` for a null value, or
     /// when `value` is false on a state without TTL).
@@ -251,32 +275,34 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
                 })?;
             return Ok(empty);
         }
-        let mut cur = Cursor::default();
-        Ok(self.next_entry(&mut cur, false)?.is_none())
+        let mut cur = self.cursor();
+        let empty = self.next_entry(&mut cur, false).map(|e| e.is_none());
+        self.recycle(cur);
+        empty
     }
 
     /// Every entry, in user-key order (null values are skipped), streamed from the backend: see the module
     /// documentation. Collect with `.collect::<Result<Vec<_>>>()`.
     pub fn entries(&mut self) -> MapEntries<'_, 'a, K, UK, UV, N> {
         MapEntries {
+            cur: self.cursor(),
             access: self,
-            cur: Cursor::default(),
         }
     }
 
     /// Every user key, in order (keys with a null value too), streamed.
     pub fn keys(&mut self) -> MapKeys<'_, 'a, K, UK, UV, N> {
         MapKeys {
+            cur: self.cursor(),
             access: self,
-            cur: Cursor::default(),
         }
     }
 
     /// Every value, in user-key order (null values are skipped), streamed.
     pub fn values(&mut self) -> MapValues<'_, 'a, K, UK, UV, N> {
         MapValues {
+            cur: self.cursor(),
             access: self,
-            cur: Cursor::default(),
         }
     }
 
@@ -437,5 +463,29 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
                 }
             }
         }
+    }
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
+    for MapEntries<'_, '_, K, UK, UV, N>
+{
+    fn drop(&mut self) {
+        self.access.recycle(std::mem::take(&mut self.cur));
+    }
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
+    for MapKeys<'_, '_, K, UK, UV, N>
+{
+    fn drop(&mut self) {
+        self.access.recycle(std::mem::take(&mut self.cur));
+    }
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
+    for MapValues<'_, '_, K, UK, UV, N>
+{
+    fn drop(&mut self) {
+        self.access.recycle(std::mem::take(&mut self.cur));
     }
 }
