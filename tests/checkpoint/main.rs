@@ -8,6 +8,7 @@ mod s3;
 
 mod checkpoint_claim;
 mod checkpoint_crash;
+mod checkpoint_fencing;
 mod checkpoint_model;
 mod checkpoints;
 mod checkpoints_in_tokio;

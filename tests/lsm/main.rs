@@ -10,3 +10,4 @@ mod lsm_scenarios;
 mod lsm_shared_env;
 mod lsm_sst;
 mod lsm_stress;
+mod open_never_deletes;

@@ -63,7 +63,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "lsm")]
         backend: BackendKind,
         /// Working directory of the lsm (or rocksdb) backend (default: a temporary directory, removed
-        /// afterwards). Whatever an earlier run left there is discarded.
+        /// afterwards). An earlier run's lsm database there is emptied (rocksdb: the directory must be
+        /// empty); a directory holding engine files but no CURRENT is refused and nothing is deleted.
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Number of events.
@@ -387,6 +388,20 @@ fn run(command: Command) -> Result<(), Error> {
     }
 }
 
+/// On SIGINT, SIGTERM or SIGHUP: removes the demo's temporary directory `dir`, says so, and exits with
+/// 128 + 2 (the process is stopping anyway; the engine's files there are the demo's own).
+fn remove_on_signal(dir: PathBuf) -> Result<(), Error> {
+    ctrlc::set_handler(move || {
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "interrupted: removed the temporary directory {}",
+            dir.display()
+        );
+        std::process::exit(130);
+    })
+    .map_err(|e| Error::InvalidArgument(format!("installing the signal handler: {e}")))
+}
+
 fn run_demo(
     backend: BackendKind,
     dir: Option<&Path>,
@@ -415,7 +430,10 @@ fn run_demo(
             };
             let location = match dir {
                 Some(_) => format!("directory {}", b.path().display()),
-                None => format!("temporary directory {}", b.path().display()),
+                None => {
+                    remove_on_signal(b.path().to_path_buf())?;
+                    format!("temporary directory {}", b.path().display())
+                }
             };
             (Box::new(b), location)
         }

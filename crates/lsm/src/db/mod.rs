@@ -48,6 +48,12 @@ pub struct Db {
 
 impl Db {
     /// Opens (or creates) the database in `path`, replaying WAL files if any.
+    ///
+    /// A directory without `CURRENT` is a new database only if it holds no engine file (`NNNNNN.sst`,
+    /// `NNNNNN.log`, `MANIFEST-NNNNNN`) other than manifests naming no file (a creation a crash
+    /// interrupted); otherwise the open fails with [`LsmError::MissingCurrent`] and deletes nothing, with or
+    /// without [`Options::create_if_missing`]. Files the manifest proves obsolete (SSTs it does not name,
+    /// older manifests, logs whose writes it holds) are deleted only once the open has succeeded.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         open::open(path.as_ref(), opts)
     }
