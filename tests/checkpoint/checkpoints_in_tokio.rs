@@ -22,7 +22,9 @@ use keyed_state::serializer::LongSerializer;
 use keyed_state::state::KeyedStateStore;
 
 /// How a scenario gets its storage: made inside the runtime, and dropped there.
-type MakeStorage<'a> = &'a (dyn Fn(&StateEnv) -> Arc<CheckpointStorage> + Sync);
+/// Opens a fresh root for one runtime flavour (named by the second argument): ids only grow in a root, and
+/// every flavour runs the same ids.
+type MakeStorage<'a> = &'a (dyn Fn(&StateEnv, &str) -> Arc<CheckpointStorage> + Sync);
 
 /// The runtimes the scenario runs inside.
 fn runtimes() -> Vec<(&'static str, tokio::runtime::Runtime)> {
@@ -56,7 +58,7 @@ fn every_entry_point(make: MakeStorage<'_>, kind: Kind) {
         })
         .unwrap();
         rt.block_on(async {
-            let storage = make(&env);
+            let storage = make(&env, name);
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
             let backend: Box<dyn StateBackend> = match kind {
                 Kind::Lsm => Box::new(env.temp_lsm(cfg.clone(), options()).unwrap()),
@@ -158,12 +160,10 @@ fn every_entry_point(make: MakeStorage<'_>, kind: Kind) {
     }
 }
 
-/// The storage's own I/O runtime.
+/// A fresh S3 root per runtime flavour, on the storage's own I/O runtime.
 #[cfg(feature = "s3")]
-fn own_runtime(
-    storage: Arc<CheckpointStorage>,
-) -> impl Fn(&StateEnv) -> Arc<CheckpointStorage> + Sync {
-    move |_| Arc::clone(&storage)
+fn s3_roots(test: &'static str) -> impl Fn(&StateEnv, &str) -> Arc<CheckpointStorage> + Sync {
+    move |_, flavour| common_s3::storage(&format!("{test}-{flavour}")).unwrap()
 }
 
 macro_rules! in_tokio_on_every_store {
@@ -171,7 +171,7 @@ macro_rules! in_tokio_on_every_store {
         #[test]
         fn memory_own_runtime() {
             super::every_entry_point(
-                &|_: &StateEnv| Arc::new(CheckpointStorage::in_memory().unwrap()),
+                &|_: &StateEnv, _: &str| Arc::new(CheckpointStorage::in_memory().unwrap()),
                 Kind::$kind,
             );
         }
@@ -180,7 +180,9 @@ macro_rules! in_tokio_on_every_store {
             let dir = tempfile::tempdir().unwrap();
             let root = dir.path().to_str().unwrap().to_string();
             super::every_entry_point(
-                &move |_: &StateEnv| Arc::new(CheckpointStorage::open(&root).unwrap()),
+                &move |_: &StateEnv, flavour: &str| {
+                    Arc::new(CheckpointStorage::open(&format!("{root}/{flavour}")).unwrap())
+                },
                 Kind::$kind,
             );
         }
@@ -189,17 +191,18 @@ macro_rules! in_tokio_on_every_store {
             let dir = tempfile::tempdir().unwrap();
             let root = dir.path().to_str().unwrap().to_string();
             super::every_entry_point(
-                &move |env: &StateEnv| env.open_storage(&root).unwrap(),
+                &move |env: &StateEnv, flavour: &str| {
+                    env.open_storage(&format!("{root}/{flavour}")).unwrap()
+                },
                 Kind::$kind,
             );
         }
         #[cfg(feature = "s3")]
         #[test]
         fn s3_own_runtime() {
-            if let Some(storage) =
-                super::common_s3::storage(concat!("in-tokio-", stringify!($kind)))
-            {
-                super::every_entry_point(&super::own_runtime(storage), Kind::$kind);
+            let test = concat!("in-tokio-", stringify!($kind));
+            if super::common_s3::storage(test).is_some() {
+                super::every_entry_point(&super::s3_roots(test), Kind::$kind);
             }
         }
     };
