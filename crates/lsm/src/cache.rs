@@ -22,7 +22,7 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
-use crate::env::budget::MemoryBudget;
+use crate::budget::{LeftoverCache, MemoryBudget};
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
@@ -174,7 +174,8 @@ impl BlockCache {
             budget: Some(Arc::clone(&budget)),
             owners: std::sync::atomic::AtomicU64::new(0),
         });
-        budget.set_cache(&cache);
+        let leftover: Arc<dyn LeftoverCache> = Arc::clone(&cache) as Arc<dyn LeftoverCache>;
+        budget.set_cache(&leftover);
         cache
     }
 
@@ -303,6 +304,16 @@ impl std::fmt::Debug for BlockCache {
             .field("capacity", &self.capacity())
             .field("usage", &self.usage())
             .finish()
+    }
+}
+
+impl LeftoverCache for BlockCache {
+    fn usage(&self) -> usize {
+        BlockCache::usage(self)
+    }
+
+    fn fit(&self) {
+        BlockCache::fit(self)
     }
 }
 

@@ -61,6 +61,7 @@ mod adopt;
 mod arena;
 mod batch;
 mod bounds;
+mod budget;
 mod cache;
 mod checkpoint;
 mod coding;

@@ -16,16 +16,15 @@
 //! on its own, with its own block cache of [`Options::block_cache_size`](crate::Options::block_cache_size).
 //! See `design/shared-env.md`.
 
-pub(crate) mod budget;
 pub(crate) mod pool;
 pub(crate) mod write_buffer;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use self::budget::{MemoryBudget, MemoryReservation};
 use self::pool::{Pool, PoolConfig, PoolShared};
 use self::write_buffer::WriteBuffers;
+pub use crate::budget::{MemoryBudget, MemoryReservation};
 use crate::cache::BlockCache;
 use crate::LsmError;
 
@@ -117,7 +116,10 @@ impl SharedEnv {
             source,
         })?;
         let write_buffers = WriteBuffers::new(limit);
-        let budget = MemoryBudget::new(options.memory_budget, Arc::clone(&write_buffers));
+        let budget = MemoryBudget::new(
+            options.memory_budget,
+            Arc::clone(&write_buffers) as Arc<dyn crate::budget::MemtableUsage>,
+        );
         let cache = options.memory_budget.map(|_| {
             write_buffers.set_budget(&budget);
             BlockCache::with_budget(Arc::clone(&budget))
@@ -335,4 +337,50 @@ pub struct EnvStats {
     pub write_buffer_stall_micros: u64,
     /// Memtables switched out because memtables reached 7/8 of their share (the largest of any engine).
     pub switches_for_memory: u64,
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use std::sync::Arc;
+
+    use super::write_buffer::{MemCharge, WriteBuffers};
+    use crate::budget::MemoryBudget;
+    use crate::cache::BlockCache;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn the_cache_gets_what_memtables_metadata_and_reservations_leave() {
+        let wb = WriteBuffers::new(Some(32 * MIB));
+        let budget = MemoryBudget::new(Some(64 * MIB), wb.clone());
+        assert_eq!(budget.cache_capacity(), 64 * MIB);
+        let mem = MemCharge::new(&wb, 10 * MIB, MIB);
+        let meta = budget.charge_metadata(2 * MIB);
+        let mut r = budget.reserve(4 * MIB);
+        assert_eq!(budget.charged_outside_cache(), 16 * MIB);
+        assert_eq!(budget.cache_capacity(), 48 * MIB);
+        r.resize(60 * MIB);
+        assert_eq!(budget.cache_capacity(), 0, "never below 0");
+        r.resize(MIB);
+        assert_eq!(budget.reserved_bytes(), MIB);
+        drop((mem, meta, r));
+        assert_eq!(budget.charged_outside_cache(), 0);
+    }
+
+    #[test]
+    fn a_growing_reservation_evicts_cache_blocks_at_once() {
+        let wb = WriteBuffers::new(None);
+        let budget = MemoryBudget::new(Some(4 * MIB), wb);
+        let cache = BlockCache::with_budget(Arc::clone(&budget));
+        for i in 0..4000u64 {
+            cache.insert(1, i * 4096, Arc::new(vec![0u8; 1000]));
+        }
+        let full = cache.usage();
+        assert!(full > 3 * MIB && full <= 4 * MIB, "{full}");
+        let r = budget.reserve(3 * MIB);
+        assert!(cache.usage() <= MIB, "{}", cache.usage());
+        assert!(budget.available() <= MIB);
+        drop(r);
+        assert!(budget.available() >= 3 * MIB);
+    }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::budget::MemoryBudget;
+use crate::budget::{MemoryBudget, MemtableUsage};
 
 /// Memtable bytes of an environment and its limit.
 pub(crate) struct WriteBuffers {
@@ -261,6 +261,12 @@ impl Drop for MemCharge {
         if state != RETIRED {
             self.wb.wake();
         }
+    }
+}
+
+impl MemtableUsage for WriteBuffers {
+    fn usage(&self) -> (usize, usize, usize) {
+        WriteBuffers::usage(self)
     }
 }
 

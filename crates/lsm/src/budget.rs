@@ -10,20 +10,32 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use super::write_buffer::WriteBuffers;
-use crate::cache::BlockCache;
+/// What the budget reads of the write-buffer manager (`env::write_buffer`): the bytes of mutable, pending
+/// and retired memtables.
+pub(crate) trait MemtableUsage: Send + Sync {
+    /// `(mutable, pending, retired)` memtable bytes.
+    fn usage(&self) -> (usize, usize, usize);
+}
+
+/// What the budget needs of the block cache that takes its leftover (`cache`).
+pub(crate) trait LeftoverCache: Send + Sync {
+    /// Bytes the cache holds.
+    fn usage(&self) -> usize;
+    /// Evicts until the cache fits in what the budget leaves it.
+    fn fit(&self);
+}
 
 /// The memory budget of an environment (see the module documentation). Shared through an `Arc`.
 pub struct MemoryBudget {
     /// None: no budget; charges are counted for the figures only.
     capacity: Option<usize>,
-    write_buffers: Arc<WriteBuffers>,
+    write_buffers: Arc<dyn MemtableUsage>,
     /// SST metadata held outside the cache (index, filter, per-block bits).
     metadata: AtomicUsize,
     /// Bytes reserved by the engines' users ([`MemoryBudget::reserve`]).
     reserved: AtomicUsize,
     /// The shared block cache, told to shrink when the others grow.
-    cache: OnceLock<Weak<BlockCache>>,
+    cache: OnceLock<Weak<dyn LeftoverCache>>,
 }
 
 impl std::fmt::Debug for MemoryBudget {
@@ -39,7 +51,7 @@ impl std::fmt::Debug for MemoryBudget {
 impl MemoryBudget {
     /// A budget of `capacity` bytes whose memtables charge `write_buffers`.
     /// `None`: no capacity, charges are only counted.
-    pub(crate) fn new(capacity: Option<usize>, write_buffers: Arc<WriteBuffers>) -> Arc<Self> {
+    pub(crate) fn new(capacity: Option<usize>, write_buffers: Arc<dyn MemtableUsage>) -> Arc<Self> {
         Arc::new(MemoryBudget {
             capacity,
             write_buffers,
@@ -50,7 +62,7 @@ impl MemoryBudget {
     }
 
     /// Connects the cache that takes what the others leave.
-    pub(crate) fn set_cache(&self, cache: &Arc<BlockCache>) {
+    pub(crate) fn set_cache(&self, cache: &Arc<dyn LeftoverCache>) {
         let _ = self.cache.set(Arc::downgrade(cache));
     }
 
@@ -182,48 +194,5 @@ impl Drop for MemoryReservation {
         self.budget
             .counter(self.metadata)
             .fetch_sub(self.bytes, Ordering::Relaxed);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::env::write_buffer::MemCharge;
-
-    const MIB: usize = 1 << 20;
-
-    #[test]
-    fn the_cache_gets_what_memtables_metadata_and_reservations_leave() {
-        let wb = WriteBuffers::new(Some(32 * MIB));
-        let budget = MemoryBudget::new(Some(64 * MIB), Arc::clone(&wb));
-        assert_eq!(budget.cache_capacity(), 64 * MIB);
-        let mem = MemCharge::new(&wb, 10 * MIB, MIB);
-        let meta = budget.charge_metadata(2 * MIB);
-        let mut r = budget.reserve(4 * MIB);
-        assert_eq!(budget.charged_outside_cache(), 16 * MIB);
-        assert_eq!(budget.cache_capacity(), 48 * MIB);
-        r.resize(60 * MIB);
-        assert_eq!(budget.cache_capacity(), 0, "never below 0");
-        r.resize(MIB);
-        assert_eq!(budget.reserved_bytes(), MIB);
-        drop((mem, meta, r));
-        assert_eq!(budget.charged_outside_cache(), 0);
-    }
-
-    #[test]
-    fn a_growing_reservation_evicts_cache_blocks_at_once() {
-        let wb = WriteBuffers::new(None);
-        let budget = MemoryBudget::new(Some(4 * MIB), wb);
-        let cache = BlockCache::with_budget(Arc::clone(&budget));
-        for i in 0..4000u64 {
-            cache.insert(1, i * 4096, Arc::new(vec![0u8; 1000]));
-        }
-        let full = cache.usage();
-        assert!(full > 3 * MIB && full <= 4 * MIB, "{full}");
-        let r = budget.reserve(3 * MIB);
-        assert!(cache.usage() <= MIB, "{}", cache.usage());
-        assert!(budget.available() <= MIB);
-        drop(r);
-        assert!(budget.available() >= 3 * MIB);
     }
 }
