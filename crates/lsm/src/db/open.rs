@@ -1,6 +1,6 @@
 //! Opening a database: the directory lock, manifest replay, a scan of the directory (file numbers in use,
 //! files the manifest proves obsolete), opening the live files, WAL replay into L0, then a fresh WAL and
-//! manifest and the background threads, and only then the obsolete files' deletion.
+//! manifest, registration with the environment's background pool, and only then the obsolete files' deletion.
 //!
 //! An open never deletes what it cannot prove obsolete (`design/durability.md`, "What an open deletes"): a
 //! directory without `CURRENT` that holds engine files is [`LsmError::MissingCurrent`] unless every one of
