@@ -20,3 +20,26 @@ use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
 conformance_suite!(rocksdb, |cfg| Box::new(
     RocksDbBackend::temporary(cfg, RocksDbOptions::default()).expect("rocksdb backend")
 ));
+
+/// The LSM backend with its read-modify-write cache at `capacity` bytes.
+fn lsm_cached(
+    cfg: keyed_state::backend::BackendConfig,
+    capacity: usize,
+) -> Box<dyn keyed_state::backend::StateBackend> {
+    Box::new(
+        keyed_state::backend::lsm::LsmBackend::temp_with(
+            cfg,
+            keyed_state::backend::lsm::LsmBackend::small_options(),
+        )
+        .and_then(|b| b.with_rmw_cache(capacity))
+        .expect("lsm backend with a cache"),
+    )
+}
+
+// A cache of one byte holds at most the entry an operation returns: every write is evicted (written back)
+// at once and every read evicts the previous one.
+conformance_suite!(lsm_cache_one_byte, |cfg| lsm_cached(cfg, 1));
+// A few entries: evicts constantly, with entries dirty across snapshots.
+conformance_suite!(lsm_cache_tiny, |cfg| lsm_cached(cfg, 1 << 10));
+// Everything fits: nothing is evicted, snapshots read the dirty layers.
+conformance_suite!(lsm_cache_large, |cfg| lsm_cached(cfg, 64 << 20));
