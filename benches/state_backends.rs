@@ -291,7 +291,8 @@ fn backend(
             (Box::new(b), Some(engine))
         }
         Kind::LsmCache => {
-            let b = LsmBackend::temp_with(config, lsm_options())?.with_rmw_cache(rmw_cache_bytes())?;
+            let b =
+                LsmBackend::temp_with(config, lsm_options())?.with_rmw_cache(rmw_cache_bytes())?;
             let engine: Box<dyn EngineHandle> = Box::new(b.engine());
             (Box::new(b), Some(engine))
         }

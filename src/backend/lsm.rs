@@ -989,7 +989,11 @@ impl StateBackend for LsmBackend {
         // reads until the snapshot is dropped, and range deletes stop dropping whole files under it. The
         // cache's dirty log is handed over as an immutable layer (O(1)), read on top of the engine.
         let snap = self.shared.db.snapshot();
-        let layers = self.cache.as_mut().map(RmwCache::hand_off).unwrap_or_default();
+        let layers = self
+            .cache
+            .as_mut()
+            .map(RmwCache::hand_off)
+            .unwrap_or_default();
         Ok(Box::new(LsmSnapshot {
             config: self.config.clone(),
             prefix_len: self.prefix_len,
@@ -1092,8 +1096,8 @@ impl BackendSnapshot for LsmSnapshot {
         let mut dirty = overlay.range(&lower, upper.as_deref()).peekable();
         loop {
             // The smaller of the engine's next key and the overlay's; on a tie the overlay's value wins.
-            let engine_key = (it.valid() && !upper.as_deref().is_some_and(|u| it.key() >= u))
-                .then(|| it.key());
+            let engine_key =
+                (it.valid() && upper.as_deref().is_none_or(|u| it.key() < u)).then(|| it.key());
             let step = match (engine_key, dirty.peek()) {
                 (None, None) => break,
                 (Some(k), Some(&(d, _))) if d <= k => Some(d == k),

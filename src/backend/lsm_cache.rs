@@ -217,10 +217,11 @@ impl RmwCache {
             }
         };
         let (slots, hasher) = (&self.slots, &self.hasher);
-        self.table.insert_unique(hash, i, |&j| match &slots[j as usize] {
-            Some(s) => hasher.hash_one(&s.key[..]),
-            None => 0,
-        });
+        self.table
+            .insert_unique(hash, i, |&j| match &slots[j as usize] {
+                Some(s) => hasher.hash_one(&s.key[..]),
+                None => 0,
+            });
         i
     }
 
@@ -544,7 +545,10 @@ mod tests {
         };
         assert_eq!(
             all(&o1),
-            vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), Some(b"1".to_vec()))]
+            vec![
+                (b"a".to_vec(), Some(b"1".to_vec())),
+                (b"b".to_vec(), Some(b"1".to_vec()))
+            ]
         );
         assert_eq!(
             all(&o2),
