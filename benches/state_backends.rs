@@ -671,6 +671,61 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     Ok(())
 }
 
+/// The synchronous parts of a snapshot (`StateBackend::snapshot`) and of a checkpoint (`Checkpointer::begin`
+/// on a local root) with `n` dirty value entries, on LSM and LSM+cache: the cache hands its dirty log to a
+/// snapshot without a copy, but writes it into the memtable before a checkpoint (`design/rmw-cache.md`).
+/// Section `cachesync` (not in the default run).
+fn run_cache_sync(cfg: &Cfg, data: &Data) -> Result<()> {
+    use keyed_state::checkpoint::{CheckpointOptions, CheckpointStorage, Checkpointer};
+    println!(
+        "\n## Synchronous parts with n dirty entries, ms (median of {} rounds; min–max)\n",
+        cfg.rounds
+    );
+    println!("| n dirty | backend | snapshot sync | checkpoint sync |");
+    println!("|---:|---|---:|---:|");
+    for n in [1_000usize, 10_000, 100_000, SETUP_KEY_COUNT] {
+        for kind in [Kind::Lsm, Kind::LsmCache] {
+            let (mut snap_ms, mut ck_ms) = (Vec::new(), Vec::new());
+            for round in 0..cfg.rounds {
+                let (mut store, _engine) = store(kind, 2, KeyGroupRange::all(2))?;
+                let h = store.register_value(ValueStateDescriptor::new("value", LongSerializer))?;
+                for i in 0..n {
+                    store.set_current_key(data.setup_key(i))?;
+                    store.value(&h)?.update(&data.value(i + round))?;
+                }
+                let t = Instant::now();
+                let snap = store.snapshot()?;
+                snap_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                drop(snap);
+                // Dirty again (the snapshot's hand-off leaves the entries dirty until written back).
+                for i in 0..n {
+                    store.set_current_key(data.setup_key(i))?;
+                    store.value(&h)?.update(&data.value(i + round + 1))?;
+                }
+                let dir = tempfile::tempdir()
+                    .map_err(|e| keyed_state::Error::io("tempdir", "/tmp", e))?;
+                let storage = std::sync::Arc::new(CheckpointStorage::local(dir.path())?);
+                let ck = Checkpointer::open(storage, store.config(), CheckpointOptions::default())?;
+                let t = Instant::now();
+                let pending = store.checkpoint(&ck, 1)?;
+                ck_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                pending.run()?;
+            }
+            let show = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                format!("{:.3} ({:.3}–{:.3})", v[v.len() / 2], v[0], v[v.len() - 1])
+            };
+            println!(
+                "| {n} | {} | {} | {} |",
+                kind.name(),
+                show(&mut snap_ms),
+                show(&mut ck_ms)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Per round, as Flink's `ListStateBenchmark` (per-iteration setup): fresh backends, one element per key.
 fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     for round in 0..cfg.rounds {
@@ -1232,6 +1287,9 @@ fn main() -> Result<()> {
             println!("\nby thread CPU time:\n");
             res.print_yardstick(true);
         }
+    }
+    if cfg.wants("cachesync") {
+        run_cache_sync(&cfg, &data)?;
     }
     if cfg.wants("savepoint") {
         run_savepoint(&cfg, SpShape::Value)?;

@@ -328,7 +328,9 @@ impl LsmBackend {
     /// Sets the capacity of the read-modify-write cache in bytes (`design/rmw-cache.md`): keys, values and
     /// a fixed per-entry overhead. 0 turns the cache off (its dirty entries are written back first); a
     /// smaller capacity evicts at once. A shared memory budget charges the cache through this and
-    /// [`rmw_cache_bytes`](Self::rmw_cache_bytes).
+    /// [`rmw_cache_bytes`](Self::rmw_cache_bytes). A key the cache does not hold is taken in on its second
+    /// miss within a while (a doorkeeper of about 1/64 of the capacity remembers the first): a key touched
+    /// once costs what it costs without the cache ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
     pub fn set_rmw_cache_capacity(&mut self, capacity: usize) -> Result<()> {
         let db = &self.shared.db;
         match (&mut self.cache, capacity) {
@@ -341,7 +343,19 @@ impl LsmBackend {
                 c.evict(None, db)?;
             }
             (None, 0) => {}
-            (None, n) => self.cache = Some(RmwCache::new(n)),
+            (None, n) => self.cache = Some(RmwCache::new(n, false)),
+        }
+        Ok(())
+    }
+
+    /// `true`: the cache takes every key in on its first miss, without the doorkeeper (tests use it to
+    /// send every write through the cache). Writes back and starts a new, empty cache of the same capacity.
+    pub fn set_rmw_cache_admission(&mut self, first_touch: bool) -> Result<()> {
+        if let Some(c) = &mut self.cache {
+            if c.admits_on_first_touch() != first_touch {
+                c.clear(&self.shared.db)?;
+                self.cache = Some(RmwCache::new(c.capacity(), first_touch));
+            }
         }
         Ok(())
     }
@@ -469,12 +483,15 @@ fn cached_read<'a>(
     cache: &'a mut RmwCache,
     db: &Db,
     key: &[u8],
-    vbuf: &mut Vec<u8>,
+    vbuf: &'a mut Vec<u8>,
 ) -> Result<Option<&'a [u8]>> {
     let slot = match cache.lookup(key) {
         Some(i) => i,
         None => {
             let found = db.get_into(key, vbuf)?;
+            if !cache.admit(key) {
+                return Ok(found.then_some(vbuf.as_slice()));
+            }
             let i = cache.insert_clean(key, found.then_some(vbuf.as_slice()));
             cache.evict(Some(i), db)?;
             i
@@ -483,10 +500,20 @@ fn cached_read<'a>(
     Ok(cache.value(slot))
 }
 
-/// A write through the cache (`value` `None`: a delete): the entry becomes dirty.
+/// A write through the cache (`value` `None`: a delete): the entry becomes dirty. A key the cache does not
+/// hold and does not admit yet is written to the engine (it is in no pending layer: those hold only cached
+/// keys).
 #[inline]
 fn cached_write(cache: &mut RmwCache, db: &Db, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-    cache.write(key, value);
+    let slot = cache.lookup(key);
+    if slot.is_none() && !cache.admit(key) {
+        match value {
+            Some(v) => db.put(key, v)?,
+            None => db.delete(key)?,
+        }
+        return Ok(());
+    }
+    cache.write(slot, key, value);
     settle(cache, db)
 }
 

@@ -107,10 +107,28 @@ pub(crate) struct RmwCache {
     log: Vec<LogEntry>,
     log_valid: usize,
     pending: Vec<Arc<Layer>>,
+    /// The admission filter (a "doorkeeper"): fingerprints of keys that missed recently, direct-mapped by
+    /// hash. A key the cache does not hold is taken in on its second miss while its fingerprint is still
+    /// there; the first goes straight to the engine. Empty: every key is taken in at once.
+    door: Vec<u32>,
+}
+
+/// Doorkeeper slots per byte of capacity: one per 256 bytes (an entry costs at least `ENTRY_OVERHEAD`), so
+/// the filter remembers about as many keys as the cache holds and costs 1/64 of the capacity on top.
+const DOOR_BYTES_PER_SLOT: usize = 256;
+/// Bounds of the doorkeeper's size in slots.
+const DOOR_MIN: usize = 64;
+const DOOR_MAX: usize = 1 << 22;
+
+fn door_slots(capacity: usize) -> usize {
+    (capacity / DOOR_BYTES_PER_SLOT)
+        .clamp(DOOR_MIN, DOOR_MAX)
+        .next_power_of_two()
 }
 
 impl RmwCache {
-    pub(crate) fn new(capacity: usize) -> RmwCache {
+    /// A cache of `capacity` bytes; `admit_on_first_touch`: no doorkeeper.
+    pub(crate) fn new(capacity: usize, admit_on_first_touch: bool) -> RmwCache {
         RmwCache {
             table: HashTable::new(),
             hasher: Hasher::default(),
@@ -123,6 +141,30 @@ impl RmwCache {
             log: Vec::new(),
             log_valid: 0,
             pending: Vec::new(),
+            door: if admit_on_first_touch {
+                Vec::new()
+            } else {
+                vec![0; door_slots(capacity)]
+            },
+        }
+    }
+
+    /// Whether `key`, which missed, is taken into the cache: on its second miss while the doorkeeper
+    /// remembers the first (always, without a doorkeeper).
+    #[inline]
+    pub(crate) fn admit(&mut self, key: &[u8]) -> bool {
+        if self.door.is_empty() {
+            return true;
+        }
+        let h = self.hasher.hash_one(key);
+        let slot = (h as usize) & (self.door.len() - 1);
+        let fp = ((h >> 32) as u32) | 1;
+        if self.door[slot] == fp {
+            self.door[slot] = 0;
+            true
+        } else {
+            self.door[slot] = fp;
+            false
         }
     }
 
@@ -137,6 +179,14 @@ impl RmwCache {
 
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
+        if !self.door.is_empty() {
+            self.door = vec![0; door_slots(capacity)];
+        }
+    }
+
+    /// Whether keys are taken in on their first miss (no doorkeeper).
+    pub(crate) fn admits_on_first_touch(&self) -> bool {
+        self.door.is_empty()
     }
 
     /// Whether anything is dirty (in the current log or a pending layer).
@@ -225,11 +275,12 @@ impl RmwCache {
         i
     }
 
-    /// Writes `value` (`None`: a delete) for `key`, dirty, and returns its slot. The caller evicts afterwards.
+    /// Writes `value` (`None`: a delete) for `key`, dirty, and returns its slot; `slot`: what
+    /// [`lookup`](Self::lookup) found for `key`. The caller evicts afterwards.
     #[inline]
-    pub(crate) fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> u32 {
+    pub(crate) fn write(&mut self, slot: Option<u32>, key: &[u8], value: Option<&[u8]>) -> u32 {
         let value = value.map(Arc::from);
-        match self.lookup(key) {
+        match slot {
             Some(i) => {
                 self.set_dirty(i, value);
                 i
@@ -506,15 +557,15 @@ mod tests {
     fn clock_evicts_unreferenced_entries_and_writes_back_dirty_ones() -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
         let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
-        let mut c = RmwCache::new(3 * (ENTRY_OVERHEAD + 2));
+        let mut c = RmwCache::new(3 * (ENTRY_OVERHEAD + 2), true);
         for k in 0..3u8 {
-            c.write(&[k], Some(&[k]));
+            c.write(None, &[k], Some(&[k]));
             c.evict(None, &db)?;
         }
         assert_eq!(c.used(), 3 * (ENTRY_OVERHEAD + 2));
         // Key 0 is referenced again; the next insert evicts key 1 (written back), not key 0.
         assert!(c.lookup(&[0]).is_some());
-        let i = c.write(&[9], Some(&[9]));
+        let i = c.write(None, &[9], Some(&[9]));
         c.evict(Some(i), &db)?;
         assert!(c.lookup(&[0]).is_some());
         assert!(c.lookup(&[9]).is_some());
@@ -527,12 +578,13 @@ mod tests {
     fn a_hand_off_keeps_the_values_of_its_moment_and_drains_in_order() -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
         let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
-        let mut c = RmwCache::new(1 << 20);
-        c.write(b"a", Some(b"1"));
-        c.write(b"b", Some(b"1"));
+        let mut c = RmwCache::new(1 << 20, true);
+        c.write(None, b"a", Some(b"1"));
+        c.write(None, b"b", Some(b"1"));
         let first = c.hand_off();
-        c.write(b"a", Some(b"2"));
-        c.write(b"b", None);
+        let (a, b) = (c.lookup(b"a"), c.lookup(b"b"));
+        c.write(a, b"a", Some(b"2"));
+        c.write(b, b"b", None);
         let second = c.hand_off();
         assert_eq!(first.len(), 1);
         assert_eq!(second.len(), 2);
@@ -559,5 +611,16 @@ mod tests {
         assert_eq!(db.get(b"a")?.as_deref(), Some(&b"2"[..]));
         assert_eq!(db.get(b"b")?, None);
         Ok(())
+    }
+
+    #[test]
+    fn the_doorkeeper_takes_a_key_in_on_its_second_miss() {
+        let mut c = RmwCache::new(1 << 20, false);
+        assert!(!c.admits_on_first_touch());
+        assert!(!c.admit(b"k"));
+        assert!(c.admit(b"k"));
+        // Remembered once: the next miss of the same key starts over.
+        assert!(!c.admit(b"k"));
+        assert!(RmwCache::new(1, true).admit(b"k"));
     }
 }

@@ -79,9 +79,11 @@ fn checkpoint_crash_child() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let backend = LsmBackend::open(dir.join("db"), cfg.clone(), LsmBackend::small_options())
+    let mut backend = LsmBackend::open(dir.join("db"), cfg.clone(), LsmBackend::small_options())
         .and_then(|b| b.with_rmw_cache(cache))
         .unwrap();
+    // The small cache takes every write in (no doorkeeper); the large one as configured by default.
+    backend.set_rmw_cache_admission(cache < 1 << 20).unwrap();
     let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
     let counter = store
         .register_value(ValueStateDescriptor::new("counter", LongSerializer))

@@ -95,6 +95,14 @@ fn check_storage(storage: &CheckpointStorage) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// `b` with a read-modify-write cache of `cache` bytes: below 1 MiB taking every key in on its first miss,
+/// above as configured by default (a doorkeeper).
+fn cached(b: LsmBackend, cache: usize) -> keyed_state::Result<LsmBackend> {
+    let mut b = b.with_rmw_cache(cache)?;
+    b.set_rmw_cache_admission(cache < 1 << 20)?;
+    Ok(b)
+}
+
 /// `cache`: the read-modify-write cache capacity of every instance in bytes (0: off).
 fn run_ops(ops: Vec<Op>, retain: usize, cache: usize) -> Result<(), TestCaseError> {
     let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
@@ -106,7 +114,7 @@ fn run_ops(ops: Vec<Op>, retain: usize, cache: usize) -> Result<(), TestCaseErro
     );
     let mut insts = vec![wrap(
         LsmBackend::temp_with(cfg, opts.clone())
-            .and_then(|b| b.with_rmw_cache(cache))
+            .and_then(|b| cached(b, cache))
             .unwrap(),
         &storage,
         retain,
@@ -172,7 +180,7 @@ fn run_ops(ops: Vec<Op>, retain: usize, cache: usize) -> Result<(), TestCaseErro
                         let range = key_group_range_for_operator(MAX_P, p, i).unwrap();
                         let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
                         let (b, info) = restore_lsm_temp(&storage, id, cfg, opts.clone()).unwrap();
-                        let x = wrap(b.with_rmw_cache(cache).unwrap(), &storage, retain);
+                        let x = wrap(cached(b, cache).unwrap(), &storage, retain);
                         let mode = if claim {
                             RestoreMode::Claim
                         } else {

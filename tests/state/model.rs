@@ -84,13 +84,21 @@ struct Instance {
     ck: Checkpointer,
 }
 
+/// `b` with a read-modify-write cache of `capacity` bytes (`first_touch`: no doorkeeper).
+fn cached(b: LsmBackend, capacity: usize, first_touch: bool) -> LsmBackend {
+    let mut b = b.with_rmw_cache(capacity).unwrap();
+    b.set_rmw_cache_admission(first_touch).unwrap();
+    b
+}
+
 /// Which backend the instances run on.
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Heap,
     Lsm,
-    /// The LSM backend with a read-modify-write cache of this many bytes.
-    LsmCached(usize),
+    /// The LSM backend with a read-modify-write cache of this many bytes; `true`: every key taken in on its
+    /// first miss (no doorkeeper).
+    LsmCached(usize, bool),
     #[cfg(feature = "rocksdb")]
     RocksDb,
 }
@@ -99,8 +107,8 @@ enum Kind {
 const KINDS: &[Kind] = &[
     Kind::Heap,
     Kind::Lsm,
-    Kind::LsmCached(1),
-    Kind::LsmCached(2 << 10),
+    Kind::LsmCached(1, true),
+    Kind::LsmCached(2 << 10, false),
     #[cfg(feature = "rocksdb")]
     Kind::RocksDb,
 ];
@@ -136,11 +144,11 @@ impl Job {
                     Kind::Lsm => {
                         Box::new(LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap())
                     }
-                    Kind::LsmCached(cache) => Box::new(
-                        LsmBackend::temp_with(cfg, LsmBackend::small_options())
-                            .and_then(|b| b.with_rmw_cache(cache))
-                            .unwrap(),
-                    ),
+                    Kind::LsmCached(cache, first_touch) => Box::new(cached(
+                        LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap(),
+                        cache,
+                        first_touch,
+                    )),
                     #[cfg(feature = "rocksdb")]
                     Kind::RocksDb => {
                         Box::new(RocksDbBackend::temporary(cfg, RocksDbOptions::default()).unwrap())
@@ -159,9 +167,9 @@ impl Job {
         id: u64,
         storage: Arc<CheckpointStorage>,
     ) -> Job {
-        let cache = match kind {
-            Kind::LsmCached(c) => c,
-            _ => 0,
+        let (cache, first_touch) = match kind {
+            Kind::LsmCached(c, f) => (c, f),
+            _ => (0, false),
         };
         let backends = (0..parallelism)
             .map(|i| {
@@ -169,7 +177,7 @@ impl Job {
                 let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
                 let (b, _) =
                     restore_lsm_temp(&storage, id, cfg, LsmBackend::small_options()).unwrap();
-                Box::new(b.with_rmw_cache(cache).unwrap()) as Box<dyn StateBackend>
+                Box::new(cached(b, cache, first_touch)) as Box<dyn StateBackend>
             })
             .collect();
         Job::with_backends(kind, backends, &[], storage)
@@ -265,7 +273,7 @@ impl Job {
             inst.ck.close();
         }
         let storage = Arc::clone(&self.storage);
-        if native && matches!(self.kind, Kind::Lsm | Kind::LsmCached(_)) {
+        if native && matches!(self.kind, Kind::Lsm | Kind::LsmCached(..)) {
             NATIVE_RESTORES.fetch_add(1, Ordering::Relaxed);
             return Job::from_checkpoint(self.kind, parallelism, id, storage);
         }
@@ -453,8 +461,9 @@ proptest! {
     fn lsm_with_a_cache_matches_model(
         ops in proptest::collection::vec(op(), 1..80),
         cache in proptest::sample::select(vec![1usize, 300, 2 << 10, 64 << 20]),
+        first_touch in any::<bool>(),
     ) {
-        run(&ops, Kind::LsmCached(cache));
+        run(&ops, Kind::LsmCached(cache, first_touch));
     }
 }
 
