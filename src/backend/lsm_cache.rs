@@ -129,10 +129,13 @@ fn door_slots(capacity: usize) -> usize {
 impl RmwCache {
     /// A cache of `capacity` bytes; `admit_on_first_touch`: no doorkeeper.
     pub(crate) fn new(capacity: usize, admit_on_first_touch: bool) -> RmwCache {
+        // Room for as many entries as the capacity can hold (up to 4M) from the start: growing the table
+        // rehashes every key through its slot, a random read each.
+        let expect = (capacity / (ENTRY_OVERHEAD + 16)).min(1 << 22);
         RmwCache {
-            table: HashTable::new(),
+            table: HashTable::with_capacity(expect),
             hasher: Hasher::default(),
-            slots: Vec::new(),
+            slots: Vec::with_capacity(expect),
             free: Vec::new(),
             hand: 0,
             used: 0,
