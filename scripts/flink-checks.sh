@@ -24,11 +24,12 @@
 #   canonical savepoint) and on HashMap (then a native one: HashMap's canonical writer fails on null map
 #   values), and our import of what Flink wrote dumps exactly the entries of our import of the fixture (TTL
 #   timestamps included);
-# * Flink 1.20.3 (tests/fixtures/flink/flink-1.20.3, `_metadata` version 4; run.sh with FLINK_VERSION=1.20.3
-#   fetches that Flink's jars, about 230 MB, into FLINK_WORK_1X, default /tmp/flink-1.20.3): the fixture job's
-#   1.20 canonical savepoint imported and exported with itself as --template (so the result keeps its
-#   `_metadata` version and properties), and Flink 1.20.3 restores it on HashMap and RocksDB: checked against
-#   expected.json, and our import of what Flink wrote dumps the entries of our import of the fixture.
+# * Flink 1.15.4, 1.18.1 and 1.20.3 (tests/fixtures/flink/flink-<version>, `_metadata` version 3, 4, 4; run.sh
+#   with FLINK_VERSION=<version> fetches that Flink's jars, about 230 MB each, into $FLINK_WORK_1X-<version>,
+#   default /tmp/flink-<version>): each version's canonical savepoint of the fixture job imported and
+#   exported with itself as --template (so the result keeps its `_metadata` version and properties), and
+#   that Flink restores it on HashMap and RocksDB: checked against expected.json, and our import of what
+#   Flink wrote dumps the entries of our import of the fixture.
 # Not part of `cargo test`: needs Java 17 and the PyPI wheel apache-flink-libraries==2.3.0 that run.sh
 # fetches into FLINK_WORK (default /tmp/flink; about 330 MB, downloaded once).
 #
@@ -133,26 +134,32 @@ for f in rocksdb-canonical-savepoint rocksdb-native-savepoint hashmap-native-sav
   done
 done
 
-F120="$FIX/flink-1.20.3"
-"$BIN" import-flink "$F120/rocksdb-canonical-savepoint" --operator state-op --out "$WORK/f120.sp" > /dev/null
-"$BIN" dump "$WORK/f120.sp" --json | sort > "$WORK/f120.json"
-"$BIN" export-flink --template "$F120/rocksdb-canonical-savepoint" --operator "state-op=$WORK/f120.sp" \
-  --out "$WORK/f120-export" > /dev/null
-for backend in hashmap rocksdb; do
-  dst="$WORK/f120-restored-on-$backend"
-  if FLINK_VERSION=1.20.3 FLINK_WORK="${FLINK_WORK_1X:-/tmp/flink-1.20.3}" OUT="$F120" VERIFY_ONLY="$backend=$WORK/f120-export=$dst" \
-      VERIFY_RUN_INFO="$F120/rocksdb-canonical-savepoint/run-info.json" "$RUN" > "$dst.log" 2>&1; then
-    flink="$(grep -E '^/.*entries.*keys' "$dst.log" | sed 's/^.*: //')"
-  else
-    flink="FAILED ($(tail -1 "$dst.log"))"; fail=1
-  fi
-  if "$BIN" import-flink "$dst" --operator state-op --out "$dst.sp" > /dev/null &&
-      "$BIN" dump "$dst.sp" --json | sort > "$dst.json" && cmp -s "$WORK/f120.json" "$dst.json"; then
-    ours="dump equal ($(wc -l < "$dst.json") entries)"
-  else
-    ours="DUMP DIFFERS"; fail=1
-  fi
-  results+=("Flink 1.20.3 savepoint, exported with itself as template (_metadata v4), Flink 1.20.3 restores on $backend: expected.json $flink; re-import $ours")
+# Flink 1.x: each version's canonical savepoint imported and exported with itself as template, restored by
+# that Flink (its jars in $FLINK_WORK_1X-<version>; FLINK_WORK_1X defaults to /tmp/flink).
+for v in 1.15.4 1.18.1 1.20.3; do
+  F1="$FIX/flink-$v"
+  t="f${v//./}"
+  mdv=4; [[ $v == 1.15.* ]] && mdv=3
+  "$BIN" import-flink "$F1/rocksdb-canonical-savepoint" --operator state-op --out "$WORK/$t.sp" > /dev/null
+  "$BIN" dump "$WORK/$t.sp" --json | sort > "$WORK/$t.json"
+  "$BIN" export-flink --template "$F1/rocksdb-canonical-savepoint" --operator "state-op=$WORK/$t.sp" \
+    --out "$WORK/$t-export" > /dev/null
+  for backend in hashmap rocksdb; do
+    dst="$WORK/$t-restored-on-$backend"
+    if FLINK_VERSION=$v FLINK_WORK="${FLINK_WORK_1X:-/tmp/flink}-$v" OUT="$F1" VERIFY_ONLY="$backend=$WORK/$t-export=$dst" \
+        VERIFY_RUN_INFO="$F1/rocksdb-canonical-savepoint/run-info.json" "$RUN" > "$dst.log" 2>&1; then
+      flink="$(grep -E '^/.*entries.*keys' "$dst.log" | sed 's/^.*: //')"
+    else
+      flink="FAILED ($(tail -1 "$dst.log"))"; fail=1
+    fi
+    if "$BIN" import-flink "$dst" --operator state-op --out "$dst.sp" > /dev/null &&
+        "$BIN" dump "$dst.sp" --json | sort > "$dst.json" && cmp -s "$WORK/$t.json" "$dst.json"; then
+      ours="dump equal ($(wc -l < "$dst.json") entries)"
+    else
+      ours="DUMP DIFFERS"; fail=1
+    fi
+    results+=("Flink $v savepoint, exported with itself as template (_metadata v$mdv), Flink $v restores on $backend: expected.json $flink; re-import $ours")
+  done
 done
 
 echo "== results"

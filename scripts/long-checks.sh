@@ -37,6 +37,9 @@ done
 echo "== kill -9 campaign: 1000 kills (prints the inconsistencies found)"
 KEYED_STATE_KILL9_ITERS=1000 campaign nice -n 19 cargo test --release --test reliability kill9_campaign -- --nocapture
 
+echo "== timely host: 100 kill -9s of random processes at random moments, restarts at random parallelisms"
+KEYED_STATE_TIMELY_KILLS=100 campaign nice -n 19 cargo test --release -p keyed-state-timely --test timely kill_campaign -- --nocapture
+
 echo "== crash consistency by enumeration: 2000 steps, 1000 random crash points per mode"
 KEYED_STATE_CRASH_STEPS=2000 KEYED_STATE_CRASH_POINTS=1000 campaign nice -n 19 cargo test --release --test lsm crash_consistency -- --nocapture
 echo "== crash at every storage operation of object-store checkpoints and restores of an LSM backend on FaultFs"

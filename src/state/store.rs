@@ -36,6 +36,8 @@ pub struct KeyedStateStore<K: KeySerializer> {
     /// Scratch buffers for serialized values and user keys.
     pub(crate) scratch: Vec<u8>,
     pub(crate) scratch2: Vec<u8>,
+    /// The buffers of the last map iteration, kept for the next one (see `state::access::map`'s cursor).
+    pub(crate) map_batch: (Vec<u8>, Vec<(usize, usize, usize)>),
     /// Per state id: the registration made through this store (`None` = restored, not registered yet).
     registered: Vec<Option<Registered>>,
     /// The clock TTL is measured against.
@@ -81,6 +83,7 @@ impl<K: KeySerializer> KeyedStateStore<K> {
             key_end: 0,
             scratch: Vec::with_capacity(64),
             scratch2: Vec::with_capacity(64),
+            map_batch: (Vec::new(), Vec::new()),
             registered,
             ttl_clock: Arc::new(SystemTimeProvider),
             ttl_states: Vec::new(),

@@ -47,10 +47,17 @@ fn flink_entries(fixture: &str) -> BTreeMap<(String, String), String> {
 
 /// Our entries for the logical state of expected.json, from heap stores at parallelism 2.
 fn our_entries() -> BTreeMap<(String, String), String> {
-    let expected: Value = serde_json::from_str(
-        &std::fs::read_to_string(format!("{FIXTURES}/expected.json")).expect("expected.json"),
-    )
-    .expect("json");
+    our_entries_for(&format!("{FIXTURES}/expected.json"), false)
+}
+
+/// Our entries (state name, key hex) → value hex for the logical state of the fixture job's `expected`
+/// file (an `expected.json` of the job, as every Flink version's run writes it), from heap stores at
+/// parallelism 2: after all records, or with `phase1` after the first phase (each key's `after_phase1`
+/// fields; the timers are registered by then).
+pub(crate) fn our_entries_for(expected: &str, phase1: bool) -> BTreeMap<(String, String), String> {
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(expected).expect("expected.json"))
+            .expect("json");
     let max_p = expected["max_parallelism"].as_u64().unwrap() as u32;
     let keys = expected["keys"].as_object().unwrap();
     let mut out = BTreeMap::new();
@@ -85,15 +92,16 @@ fn our_entries() -> BTreeMap<(String, String), String> {
         let timers = s
             .register_timer_service("user-timers", VoidNamespaceSerializer)
             .unwrap();
-        for (k, st) in keys {
+        for (k, all) in keys {
             let key: i64 = k.parse().unwrap();
-            if st["subtask"].as_u64().unwrap() != subtask as u64 {
+            if all["subtask"].as_u64().unwrap() != subtask as u64 {
                 continue;
             }
+            let st = if phase1 { &all["after_phase1"] } else { all };
             s.set_current_key(&key).unwrap();
             assert_eq!(
                 s.current_key_group().unwrap() as u64,
-                st["key_group"].as_u64().unwrap()
+                all["key_group"].as_u64().unwrap()
             );
             s.value(&sum)
                 .unwrap()
@@ -115,10 +123,10 @@ fn our_entries() -> BTreeMap<(String, String), String> {
             s.register_event_time_timer(
                 &timers,
                 &VoidNamespace,
-                st["event_timer"].as_i64().unwrap(),
+                all["event_timer"].as_i64().unwrap(),
             )
             .unwrap();
-            if let Some(p) = st["processing_timer"].as_i64() {
+            if let Some(p) = all["processing_timer"].as_i64() {
                 s.register_processing_time_timer(&timers, &VoidNamespace, p)
                     .unwrap();
             }

@@ -122,6 +122,22 @@ fn import_then_dump_json_equals_expected_json() {
         "flink-1.20.3/rocksdb-native-savepoint-incremental-off",
         "flink-1.20.3/rocksdb-full-checkpoint/chk-1",
         "flink-1.20.3/rocksdb-incremental-checkpoint/chk-2",
+        "flink-1.18.1/hashmap-canonical-savepoint",
+        "flink-1.18.1/hashmap-canonical-savepoint-inline",
+        "flink-1.18.1/hashmap-native-savepoint",
+        "flink-1.18.1/rocksdb-canonical-savepoint",
+        "flink-1.18.1/rocksdb-native-savepoint",
+        "flink-1.18.1/rocksdb-native-savepoint-incremental-off",
+        "flink-1.18.1/rocksdb-full-checkpoint/chk-1",
+        "flink-1.18.1/rocksdb-incremental-checkpoint/chk-2",
+        "flink-1.15.4/hashmap-canonical-savepoint",
+        "flink-1.15.4/hashmap-canonical-savepoint-inline",
+        "flink-1.15.4/hashmap-native-savepoint",
+        "flink-1.15.4/rocksdb-canonical-savepoint",
+        "flink-1.15.4/rocksdb-native-savepoint",
+        "flink-1.15.4/rocksdb-native-savepoint-incremental-off",
+        "flink-1.15.4/rocksdb-full-checkpoint/chk-1",
+        "flink-1.15.4/rocksdb-incremental-checkpoint/chk-2",
     ] {
         // The directory holding run-info.json: the fixture, or the checkpoint's parent.
         let run_dir = match fixture.rsplit_once('/') {

@@ -315,6 +315,18 @@ impl KeyedFile {
         if checkpoint {
             file.native = file.detect_heap_native(max_parallelism)?;
         }
+        if file.native {
+            // The native format holds no value lengths: a serializer kept raw cannot be read past.
+            if let Some((state, class)) = file.proxy.raw_serializers().into_iter().next() {
+                return Err(FlinkError::UnsupportedState {
+                    file: file.name,
+                    state,
+                    detail: format!(
+                        "the native heap format can only be imported when every serializer is known; {class} is not"
+                    ),
+                });
+            }
+        }
         Ok(file)
     }
 

@@ -8,7 +8,7 @@ use keyed_state::Location;
 
 /// `Checkpoints.HEADER_MAGIC_NUMBER`.
 pub const METADATA_MAGIC: u32 = 0x4960_672d;
-/// The oldest metadata version read (Flink 1.15 writes 3).
+/// The oldest metadata version read (Flink 1.14 and 1.15 write 3, 1.16 to 1.20 write 4).
 pub const MIN_METADATA_VERSION: i32 = 3;
 /// The newest metadata version read (7 adds a per-subtask reference checkpoint id).
 pub const MAX_METADATA_VERSION: i32 = 7;

@@ -9,7 +9,7 @@ use keyed_state::meta::{StateKind, StateMetaInfo};
 use keyed_state::serializer::dynamic::TIMER_SNAPSHOT_ID;
 use keyed_state::serializer::{SerializerSnapshot, VOID_NAMESPACE_SNAPSHOT_ID};
 
-/// The only proxy version Flink 1.17+ writes and reads.
+/// The proxy version Flink writes from 1.14 to 2.3 (`KeyedBackendSerializationProxy.VERSION`), the only one read.
 pub const PROXY_VERSION: i32 = 6;
 /// `StateMetaInfoSnapshot` option key naming the state kind.
 pub const KEYED_STATE_TYPE: &str = "KEYED_STATE_TYPE";

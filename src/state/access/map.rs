@@ -9,12 +9,13 @@
 //! mutably, so nothing else writes the map while it runs (TTL may remove expired entries as it passes
 //! them, behind the cursor).
 
-use std::collections::VecDeque;
-
 use super::*;
 
 /// How many map entries an iterator fetches from the backend at a time.
 pub const MAP_BATCH: usize = 256;
+
+/// The largest batch buffer a store keeps between map iterations.
+const KEPT_BATCH_BYTES: usize = 64 << 10;
 
 /// A map value (`nullflag | V`) of `h` decoded.
 fn decode_map_value<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer>(
@@ -118,26 +119,57 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
             .map_put(self.h.core.id, self.kg, &s.key_ns, &s.scratch2, &s.scratch)
     }
 
-    /// The next raw entry after `cur`'s position: a batch is fetched from the backend when the last one is
-    /// used up.
-    fn next_raw(&mut self, cur: &mut Cursor) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        if cur.batch.is_empty() && !cur.done {
-            let s = &mut *self.store;
-            let after = cur.last.take();
-            let from = after.as_deref().unwrap_or_default();
-            let batch = &mut cur.batch;
-            s.backend
-                .map_scan_from(self.h.core.id, self.kg, &s.key_ns, from, &mut |k, v| {
-                    if after.as_deref() == Some(k) {
-                        return true;
-                    }
-                    batch.push_back((k.to_vec(), v.to_vec()));
-                    batch.len() < MAP_BATCH
-                })?;
-            cur.done = cur.batch.len() < MAP_BATCH;
-            cur.last = cur.batch.back().map(|(k, _)| k.clone()).or(after);
+    /// Moves `cur` to the next raw entry (read it with [`Cursor::entry`]); a batch is fetched from the backend
+    /// when the last one is used up. False when the map has no entry left.
+    fn next_raw(&mut self, cur: &mut Cursor) -> Result<bool> {
+        if cur.next < cur.spans.len() {
+            cur.next += 1;
+            return Ok(true);
         }
-        Ok(cur.batch.pop_front())
+        if cur.done {
+            return Ok(false);
+        }
+        let after = cur.spans.last().map(|&(k, v, _)| cur.buf[k..v].to_vec());
+        cur.buf.clear();
+        cur.spans.clear();
+        let s = &mut *self.store;
+        let from = after.as_deref().unwrap_or_default();
+        let (buf, spans) = (&mut cur.buf, &mut cur.spans);
+        s.backend
+            .map_scan_from(self.h.core.id, self.kg, &s.key_ns, from, &mut |k, v| {
+                if after.as_deref() == Some(k) {
+                    return true;
+                }
+                let start = buf.len();
+                buf.extend_from_slice(k);
+                buf.extend_from_slice(v);
+                spans.push((start, start + k.len(), buf.len()));
+                spans.len() < MAP_BATCH
+            })?;
+        cur.done = cur.spans.len() < MAP_BATCH;
+        cur.next = usize::from(!cur.spans.is_empty());
+        Ok(cur.next == 1)
+    }
+
+    /// A cursor before the first entry, on the buffers the last iteration left in the store.
+    fn cursor(&mut self) -> Cursor {
+        let (mut buf, mut spans) = std::mem::take(&mut self.store.map_batch);
+        buf.clear();
+        spans.clear();
+        Cursor {
+            buf,
+            spans,
+            next: 0,
+            done: false,
+        }
+    }
+
+    /// Gives a finished cursor's buffers back to the store for the next iteration (unless a batch of large
+    /// entries grew them beyond [`KEPT_BATCH_BYTES`]).
+    fn recycle(&mut self, cur: Cursor) {
+        if cur.buf.capacity() <= KEPT_BATCH_BYTES {
+            self.store.map_batch = (cur.buf, cur.spans);
+        }
     }
 
     /// The next entry after `cur`'s position, with TTL applied (an expired entry is removed, and returned
@@ -148,19 +180,20 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
         cur: &mut Cursor,
         value: bool,
     ) -> Result<Option<(UK::Value, Option<UV::Value>)>> {
-        while let Some((k, v)) = self.next_raw(cur)? {
-            let key = crate::serializer::from_bytes(&*self.h.user_key, &k)
+        while self.next_raw(cur)? {
+            let (k, v) = cur.entry();
+            let key = crate::serializer::from_bytes(&*self.h.user_key, k)
                 .map_err(ser_err(&self.h.core.name))?;
             let Some(ttl) = self.h.core.ttl else {
-                let decoded = if value { self.decode_value(&v)? } else { None };
+                let decoded = if value { self.decode_value(v)? } else { None };
                 return Ok(Some((key, decoded)));
             };
             if v.first() == Some(&MAP_VALUE_NULL) {
                 return Ok(Some((key, None)));
             }
             self.store.scratch2.clear();
-            self.store.scratch2.extend_from_slice(&k);
-            if let Some(decoded) = self.ttl_check(ttl, &v)? {
+            self.store.scratch2.extend_from_slice(k);
+            if let Some(decoded) = self.ttl_check(ttl, v)? {
                 return Ok(Some((key, Some(decoded))));
             }
         }
@@ -232,32 +265,44 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
 
     /// Whether the map has no entry (with TTL: no live entry; expired ones are removed on the way).
     pub fn is_empty(&mut self) -> Result<bool> {
-        let mut cur = Cursor::default();
-        Ok(self.next_entry(&mut cur, false)?.is_none())
+        if self.h.core.ttl.is_none() {
+            let s = &mut *self.store;
+            let mut empty = true;
+            s.backend
+                .map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |_, _| {
+                    empty = false;
+                    false
+                })?;
+            return Ok(empty);
+        }
+        let mut cur = self.cursor();
+        let empty = self.next_entry(&mut cur, false).map(|e| e.is_none());
+        self.recycle(cur);
+        empty
     }
 
     /// Every entry, in user-key order (null values are skipped), streamed from the backend: see the module
     /// documentation. Collect with `.collect::<Result<Vec<_>>>()`.
     pub fn entries(&mut self) -> MapEntries<'_, 'a, K, UK, UV, N> {
         MapEntries {
+            cur: self.cursor(),
             access: self,
-            cur: Cursor::default(),
         }
     }
 
     /// Every user key, in order (keys with a null value too), streamed.
     pub fn keys(&mut self) -> MapKeys<'_, 'a, K, UK, UV, N> {
         MapKeys {
+            cur: self.cursor(),
             access: self,
-            cur: Cursor::default(),
         }
     }
 
     /// Every value, in user-key order (null values are skipped), streamed.
     pub fn values(&mut self) -> MapValues<'_, 'a, K, UK, UV, N> {
         MapValues {
+            cur: self.cursor(),
             access: self,
-            cur: Cursor::default(),
         }
     }
 
@@ -297,19 +342,30 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
     }
 }
 
-/// Where a map iterator is: the batch fetched and not yet returned, the last user key fetched, and whether
-/// the backend has nothing after it.
+/// Where a map iterator is: the batch fetched from the backend (keys and values back to back in one buffer,
+/// so a batch costs no allocation per entry), the entry it is at, and whether the backend has nothing after
+/// the batch.
 #[derive(Default)]
 struct Cursor {
-    batch: VecDeque<(Vec<u8>, Vec<u8>)>,
-    last: Option<Vec<u8>>,
+    buf: Vec<u8>,
+    /// Per entry: where its key starts, where its value starts (the key's end) and where the value ends.
+    spans: Vec<(usize, usize, usize)>,
+    /// How many entries of the batch were returned (the current one is the last of them).
+    next: usize,
     done: bool,
 }
 
 impl Cursor {
+    /// The raw key and value of the current entry (after [`MapAccess::next_raw`] returned true).
+    fn entry(&self) -> (&[u8], &[u8]) {
+        let (k, v, end) = self.spans[self.next - 1];
+        (&self.buf[k..v], &self.buf[v..end])
+    }
+
     /// Ends the iteration (after an error: an iterator returns its first error, then nothing).
     fn stop(&mut self) {
-        self.batch.clear();
+        self.spans.clear();
+        self.next = 0;
         self.done = true;
     }
 }
@@ -407,5 +463,29 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
                 }
             }
         }
+    }
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
+    for MapEntries<'_, '_, K, UK, UV, N>
+{
+    fn drop(&mut self) {
+        self.access.recycle(std::mem::take(&mut self.cur));
+    }
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
+    for MapKeys<'_, '_, K, UK, UV, N>
+{
+    fn drop(&mut self) {
+        self.access.recycle(std::mem::take(&mut self.cur));
+    }
+}
+
+impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
+    for MapValues<'_, '_, K, UK, UV, N>
+{
+    fn drop(&mut self) {
+        self.access.recycle(std::mem::take(&mut self.cur));
     }
 }
