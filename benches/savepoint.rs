@@ -9,6 +9,8 @@
 //!   page faults of the fresh buffer).
 //! * restore: `SavepointReader::from_bytes` + `KeyedStateStore::restore` into a fresh heap backend. The copy
 //!   of the savepoint bytes handed to `from_bytes` and the drop of the restored store are not timed.
+//! * restore-file: `SavepointReader::open` of the savepoint written to a file (in the page cache: written
+//!   once before, read by every iteration) + `KeyedStateStore::restore`: what reading the file costs.
 //!
 //! Both uncompressed and LZ4. Throughput is `Throughput::Bytes(savepoint size)` of the variant measured.
 //!
@@ -105,6 +107,21 @@ fn savepoint(c: &mut Criterion<CpuTime>) {
                 || (bytes.clone(), new_store()),
                 |(copy, mut fresh)| {
                     let reader = SavepointReader::from_bytes(copy).unwrap();
+                    let summary = fresh.restore(std::slice::from_ref(&reader)).unwrap();
+                    assert_eq!(summary.entries, KEYS as u64);
+                    (fresh, reader)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.savepoint");
+        std::fs::write(&path, &bytes).unwrap();
+        g.bench_function("restore-file", |b| {
+            b.iter_batched(
+                new_store,
+                |mut fresh| {
+                    let reader = SavepointReader::open(&path).unwrap();
                     let summary = fresh.restore(std::slice::from_ref(&reader)).unwrap();
                     assert_eq!(summary.entries, KEYS as u64);
                     (fresh, reader)

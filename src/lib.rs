@@ -12,6 +12,8 @@
 //! * [`backend`] — the backend trait and the heap, LSM and (feature `rocksdb`) RocksDB backends.
 //! * [`savepoint`] — the unified savepoint format: write, read, verify.
 //! * [`checkpoint`] (feature `checkpoints`) — incremental checkpoints on object storage, restore and rescale.
+//! * [`env`](mod@env) — one environment per process or slot: shared background threads, memory budget and I/O
+//!   runtime for many backends and checkpoint storages.
 //! * [`keygroup`], [`serializer`] — Flink's key-group assignment and serializers.
 //! * [`meta`], [`layout`], [`ttl`] — what a backend or snapshot implementor works with: state descriptions,
 //!   Flink's entry bytes, TTL clocks and the byte-level expiry of stored values.
@@ -27,6 +29,7 @@
 pub mod backend;
 #[cfg(feature = "checkpoints")]
 pub mod checkpoint;
+pub mod env;
 mod error;
 #[doc(hidden)]
 pub mod internals;

@@ -93,6 +93,10 @@ impl EngineHandle for LsmEngine {
         Ok(self.0.db.wait_for_background_work()?)
     }
 
+    fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
+        self.0.db.stats().metrics()
+    }
+
     fn summary(&self) -> String {
         let s = self.0.db.stats();
         format!(

@@ -323,6 +323,13 @@ pub trait EngineHandle: Send + Sync {
 
     /// A one-line summary of the engine's shape (files per level, memtables), for benchmark and debug output.
     fn summary(&self) -> String;
+
+    /// The engine's figures under RocksDB's property and statistics names where they exist
+    /// (`rocksdb.cur-size-all-mem-tables`, `rocksdb.num-files-at-level<N>`, `rocksdb.stall.micros`, ...;
+    /// see [`keyed_state_lsm::DbStats::metrics`]). Default: none.
+    fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
+        Vec::new()
+    }
 }
 
 /// A consistent, immutable view of a backend at one point, for the savepoint encoder.

@@ -39,6 +39,11 @@ pub struct CheckpointOptions {
     pub pack_threshold: u64,
     /// Largest pack (default 8 MiB).
     pub pack_max: u64,
+    /// This writer's attempt for its instance name (Flink's restart attempt, the same in every process
+    /// of one attempt). Default: the next one after every attempt the root holds for the instance name.
+    /// Opening an attempt the root already holds, or one older than its newest, is
+    /// [`CheckpointError::Fenced`] (`design/checkpoint-fencing.md`).
+    pub attempt: Option<u64>,
 }
 
 impl Default for CheckpointOptions {
@@ -48,6 +53,7 @@ impl Default for CheckpointOptions {
             instance: None,
             pack_threshold: 1 << 20,
             pack_max: 8 << 20,
+            attempt: None,
         }
     }
 }
@@ -110,16 +116,37 @@ struct Registry {
     last_confirmed: Option<u64>,
     /// After a no-claim restore nothing is reused until the first own confirmation.
     reuse_restored: bool,
+    /// The highest id of this instance name in the root at open: new ids must be above it (a rerun
+    /// never writes below or over an earlier run's checkpoints).
+    floor: Option<u64>,
 }
 
 struct Inner {
     storage: Arc<CheckpointStorage>,
     instance: String,
+    /// This writer's attempt (its marker `attempts/<instance>/<attempt>` exists in the root).
+    attempt: u64,
     run: u64,
     opts: CheckpointOptions,
     reg: Mutex<Registry>,
     closed: AtomicBool,
     next_object: AtomicU64,
+}
+
+impl Inner {
+    /// [`CheckpointError::Fenced`] if a newer attempt of the instance name is in the root.
+    fn check_fenced(&self) -> Result<()> {
+        let newest = newest_attempt(&self.storage, &self.instance)?;
+        if newest > self.attempt {
+            return Err(CheckpointError::Fenced {
+                instance: self.instance.clone(),
+                attempt: self.attempt,
+                newer: newest,
+            }
+            .into());
+        }
+        Ok(())
+    }
 }
 
 /// One instance's checkpoints into one storage root. Cheap to clone (shared).
@@ -132,6 +159,7 @@ impl std::fmt::Debug for Checkpointer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Checkpointer")
             .field("instance", &self.inner.instance)
+            .field("attempt", &self.inner.attempt)
             .field("run", &format_args!("{:016x}", self.inner.run))
             .finish()
     }
@@ -155,9 +183,66 @@ fn now_millis() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The prefix of the attempt markers of `instance`: `attempts/<instance>/`.
+pub(crate) fn attempts_prefix(instance: &str) -> String {
+    format!("attempts/{instance}/")
+}
+
+/// The marker of attempt `attempt` of `instance`.
+fn attempt_marker(instance: &str, attempt: u64) -> String {
+    format!("{}{attempt:020}", attempts_prefix(instance))
+}
+
+/// The newest attempt of `instance` in the root (0: none). One listing; names that are not attempt
+/// markers are ignored.
+fn newest_attempt(storage: &CheckpointStorage, instance: &str) -> Result<u64> {
+    let prefix = attempts_prefix(instance);
+    Ok(storage
+        .list(&prefix)?
+        .iter()
+        .filter_map(|(p, _)| p.strip_prefix(&prefix)?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0))
+}
+
+/// Writes the marker of a new attempt of `instance`: `attempt`, or the next one after the newest. The
+/// marker is written create-only, so two writers never hold one attempt; an attempt at or below the
+/// newest is [`CheckpointError::Fenced`].
+fn take_attempt(storage: &CheckpointStorage, instance: &str, attempt: Option<u64>) -> Result<u64> {
+    for _ in 0..16 {
+        let newest = newest_attempt(storage, instance)?;
+        let want = match attempt {
+            Some(a) if a <= newest => {
+                return Err(CheckpointError::Fenced {
+                    instance: instance.to_string(),
+                    attempt: a,
+                    newer: newest,
+                }
+                .into())
+            }
+            Some(a) => a,
+            None => newest.checked_add(1).ok_or_else(|| {
+                Error::from(CheckpointError::Invalid(format!(
+                    "instance {instance}: no attempt left after {newest}"
+                )))
+            })?,
+        };
+        if storage.put_if_absent(&attempt_marker(instance, want), Vec::new())? {
+            return Ok(want);
+        }
+        // Another writer took it between the listing and the put: list again.
+    }
+    Err(CheckpointError::Invalid(format!(
+        "instance {instance}: 16 attempts to take an attempt number lost to other writers"
+    ))
+    .into())
+}
+
 impl Checkpointer {
-    /// A checkpointer for an instance owning `config`'s key groups, writing into `storage`. Runs the sweep
-    /// once: leftovers of an earlier run of the same instance name (uploads without metadata) go.
+    /// A checkpointer for an instance owning `config`'s key groups, writing into `storage`. Takes an
+    /// attempt for the instance name (a create-only marker `attempts/<instance>/<attempt>`), which fences
+    /// every older writer of the name, then runs the sweep once: leftovers of an earlier run of the same
+    /// instance name (uploads without metadata) go.
     pub fn open(
         storage: Arc<CheckpointStorage>,
         config: &BackendConfig,
@@ -177,10 +262,13 @@ impl Checkpointer {
                 "checkpoint instance name {instance:?} must be 1..200 bytes without '/'"
             )));
         }
+        let attempt = take_attempt(&storage, &instance, opts.attempt)?;
+        let floor = super::scan::newest_id_of(&storage, &instance)?;
         let c = Checkpointer {
             inner: Arc::new(Inner {
                 storage,
                 instance,
+                attempt,
                 run: new_run_id(),
                 opts,
                 reg: Mutex::new(Registry {
@@ -189,6 +277,7 @@ impl Checkpointer {
                     in_flight: BTreeMap::new(),
                     last_confirmed: None,
                     reuse_restored: false,
+                    floor,
                 }),
                 closed: AtomicBool::new(false),
                 next_object: AtomicU64::new(0),
@@ -206,6 +295,17 @@ impl Checkpointer {
     /// The storage.
     pub fn storage(&self) -> &Arc<CheckpointStorage> {
         &self.inner.storage
+    }
+
+    /// This writer's attempt for its instance name.
+    pub fn attempt(&self) -> u64 {
+        self.inner.attempt
+    }
+
+    /// [`CheckpointError::Fenced`] if a newer attempt of this instance name opened in the root (one
+    /// listing of `attempts/<instance>/`).
+    pub fn check_fenced(&self) -> Result<()> {
+        self.inner.check_fenced()
     }
 
     /// Tells the checkpointer which checkpoint its backend was restored from: `metas` are the
@@ -265,6 +365,9 @@ impl Checkpointer {
         for m in &owned {
             self.take_over_claims(m)?;
         }
+        // The claimed files' objects that a writer of the old job deleted before it was fenced are not
+        // reused: the files are uploaded again by the first checkpoint (the backend holds them).
+        let base = self.without_missing_objects(base)?;
         let mut reg = self.inner.reg.lock();
         reg.base = Some(base);
         reg.reuse_restored = true;
@@ -281,12 +384,38 @@ impl Checkpointer {
         Ok(())
     }
 
+    /// `base` without the files whose object is gone from the root (one listing per run it references).
+    fn without_missing_objects(&self, mut base: CheckpointMetadata) -> Result<CheckpointMetadata> {
+        let mut present: BTreeSet<String> = BTreeSet::new();
+        let runs: BTreeSet<&str> = base
+            .objects
+            .iter()
+            .filter_map(|o| run_of(&o.path))
+            .collect();
+        for run in runs {
+            let listed = self.inner.storage.list(&format!("shared/{run}/"))?;
+            present.extend(listed.into_iter().map(|(p, _)| p));
+        }
+        let objects = &base.objects;
+        base.files.retain(|f| {
+            objects
+                .get(f.object as usize)
+                .is_some_and(|o| present.contains(&o.path))
+        });
+        Ok(base)
+    }
+
     /// Makes this instance a sweeper of every old run whose objects part `m` references (a marker
     /// `claimed/<instance>/<old instance>/<old run>` each), and of the runs part `m`'s instance swept for
     /// its own earlier claims.
     fn take_over_claims(&self, m: &CheckpointMetadata) -> Result<()> {
         let storage = &self.inner.storage;
         let me = &self.inner.instance;
+        if &m.instance != me {
+            // Claim is the host's statement that the old job no longer runs: a writer of it still alive
+            // (a zombie) is fenced from here on, so it deletes nothing this instance now owns.
+            take_attempt(storage, &m.instance, None)?;
+        }
         let mut runs = foreign_runs(m, me);
         let prefix = claims_prefix(&m.instance);
         let theirs = if &m.instance == me {
@@ -316,6 +445,15 @@ impl Checkpointer {
             return Err(Error::Closed("the checkpointer"));
         }
         let mut reg = self.inner.reg.lock();
+        if let Some(floor) = reg.floor.filter(|&f| id <= f) {
+            return Err(CheckpointError::Invalid(format!(
+                "checkpoint id {id} of instance {}: the root already holds checkpoints of this instance up to \
+                 id {floor}; number new checkpoints past them (as Flink's checkpoint counter does), or write \
+                 into another root",
+                self.inner.instance
+            ))
+            .into());
+        }
         if reg.in_flight.contains_key(&id)
             || reg.last_confirmed.is_some_and(|c| id <= c)
             || reg.in_flight.keys().next_back().is_some_and(|&l| id <= l)
@@ -373,6 +511,8 @@ impl Checkpointer {
             ))
             .into());
         };
+        // A fenced writer deletes nothing (subsumed or retired metadata included).
+        self.inner.check_fenced()?;
         reg.in_flight.remove(&id);
         let me = &self.inner.instance;
         let mut runs = BTreeSet::new();
@@ -416,6 +556,7 @@ impl Checkpointer {
         if let Some(f) = reg.in_flight.remove(&id) {
             f.cancel.store(true, Ordering::Release);
             if let Some(m) = &f.written {
+                self.inner.check_fenced()?;
                 let me = &self.inner.instance;
                 self.inner.storage.delete(&metadata_path(id, me))?;
                 runs = foreign_runs(m, me);
@@ -462,16 +603,20 @@ impl Checkpointer {
         for f in reg.in_flight.values() {
             live.extend(f.protect.iter().cloned());
         }
+        // Everything is listed first and deleted after one fence check: an object in these listings was
+        // uploaded after its writer's attempt marker existed, so if the check finds no newer attempt, no
+        // object listed belongs to one (design/checkpoint-fencing.md, "Sweeps").
+        let mut doomed: Vec<String> = Vec::new();
         // Runs swept here, with the objects left in each: a run left empty needs no sweeper any more.
         let mut left_in: BTreeMap<String, usize> = BTreeMap::new();
         let prefix = format!("shared/{}/", self.inner.instance);
         for (path, _) in storage.list(&prefix)? {
             let kept = live.contains(&path);
-            if !kept {
-                storage.delete(&path)?;
-            }
             if let Some(run) = run_of(&path) {
                 *left_in.entry(run.to_string()).or_default() += usize::from(kept);
+            }
+            if !kept {
+                doomed.push(path);
             }
         }
         // Old runs: those this instance holds markers of, and those the metadata just deleted referenced.
@@ -490,7 +635,7 @@ impl Checkpointer {
                 if live.contains(&path) {
                     left += 1;
                 } else {
-                    storage.delete(&path)?;
+                    doomed.push(path);
                 }
             }
             if left == 0 {
@@ -501,9 +646,13 @@ impl Checkpointer {
         if !emptied.is_empty() {
             for (marker, _) in storage.list("claimed/")? {
                 if emptied.iter().any(|r| marker.ends_with(&format!("/{r}"))) {
-                    storage.delete(&marker)?;
+                    doomed.push(marker);
                 }
             }
+        }
+        self.inner.check_fenced()?;
+        for path in &doomed {
+            storage.delete(path)?;
         }
         Ok(())
     }
@@ -864,9 +1013,28 @@ impl PendingCheckpoint {
             let Some(f) = reg.in_flight.get_mut(&id).filter(|_| !cancelled) else {
                 return Err(CheckpointError::Cancelled { id }.into());
             };
-            inner
-                .storage
-                .put(&metadata_path(id, &inner.instance), bytes)?;
+            // Fenced writers commit nothing; the put is create-only, so no metadata is ever overwritten.
+            inner.check_fenced()?;
+            let path = metadata_path(id, &inner.instance);
+            if !inner.storage.put_if_absent(&path, bytes)? {
+                inner.check_fenced()?;
+                return Err(CheckpointError::AlreadyExists {
+                    id,
+                    instance: inner.instance.clone(),
+                    path,
+                }
+                .into());
+            }
+            // A newer attempt that opened between the check and the put may have swept objects this
+            // metadata names before it existed: the checkpoint is withdrawn, never reported complete.
+            if let Err(e) = inner.check_fenced() {
+                if inner.storage.delete(&path).is_err() {
+                    // The metadata stays: so do the objects it names (a leak for a later sweep, never a
+                    // checkpoint whose objects are gone).
+                    uploaded.clear();
+                }
+                return Err(e);
+            }
             f.written = Some(meta.clone());
             f.protect.clear();
         }

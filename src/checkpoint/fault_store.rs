@@ -30,6 +30,16 @@ struct Plan {
     fail_after_parts: Option<u64>,
     /// Done once, at the first get of a path containing the string, before it is answered.
     on_get: Option<GetHook>,
+    /// Request number at which the store stops until the test resumes it ([`FaultStore::pause_at`]).
+    pause: Option<Pause>,
+}
+
+/// A request held back: `reached` is signalled when it arrives, and it proceeds when `resume` is.
+#[derive(Debug)]
+struct Pause {
+    at: u64,
+    reached: std::sync::mpsc::Sender<()>,
+    resume: std::sync::mpsc::Receiver<()>,
 }
 
 /// What another writer does between a listing and a read ([`FaultStore::on_first_get`]).
@@ -127,9 +137,36 @@ impl FaultStore {
         });
     }
 
+    /// Request number `n` (counted from 1 over the store's life) waits, before it is made, until the test
+    /// resumes it: the first receiver returned hears when it arrives, the sender resumes it (dropping the
+    /// sender resumes it too). Another writer acts between two requests of this one.
+    pub fn pause_at(&self, n: u64) -> (std::sync::mpsc::Receiver<()>, std::sync::mpsc::Sender<()>) {
+        let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+        let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+        self.plan.lock().pause = Some(Pause {
+            at: n,
+            reached: reached_tx,
+            resume: resume_rx,
+        });
+        (reached_rx, resume_tx)
+    }
+
     /// Counts a request; an error if it is to fail.
     fn request(&self, what: &str, path: &Path, is_put: bool) -> Result<()> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst) + 1;
+        let pause = {
+            let mut plan = self.plan.lock();
+            match &plan.pause {
+                Some(p) if p.at == n => plan.pause.take(),
+                _ => None,
+            }
+        };
+        if let Some(p) = pause {
+            // The test thread runs the other writer now; this request waits (a blocked worker thread of
+            // the store's runtime, the other one keeps going).
+            let _ = p.reached.send(());
+            let _ = p.resume.recv();
+        }
         let plan = self.plan.lock();
         if plan.fail_from != 0 && n >= plan.fail_from {
             return Err(injected(what, path));

@@ -25,6 +25,7 @@ mod checkpointer;
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) mod fault_store;
 mod format;
+mod io;
 mod restore;
 mod scan;
 mod storage;
@@ -37,10 +38,11 @@ pub use checkpointer::{
     CheckpointOptions, CheckpointSummary, Checkpointer, PendingCheckpoint, RestoreMode,
 };
 pub use format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
+pub use io::{IoRuntime, DEFAULT_IO_THREADS};
 #[cfg(feature = "rocksdb")]
 pub use restore::restore_rocksdb;
 pub use restore::{restore_heap, restore_lsm, restore_lsm_temp, to_savepoint, RestoreInfo};
-pub use scan::{checkpoint_parts, list_completed};
+pub use scan::{checkpoint_parts, list_completed, MAX_METADATA_BYTES};
 pub use storage::{
     CheckpointStorage, Upload, UploadPart, Uploaded, MULTIPART_THRESHOLD, PARALLELISM, PART_SIZE,
     REMOTE_CONNECT_TIMEOUT, REMOTE_MAX_RETRIES, REMOTE_REQUEST_TIMEOUT, REMOTE_RETRY_TIMEOUT,

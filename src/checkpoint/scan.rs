@@ -15,6 +15,11 @@ pub fn checkpoint_id_of(path: &str) -> Option<u64> {
     path.strip_prefix("chk-")?.split('/').next()?.parse().ok()
 }
 
+/// The largest metadata file read (256 MiB): a larger one is a [`CheckpointError::Metadata`] naming it,
+/// never an allocation of its size. The largest the format produces is far below (45 bytes a file: a heap
+/// instance at max parallelism 32768 with 10 states is 15 MB).
+pub const MAX_METADATA_BYTES: u64 = 256 << 20;
+
 /// Every metadata file of the root (`chk-*/*/_metadata`), decoded, sorted by path (so by id, then instance).
 pub fn read_all_metadata(storage: &CheckpointStorage) -> Result<Vec<MetadataEntry>> {
     Ok(scan_metadata(storage)?.0)
@@ -28,8 +33,15 @@ fn scan_metadata(storage: &CheckpointStorage) -> Result<(Vec<MetadataEntry>, boo
         if !(path.starts_with("chk-") && path.ends_with("/_metadata")) {
             continue;
         }
-        let decoded = match storage.get(&path) {
-            Ok(bytes) => CheckpointMetadata::decode_named(&path, &bytes),
+        let decoded = match storage.get_bounded(&path, MAX_METADATA_BYTES) {
+            Ok(Ok(bytes)) => CheckpointMetadata::decode_named(&path, &bytes),
+            Ok(Err(size)) => Err(CheckpointError::Metadata {
+                at: crate::error::Location::file(&path),
+                detail: format!(
+                    "{size} bytes, more than the {MAX_METADATA_BYTES} a metadata file may hold; not read"
+                ),
+            }
+            .into()),
             // Deleted between the list and the read: no longer a checkpoint.
             Err(Error::Checkpoint(CheckpointError::MissingObject { .. })) => {
                 vanished = true;
@@ -84,6 +96,17 @@ pub fn referenced_objects(storage: &CheckpointStorage) -> Result<Option<BTreeSet
         return Ok(Some(live));
     }
     Ok(None)
+}
+
+/// The highest checkpoint id with metadata of `instance` in the root (from one listing; nothing is read).
+pub(crate) fn newest_id_of(storage: &CheckpointStorage, instance: &str) -> Result<Option<u64>> {
+    let suffix = format!("/{instance}/_metadata");
+    Ok(storage
+        .list("")?
+        .iter()
+        .filter(|(p, _)| p.starts_with("chk-") && p.ends_with(&suffix))
+        .filter_map(|(p, _)| checkpoint_id_of(p))
+        .max())
 }
 
 /// The completed parts of checkpoint `id` (one per instance). A metadata file of checkpoint `id` that does

@@ -1,5 +1,6 @@
-//! Checkpoint storage: a synchronous facade over an [`object_store::ObjectStore`] that owns a small tokio
-//! runtime. Only [`CheckpointStorage::open`] knows which store it is; every other call is the same for the
+//! Checkpoint storage: a synchronous facade over an [`object_store::ObjectStore`] whose requests run on an
+//! I/O runtime ([`IoRuntime`]: its own, or one shared by a [`StateEnv`](crate::env::StateEnv)'s storages);
+//! every call works from a plain thread and from inside a tokio runtime. Only [`CheckpointStorage::open`] knows which store it is; every other call is the same for the
 //! local file system, memory and S3 (and any S3-compatible server).
 //!
 //! Remote stores get bounded timeouts and retries ([`REMOTE_CONNECT_TIMEOUT`], [`REMOTE_REQUEST_TIMEOUT`],
@@ -16,8 +17,9 @@ use futures::stream::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 
+use super::io::{IoRuntime, DEFAULT_IO_THREADS};
 use crate::error::{CheckpointError, Error, Location, Result};
 use keyed_state_lsm::storage::Storage;
 
@@ -32,8 +34,10 @@ const CHUNK: usize = 1 << 20;
 
 /// Time to establish a connection to a remote store.
 pub const REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time one request to a remote store may take (an 8 MiB part included).
-pub const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Time one request to a remote store may take (a 16 MiB whole-object put or an 8 MiB part included: at
+/// least 0.56 MB/s). With [`REMOTE_RETRY_TIMEOUT`] it bounds a store that accepts and never answers to
+/// about 30 s.
+pub const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Retries of one failed request to a remote store.
 pub const REMOTE_MAX_RETRIES: usize = 3;
 /// Time after the first attempt of a request beyond which it is not retried.
@@ -95,7 +99,7 @@ pub struct CheckpointStorage {
     store: Arc<dyn ObjectStore>,
     prefix: String,
     local_root: Option<PathBuf>,
-    rt: tokio::runtime::Runtime,
+    io: Arc<IoRuntime>,
     root_name: String,
     /// Test hook: puts left before every put fails (negative: never).
     fail_after: AtomicI64,
@@ -152,6 +156,34 @@ impl CheckpointStorage {
     /// `AWS_ALLOW_HTTP`, ...), with bounded timeouts and retries.
     pub fn open(root: &str) -> Result<Self> {
         Self::open_with(root, &[])
+    }
+
+    /// [`open`](Self::open) of a root that must exist, for commands that only read (or only delete): a local
+    /// root (a path or `file://`) that is not an existing directory is [`Error::Io`] naming it (kind
+    /// `NotFound` when it does not exist), and nothing is created. Other stores are opened as by `open`.
+    pub fn open_existing(root: &str) -> Result<Self> {
+        let local = if root.contains("://") {
+            url::Url::parse(root)
+                .ok()
+                .filter(|u| u.scheme() == "file")
+                .and_then(|u| u.to_file_path().ok())
+        } else {
+            Some(PathBuf::from(root))
+        };
+        if let Some(p) = local {
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::io(
+                        "opening the checkpoint root",
+                        p,
+                        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory"),
+                    ))
+                }
+                Err(e) => return Err(Error::io("opening the checkpoint root", p, e)),
+            }
+        }
+        Self::open(root)
     }
 
     /// [`open`](Self::open) with store settings that override the environment's: for S3 any key
@@ -258,23 +290,25 @@ impl CheckpointStorage {
 
     /// Storage on any object store, under `prefix`.
     pub fn from_store(store: Arc<dyn ObjectStore>, prefix: &str, name: &str) -> Result<Self> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("ckpt-io")
-            .enable_all()
-            .build()
-            .map_err(Error::io_at(
-                "starting the I/O runtime of checkpoint storage",
-                name,
-            ))?;
         Ok(CheckpointStorage {
             store,
             prefix: prefix.trim_matches('/').to_string(),
             local_root: None,
-            rt,
+            io: Arc::new(IoRuntime::new(DEFAULT_IO_THREADS)),
             root_name: name.to_string(),
             fail_after: AtomicI64::new(-1),
         })
+    }
+
+    /// Runs the storage's requests on `io` (shared with other storages) instead of its own runtime.
+    pub fn with_io(mut self, io: Arc<IoRuntime>) -> Self {
+        self.io = io;
+        self
+    }
+
+    /// The runtime the storage's requests run on.
+    pub fn io(&self) -> &Arc<IoRuntime> {
+        &self.io
     }
 
     /// The root as given.
@@ -331,10 +365,30 @@ impl CheckpointStorage {
     pub fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
         self.check_fail(rel)?;
         let p = self.full(rel)?;
-        self.rt
-            .block_on(self.store.put(&p, PutPayload::from(bytes)))
+        self.io
+            .block_on(|| self.store.put(&p, PutPayload::from(bytes)))?
             .map_err(|e| self.remote_err("put", rel, e))?;
         Ok(())
+    }
+
+    /// Writes `bytes` as object `rel` only if no object `rel` exists (object_store's `PutMode::Create`: a
+    /// hard link without replace on a local root, `If-None-Match: *` on S3, a check under the store's lock
+    /// in memory), atomically. `Ok(false)`: the object existed and is unchanged.
+    pub fn put_if_absent(&self, rel: &str, bytes: Vec<u8>) -> Result<bool> {
+        self.check_fail(rel)?;
+        let p = self.full(rel)?;
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .io
+            .block_on(|| self.store.put_opts(&p, PutPayload::from(bytes), opts))?
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(self.remote_err("create-only put", rel, e)),
+        }
     }
 
     /// Uploads every `Upload` (up to [`PARALLELISM`] at once), reading its [`UploadPart::File`]s from
@@ -344,7 +398,7 @@ impl CheckpointStorage {
     /// and the first error is returned.
     pub fn upload_all(&self, uploads: &[Upload], files: &dyn Storage) -> Result<Vec<Uploaded>> {
         let failed = AtomicBool::new(false);
-        let results = self.rt.block_on(async {
+        let results = self.io.block_on(|| async {
             futures::stream::iter(uploads)
                 .take_while(|_| std::future::ready(!failed.load(Ordering::SeqCst)))
                 .map(|u| async {
@@ -357,7 +411,7 @@ impl CheckpointStorage {
                 .buffered(PARALLELISM)
                 .collect::<Vec<_>>()
                 .await
-        });
+        })?;
         // The stream stops early only after an error, which `collect` then returns.
         results.into_iter().collect()
     }
@@ -464,17 +518,33 @@ impl CheckpointStorage {
     /// Reads object `rel` whole.
     pub fn get(&self, rel: &str) -> Result<Vec<u8>> {
         let p = self.full(rel)?;
-        self.rt.block_on(async {
+        self.io.block_on(|| async {
             let r = self.store.get(&p).await.map_err(|e| self.map_get(rel, e))?;
             let b = r.bytes().await.map_err(|e| self.map_get(rel, e))?;
             Ok(b.to_vec())
-        })
+        })?
+    }
+
+    /// Reads object `rel` whole if it holds at most `max` bytes; `Ok(Err(size))` (nothing read) if larger.
+    pub fn get_bounded(&self, rel: &str, max: u64) -> Result<std::result::Result<Vec<u8>, u64>> {
+        let p = self.full(rel)?;
+        self.io.block_on(|| async {
+            let r = self.store.get(&p).await.map_err(|e| self.map_get(rel, e))?;
+            if r.meta.size > max {
+                return Ok(Err(r.meta.size));
+            }
+            let b = r.bytes().await.map_err(|e| self.map_get(rel, e))?;
+            if b.len() as u64 > max {
+                return Ok(Err(b.len() as u64));
+            }
+            Ok(Ok(b.to_vec()))
+        })?
     }
 
     /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once (an empty
     /// range reads nothing).
     pub fn get_ranges(&self, parts: &[(String, u64, u64)]) -> Result<Vec<Vec<u8>>> {
-        self.rt.block_on(async {
+        self.io.block_on(|| async {
             futures::stream::iter(parts.iter().map(|(rel, off, len)| async move {
                 if *len == 0 {
                     // An empty file (RocksDB's empty WAL of a checkpoint): nothing to read.
@@ -491,13 +561,13 @@ impl CheckpointStorage {
             .buffered(PARALLELISM)
             .try_collect()
             .await
-        })
+        })?
     }
 
     /// Size of object `rel`, or `None` if it does not exist.
     pub fn size(&self, rel: &str) -> Result<Option<u64>> {
         let p = self.full(rel)?;
-        match self.rt.block_on(self.store.head(&p)) {
+        match self.io.block_on(|| self.store.head(&p))? {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.remote_err("head", rel, e)),
@@ -513,13 +583,13 @@ impl CheckpointStorage {
         } else {
             Some(self.full(rel_prefix)?)
         };
-        let items: Vec<object_store::ObjectMeta> = self.rt.block_on(async {
+        let items: Vec<object_store::ObjectMeta> = self.io.block_on(|| async {
             match self.store.list(p.as_ref()).try_collect::<Vec<_>>().await {
                 Ok(v) => Ok(v),
                 Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
                 Err(e) => Err(self.remote_err("list", rel_prefix, e)),
             }
-        })?;
+        })??;
         let mut out: Vec<(String, u64)> = items
             .iter()
             .map(|m| (self.rel(&m.location), m.size))
@@ -531,7 +601,7 @@ impl CheckpointStorage {
     /// Deletes object `rel` (deleting a missing object is not an error).
     pub fn delete(&self, rel: &str) -> Result<()> {
         let p = self.full(rel)?;
-        match self.rt.block_on(self.store.delete(&p)) {
+        match self.io.block_on(|| self.store.delete(&p))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.remote_err("delete", rel, e)),
         }

@@ -100,6 +100,28 @@ pub enum CheckpointError {
         /// The backend of the restore.
         restore: &'static str,
     },
+    /// A newer writer of the same instance name opened in the root (its attempt marker exists): this one
+    /// commits and deletes nothing more (`design/checkpoint-fencing.md`).
+    #[error("checkpoint writer of instance {instance} (attempt {attempt}) is fenced: attempt {newer} of the same instance name opened in the root; this writer commits and deletes nothing more")]
+    Fenced {
+        /// The instance name.
+        instance: String,
+        /// This writer's attempt.
+        attempt: u64,
+        /// The newest attempt in the root.
+        newer: u64,
+    },
+    /// The metadata of this checkpoint id and instance already exists in the root: another run wrote it
+    /// (a rerun into a used root, or two jobs under one instance name). Nothing was overwritten.
+    #[error("checkpoint {id} of instance {instance} already exists in the root ({path}, written by another run); nothing was overwritten: restore from the root's checkpoints and number new ones past them, or write into another root")]
+    AlreadyExists {
+        /// The checkpoint id.
+        id: u64,
+        /// The instance name.
+        instance: String,
+        /// The metadata object, relative to the root.
+        path: String,
+    },
     /// A call that breaks the checkpoint protocol (an id twice, completing a checkpoint still running,
     /// claiming parts of different checkpoints, ...).
     #[error("checkpoint protocol: {0}")]
@@ -118,6 +140,9 @@ impl CheckpointError {
             CheckpointError::UnsupportedVersion { .. } => ErrorKind::Unsupported,
             CheckpointError::Cancelled { .. } => ErrorKind::Closed,
             CheckpointError::NotFound { .. } => ErrorKind::NotFound,
+            CheckpointError::Fenced { .. } | CheckpointError::AlreadyExists { .. } => {
+                ErrorKind::Busy
+            }
             CheckpointError::WrongBackend { .. } | CheckpointError::Invalid(_) => {
                 ErrorKind::InvalidInput
             }

@@ -1,4 +1,4 @@
-//! The decoder: [`SavepointReader`] over a memory-mapped file or bytes.
+//! The decoder: [`SavepointReader`] over the bytes of a file (read whole) or bytes in memory.
 
 use std::path::{Path, PathBuf};
 
@@ -14,17 +14,13 @@ use crate::error::{Error, Location, IN_MEMORY};
 use crate::keygroup::{key_group_prefix_len, read_key_group_prefix, KeyGroup};
 use crate::meta::StateKind;
 
-enum Data {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
+/// The savepoint's bytes, owned: a file is read whole, never mapped, so a file truncated or replaced under
+/// a reader gives the bytes read or an error, never a signal (`design/checkpoint-fencing.md`, "Readers").
+struct Data(Vec<u8>);
 
 impl Data {
     fn bytes(&self) -> &[u8] {
-        match self {
-            Data::Mapped(m) => m,
-            Data::Owned(v) => v,
-        }
+        &self.0
     }
 }
 
@@ -64,10 +60,13 @@ struct BlockStats {
 }
 
 impl SavepointReader {
-    /// Opens and validates the savepoint file at `path` (memory-mapped). Decoding errors name `path`.
+    /// Opens and validates the savepoint file at `path`, read whole into memory (with plain reads: a file
+    /// changed or truncated meanwhile yields bytes the checksums refuse, or an error, never a signal).
+    /// Decoding errors name `path`.
     pub fn open(path: &Path) -> crate::Result<Self> {
-        let io = |source| Error::io("opening savepoint", path, source);
-        let file = std::fs::File::open(path).map_err(io)?;
+        use std::io::Read;
+        let io = |source| Error::io("reading savepoint", path, source);
+        let mut file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < MIN_FILE_LEN {
             return Err(SavepointError::TooShort {
@@ -77,17 +76,14 @@ impl SavepointReader {
             }
             .into());
         }
-        // SAFETY: the map is read-only. A finished savepoint is never modified in place (`write_savepoint`
-        // only ever renames a complete file into place), and the contract of a savepoint path is that it
-        // is not truncated or rewritten while a reader has it open. Content changes made in violation of that
-        // are caught by the checksums as far as they are read after the change; a truncation could fault.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Ok(Self::parse(path.to_path_buf(), Data::Mapped(map))?)
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        file.read_to_end(&mut bytes).map_err(io)?;
+        Ok(Self::parse(path.to_path_buf(), Data(bytes))?)
     }
 
     /// Validates a savepoint held in memory. Decoding errors name the file `<memory>`.
     pub fn from_bytes(bytes: Vec<u8>) -> crate::Result<Self> {
-        Ok(Self::parse(PathBuf::from(IN_MEMORY), Data::Owned(bytes))?)
+        Ok(Self::parse(PathBuf::from(IN_MEMORY), Data(bytes))?)
     }
 
     fn parse(name: PathBuf, data: Data) -> Result<Self, SavepointError> {

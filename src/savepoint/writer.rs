@@ -402,7 +402,8 @@ pub fn write_savepoint_on(
         }
     };
     let written =
-        encode_to(snapshot, options, NewFileWriter(&mut file), tmp.clone()).and_then(|summary| {
+        // Write errors name the savepoint's path (the temporary file is an implementation detail, removed).
+        encode_to(snapshot, options, NewFileWriter(&mut file), path.to_path_buf()).and_then(|summary| {
             file.sync()
                 .map_err(Error::io_at("syncing the temporary savepoint file", &tmp))?;
             drop(file);

@@ -215,7 +215,7 @@ fn an_upload_failing_midway_leaves_no_metadata_and_no_objects(
     assert_eq!(err.kind(), keyed_state::ErrorKind::Io);
     assert!(list_completed(storage).unwrap().is_empty());
     a.ck.sweep().unwrap();
-    assert!(storage.list("").unwrap().is_empty());
+    assert!(objects_but_attempt_markers(storage).is_empty());
     // The next checkpoint works.
     a.checkpoint(2);
     a.ck.notify_complete(2).unwrap();
@@ -238,7 +238,7 @@ fn a_cancelled_checkpoint_fails_and_leaves_nothing(storage: &Arc<CheckpointStora
         "{err}"
     );
     assert_eq!(err.kind(), keyed_state::ErrorKind::Closed);
-    assert!(storage.list("").unwrap().is_empty());
+    assert!(objects_but_attempt_markers(storage).is_empty());
 }
 
 fn closing_while_a_checkpoint_runs_cancels_it(storage: &Arc<CheckpointStorage>, kind: Kind) {
@@ -254,7 +254,7 @@ fn closing_while_a_checkpoint_runs_cancels_it(storage: &Arc<CheckpointStorage>, 
             id: 1
         }))
     ));
-    assert!(storage.list("").unwrap().is_empty());
+    assert!(objects_but_attempt_markers(storage).is_empty());
     assert!(a.ck.begin(2, a.store.backend_mut()).is_err());
 }
 
@@ -1135,4 +1135,84 @@ fn a_failed_restore_leaves_the_directory_it_was_given_empty(storage: &Arc<Checkp
     assert_eq!(err.kind(), keyed_state::ErrorKind::Corruption, "{err}");
     assert!(err.location().is_some(), "{err}");
     assert_eq!(names_in(&dir), Vec::<String>::new());
+}
+
+/// An 8 GiB `_metadata` (sparse) beside a good checkpoint: listing, verifying and restoring name it as
+/// too large without reading it (before the bound, reading it aborted on "memory allocation of 8589934592
+/// bytes failed").
+#[test]
+fn an_8_gib_metadata_file_is_an_error_naming_it_never_an_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Arc::new(CheckpointStorage::local(dir.path()).unwrap());
+    let mut a = fresh(&storage, all(), 3);
+    for k in 0..100 {
+        a.put(k, k);
+    }
+    a.checkpoint(1);
+    a.ck.notify_complete(1).unwrap();
+    let huge = dir
+        .path()
+        .join("chk-00000000000000000002/kg00000-00015/_metadata");
+    std::fs::create_dir_all(huge.parent().unwrap()).unwrap();
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(8 << 30)
+        .unwrap();
+    let r = tools::verify(&storage, None).unwrap();
+    assert_eq!(r.problems.len(), 1, "{r:?}");
+    let text = format!("{:?}", r.problems[0]);
+    assert!(
+        text.contains("chk-00000000000000000002") && text.contains("8589934592 bytes"),
+        "{text}"
+    );
+    let Err(e) = keyed_state::checkpoint::restore_lsm_temp(
+        &storage,
+        2,
+        KeyedStateStore::config_for(&LongSerializer, MAX_P, all()),
+        options(),
+    ) else {
+        panic!("restored a checkpoint from an 8 GiB metadata file");
+    };
+    assert!(e.to_string().contains("more than the 268435456"), "{e}");
+    // The good checkpoint still restores.
+    let mut one = vec![restore(&storage, 1, all())];
+    check_instances(&mut one, &(0..100).map(|k| (k, k)).collect());
+}
+
+/// An S3 endpoint that accepts connections and never answers: every request times out, and the store
+/// fails with an error naming the operation: after about 4.5 s with the request timeout set to 1 s
+/// (`timeout`, or `AWS_TIMEOUT` in the environment), after about 30 s with the default (it was 120 s).
+#[cfg(feature = "s3")]
+#[test]
+fn an_s3_endpoint_that_never_answers_fails_after_its_request_timeout_not_minutes() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    // Accept and hold every connection, never writing a byte.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+        }
+    });
+    let try_list = |extra: &[(&str, &str)]| {
+        let mut settings: Vec<(&str, &str)> = vec![
+            ("aws_endpoint", endpoint.as_str()),
+            ("aws_allow_http", "true"),
+            ("aws_access_key_id", "x"),
+            ("aws_secret_access_key", "x"),
+            ("aws_region", "us-east-1"),
+        ];
+        settings.extend_from_slice(extra);
+        let storage = CheckpointStorage::open_with("s3://silent/root", &settings).unwrap();
+        let t = std::time::Instant::now();
+        let e = storage.list("").unwrap_err();
+        (e, t.elapsed())
+    };
+    let (e, took) = try_list(&[("timeout", "1s")]);
+    assert!(e.to_string().contains("list failed"), "{e}");
+    eprintln!("silent endpoint, timeout 1s: failed after {took:?}: {e}");
+    assert!(took < std::time::Duration::from_secs(15), "{took:?}");
+    let (e, took) = try_list(&[]);
+    eprintln!("silent endpoint, default timeout: failed after {took:?}: {e}");
+    assert!(took < std::time::Duration::from_secs(45), "{took:?}");
 }

@@ -8,6 +8,8 @@ mod s3;
 
 mod checkpoint_claim;
 mod checkpoint_crash;
+mod checkpoint_fencing;
 mod checkpoint_model;
 mod checkpoints;
+mod checkpoints_in_tokio;
 mod checkpoints_on_fault_fs;

@@ -1397,25 +1397,17 @@ fn background_threads_run_at_the_configured_lower_priority() {
     )
     .unwrap();
     // The threads set their priority first thing; give them a moment to start. Tests running in parallel
-    // have flush threads of their own, at the default increment (5), so look for one at +3.
+    // have background threads of their own, at the default increment (5), so look for one at +3.
     let expected = (base + 3).min(19);
     let found = |name: &str| nice_of(name).contains(&expected);
     for _ in 0..100 {
-        if found("lsm-flush") && found("lsm-compact") {
+        if found("lsm-bg-0") && found("lsm-bg-1") {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert!(
-        found("lsm-flush"),
-        "{:?} (base {base})",
-        nice_of("lsm-flush")
-    );
-    assert!(
-        found("lsm-compact"),
-        "{:?} (base {base})",
-        nice_of("lsm-compact")
-    );
+    assert!(found("lsm-bg-0"), "{:?} (base {base})", nice_of("lsm-bg-0"));
+    assert!(found("lsm-bg-1"), "{:?} (base {base})", nice_of("lsm-bg-1"));
     db.put(b"k", b"v").unwrap();
     assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
 }
@@ -1449,7 +1441,7 @@ fn background_threads_run_under_sched_batch_unless_told_not_to() {
         move |name: &str| thread_sched(name).contains(&((base + inc).min(19), policy))
     };
     for _ in 0..100 {
-        if ["lsm-flush", "lsm-compact"]
+        if ["lsm-bg-0", "lsm-bg-1"]
             .iter()
             .all(|n| want(2, SCHED_BATCH)(n) && want(1, SCHED_OTHER)(n))
         {
@@ -1457,7 +1449,7 @@ fn background_threads_run_under_sched_batch_unless_told_not_to() {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    for name in ["lsm-flush", "lsm-compact"] {
+    for name in ["lsm-bg-0", "lsm-bg-1"] {
         assert!(
             want(2, SCHED_BATCH)(name),
             "{name}: {:?} (base {base})",

@@ -7,5 +7,7 @@ mod lsm_model;
 mod lsm_multi_get;
 mod lsm_recovery;
 mod lsm_scenarios;
+mod lsm_shared_env;
 mod lsm_sst;
 mod lsm_stress;
+mod open_never_deletes;

@@ -320,7 +320,12 @@ fn a_failed_savepoint_leaves_the_previous_one_intact_and_no_file_that_looks_comp
         Fault::once(Op::Rename, "/sp/", Effect::Eio),
     ] {
         fs.inject(fault.clone());
-        assert!(write_savepoint_on(&fs, path, &*snap, &WriteOptions::default()).is_err());
+        let e = write_savepoint_on(&fs, path, &*snap, &WriteOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("/sp/"), "{fault:?}: {e}");
+        if matches!(fault.effect, Effect::NoSpace) {
+            // A full disk names the savepoint being written, not only its temporary file.
+            assert!(e.to_string().contains("/sp/savepoint:"), "{e}");
+        }
         assert_eq!(fs.peek(path).unwrap(), first, "{fault:?}");
         assert_eq!(
             fs.list(Path::new("/sp")).unwrap(),

@@ -64,7 +64,7 @@ pub fn main(cmd: CheckpointCommand) -> ExitCode {
 fn run(cmd: CheckpointCommand) -> Result<ExitCode> {
     match cmd {
         CheckpointCommand::List { root } => {
-            let storage = CheckpointStorage::open(&root)?;
+            let storage = CheckpointStorage::open_existing(&root)?;
             for m in list_completed(&storage)? {
                 let (new, referenced) = m.files_new_and_referenced();
                 let range = if m.key_group_range.is_empty() {
@@ -86,7 +86,7 @@ fn run(cmd: CheckpointCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         CheckpointCommand::Verify { root, id } => {
-            let storage = CheckpointStorage::open(&root)?;
+            let storage = CheckpointStorage::open_existing(&root)?;
             let rep = verify(&storage, id)?;
             if rep.metadata_files == 0 {
                 eprintln!(
@@ -114,7 +114,7 @@ fn run(cmd: CheckpointCommand) -> Result<ExitCode> {
             retain,
             dry_run,
         } => {
-            let storage = CheckpointStorage::open(&root)?;
+            let storage = CheckpointStorage::open_existing(&root)?;
             let rep = gc(&storage, retain, dry_run)?;
             let verb = if dry_run { "would delete" } else { "deleted" };
             for p in rep.metadata.iter().chain(&rep.objects) {
@@ -129,7 +129,7 @@ fn run(cmd: CheckpointCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         CheckpointCommand::ToSavepoint { root, id, out } => {
-            let storage = CheckpointStorage::open(&root)?;
+            let storage = CheckpointStorage::open_existing(&root)?;
             let bytes = to_savepoint(&storage, id, &out)?;
             println!(
                 "wrote savepoint {} of checkpoint {id}: {bytes} bytes",

@@ -19,6 +19,7 @@ use keyed_state::Error;
 mod checkpoint_cmds;
 mod demo;
 mod demo_checkpoints;
+mod demo_instances;
 mod flink_cmds;
 mod tools;
 
@@ -62,7 +63,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "lsm")]
         backend: BackendKind,
         /// Working directory of the lsm (or rocksdb) backend (default: a temporary directory, removed
-        /// afterwards). Whatever an earlier run left there is discarded.
+        /// afterwards). An earlier run's lsm database there is emptied (rocksdb: the directory must be
+        /// empty); a directory holding engine files but no CURRENT is refused and nothing is deleted.
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Number of events.
@@ -84,6 +86,15 @@ enum Command {
         /// Confirmed checkpoints retained in the root.
         #[arg(long, default_value_t = 3, requires = "checkpoint_dir")]
         retain: usize,
+        /// Run the job as this many operator instances (key-group ranges) in this process, every LSM
+        /// backend on one shared environment; prints peak memory, threads and write stall time (no
+        /// savepoint or checkpoints).
+        #[arg(long, conflicts_with_all = ["checkpoint_dir", "dir"])]
+        instances: Option<usize>,
+        /// The memory budget the instances share (memtables, block cache, SST metadata), e.g. `512MiB`
+        /// (needs `--instances`).
+        #[arg(long, requires = "instances", value_parser = demo_instances::parse_size)]
+        memory_budget: Option<usize>,
     },
     /// Show a savepoint's states, serializers, key groups, entries and bytes (our savepoint files, and
     /// Flink savepoint or checkpoint directories holding `_metadata`).
@@ -194,7 +205,19 @@ fn main() -> ExitCode {
             checkpoint_dir,
             checkpoint_every,
             retain,
+            instances,
+            memory_budget,
         } => {
+            if let Some(n) = instances {
+                if !matches!(backend, BackendKind::Lsm) {
+                    eprintln!("error: --instances runs LSM backends only");
+                    return ExitCode::from(2);
+                }
+                return match demo_instances::run(n, memory_budget, records, seed) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => report(&e),
+                };
+            }
             let plan = checkpoint_dir.map(|root| demo_checkpoints::Plan {
                 root,
                 every: checkpoint_every,
@@ -365,6 +388,20 @@ fn run(command: Command) -> Result<(), Error> {
     }
 }
 
+/// On SIGINT, SIGTERM or SIGHUP: removes the demo's temporary directory `dir`, says so, and exits with
+/// 128 + 2 (the process is stopping anyway; the engine's files there are the demo's own).
+fn remove_on_signal(dir: PathBuf) -> Result<(), Error> {
+    ctrlc::set_handler(move || {
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "interrupted: removed the temporary directory {}",
+            dir.display()
+        );
+        std::process::exit(130);
+    })
+    .map_err(|e| Error::InvalidArgument(format!("installing the signal handler: {e}")))
+}
+
 fn run_demo(
     backend: BackendKind,
     dir: Option<&Path>,
@@ -393,7 +430,10 @@ fn run_demo(
             };
             let location = match dir {
                 Some(_) => format!("directory {}", b.path().display()),
-                None => format!("temporary directory {}", b.path().display()),
+                None => {
+                    remove_on_signal(b.path().to_path_buf())?;
+                    format!("temporary directory {}", b.path().display())
+                }
             };
             (Box::new(b), location)
         }

@@ -314,3 +314,178 @@ fn demo_checkpoints_on_the_rocksdb_variant() {
     let root = dir.path().join("ckpt");
     demo_checkpoints_on("rocksdb", root.to_str().unwrap(), dir.path());
 }
+
+/// The arguments of a demo checkpointing into `root` every 20000 of 100000 events, retaining 2.
+fn demo_into(root: &str, sp: &std::path::Path, seed: &str) -> Vec<String> {
+    [
+        "demo",
+        "--records",
+        "100000",
+        "--seed",
+        seed,
+        "--checkpoint-dir",
+        root,
+        "--checkpoint-every",
+        "20000",
+        "--retain",
+        "2",
+        "--savepoint",
+        sp.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Every checkpoint in `root` verifies.
+fn assert_root_verifies(root: &str) {
+    let o = run(&["checkpoint", "verify", root]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+}
+
+#[test]
+fn a_second_demo_into_a_used_root_fails_and_overwrites_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ckpt");
+    let root = root.to_str().unwrap();
+    let first = run(&demo_into(root, &dir.path().join("a.sp"), "1")
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let listed = run(&["checkpoint", "list", root]);
+    let second = run(&demo_into(root, &dir.path().join("b.sp"), "2")
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    assert!(!second.status.success(), "{}", text(&second.stdout));
+    let err = text(&second.stderr);
+    assert!(
+        err.contains("already holds checkpoints of this instance up to id 5"),
+        "{err}"
+    );
+    assert_root_verifies(root);
+    // The first demo's checkpoints are those listed before, unchanged.
+    let o = run(&["checkpoint", "list", root]);
+    let ids = |o: &Output| -> Vec<String> {
+        text(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|w| w.parse::<u64>().is_ok())
+            .map(str::to_string)
+            .collect()
+    };
+    let (before, after) = (ids(&listed), ids(&o));
+    assert!(
+        before.iter().all(|id| after.contains(id)),
+        "{before:?} {after:?}"
+    );
+    let out = dir.path().join("4.sp");
+    let o = run(&[
+        "checkpoint",
+        "to-savepoint",
+        root,
+        "--id",
+        "5",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
+#[test]
+fn two_demos_into_one_root_at_once_never_both_succeed_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ckpt");
+    let root = root.to_str().unwrap();
+    let spawn = |sp: &str, seed: &str| {
+        Command::new(env!("CARGO_BIN_EXE_keyed-state"))
+            .args(demo_into(root, &dir.path().join(sp), seed))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("a.sp", "1"), spawn("b.sp", "2"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(
+        !(a.status.success() && b.status.success()),
+        "both reported success:\n{}\n{}",
+        text(&a.stdout),
+        text(&b.stdout)
+    );
+    for o in [&a, &b] {
+        if !o.status.success() {
+            let err = text(&o.stderr);
+            assert!(
+                err.contains("fenced")
+                    || err.contains("already exists")
+                    || err.contains("already holds"),
+                "{err}"
+            );
+        }
+    }
+    assert_root_verifies(root);
+    // Whatever checkpoint the root lists restores.
+    let listed = text(&run(&["checkpoint", "list", root]).stdout);
+    let newest = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .max();
+    if let Some(id) = newest {
+        let out = dir.path().join("newest.sp");
+        let o = run(&[
+            "checkpoint",
+            "to-savepoint",
+            root,
+            "--id",
+            &id.to_string(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+}
+
+#[test]
+fn read_only_checkpoint_commands_on_a_mistyped_root_fail_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("ckpt-typo");
+    let t = typo.to_str().unwrap();
+    let out = dir.path().join("out.sp");
+    let url = format!("file://{t}");
+    for args in [
+        vec!["checkpoint", "list", t],
+        vec!["checkpoint", "verify", t],
+        vec!["checkpoint", "gc", t, "--retain", "1", "--dry-run"],
+        vec!["checkpoint", "gc", t, "--retain", "1"],
+        vec![
+            "checkpoint",
+            "to-savepoint",
+            t,
+            "--id",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        vec!["checkpoint", "list", &url],
+    ] {
+        let o = run(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(t) && err.contains("No such file or directory"),
+            "{args:?}: {err}"
+        );
+        assert!(!typo.exists(), "{args:?} created the root");
+    }
+    // A file given as the root names it as not a directory.
+    std::fs::write(&typo, b"x").unwrap();
+    let o = run(&["checkpoint", "verify", t]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("not a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+}

@@ -214,3 +214,225 @@ fn missing_file_is_a_clear_error() {
         stderr(&o)
     );
 }
+
+#[test]
+fn demo_with_instances_on_one_budget_holds_the_same_entries_as_one_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let sp = dir.path().join("one.sp");
+    let entries = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("state entries:"))
+            .unwrap_or_else(|| panic!("no entry count in {out}"))
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .to_string()
+    };
+    let one = run(&[
+        "demo",
+        "--records",
+        "5000",
+        "--seed",
+        "3",
+        "--savepoint",
+        sp.to_str().unwrap(),
+    ]);
+    assert!(one.status.success(), "{}", stderr(&one));
+    let many = run(&[
+        "demo",
+        "--records",
+        "5000",
+        "--seed",
+        "3",
+        "--instances",
+        "4",
+        "--memory-budget",
+        "64MiB",
+    ]);
+    assert!(many.status.success(), "{}", stderr(&many));
+    let out = stdout(&many);
+    assert_eq!(entries(&out), entries(&stdout(&one)), "{out}");
+    for line in [
+        "peak memory:",
+        "threads:",
+        "write stalls:",
+        "memory budget:  64 MiB",
+    ] {
+        assert!(out.contains(line), "{line} missing from {out}");
+    }
+    let bad = run(&["demo", "--instances", "2", "--memory-budget", "lots"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("not a size"), "{}", stderr(&bad));
+}
+
+/// Every file of `dir` with its bytes (the lock file aside).
+fn files_of(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && !p.ends_with("LOCK"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn demo_dir_without_current_fails_naming_the_directory_and_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let sp = dir.path().join("a.sp");
+    let args = |records: &str| {
+        vec![
+            "demo".to_string(),
+            "--dir".into(),
+            db.display().to_string(),
+            "--records".into(),
+            records.into(),
+            "--savepoint".into(),
+            sp.display().to_string(),
+        ]
+    };
+    let o = bin().args(args("20000")).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::remove_file(db.join("CURRENT")).unwrap();
+    let before = files_of(&db);
+    assert!(before.keys().any(|n| n.ends_with(".sst")), "{before:?}");
+    let o = bin().args(args("100")).output().unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains(&db.display().to_string()) && err.contains("no CURRENT"),
+        "{err}"
+    );
+    assert!(err.contains(".sst"), "names what it found: {err}");
+    assert_eq!(files_of(&db), before, "the failed demo deleted files");
+}
+
+/// `dump` of a savepoint that is cut and rewritten (as `cp` over it does) again and again while it runs: every
+/// run ends with an exit code, never a signal (a mapped file's read past the cut was SIGBUS, exit 135), and
+/// a failed run names the file.
+#[test]
+fn dump_of_a_savepoint_replaced_while_it_runs_exits_with_an_error_never_a_signal() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sp = dir.path().join("a.sp");
+    let o = run(&[
+        "demo",
+        "--records",
+        "200000",
+        "--savepoint",
+        sp.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let good = std::fs::read(&sp).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (sp, good, stop) = (sp.clone(), good.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // What `cp` does: truncate in place, then write.
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(&sp)
+                    .unwrap();
+                std::io::Write::write_all(&mut f, &good[..good.len() / 2]).unwrap();
+                std::io::Write::write_all(&mut f, &good[good.len() / 2..]).unwrap();
+            }
+        })
+    };
+    for _ in 0..8 {
+        let o = bin()
+            .args(["dump", sp.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.signal(),
+            None,
+            "killed by a signal: {}",
+            stderr(&o)
+        );
+        if !o.status.success() {
+            assert!(
+                stderr(&o).contains(&sp.display().to_string()),
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+}
+
+#[test]
+fn verify_of_a_directory_names_it_and_says_it_is_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in ["verify", "dump"] {
+        let o = run(&[cmd, dir.path().to_str().unwrap()]);
+        assert!(!o.status.success());
+        let err = stderr(&o);
+        assert!(
+            err.contains(&dir.path().display().to_string()) && err.contains("Is a directory"),
+            "{cmd}: {err}"
+        );
+    }
+}
+
+/// The demo's temporary LSM directory (under `TMPDIR`) is removed when the demo is interrupted by SIGINT or
+/// SIGTERM, and the demo exits with 130.
+#[test]
+fn an_interrupted_demo_removes_its_temporary_directory() {
+    for signal in ["-INT", "-TERM"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let sp = tmp.path().join("never.sp");
+        let mut child = bin()
+            .args([
+                "demo",
+                "--records",
+                "100000000",
+                "--savepoint",
+                sp.to_str().unwrap(),
+            ])
+            .env("TMPDIR", tmp.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until the engine's directory holds its CURRENT.
+        let started = std::time::Instant::now();
+        let engine_dir = loop {
+            let found = std::fs::read_dir(tmp.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.join("CURRENT").exists());
+            if let Some(d) = found {
+                // The handler is installed right after the engine opens: give it that moment.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                break d;
+            }
+            assert!(
+                started.elapsed().as_secs() < 60,
+                "no engine directory appeared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let kill = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(130), "{signal}: {status:?} {err}");
+        assert!(
+            !engine_dir.exists(),
+            "{signal}: {} is left",
+            engine_dir.display()
+        );
+        assert!(err.contains("removed the temporary directory"), "{err}");
+    }
+}

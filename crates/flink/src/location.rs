@@ -97,12 +97,11 @@ pub fn display_name(h: &StreamHandle) -> String {
     }
 }
 
-/// The bytes of a stream handle: read into memory, or a file mapped read-only.
+/// The bytes of a stream handle, read into memory (files are read, never mapped: a file changed under the
+/// reader gives an error, never a signal).
 pub enum StreamBytes {
-    /// Bytes held in memory (inline handles, segments).
+    /// Bytes held in memory (inline handles, segments, whole files).
     Owned(Vec<u8>),
-    /// A whole file, memory-mapped.
-    Mapped(memmap2::Mmap),
 }
 
 impl std::ops::Deref for StreamBytes {
@@ -110,7 +109,6 @@ impl std::ops::Deref for StreamBytes {
     fn deref(&self) -> &[u8] {
         match self {
             StreamBytes::Owned(v) => v,
-            StreamBytes::Mapped(m) => m,
         }
     }
 }
@@ -119,29 +117,17 @@ impl std::fmt::Debug for StreamBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StreamBytes::Owned(v) => write!(f, "Owned({} bytes)", v.len()),
-            StreamBytes::Mapped(m) => write!(f, "Mapped({} bytes)", m.len()),
         }
     }
 }
 
 fn map(p: &Path) -> Result<StreamBytes, FlinkError> {
-    let file = std::fs::File::open(p).map_err(|e| FlinkError::io(p.display(), e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| FlinkError::io(p.display(), e))?
-        .len();
-    if len == 0 {
-        return Ok(StreamBytes::Owned(Vec::new()));
-    }
-    // SAFETY: the map is read-only. The contract of a savepoint directory being read is that its files are
-    // not truncated or rewritten meanwhile (as for our own savepoints, `SavepointReader::open`); content
-    // changes in violation of it give wrong bytes that the decoders check as they go, a truncation could
-    // fault.
-    let m = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FlinkError::io(p.display(), e))?;
-    Ok(StreamBytes::Mapped(m))
+    // Read, not mapped: a file truncated or replaced while it is read gives the bytes read (which the
+    // decoders check) or an error, never a signal that kills the process.
+    Ok(StreamBytes::Owned(read(p)?))
 }
 
-/// The bytes of `h` with whole files memory-mapped (relative and absolute file handles); `base` is the
+/// The bytes of `h` with whole files read (relative and absolute file handles); `base` is the
 /// directory of `_metadata`.
 pub fn map_stream(h: &StreamHandle, base: &Path) -> Result<StreamBytes, FlinkError> {
     match h {

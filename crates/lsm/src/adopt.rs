@@ -118,12 +118,49 @@ pub fn summarize_sst(storage: &dyn Storage, path: &Path) -> Result<SstSummary, L
     })
 }
 
+/// Refuses a directory holding engine files other than the SSTs `files` names: a manifest (a database's),
+/// a log (unflushed writes) or another SST would be orphaned by the manifest an adoption writes.
+fn check_no_database(
+    storage: &dyn Storage,
+    dir: &Path,
+    files: &[AdoptFile],
+) -> Result<(), LsmError> {
+    let names = storage.list(dir).map_err(|e| super::io::io_err(dir, e))?;
+    let numbers: std::collections::BTreeSet<u64> = files.iter().map(|f| f.number).collect();
+    for name in names {
+        let sst = name
+            .strip_suffix(".sst")
+            .and_then(|n| n.parse::<u64>().ok());
+        let foreign = match sst {
+            Some(n) => !numbers.contains(&n),
+            None => {
+                name.starts_with("MANIFEST-")
+                    || name
+                        .strip_suffix(".log")
+                        .is_some_and(|n| n.parse::<u64>().is_ok())
+            }
+        };
+        if foreign {
+            return Err(LsmError::InvalidArgument(format!(
+                "adopting files into {}: it already holds {name}, which an adoption would orphan; adopt into a \
+                 directory holding only the files to adopt",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Makes `dir` of `storage` a database of the SST files `files`, each already at `NNNNNN.sst` in `dir`: writes
 /// a manifest naming them at their levels, so that `dir` opens as a [`Db`](crate::Db) whose last sequence
 /// number is at least `last_seqno`. The files are used as they are. The database reads a bounded file only
 /// inside its bounds (its key range, for the level checks, is what it holds there); a file holding nothing
 /// inside its bounds is left out (and removed by the first open). Returns the number of files the manifest
 /// names.
+///
+/// The directory must hold no database: a manifest, a log, or an SST not among `files` is
+/// [`LsmError::InvalidArgument`] naming it, and nothing is written (a new manifest would orphan those
+/// files, and the first open would delete them).
 ///
 /// Fails with [`LsmError::InvalidArgument`] for a level the database does not have or empty bounds, with
 /// [`LsmError::FilesOverlap`] when two files of a level 1 or deeper overlap, and with the errors of opening a
@@ -135,6 +172,7 @@ pub fn adopt_sst_files(
     last_seqno: u64,
     num_levels: usize,
 ) -> Result<usize, LsmError> {
+    check_no_database(storage, dir, files)?;
     let mut added = Vec::with_capacity(files.len());
     let mut max_seq = last_seqno;
     let mut max_number = 0;

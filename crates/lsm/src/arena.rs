@@ -94,6 +94,11 @@ impl Arena {
         }
     }
 
+    /// The size of the chunks small copies fill.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
     /// Copies the concatenation of `parts` into the arena.
     pub fn copy(&self, parts: &[&[u8]]) -> ArenaBytes {
         let len: usize = parts.iter().map(|p| p.len()).sum();

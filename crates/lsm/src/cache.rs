@@ -10,12 +10,19 @@
 //! (whose glibc `malloc` paid for `malloc_consolidate` in profiles). File numbers are never reused, so
 //! stale entries of deleted files are simply evicted over time (or dropped at once with
 //! [`BlockCache::erase_file`]).
+//!
+//! A cache made for an environment's memory budget ([`BlockCache::with_budget`]) is shared by its engines:
+//! its capacity is what memtables, SST metadata and reservations leave of the budget, read at every insert,
+//! and [`BlockCache::fit`] evicts down to it when they grow. Its engines' file numbers are told apart by an
+//! owner tag ([`BlockCache::new_owner`], [`file_key`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
+
+use crate::budget::{LeftoverCache, MemoryBudget};
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
@@ -127,10 +134,23 @@ impl Shard {
     }
 }
 
+/// Bits of a cache key's file part that hold the file number; the owner tag is above them.
+const FILE_NUMBER_BITS: u32 = 40;
+
+/// The cache key of file `number` of the engine tagged `owner` ([`BlockCache::new_owner`]). The first
+/// owner's tag is 0, so a cache of one engine keys blocks by file number alone.
+pub(crate) fn file_key(owner: u64, number: u64) -> u64 {
+    (owner << FILE_NUMBER_BITS) ^ number
+}
+
 /// A sharded, byte-bounded cache of decompressed blocks.
 pub struct BlockCache {
     shards: Box<[Mutex<Shard>]>,
     shard_capacity: usize,
+    /// The budget whose leftover is the capacity (None: the fixed `shard_capacity`).
+    budget: Option<Arc<MemoryBudget>>,
+    /// The next owner tag.
+    owners: std::sync::atomic::AtomicU64,
 }
 
 impl BlockCache {
@@ -140,15 +160,66 @@ impl BlockCache {
         Arc::new(BlockCache {
             shards,
             shard_capacity: capacity_bytes / SHARDS,
+            budget: None,
+            owners: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
-    /// The byte bound this cache was created with (rounded down to a multiple of the shard count).
-    pub fn capacity(&self) -> usize {
-        self.shard_capacity * SHARDS
+    /// A cache holding what `budget` leaves (see the module documentation), connected to it.
+    pub(crate) fn with_budget(budget: Arc<MemoryBudget>) -> Arc<Self> {
+        let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
+        let cache = Arc::new(BlockCache {
+            shards,
+            shard_capacity: budget.capacity().unwrap_or(0) / SHARDS,
+            budget: Some(Arc::clone(&budget)),
+            owners: std::sync::atomic::AtomicU64::new(0),
+        });
+        let leftover: Arc<dyn LeftoverCache> = Arc::clone(&cache) as Arc<dyn LeftoverCache>;
+        budget.set_cache(&leftover);
+        cache
     }
 
-    /// Bytes currently charged (never above [`BlockCache::capacity`]).
+    /// A tag for a new engine using the cache, for [`file_key`].
+    pub(crate) fn new_owner(&self) -> u64 {
+        self.owners
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The budget the cache takes its capacity from, if any.
+    pub(crate) fn budget(&self) -> Option<&Arc<MemoryBudget>> {
+        self.budget.as_ref()
+    }
+
+    /// The bound of one shard now.
+    #[inline]
+    fn shard_capacity(&self) -> usize {
+        match &self.budget {
+            None => self.shard_capacity,
+            Some(b) => b.cache_capacity().min(usize::MAX / 2) / SHARDS,
+        }
+    }
+
+    /// The byte bound now (rounded down to a multiple of the shard count): the one the cache was created
+    /// with, or what its budget leaves.
+    pub fn capacity(&self) -> usize {
+        self.shard_capacity() * SHARDS
+    }
+
+    /// Evicts blocks until every shard is within its bound (after the budget's other charges grew).
+    pub fn fit(&self) {
+        let cap = self.shard_capacity();
+        for shard in self.shards.iter() {
+            let mut s = shard.lock();
+            while s.usage > cap {
+                if !s.evict_one() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Bytes currently charged (never above [`BlockCache::capacity`] for a fixed capacity; with a budget, above
+    /// it only until the next [`fit`](Self::fit) or insert after the others grew).
     pub fn usage(&self) -> usize {
         self.shards.iter().map(|s| s.lock().usage).sum()
     }
@@ -194,13 +265,12 @@ impl BlockCache {
     /// other blocks: at most 511 bytes, for 4 KiB blocks about 1.6 % on average) is not charged.
     pub fn insert(&self, file_number: u64, offset: u64, block: Arc<Vec<u8>>) {
         let charge = block.len() + ENTRY_OVERHEAD;
-        if charge > self.shard_capacity {
+        let cap = self.shard_capacity();
+        if charge > cap {
             return;
         }
         let key = (file_number, offset);
-        self.shard(&key)
-            .lock()
-            .insert(key, block, charge, self.shard_capacity);
+        self.shard(&key).lock().insert(key, block, charge, cap);
     }
 
     /// Drops every cached block of `file_number` (e.g. after the file is deleted).
@@ -234,6 +304,16 @@ impl std::fmt::Debug for BlockCache {
             .field("capacity", &self.capacity())
             .field("usage", &self.usage())
             .finish()
+    }
+}
+
+impl LeftoverCache for BlockCache {
+    fn usage(&self) -> usize {
+        BlockCache::usage(self)
+    }
+
+    fn fit(&self) {
+        BlockCache::fit(self)
     }
 }
 

@@ -99,8 +99,9 @@ impl fmt::Display for Location {
 #[non_exhaustive]
 pub enum LsmError {
     /// A file-system operation failed: opening, reading, writing, syncing, renaming, listing or removing
-    /// `path`. Opening a database whose directory does not exist, with `create_if_missing` off, is this error
-    /// with [`std::io::ErrorKind::NotFound`] (kind [`NotFound`](ErrorKind::NotFound)).
+    /// `path`. Opening a database whose directory does not exist, or holds no `CURRENT` and no engine file,
+    /// with `create_if_missing` off, is this error with [`std::io::ErrorKind::NotFound`] (kind
+    /// [`NotFound`](ErrorKind::NotFound)).
     #[error("I/O error on {}: {source}", path.display())]
     Io {
         /// The file or directory.
@@ -118,6 +119,17 @@ pub enum LsmError {
         at: Location,
         /// What is wrong.
         detail: String,
+    },
+    /// A database directory without `CURRENT` holds engine files (SSTs, manifests or logs) that are not
+    /// the leftovers of an interrupted creation: the database's root pointer is gone, so what the files
+    /// hold is unknown. The open fails and deletes nothing, with or without
+    /// [`create_if_missing`](crate::Options::create_if_missing). `at` names the directory.
+    #[error("database directory {at} has no CURRENT but holds {} engine file(s) ({}): it is not a new database; nothing was deleted (restore CURRENT from a backup, or move the files away)", found.len(), list_names(found))]
+    MissingCurrent {
+        /// The directory.
+        at: Location,
+        /// The engine files found in it, sorted.
+        found: Vec<String>,
     },
     /// A write-ahead log or manifest is damaged at an offset, found when the database is opened: a record
     /// (or the file header) that is neither whole nor a torn tail left by a crash, or a record that does not
@@ -220,15 +232,40 @@ pub enum LsmError {
     /// (reading its input).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The operating system refused to start a thread: the background threads of a
+    /// [`SharedEnv`](crate::SharedEnv).
+    #[error("starting thread {thread}: {source}")]
+    Spawn {
+        /// The thread's name.
+        thread: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Up to eight names, then how many more.
+fn list_names(names: &[String]) -> String {
+    let mut s = names
+        .iter()
+        .take(8)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > 8 {
+        s.push_str(&format!(", and {} more", names.len() - 8));
+    }
+    s
 }
 
 impl LsmError {
     /// What kind of failure this is:
     ///
     /// * [`Io`](ErrorKind::Io) for [`LsmError::Io`] ([`NotFound`](ErrorKind::NotFound) when the OS error is
-    ///   a missing file or directory);
+    ///   a missing file or directory) and [`Spawn`](LsmError::Spawn);
     /// * [`Corruption`](ErrorKind::Corruption) for [`Corruption`](LsmError::Corruption),
-    ///   [`DamagedLog`](LsmError::DamagedLog) and [`RecoveryPointBehindSst`](LsmError::RecoveryPointBehindSst);
+    ///   [`MissingCurrent`](LsmError::MissingCurrent), [`DamagedLog`](LsmError::DamagedLog) and
+    ///   [`RecoveryPointBehindSst`](LsmError::RecoveryPointBehindSst);
     /// * [`InvalidInput`](ErrorKind::InvalidInput) for [`SstInput`](LsmError::SstInput),
     ///   [`NoMergeOperator`](LsmError::NoMergeOperator), [`MergeFailed`](LsmError::MergeFailed),
     ///   [`DirectoryNotEmpty`](LsmError::DirectoryNotEmpty), [`NotAscending`](LsmError::NotAscending),
@@ -240,7 +277,9 @@ impl LsmError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             LsmError::Io { source, .. } => ErrorKind::of_io(source),
+            LsmError::Spawn { .. } => ErrorKind::Io,
             LsmError::Corruption { .. }
+            | LsmError::MissingCurrent { .. }
             | LsmError::DamagedLog { .. }
             | LsmError::RecoveryPointBehindSst { .. } => ErrorKind::Corruption,
             LsmError::SstInput { .. }
@@ -260,6 +299,7 @@ impl LsmError {
     pub fn location(&self) -> Option<&Location> {
         match self {
             LsmError::Corruption { at, .. }
+            | LsmError::MissingCurrent { at, .. }
             | LsmError::DamagedLog { at, .. }
             | LsmError::RecoveryPointBehindSst { at, .. } => Some(at),
             LsmError::Background(e) => e.location(),
@@ -294,6 +334,13 @@ mod tests {
                 LsmError::Corruption {
                     at: Location::at("f", 3),
                     detail: "x".into(),
+                },
+                ErrorKind::Corruption,
+            ),
+            (
+                LsmError::MissingCurrent {
+                    at: Location::at("f", 3),
+                    found: vec!["000001.sst".into()],
                 },
                 ErrorKind::Corruption,
             ),
@@ -378,6 +425,7 @@ mod tests {
             let expect = matches!(
                 e,
                 LsmError::Corruption { .. }
+                    | LsmError::MissingCurrent { .. }
                     | LsmError::DamagedLog { .. }
                     | LsmError::RecoveryPointBehindSst { .. }
             );

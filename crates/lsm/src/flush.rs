@@ -33,17 +33,21 @@ impl PropertiesCollector for Collectors {
 pub(crate) struct Outputs<'a> {
     db: &'a DbInner,
     target_size: Option<u64>,
+    /// Whether a new file starts where the first `partition_prefix_len` key bytes change.
+    partition: bool,
     cur: Option<(SstWriter, u64)>,
     last_user_key: Vec<u8>,
     done: Vec<Arc<FileMeta>>,
 }
 
 impl<'a> Outputs<'a> {
-    /// Outputs of `db` that start a new file past `target_size` bytes (None: a single file).
-    pub fn new(db: &'a DbInner, target_size: Option<u64>) -> Self {
+    /// Outputs of `db` that start a new file past `target_size` bytes (None: a single file) and, with
+    /// `partition`, where the first [`Options::partition_prefix_len`](crate::Options) key bytes change.
+    pub fn new(db: &'a DbInner, target_size: Option<u64>, partition: bool) -> Self {
         Self {
             db,
             target_size,
+            partition,
             cur: None,
             last_user_key: Vec::new(),
             done: Vec::new(),
@@ -58,7 +62,11 @@ impl<'a> Outputs<'a> {
                 self.finish_current()?;
             }
         }
-        let p = self.db.opts.partition_prefix_len;
+        let p = if self.partition {
+            self.db.opts.partition_prefix_len
+        } else {
+            0
+        };
         if p > 0
             && self.cur.is_some()
             && uk.get(..p.min(uk.len()))
@@ -153,7 +161,12 @@ pub(crate) fn open_recorded(
     recorded: Option<&FileInfo>,
 ) -> Result<Arc<FileMeta>, LsmError> {
     let path = sst_path(&db.dir, number);
-    let reader = SstReader::open_on(&*db.opts.storage, &path, number, Arc::clone(&db.cache))?;
+    let reader = SstReader::open_on(
+        &*db.opts.storage,
+        &path,
+        crate::cache::file_key(db.cache_owner, number),
+        Arc::clone(&db.cache),
+    )?;
     let props = reader.properties();
     let range_dels = match props.user.iter().find(|(k, _)| k == PROP_RANGE_DELS) {
         Some((_, v)) => rangedel::decode(v).map_err(|d| LsmError::Corruption {
@@ -196,7 +209,9 @@ pub(crate) fn open_recorded(
     )))
 }
 
-/// Writes a memtable into one L0 file (none if it is empty).
+/// Writes a memtable into one L0 file (none if it is empty), not cut at
+/// [`Options::partition_prefix_len`](crate::Options::partition_prefix_len) boundaries: a flush is one sorted
+/// run, and one file keeps L0's file count, open readers and a checkpoint's objects at one per flush.
 ///
 /// With a merge operator, each run of consecutive merge operands of one user key that no live snapshot splits
 /// is written as one operand (`partial_merge`, oldest first, at the newest operand's seqno), as RocksDB's flush
@@ -205,7 +220,7 @@ pub(crate) fn open_recorded(
 /// filter is configured (it must see each operand as written, e.g. to drop expired list elements one by one),
 /// or when the operator declines (`None`: the operands are written as they are).
 pub(crate) fn write_memtable(db: &DbInner, mem: &MemTable) -> Result<Vec<Arc<FileMeta>>, LsmError> {
-    let mut out = Outputs::new(db, None);
+    let mut out = Outputs::new(db, None, false);
     let op = match &db.opts.merge_operator {
         Some(op)
             if db

@@ -145,7 +145,7 @@ where
     K: AsRef<[u8]>,
     V: AsRef<[u8]>,
 {
-    let mut out = Outputs::new(inner, Some(inner.opts.target_file_size));
+    let mut out = Outputs::new(inner, Some(inner.opts.target_file_size), true);
     let mut run = Run::default();
     let mut ikey_buf = Vec::new();
     let result = (|| -> Result<(), LsmError> {
@@ -210,6 +210,8 @@ fn install(inner: &DbInner, runs: Vec<Run>, seqno: u64) -> Result<IngestInfo, Ls
         inner.state.lock().flushed_seqno = seqno;
         level
     };
+    // A compaction job that found the lock held meanwhile is asked for again.
+    inner.request_jobs();
     inner
         .counters
         .user_bytes

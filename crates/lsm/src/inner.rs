@@ -12,6 +12,9 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use super::cache::BlockCache;
+use super::env::pool::JobKind;
+use super::env::write_buffer::WriteBuffers;
+use super::env::SharedEnv;
 use super::fast_path::{self, FastPathEntry};
 use super::manifest::{self, ManifestWriter};
 use super::memtable::{MemTable, SpareIndex};
@@ -205,6 +208,17 @@ pub(crate) struct DbInner {
     pub counters: Counters,
     /// The same counter as [`State::changes`], read by writers without the state lock.
     pub state_changes: Arc<crate::sync::AtomicU64>,
+    /// The environment: background pool and memory budget (shared with other engines, or private).
+    pub env: SharedEnv,
+    /// The environment's write-buffer manager (read by every write's fast path).
+    pub wb: Arc<WriteBuffers>,
+    /// This engine's tag in the block cache (`crate::cache::file_key`): the cache may be shared.
+    pub cache_owner: u64,
+    /// This engine's id in the environment's pool (0 until registered).
+    pub pool_id: AtomicU64,
+    /// Bytes of the active memtable another engine's writer asked this one to switch out for memory (0:
+    /// no request); the writer's next write does it (`db/write.rs`).
+    pub memory_switch_requested: AtomicUsize,
 }
 
 impl DbInner {
@@ -213,12 +227,22 @@ impl DbInner {
     pub(crate) fn new(
         dir: PathBuf,
         opts: Options,
+        env: SharedEnv,
         cache: Arc<BlockCache>,
         next_file: u64,
         last_seqno: u64,
     ) -> DbInner {
+        // On an environment with a memory budget, one memtable takes at most a quarter of the memtables'
+        // share (see `WriteBuffers::memtable_size_for`).
+        let mut opts = opts;
+        opts.memtable_size = env.write_buffers().memtable_size_for(opts.memtable_size);
         let state_changes = fast_path::new_counter();
         DbInner {
+            wb: Arc::clone(env.write_buffers()),
+            env,
+            pool_id: AtomicU64::new(0),
+            cache_owner: cache.new_owner(),
+            memory_switch_requested: AtomicUsize::new(0),
             dir,
             cache,
             state: Mutex::new(State {
@@ -259,18 +283,19 @@ impl DbInner {
     pub fn new_memtable(&self, wal_number: u64, index_slots: usize) -> MemTable {
         let slots = self.capped_index_slots(index_slots);
         let spare = self.spare_index.lock().take();
-        match spare {
+        let mem = match spare {
             Some(spare) => {
                 let (mem, unused) =
                     MemTable::with_spare_index(wal_number, self.opts.memtable_size, slots, spare);
-                // One of another size stays for the next switch (the flush thread replaces it).
+                // One of another size stays for the next switch (the flush job replaces it).
                 if unused.is_some() {
                     *self.spare_index.lock() = unused;
                 }
                 mem
             }
             None => MemTable::with_capacity(wal_number, self.opts.memtable_size, slots),
-        }
+        };
+        mem.charge_to(&self.wb)
     }
 
     /// `index_slots` capped at 1/4 of the memtable's budget (8-byte slots): a single large batch can grow one
@@ -293,8 +318,33 @@ impl DbInner {
         {
             return;
         }
-        let spare = SpareIndex::new(slots);
+        let spare = SpareIndex::new(slots, Some(&self.wb));
         *self.spare_index.lock() = Some(spare);
+    }
+
+    /// Wakes everything waiting for a change of the state (writers, `wait_flushed`, ...) and asks the pool
+    /// for a flush and a compaction job (each does nothing when it finds no work).
+    pub fn wake(&self) {
+        self.cv.notify_all();
+        self.request_jobs();
+    }
+
+    /// Asks the pool for a flush and a compaction job of this engine.
+    pub fn request_jobs(&self) {
+        let id = self.pool_id.load(Ordering::Relaxed);
+        if id != 0 {
+            let pool = self.env.pool();
+            pool.request(id, JobKind::Flush);
+            pool.request(id, JobKind::Compaction);
+        }
+    }
+
+    /// Waits on the state's condition variable for a change, asking the pool for jobs first and at most
+    /// every 10 ms meanwhile: a job that found its engine busy (a compaction while another holds the
+    /// compaction lock) is asked for again, so no waiter depends on a single wake-up.
+    pub fn wait_for_change(&self, st: &mut parking_lot::MutexGuard<'_, State>) {
+        self.request_jobs();
+        let _ = self.cv.wait_for(st, std::time::Duration::from_millis(10));
     }
 
     /// Allocates a never-reused file number.
@@ -318,7 +368,7 @@ impl DbInner {
             return recorded;
         }
         let recorded = self.state.lock().record_bg_error(e);
-        self.cv.notify_all();
+        self.wake();
         recorded
     }
 
@@ -392,6 +442,9 @@ impl DbInner {
                         c.version = Some(Arc::clone(&installed));
                     }
                     st.flushed_seqno = st.flushed_seqno.max(m.max_seqno());
+                    if let Some(c) = m.wb_charge() {
+                        c.flushed();
+                    }
                     let (growths, micros) = m.index_growth_stats();
                     self.counters
                         .index_growths
@@ -409,7 +462,7 @@ impl DbInner {
                 f.mark_obsolete();
             }
         }
-        self.cv.notify_all();
+        self.wake();
         if man
             .writer
             .as_ref()
@@ -469,7 +522,7 @@ impl DbInner {
     /// Whether L0 is deep enough that writes wait for compaction (see [`DbInner::make_room`]).
     pub(crate) fn writes_stopped_by_l0(&self, st: &State) -> bool {
         self.opts.auto_compaction
-            && st.version.levels.first().map_or(0, |l| l.len())
+            && st.version.l0_runs
                 >= self
                     .opts
                     .l0_stop_writes_trigger

@@ -61,11 +61,13 @@ mod adopt;
 mod arena;
 mod batch;
 mod bounds;
+mod budget;
 mod cache;
 mod checkpoint;
 mod coding;
 mod compaction;
 mod db;
+mod env;
 mod error;
 mod fast_path;
 mod filter;
@@ -107,7 +109,8 @@ pub use bounds::KeyBounds;
 pub use checkpoint::{
     CapturedCheckpoint, CapturedFile, CheckpointFile, CheckpointInfo, PendingCheckpoint,
 };
-pub use db::{Db, DbStats, DroppedWrites, RecoveryReport};
+pub use db::{Db, DbStats, DroppedWrites, Metric, RecoveryReport};
+pub use env::{EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, SharedEnv};
 pub use error::{ErrorKind, Location, LsmError};
 pub use filter::{
     CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::env::SharedEnv;
 use super::filter::CompactionFilterFactory;
 use super::merge::MergeOperator;
 use super::snapshot::Snapshot;
@@ -17,9 +18,10 @@ pub struct Options {
     pub memtable_size: usize,
     /// Immutable memtables allowed before writes stall (default 2).
     pub max_immutable_memtables: usize,
-    /// Number of L0 files that triggers an L0 compaction (default 4).
+    /// Number of L0 sorted runs that triggers an L0 compaction (default 4). A run is what one flush or one
+    /// ingestion added, however many files it was cut into (L0 files whose sequence numbers overlap).
     pub l0_compaction_trigger: usize,
-    /// Number of L0 files at which writes stall until compaction catches up (default 20).
+    /// Number of L0 sorted runs at which writes stall until compaction catches up (default 20).
     pub l0_stop_writes_trigger: usize,
     /// Number of levels, L0 included (default 7).
     pub num_levels: usize,
@@ -71,9 +73,10 @@ pub struct Options {
     pub auto_compaction: bool,
     /// Create the database if missing (default true).
     pub create_if_missing: bool,
-    /// Flush, compaction and ingestion start a new SST file whenever the first this-many bytes of the user
-    /// key change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`. The LSM state backend sets
-    /// it to its state-id width, so no file spans two states (`design/checkpoints.md`, "Restore").
+    /// Compaction and ingestion start a new SST file whenever the first this-many bytes of the user key
+    /// change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`; a flush writes one L0 file
+    /// whatever it holds. The LSM state backend sets it to its state-id width, so no file below L0 spans
+    /// two states (`design/checkpoints.md`, "Restore").
     pub partition_prefix_len: usize,
     /// Where the database's files live (default: the real file system, [`StorageHandle::os`]). Every
     /// durable byte goes through it: SST files, WAL, manifest, `CURRENT`, directory syncs, renames,
@@ -81,6 +84,13 @@ pub struct Options {
     /// `FaultFs` (feature `test-util`) to lose unsynced bytes at a simulated crash or to fail
     /// chosen operations.
     pub storage: StorageHandle,
+    /// The environment the database shares with others: memory budget and background threads (default
+    /// `None`: a private one, two threads at [`background_nice`](Options::background_nice) and no budget).
+    /// With an environment, [`background_nice`](Options::background_nice) and
+    /// [`background_batch_policy`](Options::background_batch_policy) are the environment's, and with a
+    /// memory budget [`memtable_size`](Options::memtable_size) is at most a quarter of the memtables' share
+    /// of it.
+    pub env: Option<SharedEnv>,
 }
 
 impl Default for Options {
@@ -109,6 +119,7 @@ impl Default for Options {
             create_if_missing: true,
             partition_prefix_len: 0,
             storage: StorageHandle::os(),
+            env: None,
         }
     }
 }
@@ -132,6 +143,7 @@ impl fmt::Debug for Options {
             .field("wal_sync", &self.wal_sync)
             .field("wal_recovery", &self.wal_recovery)
             .field("storage", &self.storage)
+            .field("env", &self.env)
             .field(
                 "merge_operator",
                 &self.merge_operator.as_ref().map(|m| m.name().to_string()),

@@ -107,7 +107,7 @@ impl FileMeta {
 impl Drop for FileMeta {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
-            self.cache.erase_file(self.info.number);
+            self.cache.erase_file(self.reader.file_number());
             // Best effort: a leftover file is not named by the manifest and is removed at the next open.
             let _ = self.storage.remove(&self.path);
         }
@@ -121,6 +121,34 @@ pub(crate) struct Version {
     pub levels: Vec<Vec<Arc<FileMeta>>>,
     /// All range tombstones of all files.
     pub range_dels: Arc<Vec<RangeTombstone>>,
+    /// The sorted runs L0 holds ([`l0_runs`]): what one flush or one ingestion added counts once however
+    /// many files it cut, as do the adopted pieces of one file. The L0 triggers count these, not files.
+    pub l0_runs: usize,
+}
+
+/// The sorted runs among L0's `files`: the groups of files whose sequence-number ranges overlap. One
+/// engine's flushes and ingestions take disjoint sequence numbers (a memtable's are all below the next
+/// one's; an ingestion takes one), so each is one group, whatever it was cut into; the files of one group
+/// hold disjoint keys (they were cut from one sorted stream, or are pieces of one file, or come from
+/// instances owning different key groups).
+pub(crate) fn l0_runs(files: &[Arc<FileMeta>]) -> usize {
+    let mut ranges: Vec<(u64, u64)> = files
+        .iter()
+        .map(|f| (f.info.min_seqno, f.info.max_seqno))
+        .collect();
+    ranges.sort_unstable();
+    let mut runs = 0;
+    let mut end: Option<u64> = None;
+    for (lo, hi) in ranges {
+        match end {
+            Some(e) if lo <= e => end = Some(e.max(hi)),
+            _ => {
+                runs += 1;
+                end = Some(hi);
+            }
+        }
+    }
+    runs
 }
 
 impl Version {
@@ -129,6 +157,7 @@ impl Version {
         Self {
             levels: vec![Vec::new(); num_levels],
             range_dels: Arc::new(Vec::new()),
+            l0_runs: 0,
         }
     }
 
@@ -167,6 +196,7 @@ impl Version {
             .flat_map(|f| f.range_dels.iter().cloned())
             .collect();
         Version {
+            l0_runs: levels.first().map_or(0, |l0| l0_runs(l0)),
             levels,
             range_dels: Arc::new(range_dels),
         }

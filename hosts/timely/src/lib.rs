@@ -23,6 +23,7 @@ pub mod launch;
 pub mod process;
 pub mod protocol;
 pub mod queries;
+pub mod query;
 pub mod sink;
 pub mod source;
 pub mod spec;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::events::EventSpec;
-use crate::queries::Query;
+use crate::query::Query;
 
 /// The keyed-state backend of every keyed operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -31,11 +31,25 @@ fn link_or_copy(fs: &dyn Storage, src: &Path, dst: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Removes the files of directory `dir` of `fs`, and the directory itself where the storage is the real
-/// file system (best effort: the engine ignores entries of its directory it does not know).
+/// Whether a restore (or the engine it opens) creates files named `name` in its directory: staged
+/// fetches, engine files, `CURRENT`, `LOCK`. What a failed restore removes is limited to these: a name it
+/// cannot have created stays.
+fn restore_made(name: &str) -> bool {
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    name.starts_with("staged-")
+        || name.strip_suffix(".sst").is_some_and(number)
+        || name.strip_suffix(".log").is_some_and(number)
+        || name.strip_prefix("MANIFEST-").is_some_and(number)
+        || matches!(name, "CURRENT" | "CURRENT.tmp" | "LOCK")
+}
+
+/// Removes the files the restore made in directory `dir` of `fs` ([`restore_made`]), and the directory
+/// itself where the storage is the real file system and nothing else is left in it (best effort).
 fn remove_dir(fs: &dyn Storage, dir: &Path) {
     for name in fs.list(dir).unwrap_or_default() {
-        let _ = fs.remove(&dir.join(name));
+        if restore_made(&name) {
+            let _ = fs.remove(&dir.join(name));
+        }
     }
     let _ = std::fs::remove_dir(dir);
 }
@@ -174,12 +188,13 @@ pub fn restore_lsm(
     let fs = options.storage.clone();
     let restored = restore_lsm_into(storage, id, dir, None, config, options);
     if restored.is_err() {
-        // What the failed restore fetched goes, so that the directory can take the next attempt.
+        // What the failed restore fetched goes, so that the directory can take the next attempt; only names
+        // the restore makes (the directory was empty when it began).
         for name in fs.list(dir).unwrap_or_default() {
             let path = dir.join(&name);
             if name.starts_with("restore-part-") {
                 remove_dir(&*fs, &path);
-            } else {
+            } else if restore_made(&name) {
                 let _ = fs.remove(&path);
             }
         }
@@ -381,4 +396,35 @@ fn copy_part(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::restore_made;
+
+    #[test]
+    fn a_failed_restore_removes_only_names_a_restore_or_its_engine_makes() {
+        for made in [
+            "staged-0-3",
+            "000007.sst",
+            "000012.log",
+            "MANIFEST-000009",
+            "CURRENT",
+            "CURRENT.tmp",
+            "LOCK",
+        ] {
+            assert!(restore_made(made), "{made}");
+        }
+        for foreign in [
+            "notes.txt",
+            "backup.sst.bak",
+            "x.sst",
+            ".sst",
+            "MANIFEST-",
+            "MANIFEST-old",
+            "current",
+        ] {
+            assert!(!restore_made(foreign), "{foreign}");
+        }
+    }
 }

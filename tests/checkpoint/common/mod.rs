@@ -189,6 +189,17 @@ pub fn objects_and_references(storage: &CheckpointStorage) -> (BTreeSet<String>,
     (objects, refs)
 }
 
+/// Every object of the root but the attempt markers (`attempts/…`), which fence older writers and stay.
+pub fn objects_but_attempt_markers(storage: &CheckpointStorage) -> Vec<String> {
+    storage
+        .list("")
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| !p.starts_with("attempts/"))
+        .collect()
+}
+
 pub fn assert_storage_exact(storage: &CheckpointStorage) {
     let (objects, refs) = objects_and_references(storage);
     assert_eq!(

@@ -45,16 +45,20 @@ pub(crate) fn key_range(files: &[Arc<FileMeta>]) -> Option<(Vec<u8>, Vec<u8>)> {
     Some((lo.to_vec(), hi.to_vec()))
 }
 
-/// Runs one automatically picked compaction, if any.
-pub(crate) fn run_auto(db: &DbInner) -> Result<()> {
-    let mut pointers = db.compaction_lock.lock();
+/// Runs one automatically picked compaction, if any; `Ok(false)` when the compaction lock is held (by a
+/// manual compaction, an ingestion, a range delete dropping files or a wait for background work, each of
+/// which wakes the engine when it lets go), `Ok(true)` otherwise.
+pub(crate) fn run_auto(db: &DbInner) -> Result<bool> {
+    let Some(mut pointers) = db.compaction_lock.try_lock() else {
+        return Ok(false);
+    };
     let (version, paused) = {
         let st = db.state.lock();
         (Arc::clone(&st.version), db.auto_compaction_paused(&st))
     };
     // A manual compaction asked for the lock meanwhile: it goes first (it rewrites what this one would).
     if paused {
-        return Ok(());
+        return Ok(true);
     }
     if let Some(c) = pick::pick(&version, &db.opts, &mut pointers) {
         run::run(db, &version, c)?;
@@ -68,7 +72,7 @@ pub(crate) fn run_auto(db: &DbInner) -> Result<()> {
             run::merge_into(db, &version, &[(level, file)], level, false)?;
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Manual compaction: all files into one level in one compaction (the last level with dynamic level sizing,

@@ -128,10 +128,10 @@ const SCORE_SCALE: f64 = 10.0;
 
 /// Compaction score per level (last level excluded); >= 1 means the level needs compaction.
 ///
-/// Static mode: L0 = files / `l0_compaction_trigger`; Ln = bytes / target.
+/// Static mode: L0 = sorted runs / `l0_compaction_trigger`; Ln = bytes / target.
 ///
 /// Dynamic mode, as RocksDB's `ComputeCompactionScore`:
-/// * L0: files / trigger, at least 1.01 once L0 holds `level_base_size` bytes, and at least
+/// * L0: sorted runs ([`Version::l0_runs`]) / trigger, at least 1.01 once L0 holds `level_base_size` bytes, and at least
 ///   L0 bytes / max(base level bytes, base level target) when L0 outgrew the base level's target; scaled by
 ///   10 when above 1 (so that a backlogged L0 goes before the base level it feeds).
 /// * Ln under its target: bytes / target. Over it: bytes / (target + bytes still to come down from the
@@ -140,13 +140,13 @@ const SCORE_SCALE: f64 = 10.0;
 /// * A non-empty level at or above the lowest unnecessary level scores at least 10.01 (a little more the
 ///   shallower it is), so unneeded levels drain downwards.
 fn scores(v: &Version, opts: &Options, t: &LevelTargets) -> Vec<f64> {
-    level_scores(&v.level_bytes(), v.levels[0].len(), opts, t)
+    level_scores(&v.level_bytes(), v.l0_runs, opts, t)
 }
 
 /// [`scores`] from the bytes per level and the number of L0 files.
-fn level_scores(bytes: &[u64], l0_files: usize, opts: &Options, t: &LevelTargets) -> Vec<f64> {
+fn level_scores(bytes: &[u64], l0_runs: usize, opts: &Options, t: &LevelTargets) -> Vec<f64> {
     let trigger = opts.l0_compaction_trigger.max(1) as f64;
-    let l0_files = l0_files as f64;
+    let l0_files = l0_runs as f64;
     let inner = 0..bytes.len().saturating_sub(1);
     if !opts.dynamic_level_bytes {
         return inner

@@ -132,7 +132,7 @@ pub(super) fn merge_into(
     }
     let mut it = MergingIter::new(children);
     it.seek_to_first()?;
-    let mut out = Outputs::new(db, Some(db.opts.target_file_size));
+    let mut out = Outputs::new(db, Some(db.opts.target_file_size), true);
     let mut entries: Vec<(u64, ValueKind, Vec<u8>)> = Vec::new();
     // Value buffers of resolved keys, reused so that the copy of each input value does not allocate.
     let mut pool: Vec<Vec<u8>> = Vec::new();

@@ -1,77 +1,106 @@
-//! The background jobs: the flush thread (immutable memtables into L0 files), the compaction thread
-//! (automatic compactions while any level scores over its target), waiting for them, manual compactions
-//! holding automatic ones back, and shutdown. A job's error is recorded once ([`DbInner::set_bg_error`]) and
-//! stops writes and both threads.
+//! The background jobs of one engine, run by its environment's pool (`crate::env::pool`): the flush job
+//! (the oldest immutable memtable into L0), the compaction job (one automatic compaction while a level
+//! scores over its target), the write-buffer manager's hooks (the size of the active memtable, a switch to
+//! free memory), waiting for them, manual compactions holding automatic ones back, and shutdown. A job's
+//! error is recorded once ([`DbInner::set_bg_error`]) and stops writes and further jobs.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Weak};
 
 use crate::compaction;
+use crate::env::pool::BackgroundWork;
 use crate::flush;
 use crate::inner::DbInner;
-use crate::io::io_err;
 use crate::version::{FileMeta, VersionEdit};
 use crate::wal;
 use crate::LsmError;
 
 use super::{Db, Result};
 
-/// Starts the flush and compaction threads of `inner`, at its options' background policy and nice value.
-pub(super) fn start_threads(inner: &Arc<DbInner>) -> Result<Vec<JoinHandle<()>>> {
-    let mut threads = Vec::new();
-    let nice = inner.opts.background_nice;
-    let batch = inner.opts.background_batch_policy;
-    let spawn = |name: &str, f: fn(Arc<DbInner>)| {
-        let i = Arc::clone(inner);
-        std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || {
-                if batch {
-                    use_batch_policy();
+/// Registers the engine with its environment's pool and asks for its first jobs.
+pub(super) fn register(inner: &Arc<DbInner>) {
+    let weak: Weak<DbInner> = Arc::downgrade(inner);
+    let work: Weak<dyn BackgroundWork> = weak;
+    let id = inner.env.pool().register(work);
+    inner.pool_id.store(id, Ordering::Relaxed);
+    inner.request_jobs();
+}
+
+impl BackgroundWork for DbInner {
+    fn flush_job(&self) -> bool {
+        // First the next memtable's index, so that the switch after this one finds it ready.
+        self.refill_spare_index();
+        {
+            let st = self.state.lock();
+            if st.imm.is_empty() || st.bg_error.is_some() {
+                return false;
+            }
+        }
+        let flushed = {
+            let _span = tracing::debug_span!("lsm.flush", dir = %self.dir.display()).entered();
+            self.flush_one()
+        };
+        if let Err(e) = flushed {
+            self.set_bg_error(e);
+            return false;
+        }
+        let st = self.state.lock();
+        !st.imm.is_empty() && st.bg_error.is_none()
+    }
+
+    fn compaction_job(&self) -> bool {
+        if !self.compaction_due() {
+            return false;
+        }
+        let ran = {
+            let _span = tracing::debug_span!("lsm.compaction", dir = %self.dir.display()).entered();
+            compaction::run_auto(self)
+        };
+        match ran {
+            Ok(true) => self.compaction_due(),
+            // The compaction lock was busy: whoever holds it wakes the engine when done.
+            Ok(false) => false,
+            Err(e) => {
+                self.set_bg_error(e);
+                false
+            }
+        }
+    }
+
+    fn active_memtable_bytes(&self) -> usize {
+        let st = self.state.lock();
+        if st.shutting_down
+            || st.bg_error.is_some()
+            || st.mem.is_empty()
+            || st.imm.len() >= self.opts.max_immutable_memtables
+        {
+            return 0;
+        }
+        st.mem.approximate_bytes()
+    }
+
+    fn switch_for_memory(&self) {
+        match self.writer.try_lock() {
+            Some(mut w) => {
+                if self.make_room(&mut w, true).is_ok() {
+                    self.wb.switches_for_memory.fetch_add(1, Ordering::Relaxed);
                 }
-                lower_thread_priority(nice);
-                f(i)
-            })
-            .map_err(|e| io_err(&inner.dir, e))
-    };
-    threads.push(spawn("lsm-flush", DbInner::flush_thread)?);
-    threads.push(spawn("lsm-compact", DbInner::compaction_thread)?);
-    Ok(threads)
-}
-
-/// Moves the calling thread to `SCHED_BATCH`, keeping its nice value (Linux; elsewhere, or if the kernel
-/// refuses, the thread keeps its policy: this only affects scheduling, never correctness). The scheduler
-/// does not let a waking batch thread preempt the running one.
-fn use_batch_policy() {
-    #[cfg(target_os = "linux")]
-    {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: `param` is a valid sched_param for the duration of the call; pid 0 is the calling thread.
-        unsafe {
-            libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
+            }
+            None => {
+                let st = self.state.lock();
+                let bytes = st.mem.approximate_bytes().max(1);
+                if self
+                    .memory_switch_requested
+                    .compare_exchange(0, bytes, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    self.wb.note_requested(bytes);
+                    // The writer's fast path notices the change and takes the slow path, which switches.
+                    st.note_change();
+                }
+            }
         }
     }
-}
-
-/// Raises the calling thread's nice value by `increment` (Linux; elsewhere, or if the kernel refuses, the
-/// thread keeps its priority: this only affects scheduling, never correctness).
-fn lower_thread_priority(increment: i32) {
-    #[cfg(target_os = "linux")]
-    if increment > 0 {
-        // SAFETY: plain system calls on the calling thread, with no pointers.
-        unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
-            libc::setpriority(
-                libc::PRIO_PROCESS,
-                tid,
-                current.saturating_add(increment).min(19),
-            );
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = increment;
 }
 
 impl DbInner {
@@ -97,50 +126,13 @@ impl DbInner {
         Ok(true)
     }
 
-    /// The flush thread: flushes immutable memtables, oldest first, until shutdown or an error.
-    fn flush_thread(self: Arc<Self>) {
-        self.refill_spare_index();
-        loop {
-            {
-                let mut st = self.state.lock();
-                while (st.imm.is_empty() || st.bg_error.is_some()) && !st.shutting_down {
-                    self.cv.wait(&mut st);
-                }
-                if st.shutting_down && (st.imm.is_empty() || st.bg_error.is_some()) {
-                    return;
-                }
-            }
-            // First the next memtable's index, so that the switch after this one finds it ready.
-            self.refill_spare_index();
-            if let Err(e) = self.flush_one() {
-                self.set_bg_error(e);
-            }
-        }
-    }
-
-    /// The compaction thread: runs automatic compactions while one is needed and none is paused, until
-    /// shutdown or an error.
-    fn compaction_thread(self: Arc<Self>) {
-        loop {
-            {
-                let mut st = self.state.lock();
-                loop {
-                    if st.shutting_down {
-                        return;
-                    }
-                    if st.bg_error.is_none()
-                        && !self.auto_compaction_paused(&st)
-                        && compaction::needs_compaction(&st.version, &self.opts)
-                    {
-                        break;
-                    }
-                    self.cv.wait(&mut st);
-                }
-            }
-            if let Err(e) = compaction::run_auto(&self) {
-                self.set_bg_error(e);
-            }
-        }
+    /// Whether an automatic compaction is due and may start now.
+    fn compaction_due(&self) -> bool {
+        let st = self.state.lock();
+        !st.shutting_down
+            && st.bg_error.is_none()
+            && !self.auto_compaction_paused(&st)
+            && compaction::needs_compaction(&st.version, &self.opts)
     }
 
     /// Waits until no immutable memtable is left.
@@ -156,7 +148,7 @@ impl DbInner {
             if st.shutting_down {
                 return Err(LsmError::Closed);
             }
-            self.cv.wait(&mut st);
+            self.wait_for_change(&mut st);
         }
     }
 
@@ -175,14 +167,16 @@ impl DbInner {
                 return Ok(());
             }
             drop(_idle);
-            self.cv.wait(&mut st);
+            // A compaction job that found the lock held here is asked for again.
+            self.wait_for_change(&mut st);
         }
     }
 }
 
 impl Db {
-    /// Stops the background threads without flushing (see [`Db::abandon`]).
+    /// Stops the engine's jobs without flushing (see [`Db::abandon`]).
     pub(super) fn stop_without_flush(&self) {
+        let mut open = self.open.lock();
         {
             let mut st = self.inner.state.lock();
             if st.bg_error.is_none() {
@@ -192,15 +186,15 @@ impl Db {
             st.note_change();
         }
         self.inner.cv.notify_all();
-        for t in self.threads.lock().drain(..) {
-            let _ = t.join();
+        if std::mem::take(&mut *open) {
+            self.deregister();
         }
     }
 
-    /// Flushes the memtables, then stops the background threads (nothing once they are stopped).
+    /// Flushes the memtables, then stops the engine's jobs (nothing once they are stopped).
     pub(super) fn shutdown(&self) -> Result<()> {
-        let mut threads = self.threads.lock();
-        if threads.is_empty() {
+        let mut open = self.open.lock();
+        if !*open {
             return Ok(());
         }
         let res = self.flush();
@@ -210,10 +204,25 @@ impl Db {
             st.note_change();
         }
         self.inner.cv.notify_all();
-        for t in threads.drain(..) {
-            let _ = t.join();
-        }
+        *open = false;
+        self.deregister();
         res
+    }
+
+    /// Removes the engine from its pool, waiting for its running jobs, and takes back a pending request to
+    /// switch its memtable.
+    fn deregister(&self) {
+        let id = self.inner.pool_id.swap(0, Ordering::Relaxed);
+        if id != 0 {
+            self.inner.env.pool().deregister(id);
+        }
+        let requested = self
+            .inner
+            .memory_switch_requested
+            .swap(0, Ordering::Relaxed);
+        if requested > 0 {
+            self.inner.wb.clear_requested(requested);
+        }
     }
 }
 
@@ -235,6 +244,6 @@ impl Drop for ManualCompaction<'_> {
         let st = self.0.state.lock();
         self.0.manual_compactions.fetch_sub(1, Ordering::SeqCst);
         drop(st);
-        self.0.cv.notify_all();
+        self.0.wake();
     }
 }

@@ -3,13 +3,12 @@
 //!
 //! This module holds the handle and its public API; the work is in the submodules: `open` (opening and
 //! recovery), `write` (the write path), `read` (the read path), `background` (the flush and compaction
-//! threads, waiting for them, shutdown) and `stats` ([`DbStats`]). What they share with the flush and
+//! jobs the environment's pool runs, waiting for them, shutdown) and `stats` ([`DbStats`]). What they share with the flush and
 //! compaction jobs is `DbInner`, in `inner.rs`.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
@@ -32,14 +31,15 @@ mod stats;
 mod write;
 
 pub use recovery::{DroppedWrites, RecoveryReport};
-pub use stats::DbStats;
+pub use stats::{DbStats, Metric};
 
 type Result<T> = std::result::Result<T, LsmError>;
 
 /// An embedded LSM key-value store. `Send + Sync`: share it through an `Arc`.
 pub struct Db {
     inner: Arc<DbInner>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether the engine is open: registered with its pool, not yet shut down.
+    open: Mutex<bool>,
     /// What opening recovered from the write-ahead logs.
     recovery: RecoveryReport,
     /// The `LOCK` file, exclusively `flock`ed while the database is open.
@@ -48,6 +48,12 @@ pub struct Db {
 
 impl Db {
     /// Opens (or creates) the database in `path`, replaying WAL files if any.
+    ///
+    /// A directory without `CURRENT` is a new database only if it holds no engine file (`NNNNNN.sst`,
+    /// `NNNNNN.log`, `MANIFEST-NNNNNN`) other than manifests naming no file (a creation a crash
+    /// interrupted); otherwise the open fails with [`LsmError::MissingCurrent`] and deletes nothing, with or
+    /// without [`Options::create_if_missing`]. Files the manifest proves obsolete (SSTs it does not name,
+    /// older manifests, logs whose writes it holds) are deleted only once the open has succeeded.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         open::open(path.as_ref(), opts)
     }
@@ -192,17 +198,22 @@ impl Db {
         &self.inner.dir
     }
 
+    /// The environment the database runs in (shared with other engines, or its private one).
+    pub fn env(&self) -> &crate::env::SharedEnv {
+        &self.inner.env
+    }
+
     /// The storage the database's files are on.
     pub fn storage(&self) -> &super::storage::StorageHandle {
         &self.inner.opts.storage
     }
 
-    /// Flushes the memtables (without a WAL they would be lost), stops background threads and closes.
+    /// Flushes the memtables (without a WAL they would be lost), stops the background jobs and closes.
     pub fn close(self) -> Result<()> {
         self.shutdown()
     }
 
-    /// Stops the background threads *without* flushing, as if the process died here: what survives is what
+    /// Stops the background jobs *without* flushing, as if the process died here: what survives is what
     /// the manifest and (if on) the WAL hold. For crash tests.
     pub fn abandon(self) {
         self.stop_without_flush()

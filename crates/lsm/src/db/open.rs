@@ -1,6 +1,11 @@
 //! Opening a database: the directory lock, manifest replay, a scan of the directory (file numbers in use,
-//! orphaned files to delete), opening the live files, WAL replay into L0, then a fresh WAL and manifest
-//! and the background threads.
+//! files the manifest proves obsolete), opening the live files, WAL replay into L0, then a fresh WAL and
+//! manifest and the background threads, and only then the obsolete files' deletion.
+//!
+//! An open never deletes what it cannot prove obsolete (`design/durability.md`, "What an open deletes"): a
+//! directory without `CURRENT` that holds engine files is [`LsmError::MissingCurrent`] unless every one of
+//! them is a manifest naming no file (the leftover of a creation a crash interrupted), and leftovers go only
+//! after the open has succeeded, and only those the new manifest does not name.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,6 +15,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::cache::BlockCache;
+use crate::env::SharedEnv;
 use crate::flush;
 use crate::inner::DbInner;
 use crate::io::io_err;
@@ -33,6 +39,55 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn DirLock>> {
     })
 }
 
+/// Whether `name` is an engine file (`NNNNNN.sst`, `NNNNNN.log`, `MANIFEST-NNNNNN`): its number then.
+fn engine_file_number(name: &str) -> Option<u64> {
+    name.strip_suffix(".sst")
+        .or_else(|| name.strip_suffix(".log"))
+        .or_else(|| name.strip_prefix("MANIFEST-"))
+        .and_then(|n| n.parse::<u64>().ok())
+}
+
+/// A directory without `CURRENT` (`names` its entries): fine when it holds no engine file, or only
+/// manifests that name no file (a creation a crash cut off between its manifest and `CURRENT`: nothing of
+/// a database can be in them); [`LsmError::MissingCurrent`] otherwise, naming what it holds. With
+/// `create_if_missing` off, a directory holding no database is [`LsmError::Io`] with `NotFound` on
+/// `CURRENT`.
+fn check_without_current(
+    storage: &dyn Storage,
+    dir: &Path,
+    names: &[String],
+    create_if_missing: bool,
+) -> Result<()> {
+    let mut found: Vec<String> = names
+        .iter()
+        .filter(|n| engine_file_number(n).is_some())
+        .cloned()
+        .collect();
+    found.sort();
+    let missing = || LsmError::MissingCurrent {
+        at: Location::file(dir),
+        found: found.clone(),
+    };
+    for name in &found {
+        if !name.starts_with("MANIFEST-") {
+            return Err(missing());
+        }
+        let path = dir.join(name);
+        let bytes = storage.read(&path).map_err(|e| io_err(&path, e))?;
+        match manifest::decode_manifest(&bytes, &path) {
+            Ok(edits) if edits.iter().all(|e| e.added.is_empty()) => {}
+            _ => return Err(missing()),
+        }
+    }
+    if !create_if_missing {
+        return Err(io_err(
+            &dir.join("CURRENT"),
+            std::io::ErrorKind::NotFound.into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Opens (or creates) the database in `dir` (see [`Db::open`]).
 pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     let dir = dir.to_path_buf();
@@ -49,9 +104,20 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
         storage.create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
     }
     let lock = lock_dir(&*storage, &dir)?;
-    let cache = BlockCache::new(opts.block_cache_size);
+    let env = match &opts.env {
+        Some(env) => env.clone(),
+        None => SharedEnv::private(&opts)?,
+    };
+    let cache = env
+        .block_cache()
+        .cloned()
+        .unwrap_or_else(|| BlockCache::new(opts.block_cache_size));
+    let entries = storage.list(&dir).map_err(|e| io_err(&dir, e))?;
     // Replay the manifest.
     let current = manifest::read_current(&*storage, &dir)?;
+    if current.is_none() {
+        check_without_current(&*storage, &dir, &entries, opts.create_if_missing)?;
+    }
     let mut files: BTreeMap<u64, (usize, FileInfo)> = BTreeMap::new();
     let (mut next_file, mut last_seqno, mut log_number) = (1u64, 0u64, 0u64);
     if let Some(num) = current {
@@ -85,17 +151,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
         }
         next_file = next_file.max(num + 1);
     }
-    // Scan the directory: never reuse a number seen on disk.
+    // Scan the directory: never reuse a number seen on disk. Obsolete: logs below the manifest's log
+    // number (their writes are in its files), SSTs it does not name, manifests other than the current one.
     let mut logs = Vec::new();
     let mut orphans = Vec::new();
-    let entries = storage.list(&dir).map_err(|e| io_err(&dir, e))?;
     for name in entries {
-        let num = name
-            .strip_suffix(".sst")
-            .or_else(|| name.strip_suffix(".log"))
-            .or_else(|| name.strip_prefix("MANIFEST-"))
-            .and_then(|n| n.parse::<u64>().ok());
-        let Some(num) = num else { continue };
+        let Some(num) = engine_file_number(&name) else {
+            continue;
+        };
         next_file = next_file.max(num + 1);
         if name.ends_with(".log") {
             if num >= log_number {
@@ -113,6 +176,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     let inner = Arc::new(DbInner::new(
         dir.clone(),
         opts,
+        env,
         Arc::clone(&cache),
         next_file,
         last_seqno,
@@ -138,9 +202,6 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
         let mut st = inner.state.lock();
         st.version = Arc::new(version);
         st.refresh_super_version();
-    }
-    for p in orphans {
-        let _ = storage.remove(&p);
     }
     // Replay WAL files into a memtable and flush it to L0.
     let replay = recovery::replay_wals(&*storage, &dir, &logs, inner.opts.wal_recovery)?;
@@ -179,12 +240,6 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     let base = inner.snapshot_edit(&version, Some(wal_number));
     inner.manifest.lock().writer =
         Some(ManifestWriter::create(&*storage, &dir, man_number, &base)?);
-    if let Some(old) = current {
-        let _ = storage.remove(&manifest::manifest_path(&dir, old));
-    }
-    for n in &logs {
-        let _ = storage.remove(&wal::wal_path(&dir, *n));
-    }
     if inner.opts.wal {
         inner.writer.lock().wal = Some(WalWriter::create(
             &*storage,
@@ -193,10 +248,18 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
             inner.opts.wal_sync,
         )?);
     }
-    let threads = background::start_threads(&inner)?;
+    background::register(&inner);
+    // The open succeeded: the new manifest holds the whole state (the replayed logs' writes included), so
+    // the old manifest, the replayed logs and the leftovers of the scan are obsolete. Best effort: what a
+    // failed deletion leaves, the next open finds again.
+    let replaced = current.map(|old| manifest::manifest_path(&dir, old));
+    let replayed = logs.iter().map(|n| wal::wal_path(&dir, *n));
+    for p in replaced.into_iter().chain(replayed).chain(orphans) {
+        let _ = storage.remove(&p);
+    }
     Ok(Db {
         inner,
-        threads: Mutex::new(threads),
+        open: Mutex::new(true),
         recovery: replay.report,
         _lock: lock,
     })

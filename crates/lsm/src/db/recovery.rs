@@ -170,8 +170,15 @@ mod tests {
     use crate::wal::{wal_path, WalWriter};
     use crate::LsmError;
 
-    /// Writes WAL 1 (keys `a-0..a-2`, seqnos 1..=3) and WAL 2 (keys `b-0..b-2`, seqnos 4..=6) into `dir`.
+    /// An empty database in `dir` (a manifest naming log number 0, so every log is replayed).
+    fn empty_db(dir: &std::path::Path) {
+        Db::open(dir, Options::default()).unwrap().close().unwrap();
+    }
+
+    /// An empty database in `dir`, then WAL 1 (keys `a-0..a-2`, seqnos 1..=3) and WAL 2 (keys `b-0..b-2`,
+    /// seqnos 4..=6).
     fn two_logs(dir: &std::path::Path) {
+        empty_db(dir);
         let mut seq = 1;
         for (number, prefix) in [(1, "a"), (2, "b")] {
             let mut w = WalWriter::create(&crate::storage::OsStorage, dir, number, true).unwrap();
@@ -265,6 +272,7 @@ mod tests {
         f.set_len(len - 3).unwrap();
         drop(f);
         let copy = tempfile::tempdir().unwrap();
+        empty_db(copy.path());
         for n in [1, 2] {
             std::fs::copy(wal_path(dir.path(), n), wal_path(copy.path(), n)).unwrap();
         }
@@ -306,13 +314,16 @@ mod tests {
         assert!(matches!(db, Err(LsmError::DamagedLog { .. })));
         // Replay the third log alone into an SST first, then put the damaged logs back.
         let scratch = tempfile::tempdir().unwrap();
+        empty_db(scratch.path());
         std::fs::rename(wal_path(dir.path(), 3), wal_path(scratch.path(), 3)).unwrap();
         let db = Db::open(scratch.path(), Options::default()).unwrap();
         db.close().unwrap();
         for e in std::fs::read_dir(dir.path()).unwrap() {
             let p = e.unwrap().path();
             let name = p.file_name().unwrap().to_owned();
-            std::fs::rename(&p, scratch.path().join(name)).unwrap();
+            if p.extension().is_some_and(|x| x == "log") {
+                std::fs::rename(&p, scratch.path().join(name)).unwrap();
+            }
         }
         // Logs 1 and 2 are numbered below the manifest's log number now; renumber them above every file.
         let mut top = 0;

@@ -43,7 +43,7 @@ impl Db {
             st.note_change();
             n
         };
-        inner.cv.notify_all();
+        inner.wake();
         // Writes wait on the writer lock until the new log exists; the flush below retires the old one.
         inner.wait_flushed()?;
         if let Some(n) = wal_number {

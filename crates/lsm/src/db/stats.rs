@@ -54,9 +54,73 @@ pub struct DbStats {
     pub immutable_memtables: usize,
     /// The last sequence number.
     pub last_seqno: u64,
+    /// Sorted runs in L0 (what the L0 triggers count: one per flush or ingestion, however many files).
+    pub l0_sorted_runs: usize,
+    /// Entries in the SST files (puts, deletes and merge operands; an estimate of the keys, as RocksDB's
+    /// `rocksdb.estimate-num-keys` is).
+    pub estimated_sst_entries: u64,
+    /// Bytes in the engine's block cache (the environment's shared cache, with a memory budget).
+    pub block_cache_usage: usize,
+    /// What the engine's block cache may hold now.
+    pub block_cache_capacity: usize,
+}
+
+/// One figure of a [`DbStats`] or an [`EnvStats`](crate::EnvStats) under the name RocksDB (and Flink's
+/// RocksDB metrics) give it, or a name in the same style where RocksDB has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metric {
+    /// The name, e.g. `rocksdb.cur-size-all-mem-tables`.
+    pub name: String,
+    /// The value (bytes, counts or microseconds, as the name says).
+    pub value: u64,
+}
+
+impl Metric {
+    fn new(name: impl Into<String>, value: impl TryInto<u64>) -> Metric {
+        Metric {
+            name: name.into(),
+            value: value.try_into().unwrap_or(u64::MAX),
+        }
+    }
 }
 
 impl DbStats {
+    /// The figures under RocksDB's property and statistics names (`rocksdb.cur-size-all-mem-tables`,
+    /// `rocksdb.num-immutable-mem-table`, `rocksdb.estimate-num-keys`, `rocksdb.total-sst-files-size`,
+    /// `rocksdb.num-files-at-level<N>`, `rocksdb.block-cache-usage`, `rocksdb.block-cache-capacity`,
+    /// `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
+    /// `rocksdb.compact.write.bytes`, `rocksdb.bytes.written`), and in their style where RocksDB has none
+    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`).
+    pub fn metrics(&self) -> Vec<Metric> {
+        let mut m = vec![
+            Metric::new("rocksdb.cur-size-all-mem-tables", self.memtable_bytes),
+            Metric::new("rocksdb.num-immutable-mem-table", self.immutable_memtables),
+            Metric::new("rocksdb.estimate-num-keys", self.estimated_sst_entries),
+            Metric::new(
+                "rocksdb.total-sst-files-size",
+                self.level_bytes.iter().sum::<u64>(),
+            ),
+            Metric::new("rocksdb.block-cache-usage", self.block_cache_usage),
+            Metric::new("rocksdb.block-cache-capacity", self.block_cache_capacity),
+            Metric::new("rocksdb.stall.micros", self.write_stall_micros),
+            Metric::new("rocksdb.bytes.written", self.user_bytes_written),
+            Metric::new("rocksdb.flush.write.bytes", self.flush_bytes_written),
+            Metric::new("rocksdb.compact.read.bytes", self.compaction_bytes_read),
+            Metric::new("rocksdb.compact.write.bytes", self.compaction_bytes_written),
+            Metric::new("keyed-state.lsm.flushes", self.flushes),
+            Metric::new("keyed-state.lsm.compactions", self.compactions),
+            Metric::new("keyed-state.lsm.write-stalls", self.write_stalls),
+            Metric::new("keyed-state.lsm.l0-sorted-runs", self.l0_sorted_runs),
+        ];
+        for (level, files) in self.level_files.iter().enumerate() {
+            m.push(Metric::new(
+                format!("rocksdb.num-files-at-level{level}"),
+                *files,
+            ));
+        }
+        m
+    }
+
     /// (flush + compaction bytes written) / user bytes written.
     pub fn write_amplification(&self) -> f64 {
         if self.user_bytes_written == 0 {
@@ -99,6 +163,16 @@ impl DbInner {
                 + st.imm.iter().map(|m| m.approximate_bytes()).sum::<usize>(),
             immutable_memtables: st.imm.len(),
             last_seqno: self.last_seqno.load(Ordering::SeqCst),
+            l0_sorted_runs: st.version.l0_runs,
+            estimated_sst_entries: st
+                .version
+                .levels
+                .iter()
+                .flatten()
+                .map(|f| f.reader.properties().entries)
+                .sum(),
+            block_cache_usage: self.cache.usage(),
+            block_cache_capacity: self.cache.capacity(),
         }
     }
 }

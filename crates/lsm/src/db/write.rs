@@ -1,5 +1,7 @@
 //! The write path: batches and single updates into the WAL and the memtable, the writer's fast path past
-//! the state lock, and making room (memtable switches, stalls on a deep L0 or too many immutable memtables).
+//! the state lock, and making room (memtable switches, stalls on a deep L0 or too many immutable memtables,
+//! and the environment's write-buffer manager: switching the largest memtable of any engine when memtables
+//! near their share of the budget, stalling when flushes cannot keep up).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -94,6 +96,14 @@ impl DbInner {
     /// tombstone `seqno`, when no snapshot could still read them. Skipped if a compaction runs for longer
     /// than 200 ms (the tombstone alone is correct; this only reclaims space early).
     pub(super) fn drop_files_in_range(&self, start: &[u8], end: &[u8], seqno: u64) -> Result<()> {
+        let res = self.drop_files_in_range_locked(start, end, seqno);
+        // A compaction job that found the lock held meanwhile is asked for again.
+        self.request_jobs();
+        res
+    }
+
+    /// [`drop_files_in_range`](Self::drop_files_in_range) under the compaction lock.
+    fn drop_files_in_range_locked(&self, start: &[u8], end: &[u8], seqno: u64) -> Result<()> {
         let Some(_c) = self
             .compaction_lock
             .try_lock_for(std::time::Duration::from_millis(200))
@@ -135,7 +145,8 @@ impl DbInner {
     #[inline]
     pub(crate) fn fast_mem<'w>(&self, w: &'w WriterState) -> Option<&'w MemTable> {
         let mem = w.mem.as_ref()?.get(&self.state_changes)?;
-        (mem.approximate_bytes() < self.opts.memtable_size).then_some(mem)
+        (mem.approximate_bytes() < self.opts.memtable_size && !self.wb.flush_wanted())
+            .then_some(mem)
     }
 
     /// Makes sure `w.mem` holds the memtable the next write goes into: the recorded one if
@@ -153,14 +164,104 @@ impl DbInner {
     /// memtable to write into in `w.mem` (taken under the same state lock), unless `force_switch`.
     pub(crate) fn make_room(&self, w: &mut WriterState, force_switch: bool) -> Result<()> {
         let mut stalled: Option<std::time::Instant> = None;
-        let res = self.make_room_or_stall(w, force_switch, &mut stalled);
+        let mut memory_stalled: Option<std::time::Instant> = None;
+        let res = if force_switch {
+            self.make_room_or_stall(w, true, &mut stalled)
+        } else {
+            self.write_buffer_room(w, &mut memory_stalled)
+                .and_then(|()| self.make_room_or_stall(w, false, &mut stalled))
+        };
+        let micros =
+            |t: std::time::Instant| u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+        if let Some(t) = memory_stalled {
+            let m = micros(t);
+            self.wb.stall_micros.fetch_add(m, Ordering::Relaxed);
+            self.counters.stall_micros.fetch_add(m, Ordering::Relaxed);
+        }
         if let Some(t) = stalled {
-            let micros = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
             self.counters
                 .stall_micros
-                .fetch_add(micros, Ordering::Relaxed);
+                .fetch_add(micros(t), Ordering::Relaxed);
         }
         res
+    }
+
+    /// The write-buffer manager's part of making room: switches this engine's memtable when another engine's
+    /// writer asked for it, switches the largest memtable of any engine when memtables near their share of
+    /// the budget, and waits while memtables taking writes or waiting for flush fill the share (flushes not
+    /// keeping up). Sets `stalled` to when it first waited.
+    fn write_buffer_room(
+        &self,
+        w: &mut WriterState,
+        stalled: &mut Option<std::time::Instant>,
+    ) -> Result<()> {
+        let wb = &self.wb;
+        if wb.limit().is_none() {
+            return Ok(());
+        }
+        loop {
+            let requested = self.memory_switch_requested.swap(0, Ordering::Relaxed);
+            if requested > 0 {
+                wb.clear_requested(requested);
+                self.switch_own_for_memory(w)?;
+            }
+            if wb.flush_wanted() {
+                self.switch_largest_for_memory(w)?;
+            }
+            if !wb.must_stall() {
+                return Ok(());
+            }
+            {
+                let st = self.state.lock();
+                if let Some(e) = &st.bg_error {
+                    return Err(LsmError::Background(Arc::clone(e)));
+                }
+                if st.shutting_down {
+                    return Err(LsmError::Closed);
+                }
+            }
+            if stalled.is_none() {
+                *stalled = Some(std::time::Instant::now());
+                self.counters.stalls.fetch_add(1, Ordering::Relaxed);
+                wb.stalls.fetch_add(1, Ordering::Relaxed);
+            }
+            // Flushes free the memory; ask again for this engine's, in case a request was dropped.
+            self.request_jobs();
+            wb.wait_freed(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Switches the largest active memtable of the environment's engines (this one's through `w`, another's
+    /// at once if its writer is idle, else by asking its writer).
+    fn switch_largest_for_memory(&self, w: &mut WriterState) -> Result<()> {
+        let me = self.pool_id.load(Ordering::Relaxed);
+        let largest = self
+            .env
+            .pool()
+            .engines()
+            .into_iter()
+            .map(|(id, e)| (e.active_memtable_bytes(), id, e))
+            .filter(|(bytes, _, _)| *bytes > 0)
+            .max_by_key(|(bytes, _, _)| *bytes);
+        match largest {
+            Some((_, id, _)) if id == me => self.switch_own_for_memory(w),
+            Some((_, _, e)) => {
+                e.switch_for_memory();
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Switches this engine's active memtable out (unless it is empty) to free memory.
+    fn switch_own_for_memory(&self, w: &mut WriterState) -> Result<()> {
+        let mut ignored = None;
+        let empty = self.state.lock().mem.is_empty();
+        if !empty {
+            self.make_room_or_stall(w, true, &mut ignored)?;
+            self.wb.switches_for_memory.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// [`make_room`](Self::make_room); sets `stalled` to when it first had to wait.
@@ -185,7 +286,7 @@ impl DbInner {
                     *stalled = Some(std::time::Instant::now());
                     self.counters.stalls.fetch_add(1, Ordering::Relaxed);
                 }
-                self.cv.wait(&mut st);
+                self.wait_for_change(&mut st);
                 continue;
             }
             if !(full || force_switch) {
@@ -197,7 +298,7 @@ impl DbInner {
                     *stalled = Some(std::time::Instant::now());
                     self.counters.stalls.fetch_add(1, Ordering::Relaxed);
                 }
-                self.cv.wait(&mut st);
+                self.wait_for_change(&mut st);
                 continue;
             }
             if st.mem.is_empty() {
@@ -207,7 +308,7 @@ impl DbInner {
             self.switch_memtable(&mut st, w, true)?;
             w.mem = st.fast_path_entry(force_switch);
             drop(st);
-            self.cv.notify_all();
+            self.wake();
             return Ok(());
         }
     }
@@ -240,7 +341,7 @@ impl DbInner {
                     Ok(wal) => Some(wal),
                     Err(e) => {
                         let recorded = st.record_bg_error(e);
-                        self.cv.notify_all();
+                        self.wake();
                         return Err(LsmError::Background(recorded));
                     }
                 }
@@ -256,6 +357,9 @@ impl DbInner {
             &mut st.mem,
             Arc::new(self.new_memtable(wal_number, index_slots)),
         );
+        if let Some(c) = old.wb_charge() {
+            c.switched();
+        }
         st.imm.push_front(old);
         st.refresh_super_version();
         Ok(wal_number)

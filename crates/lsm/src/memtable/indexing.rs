@@ -105,7 +105,7 @@ impl MemTable {
         let added = new.bytes().saturating_sub(old.bytes());
         self.index_used.store(used, AtomicOrdering::Relaxed);
         self.index.replace(new, guard);
-        self.bytes.fetch_add(added, AtomicOrdering::Relaxed);
+        self.charge(added);
         self.index_growths.fetch_add(1, AtomicOrdering::Relaxed);
         self.index_growth_micros.fetch_add(
             u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),

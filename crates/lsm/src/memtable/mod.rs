@@ -44,6 +44,7 @@ use self::point_index::{IndexTable, Probe, MIN_INDEX_SLOTS, START_BYTES_PER_SLOT
 use self::versions::Chain;
 pub(crate) use self::versions::Versions;
 use super::arena::Arena;
+use super::env::write_buffer::{MemCharge, WriteBuffers};
 use super::ikey::{self, ValueKind};
 use super::rangedel::RangeTombstone;
 use super::skiplist::{Inserted, SkipList};
@@ -79,6 +80,9 @@ pub(crate) struct MemTable {
     index_frozen: std::sync::atomic::AtomicBool,
     /// Bytes charged so far ([`approximate_bytes`](Self::approximate_bytes)).
     bytes: AtomicUsize,
+    /// The table's charge to its environment's write-buffer manager (none for tables outside an engine's
+    /// memtable list: WAL replay, tests).
+    wb_charge: Option<MemCharge>,
     /// The largest seqno added.
     max_seqno: AtomicU64,
     /// The range tombstones added.
@@ -92,18 +96,29 @@ pub(crate) struct MemTable {
     writing: std::sync::atomic::AtomicBool,
 }
 
-/// A memtable's first point index, allocated (and zeroed) ahead of time ([`MemTable::with_spare_index`]).
-pub struct SpareIndex(IndexTable);
+/// A memtable's first point index, allocated (and zeroed) ahead of time ([`MemTable::with_spare_index`]),
+/// with its charge to the write-buffer manager until a table takes it (which then charges it itself).
+pub struct SpareIndex {
+    table: IndexTable,
+    /// Held for its drop: the charge ends when a table takes the index.
+    _charge: Option<MemCharge>,
+}
 
 impl SpareIndex {
-    /// An empty index of `slots` slots (a power of two, as [`MemTable::index_slots_for`] gives).
-    pub fn new(slots: usize) -> Self {
-        SpareIndex(IndexTable::new(slots))
+    /// An empty index of `slots` slots (a power of two, as [`MemTable::index_slots_for`] gives), charged to
+    /// `wb` if given.
+    pub fn new(slots: usize, wb: Option<&std::sync::Arc<WriteBuffers>>) -> Self {
+        let table = IndexTable::new(slots);
+        let charge = wb.map(|wb| MemCharge::new(wb, table.bytes(), table.bytes()));
+        SpareIndex {
+            table,
+            _charge: charge,
+        }
     }
 
     /// Its number of slots.
     pub fn slots(&self) -> usize {
-        (self.0.bytes()) / 8
+        self.table.bytes() / 8
     }
 }
 
@@ -142,7 +157,10 @@ impl MemTable {
     ) -> (Self, Option<SpareIndex>) {
         let slots = Self::index_slots_for(capacity_bytes, index_slots);
         if spare.slots() == slots {
-            (Self::with_index(wal_number, capacity_bytes, spare.0), None)
+            (
+                Self::with_index(wal_number, capacity_bytes, spare.table),
+                None,
+            )
         } else {
             (
                 Self::with_capacity(wal_number, capacity_bytes, index_slots),
@@ -156,6 +174,7 @@ impl MemTable {
         Self {
             list: SkipList::new(Arena::new(arena_chunk_size(capacity_bytes))),
             bytes: AtomicUsize::new(index.bytes() + new_keys.bytes()),
+            wb_charge: None,
             index: IndexCell::new(index),
             index_used: AtomicUsize::new(0),
             index_growths: AtomicU64::new(0),
@@ -216,7 +235,7 @@ impl MemTable {
                 }
             }
         };
-        self.bytes.fetch_add(charged, AtomicOrdering::Relaxed);
+        self.charge(charged);
         #[cfg(debug_assertions)]
         self.writing.store(false, AtomicOrdering::Release);
     }
@@ -288,6 +307,31 @@ impl MemTable {
         let arena = self.list.arena();
         let entry = MemEntry::new_in(key, trailer, value, arena);
         chain.push(entry, arena);
+    }
+
+    /// Charges the table `bytes` more (the writer only), and its write-buffer manager when the charge passes
+    /// its reserved step.
+    #[inline]
+    fn charge(&self, bytes: usize) {
+        let now = self.bytes.fetch_add(bytes, AtomicOrdering::Relaxed) + bytes;
+        if let Some(c) = &self.wb_charge {
+            c.grow_to(now);
+        }
+    }
+
+    /// Makes the table charge `wb` for its memory, from now on, in steps of its arena's chunks.
+    pub fn charge_to(mut self, wb: &std::sync::Arc<WriteBuffers>) -> Self {
+        self.wb_charge = Some(MemCharge::new(
+            wb,
+            self.approximate_bytes(),
+            self.list.arena().chunk_size(),
+        ));
+        self
+    }
+
+    /// Its charge to the write-buffer manager, if any.
+    pub fn wb_charge(&self) -> Option<&MemCharge> {
+        self.wb_charge.as_ref()
     }
 
     /// Approximate memory use in bytes: what the nodes, versions, their buffers, the index and the writer's

@@ -85,7 +85,7 @@ pub(crate) fn pre_read() -> bool {
 /// Makes this thread's reads pre-read (`Some(true)`), never pre-read (`Some(false)`), or decide from their
 /// recent touches (`None`, the default). For tests of the pre-read paths, which state in memory never
 /// takes.
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(feature = "test-util")]
 pub fn force_pre_read(mode: Option<bool>) {
     FORCED.with(|f| f.set(mode));
 }

@@ -17,7 +17,7 @@ pub mod properties;
 mod reader;
 mod writer;
 
-#[cfg(any(test, feature = "test-util"))]
+#[cfg(feature = "test-util")]
 pub use cold::force_pre_read;
 #[doc(hidden)]
 pub use reader::{PrefixProbe, SstIter, SstReader};

@@ -24,6 +24,7 @@ use super::format::{
 use super::{bloom, properties, SstProperties};
 use crate::cache::BlockCache;
 use crate::coding::DecodeError;
+use crate::env::MemoryReservation;
 use crate::ikey::{self, ValueKind};
 use crate::slice::ValueSlice;
 use crate::storage::{FileBytes, Storage};
@@ -176,6 +177,8 @@ pub struct SstReader {
     hashed_blocks: bool,
     /// End of the data blocks (start of the metadata blocks): read-ahead stops there.
     data_end: usize,
+    /// The charge of the metadata held above (index, filter, bits) to the cache's memory budget, if any.
+    _metadata_charge: Option<MemoryReservation>,
 }
 
 impl SstReader {
@@ -327,7 +330,16 @@ impl SstReader {
         let lz4_verified = (0..index.len().div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
+        let metadata_bytes = index.keys.len()
+            + index.key_ends.len() * 4
+            + index.handles.len() * std::mem::size_of::<BlockHandle>()
+            + index.len() * 8
+            + filter.as_deref().map_or(0, <[u8]>::len)
+            + 2 * index.len().div_ceil(64) * 8
+            + std::mem::size_of::<SstReader>();
+        let _metadata_charge = cache.budget().map(|b| b.charge_metadata(metadata_bytes));
         Ok(Arc::new(SstReader {
+            _metadata_charge,
             path: path.to_path_buf(),
             file_number,
             backing,
@@ -361,8 +373,7 @@ impl SstReader {
         &self.path
     }
 
-    /// The file number (the block cache key).
-    #[cfg(feature = "test-util")]
+    /// The file's key in the block cache (its number, tagged by its engine when the cache is shared).
     pub fn file_number(&self) -> u64 {
         self.file_number
     }

@@ -1,0 +1,118 @@
+//! The I/O runtime of checkpoint storage: a small tokio runtime that runs object-store requests, shared by
+//! every [`CheckpointStorage`](super::CheckpointStorage) opened through one
+//! [`StateEnv`](crate::env::StateEnv) (or private to a storage opened on its own), started at its first use.
+//!
+//! The storage's API is synchronous. Called on a plain thread, a request runs with `block_on` on the
+//! runtime. Called from inside a tokio runtime (the caller's, multi-thread or current-thread), where
+//! `block_on` would panic, the request is handed to a helper thread outside any runtime, which runs it on
+//! the I/O runtime, and the caller waits for that thread: the call blocks its thread as any synchronous
+//! call does, and never panics. Dropping the runtime inside an async context shuts it down in the
+//! background instead of waiting for its threads (which would panic too).
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+
+/// Worker threads of an I/O runtime unless told otherwise.
+pub const DEFAULT_IO_THREADS: usize = 2;
+
+/// A tokio runtime for object-store requests (see the module documentation).
+pub struct IoRuntime {
+    threads: usize,
+    rt: OnceLock<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for IoRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoRuntime")
+            .field("threads", &self.threads)
+            .field("started", &self.rt.get().is_some())
+            .finish()
+    }
+}
+
+impl IoRuntime {
+    /// A runtime of `threads` worker threads (at least 1) and at most as many blocking threads (a local
+    /// root's file operations), started at its first request.
+    pub fn new(threads: usize) -> IoRuntime {
+        IoRuntime {
+            threads: threads.max(1),
+            rt: OnceLock::new(),
+        }
+    }
+
+    /// Worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Whether the runtime's threads were started.
+    pub fn started(&self) -> bool {
+        self.rt.get().is_some()
+    }
+
+    fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
+        if let Some(rt) = self.rt.get() {
+            return Ok(rt);
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.threads)
+            .max_blocking_threads(self.threads)
+            .thread_name("ckpt-io")
+            .enable_all()
+            .build()
+            .map_err(Error::io_at(
+                "starting the I/O runtime of checkpoint storage",
+                "ckpt-io",
+            ))?;
+        // Another thread may have won the race: its runtime stays; this one, never used, stops in the
+        // background (a plain drop would panic inside an async context).
+        if let Err(rt) = self.rt.set(rt) {
+            rt.shutdown_background();
+        }
+        self.rt.get().ok_or_else(|| {
+            Error::InvalidArgument("the I/O runtime of checkpoint storage did not start".into())
+        })
+    }
+
+    /// Runs the future `make` returns to completion on the runtime and returns its output, from a plain
+    /// thread or from inside any tokio runtime (see the module documentation). The future is made on the
+    /// thread that runs it, so it need not be `Send`.
+    pub fn block_on<M, F>(&self, make: M) -> Result<F::Output>
+    where
+        M: FnOnce() -> F + Send,
+        F: Future,
+        F::Output: Send,
+    {
+        let rt = self.runtime()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(rt.block_on(make()));
+        }
+        std::thread::scope(|s| {
+            let helper = std::thread::Builder::new()
+                .name("ckpt-io-call".into())
+                .spawn_scoped(s, move || rt.block_on(make()))
+                .map_err(Error::io_at(
+                    "starting a checkpoint I/O helper thread",
+                    "ckpt-io-call",
+                ))?;
+            // A panic of the request is the caller's, as it would be on a plain thread.
+            helper
+                .join()
+                .map_err(|payload| std::panic::resume_unwind(payload))
+        })
+    }
+}
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                rt.shutdown_background();
+            } else {
+                drop(rt);
+            }
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The environment of one process (or one slot of a stream processor): what every backend and checkpoint
+//! storage opened with it shares (`design/shared-env.md`).
+//!
+//! * the LSM engines' [`SharedEnv`]: one pool of background threads for every flush and compaction, and one
+//!   memory budget for every memtable, the one block cache and SST metadata;
+//! * the budget's reservations ([`StateEnv::memory`]): memory held above the engines (a cache, a heap
+//!   backend's state) is charged to the same capacity with [`MemoryBudget::reserve`];
+//! * (feature `checkpoints`) one I/O runtime for every checkpoint storage opened with
+//!   [`StateEnv::open_storage`], which never `block_on`s inside the caller's runtime.
+//!
+//! A backend opened without an environment keeps its own threads, cache and runtime, as before.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use keyed_state_lsm::{EnvOptions, EnvStats, MemoryBudget, Options, SharedEnv};
+
+use crate::backend::lsm::LsmBackend;
+use crate::backend::BackendConfig;
+use crate::error::Result;
+
+/// How a [`StateEnv`] is sized.
+#[derive(Debug, Clone)]
+pub struct StateEnvOptions {
+    /// Bytes every LSM backend of the environment shares: memtables, block cache, SST metadata and
+    /// reservations (default `None`: no budget; each engine bounded by its own options).
+    pub memory_budget: Option<usize>,
+    /// The share of the budget memtables may take, in `(0, 1]` (default 0.5, as Flink's
+    /// `state.backend.rocksdb.memory.write-buffer-ratio`).
+    pub write_buffer_ratio: f64,
+    /// Threads running every engine's flushes and compactions (default: the machine's cores, 2 to 4).
+    pub background_threads: usize,
+    /// Worker threads of the checkpoint storages' I/O runtime (default 2).
+    pub io_threads: usize,
+}
+
+impl Default for StateEnvOptions {
+    fn default() -> Self {
+        let lsm = EnvOptions::default();
+        StateEnvOptions {
+            memory_budget: lsm.memory_budget,
+            write_buffer_ratio: lsm.write_buffer_ratio,
+            background_threads: lsm.background_threads,
+            io_threads: 2,
+        }
+    }
+}
+
+/// The environment of a process or slot (see the module documentation). Cheap to clone: clones share.
+#[derive(Debug, Clone)]
+pub struct StateEnv {
+    lsm: SharedEnv,
+    #[cfg(feature = "checkpoints")]
+    io: Arc<crate::checkpoint::IoRuntime>,
+    options: StateEnvOptions,
+}
+
+impl StateEnv {
+    /// Starts an environment: the engines' background threads now, the I/O runtime at the first request.
+    pub fn new(options: StateEnvOptions) -> Result<StateEnv> {
+        let lsm = SharedEnv::new(EnvOptions {
+            memory_budget: options.memory_budget,
+            write_buffer_ratio: options.write_buffer_ratio,
+            background_threads: options.background_threads,
+            ..EnvOptions::default()
+        })?;
+        Ok(StateEnv {
+            lsm,
+            #[cfg(feature = "checkpoints")]
+            io: Arc::new(crate::checkpoint::IoRuntime::new(options.io_threads)),
+            options,
+        })
+    }
+
+    /// The options the environment was made with.
+    pub fn options(&self) -> &StateEnvOptions {
+        &self.options
+    }
+
+    /// The LSM engines' environment.
+    pub fn lsm(&self) -> &SharedEnv {
+        &self.lsm
+    }
+
+    /// `options` on this environment: engines opened with them share its threads, budget and cache.
+    pub fn lsm_options(&self, options: Options) -> Options {
+        Options {
+            env: Some(self.lsm.clone()),
+            ..options
+        }
+    }
+
+    /// An LSM backend in `dir` on this environment ([`LsmBackend::open`]).
+    pub fn open_lsm(
+        &self,
+        dir: impl AsRef<Path>,
+        config: BackendConfig,
+        options: Options,
+    ) -> Result<LsmBackend> {
+        LsmBackend::open(dir, config, self.lsm_options(options))
+    }
+
+    /// An LSM backend in a temporary directory on this environment ([`LsmBackend::temp_with`]).
+    pub fn temp_lsm(&self, config: BackendConfig, options: Options) -> Result<LsmBackend> {
+        LsmBackend::temp_with(config, self.lsm_options(options))
+    }
+
+    /// The memory budget: [`MemoryBudget::reserve`] charges it for memory held above the engines.
+    pub fn memory(&self) -> &Arc<MemoryBudget> {
+        self.lsm.memory()
+    }
+
+    /// Memory and background-work figures of the engines' environment.
+    pub fn stats(&self) -> EnvStats {
+        self.lsm.stats()
+    }
+
+    /// [`stats`](Self::stats) under RocksDB's names where they exist ([`EnvStats::metrics`]), and the
+    /// environment's threads as `keyed-state.env.threads`.
+    pub fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
+        let mut m = self.stats().metrics();
+        m.push(keyed_state_lsm::Metric {
+            name: "keyed-state.env.threads".into(),
+            value: self.threads() as u64,
+        });
+        m
+    }
+
+    /// Publishes [`metrics`](Self::metrics) as gauges of the `metrics` facade (feature `metrics`), each
+    /// labelled `scope` = `scope`; an engine's [`EngineHandle::metrics`](crate::backend::EngineHandle::metrics)
+    /// go through [`publish_metrics`] with the instance's name as scope.
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self, scope: &str) {
+        publish_metrics(&self.metrics(), scope);
+    }
+
+    /// Threads the environment runs: the engines' background threads, and the I/O runtime's once started.
+    pub fn threads(&self) -> usize {
+        let io = {
+            #[cfg(feature = "checkpoints")]
+            {
+                if self.io.started() {
+                    self.io.threads()
+                } else {
+                    0
+                }
+            }
+            #[cfg(not(feature = "checkpoints"))]
+            {
+                0
+            }
+        };
+        self.lsm.options().background_threads + io
+    }
+
+    /// The I/O runtime the environment's checkpoint storages share.
+    #[cfg(feature = "checkpoints")]
+    pub fn io(&self) -> &Arc<crate::checkpoint::IoRuntime> {
+        &self.io
+    }
+
+    /// Opens checkpoint storage at `root` ([`CheckpointStorage::open`](crate::checkpoint::CheckpointStorage::open))
+    /// on the environment's I/O runtime.
+    #[cfg(feature = "checkpoints")]
+    pub fn open_storage(&self, root: &str) -> Result<Arc<crate::checkpoint::CheckpointStorage>> {
+        self.open_storage_with(root, &[])
+    }
+
+    /// [`open_storage`](Self::open_storage) with store settings
+    /// ([`CheckpointStorage::open_with`](crate::checkpoint::CheckpointStorage::open_with)).
+    #[cfg(feature = "checkpoints")]
+    pub fn open_storage_with(
+        &self,
+        root: &str,
+        settings: &[(&str, &str)],
+    ) -> Result<Arc<crate::checkpoint::CheckpointStorage>> {
+        Ok(Arc::new(
+            crate::checkpoint::CheckpointStorage::open_with(root, settings)?
+                .with_io(Arc::clone(&self.io)),
+        ))
+    }
+}
+
+/// Sets one gauge of the `metrics` facade per figure, named as the figure and labelled `scope` = `scope`
+/// (feature `metrics`).
+#[cfg(feature = "metrics")]
+pub fn publish_metrics(figures: &[keyed_state_lsm::Metric], scope: &str) {
+    for m in figures {
+        metrics::gauge!(m.name.clone(), "scope" => scope.to_string()).set(m.value as f64);
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use metrics::{
+        Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    /// A recorder keeping the last value of every gauge, by name and labels.
+    #[derive(Default)]
+    struct Gauges(Arc<Mutex<Vec<(String, f64)>>>);
+
+    struct Slot(String, Arc<Mutex<Vec<(String, f64)>>>);
+
+    impl GaugeFn for Slot {
+        fn increment(&self, _: f64) {}
+        fn decrement(&self, _: f64) {}
+        fn set(&self, value: f64) {
+            self.1.lock().unwrap().push((self.0.clone(), value));
+        }
+    }
+
+    impl Recorder for Gauges {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            Gauge::from_arc(Arc::new(Slot(
+                format!("{}{{{}}}", key.name(), labels.join(",")),
+                Arc::clone(&self.0),
+            )))
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn the_environment_publishes_its_figures_as_labelled_gauges() {
+        let env = super::StateEnv::new(super::StateEnvOptions {
+            memory_budget: Some(32 << 20),
+            ..super::StateEnvOptions::default()
+        })
+        .unwrap();
+        let _r = env.memory().reserve(1 << 20);
+        let rec = Gauges::default();
+        metrics::with_local_recorder(&rec, || env.publish_metrics("slot-1"));
+        let got = rec.0.lock().unwrap().clone();
+        assert!(
+            got.contains(&(
+                "keyed-state.env.reserved{scope=slot-1}".to_string(),
+                (1 << 20) as f64
+            )),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&(
+                "keyed-state.env.memory-budget{scope=slot-1}".to_string(),
+                (32 << 20) as f64
+            )),
+            "{got:?}"
+        );
+        assert_eq!(got.len(), env.metrics().len());
+    }
+}
