@@ -10,7 +10,8 @@
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
 //! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
 //! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint,mapsavepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
-//! (comma-separated backends: heap,lsm,rocksdb), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
+//! (comma-separated backends: heap,lsm,lsm+cache,rocksdb), `BENCH_RMW_CACHE_MIB` (the LSM+cache backend's
+//! read-modify-write cache, default 1024), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
@@ -131,6 +132,8 @@ macro_rules! with_ttl {
 enum Kind {
     Heap,
     Lsm,
+    /// The LSM backend with its read-modify-write cache (`BENCH_RMW_CACHE_MIB`).
+    LsmCache,
     #[cfg(feature = "rocksdb")]
     RocksDb,
 }
@@ -142,6 +145,7 @@ impl Kind {
         vec![
             Kind::Heap,
             Kind::Lsm,
+            Kind::LsmCache,
             #[cfg(feature = "rocksdb")]
             Kind::RocksDb,
         ]
@@ -157,6 +161,7 @@ impl Kind {
         match self {
             Kind::Heap => "heap",
             Kind::Lsm => "LSM",
+            Kind::LsmCache => "LSM+cache",
             #[cfg(feature = "rocksdb")]
             Kind::RocksDb => "RocksDB",
         }
@@ -170,6 +175,16 @@ fn prefix_bloom_bits() -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10)
+}
+
+/// The read-modify-write cache of the `LSM+cache` backend (`BENCH_RMW_CACHE_MIB`, default 1024: holds every
+/// entry of every section).
+fn rmw_cache_bytes() -> usize {
+    std::env::var("BENCH_RMW_CACHE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
+        * MIB
 }
 
 /// Bloom filter bits per key on both sides (`BENCH_BLOOM`, default 0 = off as in Flink's benchmark).
@@ -272,6 +287,12 @@ fn backend(
         Kind::Heap => (Box::new(HeapBackend::new(config)?), None),
         Kind::Lsm => {
             let b = LsmBackend::temp_with(config, lsm_options())?;
+            let engine: Box<dyn EngineHandle> = Box::new(b.engine());
+            (Box::new(b), Some(engine))
+        }
+        Kind::LsmCache => {
+            let b =
+                LsmBackend::temp_with(config, lsm_options())?.with_rmw_cache(rmw_cache_bytes())?;
             let engine: Box<dyn EngineHandle> = Box::new(b.engine());
             (Box::new(b), Some(engine))
         }
@@ -535,6 +556,7 @@ impl Results {
 
     fn print(&self, cpu: bool) {
         let lsm = self.kinds.iter().position(|&k| k == Kind::Lsm);
+        let cached = self.kinds.iter().position(|&k| k == Kind::LsmCache);
         #[cfg(feature = "rocksdb")]
         let rdb = self.kinds.iter().position(|&k| k == Kind::RocksDb);
         #[cfg(not(feature = "rocksdb"))]
@@ -544,12 +566,12 @@ impl Results {
         for k in &self.kinds {
             print!(" {} |", k.name());
         }
-        println!(" LSM/RocksDB | LSM/heap |");
+        println!(" LSM/RocksDB | LSM/heap | LSM+cache/heap | LSM+cache/LSM |");
         print!("|---|");
         for _ in &self.kinds {
             print!("---:|");
         }
-        println!("---:|---:|");
+        println!("---:|---:|---:|---:|");
         let (mut log_sum, mut n) = (0.0f64, 0usize);
         for (op, cells) in &self.rows {
             let samples: Vec<Sample> = cells.iter().map(|c| Self::median(c, rate)).collect();
@@ -566,12 +588,17 @@ impl Results {
                 }
                 _ => print!(" n/a |"),
             }
-            match lsm {
-                Some(l) if self.kinds[0] == Kind::Heap => {
-                    println!(" {:.2} |", rate(&samples[l]) / rate(&samples[0]))
-                }
-                _ => println!(" n/a |"),
-            }
+            let ratio = |a: Option<usize>, b: Option<usize>| match (a, b) {
+                (Some(a), Some(b)) => format!("{:.2}", rate(&samples[a]) / rate(&samples[b])),
+                _ => "n/a".to_string(),
+            };
+            let heap = (self.kinds.first() == Some(&Kind::Heap)).then_some(0);
+            println!(
+                " {} | {} | {} |",
+                ratio(lsm, heap),
+                ratio(cached, heap),
+                ratio(cached, lsm)
+            );
         }
         if n > 0 {
             println!(
@@ -639,6 +666,61 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 })?;
                 res.record(op, b.kind, s);
             }
+        }
+    }
+    Ok(())
+}
+
+/// The synchronous parts of a snapshot (`StateBackend::snapshot`) and of a checkpoint (`Checkpointer::begin`
+/// on a local root) with `n` dirty value entries, on LSM and LSM+cache: the cache hands its dirty log to a
+/// snapshot without a copy, but writes it into the memtable before a checkpoint (`design/rmw-cache.md`).
+/// Section `cachesync` (not in the default run).
+fn run_cache_sync(cfg: &Cfg, data: &Data) -> Result<()> {
+    use keyed_state::checkpoint::{CheckpointOptions, CheckpointStorage, Checkpointer};
+    println!(
+        "\n## Synchronous parts with n dirty entries, ms (median of {} rounds; min–max)\n",
+        cfg.rounds
+    );
+    println!("| n dirty | backend | snapshot sync | checkpoint sync |");
+    println!("|---:|---|---:|---:|");
+    for n in [1_000usize, 10_000, 100_000, SETUP_KEY_COUNT] {
+        for kind in [Kind::Lsm, Kind::LsmCache] {
+            let (mut snap_ms, mut ck_ms) = (Vec::new(), Vec::new());
+            for round in 0..cfg.rounds {
+                let (mut store, _engine) = store(kind, 2, KeyGroupRange::all(2))?;
+                let h = store.register_value(ValueStateDescriptor::new("value", LongSerializer))?;
+                for i in 0..n {
+                    store.set_current_key(data.setup_key(i))?;
+                    store.value(&h)?.update(&data.value(i + round))?;
+                }
+                let t = Instant::now();
+                let snap = store.snapshot()?;
+                snap_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                drop(snap);
+                // Dirty again (the snapshot's hand-off leaves the entries dirty until written back).
+                for i in 0..n {
+                    store.set_current_key(data.setup_key(i))?;
+                    store.value(&h)?.update(&data.value(i + round + 1))?;
+                }
+                let dir = tempfile::tempdir()
+                    .map_err(|e| keyed_state::Error::io("tempdir", "/tmp", e))?;
+                let storage = std::sync::Arc::new(CheckpointStorage::local(dir.path())?);
+                let ck = Checkpointer::open(storage, store.config(), CheckpointOptions::default())?;
+                let t = Instant::now();
+                let pending = store.checkpoint(&ck, 1)?;
+                ck_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                pending.run()?;
+            }
+            let show = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                format!("{:.3} ({:.3}–{:.3})", v[v.len() / 2], v[0], v[v.len() - 1])
+            };
+            println!(
+                "| {n} | {} | {} | {} |",
+                kind.name(),
+                show(&mut snap_ms),
+                show(&mut ck_ms)
+            );
         }
     }
     Ok(())
@@ -1158,6 +1240,10 @@ fn main() -> Result<()> {
         cfg.rounds
     );
     println!("LSM options: {}", describe_lsm(&lsm_options()));
+    println!(
+        "LSM+cache: the same engine with a read-modify-write cache of {} MiB",
+        rmw_cache_bytes() / MIB
+    );
     match ttl_mode() {
         TtlMode::Off => println!("TTL: off"),
         mode => println!(
@@ -1201,6 +1287,9 @@ fn main() -> Result<()> {
             println!("\nby thread CPU time:\n");
             res.print_yardstick(true);
         }
+    }
+    if cfg.wants("cachesync") {
+        run_cache_sync(&cfg, &data)?;
     }
     if cfg.wants("savepoint") {
         run_savepoint(&cfg, SpShape::Value)?;

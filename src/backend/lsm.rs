@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::lsm_cache::{Layer, Overlay, RmwCache, MAX_PENDING_LAYERS};
 use super::lsm_load::{LoadRun, Loader};
 use super::lsm_ttl::{TtlFilterFactory, TtlFilters};
 use super::state_prefix::StateKeyPrefix;
@@ -77,7 +78,9 @@ impl LsmEngine {
     }
 
     /// Flushes and hard-links the engine's files into `dir` (see [`Db::checkpoint`]); with the backend's
-    /// [`states`](StateBackend::states) it is what [`LsmBackend::open_checkpoint`] opens.
+    /// [`states`](StateBackend::states) it is what [`LsmBackend::open_checkpoint`] opens. It sees what has
+    /// reached the engine: with the read-modify-write cache on, call [`LsmBackend::write_back`] first (or
+    /// use [`LsmBackend::checkpoint`], which does).
     pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
         Ok(self.0.db.checkpoint(dir)?)
     }
@@ -134,6 +137,8 @@ pub struct LsmBackend {
     loader: Loader,
     /// Bytes buffered before a hand-over to the loader ([`LOAD_BUFFER_BYTES`]; tests make it small).
     load_buffer_bytes: usize,
+    /// The read-modify-write cache (`design/rmw-cache.md`); `None` when its capacity is 0.
+    cache: Option<RmwCache>,
 }
 
 /// The first engine key of `state`'s key group `kg`: `sid | KG`.
@@ -296,6 +301,7 @@ impl LsmBackend {
             load_bytes: 0,
             loader: Loader::default(),
             load_buffer_bytes: LOAD_BUFFER_BYTES,
+            cache: None,
         })
     }
 
@@ -315,17 +321,89 @@ impl LsmBackend {
         self.shared.db.path()
     }
 
-    /// Flushes and hard-links the engine's files into `dir` (see [`Db::checkpoint`]). Together with
-    /// [`states`](StateBackend::states) it is everything [`open_checkpoint`](Self::open_checkpoint) needs.
-    pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
+    /// Writes the cache's dirty entries back, then flushes and hard-links the engine's files into `dir`
+    /// (see [`Db::checkpoint`]). Together with [`states`](StateBackend::states) it is everything
+    /// [`open_checkpoint`](Self::open_checkpoint) needs.
+    pub fn checkpoint(&mut self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
+        self.write_back()?;
         Ok(self.shared.db.checkpoint(dir)?)
+    }
+
+    /// Sets the capacity of the read-modify-write cache in bytes (`design/rmw-cache.md`): keys, values and
+    /// a fixed per-entry overhead. 0 turns the cache off (its dirty entries are written back first); a
+    /// smaller capacity evicts at once. A shared memory budget charges the cache through this and
+    /// [`rmw_cache_bytes`](Self::rmw_cache_bytes). A key the cache does not hold is taken in on its second
+    /// miss within a while (a doorkeeper of about 1/64 of the capacity remembers the first): a key touched
+    /// once costs what it costs without the cache ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
+    pub fn set_rmw_cache_capacity(&mut self, capacity: usize) -> Result<()> {
+        let db = &self.shared.db;
+        match (&mut self.cache, capacity) {
+            (Some(c), 0) => {
+                c.clear(db)?;
+                self.cache = None;
+            }
+            (Some(c), n) => {
+                c.set_capacity(n);
+                c.evict(None, db)?;
+            }
+            (None, 0) => {}
+            (None, n) => self.cache = Some(RmwCache::new(n, false)),
+        }
+        Ok(())
+    }
+
+    /// `true`: the cache takes every key in on its first miss, without the doorkeeper (tests use it to
+    /// send every write through the cache). Writes back and starts a new, empty cache of the same capacity.
+    pub fn set_rmw_cache_admission(&mut self, first_touch: bool) -> Result<()> {
+        if let Some(c) = &mut self.cache {
+            if c.admits_on_first_touch() != first_touch {
+                c.clear(&self.shared.db)?;
+                self.cache = Some(RmwCache::new(c.capacity(), first_touch));
+            }
+        }
+        Ok(())
+    }
+
+    /// This backend with a read-modify-write cache of `capacity` bytes ([`set_rmw_cache_capacity`](
+    /// Self::set_rmw_cache_capacity)).
+    pub fn with_rmw_cache(mut self, capacity: usize) -> Result<Self> {
+        self.set_rmw_cache_capacity(capacity)?;
+        Ok(self)
+    }
+
+    /// The capacity of the read-modify-write cache in bytes (0: off).
+    pub fn rmw_cache_capacity(&self) -> usize {
+        self.cache.as_ref().map_or(0, RmwCache::capacity)
+    }
+
+    /// The bytes the read-modify-write cache holds now.
+    pub fn rmw_cache_bytes(&self) -> usize {
+        self.cache.as_ref().map_or(0, RmwCache::used)
+    }
+
+    /// Writes every dirty entry of the cache into the engine, so that the engine alone holds the whole
+    /// state (for [`LsmEngine::checkpoint`] and other engine-level reads).
+    pub fn write_back(&mut self) -> Result<()> {
+        match &mut self.cache {
+            Some(c) if c.has_dirty() => c.write_back_all(&self.shared.db),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes everything back and empties the cache (before operations that rewrite the engine behind it).
+    fn forget_cache(&mut self) -> Result<()> {
+        match &mut self.cache {
+            Some(c) if !c.is_empty() || c.has_dirty() => c.clear(&self.shared.db),
+            _ => Ok(()),
+        }
     }
 
     /// Deletes every entry of every state outside `range` (one range tombstone per state and side; the
     /// engine drops files lying entirely inside them) and makes `range` this backend's key-group range.
     pub fn clip_to(&mut self, range: KeyGroupRange) -> Result<()> {
-        // Whatever a restore handed over is in the engine first.
+        // Whatever a restore handed over is in the engine first, and nothing cached survives the clip.
         self.loader.drain()?;
+        self.forget_cache()?;
         super::check_range_fits(range, self.config.max_parallelism)?;
         let db = &self.shared.db;
         for sid in 0..self.states.len() {
@@ -400,6 +478,56 @@ impl LsmBackend {
         }
         Ok(it.take_status()?)
     }
+}
+
+/// A read through the cache: a hit answers from it; a miss reads the engine (into `vbuf`) and keeps the
+/// answer, an absent one too.
+#[inline]
+fn cached_read<'a>(
+    cache: &'a mut RmwCache,
+    db: &Db,
+    key: &[u8],
+    vbuf: &'a mut Vec<u8>,
+) -> Result<Option<&'a [u8]>> {
+    let slot = match cache.lookup(key) {
+        Some(i) => i,
+        None => {
+            let found = db.get_into(key, vbuf)?;
+            if !cache.admit(key) {
+                return Ok(found.then_some(vbuf.as_slice()));
+            }
+            let i = cache.insert_clean(key, found.then_some(vbuf.as_slice()));
+            cache.evict(Some(i), db)?;
+            i
+        }
+    };
+    Ok(cache.value(slot))
+}
+
+/// A write through the cache (`value` `None`: a delete): the entry becomes dirty. A key the cache does not
+/// hold and does not admit yet is written to the engine (it is in no pending layer: those hold only cached
+/// keys).
+#[inline]
+fn cached_write(cache: &mut RmwCache, db: &Db, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+    let slot = cache.lookup(key);
+    if slot.is_none() && !cache.admit(key) {
+        match value {
+            Some(v) => db.put(key, v)?,
+            None => db.delete(key)?,
+        }
+        return Ok(());
+    }
+    cache.write(slot, key, value);
+    settle(cache, db)
+}
+
+/// After a write into the cache: evicts down to the capacity, and writes back old pending layers.
+#[inline]
+fn settle(cache: &mut RmwCache, db: &Db) -> Result<()> {
+    if cache.pending_layers() > MAX_PENDING_LAYERS {
+        cache.drain_pending(db)?;
+    }
+    cache.evict(None, db)
 }
 
 /// The synchronous part of an LSM checkpoint: the engine's pending checkpoint and the engine it belongs to.
@@ -493,6 +621,9 @@ impl StateBackend for LsmBackend {
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
         self.check(state, kg, false, "get")?;
         self.build_key(state, &[key]);
+        if let Some(cache) = &mut self.cache {
+            return cached_read(cache, &self.shared.db, &self.kbuf, &mut self.vbuf);
+        }
         let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
         Ok(found.then_some(self.vbuf.as_slice()))
     }
@@ -503,7 +634,8 @@ impl StateBackend for LsmBackend {
         keys: &[(KeyGroup, &[u8])],
         f: &mut dyn FnMut(usize, Option<&[u8]>),
     ) -> Result<()> {
-        // Every engine key `sid | key` in one buffer, then one batched read of the engine.
+        // Every engine key `sid | key` in one buffer, then one batched read of the engine for the keys the
+        // cache does not hold.
         self.kbuf.clear();
         let mut ends = Vec::with_capacity(keys.len());
         for (kg, key) in keys {
@@ -511,6 +643,33 @@ impl StateBackend for LsmBackend {
             self.kbuf.extend_from_slice(&(state as u16).to_be_bytes());
             self.kbuf.extend_from_slice(key);
             ends.push(self.kbuf.len());
+        }
+        if let Some(cache) = &mut self.cache {
+            let mut start = 0;
+            let mut hits = Vec::with_capacity(keys.len());
+            let mut misses: Vec<&[u8]> = Vec::new();
+            for &end in &ends {
+                let k = self.kbuf.get(start..end).unwrap_or(&[]);
+                start = end;
+                let hit = cache.lookup(k);
+                if hit.is_none() {
+                    misses.push(k);
+                }
+                hits.push(hit);
+            }
+            let values = if misses.is_empty() {
+                Vec::new()
+            } else {
+                self.shared.db.multi_get(&misses)?
+            };
+            let mut values = values.iter();
+            for (i, hit) in hits.into_iter().enumerate() {
+                match hit {
+                    Some(slot) => f(i, cache.value(slot)),
+                    None => f(i, values.next().and_then(|v| v.as_deref())),
+                }
+            }
+            return Ok(());
         }
         let mut start = 0;
         let engine_keys: Vec<&[u8]> = ends
@@ -532,6 +691,9 @@ impl StateBackend for LsmBackend {
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         self.check(state, kg, false, "put")?;
         self.build_key(state, &[key]);
+        if let Some(cache) = &mut self.cache {
+            return cached_write(cache, &self.shared.db, &self.kbuf, Some(value));
+        }
         Ok(self.shared.db.put(&self.kbuf, value)?)
     }
 
@@ -539,6 +701,9 @@ impl StateBackend for LsmBackend {
     fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()> {
         self.check(state, kg, false, "delete")?;
         self.build_key(state, &[key]);
+        if let Some(cache) = &mut self.cache {
+            return cached_write(cache, &self.shared.db, &self.kbuf, None);
+        }
         Ok(self.shared.db.delete(&self.kbuf)?)
     }
 
@@ -548,6 +713,14 @@ impl StateBackend for LsmBackend {
             return Ok(());
         }
         self.build_key(state, &[key]);
+        if let Some(cache) = &mut self.cache {
+            // A cached list is joined in the cache; an uncached one gets a merge operand, never a read (it
+            // is in no pending layer either: those hold only cached keys).
+            if let Some(i) = cache.lookup(&self.kbuf) {
+                cache.append(i, elements);
+                return settle(cache, &self.shared.db);
+            }
+        }
         Ok(self.shared.db.merge(&self.kbuf, elements)?)
     }
 
@@ -560,6 +733,10 @@ impl StateBackend for LsmBackend {
     ) -> Result<Option<&[u8]>> {
         self.check(state, kg, true, "map_get")?;
         self.build_key(state, &[key_ns, user_key]);
+        let timers = self.states[state].kind == StateKind::Timers;
+        if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            return cached_read(cache, &self.shared.db, &self.kbuf, &mut self.vbuf);
+        }
         let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
         Ok(found.then_some(self.vbuf.as_slice()))
     }
@@ -574,6 +751,10 @@ impl StateBackend for LsmBackend {
     ) -> Result<()> {
         self.check(state, kg, true, "map_put")?;
         self.build_key(state, &[key_ns, user_key]);
+        let timers = self.states[state].kind == StateKind::Timers;
+        if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            return cached_write(cache, &self.shared.db, &self.kbuf, Some(value));
+        }
         Ok(self.shared.db.put(&self.kbuf, value)?)
     }
 
@@ -586,6 +767,10 @@ impl StateBackend for LsmBackend {
     ) -> Result<()> {
         self.check(state, kg, true, "map_remove")?;
         self.build_key(state, &[key_ns, user_key]);
+        let timers = self.states[state].kind == StateKind::Timers;
+        if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            return cached_write(cache, &self.shared.db, &self.kbuf, None);
+        }
         Ok(self.shared.db.delete(&self.kbuf)?)
     }
 
@@ -597,6 +782,7 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.check(state, kg, true, "map_scan")?;
+        self.write_back()?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
         let prefix = std::mem::take(&mut self.kbuf);
@@ -614,6 +800,9 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.check(state, kg, true, "map_scan")?;
+        if self.states[state].kind != StateKind::Timers {
+            self.write_back()?;
+        }
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
         let upper = prefix_successor(&self.kbuf);
@@ -634,11 +823,18 @@ impl StateBackend for LsmBackend {
         // Point deletes (as Flink's RocksDB backend does) rather than a range tombstone per cleared map:
         // range tombstones are checked by every read, so many small ones would slow down every `get`.
         self.check(state, kg, true, "map_clear")?;
+        // The engine holds every entry of the map once the cache is written back; the cached (clean)
+        // entries of the map are forgotten as they are deleted.
+        self.write_back()?;
         self.build_key(state, &[key_ns]);
         let prefix = std::mem::take(&mut self.kbuf);
         let mut batch = WriteBatch::new();
         let mut res = Ok(());
+        let mut cache = self.cache.take();
         let scanned = self.scan_prefix(&prefix, &mut |k, _| {
+            if let Some(c) = &mut cache {
+                c.forget_clean(k);
+            }
             batch.delete(k);
             if batch.len() >= BATCH_OPS {
                 res = self.shared.db.write(&batch);
@@ -647,6 +843,7 @@ impl StateBackend for LsmBackend {
             res.is_ok()
         });
         self.kbuf = prefix;
+        self.cache = cache;
         scanned?;
         res?;
         Ok(self.shared.db.write(&batch)?)
@@ -660,6 +857,7 @@ impl StateBackend for LsmBackend {
         if state >= self.states.len() {
             return Err(Error::UnknownStateId(state));
         }
+        self.write_back()?;
         let prefix = (state as u16).to_be_bytes();
         let pl = self.prefix_len;
         let mut bad: Option<Vec<u8>> = None;
@@ -695,6 +893,7 @@ impl StateBackend for LsmBackend {
         if !range.contains(kg) {
             return Err(super::out_of_range(range, kg));
         }
+        self.write_back()?;
         let mut prefix = (state as u16).to_be_bytes().to_vec();
         write_key_group_prefix(&mut prefix, kg, self.prefix_len);
         self.scan_prefix(&prefix, &mut |k, v| f(&k[STATE_PREFIX_LEN..], v))
@@ -708,6 +907,7 @@ impl StateBackend for LsmBackend {
         if state >= self.states.len() {
             return Err(Error::UnknownStateId(state));
         }
+        self.forget_cache()?;
         // The iterator reads at the sequence number it was created at, so the writes below are not seen.
         let prefix = (state as u16).to_be_bytes();
         let db = &self.shared.db;
@@ -739,6 +939,9 @@ impl StateBackend for LsmBackend {
         if state >= self.states.len() {
             return Err(Error::UnknownStateId(state));
         }
+        // Restored entries reach the engine behind the cache: nothing it holds (an absent key read
+        // earlier, say) may hide them.
+        self.forget_cache()?;
         self.build_key(state, &[key]);
         if !self.load[state].accepts(&self.kbuf) {
             // Out of order (savepoints with overlapping ranges): ingest everything buffered and wait for it,
@@ -762,6 +965,7 @@ impl StateBackend for LsmBackend {
     }
 
     fn finish_load(&mut self) -> Result<()> {
+        self.forget_cache()?;
         let handed = self.ingest_buffers();
         let drained = self.loader.drain();
         // Reset even after a failure: the next restore starts afresh.
@@ -772,8 +976,9 @@ impl StateBackend for LsmBackend {
     }
 
     fn num_entries(&mut self) -> Result<u64> {
-        // Whatever a restore handed over is in the engine first.
+        // Whatever a restore handed over and whatever the cache holds dirty are in the engine first.
         self.loader.drain()?;
+        self.write_back()?;
         let mut n = 0u64;
         let mut it = self.shared.db.iter(ReadOptions::default());
         it.seek_to_first();
@@ -787,6 +992,9 @@ impl StateBackend for LsmBackend {
 
     fn checkpoint_capture(&mut self) -> Result<Box<dyn super::CheckpointCapture>> {
         self.loader.drain()?;
+        // The captured files must hold every dirty entry: written into the memtable here (time in the
+        // number of dirty entries; `design/rmw-cache.md`).
+        self.write_back()?;
         let pending = self.shared.db.begin_checkpoint()?;
         Ok(Box::new(LsmCapture {
             pending,
@@ -809,8 +1017,14 @@ impl StateBackend for LsmBackend {
         // Whatever a restore handed over is in the engine first.
         self.loader.drain()?;
         // Synchronous part: register the current sequence number (O(1)); compaction keeps every version it
-        // reads until the snapshot is dropped, and range deletes stop dropping whole files under it.
+        // reads until the snapshot is dropped, and range deletes stop dropping whole files under it. The
+        // cache's dirty log is handed over as an immutable layer (O(1)), read on top of the engine.
         let snap = self.shared.db.snapshot();
+        let layers = self
+            .cache
+            .as_mut()
+            .map(RmwCache::hand_off)
+            .unwrap_or_default();
         Ok(Box::new(LsmSnapshot {
             config: self.config.clone(),
             prefix_len: self.prefix_len,
@@ -818,6 +1032,8 @@ impl StateBackend for LsmBackend {
             shared: Arc::clone(&self.shared),
             snap,
             cursors: Mutex::new(Vec::new()),
+            layers,
+            overlay: std::sync::OnceLock::new(),
         }))
     }
 }
@@ -833,6 +1049,10 @@ pub struct LsmSnapshot {
     /// encoder visits key groups in ascending order, so consecutive visits of a state continue where the
     /// previous one stopped instead of building a merging iterator per (state, key group).
     cursors: Mutex<Vec<Option<StateCursor>>>,
+    /// The cache's dirty layers at snapshot time (oldest first), not in the engine at `snap`.
+    layers: Vec<Arc<Layer>>,
+    /// `layers` merged and sorted, built by the first visit.
+    overlay: std::sync::OnceLock<Overlay>,
 }
 
 /// A reusable iterator over one state of a snapshot.
@@ -847,6 +1067,11 @@ impl LsmSnapshot {
     /// The engine sequence number the snapshot reads at.
     pub fn seqno(&self) -> u64 {
         self.snap.seqno()
+    }
+
+    /// The cache's dirty entries of the snapshot's moment, merged and sorted on first use.
+    fn overlay(&self) -> &Overlay {
+        self.overlay.get_or_init(|| Overlay::build(&self.layers))
     }
 }
 
@@ -898,16 +1123,37 @@ impl BackendSnapshot for LsmSnapshot {
         if !positioned {
             it.seek(&lower);
         }
-        while it.valid() {
-            let k = it.key();
-            if upper.as_deref().is_some_and(|u| k >= u) {
-                break;
+        let overlay = self.overlay();
+        let mut dirty = overlay.range(&lower, upper.as_deref()).peekable();
+        loop {
+            // The smaller of the engine's next key and the overlay's; on a tie the overlay's value wins.
+            let engine_key =
+                (it.valid() && upper.as_deref().is_none_or(|u| it.key() < u)).then(|| it.key());
+            let step = match (engine_key, dirty.peek()) {
+                (None, None) => break,
+                (Some(k), Some(&(d, _))) if d <= k => Some(d == k),
+                (None, Some(_)) => Some(false),
+                (Some(_), _) => None,
+            };
+            match step {
+                Some(tie) => {
+                    if let Some((k, Some(v))) = dirty.next() {
+                        if keep_empty || !v.is_empty() {
+                            f(&k[STATE_PREFIX_LEN..], v)?;
+                        }
+                    }
+                    if tie {
+                        it.next();
+                    }
+                }
+                None => {
+                    let v = it.value();
+                    if keep_empty || !v.is_empty() {
+                        f(&it.key()[STATE_PREFIX_LEN..], v)?;
+                    }
+                    it.next();
+                }
             }
-            let v = it.value();
-            if keep_empty || !v.is_empty() {
-                f(&k[STATE_PREFIX_LEN..], v)?;
-            }
-            it.next();
         }
         it.take_status()?;
         cursor.end = upper;

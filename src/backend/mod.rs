@@ -12,6 +12,7 @@
 mod capture;
 pub mod heap;
 pub mod lsm;
+mod lsm_cache;
 mod lsm_load;
 mod lsm_ttl;
 #[cfg(feature = "rocksdb")]

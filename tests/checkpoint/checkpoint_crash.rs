@@ -24,6 +24,10 @@ use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, ValueStateDescriptor};
 
 const CHILD_ENV: &str = "KEYED_STATE_CKPT_CRASH_CHILD_DIR";
+/// The child's read-modify-write cache capacity in bytes (0: off).
+const CACHE_ENV: &str = "KEYED_STATE_CKPT_CRASH_CHILD_CACHE";
+/// The cache capacities the iterations cycle through: off, a few entries (evicting constantly), all.
+const CACHES: [usize; 3] = [0, 1 << 10, 64 << 20];
 const MAX_P: u32 = 16;
 const KEYS: i64 = 2000;
 
@@ -71,8 +75,15 @@ fn checkpoint_crash_child() {
     };
     let dir = Path::new(&dir);
     let cfg = config();
-    let backend =
-        LsmBackend::open(dir.join("db"), cfg.clone(), LsmBackend::small_options()).unwrap();
+    let cache: usize = std::env::var(CACHE_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut backend = LsmBackend::open(dir.join("db"), cfg.clone(), LsmBackend::small_options())
+        .and_then(|b| b.with_rmw_cache(cache))
+        .unwrap();
+    // The small cache takes every write in (no doorkeeper); the large one as configured by default.
+    backend.set_rmw_cache_admission(cache < 1 << 20).unwrap();
     let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
     let counter = store
         .register_value(ValueStateDescriptor::new("counter", LongSerializer))
@@ -149,6 +160,7 @@ fn a_sigkill_during_checkpoints_leaves_the_last_completed_one_restorable() {
                 "--test-threads=1",
             ])
             .env(CHILD_ENV, dir.path())
+            .env(CACHE_ENV, CACHES[iter % CACHES.len()].to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -197,7 +209,8 @@ fn a_sigkill_during_checkpoints_leaves_the_last_completed_one_restorable() {
             assert_eq!(
                 store.value(&counter).unwrap().get().unwrap(),
                 want.get(&k).copied(),
-                "iteration {iter}: checkpoint {last}, key {k}"
+                "iteration {iter} (cache {} bytes): checkpoint {last}, key {k}",
+                CACHES[iter % CACHES.len()]
             );
         }
         assert_eq!(store.num_entries().unwrap(), want.len() as u64);

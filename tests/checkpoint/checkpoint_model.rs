@@ -95,7 +95,16 @@ fn check_storage(storage: &CheckpointStorage) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run_ops(ops: Vec<Op>, retain: usize) -> Result<(), TestCaseError> {
+/// `b` with a read-modify-write cache of `cache` bytes: below 1 MiB taking every key in on its first miss,
+/// above as configured by default (a doorkeeper).
+fn cached(b: LsmBackend, cache: usize) -> keyed_state::Result<LsmBackend> {
+    let mut b = b.with_rmw_cache(cache)?;
+    b.set_rmw_cache_admission(cache < 1 << 20)?;
+    Ok(b)
+}
+
+/// `cache`: the read-modify-write cache capacity of every instance in bytes (0: off).
+fn run_ops(ops: Vec<Op>, retain: usize, cache: usize) -> Result<(), TestCaseError> {
     let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
     let opts = LsmBackend::small_options();
     let cfg = KeyedStateStore::config_for(
@@ -104,7 +113,9 @@ fn run_ops(ops: Vec<Op>, retain: usize) -> Result<(), TestCaseError> {
         key_group_range_for_operator(MAX_P, 1, 0).unwrap(),
     );
     let mut insts = vec![wrap(
-        LsmBackend::temp_with(cfg, opts.clone()).unwrap(),
+        LsmBackend::temp_with(cfg, opts.clone())
+            .and_then(|b| cached(b, cache))
+            .unwrap(),
         &storage,
         retain,
     )];
@@ -169,7 +180,7 @@ fn run_ops(ops: Vec<Op>, retain: usize) -> Result<(), TestCaseError> {
                         let range = key_group_range_for_operator(MAX_P, p, i).unwrap();
                         let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
                         let (b, info) = restore_lsm_temp(&storage, id, cfg, opts.clone()).unwrap();
-                        let x = wrap(b, &storage, retain);
+                        let x = wrap(cached(b, cache).unwrap(), &storage, retain);
                         let mode = if claim {
                             RestoreMode::Claim
                         } else {
@@ -200,6 +211,16 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
     #[test]
     fn checkpoints_follow_the_model(ops in proptest::collection::vec(op(), 5..40), retain in 1usize..3) {
-        run_ops(ops, retain)?;
+        run_ops(ops, retain, 0)?;
+    }
+
+    /// With the read-modify-write cache: one byte (every write evicted at once), a few entries, everything.
+    #[test]
+    fn checkpoints_with_a_cache_follow_the_model(
+        ops in proptest::collection::vec(op(), 5..40),
+        retain in 1usize..3,
+        cache in proptest::sample::select(vec![1usize, 1 << 10, 64 << 20]),
+    ) {
+        run_ops(ops, retain, cache)?;
     }
 }

@@ -84,11 +84,21 @@ struct Instance {
     ck: Checkpointer,
 }
 
+/// `b` with a read-modify-write cache of `capacity` bytes (`first_touch`: no doorkeeper).
+fn cached(b: LsmBackend, capacity: usize, first_touch: bool) -> LsmBackend {
+    let mut b = b.with_rmw_cache(capacity).unwrap();
+    b.set_rmw_cache_admission(first_touch).unwrap();
+    b
+}
+
 /// Which backend the instances run on.
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Heap,
     Lsm,
+    /// The LSM backend with a read-modify-write cache of this many bytes; `true`: every key taken in on its
+    /// first miss (no doorkeeper).
+    LsmCached(usize, bool),
     #[cfg(feature = "rocksdb")]
     RocksDb,
 }
@@ -97,6 +107,8 @@ enum Kind {
 const KINDS: &[Kind] = &[
     Kind::Heap,
     Kind::Lsm,
+    Kind::LsmCached(1, true),
+    Kind::LsmCached(2 << 10, false),
     #[cfg(feature = "rocksdb")]
     Kind::RocksDb,
 ];
@@ -132,6 +144,11 @@ impl Job {
                     Kind::Lsm => {
                         Box::new(LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap())
                     }
+                    Kind::LsmCached(cache, first_touch) => Box::new(cached(
+                        LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap(),
+                        cache,
+                        first_touch,
+                    )),
                     #[cfg(feature = "rocksdb")]
                     Kind::RocksDb => {
                         Box::new(RocksDbBackend::temporary(cfg, RocksDbOptions::default()).unwrap())
@@ -144,17 +161,26 @@ impl Job {
     }
 
     /// LSM instances restored natively from checkpoint `id` at `parallelism`.
-    fn from_checkpoint(parallelism: u32, id: u64, storage: Arc<CheckpointStorage>) -> Job {
+    fn from_checkpoint(
+        kind: Kind,
+        parallelism: u32,
+        id: u64,
+        storage: Arc<CheckpointStorage>,
+    ) -> Job {
+        let (cache, first_touch) = match kind {
+            Kind::LsmCached(c, f) => (c, f),
+            _ => (0, false),
+        };
         let backends = (0..parallelism)
             .map(|i| {
                 let range = key_group_range_for_operator(MAX_P, parallelism, i).unwrap();
                 let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
                 let (b, _) =
                     restore_lsm_temp(&storage, id, cfg, LsmBackend::small_options()).unwrap();
-                Box::new(b) as Box<dyn StateBackend>
+                Box::new(cached(b, cache, first_touch)) as Box<dyn StateBackend>
             })
             .collect();
-        Job::with_backends(Kind::Lsm, backends, &[], storage)
+        Job::with_backends(kind, backends, &[], storage)
     }
 
     fn with_backends(
@@ -247,9 +273,9 @@ impl Job {
             inst.ck.close();
         }
         let storage = Arc::clone(&self.storage);
-        if native && matches!(self.kind, Kind::Lsm) {
+        if native && matches!(self.kind, Kind::Lsm | Kind::LsmCached(..)) {
             NATIVE_RESTORES.fetch_add(1, Ordering::Relaxed);
-            return Job::from_checkpoint(parallelism, id, storage);
+            return Job::from_checkpoint(self.kind, parallelism, id, storage);
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("from-checkpoint.ksp");
@@ -428,6 +454,16 @@ proptest! {
     #[test]
     fn lsm_matches_model(ops in proptest::collection::vec(op(), 1..80)) {
         run(&ops, Kind::Lsm);
+    }
+
+    /// With the read-modify-write cache, from one byte (every write evicted at once) to everything fitting.
+    #[test]
+    fn lsm_with_a_cache_matches_model(
+        ops in proptest::collection::vec(op(), 1..80),
+        cache in proptest::sample::select(vec![1usize, 300, 2 << 10, 64 << 20]),
+        first_touch in any::<bool>(),
+    ) {
+        run(&ops, Kind::LsmCached(cache, first_touch));
     }
 }
 

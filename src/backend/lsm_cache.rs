@@ -1,0 +1,629 @@
+//! The LSM backend's read-modify-write cache (`design/rmw-cache.md`): engine key → value bytes (or "absent")
+//! with dirty bits, CLOCK eviction, and a dirty log that snapshots take over without a copy.
+//!
+//! The cache knows the engine only as the place dirty entries are written back to ([`Db::write`]); the
+//! backend decides which operations go through it.
+
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use keyed_state_lsm::{Db, WriteBatch};
+
+use crate::error::Result;
+
+/// Shared immutable bytes: a key or value held by a slot and by the dirty log at once.
+pub(crate) type Bytes = Arc<[u8]>;
+
+/// Bytes counted per entry on top of its key and value: the slot, its table entry, the two `Arc` headers
+/// and the allocator's rounding, about.
+pub(crate) const ENTRY_OVERHEAD: usize = 96;
+
+/// Dirty writes are written back in batches of this many operations.
+const BATCH_OPS: usize = 4096;
+
+/// Pending layers beyond this many are written back by the next write that reaches the engine anyway, so
+/// that snapshots taken while nothing reaches the engine do not keep old values alive without end.
+pub(crate) const MAX_PENDING_LAYERS: usize = 4;
+
+/// No log entry.
+const NO_LOG: u32 = u32::MAX;
+
+struct Slot {
+    key: Bytes,
+    value: Option<Bytes>,
+    referenced: bool,
+    dirty: bool,
+    /// When dirty: the epoch of the log holding the latest value (the current log when equal to the cache's
+    /// epoch, else a pending layer).
+    epoch: u64,
+    /// When dirty in the current epoch: the index of the latest value's entry in the current log.
+    log: u32,
+}
+
+impl Slot {
+    fn bytes(&self) -> usize {
+        self.key.len() + self.value.as_ref().map_or(0, |v| v.len()) + ENTRY_OVERHEAD
+    }
+}
+
+/// One dirty write: `value` `None` is a delete.
+pub(crate) struct LogEntry {
+    pub(crate) key: Bytes,
+    pub(crate) value: Option<Bytes>,
+    /// False once a newer write of the same slot or a write-back superseded it.
+    valid: bool,
+    slot: u32,
+}
+
+/// A dirty log handed over by a snapshot: immutable, shared with the snapshots that read it.
+pub(crate) struct Layer {
+    epoch: u64,
+    entries: Vec<LogEntry>,
+}
+
+/// The overlay a snapshot reads on top of the engine: every dirty value of the moment, by engine key.
+pub(crate) struct Overlay(BTreeMap<Bytes, Option<Bytes>>);
+
+impl Overlay {
+    /// Merges `layers` (oldest first; the newest write of a key wins).
+    pub(crate) fn build(layers: &[Arc<Layer>]) -> Overlay {
+        let mut map = BTreeMap::new();
+        for layer in layers {
+            for e in layer.entries.iter().filter(|e| e.valid) {
+                map.insert(Arc::clone(&e.key), e.value.clone());
+            }
+        }
+        Overlay(map)
+    }
+
+    /// The overlay's entries with engine keys in `[lower, upper)` (`upper` `None`: unbounded), ascending.
+    pub(crate) fn range<'a>(
+        &'a self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
+        let hi = upper.map_or(Bound::Unbounded, Bound::Excluded);
+        self.0
+            .range::<[u8], _>((Bound::Included(lower), hi))
+            .map(|(k, v)| (&k[..], v.as_deref()))
+    }
+}
+
+type Hasher = foldhash::fast::RandomState;
+
+/// The cache. See the module documentation.
+pub(crate) struct RmwCache {
+    table: HashTable<u32>,
+    hasher: Hasher,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    hand: usize,
+    used: usize,
+    capacity: usize,
+    epoch: u64,
+    log: Vec<LogEntry>,
+    log_valid: usize,
+    pending: Vec<Arc<Layer>>,
+    /// The admission filter (a "doorkeeper"): fingerprints of keys that missed recently, direct-mapped by
+    /// hash. A key the cache does not hold is taken in on its second miss while its fingerprint is still
+    /// there; the first goes straight to the engine. Empty: every key is taken in at once.
+    door: Vec<u32>,
+}
+
+/// Doorkeeper slots per byte of capacity: one per 256 bytes (an entry costs at least `ENTRY_OVERHEAD`), so
+/// the filter remembers about as many keys as the cache holds and costs 1/64 of the capacity on top.
+const DOOR_BYTES_PER_SLOT: usize = 256;
+/// Bounds of the doorkeeper's size in slots.
+const DOOR_MIN: usize = 64;
+const DOOR_MAX: usize = 1 << 22;
+
+fn door_slots(capacity: usize) -> usize {
+    (capacity / DOOR_BYTES_PER_SLOT)
+        .clamp(DOOR_MIN, DOOR_MAX)
+        .next_power_of_two()
+}
+
+impl RmwCache {
+    /// A cache of `capacity` bytes; `admit_on_first_touch`: no doorkeeper.
+    pub(crate) fn new(capacity: usize, admit_on_first_touch: bool) -> RmwCache {
+        // Room for as many entries as the capacity can hold (up to 4M) from the start: growing the table
+        // rehashes every key through its slot, a random read each.
+        let expect = (capacity / (ENTRY_OVERHEAD + 16)).min(1 << 22);
+        RmwCache {
+            table: HashTable::with_capacity(expect),
+            hasher: Hasher::default(),
+            slots: Vec::with_capacity(expect),
+            free: Vec::new(),
+            hand: 0,
+            used: 0,
+            capacity,
+            epoch: 0,
+            log: Vec::new(),
+            log_valid: 0,
+            pending: Vec::new(),
+            door: if admit_on_first_touch {
+                Vec::new()
+            } else {
+                vec![0; door_slots(capacity)]
+            },
+        }
+    }
+
+    /// Whether `key`, which missed, is taken into the cache: on its second miss while the doorkeeper
+    /// remembers the first (always, without a doorkeeper).
+    #[inline]
+    pub(crate) fn admit(&mut self, key: &[u8]) -> bool {
+        if self.door.is_empty() {
+            return true;
+        }
+        let h = self.hasher.hash_one(key);
+        let slot = (h as usize) & (self.door.len() - 1);
+        let fp = ((h >> 32) as u32) | 1;
+        if self.door[slot] == fp {
+            self.door[slot] = 0;
+            true
+        } else {
+            self.door[slot] = fp;
+            false
+        }
+    }
+
+    /// Bytes held (keys, values and the per-entry overhead).
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub(crate) fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        if !self.door.is_empty() {
+            self.door = vec![0; door_slots(capacity)];
+        }
+    }
+
+    /// Whether keys are taken in on their first miss (no doorkeeper).
+    pub(crate) fn admits_on_first_touch(&self) -> bool {
+        self.door.is_empty()
+    }
+
+    /// Whether anything is dirty (in the current log or a pending layer).
+    pub(crate) fn has_dirty(&self) -> bool {
+        self.log_valid > 0 || !self.pending.is_empty()
+    }
+
+    /// Whether the cache holds no entry.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    pub(crate) fn pending_layers(&self) -> usize {
+        self.pending.len()
+    }
+
+    #[inline]
+    fn slot(&self, i: u32) -> &Slot {
+        match self.slots.get(i as usize) {
+            Some(Some(s)) => s,
+            // The table only holds indices of live slots.
+            _ => unreachable!("cache table points at a free slot"),
+        }
+    }
+
+    #[inline]
+    fn slot_mut(&mut self, i: u32) -> &mut Slot {
+        match self.slots.get_mut(i as usize) {
+            Some(Some(s)) => s,
+            _ => unreachable!("cache table points at a free slot"),
+        }
+    }
+
+    /// The slot of `key`, marked referenced.
+    #[inline]
+    pub(crate) fn lookup(&mut self, key: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        let slots = &self.slots;
+        let i = *self.table.find(hash, |&i| match &slots[i as usize] {
+            Some(s) => &s.key[..] == key,
+            None => false,
+        })?;
+        self.slot_mut(i).referenced = true;
+        Some(i)
+    }
+
+    /// The value held in slot `i` (`None`: known absent).
+    #[inline]
+    pub(crate) fn value(&self, i: u32) -> Option<&[u8]> {
+        self.slot(i).value.as_deref()
+    }
+
+    /// Adds a clean entry for `key`, which the cache does not hold, and returns its slot. The caller evicts
+    /// afterwards ([`evict`](Self::evict)).
+    pub(crate) fn insert_clean(&mut self, key: &[u8], value: Option<&[u8]>) -> u32 {
+        let slot = Slot {
+            key: Arc::from(key),
+            value: value.map(Arc::from),
+            referenced: false,
+            dirty: false,
+            epoch: 0,
+            log: NO_LOG,
+        };
+        self.insert_slot(slot)
+    }
+
+    fn insert_slot(&mut self, slot: Slot) -> u32 {
+        self.used += slot.bytes();
+        let hash = self.hasher.hash_one(&slot.key[..]);
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.table
+            .insert_unique(hash, i, |&j| match &slots[j as usize] {
+                Some(s) => hasher.hash_one(&s.key[..]),
+                None => 0,
+            });
+        i
+    }
+
+    /// Writes `value` (`None`: a delete) for `key`, dirty, and returns its slot; `slot`: what
+    /// [`lookup`](Self::lookup) found for `key`. The caller evicts afterwards.
+    #[inline]
+    pub(crate) fn write(&mut self, slot: Option<u32>, key: &[u8], value: Option<&[u8]>) -> u32 {
+        let value = value.map(Arc::from);
+        match slot {
+            Some(i) => {
+                self.set_dirty(i, value);
+                i
+            }
+            None => {
+                let i = self.insert_slot(Slot {
+                    key: Arc::from(key),
+                    value: None,
+                    referenced: false,
+                    dirty: false,
+                    epoch: 0,
+                    log: NO_LOG,
+                });
+                self.set_dirty(i, value);
+                i
+            }
+        }
+    }
+
+    /// Appends list `elements` to the value held in slot `i`, as the engine's `ListAppendOperator` joins:
+    /// `existing , elements`, or `elements` alone when the list is absent.
+    pub(crate) fn append(&mut self, i: u32, elements: &[u8]) {
+        let joined: Bytes = match self.slot(i).value.as_deref() {
+            Some(old) => {
+                let mut v = Vec::with_capacity(old.len() + 1 + elements.len());
+                v.extend_from_slice(old);
+                v.push(keyed_state_lsm_list_delimiter());
+                v.extend_from_slice(elements);
+                Arc::from(v)
+            }
+            None => Arc::from(elements),
+        };
+        self.set_dirty(i, Some(joined));
+    }
+
+    fn set_dirty(&mut self, i: u32, value: Option<Bytes>) {
+        let epoch = self.epoch;
+        let new_log = self.log.len() as u32;
+        let s = self.slot_mut(i);
+        let old_bytes = s.bytes();
+        let superseded = (s.dirty && s.epoch == epoch).then_some(s.log);
+        s.value = value.clone();
+        s.dirty = true;
+        s.epoch = epoch;
+        s.log = new_log;
+        let key = Arc::clone(&s.key);
+        let new_bytes = s.bytes();
+        self.used = self.used + new_bytes - old_bytes;
+        if let Some(old) = superseded {
+            if let Some(e) = self.log.get_mut(old as usize) {
+                e.valid = false;
+                self.log_valid -= 1;
+            }
+        }
+        self.log.push(LogEntry {
+            key,
+            value,
+            valid: true,
+            slot: i,
+        });
+        self.log_valid += 1;
+        if self.log.len() > 2 * self.log_valid + 1024 {
+            self.compact_log();
+        }
+    }
+
+    /// Drops the superseded entries of the current log.
+    fn compact_log(&mut self) {
+        let mut log = std::mem::take(&mut self.log);
+        log.retain(|e| e.valid);
+        for (n, e) in log.iter().enumerate() {
+            let slot = e.slot;
+            self.slot_mut(slot).log = n as u32;
+        }
+        self.log = log;
+    }
+
+    /// The synchronous part of a snapshot: moves the current dirty log into a pending layer (no copy) and
+    /// returns every pending layer, oldest first, for the snapshot's overlay.
+    pub(crate) fn hand_off(&mut self) -> Vec<Arc<Layer>> {
+        if self.log_valid > 0 {
+            let entries = std::mem::take(&mut self.log);
+            self.pending.push(Arc::new(Layer {
+                epoch: self.epoch,
+                entries,
+            }));
+            self.epoch += 1;
+            self.log_valid = 0;
+        } else {
+            self.log.clear();
+        }
+        self.pending.clone()
+    }
+
+    /// Writes every pending layer into the engine, oldest first, and marks clean the slots whose latest
+    /// value it held. Must precede any other write of the backend into the engine.
+    pub(crate) fn drain_pending(&mut self, db: &Db) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let layers = std::mem::take(&mut self.pending);
+        let mut batch = WriteBatch::new();
+        for (n, layer) in layers.iter().enumerate() {
+            for e in layer.entries.iter().filter(|e| e.valid) {
+                match &e.value {
+                    Some(v) => batch.put(&e.key, v),
+                    None => batch.delete(&e.key),
+                };
+                if batch.len() >= BATCH_OPS {
+                    if let Err(err) = db.write(&batch) {
+                        // Nothing is lost: the layers not yet written stay pending.
+                        self.pending = layers[n..].to_vec();
+                        return Err(err.into());
+                    }
+                    batch.clear();
+                }
+            }
+        }
+        if !batch.is_empty() {
+            if let Err(err) = db.write(&batch) {
+                self.pending = layers;
+                return Err(err.into());
+            }
+        }
+        for layer in &layers {
+            for e in layer.entries.iter().filter(|e| e.valid) {
+                if let Some(Some(s)) = self.slots.get_mut(e.slot as usize) {
+                    if s.dirty && s.epoch == layer.epoch && Arc::ptr_eq(&s.key, &e.key) {
+                        s.dirty = false;
+                        s.log = NO_LOG;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty entry into the engine (pending layers first, then the current log); afterwards the
+    /// engine holds everything and the cache is clean.
+    pub(crate) fn write_back_all(&mut self, db: &Db) -> Result<()> {
+        self.drain_pending(db)?;
+        if self.log_valid == 0 {
+            self.log.clear();
+            return Ok(());
+        }
+        let mut batch = WriteBatch::new();
+        for e in self.log.iter().filter(|e| e.valid) {
+            match &e.value {
+                Some(v) => batch.put(&e.key, v),
+                None => batch.delete(&e.key),
+            };
+            if batch.len() >= BATCH_OPS {
+                // A failure leaves everything dirty: writing it again later is harmless.
+                db.write(&batch)?;
+                batch.clear();
+            }
+        }
+        if !batch.is_empty() {
+            db.write(&batch)?;
+        }
+        let log = std::mem::take(&mut self.log);
+        for e in log.iter().filter(|e| e.valid) {
+            let s = self.slot_mut(e.slot);
+            s.dirty = false;
+            s.log = NO_LOG;
+        }
+        self.log_valid = 0;
+        Ok(())
+    }
+
+    /// Writes everything back and forgets every entry.
+    pub(crate) fn clear(&mut self, db: &Db) -> Result<()> {
+        self.write_back_all(db)?;
+        self.table.clear();
+        self.slots.clear();
+        self.free.clear();
+        self.hand = 0;
+        self.used = 0;
+        Ok(())
+    }
+
+    /// Forgets `key`'s entry if it is clean (it must be: the caller wrote everything back).
+    pub(crate) fn forget_clean(&mut self, key: &[u8]) {
+        if let Some(i) = self.lookup(key) {
+            if !self.slot(i).dirty {
+                self.remove_slot(i);
+            }
+        }
+    }
+
+    fn remove_slot(&mut self, i: u32) {
+        let Some(s) = self.slots.get_mut(i as usize).and_then(Option::take) else {
+            return;
+        };
+        self.used -= s.bytes();
+        let hash = self.hasher.hash_one(&s.key[..]);
+        if let Ok(entry) = self.table.find_entry(hash, |&j| j == i) {
+            entry.remove();
+        }
+        self.free.push(i);
+    }
+
+    /// Evicts entries (CLOCK) until the cache fits its capacity, writing dirty ones back; slot `keep` (the
+    /// entry the current operation returns) stays.
+    #[inline]
+    pub(crate) fn evict(&mut self, keep: Option<u32>, db: &Db) -> Result<()> {
+        if self.used <= self.capacity {
+            return Ok(());
+        }
+        self.evict_slow(keep, db)
+    }
+
+    #[cold]
+    fn evict_slow(&mut self, keep: Option<u32>, db: &Db) -> Result<()> {
+        // Pending values are older than anything written here; they go first.
+        self.drain_pending(db)?;
+        let mut batch = WriteBatch::new();
+        let mut passes = 0usize;
+        while self.used > self.capacity && self.table.len() > usize::from(keep.is_some()) {
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+                passes += 1;
+                if passes > 3 {
+                    break;
+                }
+            }
+            let i = self.hand as u32;
+            self.hand += 1;
+            if Some(i) == keep {
+                continue;
+            }
+            let Some(Some(s)) = self.slots.get_mut(i as usize) else {
+                continue;
+            };
+            if s.referenced {
+                s.referenced = false;
+                continue;
+            }
+            if s.dirty {
+                // Pending layers were drained, so a dirty slot's value is in the current log.
+                match &s.value {
+                    Some(v) => batch.put(&s.key, v),
+                    None => batch.delete(&s.key),
+                };
+                let log = s.log;
+                if let Some(e) = self.log.get_mut(log as usize) {
+                    e.valid = false;
+                    self.log_valid -= 1;
+                }
+            }
+            self.remove_slot(i);
+        }
+        if !batch.is_empty() {
+            db.write(&batch)?;
+        }
+        if self.log_valid == 0 {
+            self.log.clear();
+        }
+        Ok(())
+    }
+}
+
+/// The list delimiter of Flink's list state, which the engine's `ListAppendOperator` joins with.
+#[inline]
+fn keyed_state_lsm_list_delimiter() -> u8 {
+    crate::layout::LIST_DELIMITER
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_evicts_unreferenced_entries_and_writes_back_dirty_ones() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
+        let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
+        let mut c = RmwCache::new(3 * (ENTRY_OVERHEAD + 2), true);
+        for k in 0..3u8 {
+            c.write(None, &[k], Some(&[k]));
+            c.evict(None, &db)?;
+        }
+        assert_eq!(c.used(), 3 * (ENTRY_OVERHEAD + 2));
+        // Key 0 is referenced again; the next insert evicts key 1 (written back), not key 0.
+        assert!(c.lookup(&[0]).is_some());
+        let i = c.write(None, &[9], Some(&[9]));
+        c.evict(Some(i), &db)?;
+        assert!(c.lookup(&[0]).is_some());
+        assert!(c.lookup(&[9]).is_some());
+        assert_eq!(db.get(&[1])?.as_deref(), Some(&[1u8][..]));
+        assert_eq!(db.get(&[9])?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_hand_off_keeps_the_values_of_its_moment_and_drains_in_order() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
+        let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
+        let mut c = RmwCache::new(1 << 20, true);
+        c.write(None, b"a", Some(b"1"));
+        c.write(None, b"b", Some(b"1"));
+        let first = c.hand_off();
+        let (a, b) = (c.lookup(b"a"), c.lookup(b"b"));
+        c.write(a, b"a", Some(b"2"));
+        c.write(b, b"b", None);
+        let second = c.hand_off();
+        assert_eq!(first.len(), 1);
+        assert_eq!(second.len(), 2);
+        let o1 = Overlay::build(&first);
+        let o2 = Overlay::build(&second);
+        let all = |o: &Overlay| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+            o.range(b"", None)
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+                .collect()
+        };
+        assert_eq!(
+            all(&o1),
+            vec![
+                (b"a".to_vec(), Some(b"1".to_vec())),
+                (b"b".to_vec(), Some(b"1".to_vec()))
+            ]
+        );
+        assert_eq!(
+            all(&o2),
+            vec![(b"a".to_vec(), Some(b"2".to_vec())), (b"b".to_vec(), None)]
+        );
+        c.write_back_all(&db)?;
+        assert!(!c.has_dirty());
+        assert_eq!(db.get(b"a")?.as_deref(), Some(&b"2"[..]));
+        assert_eq!(db.get(b"b")?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn the_doorkeeper_takes_a_key_in_on_its_second_miss() {
+        let mut c = RmwCache::new(1 << 20, false);
+        assert!(!c.admits_on_first_touch());
+        assert!(!c.admit(b"k"));
+        assert!(c.admit(b"k"));
+        // Remembered once: the next miss of the same key starts over.
+        assert!(!c.admit(b"k"));
+        assert!(RmwCache::new(1, true).admit(b"k"));
+    }
+}
