@@ -588,6 +588,13 @@ impl Builder<'_> {
                 },
             );
         } else if e.drop_column_family {
+            if id == 0 {
+                // RocksDB refuses to drop the default column family, so no manifest it wrote does.
+                return Err(corrupt(
+                    "the default column family (0) is dropped, which RocksDB never does"
+                        .to_string(),
+                ));
+            }
             if self.cfs.remove(&id).is_none() {
                 return Err(corrupt(format!(
                     "column family {id} is dropped but does not exist"
@@ -1093,5 +1100,26 @@ mod tests {
         ] {
             assert!(read_current(bad, "CURRENT").is_err());
         }
+    }
+
+    #[test]
+    fn a_manifest_dropping_the_default_column_family_is_corrupt() {
+        // Found by the fuzzer: a dropped and re-added column family 0 under another name read as that name.
+        let mut w = ManifestWriter::new();
+        w.edit(&EditSpec {
+            drop_column_family: true,
+            ..EditSpec::default()
+        });
+        w.edit(&EditSpec {
+            add_column_family: Some("\u{1}".into()),
+            ..EditSpec::default()
+        });
+        let e = read_manifest(&w.finish(), "MANIFEST-000007").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("default column family (0) is dropped"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("MANIFEST-000007"), "{e}");
     }
 }
