@@ -25,19 +25,30 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::lsm_cache::{Layer, Overlay, RmwCache, MAX_PENDING_LAYERS};
+mod cached;
+mod capture;
+mod engine;
+mod snapshot;
+
+use cached::{cached_read, cached_write, settle};
+use capture::LsmCapture;
+pub use engine::LsmEngine;
+use engine::Shared;
+pub use snapshot::LsmSnapshot;
+
+use super::lsm_cache::RmwCache;
 use super::lsm_load::{LoadRun, Loader};
 use super::lsm_ttl::{TtlFilterFactory, TtlFilters};
 use super::state_prefix::StateKeyPrefix;
-use super::{BackendConfig, BackendSnapshot, EngineHandle, StateBackend, StateId};
+use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Location, Result};
 use crate::keygroup::{
     key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup, KeyGroupRange,
 };
 use crate::meta::{StateKind, StateMetaInfo};
 use keyed_state_lsm::{
-    prefix_successor, CheckpointInfo, Db, DbIter, ListAppendOperator, Options, ReadOptions,
-    Snapshot, WriteBatch,
+    prefix_successor, CheckpointInfo, Db, ListAppendOperator, Options, ReadOptions, Snapshot,
+    WriteBatch,
 };
 
 /// Width of the state-id prefix of every engine key.
@@ -49,69 +60,6 @@ const LOAD_BUFFER_BYTES: usize = 16 << 20;
 
 /// Writes of `transform_values` and `map_clear` are batched this many at a time.
 const BATCH_OPS: usize = 4096;
-
-/// The engine and, for a backend in a temporary directory, that directory (removed after the engine closes).
-/// Shared with open snapshots, so a snapshot may outlive its backend.
-struct Shared {
-    db: Db,
-    /// The prefix extractor the engine's filters use, if any (states are mapped as they register).
-    prefixes: Option<Arc<StateKeyPrefix>>,
-    /// The TTL compaction filters of the states (see `lsm_ttl`).
-    ttl: Arc<TtlFilters>,
-    _tmp: Option<tempfile::TempDir>,
-}
-
-impl AsRef<Db> for Shared {
-    fn as_ref(&self) -> &Db {
-        &self.db
-    }
-}
-
-/// A shared handle on the engine of an [`LsmBackend`] ([`LsmBackend::engine`]).
-#[derive(Clone)]
-pub struct LsmEngine(Arc<Shared>);
-
-impl LsmEngine {
-    /// The engine.
-    pub fn db(&self) -> &Db {
-        &self.0.db
-    }
-
-    /// Flushes and hard-links the engine's files into `dir` (see [`Db::checkpoint`]); with the backend's
-    /// [`states`](StateBackend::states) it is what [`LsmBackend::open_checkpoint`] opens. It sees what has
-    /// reached the engine: with the read-modify-write cache on, call [`LsmBackend::write_back`] first (or
-    /// use [`LsmBackend::checkpoint`], which does).
-    pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
-        Ok(self.0.db.checkpoint(dir)?)
-    }
-}
-
-impl EngineHandle for LsmEngine {
-    /// Waits for the engine's flushes and compactions. A restore's entries are in the engine once
-    /// [`finish_load`](StateBackend::finish_load) returned, so they are waited for too.
-    fn wait_for_background_work(&self) -> Result<()> {
-        Ok(self.0.db.wait_for_background_work()?)
-    }
-
-    fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
-        self.0.db.stats().metrics()
-    }
-
-    fn summary(&self) -> String {
-        let s = self.0.db.stats();
-        format!(
-            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms), memtable index growths {} ({} ms)",
-            s.level_files,
-            s.memtable_bytes >> 10,
-            s.immutable_memtables,
-            s.base_level,
-            s.write_stalls,
-            s.write_stall_micros / 1000,
-            s.memtable_index_growths,
-            s.memtable_index_growth_micros / 1000
-        )
-    }
-}
 
 /// What the backend shares with the engine's options: the prefix extractor and the TTL filters.
 struct EngineParts {
@@ -477,96 +425,6 @@ impl LsmBackend {
             it.next();
         }
         Ok(it.take_status()?)
-    }
-}
-
-/// A read through the cache: a hit answers from it; a miss reads the engine (into `vbuf`) and keeps the
-/// answer, an absent one too.
-#[inline]
-fn cached_read<'a>(
-    cache: &'a mut RmwCache,
-    db: &Db,
-    key: &[u8],
-    vbuf: &'a mut Vec<u8>,
-) -> Result<Option<&'a [u8]>> {
-    let slot = match cache.lookup(key) {
-        Some(i) => i,
-        None => {
-            let found = db.get_into(key, vbuf)?;
-            if !cache.admit(key) {
-                return Ok(found.then_some(vbuf.as_slice()));
-            }
-            let i = cache.insert_clean(key, found.then_some(vbuf.as_slice()));
-            cache.evict(Some(i), db)?;
-            i
-        }
-    };
-    Ok(cache.value(slot))
-}
-
-/// A write through the cache (`value` `None`: a delete): the entry becomes dirty. A key the cache does not
-/// hold and does not admit yet is written to the engine (it is in no pending layer: those hold only cached
-/// keys).
-#[inline]
-fn cached_write(cache: &mut RmwCache, db: &Db, key: &[u8], value: Option<&[u8]>) -> Result<()> {
-    let slot = cache.lookup(key);
-    if slot.is_none() && !cache.admit(key) {
-        match value {
-            Some(v) => db.put(key, v)?,
-            None => db.delete(key)?,
-        }
-        return Ok(());
-    }
-    cache.write(slot, key, value);
-    settle(cache, db)
-}
-
-/// After a write into the cache: evicts down to the capacity, and writes back old pending layers.
-#[inline]
-fn settle(cache: &mut RmwCache, db: &Db) -> Result<()> {
-    if cache.pending_layers() > MAX_PENDING_LAYERS {
-        cache.drain_pending(db)?;
-    }
-    cache.evict(None, db)
-}
-
-/// The synchronous part of an LSM checkpoint: the engine's pending checkpoint and the engine it belongs to.
-struct LsmCapture {
-    pending: keyed_state_lsm::PendingCheckpoint,
-    shared: Arc<Shared>,
-}
-
-impl super::CheckpointCapture for LsmCapture {
-    fn wait(
-        self: Box<Self>,
-        cancelled: &std::sync::atomic::AtomicBool,
-    ) -> Result<super::CapturedFiles> {
-        let LsmCapture { pending, shared } = *self;
-        let captured = pending.wait(cancelled)?;
-        let files = captured
-            .files
-            .iter()
-            .map(|f| super::CapturedFile {
-                number: f.number,
-                level: f.level,
-                size: f.size,
-                source: match &f.bounds {
-                    None => super::FileSource::Sst(f.path.clone()),
-                    Some(b) => super::FileSource::BoundedSst {
-                        path: f.path.clone(),
-                        bounds: b.clone(),
-                    },
-                },
-            })
-            .collect();
-        Ok(super::CapturedFiles {
-            backend: crate::backend::BackendKind::Lsm,
-            files,
-            storage: shared.db.storage().clone(),
-            seqno: captured.seqno,
-            tables: None,
-            keep_alive: Box::new((captured, shared)),
-        })
     }
 }
 
@@ -1035,129 +893,6 @@ impl StateBackend for LsmBackend {
             layers,
             overlay: std::sync::OnceLock::new(),
         }))
-    }
-}
-
-/// A point-in-time view of an [`LsmBackend`]: an engine snapshot and the state metas of that moment.
-pub struct LsmSnapshot {
-    config: BackendConfig,
-    prefix_len: usize,
-    states: Vec<StateMetaInfo>,
-    shared: Arc<Shared>,
-    snap: Snapshot,
-    /// One iterator per state over `[SID, SID+1)` at the snapshot's seqno, reused across key groups: the
-    /// encoder visits key groups in ascending order, so consecutive visits of a state continue where the
-    /// previous one stopped instead of building a merging iterator per (state, key group).
-    cursors: Mutex<Vec<Option<StateCursor>>>,
-    /// The cache's dirty layers at snapshot time (oldest first), not in the engine at `snap`.
-    layers: Vec<Arc<Layer>>,
-    /// `layers` merged and sorted, built by the first visit.
-    overlay: std::sync::OnceLock<Overlay>,
-}
-
-/// A reusable iterator over one state of a snapshot.
-struct StateCursor {
-    it: DbIter,
-    /// When `Some(end)`: every key below `end` has been consumed and the iterator sits on the first key
-    /// `>= end` (or is exhausted). `None`: position unknown (fresh, or stopped early by an error).
-    end: Option<Vec<u8>>,
-}
-
-impl LsmSnapshot {
-    /// The engine sequence number the snapshot reads at.
-    pub fn seqno(&self) -> u64 {
-        self.snap.seqno()
-    }
-
-    /// The cache's dirty entries of the snapshot's moment, merged and sorted on first use.
-    fn overlay(&self) -> &Overlay {
-        self.overlay.get_or_init(|| Overlay::build(&self.layers))
-    }
-}
-
-impl BackendSnapshot for LsmSnapshot {
-    fn config(&self) -> &BackendConfig {
-        &self.config
-    }
-
-    fn states(&self) -> &[StateMetaInfo] {
-        &self.states
-    }
-
-    fn visit(
-        &self,
-        state: StateId,
-        kg: KeyGroup,
-        f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
-        let Some(meta) = self.states.get(state) else {
-            return Err(Error::UnknownStateId(state));
-        };
-        if !self.config.key_group_range.contains(kg) {
-            return Ok(());
-        }
-        // Asynchronous part: the iterators walk the pinned memtables in place (cursor iterators copy nothing
-        // out) and read SST blocks through the maps; no flush first (it made the first visit wait for a
-        // whole memtable flush: savepoint write 174 MB/s with it, 201–336 MB/s without, same machine).
-        let keep_empty = meta.kind == StateKind::Timers;
-        let lower = kg_prefix(state, kg, self.prefix_len);
-        let upper = prefix_successor(&lower);
-        let mut cursors = self.cursors.lock();
-        if cursors.len() < self.states.len() {
-            cursors.resize_with(self.states.len(), || None);
-        }
-        let cursor = cursors[state].get_or_insert_with(|| {
-            let sid = (state as u16).to_be_bytes().to_vec();
-            let sid_end = prefix_successor(&sid);
-            // Iterators read at the registered seqno; values are views into SST blocks where possible.
-            let it = self.shared.db.iter(bounds(Some(&self.snap), sid, sid_end));
-            StateCursor { it, end: None }
-        });
-        let it = &mut cursor.it;
-        // Reuse the position when everything below `lower` has been consumed (ascending visits): the
-        // iterator then sits on the first key >= `lower` unless keys between the old end and `lower`
-        // exist, which a forward seek skips.
-        let positioned = cursor.end.as_deref().is_some_and(|e| e <= lower.as_slice())
-            && !(it.valid() && it.key() < lower.as_slice());
-        cursor.end = None;
-        if !positioned {
-            it.seek(&lower);
-        }
-        let overlay = self.overlay();
-        let mut dirty = overlay.range(&lower, upper.as_deref()).peekable();
-        loop {
-            // The smaller of the engine's next key and the overlay's; on a tie the overlay's value wins.
-            let engine_key =
-                (it.valid() && upper.as_deref().is_none_or(|u| it.key() < u)).then(|| it.key());
-            let step = match (engine_key, dirty.peek()) {
-                (None, None) => break,
-                (Some(k), Some(&(d, _))) if d <= k => Some(d == k),
-                (None, Some(_)) => Some(false),
-                (Some(_), _) => None,
-            };
-            match step {
-                Some(tie) => {
-                    if let Some((k, Some(v))) = dirty.next() {
-                        if keep_empty || !v.is_empty() {
-                            f(&k[STATE_PREFIX_LEN..], v)?;
-                        }
-                    }
-                    if tie {
-                        it.next();
-                    }
-                }
-                None => {
-                    let v = it.value();
-                    if keep_empty || !v.is_empty() {
-                        f(&it.key()[STATE_PREFIX_LEN..], v)?;
-                    }
-                    it.next();
-                }
-            }
-        }
-        it.take_status()?;
-        cursor.end = upper;
-        Ok(())
     }
 }
 
