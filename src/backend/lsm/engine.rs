@@ -26,7 +26,7 @@ impl AsRef<Db> for Shared {
     }
 }
 
-/// A shared handle on the engine of an [`LsmBackend`] ([`LsmBackend::engine`]).
+/// A shared handle on the engine of an [`LsmBackend`](super::LsmBackend) ([`LsmBackend::engine`](super::LsmBackend::engine)).
 #[derive(Clone)]
 pub struct LsmEngine(pub(super) Arc<Shared>);
 
@@ -37,9 +37,9 @@ impl LsmEngine {
     }
 
     /// Flushes and hard-links the engine's files into `dir` (see [`Db::checkpoint`]); with the backend's
-    /// [`states`](StateBackend::states) it is what [`LsmBackend::open_checkpoint`] opens. It sees what has
-    /// reached the engine: with the read-modify-write cache on, call [`LsmBackend::write_back`] first (or
-    /// use [`LsmBackend::checkpoint`], which does).
+    /// [`states`](crate::backend::StateBackend::states) it is what [`LsmBackend::open_checkpoint`](super::LsmBackend::open_checkpoint) opens. It sees what has
+    /// reached the engine: with the read-modify-write cache on, call [`LsmBackend::write_back`](super::LsmBackend::write_back) first (or
+    /// use [`LsmBackend::checkpoint`](super::LsmBackend::checkpoint), which does).
     pub fn checkpoint(&self, dir: impl AsRef<Path>) -> Result<CheckpointInfo> {
         Ok(self.0.db.checkpoint(dir)?)
     }
@@ -47,7 +47,7 @@ impl LsmEngine {
 
 impl EngineHandle for LsmEngine {
     /// Waits for the engine's flushes and compactions. A restore's entries are in the engine once
-    /// [`finish_load`](StateBackend::finish_load) returned, so they are waited for too.
+    /// [`finish_load`](crate::backend::StateBackend::finish_load) returned, so they are waited for too.
     fn wait_for_background_work(&self) -> Result<()> {
         Ok(self.0.db.wait_for_background_work()?)
     }
