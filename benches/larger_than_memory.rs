@@ -287,8 +287,8 @@ trait Engine {
 
 mod ours {
     use super::*;
-    use keyed_state_lsm::merge::ListAppendOperator;
-    use keyed_state_lsm::sst::{Compression, SstOptions};
+    use keyed_state_lsm::ListAppendOperator;
+    use keyed_state_lsm::{Compression, SstOptions};
     use keyed_state_lsm::{Db, Options};
     use std::sync::Arc;
 

@@ -16,7 +16,8 @@
 //! Every function returns the crate's [`Result`](crate::Result); what is specific to checkpoints is a
 //! [`CheckpointError`] inside [`Error::Checkpoint`](crate::Error::Checkpoint).
 //!
-//! Modules: `format` (the metadata file), `storage`, `checkpointer`, `scan` (reading a root as a whole),
+//! Modules: `format` (the metadata file), `storage`, `checkpointer`, `pending` (the asynchronous part),
+//! `fence` (attempts and claims in the root), `scan` (reading a root as a whole),
 //! `restore` (one module per backend, and what they share), `fault_store` (feature `test-util`, reached
 //! through `keyed_state::internals`), and, hidden from the docs, `tools` (verify and gc for the command line
 //! and the test suites' oracle; see its documentation for why it stays here).
@@ -24,8 +25,10 @@
 mod checkpointer;
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) mod fault_store;
+mod fence;
 mod format;
 mod io;
+mod pending;
 mod restore;
 mod scan;
 mod storage;
@@ -34,11 +37,10 @@ pub mod tools;
 
 pub use crate::backend::BackendKind;
 pub use crate::error::CheckpointError;
-pub use checkpointer::{
-    CheckpointOptions, CheckpointSummary, Checkpointer, PendingCheckpoint, RestoreMode,
-};
+pub use checkpointer::{CheckpointOptions, CheckpointSummary, Checkpointer, RestoreMode};
 pub use format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 pub use io::{IoRuntime, DEFAULT_IO_THREADS};
+pub use pending::PendingCheckpoint;
 #[cfg(feature = "rocksdb")]
 pub use restore::restore_rocksdb;
 pub use restore::{restore_heap, restore_lsm, restore_lsm_temp, to_savepoint, RestoreInfo};

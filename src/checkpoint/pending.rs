@@ -1,0 +1,369 @@
+//! The asynchronous part of a checkpoint: [`PendingCheckpoint`] waits for the backend's files, uploads
+//! those the incremental base lacks in batches, and writes the metadata last.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::checkpointer::{CheckpointSummary, Inner};
+use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
+use super::metadata_path;
+use super::storage::{Upload, UploadPart};
+use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource};
+use crate::error::{CheckpointError, Error, Result};
+use crate::meta::StateMetaInfo;
+use keyed_state_lsm::storage::Storage;
+
+/// Bytes of new files read or serialized before they are uploaded (a batch of uploads at a time).
+const BATCH_BYTES: u64 = 64 << 20;
+
+/// Files going into one object.
+#[derive(Default)]
+struct Group<'a> {
+    parts: Vec<UploadPart>,
+    files: Vec<&'a CapturedFile>,
+    bytes: u64,
+}
+
+/// Groups waiting for upload.
+#[derive(Default)]
+struct Batch<'a> {
+    groups: Vec<Group<'a>>,
+    bytes: u64,
+}
+
+/// One uploaded object: its path, its files in order, what the upload wrote.
+type UploadResult<'a> = (String, Vec<&'a CapturedFile>, super::storage::Uploaded);
+
+impl<'a> Batch<'a> {
+    fn push(&mut self, g: Group<'a>) {
+        self.bytes += g.bytes;
+        self.groups.push(g);
+    }
+}
+
+/// What identifies a file of the backend across its checkpoints: an SST by its number alone (a number
+/// names one file with fixed bytes for the engine's life; the bounds a restore listed may be dropped by the
+/// engine when they cover the whole file), a heap table by number, state and key group; a named file is
+/// never reused.
+type ReuseKey = (u64, Option<(u32, u32)>);
+
+fn reuse_key(number: u64, kind: &FileKind) -> Option<ReuseKey> {
+    match kind {
+        FileKind::Sst | FileKind::BoundedSst(_) => Some((number, None)),
+        FileKind::Table { state, key_group } => {
+            Some((number, Some((*state, u32::from(*key_group)))))
+        }
+        FileKind::Named(_) => None,
+    }
+}
+
+/// The metadata's kind of a captured file.
+fn file_kind(s: &FileSource) -> FileKind {
+    match s {
+        FileSource::Sst(_) => FileKind::Sst,
+        FileSource::BoundedSst { bounds, .. } => FileKind::BoundedSst(bounds.clone()),
+        FileSource::Table { state, key_group } => FileKind::Table {
+            state: *state,
+            key_group: *key_group,
+        },
+        FileSource::Named { name, .. } => FileKind::Named(name.clone()),
+    }
+}
+
+/// The asynchronous part of a checkpoint ([`Checkpointer::begin`]); run it on any thread.
+pub struct PendingCheckpoint {
+    pub(super) inner: Arc<Inner>,
+    pub(super) id: u64,
+    pub(super) capture: Option<Box<dyn CheckpointCapture>>,
+    pub(super) config: BackendConfig,
+    pub(super) states: Vec<StateMetaInfo>,
+    pub(super) created_millis: u64,
+    pub(super) base: Option<CheckpointMetadata>,
+    pub(super) cancel: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PendingCheckpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingCheckpoint")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl PendingCheckpoint {
+    /// The checkpoint id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Waits for the backend's files, uploads those the incremental base lacks, and writes the metadata
+    /// last. On any failure (cancellation included) the objects it uploaded are deleted and no metadata
+    /// exists.
+    pub fn run(mut self) -> Result<CheckpointSummary> {
+        let t = Instant::now();
+        let mut uploaded: Vec<String> = Vec::new();
+        let r = self.run_inner(&mut uploaded, t);
+        if r.is_err() {
+            for p in &uploaded {
+                let _ = self.inner.storage.delete(p);
+            }
+            self.inner.reg.lock().in_flight.remove(&self.id);
+        }
+        r
+    }
+
+    /// Uploads the groups of `batch` (their files read from `files`), protected from the sweep first;
+    /// appends what each wrote to `results`.
+    fn flush<'a>(
+        &self,
+        files_on: &dyn Storage,
+        batch: &mut Batch<'a>,
+        uploaded: &mut Vec<String>,
+        results: &mut Vec<UploadResult<'a>>,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let id = self.id;
+        if batch.groups.is_empty() {
+            return Ok(());
+        }
+        let groups = std::mem::take(&mut batch.groups);
+        batch.bytes = 0;
+        let mut files = Vec::with_capacity(groups.len());
+        let ups: Vec<Upload> = groups
+            .into_iter()
+            .map(|g| {
+                let n = inner.next_object.fetch_add(1, Ordering::Relaxed);
+                let ext = if g.files.len() == 1 { "sst" } else { "pack" };
+                files.push(g.files);
+                Upload {
+                    path: format!(
+                        "shared/{}/{:016x}/{id}-{n}.{ext}",
+                        inner.instance, inner.run
+                    ),
+                    files: g.parts,
+                }
+            })
+            .collect();
+        {
+            let mut reg = inner.reg.lock();
+            let Some(f) = reg.in_flight.get_mut(&id) else {
+                return Err(CheckpointError::Cancelled { id }.into());
+            };
+            f.protect.extend(ups.iter().map(|u| u.path.clone()));
+        }
+        self.check_cancel()?;
+        uploaded.extend(ups.iter().map(|u| u.path.clone()));
+        let rs = inner.storage.upload_all(&ups, files_on)?;
+        for ((u, f), r) in ups.into_iter().zip(files).zip(rs) {
+            results.push((u.path, f, r));
+        }
+        Ok(())
+    }
+
+    fn check_cancel(&self) -> Result<()> {
+        if self.cancel.load(Ordering::Acquire) {
+            Err(CheckpointError::Cancelled { id: self.id }.into())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn run_inner(&mut self, uploaded: &mut Vec<String>, t: Instant) -> Result<CheckpointSummary> {
+        let capture = self.capture.take().ok_or_else(|| {
+            Error::from(CheckpointError::Invalid("checkpoint already run".into()))
+        })?;
+        let captured = match capture.wait(&self.cancel) {
+            Ok(c) => c,
+            Err(Error::Lsm(keyed_state_lsm::LsmError::Cancelled)) => {
+                return Err(CheckpointError::Cancelled { id: self.id }.into())
+            }
+            Err(e) => return Err(e),
+        };
+        self.check_cancel()?;
+        let inner = &self.inner;
+        let id = self.id;
+
+        let mut objects: Vec<ObjectRef> = Vec::new();
+        let mut object_index: BTreeMap<String, u32> = BTreeMap::new();
+        let mut files: Vec<FileRef> = Vec::new();
+        let mut new_files: Vec<&CapturedFile> = Vec::new();
+        let base_files: HashMap<ReuseKey, &FileRef> = self
+            .base
+            .iter()
+            .flat_map(|b| b.files.iter())
+            .filter_map(|r| Some((reuse_key(r.number, &r.kind)?, r)))
+            .collect();
+        for f in &captured.files {
+            let kind = file_kind(&f.source);
+            let reused = reuse_key(f.number, &kind)
+                .and_then(|key| base_files.get(&key))
+                .filter(|r| matches!(kind, FileKind::Table { .. }) || r.length == f.size)
+                .and_then(|r| {
+                    let o = self.base.as_ref()?.objects.get(r.object as usize)?;
+                    Some((*r, o))
+                });
+            match reused {
+                Some((r, o)) => {
+                    let idx = match object_index.get(&o.path) {
+                        Some(i) => *i,
+                        None => {
+                            let i = objects.len() as u32;
+                            objects.push(o.clone());
+                            object_index.insert(o.path.clone(), i);
+                            i
+                        }
+                    };
+                    files.push(FileRef {
+                        number: f.number,
+                        level: f.level as u8,
+                        object: idx,
+                        offset: r.offset,
+                        length: r.length,
+                        checksum: r.checksum,
+                        kind,
+                    });
+                }
+                None => new_files.push(f),
+            }
+        }
+        let files_reused = files.len();
+
+        // Large files one object each, small ones packed (design/checkpoints.md, "Small files"); uploaded in
+        // batches, so serialized tables are in memory a batch at a time.
+        let mut batch = Batch::default();
+        let mut small = Group::default();
+        let mut uploads = 0usize;
+        let mut bytes_written = 0u64;
+        let mut bytes_new_files = 0u64;
+        let mut results: Vec<UploadResult<'_>> = Vec::new();
+        for f in &new_files {
+            let part = match &f.source {
+                FileSource::Sst(p)
+                | FileSource::BoundedSst { path: p, .. }
+                | FileSource::Named { path: p, .. } => (UploadPart::File(p.clone()), f.size),
+                FileSource::Table { state, key_group } => {
+                    let tables = captured.tables.as_ref().ok_or_else(|| {
+                        Error::from(CheckpointError::Invalid(
+                            "a table file without its tables".into(),
+                        ))
+                    })?;
+                    let mut b = Vec::new();
+                    tables.render(*state, *key_group, &mut b)?;
+                    let n = b.len() as u64;
+                    (UploadPart::Bytes(b), n)
+                }
+            };
+            let (part, size) = part;
+            if size >= inner.opts.pack_threshold {
+                batch.push(Group {
+                    parts: vec![part],
+                    files: vec![f],
+                    bytes: size,
+                });
+            } else {
+                if small.bytes + size > inner.opts.pack_max && !small.files.is_empty() {
+                    batch.push(std::mem::take(&mut small));
+                }
+                small.bytes += size;
+                small.parts.push(part);
+                small.files.push(f);
+            }
+            if batch.bytes >= BATCH_BYTES {
+                self.flush(&*captured.storage, &mut batch, uploaded, &mut results)?;
+                self.check_cancel()?;
+            }
+        }
+        if !small.files.is_empty() {
+            batch.push(small);
+        }
+        self.flush(&*captured.storage, &mut batch, uploaded, &mut results)?;
+        self.check_cancel()?;
+        for (path, g, r) in &results {
+            let idx = objects.len() as u32;
+            objects.push(ObjectRef {
+                path: path.clone(),
+                size: r.size,
+                checksum: r.checksum,
+                uploaded_by: id,
+            });
+            uploads += 1;
+            bytes_written += r.size;
+            let mut offset = 0u64;
+            for (f, (len, sum)) in g.iter().zip(&r.files) {
+                files.push(FileRef {
+                    number: f.number,
+                    level: f.level as u8,
+                    object: idx,
+                    offset,
+                    length: *len,
+                    checksum: *sum,
+                    kind: file_kind(&f.source),
+                });
+                bytes_new_files += len;
+                offset += len;
+            }
+        }
+        files.sort_by_key(|f| (f.level, f.number));
+        let meta = CheckpointMetadata {
+            checkpoint_id: id,
+            backend: captured.backend,
+            instance: inner.instance.clone(),
+            run: inner.run,
+            max_parallelism: self.config.max_parallelism,
+            key_group_range: self.config.key_group_range,
+            seqno: captured.seqno,
+            created_millis: self.created_millis,
+            key_serializer: self.config.key_serializer.clone(),
+            states: self.states.clone(),
+            objects,
+            files,
+        };
+        let bytes = meta.encode()?;
+        let meta_len = bytes.len() as u64;
+        {
+            // Metadata written and in-flight protection dropped under one lock: a sweep sees one or the other.
+            let mut reg = inner.reg.lock();
+            let cancelled = self.cancel.load(Ordering::Acquire);
+            let Some(f) = reg.in_flight.get_mut(&id).filter(|_| !cancelled) else {
+                return Err(CheckpointError::Cancelled { id }.into());
+            };
+            // Fenced writers commit nothing; the put is create-only, so no metadata is ever overwritten.
+            inner.check_fenced()?;
+            let path = metadata_path(id, &inner.instance);
+            if !inner.storage.put_if_absent(&path, bytes)? {
+                inner.check_fenced()?;
+                return Err(CheckpointError::AlreadyExists {
+                    id,
+                    instance: inner.instance.clone(),
+                    path,
+                }
+                .into());
+            }
+            // A newer attempt that opened between the check and the put may have swept objects this
+            // metadata names before it existed: the checkpoint is withdrawn, never reported complete.
+            if let Err(e) = inner.check_fenced() {
+                if inner.storage.delete(&path).is_err() {
+                    // The metadata stays: so do the objects it names (a leak for a later sweep, never a
+                    // checkpoint whose objects are gone).
+                    uploaded.clear();
+                }
+                return Err(e);
+            }
+            f.written = Some(meta.clone());
+            f.protect.clear();
+        }
+        drop(captured);
+        Ok(CheckpointSummary {
+            id,
+            files_new: meta.files.len() - files_reused,
+            files_reused,
+            objects_written: uploads + 1,
+            bytes_written: bytes_written + meta_len,
+            bytes_new_files,
+            state_size: meta.state_size(),
+            async_micros: u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
+        })
+    }
+}
