@@ -284,25 +284,28 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
     /// Every entry, in user-key order (null values are skipped), streamed from the backend: see the module
     /// documentation. Collect with `.collect::<Result<Vec<_>>>()`.
     pub fn entries(&mut self) -> MapEntries<'_, 'a, K, UK, UV, N> {
-        MapEntries {
+        MapIter {
             cur: self.cursor(),
             access: self,
+            projection: std::marker::PhantomData,
         }
     }
 
     /// Every user key, in order (keys with a null value too), streamed.
     pub fn keys(&mut self) -> MapKeys<'_, 'a, K, UK, UV, N> {
-        MapKeys {
+        MapIter {
             cur: self.cursor(),
             access: self,
+            projection: std::marker::PhantomData,
         }
     }
 
     /// Every value, in user-key order (null values are skipped), streamed.
     pub fn values(&mut self) -> MapValues<'_, 'a, K, UK, UV, N> {
-        MapValues {
+        MapIter {
             cur: self.cursor(),
             access: self,
+            projection: std::marker::PhantomData,
         }
     }
 
@@ -370,92 +373,102 @@ impl Cursor {
     }
 }
 
-/// The iterator of [`MapAccess::entries`]: `(user key, value)` in user-key order, null values skipped.
-pub struct MapEntries<
+/// What a map iterator yields from each entry: [`MapEntryItems`], [`MapKeyItems`] or [`MapValueItems`]. Sealed.
+pub trait MapProjection<UK: TypeSerializer, UV: TypeSerializer>: sealed::Sealed {
+    /// The item of the iterator.
+    type Item;
+    /// Whether the iterator decodes values (keys alone need not).
+    const DECODES_VALUES: bool;
+    /// The item of an entry (a null value is `None`), or `None` to skip the entry.
+    fn project(key: UK::Value, value: Option<UV::Value>) -> Option<Self::Item>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::MapEntryItems {}
+    impl Sealed for super::MapKeyItems {}
+    impl Sealed for super::MapValueItems {}
+}
+
+/// `(user key, value)` per entry, null values skipped.
+#[derive(Debug)]
+pub struct MapEntryItems;
+
+/// Every user key, keys with a null value too.
+#[derive(Debug)]
+pub struct MapKeyItems;
+
+/// The values, null values skipped.
+#[derive(Debug)]
+pub struct MapValueItems;
+
+impl<UK: TypeSerializer, UV: TypeSerializer> MapProjection<UK, UV> for MapEntryItems {
+    type Item = (UK::Value, UV::Value);
+    const DECODES_VALUES: bool = true;
+    fn project(key: UK::Value, value: Option<UV::Value>) -> Option<Self::Item> {
+        Some((key, value?))
+    }
+}
+
+impl<UK: TypeSerializer, UV: TypeSerializer> MapProjection<UK, UV> for MapKeyItems {
+    type Item = UK::Value;
+    const DECODES_VALUES: bool = false;
+    fn project(key: UK::Value, _: Option<UV::Value>) -> Option<Self::Item> {
+        Some(key)
+    }
+}
+
+impl<UK: TypeSerializer, UV: TypeSerializer> MapProjection<UK, UV> for MapValueItems {
+    type Item = UV::Value;
+    const DECODES_VALUES: bool = true;
+    fn project(_: UK::Value, value: Option<UV::Value>) -> Option<Self::Item> {
+        value
+    }
+}
+
+/// A streaming iterator over a map state at (current key, namespace), in user-key order, yielding what
+/// `P` projects from each entry. After an error it returns that error once, then nothing.
+pub struct MapIter<
     'm,
     'a,
     K: KeySerializer,
     UK: TypeSerializer,
     UV: TypeSerializer,
     N: TypeSerializer,
+    P: MapProjection<UK, UV>,
 > {
     access: &'m mut MapAccess<'a, K, UK, UV, N>,
     cur: Cursor,
+    projection: std::marker::PhantomData<P>,
 }
 
-impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Iterator
-    for MapEntries<'_, '_, K, UK, UV, N>
-{
-    type Item = Result<(UK::Value, UV::Value)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            match self.access.next_entry(&mut self.cur, true) {
-                Ok(Some((k, Some(v)))) => return Some(Ok((k, v))),
-                Ok(Some((_, None))) => continue,
-                Ok(None) => return None,
-                Err(e) => {
-                    self.cur.stop();
-                    return Some(Err(e));
-                }
-            }
-        }
-    }
-}
+/// The iterator of [`MapAccess::entries`]: `(user key, value)` in user-key order, null values skipped.
+pub type MapEntries<'m, 'a, K, UK, UV, N> = MapIter<'m, 'a, K, UK, UV, N, MapEntryItems>;
 
 /// The iterator of [`MapAccess::keys`]: every user key in order.
-pub struct MapKeys<
-    'm,
-    'a,
-    K: KeySerializer,
-    UK: TypeSerializer,
-    UV: TypeSerializer,
-    N: TypeSerializer,
-> {
-    access: &'m mut MapAccess<'a, K, UK, UV, N>,
-    cur: Cursor,
-}
-
-impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Iterator
-    for MapKeys<'_, '_, K, UK, UV, N>
-{
-    type Item = Result<UK::Value>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        match self.access.next_entry(&mut self.cur, false) {
-            Ok(Some((k, _))) => Some(Ok(k)),
-            Ok(None) => None,
-            Err(e) => {
-                self.cur.stop();
-                Some(Err(e))
-            }
-        }
-    }
-}
+pub type MapKeys<'m, 'a, K, UK, UV, N> = MapIter<'m, 'a, K, UK, UV, N, MapKeyItems>;
 
 /// The iterator of [`MapAccess::values`]: the values in user-key order, null values skipped.
-pub struct MapValues<
-    'm,
-    'a,
+pub type MapValues<'m, 'a, K, UK, UV, N> = MapIter<'m, 'a, K, UK, UV, N, MapValueItems>;
+
+impl<K, UK, UV, N, P> Iterator for MapIter<'_, '_, K, UK, UV, N, P>
+where
     K: KeySerializer,
     UK: TypeSerializer,
     UV: TypeSerializer,
     N: TypeSerializer,
-> {
-    access: &'m mut MapAccess<'a, K, UK, UV, N>,
-    cur: Cursor,
-}
-
-impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Iterator
-    for MapValues<'_, '_, K, UK, UV, N>
+    P: MapProjection<UK, UV>,
 {
-    type Item = Result<UV::Value>;
+    type Item = Result<P::Item>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            match self.access.next_entry(&mut self.cur, true) {
-                Ok(Some((_, Some(v)))) => return Some(Ok(v)),
-                Ok(Some((_, None))) => continue,
+            match self.access.next_entry(&mut self.cur, P::DECODES_VALUES) {
+                Ok(Some((k, v))) => {
+                    if let Some(item) = P::project(k, v) {
+                        return Some(Ok(item));
+                    }
+                }
                 Ok(None) => return None,
                 Err(e) => {
                     self.cur.stop();
@@ -466,24 +479,13 @@ impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer
     }
 }
 
-impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
-    for MapEntries<'_, '_, K, UK, UV, N>
-{
-    fn drop(&mut self) {
-        self.access.recycle(std::mem::take(&mut self.cur));
-    }
-}
-
-impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
-    for MapKeys<'_, '_, K, UK, UV, N>
-{
-    fn drop(&mut self) {
-        self.access.recycle(std::mem::take(&mut self.cur));
-    }
-}
-
-impl<K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> Drop
-    for MapValues<'_, '_, K, UK, UV, N>
+impl<K, UK, UV, N, P> Drop for MapIter<'_, '_, K, UK, UV, N, P>
+where
+    K: KeySerializer,
+    UK: TypeSerializer,
+    UV: TypeSerializer,
+    N: TypeSerializer,
+    P: MapProjection<UK, UV>,
 {
     fn drop(&mut self) {
         self.access.recycle(std::mem::take(&mut self.cur));

@@ -17,7 +17,10 @@ mod reducing;
 mod value;
 
 pub use list::ListAccess;
-pub use map::{MapAccess, MapEntries, MapKeys, MapValues, MAP_BATCH};
+pub use map::{
+    MapAccess, MapEntries, MapEntryItems, MapIter, MapKeyItems, MapKeys, MapProjection,
+    MapValueItems, MapValues, MAP_BATCH,
+};
 pub use reducing::{AggregatingAccess, ReducingAccess};
 pub use value::ValueAccess;
 
