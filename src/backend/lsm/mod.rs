@@ -850,13 +850,20 @@ impl StateBackend for LsmBackend {
 
     fn checkpoint_capture(&mut self) -> Result<Box<dyn super::CheckpointCapture>> {
         self.loader.drain()?;
-        // The captured files must hold every dirty entry: written into the memtable here (time in the
-        // number of dirty entries; `design/rmw-cache.md`).
-        self.write_back()?;
+        // Synchronous part: the cache's dirty log becomes an immutable layer (O(1), as for a snapshot), then
+        // the engine pins its seqno and switches its memtable. The engine holds no value newer than a
+        // pending layer's, so the layers, written above the engine's files by the asynchronous part, give
+        // exactly the state of this moment (`design/rmw-cache.md`).
+        let layers = self
+            .cache
+            .as_mut()
+            .map(RmwCache::hand_off)
+            .unwrap_or_default();
         let pending = self.shared.db.begin_checkpoint()?;
         Ok(Box::new(LsmCapture {
             pending,
             shared: Arc::clone(&self.shared),
+            layers,
         }))
     }
 
@@ -1127,6 +1134,79 @@ mod tests {
         // Writes after the snapshot stay invisible to the reused iterators.
         b.put(s0, 3, &[3, 0, 0], &[9])?;
         assert!(visit(s0, 3)?.is_empty());
+        Ok(())
+    }
+
+    #[cfg(feature = "checkpoints")]
+    #[test]
+    fn a_checkpoint_holds_the_dirty_entries_of_its_synchronous_part_and_none_written_after(
+    ) -> Result<()> {
+        use crate::checkpoint::{
+            restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer,
+        };
+        use crate::serializer::VoidNamespaceSerializer;
+        use std::collections::BTreeMap;
+        let meta = StateMetaInfo {
+            name: "v".into(),
+            kind: StateKind::Value,
+            namespace_serializer: VoidNamespaceSerializer.snapshot(),
+            value_serializer: LongSerializer.snapshot(),
+            ttl: None,
+        };
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        let s = b.register_state(meta)?;
+        let key = |i: u16| [(i % 8) as u8, (i >> 8) as u8, i as u8];
+        let mut model: BTreeMap<u16, Vec<u8>> = BTreeMap::new();
+        let put = |b: &mut LsmBackend, m: &mut BTreeMap<u16, Vec<u8>>, i: u16, v: &[u8]| {
+            m.insert(i, v.to_vec());
+            b.put(s, KeyGroup::from((i % 8) as u8), &key(i), v)
+        };
+        // In engine files, without the cache.
+        for i in 0..300 {
+            put(&mut b, &mut model, i, b"engine")?;
+        }
+        b.db().flush()?;
+        b.set_rmw_cache_capacity(64 << 20)?;
+        b.set_rmw_cache_admission(true)?;
+        // Dirty in a pending layer (a snapshot's hand-off), then in the current log; deletes too.
+        for i in 100..200 {
+            put(&mut b, &mut model, i, b"layer")?;
+        }
+        let snap = b.snapshot()?;
+        for i in 150..400 {
+            put(&mut b, &mut model, i, b"log")?;
+        }
+        for i in (0..400).step_by(7) {
+            model.remove(&i);
+            b.delete(s, KeyGroup::from((i % 8) as u8), &key(i))?;
+        }
+        let expected = model.clone();
+        let storage = Arc::new(CheckpointStorage::in_memory()?);
+        let ck = Checkpointer::open(
+            Arc::clone(&storage),
+            &long_keys(),
+            CheckpointOptions::default(),
+        )?;
+        let pending = ck.begin(1, &mut b)?;
+        // After the synchronous part: new values, deletes and new keys, some written back by a scan.
+        for i in (0..500).step_by(3) {
+            put(&mut b, &mut model, i, b"after")?;
+        }
+        b.scan_key_group(s, 3, &mut |_, _| true)?;
+        for i in (1..500).step_by(5) {
+            b.delete(s, KeyGroup::from((i % 8) as u8), &key(i))?;
+        }
+        pending.run()?;
+        ck.notify_complete(1)?;
+        drop(snap);
+        let (mut r, _) = restore_lsm_temp(&storage, 1, long_keys(), LsmBackend::small_options())?;
+        for i in 0..500u16 {
+            let got = r
+                .get(s, KeyGroup::from((i % 8) as u8), &key(i))?
+                .map(<[u8]>::to_vec);
+            assert_eq!(got.as_ref(), expected.get(&i), "key {i}");
+        }
+        assert_eq!(r.num_entries()?, expected.len() as u64);
         Ok(())
     }
 
