@@ -180,6 +180,12 @@ impl RmwCache {
         self.capacity
     }
 
+    /// The bytes the cache may take: its capacity and the doorkeeper's table.
+    pub(crate) fn footprint(&self) -> usize {
+        self.capacity
+            .saturating_add(self.door.len() * std::mem::size_of::<u32>())
+    }
+
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
         if !self.door.is_empty() {

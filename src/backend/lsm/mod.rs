@@ -87,6 +87,8 @@ pub struct LsmBackend {
     load_buffer_bytes: usize,
     /// The read-modify-write cache (`design/rmw-cache.md`); `None` when its capacity is 0.
     cache: Option<RmwCache>,
+    /// The cache's charge on the engine environment's memory budget: its capacity and its doorkeeper.
+    cache_charge: Option<keyed_state_lsm::MemoryReservation>,
 }
 
 /// The first engine key of `state`'s key group `kg`: `sid | KG`.
@@ -250,6 +252,7 @@ impl LsmBackend {
             loader: Loader::default(),
             load_buffer_bytes: LOAD_BUFFER_BYTES,
             cache: None,
+            cache_charge: None,
         })
     }
 
@@ -279,8 +282,10 @@ impl LsmBackend {
 
     /// Sets the capacity of the read-modify-write cache in bytes (`design/rmw-cache.md`): keys, values and
     /// a fixed per-entry overhead. 0 turns the cache off (its dirty entries are written back first); a
-    /// smaller capacity evicts at once. A shared memory budget charges the cache through this and
-    /// [`rmw_cache_bytes`](Self::rmw_cache_bytes). A key the cache does not hold is taken in on its second
+    /// smaller capacity evicts at once. The capacity (with the doorkeeper's table, 1/64 of it) is reserved
+    /// from the engine environment's memory budget ([`MemoryBudget::reserve`](keyed_state_lsm::MemoryBudget::reserve)):
+    /// with a [`StateEnv`](crate::env::StateEnv) budget the cache lives inside it, shrinking the shared block
+    /// cache, and the budget's breakdown counts it under `reserved`. A key the cache does not hold is taken in on its second
     /// miss within a while (a doorkeeper of about 1/64 of the capacity remembers the first): a key touched
     /// once costs what it costs without the cache ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
     pub fn set_rmw_cache_capacity(&mut self, capacity: usize) -> Result<()> {
@@ -297,7 +302,19 @@ impl LsmBackend {
             (None, 0) => {}
             (None, n) => self.cache = Some(RmwCache::new(n, false)),
         }
+        self.charge_cache();
         Ok(())
+    }
+
+    /// Makes the cache's charge on the memory budget its footprint (none without a cache).
+    fn charge_cache(&mut self) {
+        match (&self.cache, &mut self.cache_charge) {
+            (None, charge) => *charge = None,
+            (Some(c), Some(r)) => r.resize(c.footprint()),
+            (Some(c), charge @ None) => {
+                *charge = Some(self.shared.db.env().memory().reserve(c.footprint()))
+            }
+        }
     }
 
     /// `true`: the cache takes every key in on its first miss, without the doorkeeper (tests use it to
@@ -309,6 +326,7 @@ impl LsmBackend {
                 self.cache = Some(RmwCache::new(c.capacity(), first_touch));
             }
         }
+        self.charge_cache();
         Ok(())
     }
 
@@ -1207,6 +1225,42 @@ mod tests {
             assert_eq!(got.as_ref(), expected.get(&i), "key {i}");
         }
         assert_eq!(r.num_entries()?, expected.len() as u64);
+        Ok(())
+    }
+
+    #[test]
+    fn the_rmw_cache_is_charged_to_the_environment_memory_budget() -> Result<()> {
+        use crate::env::{StateEnv, StateEnvOptions};
+        let env = StateEnv::new(StateEnvOptions {
+            memory_budget: Some(64 << 20),
+            ..StateEnvOptions::default()
+        })?;
+        let before = env.stats();
+        assert_eq!(before.memory.reserved, 0);
+        let b = env.temp_lsm(long_keys(), LsmBackend::small_options())?;
+        let mut b = b.with_rmw_cache(8 << 20)?;
+        // The capacity and the doorkeeper (one u32 per 256 bytes of capacity).
+        let footprint = (8 << 20) + (8 << 20) / 256 * 4;
+        let stats = env.stats();
+        assert_eq!(stats.memory.reserved, footprint, "{stats:?}");
+        assert!(stats.memory.total() >= footprint);
+        assert!(
+            stats
+                .block_cache_capacity
+                .is_some_and(|c| c <= (64 << 20) - footprint),
+            "{stats:?}"
+        );
+        // Resized with the capacity, kept across a change of admission, gone with the cache and the backend.
+        b.set_rmw_cache_capacity(4 << 20)?;
+        assert_eq!(env.stats().memory.reserved, (4 << 20) + (4 << 20) / 256 * 4);
+        b.set_rmw_cache_admission(true)?;
+        assert_eq!(env.stats().memory.reserved, 4 << 20);
+        b.set_rmw_cache_capacity(0)?;
+        assert_eq!(env.stats().memory.reserved, 0);
+        b.set_rmw_cache_capacity(1 << 20)?;
+        assert_eq!(env.stats().memory.reserved, (1 << 20) + (1 << 20) / 256 * 4);
+        drop(b);
+        assert_eq!(env.stats().memory.reserved, 0);
         Ok(())
     }
 
