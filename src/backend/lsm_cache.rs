@@ -4,9 +4,7 @@
 //! The cache knows the engine only as the place dirty entries are written back to ([`Db::write`]); the
 //! backend decides which operations go through it.
 
-use std::collections::BTreeMap;
 use std::hash::BuildHasher;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -67,19 +65,29 @@ pub(crate) struct Layer {
     entries: Vec<LogEntry>,
 }
 
-/// The overlay a snapshot reads on top of the engine: every dirty value of the moment, by engine key.
-pub(crate) struct Overlay(BTreeMap<Bytes, Option<Bytes>>);
+/// The overlay a snapshot or a checkpoint capture reads on top of the engine: every dirty value of the
+/// moment, by engine key, sorted.
+pub(crate) struct Overlay(Vec<(Bytes, Option<Bytes>)>);
 
 impl Overlay {
-    /// Merges `layers` (oldest first; the newest write of a key wins).
+    /// Merges `layers` (oldest first; the newest write of a key wins): one stable sort of every valid entry
+    /// (a sorted vector: a tree built entry by entry chased a pointer per comparison, three times slower).
     pub(crate) fn build(layers: &[Arc<Layer>]) -> Overlay {
-        let mut map = BTreeMap::new();
-        for layer in layers {
-            for e in layer.entries.iter().filter(|e| e.valid) {
-                map.insert(Arc::clone(&e.key), e.value.clone());
+        let mut all: Vec<(Bytes, Option<Bytes>)> = layers
+            .iter()
+            .flat_map(|l| l.entries.iter().filter(|e| e.valid))
+            .map(|e| (Arc::clone(&e.key), e.value.clone()))
+            .collect();
+        // Stable: the entries of one key stay oldest first, and the last one is kept.
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out: Vec<(Bytes, Option<Bytes>)> = Vec::with_capacity(all.len());
+        for e in all {
+            match out.last_mut() {
+                Some(last) if last.0 == e.0 => *last = e,
+                _ => out.push(e),
             }
         }
-        Overlay(map)
+        Overlay(out)
     }
 
     /// The overlay's entries with engine keys in `[lower, upper)` (`upper` `None`: unbounded), ascending.
@@ -88,9 +96,12 @@ impl Overlay {
         lower: &[u8],
         upper: Option<&[u8]>,
     ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
-        let hi = upper.map_or(Bound::Unbounded, Bound::Excluded);
-        self.0
-            .range::<[u8], _>((Bound::Included(lower), hi))
+        let start = self.0.partition_point(|(k, _)| &k[..] < lower);
+        let end = upper.map_or(self.0.len(), |u| {
+            self.0.partition_point(|(k, _)| &k[..] < u)
+        });
+        self.0[start..end.max(start)]
+            .iter()
             .map(|(k, v)| (&k[..], v.as_deref()))
     }
 }
