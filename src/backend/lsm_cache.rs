@@ -71,7 +71,7 @@ pub(crate) struct Overlay(Vec<(Bytes, Option<Bytes>)>);
 
 impl Overlay {
     /// Merges `layers` (oldest first; the newest write of a key wins): one stable sort of every valid entry
-    /// (a sorted vector: a tree built entry by entry chased a pointer per comparison, three times slower).
+    /// into a vector.
     pub(crate) fn build(layers: &[Arc<Layer>]) -> Overlay {
         let mut all: Vec<(Bytes, Option<Bytes>)> = layers
             .iter()
