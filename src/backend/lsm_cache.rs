@@ -4,9 +4,7 @@
 //! The cache knows the engine only as the place dirty entries are written back to ([`Db::write`]); the
 //! backend decides which operations go through it.
 
-use std::collections::BTreeMap;
 use std::hash::BuildHasher;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -41,6 +39,9 @@ struct Slot {
     epoch: u64,
     /// When dirty in the current epoch: the index of the latest value's entry in the current log.
     log: u32,
+    /// For a map entry written through [`RmwCache::write_map`]: the length of its map's prefix
+    /// (`sid | KG | K | NS`), else 0.
+    map_prefix: u16,
 }
 
 impl Slot {
@@ -64,19 +65,29 @@ pub(crate) struct Layer {
     entries: Vec<LogEntry>,
 }
 
-/// The overlay a snapshot reads on top of the engine: every dirty value of the moment, by engine key.
-pub(crate) struct Overlay(BTreeMap<Bytes, Option<Bytes>>);
+/// The overlay a snapshot or a checkpoint capture reads on top of the engine: every dirty value of the
+/// moment, by engine key, sorted.
+pub(crate) struct Overlay(Vec<(Bytes, Option<Bytes>)>);
 
 impl Overlay {
-    /// Merges `layers` (oldest first; the newest write of a key wins).
+    /// Merges `layers` (oldest first; the newest write of a key wins): one stable sort of every valid entry
+    /// into a vector.
     pub(crate) fn build(layers: &[Arc<Layer>]) -> Overlay {
-        let mut map = BTreeMap::new();
-        for layer in layers {
-            for e in layer.entries.iter().filter(|e| e.valid) {
-                map.insert(Arc::clone(&e.key), e.value.clone());
+        let mut all: Vec<(Bytes, Option<Bytes>)> = layers
+            .iter()
+            .flat_map(|l| l.entries.iter().filter(|e| e.valid))
+            .map(|e| (Arc::clone(&e.key), e.value.clone()))
+            .collect();
+        // Stable: the entries of one key stay oldest first, and the last one is kept.
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out: Vec<(Bytes, Option<Bytes>)> = Vec::with_capacity(all.len());
+        for e in all {
+            match out.last_mut() {
+                Some(last) if last.0 == e.0 => *last = e,
+                _ => out.push(e),
             }
         }
-        Overlay(map)
+        Overlay(out)
     }
 
     /// The overlay's entries with engine keys in `[lower, upper)` (`upper` `None`: unbounded), ascending.
@@ -85,14 +96,78 @@ impl Overlay {
         lower: &[u8],
         upper: Option<&[u8]>,
     ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
-        let hi = upper.map_or(Bound::Unbounded, Bound::Excluded);
-        self.0
-            .range::<[u8], _>((Bound::Included(lower), hi))
+        let start = self.0.partition_point(|(k, _)| &k[..] < lower);
+        let end = upper.map_or(self.0.len(), |u| {
+            self.0.partition_point(|(k, _)| &k[..] < u)
+        });
+        self.0[start..end.max(start)]
+            .iter()
             .map(|(k, v)| (&k[..], v.as_deref()))
     }
 }
 
 type Hasher = foldhash::fast::RandomState;
+
+/// Width of a state's map prefixes in the [`MapIndex`]: none indexed yet.
+const WIDTH_NONE: u32 = 0;
+/// Width of a state's map prefixes in the [`MapIndex`]: two prefixes of different lengths (a prefix could
+/// then be a prefix of another map's, and a scan of it must see both: the index is not used).
+const WIDTH_MIXED: u32 = u32::MAX;
+
+/// The dirty entries of every map, by map prefix (`sid | KG | K | NS`): what a map scan merges with the
+/// engine instead of writing the cache back. A slot is added when it turns dirty; entries that went clean
+/// (written back) or whose slot was reused are dropped when their map is read, and the whole index is
+/// rebuilt from the slots once it holds many more entries than the cache.
+#[derive(Default)]
+struct MapIndex {
+    maps: hashbrown::HashMap<Box<[u8]>, Vec<u32>, Hasher>,
+    /// Slots listed, stale ones included.
+    len: usize,
+    /// Per state id: the length every indexed prefix of the state has ([`WIDTH_NONE`], [`WIDTH_MIXED`]).
+    widths: Vec<u32>,
+}
+
+impl MapIndex {
+    fn clear(&mut self) {
+        self.maps.clear();
+        self.len = 0;
+        self.widths.clear();
+    }
+
+    fn add(&mut self, prefix: &[u8], slot: u32) {
+        let sid = prefix
+            .get(..2)
+            .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+        if self.widths.len() <= sid {
+            self.widths.resize(sid + 1, WIDTH_NONE);
+        }
+        let w = &mut self.widths[sid];
+        let len = prefix.len() as u32;
+        if *w == WIDTH_NONE {
+            *w = len;
+        } else if *w != len {
+            *w = WIDTH_MIXED;
+        }
+        match self.maps.get_mut(prefix) {
+            Some(v) => v.push(slot),
+            None => {
+                self.maps.insert(Box::from(prefix), vec![slot]);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// The width every indexed prefix of `prefix`'s state has.
+    fn width(&self, prefix: &[u8]) -> u32 {
+        let sid = prefix
+            .get(..2)
+            .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+        self.widths.get(sid).copied().unwrap_or(WIDTH_NONE)
+    }
+}
+
+/// The dirty entries of one map, sorted by engine key (`None`: deleted).
+pub(crate) type MapDirty = Vec<(Bytes, Option<Bytes>)>;
 
 /// The cache. See the module documentation.
 pub(crate) struct RmwCache {
@@ -111,6 +186,7 @@ pub(crate) struct RmwCache {
     /// hash. A key the cache does not hold is taken in on its second miss while its fingerprint is still
     /// there; the first goes straight to the engine. Empty: every key is taken in at once.
     door: Vec<u32>,
+    maps: MapIndex,
 }
 
 /// Doorkeeper slots per byte of capacity: one per 256 bytes (an entry costs at least `ENTRY_OVERHEAD`), so
@@ -149,6 +225,7 @@ impl RmwCache {
             } else {
                 vec![0; door_slots(capacity)]
             },
+            maps: MapIndex::default(),
         }
     }
 
@@ -178,6 +255,12 @@ impl RmwCache {
 
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The bytes the cache may take: its capacity and the doorkeeper's table.
+    pub(crate) fn footprint(&self) -> usize {
+        self.capacity
+            .saturating_add(self.door.len() * std::mem::size_of::<u32>())
     }
 
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
@@ -252,6 +335,7 @@ impl RmwCache {
             dirty: false,
             epoch: 0,
             log: NO_LOG,
+            map_prefix: 0,
         };
         self.insert_slot(slot)
     }
@@ -296,11 +380,85 @@ impl RmwCache {
                     dirty: false,
                     epoch: 0,
                     log: NO_LOG,
+                    map_prefix: 0,
                 });
                 self.set_dirty(i, value);
                 i
             }
         }
+    }
+
+    /// [`write`](Self::write) for a map entry whose first `prefix_len` key bytes are its map's prefix
+    /// (`sid | KG | K | NS`): the entry is listed under its map for [`map_dirty`](Self::map_dirty).
+    #[inline]
+    pub(crate) fn write_map(
+        &mut self,
+        slot: Option<u32>,
+        key: &[u8],
+        prefix_len: usize,
+        value: Option<&[u8]>,
+    ) -> u32 {
+        let was_dirty = slot.is_some_and(|i| self.slot(i).dirty);
+        let i = self.write(slot, key, value);
+        if !was_dirty {
+            if let (Some(prefix), Ok(plen)) = (key.get(..prefix_len), u16::try_from(prefix_len)) {
+                self.slot_mut(i).map_prefix = plen;
+                self.maps.add(prefix, i);
+                if self.maps.len > 4 * self.slots.len() + 4096 {
+                    self.rebuild_map_index();
+                }
+            }
+        }
+        i
+    }
+
+    /// Lists every dirty map entry again, and nothing else.
+    fn rebuild_map_index(&mut self) {
+        self.maps.clear();
+        for (i, s) in self.slots.iter().enumerate() {
+            if let Some(s) = s.as_ref().filter(|s| s.dirty && s.map_prefix > 0) {
+                if let Some(prefix) = s.key.get(..usize::from(s.map_prefix)) {
+                    self.maps.add(prefix, i as u32);
+                }
+            }
+        }
+    }
+
+    /// The dirty entries of the map `prefix` (`sid | KG | K | NS`), sorted by key: with the engine's entries
+    /// under `prefix`, the map's current contents. `None` when the index cannot tell: dirty map entries of
+    /// the state were written under prefixes of another length, so keys under `prefix` may belong to
+    /// another map's list (the caller writes everything back instead).
+    pub(crate) fn map_dirty(&mut self, prefix: &[u8]) -> Option<MapDirty> {
+        match self.maps.width(prefix) {
+            WIDTH_NONE => return Some(Vec::new()),
+            w if w != prefix.len() as u32 => return None,
+            _ => {}
+        }
+        let Some(list) = self.maps.maps.get_mut(prefix) else {
+            return Some(Vec::new());
+        };
+        let slots = &self.slots;
+        let before = list.len();
+        list.sort_unstable();
+        list.dedup();
+        list.retain(|&i| {
+            matches!(slots.get(i as usize), Some(Some(s)) if s.dirty
+                && usize::from(s.map_prefix) == prefix.len()
+                && s.key.starts_with(prefix))
+        });
+        self.maps.len -= before - list.len();
+        let mut out: MapDirty = list
+            .iter()
+            .filter_map(|&i| match slots.get(i as usize) {
+                Some(Some(s)) => Some((Arc::clone(&s.key), s.value.clone())),
+                None | Some(None) => None,
+            })
+            .collect();
+        if list.is_empty() {
+            self.maps.maps.remove(prefix);
+        }
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Some(out)
     }
 
     /// Appends list `elements` to the value held in slot `i`, as the engine's `ListAppendOperator` joins:
@@ -427,6 +585,7 @@ impl RmwCache {
         self.drain_pending(db)?;
         if self.log_valid == 0 {
             self.log.clear();
+            self.maps.clear();
             return Ok(());
         }
         let mut batch = WriteBatch::new();
@@ -451,6 +610,8 @@ impl RmwCache {
             s.log = NO_LOG;
         }
         self.log_valid = 0;
+        // Nothing is dirty any more.
+        self.maps.clear();
         Ok(())
     }
 

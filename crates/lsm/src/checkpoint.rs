@@ -120,6 +120,9 @@ pub struct CapturedCheckpoint {
     /// Every write with a sequence number up to this one is in the files, and no other.
     pub seqno: u64,
     _version: Arc<super::version::Version>,
+    /// The files [`PendingCheckpoint::wait_with_overlay`] wrote: the capture's own, not the tree's (deleted
+    /// with it).
+    _overlay: Vec<Arc<super::version::FileMeta>>,
 }
 
 impl std::fmt::Debug for CapturedCheckpoint {
@@ -193,9 +196,27 @@ impl PendingCheckpoint {
     /// [`seqno`](Self::seqno). Fails with the engine's background error, with [`LsmError::Closed`] if the
     /// engine shut down first, or with [`LsmError::Cancelled`] once `cancelled` is set.
     pub fn wait(
-        mut self,
+        self,
         cancelled: &std::sync::atomic::AtomicBool,
     ) -> Result<CapturedCheckpoint, LsmError> {
+        self.wait_with_overlay(cancelled, std::iter::empty::<(&[u8], Option<&[u8]>)>())
+    }
+
+    /// As [`wait`](Self::wait), with `overlay` on top of the engine's files: writes newer than every write
+    /// up to [`seqno`](Self::seqno) that the engine does not hold (a cache's dirty entries handed over at
+    /// the synchronous part), as `(user key, Some(value))` puts and `(user key, None)` deletes in strictly
+    /// ascending key order. They are written into new SST files at sequence number `seqno + 1`, placed in
+    /// L0 above every captured file (newest first), which belong to the capture alone (never part of the
+    /// tree; deleted with the capture); the capture's `seqno` is then `seqno + 1`. Keys not strictly
+    /// ascending fail with [`LsmError::NotAscending`].
+    pub fn wait_with_overlay<'a, I>(
+        mut self,
+        cancelled: &std::sync::atomic::AtomicBool,
+        overlay: I,
+    ) -> Result<CapturedCheckpoint, LsmError>
+    where
+        I: IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    {
         let version = match self.pending.take() {
             Some(Pending::Ready(v)) => v,
             Some(Pending::Waiting(id)) => {
@@ -205,20 +226,30 @@ impl PendingCheckpoint {
             }
             None => return Err(LsmError::Closed),
         };
-        let files = version
-            .files()
-            .map(|(level, f)| CapturedFile {
-                number: f.info.number,
-                level,
-                size: f.info.size,
-                path: f.path.clone(),
-                bounds: f.info.bounds.clone(),
-            })
+        let overlay_seqno = self.seqno + 1;
+        let written = write_overlay(&self.inner, overlay, overlay_seqno, cancelled)?;
+        let seqno = if written.is_empty() {
+            self.seqno
+        } else {
+            overlay_seqno
+        };
+        let describe = |level: usize, f: &Arc<super::version::FileMeta>| CapturedFile {
+            number: f.info.number,
+            level,
+            size: f.info.size,
+            path: f.path.clone(),
+            bounds: f.info.bounds.clone(),
+        };
+        let files = written
+            .iter()
+            .map(|f| describe(0, f))
+            .chain(version.files().map(|(level, f)| describe(level, f)))
             .collect();
         Ok(CapturedCheckpoint {
             files,
-            seqno: self.seqno,
+            seqno,
             _version: version,
+            _overlay: written,
         })
     }
 
@@ -253,10 +284,110 @@ impl PendingCheckpoint {
     }
 }
 
+/// Writes `overlay` (strictly ascending user keys; `None`: a delete) at `seqno` into new SST files that are
+/// not part of the tree: marked obsolete at once, so they are deleted with their last reference.
+fn write_overlay<'a, I>(
+    inner: &super::inner::DbInner,
+    overlay: I,
+    seqno: u64,
+    cancelled: &std::sync::atomic::AtomicBool,
+) -> Result<Vec<Arc<super::version::FileMeta>>, LsmError>
+where
+    I: IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+{
+    use super::ikey::{self, ValueKind};
+    let mut out = super::flush::Outputs::new(inner, Some(inner.opts.target_file_size), true);
+    let mut last: Option<&[u8]> = None;
+    let mut ikey_buf = Vec::new();
+    for (n, (k, v)) in overlay.into_iter().enumerate() {
+        if last.is_some_and(|l| l >= k) {
+            // `out` is dropped unfinished and deletes what it wrote.
+            return Err(LsmError::NotAscending { key: k.to_vec() });
+        }
+        if n % 4096 == 4095 && cancelled.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(LsmError::Cancelled);
+        }
+        last = Some(k);
+        ikey_buf.clear();
+        let kind = if v.is_some() {
+            ValueKind::Put
+        } else {
+            ValueKind::Delete
+        };
+        ikey::encode(&mut ikey_buf, k, seqno, kind);
+        out.add(&ikey_buf, v.unwrap_or_default())?;
+    }
+    let files = out.finish()?;
+    for f in &files {
+        f.mark_obsolete();
+    }
+    Ok(files)
+}
+
 impl Drop for PendingCheckpoint {
     fn drop(&mut self) {
         if let Some(Pending::Waiting(id)) = self.pending.take() {
             self.inner.state.lock().captures.retain(|c| c.id != id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::OsStorage;
+    use crate::{adopt_sst_files, AdoptFile, Options};
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn an_overlay_is_written_above_the_captured_files_and_goes_with_the_capture() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path().join("db"), Options::default()).unwrap();
+        for k in [&b"a"[..], b"b", b"c"] {
+            db.put(k, b"engine").unwrap();
+        }
+        db.flush().unwrap();
+        db.put(b"d", b"memtable").unwrap();
+        let pending = db.begin_checkpoint().unwrap();
+        let s = pending.seqno();
+        // Written after the synchronous part: not captured.
+        db.put(b"e", b"after").unwrap();
+        let no = AtomicBool::new(false);
+        let overlay: Vec<(&[u8], Option<&[u8]>)> =
+            vec![(b"a", Some(b"overlay")), (b"c", None), (b"z", Some(b"new"))];
+        let cap = pending.wait_with_overlay(&no, overlay).unwrap();
+        assert_eq!(cap.seqno, s + 1);
+        assert_eq!(cap.files[0].level, 0);
+        let overlay_path = cap.files[0].path.clone();
+        assert!(overlay_path.exists());
+        // The files adopted as a database read as the overlay on top of the state at `s`.
+        let dst = dir.path().join("restored");
+        std::fs::create_dir_all(&dst).unwrap();
+        let adopt: Vec<AdoptFile> = cap
+            .files
+            .iter()
+            .map(|f| {
+                std::fs::copy(&f.path, super::sst_path(&dst, f.number)).unwrap();
+                AdoptFile {
+                    level: f.level,
+                    number: f.number,
+                    bounds: f.bounds.clone(),
+                }
+            })
+            .collect();
+        adopt_sst_files(&OsStorage, &dst, &adopt, cap.seqno, 7).unwrap();
+        drop(cap);
+        assert!(!overlay_path.exists(), "the capture's own files go with it");
+        let r = Db::open(&dst, Options::default()).unwrap();
+        assert_eq!(r.get(b"a").unwrap().as_deref(), Some(&b"overlay"[..]));
+        assert_eq!(r.get(b"b").unwrap().as_deref(), Some(&b"engine"[..]));
+        assert_eq!(r.get(b"c").unwrap(), None);
+        assert_eq!(r.get(b"d").unwrap().as_deref(), Some(&b"memtable"[..]));
+        assert_eq!(r.get(b"e").unwrap(), None);
+        assert_eq!(r.get(b"z").unwrap().as_deref(), Some(&b"new"[..]));
+        // Keys out of order are refused.
+        let bad: Vec<(&[u8], Option<&[u8]>)> = vec![(b"b", None), (b"a", None)];
+        let r = db.begin_checkpoint().unwrap().wait_with_overlay(&no, bad);
+        assert!(matches!(r, Err(LsmError::NotAscending { .. })), "{r:?}");
     }
 }

@@ -1,8 +1,9 @@
 //! Reads and writes through the read-modify-write cache (`lsm_cache`) when the backend has one.
 
-use crate::backend::lsm_cache::{RmwCache, MAX_PENDING_LAYERS};
+use crate::backend::lsm_cache::{MapDirty, RmwCache, MAX_PENDING_LAYERS};
 use crate::error::Result;
 use keyed_state_lsm::Db;
+use keyed_state_lsm::DbIter;
 
 /// A read through the cache: a hit answers from it; a miss reads the engine (into `vbuf`) and keeps the
 /// answer, an absent one too.
@@ -48,6 +49,70 @@ pub(super) fn cached_write(
     }
     cache.write(slot, key, value);
     settle(cache, db)
+}
+
+/// [`cached_write`] of a map entry whose first `prefix_len` key bytes are its map's prefix: a dirty entry is
+/// listed under its map, which scans merge instead of writing the cache back.
+#[inline]
+pub(super) fn cached_map_write(
+    cache: &mut RmwCache,
+    db: &Db,
+    key: &[u8],
+    prefix_len: usize,
+    value: Option<&[u8]>,
+) -> Result<()> {
+    let slot = cache.lookup(key);
+    if slot.is_none() && !cache.admit(key) {
+        match value {
+            Some(v) => db.put(key, v)?,
+            None => db.delete(key)?,
+        }
+        return Ok(());
+    }
+    cache.write_map(slot, key, prefix_len, value);
+    settle(cache, db)
+}
+
+/// Visits the engine's entries from `it` (positioned on its first key, bounded to one map) overlaid with the
+/// map's `dirty` entries (sorted; `None` hides the engine's entry, a value replaces it), in key order, until
+/// `f` returns false. `from`: the first key visited of `dirty`.
+pub(super) fn merged_scan(
+    mut it: DbIter,
+    dirty: &MapDirty,
+    from: &[u8],
+    f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<()> {
+    let start = dirty.partition_point(|(k, _)| &k[..] < from);
+    let mut dirty = dirty[start..].iter().peekable();
+    loop {
+        let engine_key = it.valid().then(|| it.key());
+        // The smaller of the engine's next key and the cache's; on a tie the cache's value wins.
+        let take_dirty = match (engine_key, dirty.peek()) {
+            (None, None) => break,
+            (Some(k), Some((d, _))) if &d[..] <= k => Some(&d[..] == k),
+            (None, Some(_)) => Some(false),
+            (Some(_), _) => None,
+        };
+        match take_dirty {
+            Some(tie) => {
+                if let Some((k, Some(v))) = dirty.next() {
+                    if !f(k, v) {
+                        return Ok(());
+                    }
+                }
+                if tie {
+                    it.next();
+                }
+            }
+            None => {
+                if !f(it.key(), it.value()) {
+                    return Ok(());
+                }
+                it.next();
+            }
+        }
+    }
+    Ok(it.take_status()?)
 }
 
 /// After a write into the cache: evicts down to the capacity, and writes back old pending layers.

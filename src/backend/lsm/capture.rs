@@ -1,15 +1,21 @@
-//! The synchronous part of an LSM backend's checkpoint: the engine files it captured.
+//! An LSM backend's checkpoint capture: the engine files of its synchronous part, and the read-modify-write
+//! cache's dirty layers handed over with them, written into files of the capture's own by its asynchronous
+//! part.
 
 use std::sync::Arc;
 
+use crate::backend::lsm_cache::{Layer, Overlay};
 use crate::error::Result;
 
 use crate::backend::lsm::engine::Shared;
 
-/// The synchronous part of an LSM checkpoint: the engine's pending checkpoint and the engine it belongs to.
+/// The synchronous part of an LSM checkpoint: the engine's pending checkpoint, the engine it belongs to,
+/// and the read-modify-write cache's dirty layers of the moment (not in the engine at the pending
+/// checkpoint's seqno; oldest first).
 pub(super) struct LsmCapture {
     pub(super) pending: keyed_state_lsm::PendingCheckpoint,
     pub(super) shared: Arc<Shared>,
+    pub(super) layers: Vec<Arc<Layer>>,
 }
 
 impl crate::backend::CheckpointCapture for LsmCapture {
@@ -17,8 +23,16 @@ impl crate::backend::CheckpointCapture for LsmCapture {
         self: Box<Self>,
         cancelled: &std::sync::atomic::AtomicBool,
     ) -> Result<crate::backend::CapturedFiles> {
-        let LsmCapture { pending, shared } = *self;
-        let captured = pending.wait(cancelled)?;
+        let LsmCapture {
+            pending,
+            shared,
+            layers,
+        } = *self;
+        // The dirty layers, merged and sorted here (the asynchronous part), are written into SST files of
+        // the capture's own, above the engine's files.
+        let overlay = Overlay::build(&layers);
+        let captured = pending.wait_with_overlay(cancelled, overlay.range(&[], None))?;
+        drop(overlay);
         let files = captured
             .files
             .iter()

@@ -30,13 +30,13 @@ mod capture;
 mod engine;
 mod snapshot;
 
-use cached::{cached_read, cached_write, settle};
+use cached::{cached_map_write, cached_read, cached_write, merged_scan, settle};
 use capture::LsmCapture;
 pub use engine::LsmEngine;
 use engine::Shared;
 pub use snapshot::LsmSnapshot;
 
-use super::lsm_cache::RmwCache;
+use super::lsm_cache::{MapDirty, RmwCache};
 use super::lsm_load::{LoadRun, Loader};
 use super::lsm_ttl::{TtlFilterFactory, TtlFilters};
 use super::state_prefix::StateKeyPrefix;
@@ -87,6 +87,8 @@ pub struct LsmBackend {
     load_buffer_bytes: usize,
     /// The read-modify-write cache (`design/rmw-cache.md`); `None` when its capacity is 0.
     cache: Option<RmwCache>,
+    /// The cache's charge on the engine environment's memory budget: its capacity and its doorkeeper.
+    cache_charge: Option<keyed_state_lsm::MemoryReservation>,
 }
 
 /// The first engine key of `state`'s key group `kg`: `sid | KG`.
@@ -250,6 +252,7 @@ impl LsmBackend {
             loader: Loader::default(),
             load_buffer_bytes: LOAD_BUFFER_BYTES,
             cache: None,
+            cache_charge: None,
         })
     }
 
@@ -279,8 +282,10 @@ impl LsmBackend {
 
     /// Sets the capacity of the read-modify-write cache in bytes (`design/rmw-cache.md`): keys, values and
     /// a fixed per-entry overhead. 0 turns the cache off (its dirty entries are written back first); a
-    /// smaller capacity evicts at once. A shared memory budget charges the cache through this and
-    /// [`rmw_cache_bytes`](Self::rmw_cache_bytes). A key the cache does not hold is taken in on its second
+    /// smaller capacity evicts at once. The capacity (with the doorkeeper's table, 1/64 of it) is reserved
+    /// from the engine environment's memory budget ([`MemoryBudget::reserve`](keyed_state_lsm::MemoryBudget::reserve)):
+    /// with a [`StateEnv`](crate::env::StateEnv) budget the cache lives inside it, shrinking the shared block
+    /// cache, and the budget's breakdown counts it under `reserved`. A key the cache does not hold is taken in on its second
     /// miss within a while (a doorkeeper of about 1/64 of the capacity remembers the first): a key touched
     /// once costs what it costs without the cache ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
     pub fn set_rmw_cache_capacity(&mut self, capacity: usize) -> Result<()> {
@@ -297,7 +302,19 @@ impl LsmBackend {
             (None, 0) => {}
             (None, n) => self.cache = Some(RmwCache::new(n, false)),
         }
+        self.charge_cache();
         Ok(())
+    }
+
+    /// Makes the cache's charge on the memory budget its footprint (none without a cache).
+    fn charge_cache(&mut self) {
+        match (&self.cache, &mut self.cache_charge) {
+            (None, charge) => *charge = None,
+            (Some(c), Some(r)) => r.resize(c.footprint()),
+            (Some(c), charge @ None) => {
+                *charge = Some(self.shared.db.env().memory().reserve(c.footprint()))
+            }
+        }
     }
 
     /// `true`: the cache takes every key in on its first miss, without the doorkeeper (tests use it to
@@ -309,6 +326,7 @@ impl LsmBackend {
                 self.cache = Some(RmwCache::new(c.capacity(), first_touch));
             }
         }
+        self.charge_cache();
         Ok(())
     }
 
@@ -398,6 +416,17 @@ impl LsmBackend {
         )
     }
 
+    /// Whether `state`'s entries go through the read-modify-write cache: timer queues are read by ordered
+    /// scans, and list states by whole-list reads and appends that are merge operands in the engine (a list
+    /// joined in the cache would be copied whole by every append), so both bypass it.
+    #[inline]
+    fn cached_kind(&self, state: StateId) -> bool {
+        !matches!(
+            self.states.get(state).map(|m| m.kind),
+            Some(StateKind::Timers | StateKind::List)
+        )
+    }
+
     /// Builds `sid | parts...` into the key buffer.
     #[inline]
     fn build_key(&mut self, state: StateId, parts: &[&[u8]]) {
@@ -412,6 +441,38 @@ impl LsmBackend {
     fn ingest_buffers(&mut self) -> Result<()> {
         self.load_bytes = 0;
         self.loader.hand_over(&self.shared, &mut self.load)
+    }
+
+    /// With the cache on and `state` not a timer queue: the dirty entries of the map whose prefix the key
+    /// buffer holds (`sid | KG | K | NS`), for a scan to merge with the engine's; `None` when there are none
+    /// to merge (no cache, a timer queue, or nothing dirty in the map). When the cache cannot list them (see
+    /// [`RmwCache::map_dirty`]), everything is written back first and `None` returned.
+    fn map_dirty(&mut self, state: StateId) -> Result<Option<MapDirty>> {
+        if self.states[state].kind == StateKind::Timers {
+            return Ok(None);
+        }
+        let Some(cache) = &mut self.cache else {
+            return Ok(None);
+        };
+        match cache.map_dirty(&self.kbuf) {
+            Some(d) if d.is_empty() => Ok(None),
+            Some(d) => Ok(Some(d)),
+            None => {
+                self.write_back()?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// An engine iterator over the map `prefix`, positioned on its first key `>= prefix | from`.
+    fn map_iter(&self, prefix: &[u8], from: &[u8]) -> keyed_state_lsm::DbIter {
+        let lower = [prefix, from].concat();
+        let mut it = self
+            .shared
+            .db
+            .iter(bounds(None, lower, prefix_successor(prefix)));
+        it.seek_to_first();
+        it
     }
 
     /// Visits every engine entry whose key starts with `prefix`, until `f` returns false.
@@ -479,7 +540,8 @@ impl StateBackend for LsmBackend {
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
         self.check(state, kg, false, "get")?;
         self.build_key(state, &[key]);
-        if let Some(cache) = &mut self.cache {
+        let cached = self.cached_kind(state);
+        if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             return cached_read(cache, &self.shared.db, &self.kbuf, &mut self.vbuf);
         }
         let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
@@ -502,7 +564,8 @@ impl StateBackend for LsmBackend {
             self.kbuf.extend_from_slice(key);
             ends.push(self.kbuf.len());
         }
-        if let Some(cache) = &mut self.cache {
+        let cached = self.cached_kind(state);
+        if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             let mut start = 0;
             let mut hits = Vec::with_capacity(keys.len());
             let mut misses: Vec<&[u8]> = Vec::new();
@@ -549,7 +612,8 @@ impl StateBackend for LsmBackend {
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         self.check(state, kg, false, "put")?;
         self.build_key(state, &[key]);
-        if let Some(cache) = &mut self.cache {
+        let cached = self.cached_kind(state);
+        if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             return cached_write(cache, &self.shared.db, &self.kbuf, Some(value));
         }
         Ok(self.shared.db.put(&self.kbuf, value)?)
@@ -559,7 +623,8 @@ impl StateBackend for LsmBackend {
     fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()> {
         self.check(state, kg, false, "delete")?;
         self.build_key(state, &[key]);
-        if let Some(cache) = &mut self.cache {
+        let cached = self.cached_kind(state);
+        if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             return cached_write(cache, &self.shared.db, &self.kbuf, None);
         }
         Ok(self.shared.db.delete(&self.kbuf)?)
@@ -571,9 +636,10 @@ impl StateBackend for LsmBackend {
             return Ok(());
         }
         self.build_key(state, &[key]);
-        if let Some(cache) = &mut self.cache {
-            // A cached list is joined in the cache; an uncached one gets a merge operand, never a read (it
-            // is in no pending layer either: those hold only cached keys).
+        let cached = self.cached_kind(state);
+        if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
+            // A cached value is joined in the cache; an uncached one gets a merge operand, never a read (it
+            // is in no pending layer either: those hold only cached keys). List states bypass the cache.
             if let Some(i) = cache.lookup(&self.kbuf) {
                 cache.append(i, elements);
                 return settle(cache, &self.shared.db);
@@ -611,7 +677,8 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key_ns, user_key]);
         let timers = self.states[state].kind == StateKind::Timers;
         if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
-            return cached_write(cache, &self.shared.db, &self.kbuf, Some(value));
+            let prefix_len = STATE_PREFIX_LEN + key_ns.len();
+            return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, Some(value));
         }
         Ok(self.shared.db.put(&self.kbuf, value)?)
     }
@@ -627,7 +694,8 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key_ns, user_key]);
         let timers = self.states[state].kind == StateKind::Timers;
         if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
-            return cached_write(cache, &self.shared.db, &self.kbuf, None);
+            let prefix_len = STATE_PREFIX_LEN + key_ns.len();
+            return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, None);
         }
         Ok(self.shared.db.delete(&self.kbuf)?)
     }
@@ -640,9 +708,13 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.check(state, kg, true, "map_scan")?;
-        self.write_back()?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
+        if let Some(dirty) = self.map_dirty(state)? {
+            // The map's dirty entries merged with the engine's: nothing is written back.
+            let it = self.map_iter(&self.kbuf, &[]);
+            return merged_scan(it, &dirty, &self.kbuf, &mut |k, v| f(&k[skip..], v));
+        }
         let prefix = std::mem::take(&mut self.kbuf);
         let res = self.scan_prefix(&prefix, &mut |k, v| f(&k[skip..], v));
         self.kbuf = prefix;
@@ -658,11 +730,13 @@ impl StateBackend for LsmBackend {
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.check(state, kg, true, "map_scan")?;
-        if self.states[state].kind != StateKind::Timers {
-            self.write_back()?;
-        }
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
+        if let Some(dirty) = self.map_dirty(state)? {
+            let it = self.map_iter(&self.kbuf, from);
+            let lower = [self.kbuf.as_slice(), from].concat();
+            return merged_scan(it, &dirty, &lower, &mut |k, v| f(&k[skip..], v));
+        }
         let upper = prefix_successor(&self.kbuf);
         let lower = [self.kbuf.as_slice(), from].concat();
         // Seek straight to `from`: deleted entries before it (removed timers) are never passed over.
@@ -681,10 +755,44 @@ impl StateBackend for LsmBackend {
         // Point deletes (as Flink's RocksDB backend does) rather than a range tombstone per cleared map:
         // range tombstones are checked by every read, so many small ones would slow down every `get`.
         self.check(state, kg, true, "map_clear")?;
+        self.build_key(state, &[key_ns]);
+        let timers = self.states[state].kind == StateKind::Timers;
+        if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            if let Some(dirty) = cache.map_dirty(&self.kbuf) {
+                // The map's dirty entries become dirty deletes; the engine's others are deleted in the
+                // engine (none of them is in a pending layer: those hold only dirty keys), their clean
+                // cached entries forgotten. Nothing is written back.
+                let db = &self.shared.db;
+                let prefix_len = self.kbuf.len();
+                for (k, v) in &dirty {
+                    if v.is_some() {
+                        let slot = cache.lookup(k);
+                        cache.write_map(slot, k, prefix_len, None);
+                    }
+                }
+                let mut it = db.iter(prefix_bounds(&self.kbuf));
+                it.seek_to_first();
+                let mut batch = WriteBatch::new();
+                while it.valid() {
+                    let k = it.key();
+                    if dirty.binary_search_by(|(d, _)| d[..].cmp(k)).is_err() {
+                        cache.forget_clean(k);
+                        batch.delete(k);
+                        if batch.len() >= BATCH_OPS {
+                            db.write(&batch)?;
+                            batch.clear();
+                        }
+                    }
+                    it.next();
+                }
+                it.take_status()?;
+                db.write(&batch)?;
+                return settle(cache, db);
+            }
+        }
         // The engine holds every entry of the map once the cache is written back; the cached (clean)
         // entries of the map are forgotten as they are deleted.
         self.write_back()?;
-        self.build_key(state, &[key_ns]);
         let prefix = std::mem::take(&mut self.kbuf);
         let mut batch = WriteBatch::new();
         let mut res = Ok(());
@@ -850,13 +958,20 @@ impl StateBackend for LsmBackend {
 
     fn checkpoint_capture(&mut self) -> Result<Box<dyn super::CheckpointCapture>> {
         self.loader.drain()?;
-        // The captured files must hold every dirty entry: written into the memtable here (time in the
-        // number of dirty entries; `design/rmw-cache.md`).
-        self.write_back()?;
+        // Synchronous part: the cache's dirty log becomes an immutable layer (O(1), as for a snapshot), then
+        // the engine pins its seqno and switches its memtable. The engine holds no value newer than a
+        // pending layer's, so the layers, written above the engine's files by the asynchronous part, give
+        // exactly the state of this moment (`design/rmw-cache.md`).
+        let layers = self
+            .cache
+            .as_mut()
+            .map(RmwCache::hand_off)
+            .unwrap_or_default();
         let pending = self.shared.db.begin_checkpoint()?;
         Ok(Box::new(LsmCapture {
             pending,
             shared: Arc::clone(&self.shared),
+            layers,
         }))
     }
 
@@ -1127,6 +1242,207 @@ mod tests {
         // Writes after the snapshot stay invisible to the reused iterators.
         b.put(s0, 3, &[3, 0, 0], &[9])?;
         assert!(visit(s0, 3)?.is_empty());
+        Ok(())
+    }
+
+    #[cfg(feature = "checkpoints")]
+    #[test]
+    fn a_checkpoint_holds_the_dirty_entries_of_its_synchronous_part_and_none_written_after(
+    ) -> Result<()> {
+        use crate::checkpoint::{
+            restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer,
+        };
+        use crate::serializer::VoidNamespaceSerializer;
+        use std::collections::BTreeMap;
+        let meta = StateMetaInfo {
+            name: "v".into(),
+            kind: StateKind::Value,
+            namespace_serializer: VoidNamespaceSerializer.snapshot(),
+            value_serializer: LongSerializer.snapshot(),
+            ttl: None,
+        };
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        let s = b.register_state(meta)?;
+        let key = |i: u16| [(i % 8) as u8, (i >> 8) as u8, i as u8];
+        let mut model: BTreeMap<u16, Vec<u8>> = BTreeMap::new();
+        let put = |b: &mut LsmBackend, m: &mut BTreeMap<u16, Vec<u8>>, i: u16, v: &[u8]| {
+            m.insert(i, v.to_vec());
+            b.put(s, KeyGroup::from((i % 8) as u8), &key(i), v)
+        };
+        // In engine files, without the cache.
+        for i in 0..300 {
+            put(&mut b, &mut model, i, b"engine")?;
+        }
+        b.db().flush()?;
+        b.set_rmw_cache_capacity(64 << 20)?;
+        b.set_rmw_cache_admission(true)?;
+        // Dirty in a pending layer (a snapshot's hand-off), then in the current log; deletes too.
+        for i in 100..200 {
+            put(&mut b, &mut model, i, b"layer")?;
+        }
+        let snap = b.snapshot()?;
+        for i in 150..400 {
+            put(&mut b, &mut model, i, b"log")?;
+        }
+        for i in (0..400).step_by(7) {
+            model.remove(&i);
+            b.delete(s, KeyGroup::from((i % 8) as u8), &key(i))?;
+        }
+        let expected = model.clone();
+        let storage = Arc::new(CheckpointStorage::in_memory()?);
+        let ck = Checkpointer::open(
+            Arc::clone(&storage),
+            &long_keys(),
+            CheckpointOptions::default(),
+        )?;
+        let pending = ck.begin(1, &mut b)?;
+        // After the synchronous part: new values, deletes and new keys, some written back by a scan.
+        for i in (0..500).step_by(3) {
+            put(&mut b, &mut model, i, b"after")?;
+        }
+        b.scan_key_group(s, 3, &mut |_, _| true)?;
+        for i in (1..500).step_by(5) {
+            b.delete(s, KeyGroup::from((i % 8) as u8), &key(i))?;
+        }
+        pending.run()?;
+        ck.notify_complete(1)?;
+        drop(snap);
+        let (mut r, _) = restore_lsm_temp(&storage, 1, long_keys(), LsmBackend::small_options())?;
+        for i in 0..500u16 {
+            let got = r
+                .get(s, KeyGroup::from((i % 8) as u8), &key(i))?
+                .map(<[u8]>::to_vec);
+            assert_eq!(got.as_ref(), expected.get(&i), "key {i}");
+        }
+        assert_eq!(r.num_entries()?, expected.len() as u64);
+        Ok(())
+    }
+
+    #[test]
+    fn the_rmw_cache_is_charged_to_the_environment_memory_budget() -> Result<()> {
+        use crate::env::{StateEnv, StateEnvOptions};
+        let env = StateEnv::new(StateEnvOptions {
+            memory_budget: Some(64 << 20),
+            ..StateEnvOptions::default()
+        })?;
+        let before = env.stats();
+        assert_eq!(before.memory.reserved, 0);
+        let b = env.temp_lsm(long_keys(), LsmBackend::small_options())?;
+        let mut b = b.with_rmw_cache(8 << 20)?;
+        // The capacity and the doorkeeper (one u32 per 256 bytes of capacity).
+        let footprint = (8 << 20) + (8 << 20) / 256 * 4;
+        let stats = env.stats();
+        assert_eq!(stats.memory.reserved, footprint, "{stats:?}");
+        assert!(stats.memory.total() >= footprint);
+        assert!(
+            stats
+                .block_cache_capacity
+                .is_some_and(|c| c <= (64 << 20) - footprint),
+            "{stats:?}"
+        );
+        // Resized with the capacity, kept across a change of admission, gone with the cache and the backend.
+        b.set_rmw_cache_capacity(4 << 20)?;
+        assert_eq!(env.stats().memory.reserved, (4 << 20) + (4 << 20) / 256 * 4);
+        b.set_rmw_cache_admission(true)?;
+        assert_eq!(env.stats().memory.reserved, 4 << 20);
+        b.set_rmw_cache_capacity(0)?;
+        assert_eq!(env.stats().memory.reserved, 0);
+        b.set_rmw_cache_capacity(1 << 20)?;
+        assert_eq!(env.stats().memory.reserved, (1 << 20) + (1 << 20) / 256 * 4);
+        drop(b);
+        assert_eq!(env.stats().memory.reserved, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn map_scans_and_clears_merge_the_caches_dirty_entries_exactly() -> Result<()> {
+        use std::collections::BTreeMap;
+        // Maps of two prefix widths in one state (a 1-byte and a 2-byte key_ns), so that the index is
+        // sometimes mixed; a small cache evicting, pending layers from snapshots, flushes.
+        for (capacity, first_touch) in [(64usize << 20, true), (2 << 10, true), (64 << 20, false)] {
+            let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+            b.set_rmw_cache_capacity(capacity)?;
+            b.set_rmw_cache_admission(first_touch)?;
+            let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+            let mut model: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>> = BTreeMap::new();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut next = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let mut snaps = Vec::new();
+            for step in 0..3000 {
+                let m = next(12);
+                // key_ns: `[kg]`, or `[kg, m]` for maps 8.. (the mixed widths).
+                let key_ns = if m < 8 {
+                    vec![1, m as u8]
+                } else {
+                    vec![1, m as u8, 0]
+                };
+                let uk = vec![next(6) as u8];
+                match next(20) {
+                    0..=8 => {
+                        let v = vec![step as u8, (step >> 8) as u8];
+                        b.map_put(s, 1, &key_ns, &uk, &v)?;
+                        model.entry(key_ns).or_default().insert(uk, v);
+                    }
+                    9..=11 => {
+                        b.map_remove(s, 1, &key_ns, &uk)?;
+                        model.entry(key_ns).or_default().remove(&uk);
+                    }
+                    12 => {
+                        b.map_clear(s, 1, &key_ns)?;
+                        model.remove(&key_ns);
+                    }
+                    13 => {
+                        snaps.push(b.snapshot()?);
+                        if snaps.len() > 3 {
+                            snaps.remove(0);
+                        }
+                    }
+                    14 => b.db().flush()?,
+                    15..=17 => {
+                        let from = vec![next(6) as u8];
+                        let mut got = Vec::new();
+                        b.map_scan_from(s, 1, &key_ns, &from, &mut |k, v| {
+                            got.push((k.to_vec(), v.to_vec()));
+                            true
+                        })?;
+                        let want: Vec<_> = model
+                            .get(&key_ns)
+                            .map(|e| {
+                                e.range(from..)
+                                    .map(|(k, v)| (k.clone(), v.clone()))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        assert_eq!(got, want, "scan from, step {step}, map {key_ns:?}");
+                    }
+                    _ => {
+                        let mut got = Vec::new();
+                        b.map_scan(s, 1, &key_ns, &mut |k, v| {
+                            got.push((k.to_vec(), v.to_vec()));
+                            true
+                        })?;
+                        // Entries of longer maps starting with this prefix are part of its scan.
+                        let want: Vec<_> = model
+                            .iter()
+                            .filter(|(p, _)| p.starts_with(&key_ns))
+                            .flat_map(|(p, e)| {
+                                let rest = &p[key_ns.len()..];
+                                e.iter()
+                                    .map(move |(k, v)| ([rest, &k[..]].concat(), v.clone()))
+                            })
+                            .collect::<BTreeMap<_, _>>()
+                            .into_iter()
+                            .collect();
+                        assert_eq!(got, want, "scan, step {step}, map {key_ns:?}");
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
