@@ -315,8 +315,9 @@ impl MergeCtx<'_> {
                 }
             }
             let newest_ops: Vec<Vec<u8>> = operands.iter().map(|o| o.1.clone()).collect();
-            if op.is_none() && !operands.is_empty() {
-                // No operator: keep operands (and the base) unmerged; reads report the missing operator.
+            if !operands.is_empty() && op.is_none_or(|m| !m.can_merge(key)) {
+                // No operator, or one that cannot merge this key yet: keep operands (and the base)
+                // unmerged; reads report the missing operator or merge them.
                 for (s, v) in operands {
                     out.push((s, ValueKind::Merge, v));
                 }
