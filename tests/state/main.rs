@@ -6,6 +6,7 @@ mod conformance;
 
 mod backend_swap;
 mod backends;
+mod lsm_operands;
 mod lsm_rescale;
 mod model;
 mod rescale;
