@@ -9,6 +9,7 @@ mod backends;
 mod lsm_operands;
 mod lsm_rescale;
 mod model;
+mod operands_model;
 mod rescale;
 mod savepoint_format;
 mod serializers;
