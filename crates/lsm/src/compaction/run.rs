@@ -436,4 +436,68 @@ mod tests {
             Some(b"z".to_vec())
         );
     }
+
+    /// Joins operands while `ready`; before that it cannot merge anything (`can_merge` false, merges fail).
+    struct NotYet(std::sync::atomic::AtomicBool);
+
+    impl crate::merge::MergeOperator for NotYet {
+        fn name(&self) -> &str {
+            "not-yet"
+        }
+        fn full_merge(&self, k: &[u8], base: Option<&[u8]>, ops: &[&[u8]]) -> Option<Vec<u8>> {
+            self.can_merge(k)
+                .then(|| crate::merge::ListAppendOperator.full_merge(k, base, ops))
+                .flatten()
+        }
+        fn partial_merge(&self, k: &[u8], ops: &[&[u8]]) -> Option<Vec<u8>> {
+            self.can_merge(k)
+                .then(|| crate::merge::ListAppendOperator.partial_merge(k, ops))
+                .flatten()
+        }
+        fn can_merge(&self, _key: &[u8]) -> bool {
+            self.0.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    /// Operands an operator cannot merge yet stay, with the value below them, through a compaction to the
+    /// last level (which would otherwise fail on the merge), and merge once it can.
+    #[test]
+    fn operands_an_operator_cannot_merge_yet_survive_compactions() {
+        let dir = tempfile::tempdir().unwrap();
+        let op = Arc::new(NotYet(std::sync::atomic::AtomicBool::new(false)));
+        let opts = Options {
+            auto_compaction: false,
+            merge_operator: Some(op.clone()),
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        db.put(b"k", b"a").unwrap();
+        db.put(b"j", b"x").unwrap();
+        db.flush().unwrap();
+        for v in [b"b", b"c"] {
+            db.merge(b"k", v).unwrap();
+            db.merge(b"n", v).unwrap();
+            db.flush().unwrap();
+        }
+        db.compact_all().unwrap();
+        assert!(db.get(b"k").is_err());
+        assert_eq!(
+            db.get(b"j").unwrap().map(|v| v.to_vec()),
+            Some(b"x".to_vec())
+        );
+        op.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            db.get(b"k").unwrap().map(|v| v.to_vec()),
+            Some(b"a,b,c".to_vec())
+        );
+        assert_eq!(
+            db.get(b"n").unwrap().map(|v| v.to_vec()),
+            Some(b"b,c".to_vec())
+        );
+        db.compact_all().unwrap();
+        assert_eq!(
+            db.get(b"k").unwrap().map(|v| v.to_vec()),
+            Some(b"a,b,c".to_vec())
+        );
+    }
 }
