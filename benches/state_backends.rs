@@ -12,7 +12,7 @@
 //! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,reducing,savepoint,mapsavepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
 //! (comma-separated backends: heap,lsm,lsm+cache,rocksdb), `BENCH_RMW_CACHE_MIB` (the LSM+cache backend's
 //! read-modify-write cache, default 1024), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
-//! default 0 = off).
+//! default 0 = off), `BENCH_WRITE_BUFFER_MIB` (the memtable size of both engines, default 64).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
@@ -200,8 +200,18 @@ fn rocksdb_options() -> keyed_state::backend::rocksdb::RocksDbOptions {
     let bits = bloom_bits();
     keyed_state::backend::rocksdb::RocksDbOptions {
         bloom_filter_bits_per_key: (bits > 0).then_some(f64::from(bits)),
+        write_buffer_size: write_buffer_mib() * MIB,
         ..Default::default()
     }
+}
+
+/// The memtable (write buffer) size of both engines in MiB (`BENCH_WRITE_BUFFER_MIB`, default 64 as in
+/// Flink's benchmark; smaller puts most of the state in files).
+fn write_buffer_mib() -> usize {
+    std::env::var("BENCH_WRITE_BUFFER_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
 }
 
 /// The LSM engine configured like RocksDB's benchmark options: one 64 MiB memtable + 1 immutable (RocksDB:
@@ -220,7 +230,13 @@ fn lsm_options() -> Options {
         )
     };
     #[cfg(not(feature = "rocksdb"))]
-    let (mem, nmem, cache, block, bloom) = (64 * MIB, 2usize, 8 * MIB, 4096usize, bloom_bits());
+    let (mem, nmem, cache, block, bloom) = (
+        write_buffer_mib() * MIB,
+        2usize,
+        8 * MIB,
+        4096usize,
+        bloom_bits(),
+    );
     Options {
         memtable_size: mem,
         max_immutable_memtables: nmem.saturating_sub(1).max(1),
