@@ -8,7 +8,7 @@
 //!
 //! * Map states store one engine entry per user key, so a map is the key range `sid | KG | K | NS`; touching
 //!   one map entry never reads or writes the others.
-//! * List `append` writes a merge operand (joined with `0x2C` as the engine's [`ListAppendOperator`] does)
+//! * List `append` writes a merge operand (joined with `0x2C` as the engine's [`ListAppendOperator`](keyed_state_lsm::ListAppendOperator) does)
 //!   and never reads the list; so does `merge_value` for reducing and aggregating states whose fold the
 //!   store installed (`lsm_merge`, `design/merge-operands.md`).
 //! * A snapshot pins an engine [`Snapshot`] (a registered sequence number: compaction keeps every version it
