@@ -9,10 +9,10 @@
 //!
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
 //! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
-//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,savepoint,mapsavepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
+//! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,reducing,savepoint,mapsavepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
 //! (comma-separated backends: heap,lsm,lsm+cache,rocksdb), `BENCH_RMW_CACHE_MIB` (the LSM+cache backend's
 //! read-modify-write cache, default 1024), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
-//! default 0 = off).
+//! default 0 = off), `BENCH_WRITE_BUFFER_MIB` (the memtable size of both engines, default 64).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
@@ -45,8 +45,8 @@ use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::savepoint::{encode, SavepointReader, WriteOptions};
 use keyed_state::serializer::{BytesSerializer, DoubleSerializer, LongSerializer};
 use keyed_state::state::{
-    KeyedStateStore, ListState, ListStateDescriptor, MapState, MapStateDescriptor, StateTtlConfig,
-    ValueState, ValueStateDescriptor,
+    KeyedStateStore, ListState, ListStateDescriptor, MapState, MapStateDescriptor, OperandFolding,
+    ReducingState, ReducingStateDescriptor, StateTtlConfig, ValueState, ValueStateDescriptor,
 };
 use keyed_state::ttl::ManualClock;
 use keyed_state::Result;
@@ -200,8 +200,18 @@ fn rocksdb_options() -> keyed_state::backend::rocksdb::RocksDbOptions {
     let bits = bloom_bits();
     keyed_state::backend::rocksdb::RocksDbOptions {
         bloom_filter_bits_per_key: (bits > 0).then_some(f64::from(bits)),
+        write_buffer_size: write_buffer_mib() * MIB,
         ..Default::default()
     }
+}
+
+/// The memtable (write buffer) size of both engines in MiB (`BENCH_WRITE_BUFFER_MIB`, default 64 as in
+/// Flink's benchmark; smaller puts most of the state in files).
+fn write_buffer_mib() -> usize {
+    std::env::var("BENCH_WRITE_BUFFER_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
 }
 
 /// The LSM engine configured like RocksDB's benchmark options: one 64 MiB memtable + 1 immutable (RocksDB:
@@ -220,7 +230,13 @@ fn lsm_options() -> Options {
         )
     };
     #[cfg(not(feature = "rocksdb"))]
-    let (mem, nmem, cache, block, bloom) = (64 * MIB, 2usize, 8 * MIB, 4096usize, bloom_bits());
+    let (mem, nmem, cache, block, bloom) = (
+        write_buffer_mib() * MIB,
+        2usize,
+        8 * MIB,
+        4096usize,
+        bloom_bits(),
+    );
     Options {
         memtable_size: mem,
         max_immutable_memtables: nmem.saturating_sub(1).max(1),
@@ -669,6 +685,126 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The two reducing states of the `reducing` section: the same sum, read-modify-write and merge operands.
+struct ReducingPair {
+    rmw: ReducingState<LongSerializer>,
+    operands: ReducingState<LongSerializer>,
+}
+
+/// Reducing state (not in Flink's micro-benchmarks; shaped as its `ValueStateBenchmark`): a sum per setup
+/// key, once read-modify-write (`reducingAdd`, `reducingGet`) and once with adds as merge operands
+/// (`reducingAdd+operands`, `reducingGet+operands`: `design/merge-operands.md`; the heap and RocksDB backends
+/// read, fold and write either way). Every setup key holds a value in both states first. The reads run after
+/// the adds, so the operands state has operands to fold on read until compactions have folded them.
+fn run_reducing(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
+    let mut benches = Vec::new();
+    let mut process = Results {
+        kinds: Kind::all(),
+        rows: Vec::new(),
+        yardstick: Vec::new(),
+    };
+    for kind in Kind::all() {
+        let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
+        let sum = |a: &i64, b: &i64| a.wrapping_add(*b);
+        let rmw = store.register_reducing(with_ttl!(ReducingStateDescriptor::new(
+            "reducing",
+            LongSerializer,
+            sum
+        )))?;
+        let operands = store.register_reducing(with_ttl!(ReducingStateDescriptor::new(
+            "reducing-operands",
+            LongSerializer,
+            sum
+        )
+        .with_merge_operands(OperandFolding::Associative)))?;
+        let clock = ttl_clock(&mut store);
+        let t = Instant::now();
+        for i in 0..SETUP_KEY_COUNT {
+            ttl_setup_time(&clock, data, i);
+            store.set_current_key(data.setup_key(i))?;
+            store.reducing(&rmw)?.add(&data.value(i))?;
+            store.reducing(&operands)?.add(&data.value(i))?;
+        }
+        ttl_setup_done(&clock);
+        eprintln!(
+            "reducing setup {}: {:.2}s",
+            kind.name(),
+            t.elapsed().as_secs_f64()
+        );
+        benches.push(Bench {
+            kind,
+            store,
+            engine,
+            h: ReducingPair { rmw, operands },
+            counter: 0,
+            clock,
+        });
+    }
+    for round in 0..cfg.rounds {
+        for op in [
+            "reducingAdd",
+            "reducingAdd+operands",
+            "reducingGet",
+            "reducingGet+operands",
+        ] {
+            if !cfg.wants_op(op) {
+                continue;
+            }
+            for bi in rotation(benches.len(), round) {
+                quiesce(&mut benches, op)?;
+                ttl_before_sample(&benches[bi].clock);
+                let b: &mut Bench<ReducingPair> = &mut benches[bi];
+                let (st, h) = (&mut b.store, &b.h);
+                let state = match op.ends_with("+operands") {
+                    true => &h.operands,
+                    false => &h.rmw,
+                };
+                let add = op.starts_with("reducingAdd");
+                let p0 = process_cpu();
+                let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| {
+                    st.set_current_key(data.setup_key(i))?;
+                    if add {
+                        st.reducing(state)?.add(&data.value(i))
+                    } else {
+                        std::hint::black_box(st.reducing(state)?.get()?);
+                        Ok(())
+                    }
+                })?;
+                // The background work the sample left (flushes, compactions folding operands) counts too.
+                if let Some(engine) = &b.engine {
+                    engine.wait_for_background_work()?;
+                }
+                process.record(
+                    op,
+                    b.kind,
+                    Sample {
+                        cpu: process_cpu() - p0,
+                        ..s
+                    },
+                );
+                res.record(op, b.kind, s);
+            }
+        }
+    }
+    println!(
+        "\n## Reducing state, k ops/s by process CPU time: every thread, and the sample's background work waited for (median of {} rounds by that rate)\n",
+        cfg.rounds
+    );
+    process.print(true);
+    Ok(())
+}
+
+/// CPU time of the whole process (every thread), in seconds.
+fn process_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_PROCESS_CPUTIME_ID is supported on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// The synchronous parts of a snapshot (`StateBackend::snapshot`) and of a checkpoint (`Checkpointer::begin`
@@ -1283,6 +1419,9 @@ fn main() -> Result<()> {
     }
     if cfg.wants("map") {
         run_map(&cfg, &data, &mut res)?;
+    }
+    if cfg.wants("reducing") {
+        run_reducing(&cfg, &data, &mut res)?;
     }
     if !res.rows.is_empty() {
         println!(

@@ -14,10 +14,12 @@ pub mod heap;
 pub mod lsm;
 mod lsm_cache;
 mod lsm_load;
+mod lsm_merge;
 mod lsm_ttl;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 mod state_prefix;
+mod value_merge;
 
 use crate::error::Result;
 use crate::keygroup::{KeyGroup, KeyGroupRange};
@@ -26,6 +28,7 @@ use crate::serializer::SerializerSnapshot;
 pub use capture::{
     BackendKind, CapturedFile, CapturedFiles, CheckpointCapture, FileSource, TableSource,
 };
+pub use value_merge::ValueMerge;
 
 /// Index of a registered state in a backend, in registration order. The savepoint header lists states in
 /// this order.
@@ -185,6 +188,33 @@ pub trait StateBackend: Send {
     /// Appends serialized list elements (`e1 , e2 ...` already joined with `0x2C`) to a list entry, without
     /// reading it: a merge operand on the LSM backend.
     fn append(&mut self, state: StateId, kg: KeyGroup, key: &[u8], elements: &[u8]) -> Result<()>;
+
+    /// Tells the backend how the values of reducing or aggregating `state` fold (`design/merge-operands.md`),
+    /// and returns whether it takes adds as merge operands ([`merge_value`](Self::merge_value)) from now on.
+    /// The store calls it for every reducing and aggregating state without TTL, whether its adds will be
+    /// operands or not, so that operands written by an earlier run read back. The default (heap, RocksDB)
+    /// ignores the fold and returns `false`: adds stay reads, folds and writes.
+    fn set_value_merge(&mut self, state: StateId, merge: std::sync::Arc<dyn ValueMerge>) -> bool {
+        let _ = (state, merge);
+        false
+    }
+
+    /// Folds `operand` (one serialized value of the state) into the value at `key` without reading it: a
+    /// merge operand on the LSM backend, folded at read and compaction time. Only for a state whose
+    /// [`set_value_merge`](Self::set_value_merge) returned `true`; the default refuses.
+    fn merge_value(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key: &[u8],
+        operand: &[u8],
+    ) -> Result<()> {
+        let _ = (state, kg, key, operand);
+        Err(crate::Error::Unsupported {
+            backend: self.backend_name(),
+            what: "merge operands for reducing and aggregating state",
+        })
+    }
 
     /// The value of a map entry `key_ns | user_key` (`nullflag | V`).
     fn map_get(

@@ -162,6 +162,20 @@ impl<UK: TypeSerializer, UV: TypeSerializer, N: TypeSerializer> MapStateDescript
     }
 }
 
+/// How the adds of a reducing or aggregating state may be stored as merge operands instead of being read,
+/// folded and written (`design/merge-operands.md`). Backends without merge operands (heap, RocksDB) and
+/// states with a time to live keep reading, folding and writing; the results are the same either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperandFolding {
+    /// Operands are folded only onto the value below them, oldest first: on a read, and in compactions
+    /// that reach that value or the last level. Exact for any reduce function; operands of keys that are
+    /// written much and read little pile up until such a compaction.
+    InOrder,
+    /// The function is associative (`f(f(a, b), c) == f(a, f(b, c))`), so flushes and compactions may also
+    /// fold adjacent operands into one without the value below them.
+    Associative,
+}
+
 /// Describes a `ReducingState<V>`.
 pub struct ReducingStateDescriptor<V: TypeSerializer, N: TypeSerializer = VoidNamespaceSerializer> {
     pub(crate) name: String,
@@ -169,6 +183,7 @@ pub struct ReducingStateDescriptor<V: TypeSerializer, N: TypeSerializer = VoidNa
     pub(crate) serializer: V,
     pub(crate) namespace: N,
     pub(crate) reduce: ReduceFn<V::Value>,
+    pub(crate) operands: Option<OperandFolding>,
 }
 
 impl<V: TypeSerializer> ReducingStateDescriptor<V> {
@@ -184,6 +199,7 @@ impl<V: TypeSerializer> ReducingStateDescriptor<V> {
             serializer,
             namespace: VoidNamespaceSerializer,
             reduce: Arc::new(reduce),
+            operands: None,
         }
     }
 }
@@ -192,6 +208,15 @@ impl<V: TypeSerializer, N: TypeSerializer> ReducingStateDescriptor<V, N> {
     /// Gives the state a time to live (Flink's `StateDescriptor.enableTimeToLive`).
     pub fn with_ttl(mut self, ttl: TtlConfig) -> Self {
         self.ttl = Some(ttl);
+        self
+    }
+
+    /// Stores adds as merge operands where the backend can (the LSM backend): an add then writes the added
+    /// value without reading the state, and reads and compactions fold the operands with the reduce
+    /// function, oldest first. The reduce function then also runs in the engine's background threads.
+    /// No effect on a state with a time to live: its timestamps are decided at each add.
+    pub fn with_merge_operands(mut self, folding: OperandFolding) -> Self {
+        self.operands = Some(folding);
         self
     }
 
@@ -206,6 +231,7 @@ impl<V: TypeSerializer, N: TypeSerializer> ReducingStateDescriptor<V, N> {
             serializer: self.serializer,
             namespace,
             reduce: self.reduce,
+            operands: self.operands,
         }
     }
 }
@@ -222,6 +248,7 @@ where
     pub(crate) function: F,
     pub(crate) accumulator: A,
     pub(crate) namespace: N,
+    pub(crate) operands: Option<OperandFolding>,
 }
 
 impl<F, A> AggregatingStateDescriptor<F, A>
@@ -237,6 +264,7 @@ where
             function,
             accumulator,
             namespace: VoidNamespaceSerializer,
+            operands: None,
         }
     }
 }
@@ -253,6 +281,18 @@ where
         self
     }
 
+    /// Stores adds as merge operands where the backend can (the LSM backend): an add writes the accumulator
+    /// of the one input, `add(input, create_accumulator())`, without reading the state, and reads and
+    /// compactions fold the operands with [`AggregateFunction::merge`], oldest first. The result equals the
+    /// read-modify-write path's when `merge(acc, add(x, create_accumulator())) == add(x, acc)`, as for the
+    /// usual sums, counts, minima and averages; [`OperandFolding::Associative`] also requires `merge` to be
+    /// associative. The functions then also run in the engine's background threads. No effect on a state
+    /// with a time to live: its timestamps are decided at each add.
+    pub fn with_merge_operands(mut self, folding: OperandFolding) -> Self {
+        self.operands = Some(folding);
+        self
+    }
+
     /// The same state in namespaces serialized by `namespace`.
     pub fn with_namespace<N2: TypeSerializer>(
         self,
@@ -264,6 +304,7 @@ where
             function: self.function,
             accumulator: self.accumulator,
             namespace,
+            operands: self.operands,
         }
     }
 }
@@ -351,6 +392,8 @@ pub struct ReducingState<V: TypeSerializer, N: TypeSerializer = VoidNamespaceSer
     pub(crate) core: HandleCore<N>,
     pub(crate) serializer: Arc<V>,
     pub(crate) reduce: ReduceFn<V::Value>,
+    /// Adds are merge operands (`merge_value`) rather than reads, folds and writes.
+    pub(crate) operands: bool,
 }
 
 /// A registered aggregating state. Cheap to clone.
@@ -363,6 +406,8 @@ where
     pub(crate) core: HandleCore<N>,
     pub(crate) function: Arc<F>,
     pub(crate) accumulator: Arc<A>,
+    /// Adds are merge operands (`merge_value`) rather than reads, folds and writes.
+    pub(crate) operands: bool,
 }
 
 impl<V: TypeSerializer, N: TypeSerializer> Clone for ValueState<V, N> {
@@ -397,6 +442,7 @@ impl<V: TypeSerializer, N: TypeSerializer> Clone for ReducingState<V, N> {
             core: self.core.clone(),
             serializer: self.serializer.clone(),
             reduce: self.reduce.clone(),
+            operands: self.operands,
         }
     }
 }
@@ -411,6 +457,7 @@ where
             core: self.core.clone(),
             function: self.function.clone(),
             accumulator: self.accumulator.clone(),
+            operands: self.operands,
         }
     }
 }

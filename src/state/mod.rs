@@ -21,6 +21,7 @@
 
 mod access;
 mod descriptor;
+mod operands;
 mod registration;
 mod restore;
 mod store;

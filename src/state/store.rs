@@ -13,6 +13,7 @@ use crate::meta::{StateKind, StateMetaInfo};
 use crate::serializer::{KeySerializer, TtlSerializer, TypeSerializer};
 use crate::ttl::{SystemTimeProvider, TtlLayout, TtlStateFilter, TtlTimeProvider};
 
+use super::operands::FoldWith;
 use super::registration::{
     element_length, incompatible, list_registration, map_registration, whole_value_registration,
     Registered, RestorePlan,
@@ -439,6 +440,13 @@ impl<K: KeySerializer> KeyedStateStore<K> {
         Ok(id)
     }
 
+    /// Hands the fold of reducing or aggregating state `id` (without TTL) to the backend, whether its adds
+    /// will be operands or not: operands an earlier run wrote must read back. Returns whether the backend
+    /// takes adds as merge operands.
+    fn install_fold<S: TypeSerializer>(&mut self, id: StateId, fold: FoldWith<S>) -> bool {
+        self.backend.set_value_merge(id, Arc::new(fold))
+    }
+
     fn track(&mut self, id: StateId, reg: Registered) {
         if self.registered.len() <= id {
             self.registered.resize(id + 1, None);
@@ -539,12 +547,25 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     ) -> Result<ReducingState<V, N>> {
         let ser = Arc::new(d.serializer);
         let ns = Arc::new(d.namespace);
+        let no_ttl = d.ttl.is_none();
         let reg = whole_value_registration(&d.name, StateKind::Reducing, &ns, &ser, d.ttl);
         let id = self.register_meta(reg)?;
+        let reduce = d.reduce.clone();
+        let operands = no_ttl
+            && self.install_fold(
+                id,
+                FoldWith {
+                    serializer: ser.clone(),
+                    combine: Arc::new(move |a, b| reduce(&a, &b)),
+                    associative: d.operands == Some(OperandFolding::Associative),
+                },
+            )
+            && d.operands.is_some();
         Ok(ReducingState {
             core: self.core(id, &d.name, ns),
             serializer: ser,
             reduce: d.reduce,
+            operands,
         })
     }
 
@@ -560,12 +581,26 @@ impl<K: KeySerializer> KeyedStateStore<K> {
     {
         let ser = Arc::new(d.accumulator);
         let ns = Arc::new(d.namespace);
+        let no_ttl = d.ttl.is_none();
         let reg = whole_value_registration(&d.name, StateKind::Aggregating, &ns, &ser, d.ttl);
         let id = self.register_meta(reg)?;
+        let function = Arc::new(d.function);
+        let merge = function.clone();
+        let operands = no_ttl
+            && self.install_fold(
+                id,
+                FoldWith {
+                    serializer: ser.clone(),
+                    combine: Arc::new(move |a, b| merge.merge(a, b)),
+                    associative: d.operands == Some(OperandFolding::Associative),
+                },
+            )
+            && d.operands.is_some();
         Ok(AggregatingState {
             core: self.core(id, &d.name, ns),
-            function: Arc::new(d.function),
+            function,
             accumulator: ser,
+            operands,
         })
     }
 

@@ -10,6 +10,7 @@ mod checkpoint_claim;
 mod checkpoint_crash;
 mod checkpoint_fencing;
 mod checkpoint_model;
+mod checkpoint_operands;
 mod checkpoints;
 mod checkpoints_in_tokio;
 mod checkpoints_on_fault_fs;

@@ -6,8 +6,10 @@ mod conformance;
 
 mod backend_swap;
 mod backends;
+mod lsm_operands;
 mod lsm_rescale;
 mod model;
+mod operands_model;
 mod rescale;
 mod savepoint_format;
 mod serializers;

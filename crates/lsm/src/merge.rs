@@ -20,6 +20,13 @@ pub trait MergeOperator: Send + Sync {
     ) -> Option<Vec<u8>>;
     /// Combines adjacent operands (oldest first) into one operand, if the operator is associative.
     fn partial_merge(&self, key: &[u8], operands: &[&[u8]]) -> Option<Vec<u8>>;
+    /// Whether flushes and compactions may merge the operands of `key` now. `false` keeps them (and the
+    /// value below them) as written, for an operator that cannot merge this key yet (its function is not
+    /// known yet); reads still call [`full_merge`](Self::full_merge). Default: always.
+    fn can_merge(&self, key: &[u8]) -> bool {
+        let _ = key;
+        true
+    }
 }
 
 /// The list-append operator Flink uses for list state (RocksDB's `stringappendtest`): joins the existing

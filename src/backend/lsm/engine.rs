@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::backend::lsm_merge::ValueMerges;
 use crate::backend::lsm_ttl::TtlFilters;
 use crate::backend::state_prefix::StateKeyPrefix;
 use crate::backend::EngineHandle;
@@ -17,6 +18,8 @@ pub(super) struct Shared {
     pub(super) prefixes: Option<Arc<StateKeyPrefix>>,
     /// The TTL compaction filters of the states (see `lsm_ttl`).
     pub(super) ttl: Arc<TtlFilters>,
+    /// What the merge operands of each state are (see `lsm_merge`).
+    pub(super) merges: Arc<ValueMerges>,
     pub(super) _tmp: Option<tempfile::TempDir>,
 }
 

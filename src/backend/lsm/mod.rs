@@ -8,8 +8,9 @@
 //!
 //! * Map states store one engine entry per user key, so a map is the key range `sid | KG | K | NS`; touching
 //!   one map entry never reads or writes the others.
-//! * List `append` writes a merge operand (the engine's [`ListAppendOperator`] joins with `0x2C`) and never
-//!   reads the list.
+//! * List `append` writes a merge operand (joined with `0x2C` as the engine's [`ListAppendOperator`](keyed_state_lsm::ListAppendOperator) does)
+//!   and never reads the list; so does `merge_value` for reducing and aggregating states whose fold the
+//!   store installed (`lsm_merge`, `design/merge-operands.md`).
 //! * A snapshot pins an engine [`Snapshot`] (a registered sequence number: compaction keeps every version it
 //!   can read); the asynchronous part iterates `[sid | KG, sid | KG+1)` at that sequence number, one key
 //!   group at a time, handing values straight out of the memory-mapped SST blocks.
@@ -38,6 +39,7 @@ pub use snapshot::LsmSnapshot;
 
 use super::lsm_cache::{MapDirty, RmwCache};
 use super::lsm_load::{LoadRun, Loader};
+use super::lsm_merge::{StateMergeOperator, ValueMerges};
 use super::lsm_ttl::{TtlFilterFactory, TtlFilters};
 use super::state_prefix::StateKeyPrefix;
 use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
@@ -47,8 +49,7 @@ use crate::keygroup::{
 };
 use crate::meta::{StateKind, StateMetaInfo};
 use keyed_state_lsm::{
-    prefix_successor, CheckpointInfo, Db, ListAppendOperator, Options, ReadOptions, Snapshot,
-    WriteBatch,
+    prefix_successor, CheckpointInfo, Db, Options, ReadOptions, Snapshot, WriteBatch,
 };
 
 /// Width of the state-id prefix of every engine key.
@@ -61,10 +62,12 @@ const LOAD_BUFFER_BYTES: usize = 16 << 20;
 /// Writes of `transform_values` and `map_clear` are batched this many at a time.
 const BATCH_OPS: usize = 4096;
 
-/// What the backend shares with the engine's options: the prefix extractor and the TTL filters.
+/// What the backend shares with the engine's options: the prefix extractor, the TTL filters and the merge
+/// operator's states.
 struct EngineParts {
     prefixes: Option<Arc<StateKeyPrefix>>,
     ttl: Arc<TtlFilters>,
+    merges: Arc<ValueMerges>,
 }
 
 /// The LSM backend. See the module documentation.
@@ -200,7 +203,11 @@ impl LsmBackend {
         config: &BackendConfig,
         states: &[StateMetaInfo],
     ) -> (Options, EngineParts) {
-        options.merge_operator = Some(Arc::new(ListAppendOperator));
+        let merges = Arc::new(ValueMerges::default());
+        for (id, meta) in states.iter().enumerate() {
+            merges.register(id, meta.kind);
+        }
+        options.merge_operator = Some(Arc::new(StateMergeOperator(Arc::clone(&merges))));
         options.partition_prefix_len = STATE_PREFIX_LEN;
         let ttl = Arc::new(TtlFilters::default());
         options.compaction_filter_factory = Some(Arc::new(TtlFilterFactory(Arc::clone(&ttl))));
@@ -217,7 +224,14 @@ impl LsmBackend {
         options.sst.prefix_extractor = prefixes
             .clone()
             .map(|x| x as Arc<dyn keyed_state_lsm::PrefixExtractor>);
-        (options, EngineParts { prefixes, ttl })
+        (
+            options,
+            EngineParts {
+                prefixes,
+                ttl,
+                merges,
+            },
+        )
     }
 
     fn from_db(
@@ -243,6 +257,7 @@ impl LsmBackend {
                 db,
                 prefixes: parts.prefixes,
                 ttl: parts.ttl,
+                merges: parts.merges,
                 _tmp: tmp,
             }),
             kbuf: Vec::with_capacity(64),
@@ -527,6 +542,7 @@ impl StateBackend for LsmBackend {
             // Before any key of the state reaches the engine.
             x.register(self.states.len(), &meta);
         }
+        self.shared.merges.register(self.states.len(), meta.kind);
         self.states.push(meta);
         self.load.push(LoadRun::default());
         Ok(self.states.len() - 1)
@@ -646,6 +662,45 @@ impl StateBackend for LsmBackend {
             }
         }
         Ok(self.shared.db.merge(&self.kbuf, elements)?)
+    }
+
+    fn set_value_merge(&mut self, state: StateId, merge: Arc<dyn super::ValueMerge>) -> bool {
+        match self.states.get(state) {
+            Some(m) if matches!(m.kind, StateKind::Reducing | StateKind::Aggregating) => {
+                self.shared.merges.set_fold(state, merge);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn merge_value(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key: &[u8],
+        operand: &[u8],
+    ) -> Result<()> {
+        self.check(state, kg, false, "merge_value")?;
+        let Some(fold) = self.shared.merges.fold_of(state) else {
+            return Err(super::wrong_kind(&self.states, state, "merge_value"));
+        };
+        self.build_key(state, &[key]);
+        if let Some(cache) = &mut self.cache {
+            // A cached value is folded in the cache; an uncached one gets a merge operand, never a read (it
+            // is in no pending layer either: those hold only cached keys).
+            if let Some(i) = cache.lookup(&self.kbuf) {
+                let folded = fold.fold(cache.value(i), &[operand]).ok_or_else(|| {
+                    Error::CorruptState {
+                        state: self.states[state].name.clone(),
+                        detail: "a cached value or the added value does not decode with the state's serializer".into(),
+                    }
+                })?;
+                cache.write(Some(i), &self.kbuf, Some(&folded));
+                return settle(cache, &self.shared.db);
+            }
+        }
+        Ok(self.shared.db.merge(&self.kbuf, operand)?)
     }
 
     fn map_get(

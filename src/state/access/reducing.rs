@@ -36,6 +36,18 @@ impl<K: KeySerializer, V: TypeSerializer, N: TypeSerializer> ReducingAccess<'_, 
             };
             return s.ttl_write_whole(&self.h.core, self.kg, &*self.h.serializer, &next);
         }
+        if self.h.operands {
+            // A merge operand: the backend folds it at read and compaction time.
+            let s = &mut *self.store;
+            s.scratch.clear();
+            self.h
+                .serializer
+                .serialize(value, &mut s.scratch)
+                .map_err(ser_err(&self.h.core.name))?;
+            return s
+                .backend
+                .merge_value(self.h.core.id, self.kg, &s.key_ns, &s.scratch);
+        }
         let next = match self.get()? {
             Some(current) => (self.h.reduce)(&current, value),
             None => value.clone(),
@@ -106,9 +118,14 @@ where
             let acc = self.h.function.add(value, acc);
             return s.ttl_write_whole(&self.h.core, self.kg, &*self.h.accumulator, &acc);
         }
-        let acc = match self.accumulator()? {
-            Some(a) => a,
-            None => self.h.function.create_accumulator(),
+        let operand = self.h.operands;
+        let acc = match operand {
+            // A merge operand: the accumulator of this one input, merged at read and compaction time.
+            true => self.h.function.create_accumulator(),
+            false => match self.accumulator()? {
+                Some(a) => a,
+                None => self.h.function.create_accumulator(),
+            },
         };
         let acc = self.h.function.add(value, acc);
         let s = &mut *self.store;
@@ -117,6 +134,11 @@ where
             .accumulator
             .serialize(&acc, &mut s.scratch)
             .map_err(ser_err(&self.h.core.name))?;
+        if operand {
+            return s
+                .backend
+                .merge_value(self.h.core.id, self.kg, &s.key_ns, &s.scratch);
+        }
         s.backend
             .put(self.h.core.id, self.kg, &s.key_ns, &s.scratch)
     }

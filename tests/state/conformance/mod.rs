@@ -267,6 +267,126 @@ pub fn reducing_add_get_clear(f: &Factory) {
     assert_eq!(s.num_entries().unwrap(), 0);
 }
 
+/// A reduce function that is neither commutative nor associative: the result shows the order of the fold.
+pub fn ordered(a: &i64, b: &i64) -> i64 {
+    a.wrapping_mul(3).wrapping_add(*b)
+}
+
+/// Adds that are merge operands (where the backend has them) give what reading, folding and writing gives,
+/// in add order, for any reduce function: interleaved with reads, clears, snapshots and savepoints, across
+/// namespaces; and the savepoint is byte-identical to that of the same adds without operands.
+pub fn reducing_operands_fold_in_add_order(f: &Factory) {
+    let mut with = store_long(f, 128, KeyGroupRange::all(128));
+    let mut without = store_long(f, 128, KeyGroupRange::all(128));
+    let desc =
+        || ReducingStateDescriptor::new("r", LongSerializer, ordered).with_namespace(IntSerializer);
+    let agg = || {
+        AggregatingStateDescriptor::new("a", SumAgg, LongSerializer).with_namespace(IntSerializer)
+    };
+    let (r1, a1) = (
+        with.register_reducing(desc().with_merge_operands(OperandFolding::InOrder))
+            .unwrap(),
+        with.register_aggregating(agg().with_merge_operands(OperandFolding::Associative))
+            .unwrap(),
+    );
+    let (r2, a2) = (
+        without.register_reducing(desc()).unwrap(),
+        without.register_aggregating(agg()).unwrap(),
+    );
+    let mut snapshots = Vec::new();
+    for step in 0..600i64 {
+        let key = step % 7;
+        let ns = (step % 3) as i32;
+        let v = step * 7 % 11 - 5;
+        for (s, r, a) in [(&mut with, &r1, &a1), (&mut without, &r2, &a2)] {
+            s.set_current_key(&key).unwrap();
+            if step % 53 == 0 {
+                s.reducing_in(r, &ns).unwrap().clear().unwrap();
+                s.aggregating_in(a, &ns).unwrap().clear().unwrap();
+            } else {
+                s.reducing_in(r, &ns).unwrap().add(&v).unwrap();
+                s.aggregating_in(a, &ns).unwrap().add(&v).unwrap();
+            }
+        }
+        if step % 97 == 0 {
+            snapshots.push(with.snapshot().unwrap());
+        }
+        if step % 41 == 0 {
+            with.set_current_key(&key).unwrap();
+            without.set_current_key(&key).unwrap();
+            assert_eq!(
+                with.reducing_in(&r1, &ns).unwrap().get().unwrap(),
+                without.reducing_in(&r2, &ns).unwrap().get().unwrap(),
+                "step {step}"
+            );
+        }
+    }
+    for key in 0..7i64 {
+        with.set_current_key(&key).unwrap();
+        without.set_current_key(&key).unwrap();
+        for ns in 0..3i32 {
+            assert_eq!(
+                with.reducing_in(&r1, &ns).unwrap().get().unwrap(),
+                without.reducing_in(&r2, &ns).unwrap().get().unwrap()
+            );
+            assert_eq!(
+                with.aggregating_in(&a1, &ns).unwrap().get().unwrap(),
+                without.aggregating_in(&a2, &ns).unwrap().get().unwrap()
+            );
+        }
+    }
+    assert_eq!(savepoint_bytes(&mut with), savepoint_bytes(&mut without));
+    // Snapshots taken along the way still read their own point, folded.
+    for snap in snapshots {
+        savepoint_of_snapshot(&*snap);
+    }
+    // Namespace merging reads the folded values.
+    for key in 0..7i64 {
+        for (s, r, a) in [(&mut with, &r1, &a1), (&mut without, &r2, &a2)] {
+            s.set_current_key(&key).unwrap();
+            s.merge_reducing_namespaces(r, &0, &[1, 2]).unwrap();
+            s.merge_aggregating_namespaces(a, &0, &[1, 2]).unwrap();
+        }
+    }
+    assert_eq!(savepoint_bytes(&mut with), savepoint_bytes(&mut without));
+    assert_eq!(with.num_entries().unwrap(), without.num_entries().unwrap());
+}
+
+/// A savepoint of state whose adds were operands restores into a store that adds with operands again (and
+/// into one that does not): the values keep folding from where they were.
+pub fn reducing_operands_survive_savepoint_and_restore(f: &Factory) {
+    let mut s = store_long(f, 128, KeyGroupRange::all(128));
+    let desc = || ReducingStateDescriptor::new("r", LongSerializer, ordered);
+    let r = s
+        .register_reducing(desc().with_merge_operands(OperandFolding::InOrder))
+        .unwrap();
+    for key in 0..20i64 {
+        s.set_current_key(&key).unwrap();
+        for v in 0..key {
+            s.reducing(&r).unwrap().add(&v).unwrap();
+        }
+    }
+    let sp = savepoint_of(&mut s);
+    for operands in [true, false] {
+        let mut t = store_long(f, 128, KeyGroupRange::all(128));
+        t.restore(std::slice::from_ref(&sp)).unwrap();
+        let d = match operands {
+            true => desc().with_merge_operands(OperandFolding::Associative),
+            false => desc(),
+        };
+        let r2 = t.register_reducing(d).unwrap();
+        for key in 0..20i64 {
+            t.set_current_key(&key).unwrap();
+            t.reducing(&r2).unwrap().add(&100).unwrap();
+            let expect = (0..key).fold(None, |acc: Option<i64>, v| {
+                Some(acc.map_or(v, |a| ordered(&a, &v)))
+            });
+            let expect = Some(expect.map_or(100, |a| ordered(&a, &100)));
+            assert_eq!(t.reducing(&r2).unwrap().get().unwrap(), expect, "key {key}");
+        }
+    }
+}
+
 pub fn map_state_crud_and_retain(f: &Factory) {
     // testMapState
     let mut s = store_long(f, 128, KeyGroupRange::all(128));
@@ -869,6 +989,8 @@ macro_rules! conformance_suite {
             t!(list_namespace_merge_deletes_sources);
             t!(reducing_and_aggregating_merge_to_165);
             t!(reducing_add_get_clear);
+            t!(reducing_operands_fold_in_add_order);
+            t!(reducing_operands_survive_savepoint_and_restore);
             t!(map_state_crud_and_retain);
             t!(map_iterates_in_ascending_key_order);
             t!(maps_of_neighbouring_keys_do_not_mix);
@@ -916,6 +1038,23 @@ pub fn savepoint_of<K: keyed_state::serializer::KeySerializer>(
 ) -> SavepointReader {
     let snap = s.snapshot().unwrap();
     savepoint_of_snapshot(&*snap)
+}
+
+/// A store's savepoint bytes (uncompressed).
+pub fn savepoint_bytes<K: keyed_state::serializer::KeySerializer>(
+    s: &mut KeyedStateStore<K>,
+) -> Vec<u8> {
+    let snap = s.snapshot().unwrap();
+    let mut bytes = Vec::new();
+    encode(
+        &*snap,
+        &WriteOptions {
+            compression: Compression::None,
+        },
+        &mut bytes,
+    )
+    .unwrap();
+    bytes
 }
 
 pub fn savepoint_of_snapshot(snap: &dyn keyed_state::backend::BackendSnapshot) -> SavepointReader {

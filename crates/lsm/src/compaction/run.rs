@@ -315,8 +315,9 @@ impl MergeCtx<'_> {
                 }
             }
             let newest_ops: Vec<Vec<u8>> = operands.iter().map(|o| o.1.clone()).collect();
-            if op.is_none() && !operands.is_empty() {
-                // No operator: keep operands (and the base) unmerged; reads report the missing operator.
+            if !operands.is_empty() && op.is_none_or(|m| !m.can_merge(key)) {
+                // No operator, or one that cannot merge this key yet: keep operands (and the base)
+                // unmerged; reads report the missing operator or merge them.
                 for (s, v) in operands {
                     out.push((s, ValueKind::Merge, v));
                 }
@@ -433,6 +434,70 @@ mod tests {
         assert_eq!(
             db.get(b"z").unwrap().map(|v| v.to_vec()),
             Some(b"z".to_vec())
+        );
+    }
+
+    /// Joins operands while `ready`; before that it cannot merge anything (`can_merge` false, merges fail).
+    struct NotYet(std::sync::atomic::AtomicBool);
+
+    impl crate::merge::MergeOperator for NotYet {
+        fn name(&self) -> &str {
+            "not-yet"
+        }
+        fn full_merge(&self, k: &[u8], base: Option<&[u8]>, ops: &[&[u8]]) -> Option<Vec<u8>> {
+            self.can_merge(k)
+                .then(|| crate::merge::ListAppendOperator.full_merge(k, base, ops))
+                .flatten()
+        }
+        fn partial_merge(&self, k: &[u8], ops: &[&[u8]]) -> Option<Vec<u8>> {
+            self.can_merge(k)
+                .then(|| crate::merge::ListAppendOperator.partial_merge(k, ops))
+                .flatten()
+        }
+        fn can_merge(&self, _key: &[u8]) -> bool {
+            self.0.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+
+    /// Operands an operator cannot merge yet stay, with the value below them, through a compaction to the
+    /// last level (which would otherwise fail on the merge), and merge once it can.
+    #[test]
+    fn operands_an_operator_cannot_merge_yet_survive_compactions() {
+        let dir = tempfile::tempdir().unwrap();
+        let op = Arc::new(NotYet(std::sync::atomic::AtomicBool::new(false)));
+        let opts = Options {
+            auto_compaction: false,
+            merge_operator: Some(op.clone()),
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        db.put(b"k", b"a").unwrap();
+        db.put(b"j", b"x").unwrap();
+        db.flush().unwrap();
+        for v in [b"b", b"c"] {
+            db.merge(b"k", v).unwrap();
+            db.merge(b"n", v).unwrap();
+            db.flush().unwrap();
+        }
+        db.compact_all().unwrap();
+        assert!(db.get(b"k").is_err());
+        assert_eq!(
+            db.get(b"j").unwrap().map(|v| v.to_vec()),
+            Some(b"x".to_vec())
+        );
+        op.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            db.get(b"k").unwrap().map(|v| v.to_vec()),
+            Some(b"a,b,c".to_vec())
+        );
+        assert_eq!(
+            db.get(b"n").unwrap().map(|v| v.to_vec()),
+            Some(b"b,c".to_vec())
+        );
+        db.compact_all().unwrap();
+        assert_eq!(
+            db.get(b"k").unwrap().map(|v| v.to_vec()),
+            Some(b"a,b,c".to_vec())
         );
     }
 }
