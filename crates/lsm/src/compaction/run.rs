@@ -81,10 +81,12 @@ pub(super) fn merge_into(
         return Ok(());
     };
     let is_input = |f: &Arc<FileMeta>| files.iter().any(|g| g.info.number == f.info.number);
-    let bottommost = version
-        .files()
-        .filter(|(l, f)| *l > out_level && !is_input(f))
-        .all(|(_, f)| !f.info.overlaps(&lo, &hi));
+    // A merge within L0 is never bottommost: an older L0 run outside it may hold the same keys.
+    let bottommost = out_level > 0
+        && version
+            .files()
+            .filter(|(l, f)| *l > out_level && !is_input(f))
+            .all(|(_, f)| !f.info.overlaps(&lo, &hi));
     let mut snaps = db.snapshots.seqnos();
     snaps.sort_unstable();
     // The range tombstones that may cover input entries: every one in the version overlapping the inputs' key
