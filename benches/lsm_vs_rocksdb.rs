@@ -208,6 +208,9 @@ mod ours {
                 merge_operator: Some(Arc::new(ListAppendOperator)),
                 // Our default (flush/compaction threads at nice +5); `KS_BENCH_BG_NICE` overrides it.
                 background_nice: env_u64("KS_BENCH_BG_NICE", 5) as i32,
+                // Our default (L0 held back from the base level below 25 % of its bytes);
+                // `KS_BENCH_L0_BASE_RATIO_PCT` overrides it (0: L0 into the base level at the trigger).
+                l0_base_ratio: env_u64("KS_BENCH_L0_BASE_RATIO_PCT", 25) as f64 / 100.0,
                 ..Options::default()
             };
             let desc = format!("{opts:?} sst={:?} block_cache={}", opts.sst, cache_bytes);

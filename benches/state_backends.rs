@@ -234,6 +234,12 @@ fn lsm_options() -> Options {
             prefix_bloom_bits_per_key: prefix_bloom_bits(),
             ..SstOptions::default()
         },
+        // `KS_BENCH_L0_BASE_RATIO_PCT` overrides the engine's default (25 %; 0: L0 into the base level at the
+        // trigger, `design/lsm-many-states.md`).
+        l0_base_ratio: std::env::var("KS_BENCH_L0_BASE_RATIO_PCT")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(Options::default().l0_base_ratio, |p| p / 100.0),
         ..Options::default()
     }
 }
