@@ -277,13 +277,7 @@ fn run(variant: &str) {
         let k = rng.random_range(0..keys);
         let s = &vs[rng.random_range(0..states)];
         store.set_current_key(&k).expect("key");
-        if store
-            .value(s)
-            .expect("state")
-            .get()
-            .expect("get")
-            .is_some()
-        {
+        if store.value(s).expect("state").get().expect("get").is_some() {
             found += 1;
         }
     }
