@@ -81,8 +81,8 @@ pub struct Options {
     /// Create the database if missing (default true).
     pub create_if_missing: bool,
     /// Compaction and ingestion start a new SST file whenever the first this-many bytes of the user key
-    /// change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`; a flush writes one L0 file
-    /// whatever it holds. The LSM state backend sets it to its state-id width, so no file below L0 spans
+    /// change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`, except into L0: a flush or a
+    /// merge within L0 writes one L0 run whatever it holds. The LSM state backend sets it to its state-id width, so no file below L0 spans
     /// two states (`design/checkpoints.md`, "Restore").
     pub partition_prefix_len: usize,
     /// Where the database's files live (default: the real file system, [`StorageHandle::os`]). Every
