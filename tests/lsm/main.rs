@@ -3,6 +3,7 @@
 
 mod crash_consistency;
 mod lsm_levels;
+mod lsm_many_states;
 mod lsm_model;
 mod lsm_multi_get;
 mod lsm_recovery;

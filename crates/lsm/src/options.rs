@@ -23,6 +23,13 @@ pub struct Options {
     pub l0_compaction_trigger: usize,
     /// Number of L0 sorted runs at which writes stall until compaction catches up (default 20).
     pub l0_stop_writes_trigger: usize,
+    /// L0 compacts into the base level only once it holds this fraction of the base level's bytes
+    /// (default 0.25), or `max(l0_compaction_trigger, l0_stop_writes_trigger / 2)` sorted runs; until then
+    /// `l0_compaction_trigger` adjacent runs of similar size merge into one run within L0 (size-tiered),
+    /// so that small flushes (one per checkpoint) do not rewrite the whole base level every few flushes.
+    /// 0 turns this off: L0 goes into the base level at `l0_compaction_trigger` runs
+    /// (`design/lsm-many-states.md`).
+    pub l0_base_ratio: f64,
     /// Number of levels, L0 included (default 7).
     pub num_levels: usize,
     /// Target total size of the level L0 compacts into, in bytes (default 256 MiB): L1 in static mode; with
@@ -74,8 +81,8 @@ pub struct Options {
     /// Create the database if missing (default true).
     pub create_if_missing: bool,
     /// Compaction and ingestion start a new SST file whenever the first this-many bytes of the user key
-    /// change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`; a flush writes one L0 file
-    /// whatever it holds. The LSM state backend sets it to its state-id width, so no file below L0 spans
+    /// change (default 0: never), as RocksDB's `SstPartitionerFixedPrefix`, except into L0: a flush or a
+    /// merge within L0 writes one L0 run whatever it holds. The LSM state backend sets it to its state-id width, so no file below L0 spans
     /// two states (`design/checkpoints.md`, "Restore").
     pub partition_prefix_len: usize,
     /// Where the database's files live (default: the real file system, [`StorageHandle::os`]). Every
@@ -100,6 +107,7 @@ impl Default for Options {
             max_immutable_memtables: 2,
             l0_compaction_trigger: 4,
             l0_stop_writes_trigger: 20,
+            l0_base_ratio: 0.25,
             num_levels: 7,
             level_base_size: 256 << 20,
             level_multiplier: 10,
@@ -131,6 +139,7 @@ impl fmt::Debug for Options {
             .field("max_immutable_memtables", &self.max_immutable_memtables)
             .field("l0_compaction_trigger", &self.l0_compaction_trigger)
             .field("l0_stop_writes_trigger", &self.l0_stop_writes_trigger)
+            .field("l0_base_ratio", &self.l0_base_ratio)
             .field("num_levels", &self.num_levels)
             .field("level_base_size", &self.level_base_size)
             .field("level_multiplier", &self.level_multiplier)

@@ -139,8 +139,81 @@ const SCORE_SCALE: f64 = 10.0;
 ///   levels above go first.
 /// * A non-empty level at or above the lowest unnecessary level scores at least 10.01 (a little more the
 ///   shallower it is), so unneeded levels drain downwards.
-fn scores(v: &Version, opts: &Options, t: &LevelTargets) -> Vec<f64> {
-    level_scores(&v.level_bytes(), v.l0_runs, opts, t)
+///
+/// While L0 is held back from the base level ([`l0_plan`]), L0 scores as above if it has runs to merge
+/// among themselves, else 0.
+fn scores(v: &Version, opts: &Options, t: &LevelTargets) -> (Vec<f64>, L0Plan) {
+    let bytes = v.level_bytes();
+    let mut s = level_scores(&bytes, v.l0_runs, opts, t);
+    let plan = l0_plan(v, &bytes, opts, t);
+    if let (L0Plan::Hold(None), Some(s0)) = (&plan, s.first_mut()) {
+        *s0 = 0.0;
+    }
+    (s, plan)
+}
+
+/// What L0's compaction does now.
+enum L0Plan {
+    /// Every L0 file goes into the base level (the leveled rule).
+    Base,
+    /// L0 is held back from the base level ([`Options::l0_base_ratio`]); these files, some adjacent sorted
+    /// runs of similar size, merge into one run within L0 (none: L0 has no work).
+    Hold(Option<Vec<Arc<FileMeta>>>),
+}
+
+/// Largest / smallest bytes of the sorted runs one merge within L0 takes.
+const L0_TIER_SPREAD: u64 = 2;
+
+/// The number of L0 sorted runs at which L0 goes into the base level even below
+/// [`Options::l0_base_ratio`]: half the stop trigger, at least the compaction trigger.
+pub(crate) fn l0_run_cap(opts: &Options) -> usize {
+    opts.l0_compaction_trigger
+        .max(opts.l0_stop_writes_trigger / 2)
+        .max(2)
+}
+
+/// L0's sorted runs newest first: the files of each (groups of L0 files whose seqno ranges overlap, as
+/// [`crate::version::l0_runs`] counts them) and their bytes.
+fn l0_run_groups(files: &[Arc<FileMeta>]) -> Vec<(Vec<Arc<FileMeta>>, u64)> {
+    let mut sorted: Vec<&Arc<FileMeta>> = files.iter().collect();
+    sorted.sort_by_key(|f| (f.info.min_seqno, f.info.max_seqno));
+    let mut runs: Vec<(Vec<Arc<FileMeta>>, u64, u64)> = Vec::new();
+    for f in sorted {
+        match runs.last_mut() {
+            Some((group, bytes, end)) if f.info.min_seqno <= *end => {
+                group.push(Arc::clone(f));
+                *bytes += f.info.size;
+                *end = (*end).max(f.info.max_seqno);
+            }
+            _ => runs.push((vec![Arc::clone(f)], f.info.size, f.info.max_seqno)),
+        }
+    }
+    runs.into_iter().rev().map(|(g, b, _)| (g, b)).collect()
+}
+
+/// Whether L0 goes into the base level or is held back and merges within itself (`design/lsm-many-states.md`):
+/// held back while the base level holds bytes, L0 holds less than [`Options::l0_base_ratio`] of them and
+/// fewer runs than [`l0_run_cap`]. Held back, its work is the newest window of `l0_compaction_trigger`
+/// adjacent runs whose largest is at most [`L0_TIER_SPREAD`] times its smallest.
+fn l0_plan(v: &Version, bytes: &[u64], opts: &Options, t: &LevelTargets) -> L0Plan {
+    let base_bytes = bytes.get(t.base_level).copied().unwrap_or(0);
+    let l0_bytes = bytes.first().copied().unwrap_or(0);
+    let held = opts.l0_base_ratio > 0.0
+        && t.base_level > 0
+        && base_bytes > 0
+        && (l0_bytes as f64) < opts.l0_base_ratio * base_bytes as f64
+        && v.l0_runs < l0_run_cap(opts);
+    if !held {
+        return L0Plan::Base;
+    }
+    let width = opts.l0_compaction_trigger.max(2);
+    let runs = l0_run_groups(&v.levels[0]);
+    let window = runs.windows(width).find(|w| {
+        let max = w.iter().map(|r| r.1).max().unwrap_or(0);
+        let min = w.iter().map(|r| r.1).min().unwrap_or(0);
+        max <= min.max(1).saturating_mul(L0_TIER_SPREAD)
+    });
+    L0Plan::Hold(window.map(|w| w.iter().flat_map(|r| r.0.iter().cloned()).collect()))
 }
 
 /// [`scores`] from the bytes per level and the number of L0 files.
@@ -204,6 +277,7 @@ fn level_scores(bytes: &[u64], l0_runs: usize, opts: &Options, t: &LevelTargets)
 pub(crate) fn needs_compaction(v: &Version, opts: &Options) -> bool {
     opts.auto_compaction
         && (scores(v, opts, &LevelTargets::new(v, opts))
+            .0
             .iter()
             .any(|s| *s >= 1.0)
             || solo_file(v, opts).is_some())
@@ -291,7 +365,8 @@ pub(super) fn pick(v: &Version, opts: &Options, pointers: &mut [Vec<u8>]) -> Opt
     let t = LevelTargets::new(v, opts);
     // The highest score, the shallowest level on ties.
     let mut best: Option<(usize, f64)> = None;
-    for (l, s) in scores(v, opts, &t).into_iter().enumerate() {
+    let (scores, plan) = scores(v, opts, &t);
+    for (l, s) in scores.into_iter().enumerate() {
         if best.is_none_or(|(_, b)| s > b) {
             best = Some((l, s));
         }
@@ -299,6 +374,16 @@ pub(super) fn pick(v: &Version, opts: &Options, pointers: &mut [Vec<u8>]) -> Opt
     let (level, score) = best?;
     if score < 1.0 {
         return None;
+    }
+    if let (0, L0Plan::Hold(Some(inputs))) = (level, plan) {
+        // Adjacent runs of one tier merge into one run within L0.
+        return Some(Compaction {
+            level: 0,
+            output_level: 0,
+            inputs,
+            next: Vec::new(),
+            manual: false,
+        });
     }
     let output_level = if level == 0 { t.base_level } else { level + 1 };
     let inputs: Vec<Arc<FileMeta>> = if level == 0 {
@@ -491,5 +576,113 @@ mod tests {
             assert_eq!(numbers(&c.inputs), numbers(&[x]));
             assert_eq!(numbers(&c.next), numbers(&[p]));
         }
+    }
+
+    fn numbers(files: &[Arc<FileMeta>]) -> Vec<u64> {
+        let mut n: Vec<u64> = files.iter().map(|f| f.info.number).collect();
+        n.sort_unstable();
+        n
+    }
+
+    /// A database whose flushes are not compacted (kept open, as the files' owner), the options the picks
+    /// below use (trigger 4, stop 20: run cap 10), and the files of `groups` flushed in that order (oldest
+    /// first).
+    fn tiering_files(
+        groups: &[Vec<String>],
+        dynamic: bool,
+    ) -> (tempfile::TempDir, Db, Options, Vec<Arc<FileMeta>>) {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            auto_compaction: false,
+            num_levels: 3,
+            dynamic_level_bytes: dynamic,
+            sst: SstOptions {
+                compression: Compression::None,
+                ..SstOptions::default()
+            },
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        let files = flushed_files(&db, groups);
+        (dir, db, opts, files)
+    }
+
+    /// The base level (L2 with dynamic level sizing, L1 with static) holding `base`, L0 holding `l0`.
+    fn tree(base: &Arc<FileMeta>, l0: &[Arc<FileMeta>], dynamic: bool) -> Version {
+        let (l1, l2) = if dynamic {
+            (vec![], vec![Arc::clone(base)])
+        } else {
+            (vec![Arc::clone(base)], vec![])
+        };
+        Version::from_levels(vec![l0.to_vec(), l1, l2])
+    }
+
+    #[test]
+    fn runs_of_one_tier_merge_within_l0_while_l0_is_small_against_the_base_level() {
+        for dynamic in [true, false] {
+            // The base level: 4000 keys. L0 runs: 3 old ones of 120 keys, then 5 of 20.
+            let mut groups = vec![[keys("k", 0..2000), keys("m", 0..2000)].concat()];
+            groups.extend((0..3).map(|i| keys(&format!("k{i}"), 0..120)));
+            groups.extend((0..5).map(|i| keys(&format!("m{i}"), 0..20)));
+            let (_dir, _db, opts, f) = tiering_files(&groups, dynamic);
+            let (base, big, small) = (&f[0], &f[1..4], &f[4..]);
+            let mut ptr = vec![Vec::new(); 3];
+            let base_level = if dynamic { 2 } else { 1 };
+            // 3 small runs over 3 big ones: 6 runs, no 4 adjacent of one tier: L0 has no work.
+            let v = tree(base, &[big, &small[..3]].concat(), dynamic);
+            assert!(pick(&v, &opts, &mut ptr).is_none(), "dynamic {dynamic}");
+            assert!(!needs_compaction(&v, &opts));
+            // A 4th small run: the 4 newest merge within L0, the base level untouched.
+            let v = tree(base, &[big, &small[..4]].concat(), dynamic);
+            let c = pick(&v, &opts, &mut ptr).unwrap();
+            assert_eq!((c.level, c.output_level), (0, 0));
+            assert_eq!(numbers(&c.inputs), numbers(&small[..4]));
+            assert!(c.next.is_empty());
+            // 5 small runs: the newest window of 4.
+            let v = tree(base, &[big, small].concat(), dynamic);
+            let c = pick(&v, &opts, &mut ptr).unwrap();
+            assert_eq!(numbers(&c.inputs), numbers(&small[1..]));
+            // Off: L0 goes into the base level at 4 runs.
+            let off = Options {
+                l0_base_ratio: 0.0,
+                ..opts.clone()
+            };
+            let v = tree(base, &[&big[..1], &small[..3]].concat(), dynamic);
+            let c = pick(&v, &off, &mut ptr).unwrap();
+            assert_eq!((c.level, c.output_level), (0, base_level));
+            assert_eq!(c.inputs.len(), 4);
+            assert_eq!(numbers(&c.next), numbers(&[Arc::clone(base)]));
+            // L0 (about 10 % of the base level's bytes) past a ratio of 5 %: into the base level.
+            let low = Options {
+                l0_base_ratio: 0.05,
+                ..opts.clone()
+            };
+            let v = tree(base, &[big, &small[..1]].concat(), dynamic);
+            let c = pick(&v, &low, &mut ptr).unwrap();
+            assert_eq!(
+                (c.level, c.output_level),
+                (0, base_level),
+                "dynamic {dynamic}"
+            );
+        }
+    }
+
+    #[test]
+    fn l0_goes_to_the_base_level_at_the_run_cap_and_without_a_base_level() {
+        // Runs alternating 5 and 60 keys never make a tier of 4: at the cap (10 runs) L0 goes down.
+        let mut groups = vec![keys("a", 0..4000)];
+        groups.extend((0..10).map(|i| keys(&format!("b{i}"), 0..if i % 2 == 0 { 5 } else { 60 })));
+        let (_dir, _db, opts, f) = tiering_files(&groups, true);
+        assert_eq!(l0_run_cap(&opts), 10);
+        let mut ptr = vec![Vec::new(); 3];
+        let v = tree(&f[0], &f[1..10], true);
+        assert!(pick(&v, &opts, &mut ptr).is_none());
+        let v = tree(&f[0], &f[1..], true);
+        let c = pick(&v, &opts, &mut ptr).unwrap();
+        assert_eq!((c.level, c.output_level, c.inputs.len()), (0, 2, 10));
+        // Nothing below L0: L0 goes into the last level at the trigger.
+        let v = Version::from_levels(vec![f[1..5].to_vec(), vec![], vec![]]);
+        let c = pick(&v, &opts, &mut ptr).unwrap();
+        assert_eq!((c.level, c.output_level), (0, 2));
     }
 }

@@ -81,10 +81,12 @@ pub(super) fn merge_into(
         return Ok(());
     };
     let is_input = |f: &Arc<FileMeta>| files.iter().any(|g| g.info.number == f.info.number);
-    let bottommost = version
-        .files()
-        .filter(|(l, f)| *l > out_level && !is_input(f))
-        .all(|(_, f)| !f.info.overlaps(&lo, &hi));
+    // A merge within L0 is never bottommost: an older L0 run outside it may hold the same keys.
+    let bottommost = out_level > 0
+        && version
+            .files()
+            .filter(|(l, f)| *l > out_level && !is_input(f))
+            .all(|(_, f)| !f.info.overlaps(&lo, &hi));
     let mut snaps = db.snapshots.seqnos();
     snaps.sort_unstable();
     // The range tombstones that may cover input entries: every one in the version overlapping the inputs' key
@@ -132,7 +134,9 @@ pub(super) fn merge_into(
     }
     let mut it = MergingIter::new(children);
     it.seek_to_first()?;
-    let mut out = Outputs::new(db, Some(db.opts.target_file_size), true);
+    // Cut at state (partition) boundaries below L0 only: a merge within L0 writes one run of few files, as
+    // a flush does, so that a point read checks one file per L0 run however many states the run holds.
+    let mut out = Outputs::new(db, Some(db.opts.target_file_size), out_level > 0);
     let mut entries: Vec<(u64, ValueKind, Vec<u8>)> = Vec::new();
     // Value buffers of resolved keys, reused so that the copy of each input value does not allocate.
     let mut pool: Vec<Vec<u8>> = Vec::new();
