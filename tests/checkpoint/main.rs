@@ -11,5 +11,6 @@ mod checkpoint_crash;
 mod checkpoint_fencing;
 mod checkpoint_model;
 mod checkpoints;
+mod checkpoints_async;
 mod checkpoints_in_tokio;
 mod checkpoints_on_fault_fs;
