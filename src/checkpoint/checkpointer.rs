@@ -11,6 +11,7 @@ use super::fence::{claims_prefix, newest_attempt, run_of, take_attempt};
 use super::format::{CheckpointMetadata, FileRef};
 use super::pending::PendingCheckpoint;
 use super::storage::CheckpointStorage;
+use super::sweeper::{SweepState, SweepStatus};
 use super::{instance_name, metadata_path};
 use crate::backend::{BackendConfig, StateBackend};
 use crate::error::{CheckpointError, Error, Result};
@@ -118,6 +119,10 @@ pub(super) struct Registry {
     /// The highest id of this instance name in the root at open: new ids must be above it (a rerun
     /// never writes below or over an earlier run's checkpoints).
     pub(super) floor: Option<u64>,
+    /// Metadata files retired (subsumed, aborted or out of retention) that the next sweep deletes.
+    pub(super) retire: Vec<String>,
+    /// Old runs (`<instance>/<run>`) the retired metadata referenced: the next sweep looks at them.
+    pub(super) sweep_runs: BTreeSet<String>,
 }
 
 pub(super) struct Inner {
@@ -129,7 +134,12 @@ pub(super) struct Inner {
     pub(super) opts: CheckpointOptions,
     pub(super) reg: Mutex<Registry>,
     pub(super) closed: AtomicBool,
+    /// The number of the next object this run uploads (taken under `reg`'s lock).
     pub(super) next_object: AtomicU64,
+    /// What the sweeps did.
+    pub(super) sweep: Mutex<SweepState>,
+    /// Held by a running sweep: one sweep of the instance at a time.
+    pub(super) sweep_lock: Mutex<()>,
 }
 
 impl Inner {
@@ -222,9 +232,13 @@ impl Checkpointer {
                     last_confirmed: None,
                     reuse_restored: false,
                     floor,
+                    retire: Vec::new(),
+                    sweep_runs: BTreeSet::new(),
                 }),
                 closed: AtomicBool::new(false),
                 next_object: AtomicU64::new(0),
+                sweep: Mutex::new(SweepState::default()),
+                sweep_lock: Mutex::new(()),
             }),
         };
         c.sweep()?;
@@ -439,33 +453,36 @@ impl Checkpointer {
     }
 
     /// The host confirms checkpoint `id` (every instance finished it): it becomes the incremental base,
-    /// older checkpoints in flight are subsumed, retention drops the oldest beyond `retain`, and the sweep
-    /// deletes what no retained checkpoint references.
+    /// older checkpoints in flight are subsumed, retention drops the oldest beyond `retain`. `Ok` means the
+    /// confirmation took effect; an error (`id` not finished, or [`CheckpointError::Fenced`], from one
+    /// listing of the attempt markers) means it did not. The subsumed and retired metadata is deleted
+    /// next, and the sweep of what no retained checkpoint references runs in the background; neither
+    /// holds what [`begin`](Self::begin) needs while storage answers, and their failures go to
+    /// [`sweep_status`](Self::sweep_status) and are retried.
     pub fn notify_complete(&self, id: u64) -> Result<()> {
-        let storage = &self.inner.storage;
-        let mut reg = self.inner.reg.lock();
-        let Some(f) = reg.in_flight.get(&id) else {
-            return Err(
-                CheckpointError::Invalid(format!("checkpoint {id} is not in flight")).into(),
-            );
-        };
-        let Some(meta) = f.written.clone() else {
-            return Err(CheckpointError::Invalid(format!(
-                "checkpoint {id} has not finished writing"
-            ))
-            .into());
-        };
-        // A fenced writer deletes nothing (subsumed or retired metadata included).
+        self.written(id)?;
+        // A fenced writer's confirmation takes no effect (and its sweeps delete nothing).
         self.inner.check_fenced()?;
-        reg.in_flight.remove(&id);
         let me = &self.inner.instance;
+        let mut reg = self.inner.reg.lock();
+        // Checked again: another call may have confirmed or aborted it meanwhile.
+        let meta = match reg.in_flight.get(&id).map(|f| f.written.clone()) {
+            Some(Some(meta)) => meta,
+            _ => {
+                return Err(
+                    CheckpointError::Invalid(format!("checkpoint {id} is not in flight")).into(),
+                )
+            }
+        };
+        reg.in_flight.remove(&id);
         let mut runs = BTreeSet::new();
+        let mut retire = Vec::new();
         let older: Vec<u64> = reg.in_flight.range(..id).map(|(k, _)| *k).collect();
         for o in older {
             if let Some(f) = reg.in_flight.remove(&o) {
                 f.cancel.store(true, Ordering::Release);
                 if let Some(m) = &f.written {
-                    storage.delete(&metadata_path(o, me))?;
+                    retire.push(metadata_path(o, me));
                     runs.extend(foreign_runs(m, me));
                 }
             }
@@ -479,34 +496,84 @@ impl Checkpointer {
         reg.reuse_restored = false;
         reg.last_confirmed = Some(id);
         while reg.retained.len() > self.inner.opts.retain {
-            // Popped only once its metadata is gone: a failed deletion is retried at the next confirmation.
-            if let Some(r) = reg.retained.front() {
-                for p in &r.delete {
-                    storage.delete(p)?;
-                }
-            }
             if let Some(r) = reg.retained.pop_front() {
+                retire.extend(r.delete);
                 runs.extend(r.runs);
             }
         }
-        self.sweep_locked(&reg, &runs)
+        reg.retire.extend(retire);
+        reg.sweep_runs.extend(runs);
+        drop(reg);
+        // The fence was checked above: the retired metadata goes now (retried by the sweep if this fails).
+        self.delete_retired();
+        super::sweeper::request(&self.inner);
+        Ok(())
     }
 
-    /// The host aborts checkpoint `id`: a running one is cancelled, a finished one loses its metadata, and
-    /// the sweep runs. Unknown ids are ignored (as Flink ignores late aborts).
+    /// Deletes the metadata the registry retired, without holding its lock; a failure is the sweep's
+    /// (reported in [`sweep_status`](Self::sweep_status)), and the background sweep tries again.
+    fn delete_retired(&self) {
+        let retire = self.inner.reg.lock().retire.clone();
+        let mut gone = Vec::new();
+        for p in &retire {
+            match self.inner.storage.delete(p) {
+                Ok(()) => gone.push(p.as_str()),
+                Err(e) => {
+                    tracing::warn!(instance = %self.inner.instance, "deleting retired checkpoint metadata {p} failed: {e}");
+                    self.inner.sweep.lock().record(&Err(e));
+                    break;
+                }
+            }
+        }
+        self.inner
+            .reg
+            .lock()
+            .retire
+            .retain(|p| !gone.contains(&p.as_str()));
+    }
+
+    /// An error unless checkpoint `id` is in flight with its metadata written.
+    fn written(&self, id: u64) -> Result<()> {
+        let reg = self.inner.reg.lock();
+        match reg.in_flight.get(&id) {
+            None => {
+                Err(CheckpointError::Invalid(format!("checkpoint {id} is not in flight")).into())
+            }
+            Some(f) if f.written.is_none() => Err(CheckpointError::Invalid(format!(
+                "checkpoint {id} has not finished writing"
+            ))
+            .into()),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The host aborts checkpoint `id`: a running one is cancelled; a finished one's metadata is deleted
+    /// (after a fence check, without holding what [`begin`](Self::begin) needs). Unknown ids are ignored
+    /// (as Flink ignores late aborts). `Ok` means the abort took effect; a failed deletion is the sweep's
+    /// ([`sweep_status`](Self::sweep_status)), which runs in the background and retries it.
     pub fn notify_aborted(&self, id: u64) -> Result<()> {
         let mut reg = self.inner.reg.lock();
-        let mut runs = BTreeSet::new();
+        let mut retired = false;
         if let Some(f) = reg.in_flight.remove(&id) {
             f.cancel.store(true, Ordering::Release);
             if let Some(m) = &f.written {
-                self.inner.check_fenced()?;
                 let me = &self.inner.instance;
-                self.inner.storage.delete(&metadata_path(id, me))?;
-                runs = foreign_runs(m, me);
+                reg.retire.push(metadata_path(id, me));
+                let runs = foreign_runs(m, me);
+                reg.sweep_runs.extend(runs);
+                retired = true;
             }
         }
-        self.sweep_locked(&reg, &runs)
+        drop(reg);
+        if retired {
+            // A fenced writer deletes nothing.
+            match self.inner.check_fenced() {
+                Ok(()) => self.delete_retired(),
+                Err(e) => self.inner.sweep.lock().record(&Err(e)),
+            }
+        }
+        super::sweeper::request(&self.inner);
+        Ok(())
     }
 
     /// Cancels every checkpoint in flight; later [`begin`](Self::begin)s fail.
@@ -528,77 +595,25 @@ impl Checkpointer {
             .collect()
     }
 
-    /// Deletes every object under this instance's `shared/<instance>/`, and under the old runs it claimed
-    /// (`claimed/<instance>/…`), that no metadata in the root and no checkpoint in flight references; a
-    /// claimed run left empty loses its marker.
+    /// Runs the sweep now, on the calling thread, and returns its result: first the metadata that
+    /// confirmations and aborts retired is deleted, then every object under this instance's
+    /// `shared/<instance>/`, and under the old runs it claimed (`claimed/<instance>/…`), that no metadata in
+    /// the root and no checkpoint in flight references; a claimed run left empty loses its marker.
+    /// Confirmations and aborts queue the same sweep for the background ([`sweep_status`](Self::sweep_status)).
     pub fn sweep(&self) -> Result<()> {
-        let reg = self.inner.reg.lock();
-        self.sweep_locked(&reg, &BTreeSet::new())
+        super::sweeper::sweep_now(&self.inner)
     }
 
-    /// [`sweep`](Self::sweep), and also the old runs `runs` (`<instance>/<run>`): those the metadata just
-    /// deleted referenced, whose objects may have lost their last reference.
-    fn sweep_locked(&self, reg: &Registry, runs: &BTreeSet<String>) -> Result<()> {
-        let storage = &self.inner.storage;
-        let Some(mut live) = super::scan::referenced_objects(storage)? else {
-            // A metadata file that does not decode: what it references is unknown, so nothing is deleted.
-            return Ok(());
-        };
-        for f in reg.in_flight.values() {
-            live.extend(f.protect.iter().cloned());
-        }
-        // Everything is listed first and deleted after one fence check: an object in these listings was
-        // uploaded after its writer's attempt marker existed, so if the check finds no newer attempt, no
-        // object listed belongs to one (design/checkpoint-fencing.md, "Sweeps").
-        let mut doomed: Vec<String> = Vec::new();
-        // Runs swept here, with the objects left in each: a run left empty needs no sweeper any more.
-        let mut left_in: BTreeMap<String, usize> = BTreeMap::new();
-        let prefix = format!("shared/{}/", self.inner.instance);
-        for (path, _) in storage.list(&prefix)? {
-            let kept = live.contains(&path);
-            if let Some(run) = run_of(&path) {
-                *left_in.entry(run.to_string()).or_default() += usize::from(kept);
-            }
-            if !kept {
-                doomed.push(path);
-            }
-        }
-        // Old runs: those this instance holds markers of, and those the metadata just deleted referenced.
-        let claims = claims_prefix(&self.inner.instance);
-        let mut old_runs: BTreeSet<&str> = runs.iter().map(String::as_str).collect();
-        let marked = storage.list(&claims)?;
-        old_runs.extend(marked.iter().filter_map(|(m, _)| m.strip_prefix(&claims)));
-        let mut emptied: Vec<String> = left_in
-            .into_iter()
-            .filter(|(_, n)| *n == 0)
-            .map(|(run, _)| run)
-            .collect();
-        for run in old_runs {
-            let mut left = 0usize;
-            for (path, _) in storage.list(&format!("shared/{run}/"))? {
-                if live.contains(&path) {
-                    left += 1;
-                } else {
-                    doomed.push(path);
-                }
-            }
-            if left == 0 {
-                emptied.push(run.to_string());
-            }
-        }
-        // A run this sweep emptied needs no sweeper any more: its markers (of any owner) go.
-        if !emptied.is_empty() {
-            for (marker, _) in storage.list("claimed/")? {
-                if emptied.iter().any(|r| marker.ends_with(&format!("/{r}"))) {
-                    doomed.push(marker);
-                }
-            }
-        }
-        self.inner.check_fenced()?;
-        for path in &doomed {
-            storage.delete(path)?;
-        }
-        Ok(())
+    /// Waits until the sweeps queued so far for checkpointers on this one's storage have run
+    /// ([`wait_for_sweeps`](super::wait_for_sweeps)); then [`sweep_status`](Self::sweep_status).
+    pub fn wait_for_sweeps(&self) -> SweepStatus {
+        super::sweeper::wait_for_sweeps(&self.inner.storage);
+        self.sweep_status()
+    }
+
+    /// What the sweeps of this checkpointer did, the background ones' failures included.
+    pub fn sweep_status(&self) -> SweepStatus {
+        self.inner.sweep.lock().status.clone()
     }
 }
 

@@ -6,9 +6,11 @@
 //! runtime. Called from inside a tokio runtime (the caller's, multi-thread or current-thread), where
 //! `block_on` would panic, the request is handed to a helper thread outside any runtime, which runs it on
 //! the I/O runtime, and the caller waits for that thread: the call blocks its thread as any synchronous
-//! call does, and never panics. Dropping the runtime inside an async context shuts it down in the
+//! call does, and never panics. On a thread of tokio's blocking pool running one of the async forms
+//! ([`off_executor`]), where `block_on` is allowed, the request runs with `block_on` directly. Dropping the runtime inside an async context shuts it down in the
 //! background instead of waiting for its threads (which would panic too).
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::OnceLock;
 
@@ -86,7 +88,7 @@ impl IoRuntime {
         F::Output: Send,
     {
         let rt = self.runtime()?;
-        if tokio::runtime::Handle::try_current().is_err() {
+        if tokio::runtime::Handle::try_current().is_err() || BLOCKING_ALLOWED.with(Cell::get) {
             return Ok(rt.block_on(make()));
         }
         std::thread::scope(|s| {
@@ -115,4 +117,50 @@ impl Drop for IoRuntime {
             }
         }
     }
+}
+
+thread_local! {
+    /// This thread runs blocking work for an async form (tokio's blocking pool, or a thread of its own):
+    /// not an executor thread, so `block_on` is allowed here.
+    static BLOCKING_ALLOWED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs the blocking `work` off the executor and awaits its result: on tokio's blocking pool inside a
+/// tokio runtime (current-thread or multi-thread), on a thread of its own outside one (any other
+/// executor). The executor thread that awaits is never blocked. A panic of `work` is resumed in the
+/// caller.
+pub(crate) async fn off_executor<T, W>(work: W) -> Result<T>
+where
+    W: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    let job = move || {
+        BLOCKING_ALLOWED.with(|b| b.set(true));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        BLOCKING_ALLOWED.with(|b| b.set(false));
+        r
+    };
+    let r = match tokio::runtime::Handle::try_current() {
+        Ok(h) => h.spawn_blocking(job).await.map_err(|e| {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic())
+            }
+            Error::Closed("the tokio runtime (the blocking task was cancelled)")
+        })?,
+        Err(_) => {
+            let (tx, rx) = futures::channel::oneshot::channel();
+            std::thread::Builder::new()
+                .name("ckpt-async".into())
+                .spawn(move || {
+                    let _ = tx.send(job());
+                })
+                .map_err(Error::io_at(
+                    "starting a checkpoint task thread",
+                    "ckpt-async",
+                ))?;
+            rx.await
+                .map_err(|_| Error::Closed("the checkpoint task thread"))?
+        }
+    };
+    r.unwrap_or_else(|payload| std::panic::resume_unwind(payload))
 }

@@ -5,7 +5,13 @@
 //! * [`Checkpointer`] — one instance's checkpoints: [`Checkpointer::begin`] is the synchronous part,
 //!   [`PendingCheckpoint::run`] the asynchronous part (any thread), [`Checkpointer::notify_complete`] and
 //!   [`Checkpointer::notify_aborted`] the host's decision; retention, and the sweep that deletes what no
-//!   retained checkpoint references.
+//!   retained checkpoint references. Confirmations and aborts wait on no lock `begin` needs while storage
+//!   answers; the sweep runs in the background, on one thread per process
+//!   ([`Checkpointer::sweep_status`], [`SweepStatus`]).
+//! * Async forms of every call that waits on storage: [`PendingCheckpoint::run_async`],
+//!   [`Checkpointer::notify_complete_async`], [`Checkpointer::notify_aborted_async`],
+//!   [`Checkpointer::sweep_async`], [`Checkpointer::open_async`], [`restore_lsm_async`],
+//!   [`restore_lsm_temp_async`], [`restore_heap_async`], [`to_savepoint_async`], [`gc_async`].
 //! * [`CheckpointMetadata`] — the metadata file, written last and atomically.
 //! * [`restore_lsm`] — restore and rescale into an LSM backend in a directory the caller gives, by
 //!   adopting files ([`restore_lsm_temp`]: into a temporary directory); [`restore_heap`] — into a heap
@@ -17,11 +23,13 @@
 //! [`CheckpointError`] inside [`Error::Checkpoint`](crate::Error::Checkpoint).
 //!
 //! Modules: `format` (the metadata file), `storage`, `checkpointer`, `pending` (the asynchronous part),
+//! `sweeper` (the sweep and the process's background sweeper), `async_api` (the async forms),
 //! `fence` (attempts and claims in the root), `scan` (reading a root as a whole),
 //! `restore` (one module per backend, and what they share), `fault_store` (feature `test-util`, reached
 //! through `keyed_state::internals`), and, hidden from the docs, `tools` (verify and gc for the command line
 //! and the test suites' oracle; see its documentation for why it stays here).
 
+mod async_api;
 mod checkpointer;
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) mod fault_store;
@@ -32,11 +40,15 @@ mod pending;
 mod restore;
 mod scan;
 mod storage;
+mod sweeper;
 #[doc(hidden)]
 pub mod tools;
 
 pub use crate::backend::BackendKind;
 pub use crate::error::CheckpointError;
+pub use async_api::{
+    gc_async, restore_heap_async, restore_lsm_async, restore_lsm_temp_async, to_savepoint_async,
+};
 pub use checkpointer::{CheckpointOptions, CheckpointSummary, Checkpointer, RestoreMode};
 pub use format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 pub use io::{IoRuntime, DEFAULT_IO_THREADS};
@@ -49,6 +61,7 @@ pub use storage::{
     CheckpointStorage, Upload, UploadPart, Uploaded, MULTIPART_THRESHOLD, PARALLELISM, PART_SIZE,
     REMOTE_CONNECT_TIMEOUT, REMOTE_MAX_RETRIES, REMOTE_REQUEST_TIMEOUT, REMOTE_RETRY_TIMEOUT,
 };
+pub use sweeper::{wait_for_sweeps, SweepStatus, SWEEP_RETRY_FIRST, SWEEP_RETRY_MAX};
 
 /// Relative path of the metadata of `instance`'s part of checkpoint `id`.
 pub fn metadata_path(id: u64, instance: &str) -> String {

@@ -72,7 +72,7 @@ fn file_kind(s: &FileSource) -> FileKind {
     }
 }
 
-/// The asynchronous part of a checkpoint ([`Checkpointer::begin`]); run it on any thread.
+/// The asynchronous part of a checkpoint ([`Checkpointer::begin`](super::Checkpointer::begin)); run it on any thread.
 pub struct PendingCheckpoint {
     pub(super) inner: Arc<Inner>,
     pub(super) id: u64,
@@ -131,28 +131,31 @@ impl PendingCheckpoint {
         let groups = std::mem::take(&mut batch.groups);
         batch.bytes = 0;
         let mut files = Vec::with_capacity(groups.len());
-        let ups: Vec<Upload> = groups
-            .into_iter()
-            .map(|g| {
-                let n = inner.next_object.fetch_add(1, Ordering::Relaxed);
-                let ext = if g.files.len() == 1 { "sst" } else { "pack" };
-                files.push(g.files);
-                Upload {
-                    path: format!(
-                        "shared/{}/{:016x}/{id}-{n}.{ext}",
-                        inner.instance, inner.run
-                    ),
-                    files: g.parts,
-                }
-            })
-            .collect();
-        {
+        let ups: Vec<Upload> = {
+            // Numbered and protected under one lock: a sweep's snapshot holds the object, or was taken
+            // before its number (and keeps every object of this run numbered from there on).
             let mut reg = inner.reg.lock();
             let Some(f) = reg.in_flight.get_mut(&id) else {
                 return Err(CheckpointError::Cancelled { id }.into());
             };
+            let ups: Vec<Upload> = groups
+                .into_iter()
+                .map(|g| {
+                    let n = inner.next_object.fetch_add(1, Ordering::AcqRel);
+                    let ext = if g.files.len() == 1 { "sst" } else { "pack" };
+                    files.push(g.files);
+                    Upload {
+                        path: format!(
+                            "shared/{}/{:016x}/{id}-{n}.{ext}",
+                            inner.instance, inner.run
+                        ),
+                        files: g.parts,
+                    }
+                })
+                .collect();
             f.protect.extend(ups.iter().map(|u| u.path.clone()));
-        }
+            ups
+        };
         self.check_cancel()?;
         uploaded.extend(ups.iter().map(|u| u.path.clone()));
         let rs = inner.storage.upload_all(&ups, files_on)?;
@@ -322,37 +325,50 @@ impl PendingCheckpoint {
         };
         let bytes = meta.encode()?;
         let meta_len = bytes.len() as u64;
-        {
-            // Metadata written and in-flight protection dropped under one lock: a sweep sees one or the other.
-            let mut reg = inner.reg.lock();
-            let cancelled = self.cancel.load(Ordering::Acquire);
-            let Some(f) = reg.in_flight.get_mut(&id).filter(|_| !cancelled) else {
-                return Err(CheckpointError::Cancelled { id }.into());
-            };
-            // Fenced writers commit nothing; the put is create-only, so no metadata is ever overwritten.
+        // The metadata is written without holding the registry's lock (so `begin` never waits on it). A
+        // sweep keeps the objects it names either way: its snapshot, taken under the lock before it scans
+        // the root, holds them while the checkpoint is in flight, and its scan sees the metadata once written.
+        if !inner.reg.lock().in_flight.contains_key(&id) {
+            return Err(CheckpointError::Cancelled { id }.into());
+        }
+        self.check_cancel()?;
+        // Fenced writers commit nothing; the put is create-only, so no metadata is ever overwritten.
+        inner.check_fenced()?;
+        let path = metadata_path(id, &inner.instance);
+        if !inner.storage.put_if_absent(&path, bytes)? {
             inner.check_fenced()?;
-            let path = metadata_path(id, &inner.instance);
-            if !inner.storage.put_if_absent(&path, bytes)? {
-                inner.check_fenced()?;
-                return Err(CheckpointError::AlreadyExists {
-                    id,
-                    instance: inner.instance.clone(),
-                    path,
-                }
-                .into());
+            return Err(CheckpointError::AlreadyExists {
+                id,
+                instance: inner.instance.clone(),
+                path,
             }
-            // A newer attempt that opened between the check and the put may have swept objects this
-            // metadata names before it existed: the checkpoint is withdrawn, never reported complete.
-            if let Err(e) = inner.check_fenced() {
-                if inner.storage.delete(&path).is_err() {
-                    // The metadata stays: so do the objects it names (a leak for a later sweep, never a
-                    // checkpoint whose objects are gone).
-                    uploaded.clear();
+            .into());
+        }
+        // A newer attempt that opened between the check and the put may have swept objects this metadata
+        // names before it existed: the checkpoint is withdrawn, never reported complete. So is one the host
+        // aborted or subsumed while the metadata was being written.
+        let withdrawn = match inner.check_fenced() {
+            Err(e) => Some(e),
+            Ok(()) => {
+                let mut reg = inner.reg.lock();
+                let cancelled = self.cancel.load(Ordering::Acquire);
+                match reg.in_flight.get_mut(&id).filter(|_| !cancelled) {
+                    Some(f) => {
+                        f.written = Some(meta.clone());
+                        f.protect.clear();
+                        None
+                    }
+                    None => Some(CheckpointError::Cancelled { id }.into()),
                 }
-                return Err(e);
             }
-            f.written = Some(meta.clone());
-            f.protect.clear();
+        };
+        if let Some(e) = withdrawn {
+            if inner.storage.delete(&path).is_err() {
+                // The metadata stays: so do the objects it names (a leak for a later sweep, never a
+                // checkpoint whose objects are gone).
+                uploaded.clear();
+            }
+            return Err(e);
         }
         drop(captured);
         Ok(CheckpointSummary {

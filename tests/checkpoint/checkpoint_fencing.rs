@@ -75,7 +75,10 @@ fn two_writers_of_one_instance_name_the_older_is_fenced_and_nothing_is_lost(
     assert!(e.to_string().contains(a.ck.instance()), "{e}");
     assert!(storage.list(&format!("chk-{:020}/", 3)).unwrap().is_empty());
     assert!(is_fenced(&a.ck.sweep().unwrap_err()));
-    assert!(is_fenced(&a.ck.notify_aborted(2).unwrap_err()));
+    // The abort takes effect; its sweep, in the background, is fenced and deletes nothing.
+    a.ck.notify_aborted(2).unwrap();
+    let status = a.ck.wait_for_sweeps();
+    assert!(status.fenced && status.last_error.is_some(), "{status:?}");
     // A's confirmed checkpoint 2 and B's retained ones are whole and restore to their models.
     assert_whole_and_restores(
         storage,
@@ -108,7 +111,9 @@ fn a_zombie_that_commits_after_its_successor_opened_is_fenced_and_its_successor_
     let e = pending.run().unwrap_err();
     assert!(is_fenced(&e), "{e}");
     assert!(storage.list(&format!("chk-{:020}/", 2)).unwrap().is_empty());
-    assert!(is_fenced(&zombie.ck.notify_aborted(2).unwrap_err()));
+    zombie.ck.notify_aborted(2).unwrap();
+    let status = zombie.ck.wait_for_sweeps();
+    assert!(status.fenced, "{status:?}");
     assert_whole_and_restores(storage, 5, &model);
     assert_whole_and_restores(storage, 1, &at_one);
     // The successor's next sweep leaves exactly what metadata references: the zombie's uploads are gone.
@@ -222,6 +227,7 @@ fn interleave((inner, prefix): Root, n: Option<u64>, crash: bool) -> (bool, u64,
     round(&mut zombie, &mut model, 1, 300);
     zombie.checkpoint(1);
     zombie.ck.notify_complete(1).unwrap();
+    zombie.ck.wait_for_sweeps();
     let at_one = model.clone();
     let mut zombie_model = model.clone();
     round(&mut zombie, &mut zombie_model, 2, 400);
@@ -232,6 +238,8 @@ fn interleave((inner, prefix): Root, n: Option<u64>, crash: bool) -> (bool, u64,
     let task = std::thread::spawn(move || {
         let r = pending.run();
         let confirmed = r.and_then(|_| ck.notify_complete(2));
+        // The sweep the confirmation queued counts among the zombie's requests.
+        ck.wait_for_sweeps();
         (confirmed, ck)
     });
     let mut reached = false;

@@ -83,6 +83,7 @@ fn owner(insts: &mut [Inst], k: i64) -> &mut Inst {
 }
 
 fn check_storage(storage: &CheckpointStorage) -> Result<(), TestCaseError> {
+    keyed_state::checkpoint::wait_for_sweeps(storage);
     let objects: BTreeSet<String> = storage
         .list("shared/")
         .unwrap()

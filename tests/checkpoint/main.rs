@@ -12,5 +12,6 @@ mod checkpoint_fencing;
 mod checkpoint_model;
 mod checkpoint_operands;
 mod checkpoints;
+mod checkpoints_async;
 mod checkpoints_in_tokio;
 mod checkpoints_on_fault_fs;

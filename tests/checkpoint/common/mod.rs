@@ -177,8 +177,10 @@ pub fn restore_on(kind: Kind, storage: &CheckpointStorage, id: u64, range: KeyGr
     )
 }
 
-/// Objects under `shared/` and the set every metadata in the root references.
+/// Objects under `shared/` and the set every metadata in the root references, once the sweeps queued for
+/// checkpointers on `storage` have run.
 pub fn objects_and_references(storage: &CheckpointStorage) -> (BTreeSet<String>, BTreeSet<String>) {
+    keyed_state::checkpoint::wait_for_sweeps(storage);
     let objects = storage
         .list("shared/")
         .unwrap()
@@ -191,6 +193,7 @@ pub fn objects_and_references(storage: &CheckpointStorage) -> (BTreeSet<String>,
 
 /// Every object of the root but the attempt markers (`attempts/…`), which fence older writers and stay.
 pub fn objects_but_attempt_markers(storage: &CheckpointStorage) -> Vec<String> {
+    keyed_state::checkpoint::wait_for_sweeps(storage);
     storage
         .list("")
         .unwrap()
@@ -321,13 +324,16 @@ pub fn restore_reported_with(
     (inst_on(Box::new(backend), engine, storage, &cfg, 3), info)
 }
 
-/// Checkpoints every instance as `id` and confirms it.
+/// Checkpoints every instance as `id`, confirms it and waits for the sweeps the confirmations queued.
 pub fn checkpoint_all(insts: &mut [Inst], id: u64) {
     for x in insts.iter_mut() {
         x.checkpoint(id);
     }
     for x in insts.iter_mut() {
         x.ck.notify_complete(id).unwrap();
+    }
+    for x in insts.iter() {
+        x.ck.wait_for_sweeps();
     }
 }
 
