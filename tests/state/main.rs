@@ -6,6 +6,7 @@ mod conformance;
 
 mod backend_swap;
 mod backends;
+mod env_memory;
 mod lsm_rescale;
 mod model;
 mod rescale;
