@@ -169,8 +169,8 @@ impl HeapBackend {
     }
 
     /// Counts entries and, when due, measures the mean entry size again; publishes the figures and resizes
-    /// the charge to the environment. The backend does this by itself every
-    /// [`REFRESH_WRITES`] writes, after bulk changes and at snapshots and checkpoints.
+    /// the charge to the environment. The backend does this by itself every [`REFRESH_WRITES`] writes
+    /// (or 8 per table of (state, key group) when more), after bulk changes and at snapshots and checkpoints.
     pub fn refresh_usage(&mut self) {
         let entries = self.count_entries();
         let sample = self
@@ -232,7 +232,7 @@ impl HeapBackend {
         (n, bytes)
     }
 
-    /// Counts a write; refreshes the figures every [`REFRESH_WRITES`] writes.
+    /// Counts a write; refreshes the figures when due.
     #[inline]
     fn wrote(&mut self) {
         if self.usage.tick() {
@@ -332,6 +332,7 @@ impl StateBackend for HeapBackend {
         self.tables.push(StateTables::new(meta.kind, groups));
         self.cleanup.push(cleanup::CleanupCursor::default());
         self.states.push(meta);
+        self.usage.set_tables(self.tables.len() * groups);
         Ok(self.states.len() - 1)
     }
 

@@ -7,7 +7,8 @@
 //!   [`SAMPLE_ENTRIES`] entries spread over the tables: key and value bytes plus [`ENTRY_OVERHEAD`] for the
 //!   entry's slot in its table. The mean is measured again when the entries doubled or halved since the
 //!   last sample, or after 4 × as many writes as there were entries.
-//! * The figures are refreshed every [`REFRESH_WRITES`] writes, after bulk changes (restore, value
+//! * The figures are refreshed every [`REFRESH_WRITES`] writes (8 per table of (state, key group) when that is
+//!   more, so that counting stays under a table length read per 8 writes), after bulk changes (restore, value
 //!   transformation, TTL cleanup steps), at snapshots and checkpoints, and on
 //!   [`HeapBackend::refresh_usage`](super::HeapBackend::refresh_usage).
 
@@ -19,7 +20,8 @@ use keyed_state_lsm::{MemoryReservation, Metric};
 use crate::backend::EngineHandle;
 use crate::error::Result;
 
-/// Writes between two refreshes of the figures.
+/// Writes between two refreshes of the figures, at least (a refresh reads every table's length, so with
+/// more than `REFRESH_WRITES / 8` tables it comes every 8 writes per table).
 pub const REFRESH_WRITES: u32 = 1024;
 
 /// At most this many entries are visited to measure the mean entry size.
@@ -134,6 +136,8 @@ pub(crate) struct UsageTracker {
     pub(crate) figures: Arc<HeapFigures>,
     charge: Option<HeapCharge>,
     writes: u32,
+    /// Writes between refreshes: [`REFRESH_WRITES`], or 8 per table when more.
+    refresh_every: u32,
     writes_since_sample: u64,
     sampled_at_entries: u64,
     mean_entry_bytes: f64,
@@ -144,11 +148,18 @@ impl UsageTracker {
         self.charge = Some(charge);
     }
 
+    /// Sets the refresh interval for a backend of `tables` tables.
+    pub(crate) fn set_tables(&mut self, tables: usize) {
+        self.refresh_every = u32::try_from(tables.saturating_mul(8))
+            .unwrap_or(u32::MAX)
+            .max(REFRESH_WRITES);
+    }
+
     /// Counts one write; whether the figures are due for a refresh.
     #[inline]
     pub(crate) fn tick(&mut self) -> bool {
         self.writes += 1;
-        self.writes >= REFRESH_WRITES
+        self.writes >= self.refresh_every.max(REFRESH_WRITES)
     }
 
     /// Whether the mean entry size should be measured again for `entries` entries.
