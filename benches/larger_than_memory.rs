@@ -287,9 +287,7 @@ trait Engine {
 
 mod ours {
     use super::*;
-    use keyed_state_lsm::ListAppendOperator;
-    use keyed_state_lsm::{Compression, SstOptions};
-    use keyed_state_lsm::{Db, Options};
+    use keyed_state_lsm::{Compression, Db, ListAppendOperator, Options, SstOptions};
     use std::sync::Arc;
 
     pub struct Ours(Db);

@@ -9,18 +9,28 @@
 //! the compactions so far, files new/reused, bytes written against the raw bytes of the changed entries and
 //! against the bytes of the engine's files new since the last checkpoint; the sum over checkpoints 2...
 //!
-//! Part 2, many instances: `KS_MO_INSTANCES` LSM backends (default 16), each with 3 value states and its
+//! Part 2, many instances: `KS_MO_INSTANCES` backends (default 16), each with 3 value states and its
 //! key-group range of max parallelism 128, loaded with `KS_MO_TOTAL_MB` MiB of raw entries in all (default
-//! 512), round-robin over the instances, then one checkpoint of each into a local root. Each variant runs in
-//! a child process of its own (this binary re-executed), so peak memory is its own:
-//! * `shared`: every backend and checkpoint storage on one `StateEnv` with `KS_MO_BUDGET_MB` (default 256)
+//! 512), round-robin over the instances; then a mix over `KS_MO_MIX_KEYS` random loaded keys (default a
+//! quarter of the keys; per key a get of state 0, a get and an update of state 1 and an update of state 2,
+//! as Flink's valueGet / valueUpdate micro-benchmarks); then one checkpoint of each into a local root. Each
+//! variant runs in a child process of its own (this binary re-executed), so peak memory is its own:
+//! * `shared`: LSM backends and checkpoint storages on one `StateEnv` with `KS_MO_BUDGET_MB` (default 256)
 //!   MiB of memory budget, 4 background threads, 2 I/O threads;
-//! * `separate`: each backend with its own engine defaults (64 MiB memtables, 64 MiB block cache, 2 threads)
-//!   and each storage with its own runtime: today's behaviour without an environment.
+//! * `separate`: LSM backends each with its own engine defaults (64 MiB memtables, 64 MiB block cache, 2
+//!   threads) and each storage with its own runtime: no environment, no budget;
+//! * `rocksdb-flink` (feature `rocksdb`): RocksDB backends on one `RocksDbShared` of the same budget, as
+//!   Flink's managed memory configures RocksDB (one LRU cache, one write-buffer manager charging it);
+//!   their checkpoint storages on one I/O runtime.
 //!
-//! Printed per variant: load throughput, peak `RssAnon` (sampled every 20 ms) over the load and over load
-//! and checkpoint, and the baseline before loading, `VmHWM`, threads at the end (names on stderr), write
-//! stall time summed over the engines.
+//! `KS_MO_VARIANTS` picks and orders the variants (comma-separated); `KS_MO_VARIANT_ROUNDS` runs them that
+//! many times, the order reversed every other round.
+//!
+//! Printed per variant: load and mix throughput and the process's CPU time (user + system, every thread)
+//! in each, peak `RssAnon` (sampled every 20 ms) after the load, the mix and the checkpoints, the baseline
+//! before loading and the peak over budget + baseline, `VmHWM`, threads at the end (names on stderr; the
+//! engines' background threads and the I/O runtime's counted apart), write stall time summed over the
+//! engines (RocksDB's is not reported: its statistics are off, as in Flink).
 //!
 //! Times are wall-clock, one run each: the machine is shared, note its load beside the numbers.
 //!
@@ -31,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keyed_state::backend::lsm::{LsmBackend, LsmEngine};
-use keyed_state::backend::{BackendConfig, EngineHandle};
+use keyed_state::backend::{BackendConfig, EngineHandle, StateBackend};
 use keyed_state::checkpoint::{CheckpointOptions, CheckpointStorage, Checkpointer};
 use keyed_state::env::{StateEnv, StateEnvOptions};
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
@@ -77,21 +87,42 @@ fn stall_ms(engine: &LsmEngine) -> f64 {
     engine.db().stats().write_stall_micros as f64 / 1000.0
 }
 
+/// Write stall time of an engine, from its metrics (`rocksdb.stall.micros`), if it reports it.
+fn stall_ms_of(engine: &dyn EngineHandle) -> Option<f64> {
+    engine
+        .metrics()
+        .iter()
+        .find(|m| m.name == "rocksdb.stall.micros")
+        .map(|m| m.value as f64 / 1000.0)
+}
+
+/// User plus system CPU time of this process (every thread), in seconds.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given and reads nothing else.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is a valid `who`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
 struct Operator {
     store: KeyedStateStore<LongSerializer>,
     states: Vec<ValueState<BytesSerializer>>,
     ck: Checkpointer,
-    engine: LsmEngine,
+    engine: Box<dyn EngineHandle>,
 }
 
 fn operator(
-    backend: LsmBackend,
+    backend: Box<dyn StateBackend>,
+    engine: Box<dyn EngineHandle>,
     cfg: &BackendConfig,
     storage: &Arc<CheckpointStorage>,
     states: usize,
 ) -> Operator {
-    let engine = backend.engine();
-    let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).expect("store");
+    let mut store = KeyedStateStore::new(backend, LongSerializer).expect("store");
     let states = (0..states)
         .map(|i| {
             store
@@ -121,7 +152,9 @@ fn part1() {
     let root = tempfile::tempdir().expect("root");
     let storage = Arc::new(CheckpointStorage::local(root.path()).expect("storage"));
     let backend = LsmBackend::temp_with(cfg.clone(), Options::default()).expect("backend");
-    let mut op = operator(backend, &cfg, &storage, states);
+    let engine = backend.engine();
+    let lsm = engine.clone();
+    let mut op = operator(Box::new(backend), Box::new(engine), &cfg, &storage, states);
     let mut rng = StdRng::seed_from_u64(7);
     println!(
         "## Part 1: {states} value states x {keys} keys, default options ({:.0} MiB of raw entries)\n",
@@ -139,12 +172,12 @@ fn part1() {
         }
     }
     let load = t.elapsed();
-    let stalls_load = stall_ms(&op.engine);
+    let stalls_load = stall_ms(&lsm);
     println!(
         "load: {:.1} s, write stalls {:.0} ms; engine: {}\n",
         load.as_secs_f64(),
         stalls_load,
-        op.engine.summary()
+        lsm.summary()
     );
     let settle = env_num("KS_MO_SETTLE", 0) == 1;
     println!(
@@ -177,9 +210,9 @@ fn part1() {
             n as u64 * states as u64
         };
         if settle {
-            op.engine.wait_for_background_work().expect("settle");
+            lsm.wait_for_background_work().expect("settle");
         }
-        let compactions = op.engine.db().stats().compactions;
+        let compactions = lsm.db().stats().compactions;
         let p = op.store.checkpoint(&op.ck, id).expect("sync part");
         let s = p.run().expect("async part");
         op.ck.notify_complete(id).expect("confirm");
@@ -193,7 +226,7 @@ fn part1() {
             s.bytes_written as f64 / MIB,
             s.bytes_written as f64 / raw as f64,
             s.bytes_written as f64 / s.bytes_new_files.max(1) as f64,
-            stall_ms(&op.engine) - stalls_load
+            stall_ms(&lsm) - stalls_load
         );
     }
     println!(
@@ -202,7 +235,86 @@ fn part1() {
         raw_after_first as f64 / MIB,
         written_after_first as f64 / raw_after_first.max(1) as f64
     );
-    println!("\nengine after: {}\n", op.engine.summary());
+    println!("\nengine after: {}\n", lsm.summary());
+}
+
+/// The values written in part 2: a pool of random ones, so that the bench's own work per write stays small.
+fn value_pool(rng: &mut StdRng) -> Vec<Vec<u8>> {
+    (0..1024).map(|_| value(rng)).collect()
+}
+
+/// Thread names of this process, sorted.
+fn thread_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|t| t.ok())
+                .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                .map(|n| n.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The backends of a part 2 variant and what they share, kept alive for the whole run.
+enum Shared {
+    Env(StateEnv),
+    None,
+    #[cfg(feature = "rocksdb")]
+    RocksDb(keyed_state::backend::rocksdb::RocksDbShared, StateEnv),
+}
+
+/// Opens instance `i`'s backend, engine handle and checkpoint storage for `variant`.
+fn open_instance(
+    shared: &Shared,
+    cfg: &BackendConfig,
+    dir: &str,
+) -> (
+    Box<dyn StateBackend>,
+    Box<dyn EngineHandle>,
+    Arc<CheckpointStorage>,
+) {
+    match shared {
+        Shared::Env(env) => {
+            let b = env
+                .temp_lsm(cfg.clone(), Options::default())
+                .expect("backend");
+            let e = b.engine();
+            (
+                Box::new(b),
+                Box::new(e),
+                env.open_storage(dir).expect("storage"),
+            )
+        }
+        Shared::None => {
+            let b = LsmBackend::temp_with(cfg.clone(), Options::default()).expect("backend");
+            let e = b.engine();
+            (
+                Box::new(b),
+                Box::new(e),
+                Arc::new(CheckpointStorage::open(dir).expect("storage")),
+            )
+        }
+        #[cfg(feature = "rocksdb")]
+        Shared::RocksDb(memory, io) => {
+            use keyed_state::backend::rocksdb::{RocksDbBackend, RocksDbOptions};
+            let b = RocksDbBackend::temporary(
+                cfg.clone(),
+                RocksDbOptions {
+                    shared: Some(memory.clone()),
+                    ..RocksDbOptions::default()
+                },
+            )
+            .expect("backend");
+            let e = b.engine();
+            (
+                Box::new(b),
+                Box::new(e),
+                io.open_storage(dir).expect("storage"),
+            )
+        }
+    }
 }
 
 /// Part 2 in this process: the variant `variant`; prints one table row.
@@ -210,6 +322,7 @@ fn part2_child(variant: &str) {
     let instances = env_num("KS_MO_INSTANCES", 16) as usize;
     let total_mb = env_num("KS_MO_TOTAL_MB", 512);
     let budget_mb = env_num("KS_MO_BUDGET_MB", 256);
+    let budget = (budget_mb as usize) << 20;
     let baseline = status_kib("RssAnon:");
     let peak = Arc::new(AtomicU64::new(baseline));
     let stop = Arc::new(AtomicBool::new(false));
@@ -222,15 +335,33 @@ fn part2_child(variant: &str) {
             }
         })
     };
-    let env = (variant == "shared").then(|| {
-        StateEnv::new(StateEnvOptions {
-            memory_budget: Some((budget_mb as usize) << 20),
-            background_threads: 4,
-            io_threads: 2,
-            ..StateEnvOptions::default()
-        })
-        .expect("env")
-    });
+    let shared = match variant {
+        "shared" => Shared::Env(
+            StateEnv::new(StateEnvOptions {
+                memory_budget: Some(budget),
+                background_threads: 4,
+                io_threads: 2,
+                ..StateEnvOptions::default()
+            })
+            .expect("env"),
+        ),
+        "separate" => Shared::None,
+        #[cfg(feature = "rocksdb")]
+        "rocksdb-flink" => Shared::RocksDb(
+            keyed_state::backend::rocksdb::RocksDbShared::new(budget).expect("rocksdb memory"),
+            // Only for the checkpoint storages' I/O runtime (one background thread, idle).
+            StateEnv::new(StateEnvOptions {
+                background_threads: 1,
+                io_threads: 2,
+                ..StateEnvOptions::default()
+            })
+            .expect("env"),
+        ),
+        other => {
+            println!("| {other} | unknown variant (feature `rocksdb` off?) |");
+            return;
+        }
+    };
     let root = tempfile::tempdir().expect("root");
     let mut ops: Vec<Operator> = (0..instances)
         .map(|i| {
@@ -239,18 +370,8 @@ fn part2_child(variant: &str) {
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
             let dir = root.path().join(format!("root-{i}"));
             let dir = dir.to_str().expect("utf-8");
-            let (backend, storage) = match &env {
-                Some(env) => (
-                    env.temp_lsm(cfg.clone(), Options::default())
-                        .expect("backend"),
-                    env.open_storage(dir).expect("storage"),
-                ),
-                None => (
-                    LsmBackend::temp_with(cfg.clone(), Options::default()).expect("backend"),
-                    Arc::new(CheckpointStorage::open(dir).expect("storage")),
-                ),
-            };
-            operator(backend, &cfg, &storage, 3)
+            let (backend, engine, storage) = open_instance(&shared, &cfg, dir);
+            operator(backend, engine, &cfg, &storage, 3)
         })
         .collect();
     // Keys go to the instance owning their key group.
@@ -267,70 +388,139 @@ fn part2_child(variant: &str) {
     let entries = (total_mb << 20) / ENTRY_BYTES;
     let keys = entries / 3;
     let mut rng = StdRng::seed_from_u64(11);
-    let t = Instant::now();
+    let pool = value_pool(&mut rng);
+    let (t, cpu) = (Instant::now(), cpu_seconds());
     for k in 0..keys as i64 {
         let kg = ops[0].store.key_group_of(&k).expect("kg");
         let op = &mut ops[owner[kg as usize]];
         op.store.set_current_key(&k).expect("key");
         for s in &op.states {
-            let v = value(&mut rng);
-            op.store.value(s).expect("state").update(&v).expect("put");
+            let v = &pool[rng.random_range(0..pool.len())];
+            op.store.value(s).expect("state").update(v).expect("put");
         }
     }
-    let load = t.elapsed();
+    let (load, load_cpu) = (t.elapsed(), cpu_seconds() - cpu);
     peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
     let peak_load = peak.load(Ordering::Relaxed);
+    // The mix: random keys over the loaded ones; per key a read of state 0, and a read and an update of
+    // state 1 (Flink's valueGet and valueUpdate), an update of state 2 (valueAdd): 4 operations.
+    let mix_keys = env_num("KS_MO_MIX_KEYS", (keys / 4).max(1));
+    let (t, cpu) = (Instant::now(), cpu_seconds());
+    let mut found = 0u64;
+    for _ in 0..mix_keys {
+        let k = rng.random_range(0..keys as i64);
+        let kg = ops[0].store.key_group_of(&k).expect("kg");
+        let op = &mut ops[owner[kg as usize]];
+        op.store.set_current_key(&k).expect("key");
+        let v = &pool[rng.random_range(0..pool.len())];
+        found += op
+            .store
+            .value(&op.states[0])
+            .expect("state")
+            .get()
+            .expect("get")
+            .is_some() as u64;
+        let mut s1 = op.store.value(&op.states[1]).expect("state");
+        found += s1.get().expect("get").is_some() as u64;
+        s1.update(v).expect("put");
+        op.store
+            .value(&op.states[2])
+            .expect("state")
+            .update(v)
+            .expect("put");
+    }
+    let (mix, mix_cpu) = (t.elapsed(), cpu_seconds() - cpu);
+    assert_eq!(found, 2 * mix_keys, "every mixed key was loaded");
+    peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
+    let peak_mix = peak.load(Ordering::Relaxed);
     for op in ops.iter_mut() {
         let p = op.store.checkpoint(&op.ck, 1).expect("sync");
         p.run().expect("async");
         op.ck.notify_complete(1).expect("confirm");
     }
-    let stalls: f64 = ops.iter().map(|o| stall_ms(&o.engine)).sum();
-    let threads = status_kib("Threads:");
+    let stalls: Option<f64> = ops.iter().map(|o| stall_ms_of(o.engine.as_ref())).sum();
+    let names = thread_names();
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     let peak = peak.load(Ordering::Relaxed);
+    let budgeted = !matches!(shared, Shared::None);
+    let count = |p: &str| names.iter().filter(|n| n.starts_with(p)).count();
+    let (ours, io) = (count("lsm-bg"), count("ckpt-io"));
+    let rocksdb = count("rocksdb:");
     println!(
-        "| {variant} | {instances} | {} | {:.0} | {:.1} s | {:.0} k/s | {:.0} | {:.0} | {:.0} | {:.0} | {threads} | {:.0} ms |",
-        if variant == "shared" { format!("{budget_mb} MiB") } else { "none".into() },
+        "| {variant} | {} | {:.0} | {:.1} s | {:.0} k/s | {:.1} s | {:.0} k/s | {:.1} s | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.0} | {} (engine {}, io {}) | {} |",
+        if budgeted { format!("{budget_mb} MiB") } else { "none".into() },
         (entries * ENTRY_BYTES) as f64 / MIB,
         load.as_secs_f64(),
         (keys * 3) as f64 / load.as_secs_f64() / 1000.0,
+        load_cpu,
+        (mix_keys * 4) as f64 / mix.as_secs_f64() / 1000.0,
+        mix_cpu,
         baseline as f64 / 1024.0,
         peak_load as f64 / 1024.0,
+        peak_mix as f64 / 1024.0,
         peak as f64 / 1024.0,
+        if budgeted {
+            format!(
+                "{:.2}",
+                peak as f64 / ((budget as u64 >> 10) + baseline) as f64
+            )
+        } else {
+            "-".into()
+        },
         status_kib("VmHWM:") as f64 / 1024.0,
-        stalls,
+        names.len(),
+        ours + rocksdb,
+        io,
+        match stalls {
+            Some(ms) => format!("{ms:.0} ms"),
+            None => "not reported".into(),
+        },
     );
-    if let Some(env) = &env {
-        eprintln!("{variant}: env memory at the end: {:?}", env.stats().memory);
+    match &shared {
+        Shared::Env(env) => eprintln!("{variant}: env memory at the end: {:?}", env.stats().memory),
+        #[cfg(feature = "rocksdb")]
+        Shared::RocksDb(memory, _) => eprintln!(
+            "{variant}: shared RocksDB memory at the end: {:?}; {:?}",
+            memory,
+            memory
+                .metrics()
+                .iter()
+                .map(|m| format!("{}={}", m.name, m.value))
+                .collect::<Vec<_>>()
+        ),
+        Shared::None => {}
     }
-    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .map(|d| {
-            d.filter_map(|t| t.ok())
-                .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
-                .map(|n| n.trim().to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
     eprintln!("{variant}: threads {names:?}");
 }
 
 fn part2() {
+    let default_variants = if cfg!(feature = "rocksdb") {
+        "shared,separate,rocksdb-flink"
+    } else {
+        "shared,separate"
+    };
+    let variants = std::env::var("KS_MO_VARIANTS").unwrap_or_else(|_| default_variants.into());
+    let mut variants: Vec<&str> = variants.split(',').map(str::trim).collect();
+    let rounds = env_num("KS_MO_VARIANT_ROUNDS", 1);
     println!("## Part 2: many instances, 3 value states each\n");
-    println!("| variant | instances | budget | raw MiB | load | puts | RssAnon before (MiB) | peak RssAnon, load (MiB) | peak RssAnon, load + checkpoint (MiB) | VmHWM (MiB) | threads | write stalls |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| variant | budget | raw MiB | load | load puts | load CPU | mix ops | mix CPU | RssAnon before (MiB) | peak RssAnon, load (MiB) | peak, load + mix (MiB) | peak, load + mix + checkpoint (MiB) | peak / (budget + before) | VmHWM (MiB) | threads | write stalls |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let exe = std::env::current_exe().expect("exe");
-    for variant in ["shared", "separate"] {
-        let out = std::process::Command::new(&exe)
-            .env("KS_MO_CHILD", variant)
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .expect("child");
-        print!("{}", String::from_utf8_lossy(&out.stdout));
-        if !out.status.success() {
-            println!("| {variant} | failed: {} |", out.status);
+    for round in 0..rounds {
+        if round > 0 {
+            variants.reverse();
+        }
+        for variant in &variants {
+            let out = std::process::Command::new(&exe)
+                .env("KS_MO_CHILD", variant)
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("child");
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            if !out.status.success() {
+                println!("| {variant} | failed: {} |", out.status);
+            }
         }
     }
     println!();

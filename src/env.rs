@@ -4,17 +4,20 @@
 //! * the LSM engines' [`SharedEnv`]: one pool of background threads for every flush and compaction, and one
 //!   memory budget for every memtable, the one block cache and SST metadata;
 //! * the budget's reservations ([`StateEnv::memory`]): memory held above the engines (a cache, a heap
-//!   backend's state) is charged to the same capacity with [`MemoryBudget::reserve`];
+//!   backend's state) is charged to the same capacity with [`MemoryBudget::reserve`]; heap backends opened
+//!   with [`StateEnv::heap`] charge their estimated state size by themselves, without a cap;
 //! * (feature `checkpoints`) one I/O runtime for every checkpoint storage opened with
 //!   [`StateEnv::open_storage`], which never `block_on`s inside the caller's runtime.
 //!
 //! A backend opened without an environment keeps its own threads, cache and runtime, as before.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use keyed_state_lsm::{EnvOptions, EnvStats, MemoryBudget, Options, SharedEnv};
+use keyed_state_lsm::{EnvOptions, EnvStats, MemoryBudget, MemoryUsage, Options, SharedEnv};
 
+use crate::backend::heap::HeapBackend;
 use crate::backend::lsm::LsmBackend;
 use crate::backend::BackendConfig;
 use crate::error::Result;
@@ -53,6 +56,32 @@ pub struct StateEnv {
     #[cfg(feature = "checkpoints")]
     io: Arc<crate::checkpoint::IoRuntime>,
     options: StateEnvOptions,
+    /// Bytes heap backends of the environment charge (a part of the budget's reservations).
+    heap_state: Arc<AtomicUsize>,
+}
+
+/// Where an environment's memory goes: the engines' breakdown, and the part of its reservations that heap
+/// backends hold. [`total`](Self::total) is what the budget charges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StateEnvMemory {
+    /// Memtables, block cache, SST metadata and reservations (heap state included).
+    pub engines: MemoryUsage,
+    /// Estimated state bytes of the heap backends opened with [`StateEnv::heap`] (included in
+    /// `engines.reserved`).
+    pub heap_state: usize,
+}
+
+impl StateEnvMemory {
+    /// Every component together: what the budget charges.
+    pub fn total(&self) -> usize {
+        self.engines.total()
+    }
+
+    /// Reservations other than heap state.
+    pub fn other_reserved(&self) -> usize {
+        self.engines.reserved.saturating_sub(self.heap_state)
+    }
 }
 
 impl StateEnv {
@@ -69,6 +98,7 @@ impl StateEnv {
             #[cfg(feature = "checkpoints")]
             io: Arc::new(crate::checkpoint::IoRuntime::new(options.io_threads)),
             options,
+            heap_state: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -105,6 +135,28 @@ impl StateEnv {
         LsmBackend::temp_with(config, self.lsm_options(options))
     }
 
+    /// A heap backend that charges its estimated state size (see [`HeapEngine`](crate::backend::heap::HeapEngine))
+    /// to this environment's budget, as a reservation that it resizes as the state grows and shrinks. The
+    /// charge is never refused: a heap backend has no cap, but the engines' block cache shrinks to make
+    /// room, and [`memory_usage`](Self::memory_usage) shows it as `heap_state`.
+    pub fn heap(&self, config: BackendConfig) -> Result<HeapBackend> {
+        let mut backend = HeapBackend::new(config)?;
+        backend.charge_to(crate::backend::heap::usage_charge(
+            self.memory().reserve(0),
+            Arc::clone(&self.heap_state),
+        ));
+        Ok(backend)
+    }
+
+    /// Where the environment's memory goes ([`StateEnvMemory`]); its parts add up to what the budget
+    /// charges.
+    pub fn memory_usage(&self) -> StateEnvMemory {
+        StateEnvMemory {
+            engines: self.stats().memory,
+            heap_state: self.heap_state.load(Ordering::Relaxed),
+        }
+    }
+
     /// The memory budget: [`MemoryBudget::reserve`] charges it for memory held above the engines.
     pub fn memory(&self) -> &Arc<MemoryBudget> {
         self.lsm.memory()
@@ -115,13 +167,18 @@ impl StateEnv {
         self.lsm.stats()
     }
 
-    /// [`stats`](Self::stats) under RocksDB's names where they exist ([`EnvStats::metrics`]), and the
-    /// environment's threads as `keyed-state.env.threads`.
+    /// [`stats`](Self::stats) under RocksDB's names where they exist ([`EnvStats::metrics`]), the
+    /// environment's threads as `keyed-state.env.threads` and its heap backends' charge as
+    /// `keyed-state.env.heap-state` (a part of `keyed-state.env.reserved`).
     pub fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
         let mut m = self.stats().metrics();
         m.push(keyed_state_lsm::Metric {
             name: "keyed-state.env.threads".into(),
             value: self.threads() as u64,
+        });
+        m.push(keyed_state_lsm::Metric {
+            name: "keyed-state.env.heap-state".into(),
+            value: self.heap_state.load(Ordering::Relaxed) as u64,
         });
         m
     }

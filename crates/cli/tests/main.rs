@@ -6,3 +6,4 @@ mod s3;
 mod checkpoint_cli;
 mod cli;
 mod flink_cli;
+mod stats_cli;

@@ -76,6 +76,7 @@ mod fsutil;
 mod ikey;
 mod ingest;
 mod inner;
+mod inspect;
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
 pub mod internals;
@@ -118,6 +119,7 @@ pub use filter::{
 };
 pub use ikey::{ParsedKey, ValueKind};
 pub use ingest::IngestInfo;
+pub use inspect::{inspect_dir, DirStats, LevelStats, SstFileStats, INSPECT_ATTEMPTS};
 pub use iter::{DbEntries, DbIter};
 pub use merge::{ListAppendOperator, MergeOperator};
 pub use options::{CompactionPriority, Options, ReadOptions, WalRecovery};

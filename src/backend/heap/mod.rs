@@ -10,7 +10,9 @@
 //! A snapshot clones every table (O(states × key groups), independent of the state size); the tables are
 //! copy-on-write (`table`, `map_table`, `timer_table`), so writes after the snapshot never disturb it.
 //! Any number of snapshots may be open at once; each is `Send + Sync` and is encoded on any thread.
-//! Incremental TTL cleanup walks a state's tables from a cursor kept per state (`cleanup`).
+//! Incremental TTL cleanup walks a state's tables from a cursor kept per state (`cleanup`). The state's size
+//! (entries, estimated bytes) is published to [`HeapEngine`] handles and, on a
+//! [`StateEnv`](crate::env::StateEnv), charged to its memory budget without a cap (`usage`).
 
 pub(crate) mod bytes;
 mod checkpoint;
@@ -20,7 +22,18 @@ pub(crate) mod map_table;
 mod table;
 pub(crate) mod table_file;
 mod timer_table;
+mod usage;
 mod user_map;
+
+pub use usage::{HeapEngine, ENTRY_OVERHEAD, REFRESH_WRITES, SAMPLE_ENTRIES};
+
+/// The charge of a heap backend on a `StateEnv`: `reservation`, mirrored in the environment's `gauge`.
+pub(crate) fn usage_charge(
+    reservation: keyed_state_lsm::MemoryReservation,
+    gauge: Arc<std::sync::atomic::AtomicUsize>,
+) -> usage::HeapCharge {
+    usage::HeapCharge::new(reservation, gauge)
+}
 
 use std::sync::Arc;
 
@@ -80,6 +93,8 @@ pub struct HeapBackend {
     prefix_len: usize,
     /// Checkpoint file numbers of the tables (`checkpoint`).
     numbering: checkpoint::Numbering,
+    /// The state's size figures and their charge to an environment (`usage`).
+    usage: usage::UsageTracker,
 }
 
 impl HeapBackend {
@@ -137,7 +152,92 @@ impl HeapBackend {
             cleanup: Vec::new(),
             prefix_len,
             numbering: checkpoint::Numbering::default(),
+            usage: usage::UsageTracker::default(),
         })
+    }
+
+    /// A shared handle on the backend's size figures (entries, estimated bytes; see [`HeapEngine`]), valid
+    /// after the backend is moved into a store.
+    pub fn engine(&self) -> HeapEngine {
+        HeapEngine(Arc::clone(&self.usage.figures))
+    }
+
+    /// Charges the state's estimated bytes to `charge` from now on (a backend on a `StateEnv`).
+    pub(crate) fn charge_to(&mut self, charge: usage::HeapCharge) {
+        self.usage.set_charge(charge);
+        self.refresh_usage();
+    }
+
+    /// Counts entries and, when due, measures the mean entry size again; publishes the figures and resizes
+    /// the charge to the environment. The backend does this by itself every [`REFRESH_WRITES`] writes
+    /// (or 8 per table of (state, key group) when more), after bulk changes and at snapshots and checkpoints.
+    pub fn refresh_usage(&mut self) {
+        let entries = self.count_entries();
+        let sample = self
+            .usage
+            .needs_sample(entries)
+            .then(|| self.sample_entry_bytes());
+        self.usage.publish(self.states.len(), entries, sample);
+    }
+
+    /// Entries of every table (O(states × key groups)).
+    fn count_entries(&self) -> u64 {
+        let mut n = 0u64;
+        for t in &self.tables {
+            n += match t {
+                StateTables::Kv(groups) => groups.iter().map(|g| g.len() as u64).sum::<u64>(),
+                StateTables::Map(groups) => groups.iter().map(|g| g.len() as u64).sum::<u64>(),
+                StateTables::Timer(groups) => groups.iter().map(|g| g.len() as u64).sum::<u64>(),
+            };
+        }
+        n
+    }
+
+    /// Visits up to [`SAMPLE_ENTRIES`] entries spread over the tables: (entries visited, their estimated
+    /// bytes).
+    fn sample_entry_bytes(&self) -> (u64, u64) {
+        let tables: usize = self
+            .tables
+            .iter()
+            .map(|t| match t {
+                StateTables::Kv(g) => g.len(),
+                StateTables::Map(g) => g.len(),
+                StateTables::Timer(g) => g.len(),
+            })
+            .sum();
+        let per_table = (SAMPLE_ENTRIES / tables.max(1)).max(1);
+        let (mut n, mut bytes) = (0u64, 0u64);
+        let mut take = |seen: &mut usize, k: &[u8], v: &[u8]| {
+            n += 1;
+            bytes += usage::entry_bytes(k, v);
+            *seen += 1;
+            *seen < per_table
+        };
+        for t in &self.tables {
+            match t {
+                StateTables::Kv(groups) => groups.iter().for_each(|g| {
+                    let mut seen = 0;
+                    g.for_each(&mut |k, v| take(&mut seen, k, v));
+                }),
+                StateTables::Map(groups) => groups.iter().for_each(|g| {
+                    let mut seen = 0;
+                    g.for_each(&[], &mut |k, v| take(&mut seen, k, v));
+                }),
+                StateTables::Timer(groups) => groups.iter().for_each(|g| {
+                    let mut seen = 0;
+                    g.scan_from(&[], &mut |k, v| take(&mut seen, k, v));
+                }),
+            }
+        }
+        (n, bytes)
+    }
+
+    /// Counts a write; refreshes the figures when due.
+    #[inline]
+    fn wrote(&mut self) {
+        if self.usage.tick() {
+            self.refresh_usage();
+        }
     }
 
     #[inline]
@@ -232,6 +332,7 @@ impl StateBackend for HeapBackend {
         self.tables.push(StateTables::new(meta.kind, groups));
         self.cleanup.push(cleanup::CleanupCursor::default());
         self.states.push(meta);
+        self.usage.set_tables(self.tables.len() * groups);
         Ok(self.states.len() - 1)
     }
 
@@ -249,6 +350,7 @@ impl StateBackend for HeapBackend {
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         let (t, key) = self.kv(state, kg, key, "put")?;
         t.put(key, value);
+        self.wrote();
         Ok(())
     }
 
@@ -256,6 +358,7 @@ impl StateBackend for HeapBackend {
     fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()> {
         let (t, key) = self.kv(state, kg, key, "delete")?;
         t.remove(key);
+        self.wrote();
         Ok(())
     }
 
@@ -265,6 +368,7 @@ impl StateBackend for HeapBackend {
         }
         let (t, key) = self.kv(state, kg, key, "append")?;
         t.append(key, crate::layout::LIST_DELIMITER, elements);
+        self.wrote();
         Ok(())
     }
 
@@ -294,6 +398,7 @@ impl StateBackend for HeapBackend {
             (Ordered::Map(t), key_ns) => t.put(key_ns, user_key, value),
             (Ordered::Timer(t), key_ns) => t.put(key_ns, user_key, value),
         }
+        self.wrote();
         Ok(())
     }
 
@@ -310,6 +415,7 @@ impl StateBackend for HeapBackend {
                 t.remove_entry(key_ns, user_key);
             }
         }
+        self.wrote();
         Ok(())
     }
 
@@ -347,6 +453,7 @@ impl StateBackend for HeapBackend {
             (Ordered::Map(t), key_ns) => t.clear(key_ns),
             (Ordered::Timer(t), key_ns) => t.remove_prefix(key_ns),
         }
+        self.wrote();
         Ok(())
     }
 
@@ -414,6 +521,7 @@ impl StateBackend for HeapBackend {
             }
             None => return Err(Error::UnknownStateId(state)),
         }
+        self.refresh_usage();
         match failure {
             Some(e) => Err(e),
             None => Ok(()),
@@ -443,24 +551,16 @@ impl StateBackend for HeapBackend {
                 groups.iter_mut().for_each(MapTable::finish_load);
             }
         }
+        self.refresh_usage();
         Ok(())
     }
 
     fn num_entries(&mut self) -> Result<u64> {
-        let mut n = 0u64;
-        for t in &self.tables {
-            match t {
-                StateTables::Kv(groups) => n += groups.iter().map(|g| g.len() as u64).sum::<u64>(),
-                StateTables::Map(groups) => n += groups.iter().map(|g| g.len() as u64).sum::<u64>(),
-                StateTables::Timer(groups) => {
-                    n += groups.iter().map(|g| g.len() as u64).sum::<u64>()
-                }
-            }
-        }
-        Ok(n)
+        Ok(self.count_entries())
     }
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
+        self.refresh_usage();
         Ok(Box::new(HeapSnapshot {
             prefix_len: self.prefix_len,
             config: self.config.clone(),
@@ -470,6 +570,7 @@ impl StateBackend for HeapBackend {
     }
 
     fn checkpoint_capture(&mut self) -> Result<Box<dyn super::CheckpointCapture>> {
+        self.refresh_usage();
         self.capture()
     }
 
@@ -484,11 +585,13 @@ impl StateBackend for HeapBackend {
         else {
             return Err(unknown_state(state));
         };
-        Ok(match tables {
+        let judged = match tables {
             StateTables::Kv(groups) => cursor.step_kv(groups, entries, judge),
             StateTables::Map(groups) => cursor.step_maps(groups, entries, judge),
             StateTables::Timer(groups) => cursor.step_timers(groups, entries, judge),
-        })
+        };
+        self.wrote();
+        Ok(judged)
     }
 }
 

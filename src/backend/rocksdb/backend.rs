@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rocksdb::{
-    BoundColumnFamily, Cache, IngestExternalFileOptions, ReadOptions, WriteBatch, WriteOptions,
+    BoundColumnFamily, IngestExternalFileOptions, ReadOptions, WriteBatch, WriteOptions,
 };
 
 use crate::backend::{BackendConfig, BackendSnapshot, StateBackend, StateId};
@@ -154,7 +154,7 @@ impl RocksDbBackend {
             }
             Err(e) => return Err(Error::io("listing", dir, e)),
         }
-        let cache = Cache::new_lru_cache(options.block_cache_size);
+        let cache = options.block_cache();
         let cf_options = options.column_options(&cache);
         let db = Db::open(&options.db_options()?, dir)
             .map_err(|e| rdb_error(format!("opening {}", dir.display()), e))?;
@@ -229,7 +229,7 @@ impl RocksDbBackend {
         states: Vec<StateMetaInfo>,
         options: &RocksDbOptions,
     ) -> Result<Self> {
-        let cache = Cache::new_lru_cache(options.block_cache_size);
+        let cache = options.block_cache();
         let cf_options = options.column_options(&cache);
         let names: Vec<String> = states.iter().map(|s| column_family_name(&s.name)).collect();
         // TTL states get their compaction filter at open, as `register_state` gives it to new ones.

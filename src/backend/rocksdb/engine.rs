@@ -23,6 +23,55 @@ impl EngineHandle for RocksDbEngine {
             .map_err(|e| rdb_error("waiting for flushes and compactions".to_string(), e))
     }
 
+    /// Per database, summed over the states' column families: `rocksdb.estimate-num-keys`,
+    /// `rocksdb.size-all-mem-tables`, `rocksdb.cur-size-all-mem-tables`, `rocksdb.live-sst-files-size`,
+    /// `rocksdb.estimate-pending-compaction-bytes`, `rocksdb.num-files-at-level<N>` (0 to 6); and the block
+    /// cache's `rocksdb.block-cache-usage` (the shared cache's, with [`RocksDbShared`](super::RocksDbShared)).
+    fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
+        let db = &self.0.db;
+        let names = self.0.cf_names.lock().clone();
+        let cfs: Vec<_> = names.iter().filter_map(|n| db.cf_handle(n)).collect();
+        let sum = |property: &str| -> u64 {
+            cfs.iter()
+                .filter_map(|cf| db.property_int_value_cf(cf, property).ok().flatten())
+                .sum()
+        };
+        let mut out: Vec<keyed_state_lsm::Metric> = [
+            "rocksdb.estimate-num-keys",
+            "rocksdb.size-all-mem-tables",
+            "rocksdb.cur-size-all-mem-tables",
+            "rocksdb.live-sst-files-size",
+            "rocksdb.estimate-pending-compaction-bytes",
+        ]
+        .into_iter()
+        .map(|name| keyed_state_lsm::Metric {
+            name: name.into(),
+            value: sum(name),
+        })
+        .collect();
+        for level in 0..7 {
+            let name = format!("rocksdb.num-files-at-level{level}");
+            out.push(keyed_state_lsm::Metric {
+                value: sum(&name),
+                name,
+            });
+        }
+        // The block cache is one per database (or shared): read it once, not per column family.
+        let cache = cfs
+            .first()
+            .and_then(|cf| {
+                db.property_int_value_cf(cf, "rocksdb.block-cache-usage")
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(0);
+        out.push(keyed_state_lsm::Metric {
+            name: "rocksdb.block-cache-usage".into(),
+            value: cache,
+        });
+        out
+    }
+
     fn summary(&self) -> String {
         let db = &self.0.db;
         let mut parts = Vec::new();

@@ -18,19 +18,23 @@
 //! Modules: `options` (the settings and how they map to RocksDB's), `backend` (the [`StateBackend`]
 //! implementation), `load` (restore through SST ingestion), `snapshot` ([`RocksDbSnapshot`]), `capture`
 //! (the synchronous part of an incremental checkpoint: RocksDB's own checkpoint; restoring one is
-//! `checkpoint::restore_rocksdb`'s), `engine` ([`RocksDbEngine`]), `ttl_filter` (the TTL compaction filter).
+//! `checkpoint::restore_rocksdb`'s), `engine` ([`RocksDbEngine`]), `ttl_filter` (the TTL compaction filter),
+//! `shared` ([`RocksDbShared`]: one cache and one write-buffer manager for many backends, as Flink's
+//! managed memory).
 
 mod backend;
 mod capture;
 mod engine;
 mod load;
 mod options;
+mod shared;
 mod snapshot;
 mod ttl_filter;
 
 pub use backend::RocksDbBackend;
 pub use engine::RocksDbEngine;
 pub use options::{RocksDbCompression, RocksDbOptions};
+pub use shared::{RocksDbShared, FLINK_WRITE_BUFFER_RATIO};
 pub use snapshot::RocksDbSnapshot;
 
 use std::sync::Arc;
@@ -122,7 +126,7 @@ fn cf_handle<'a>(
 mod tests {
     use super::load::LoadRun;
     use super::*;
-    use crate::backend::{BackendConfig, StateBackend};
+    use crate::backend::{BackendConfig, EngineHandle, StateBackend};
     use crate::keygroup::KeyGroup;
     use crate::meta::{StateKind, StateMetaInfo};
 
@@ -149,6 +153,84 @@ mod tests {
         assert!(d.contains("wal=off"), "{d}");
         assert!(d.contains("fsync=off"), "{d}");
         assert!(d.contains("flush_on_close=off"), "{d}");
+    }
+
+    #[test]
+    fn shared_memory_is_sized_as_flink_sizes_managed_memory() {
+        let s = RocksDbShared::new(300 << 20).unwrap();
+        // Flink: cache (3 - r) * B / 3, write-buffer manager 2 * r * B / 3, r = 0.5.
+        assert_eq!(s.cache_capacity(), 250 << 20);
+        assert_eq!(s.write_buffer_limit(), 100 << 20);
+        assert_eq!(s.write_buffer_ratio(), FLINK_WRITE_BUFFER_RATIO);
+        let s2 = RocksDbShared::with_write_buffer_ratio(300 << 20, 0.25).unwrap();
+        assert_eq!(s2.cache_capacity(), 275 << 20);
+        assert_eq!(s2.write_buffer_limit(), 50 << 20);
+        for bad in [0.0, -0.1, 1.5, f64::NAN] {
+            assert!(matches!(
+                RocksDbShared::with_write_buffer_ratio(1 << 20, bad),
+                Err(Error::InvalidArgument(_))
+            ));
+        }
+        assert!(matches!(
+            RocksDbShared::new(0),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(s, s.clone());
+        assert_ne!(s, s2);
+        let d = RocksDbOptions {
+            shared: Some(s),
+            ..RocksDbOptions::default()
+        }
+        .describe();
+        assert!(
+            d.contains("shared_memory=300MiB (cache 250MiB, write buffers 100MiB)"),
+            "{d}"
+        );
+        assert!(RocksDbOptions::default()
+            .describe()
+            .contains("shared_memory=off"));
+    }
+
+    #[test]
+    fn backends_on_shared_memory_charge_one_cache_and_one_write_buffer_manager() {
+        let shared = RocksDbShared::new(64 << 20).unwrap();
+        let options = RocksDbOptions {
+            shared: Some(shared.clone()),
+            ..RocksDbOptions::default()
+        };
+        let mut backends: Vec<RocksDbBackend> = (0..2)
+            .map(|_| RocksDbBackend::temporary(config(), options.clone()).unwrap())
+            .collect();
+        let empty = shared.write_buffer_usage();
+        for b in backends.iter_mut() {
+            let v = b.register_state(meta("v", StateKind::Value)).unwrap();
+            for i in 0..2000u32 {
+                let key = [&[(i % 128) as u8][..], &i.to_be_bytes()].concat();
+                b.put(v, (i % 128) as KeyGroup, &key, &[9u8; 100]).unwrap();
+            }
+        }
+        // Both backends' memtables are counted by the one manager and charged to the one cache.
+        let memtables = shared.write_buffer_usage();
+        assert!(memtables > empty + 2 * 2000 * 100, "{:?}", shared.metrics());
+        assert!(shared.cache_usage() >= memtables, "{:?}", shared.metrics());
+        let usage = |b: &RocksDbBackend| {
+            b.engine()
+                .metrics()
+                .into_iter()
+                .find(|m| m.name == "rocksdb.block-cache-usage")
+                .map(|m| m.value)
+        };
+        assert_eq!(usage(&backends[0]), usage(&backends[1]));
+        assert_eq!(usage(&backends[0]), Some(shared.cache_usage() as u64));
+        let keys = backends[0]
+            .engine()
+            .metrics()
+            .into_iter()
+            .find(|m| m.name == "rocksdb.estimate-num-keys")
+            .map(|m| m.value);
+        assert_eq!(keys, Some(2000));
+        drop(backends);
+        assert_eq!(shared.write_buffer_usage(), 0);
     }
 
     #[test]

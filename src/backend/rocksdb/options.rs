@@ -7,7 +7,7 @@ use rocksdb::{BlockBasedOptions, Cache, DBCompactionStyle, DBCompressionType, Op
 
 use crate::error::Result;
 
-use super::{rdb_error, string_append, MERGE_OPERATOR_NAME};
+use super::{rdb_error, string_append, RocksDbShared, MERGE_OPERATOR_NAME};
 
 const MIB: usize = 1 << 20;
 
@@ -79,6 +79,12 @@ pub struct RocksDbOptions {
     pub write_batch_size: usize,
     /// Restored entries buffered in memory before they are written out as SST files.
     pub restore_buffer_size: usize,
+    /// Memory shared with other backends, as Flink's managed memory configures it (default `None`: the
+    /// backend's own cache of `block_cache_size` and no limit on memtables but their number and size).
+    /// When set, `block_cache_size` is not used: the backend's blocks go to the shared cache, index and
+    /// filter blocks too (with high priority, the top level pinned), and its memtables are limited and
+    /// charged to that cache by the shared write-buffer manager.
+    pub shared: Option<RocksDbShared>,
 }
 
 impl Default for RocksDbOptions {
@@ -102,6 +108,7 @@ impl Default for RocksDbOptions {
             avoid_flush_during_shutdown: true,
             write_batch_size: 2 * MIB,
             restore_buffer_size: 64 * MIB,
+            shared: None,
         }
     }
 }
@@ -123,6 +130,14 @@ impl RocksDbOptions {
         self.to_string()
     }
 
+    /// The block cache of a backend: the shared one, else a new one of `block_cache_size`.
+    pub(super) fn block_cache(&self) -> Cache {
+        match &self.shared {
+            Some(shared) => shared.cache().clone(),
+            None => Cache::new_lru_cache(self.block_cache_size),
+        }
+    }
+
     /// The column-family options: everything per state, including the merge operator and block cache.
     pub(super) fn column_options(&self, cache: &Cache) -> Options {
         let mut o = Options::default();
@@ -141,6 +156,12 @@ impl RocksDbOptions {
         if let Some(bits) = self.bloom_filter_bits_per_key {
             table.set_bloom_filter(bits, false);
         }
+        if self.shared.is_some() {
+            // Flink's `RocksDBResourceContainer` with shared (managed) memory.
+            table.set_cache_index_and_filter_blocks(true);
+            table.set_cache_index_and_filter_blocks_with_high_priority(true);
+            table.set_pin_top_level_index_and_filter(true);
+        }
         o.set_block_based_table_factory(&table);
         o.set_merge_operator_associative(MERGE_OPERATOR_NAME, string_append);
         o
@@ -154,6 +175,9 @@ impl RocksDbOptions {
         o.set_max_open_files(self.max_open_files);
         o.set_use_fsync(self.use_fsync);
         o.set_stats_dump_period_sec(0);
+        if let Some(shared) = &self.shared {
+            o.set_write_buffer_manager(shared.write_buffer_manager());
+        }
         // The default column family stays empty; give it the same codec so no other one is needed.
         o.set_compression_type(self.compression.to_rocksdb());
         // Not exposed by the crate's `Options` setters: go through RocksDB's option-string parser.
@@ -173,7 +197,7 @@ impl fmt::Display for RocksDbOptions {
             "write_buffer={}x{} (merge {}), block_cache={}, block={}, metadata_block={}, compression={}, \
              bloom={}, compaction=level (dynamic_level_bytes={}), target_file={}, l1_base={}, \
              background_jobs={}, max_open_files={}, wal={}, fsync={}, flush_on_close={}, write_batch={}, restore_buffer={}, \
-             merge_operator={MERGE_OPERATOR_NAME}(0x2C)",
+             merge_operator={MERGE_OPERATOR_NAME}(0x2C), shared_memory={}",
             size(self.write_buffer_size as u64),
             self.max_write_buffer_number,
             self.min_write_buffer_number_to_merge,
@@ -199,6 +223,15 @@ impl fmt::Display for RocksDbOptions {
             },
             size(self.write_batch_size as u64),
             size(self.restore_buffer_size as u64),
+            match &self.shared {
+                Some(s) => format!(
+                    "{} (cache {}, write buffers {})",
+                    size(s.budget() as u64),
+                    size(s.cache_capacity() as u64),
+                    size(s.write_buffer_limit() as u64)
+                ),
+                None => "off".to_string(),
+            },
         )
     }
 }
