@@ -159,8 +159,12 @@ impl Job {
     /// A hash of every operator's final state as unified savepoints (the same bytes on every backend for
     /// the same state), and their total size.
     fn state_digest(&self) -> (u64, u64) {
+        let Ok(env) = keyed_state::env::StateEnv::new(keyed_state::env::StateEnvOptions::default())
+        else {
+            return (0, 0);
+        };
         let Ok(root) =
-            keyed_state_timely::checkpoints::JobRoot::open(&self.root.display().to_string())
+            keyed_state_timely::checkpoints::JobRoot::open(&self.root.display().to_string(), &env)
         else {
             return (0, 0);
         };

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use keyed_state::env::{StateEnv, StateEnvOptions};
 use timely::{CommunicationConfig, WorkerConfig};
 
 use crate::checkpoints::{JobCheckpoint, JobRoot};
@@ -140,7 +141,12 @@ pub fn run(
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let root = JobRoot::open(&spec.checkpoint_root)?;
+    let env = StateEnv::new(StateEnvOptions {
+        memory_budget: Some(spec.memory_budget),
+        ..StateEnvOptions::default()
+    })
+    .map_err(Error::state("starting the process's state environment"))?;
+    let root = JobRoot::open(&spec.checkpoint_root, &env)?;
     let restored = if spec.restore {
         root.latest()?
     } else {
@@ -174,6 +180,7 @@ pub fn run(
         root: Arc::new(root),
         storages,
         restored: restored.clone(),
+        env,
         processes: cluster.processes,
         workers: cluster.workers,
         on_failure,

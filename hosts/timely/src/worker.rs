@@ -1,9 +1,10 @@
 //! One worker of a process: its operator instances (fresh or restored), its dataflow, its run.
 
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use keyed_state::checkpoint::CheckpointStorage;
+use keyed_state::env::StateEnv;
 use keyed_state::keygroup::key_group_range_for_operator;
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::KeyedStateStore;
@@ -15,7 +16,7 @@ use crate::checkpoints::{self, JobCheckpoint, JobRoot};
 use crate::context::{FailureHandler, WorkerCtx, WorkerStats};
 use crate::error::{Error, Result};
 use crate::keyed::Instance;
-use crate::spec::JobSpec;
+use crate::spec::{Backend, JobSpec};
 use crate::{protocol, sink, source};
 
 /// What every worker of a process shares.
@@ -28,6 +29,9 @@ pub struct ProcessShared {
     pub storages: Vec<(String, Arc<CheckpointStorage>)>,
     /// The checkpoint this run continues from.
     pub restored: Option<JobCheckpoint>,
+    /// The process's one state environment: every worker's LSM backends and checkpoint storages run on it
+    /// (one memory budget, one background pool, one I/O runtime).
+    pub env: StateEnv,
     /// Processes of the job.
     pub processes: usize,
     /// Workers per process.
@@ -57,18 +61,29 @@ pub fn run(worker: &mut Worker, shared: &ProcessShared) -> Result<WorkerStats> {
         let config = KeyedStateStore::config_for(&LongSerializer, max_p, range);
         let context = format!("operator {name}, worker {index} (key groups {range})");
         let (backend, checkpointer, restored) = checkpoints::open_instance(
+            &shared.env,
             spec.identity.backend,
             storage,
             config,
             restore_id,
             &context,
         )?;
+        let heap_memory = (spec.identity.backend == Backend::Heap).then(|| {
+            let bytes = restored.as_ref().map_or(0, |r| r.bytes);
+            Arc::new(Mutex::new(
+                shared
+                    .env
+                    .memory()
+                    .reserve(usize::try_from(bytes).unwrap_or(usize::MAX)),
+            ))
+        });
         restored_files += restored.map_or(0, |r| r.files);
         let store = KeyedStateStore::new(backend, LongSerializer).map_err(Error::state(context))?;
         instances.push(Instance {
             name: name.clone(),
             store,
             checkpointer,
+            heap_memory,
         });
     }
     let (ctx, parts) = WorkerCtx::new(
