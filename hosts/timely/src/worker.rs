@@ -17,7 +17,7 @@ use crate::context::{FailureHandler, WorkerCtx, WorkerStats};
 use crate::error::{Error, Result};
 use crate::keyed::Instance;
 use crate::spec::{Backend, JobSpec};
-use crate::{protocol, sink, source};
+use crate::{protocol, sink};
 
 /// What every worker of a process shares.
 pub struct ProcessShared {
@@ -107,8 +107,7 @@ pub fn run(worker: &mut Worker, shared: &ProcessShared) -> Result<WorkerStats> {
         let confirms = protocol::coordinate(acks, &ctx, root, processes, workers);
         protocol::commit(confirms, &ctx);
         let finished = ProbeHandle::new();
-        let events = source::nexmark(scope, &ctx, finished.clone());
-        let rows = query.build(events, instances, &ctx)?;
+        let rows = query.build(scope, finished.clone(), instances, &ctx)?;
         sink::files(rows.probe_with(&finished), &ctx);
         Ok(())
     });
