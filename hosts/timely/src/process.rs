@@ -75,7 +75,7 @@ impl ProcessReport {
         let rows: u64 = self.workers.iter().map(|w| w.rows).sum();
         let restored = match &self.restored {
             Some(r) => format!(
-                "restored checkpoint {} (epoch {}, offset {}) in {:.1} ms, {} files; ",
+                "restored checkpoint {} (epoch {}, offset {}) in {:.1} ms, {} files, {} bytes; ",
                 r.id,
                 r.epoch,
                 r.offset,
@@ -85,7 +85,8 @@ impl ProcessReport {
                     .max()
                     .unwrap_or(0) as f64
                     / 1000.0,
-                self.workers.iter().map(|w| w.restored_files).sum::<usize>()
+                self.workers.iter().map(|w| w.restored_files).sum::<usize>(),
+                self.workers.iter().map(|w| w.restored_bytes).sum::<u64>()
             ),
             None => String::new(),
         };

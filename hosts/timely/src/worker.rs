@@ -57,6 +57,7 @@ pub fn run(worker: &mut Worker, shared: &ProcessShared) -> Result<WorkerStats> {
     let mut instances = Vec::new();
     let t = std::time::Instant::now();
     let mut restored_files = 0;
+    let mut restored_bytes = 0;
     for (name, storage) in &shared.storages {
         let config = KeyedStateStore::config_for(&LongSerializer, max_p, range);
         let context = format!("operator {name}, worker {index} (key groups {range})");
@@ -77,6 +78,7 @@ pub fn run(worker: &mut Worker, shared: &ProcessShared) -> Result<WorkerStats> {
                     .reserve(usize::try_from(bytes).unwrap_or(usize::MAX)),
             ))
         });
+        restored_bytes += restored.as_ref().map_or(0, |r| r.bytes);
         restored_files += restored.map_or(0, |r| r.files);
         let store = KeyedStateStore::new(backend, LongSerializer).map_err(Error::state(context))?;
         instances.push(Instance {
@@ -97,6 +99,7 @@ pub fn run(worker: &mut Worker, shared: &ProcessShared) -> Result<WorkerStats> {
         let mut s = ctx.stats.borrow_mut();
         s.restore_micros = Some(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
         s.restored_files = restored_files;
+        s.restored_bytes = restored_bytes;
     }
     let ctx = Rc::new(ctx);
     let root = Arc::clone(&shared.root);
