@@ -7,7 +7,7 @@
 //! other backends', then two more jobs, each with one process killed (SIGKILL) at half of the failure-free
 //! run's time (or later, once a checkpoint is complete): one restarted at 2 processes (recovery), one at 3
 //! (rescale 2 → 3). Recovery is measured from the restart to the first committed output of an epoch after
-//! the restored checkpoint; the restore alone as the processes report it (milliseconds, files); and the
+//! the restored checkpoint; the restore alone as the processes report it (milliseconds, files, bytes); and the
 //! machine's 1-minute load average when the row was printed.
 //!
 //! `cargo bench -p keyed-state-timely --bench nexmark [--features rocksdb]`; `KS_NEXMARK_EVENTS` (a
@@ -33,6 +33,7 @@ struct Line {
     confirm_avg: f64,
     restore_ms: f64,
     restored_files: u64,
+    restored_bytes: u64,
 }
 
 /// The number after `key` in `s` (up to the next space, comma or semicolon).
@@ -69,6 +70,11 @@ fn parse(line: &str) -> Option<Line> {
             .find(" ms, ")
             .filter(|_| line.contains("restored"))
             .and_then(|i| after(&line[i..], "ms,"))
+            .unwrap_or(0.0) as u64,
+        restored_bytes: line
+            .find(" files, ")
+            .filter(|_| line.contains("restored"))
+            .and_then(|i| after(&line[i..], "files,"))
             .unwrap_or(0.0) as u64,
     })
 }
@@ -159,8 +165,12 @@ impl Job {
     /// A hash of every operator's final state as unified savepoints (the same bytes on every backend for
     /// the same state), and their total size.
     fn state_digest(&self) -> (u64, u64) {
+        let Ok(env) = keyed_state::env::StateEnv::new(keyed_state::env::StateEnvOptions::default())
+        else {
+            return (0, 0);
+        };
         let Ok(root) =
-            keyed_state_timely::checkpoints::JobRoot::open(&self.root.display().to_string())
+            keyed_state_timely::checkpoints::JobRoot::open(&self.root.display().to_string(), &env)
         else {
             return (0, 0);
         };
@@ -318,7 +328,7 @@ fn main() {
         .min(2);
     println!("nexmark on the timely host: 2 processes x 1 worker on loopback, {cores} cores, checkpoint every 10 epochs, seed 1");
     println!();
-    println!("| events | query | backend | events/s | events/s per core | events per CPU-second | peak state bytes | checkpoints | sync avg / max ms | async avg / max ms | confirm avg ms | result (rows; final state as savepoints) | recovery ms (restore ms, files) | rescale 2→3 ms (restore ms, files) | load (1 min) |");
+    println!("| events | query | backend | events/s | events/s per core | events per CPU-second | peak state bytes | checkpoints | sync avg / max ms | async avg / max ms | confirm avg ms | result (rows; final state as savepoints) | recovery ms (restore ms, files, bytes) | rescale 2→3 ms (restore ms, files, bytes) | load (1 min) |");
     println!(
         "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"
     );
@@ -358,12 +368,13 @@ fn main() {
                     (
                         ls.iter().map(|l| l.restore_ms).fold(0.0, f64::max),
                         ls.iter().map(|l| l.restored_files).sum::<u64>(),
+                        ls.iter().map(|l| l.restored_bytes).sum::<u64>(),
                     )
                 };
-                let (rm, rf) = restore(&rec_lines);
-                let (sm, sf) = restore(&res_lines);
+                let (rm, rf, rb) = restore(&rec_lines);
+                let (sm, sf, sb) = restore(&res_lines);
                 println!(
-                    "| {events} | {q} | {b} | {eps:.0} | {:.0} | {:.0} | {state} | {} | {:.1} / {:.1} | {:.0} / {:.0} | {:.0} | {same} | {} ({rm:.0}, {rf}) | {} ({sm:.0}, {sf}) | {} |",
+                    "| {events} | {q} | {b} | {eps:.0} | {:.0} | {:.0} | {state} | {} | {:.1} / {:.1} | {:.0} / {:.0} | {:.0} | {same} | {} ({rm:.0}, {rf}, {rb}) | {} ({sm:.0}, {sf}, {sb}) | {} |",
                     eps / cores as f64,
                     events as f64 / cpu.max(0.01),
                     lines.first().map_or(0, |l| l.checkpoints),

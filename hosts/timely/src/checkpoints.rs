@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use keyed_state::backend::heap::HeapBackend;
-use keyed_state::backend::lsm::LsmBackend;
 use keyed_state::backend::{BackendConfig, StateBackend};
 use keyed_state::checkpoint::{
     restore_heap, restore_lsm_temp, CheckpointOptions, CheckpointStorage, Checkpointer,
     PendingCheckpoint, RestoreInfo, RestoreMode,
 };
+use keyed_state::env::StateEnv;
 use keyed_state::serializer::KeySerializer;
 use keyed_state::state::KeyedStateStore;
 
@@ -64,20 +64,24 @@ fn record_path(id: u64) -> String {
     format!("job/chk-{id:020}.json")
 }
 
-/// A job's checkpoint root.
+/// A job's checkpoint root: its storages (the job's and every operator's) share the I/O runtime of the
+/// process's [`StateEnv`].
 pub struct JobRoot {
     root: String,
     storage: Arc<CheckpointStorage>,
+    env: StateEnv,
 }
 
 impl JobRoot {
-    /// Opens `root` (a directory or `s3://bucket/prefix`).
-    pub fn open(root: &str) -> Result<Self> {
-        let storage =
-            CheckpointStorage::open(root).map_err(ck(format!("opening checkpoint root {root}")))?;
+    /// Opens `root` (a directory or `s3://bucket/prefix`) on `env`'s I/O runtime.
+    pub fn open(root: &str, env: &StateEnv) -> Result<Self> {
+        let storage = env
+            .open_storage(root)
+            .map_err(ck(format!("opening checkpoint root {root}")))?;
         Ok(JobRoot {
             root: root.to_string(),
-            storage: Arc::new(storage),
+            storage,
+            env: env.clone(),
         })
     }
 
@@ -89,8 +93,9 @@ impl JobRoot {
     /// The keyed-state checkpoint root of operator `op`.
     pub fn operator_storage(&self, op: &str) -> Result<Arc<CheckpointStorage>> {
         let r = join(&self.root, &format!("state/{op}"));
-        let s = CheckpointStorage::open(&r).map_err(ck(format!("opening checkpoint root {r}")))?;
-        Ok(Arc::new(s))
+        self.env
+            .open_storage(&r)
+            .map_err(ck(format!("opening checkpoint root {r}")))
     }
 
     /// Ids of the records in the root, ascending.
@@ -214,8 +219,11 @@ pub struct Restored {
 }
 
 /// One operator instance's backend and checkpointer: fresh, or restored from checkpoint `restore` of
-/// `storage` (claimed: the restored files are its incremental base and are deleted once subsumed).
+/// `storage` (claimed: the restored files are its incremental base and are deleted once subsumed). LSM
+/// backends run on `env` (its background pool, memory budget and block cache); the RocksDB variant keeps
+/// its own.
 pub fn open_instance(
+    env: &StateEnv,
     backend: Backend,
     storage: &Arc<CheckpointStorage>,
     config: BackendConfig,
@@ -231,7 +239,7 @@ pub fn open_instance(
         ),
         (Backend::Lsm, None) => (
             Box::new(
-                LsmBackend::temp_with(config.clone(), lsm_options())
+                env.temp_lsm(config.clone(), lsm_options())
                     .map_err(Error::state(context))?,
             ),
             None,
@@ -253,8 +261,9 @@ pub fn open_instance(
             (Box::new(b), Some(info))
         }
         (Backend::Lsm, Some(id)) => {
-            let (b, info) = restore_lsm_temp(storage, id, config.clone(), lsm_options())
-                .map_err(ck(format!("{context}: restoring checkpoint {id}")))?;
+            let (b, info) =
+                restore_lsm_temp(storage, id, config.clone(), env.lsm_options(lsm_options()))
+                    .map_err(ck(format!("{context}: restoring checkpoint {id}")))?;
             (Box::new(b), Some(info))
         }
         #[cfg(feature = "rocksdb")]

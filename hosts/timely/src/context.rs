@@ -47,6 +47,8 @@ pub struct WorkerStats {
     pub restore_micros: Option<u64>,
     /// Files (LSM) or tables (heap) restored.
     pub restored_files: usize,
+    /// Bytes the restore fetched or linked (LSM: the adopted files; heap: the tables read).
+    pub restored_bytes: u64,
     /// Output rows written.
     pub rows: u64,
     /// Microseconds from the start of the run to the first committed output of this worker.

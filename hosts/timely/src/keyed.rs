@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use keyed_state::checkpoint::Checkpointer;
 use keyed_state::keygroup::{java_long_hash, key_group_for_hash, operator_index_for_key_group};
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::{KeyedStateStore, Timer, TimerService};
+use keyed_state_lsm::MemoryReservation;
 use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::Operator;
 use timely::dataflow::operators::Capability;
@@ -73,6 +75,9 @@ pub struct Instance {
     pub store: Store,
     /// The instance's checkpointer.
     pub checkpointer: Checkpointer,
+    /// A heap backend's state charged to the process's memory budget, at its size in the last checkpoint
+    /// (`None` for the LSM and RocksDB backends, whose engines charge their own memory or keep their own).
+    pub heap_memory: Option<Arc<Mutex<MemoryReservation>>>,
 }
 
 /// Runs one epoch: its records, then the timers up to its watermark.
@@ -126,6 +131,7 @@ pub fn keyed<'s, L: KeyedLogic>(
             name,
             mut store,
             checkpointer,
+            heap_memory,
         } = instance;
         let context = format!("operator {name}, {}", ctx.name());
         let mut logic = match L::open(&mut store) {
@@ -185,8 +191,17 @@ pub fn keyed<'s, L: KeyedLogic>(
                         Ok(part) => {
                             let tx = ctx.parts_tx.clone();
                             let act = ctx.ack_activator.borrow().clone();
+                            let memory = heap_memory.clone();
                             std::thread::spawn(move || {
                                 let result = part.run().map(Some);
+                                if let (Ok(Some(stats)), Some(m)) = (&result, &memory) {
+                                    if let Ok(mut m) = m.lock() {
+                                        m.resize(
+                                            usize::try_from(stats.state_bytes)
+                                                .unwrap_or(usize::MAX),
+                                        );
+                                    }
+                                }
                                 let _ = tx.send(PartDone { epoch: e, result });
                                 if let Some(a) = act {
                                     let _ = a.activate();

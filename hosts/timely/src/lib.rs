@@ -9,7 +9,8 @@
 //! - [`sink`] — exactly-once file output committed when the checkpoint covering it is confirmed.
 //! - [`checkpoints`] — every call into keyed-state's checkpoints.
 //! - [`process`] and [`launch`] — one process of a job; a job's processes on loopback.
-//! - [`queries`] — Nexmark q3, q5, q7, q8 and q11 on the `nexmark` crate's events ([`events`]).
+//! - [`queries`] — Nexmark q3, q5, q7, q8 and q11 on the `nexmark` crate's events ([`events`]; q3 reads
+//!   them projected on its fields, [`projected`]).
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -21,6 +22,7 @@ pub mod events;
 pub mod keyed;
 pub mod launch;
 pub mod process;
+pub mod projected;
 pub mod protocol;
 pub mod queries;
 pub mod query;

@@ -9,7 +9,10 @@ use clap::{Args, Parser, Subcommand};
 use keyed_state_timely::events::{EventSpec, DEFAULT_EVENT_RATE};
 use keyed_state_timely::launch::{launch, LaunchOutcome};
 use keyed_state_timely::queries::Query;
-use keyed_state_timely::spec::{Backend, ClusterSpec, JobIdentity, JobSpec};
+use keyed_state_timely::spec::{
+    parse_size, Backend, ClusterSpec, JobIdentity, JobSpec, DEFAULT_MEMORY_BUDGET,
+    MIN_MEMORY_BUDGET,
+};
 use keyed_state_timely::Error;
 
 #[global_allocator]
@@ -99,6 +102,10 @@ struct JobArgs {
     /// Key groups of the job (fixed for its lifetime).
     #[arg(long, default_value_t = 128)]
     max_parallelism: u32,
+    /// Memory each process's state stores share: memtables, block cache and SST metadata of every LSM
+    /// backend, and the heap backends' state (e.g. 512MiB, 2GiB; default 256MiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    memory_budget: Option<usize>,
 }
 
 impl JobArgs {
@@ -126,6 +133,13 @@ impl JobArgs {
         if self.event_rate == 0 {
             return Err(Error::Config("--event-rate must be at least 1".into()));
         }
+        let memory_budget = self.memory_budget.unwrap_or(DEFAULT_MEMORY_BUDGET);
+        if memory_budget < MIN_MEMORY_BUDGET {
+            return Err(Error::Config(format!(
+                "--memory-budget {memory_budget} bytes: at least {} MiB",
+                MIN_MEMORY_BUDGET >> 20
+            )));
+        }
         let per_epoch = self
             .events_per_epoch
             .unwrap_or_else(|| EventSpec::default_per_epoch(self.events))
@@ -146,6 +160,7 @@ impl JobArgs {
             checkpoint_every: self.checkpoint_every_epochs,
             out: self.out.clone(),
             restore: self.restore,
+            memory_budget,
         })
     }
 
@@ -173,6 +188,9 @@ impl JobArgs {
         ];
         if let Some(k) = self.events_per_epoch {
             a.extend(["--events-per-epoch".into(), k.to_string()]);
+        }
+        if let Some(b) = self.memory_budget {
+            a.extend(["--memory-budget".into(), b.to_string()]);
         }
         if self.restore {
             a.push("--restore".into());
@@ -236,7 +254,20 @@ fn hosts(
     }
 }
 
+/// Turns transparent huge pages off for this process. The allocator takes fresh memory from the system in
+/// 2 MiB-aligned regions, and with huge pages every first touch of one zeroes a whole 2 MiB page: on q3
+/// that kernel zeroing was a quarter of the job's CPU time (`design/timely-host.md`, "Allocation").
+fn disable_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: PR_SET_THP_DISABLE takes plain integer arguments and changes only this process's
+        // memory policy; it touches no memory of ours. A failure (an old kernel) leaves the default.
+        let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    }
+}
+
 fn main() -> ExitCode {
+    disable_transparent_huge_pages();
     let cli = Cli::parse();
     match cli.command {
         Cmd::Run {

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use keyed_state::env::{StateEnv, StateEnvOptions};
 use timely::{CommunicationConfig, WorkerConfig};
 
 use crate::checkpoints::{JobCheckpoint, JobRoot};
@@ -74,7 +75,7 @@ impl ProcessReport {
         let rows: u64 = self.workers.iter().map(|w| w.rows).sum();
         let restored = match &self.restored {
             Some(r) => format!(
-                "restored checkpoint {} (epoch {}, offset {}) in {:.1} ms, {} files; ",
+                "restored checkpoint {} (epoch {}, offset {}) in {:.1} ms, {} files, {} bytes; ",
                 r.id,
                 r.epoch,
                 r.offset,
@@ -84,7 +85,8 @@ impl ProcessReport {
                     .max()
                     .unwrap_or(0) as f64
                     / 1000.0,
-                self.workers.iter().map(|w| w.restored_files).sum::<usize>()
+                self.workers.iter().map(|w| w.restored_files).sum::<usize>(),
+                self.workers.iter().map(|w| w.restored_bytes).sum::<u64>()
             ),
             None => String::new(),
         };
@@ -140,7 +142,12 @@ pub fn run(
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let root = JobRoot::open(&spec.checkpoint_root)?;
+    let env = StateEnv::new(StateEnvOptions {
+        memory_budget: Some(spec.memory_budget),
+        ..StateEnvOptions::default()
+    })
+    .map_err(Error::state("starting the process's state environment"))?;
+    let root = JobRoot::open(&spec.checkpoint_root, &env)?;
     let restored = if spec.restore {
         root.latest()?
     } else {
@@ -174,6 +181,7 @@ pub fn run(
         root: Arc::new(root),
         storages,
         restored: restored.clone(),
+        env,
         processes: cluster.processes,
         workers: cluster.workers,
         on_failure,

@@ -20,6 +20,27 @@ pub fn nexmark<'s>(
     ctx: &Rc<WorkerCtx>,
     finished: ProbeHandle<u64>,
 ) -> StreamVec<'s, u64, Event> {
+    let spec = ctx.spec.identity.events;
+    let kinds = ctx.spec.identity.query.event_types();
+    epochs(scope, ctx, finished, move |e, w, peers, out| {
+        for &kind in kinds {
+            out.extend(spec.worker_events_of(e, kind, w, peers));
+        }
+    })
+}
+
+/// This worker's share of each epoch's events as `generate(epoch, worker, workers, out)` makes them (the
+/// events themselves, or a projection of them), one epoch per timestamp.
+pub fn epochs<'s, D, G>(
+    scope: Scope<'s, u64>,
+    ctx: &Rc<WorkerCtx>,
+    finished: ProbeHandle<u64>,
+    mut generate: G,
+) -> StreamVec<'s, u64, D>
+where
+    D: Clone + 'static,
+    G: FnMut(u64, u64, u64, &mut Vec<D>) + 'static,
+{
     let ctx = Rc::clone(ctx);
     source(scope, "Nexmark", move |cap, info| {
         let act = scope.activator_for(info.address);
@@ -32,19 +53,15 @@ pub fn nexmark<'s>(
             c
         });
         let (w, peers) = (ctx.worker as u64, ctx.peers as u64);
-        let kinds = ctx.spec.identity.query.event_types();
+        let mut batch = Vec::new();
         move |output| {
             let Some(c) = cap.as_mut() else { return };
             if next >= LEAD && finished.less_than(&(next - LEAD)) {
                 act.activate_after(Duration::from_millis(1));
                 return;
             }
-            {
-                let mut s = output.session(&*c);
-                for &kind in kinds {
-                    s.give_iterator(spec.worker_events_of(next, kind, w, peers));
-                }
-            }
+            generate(next, w, peers, &mut batch);
+            output.session(&*c).give_iterator(batch.drain(..));
             ctx.stats.borrow_mut().events += spec.worker_share(next, w, peers);
             next += 1;
             if next > last {

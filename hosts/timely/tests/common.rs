@@ -88,7 +88,8 @@ impl Job {
         a
     }
 
-    fn command(&self) -> Command {
+    /// The binary with the job's environment (S3 settings, TMPDIR).
+    pub fn command(&self) -> Command {
         let mut c = Command::new(bin());
         std::fs::create_dir_all(&self.tmp).unwrap();
         c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))

@@ -76,3 +76,39 @@ fn a_fresh_run_refuses_a_used_root_and_restore_of_a_finished_job_adds_nothing() 
     assert_ok(&job.launch(2, 1, true), "restore of a finished job");
     assert_eq!(committed_rows(&job.out), first);
 }
+
+#[test]
+fn a_small_memory_budget_gives_the_same_result_and_a_too_small_one_is_refused() {
+    let want = {
+        let d = tempfile::tempdir().unwrap();
+        let job = Job::local(Query::Q11, "lsm", 20_000, d.path());
+        reference::rows(Query::Q11, &job.spec())
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = Job::local(Query::Q11, "lsm", 20_000, d.path());
+    let mut c = job.command();
+    c.arg("launch").args(job.args(false)).args([
+        "--processes",
+        "2",
+        "--workers",
+        "2",
+        "--memory-budget",
+        "16MiB",
+    ]);
+    let o = c.output().unwrap();
+    assert_ok(&o, "q11 on LSM, 2x2, 16 MiB per process");
+    assert_rows(&committed_rows(&job.out), &want, "q11 with a 16 MiB budget");
+
+    for (bad, says) in [("1KiB", "at least 8 MiB"), ("lots", "not a size")] {
+        let d = tempfile::tempdir().unwrap();
+        let job = Job::local(Query::Q11, "lsm", 20_000, d.path());
+        let mut c = job.command();
+        c.arg("run")
+            .args(job.args(false))
+            .args(["--memory-budget", bad]);
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "--memory-budget {bad} must be refused");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "--memory-budget {bad}: {err}");
+    }
+}

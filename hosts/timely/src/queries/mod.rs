@@ -14,11 +14,12 @@ use std::rc::Rc;
 
 use nexmark::event::Event;
 use timely::dataflow::operators::vec::Map;
-use timely::dataflow::StreamVec;
+use timely::dataflow::{ProbeHandle, Scope, StreamVec};
 
 use crate::context::WorkerCtx;
 use crate::error::{Error, Result};
 use crate::keyed::{keyed, Instance};
+use crate::source;
 
 pub mod q11;
 pub mod q3;
@@ -36,11 +37,13 @@ pub const SESSION_GAP_MS: i64 = 10_000;
 pub use crate::query::Query;
 
 impl Query {
-    /// Builds the query on `events` with this worker's operator `instances` (in [`operators`](Self::operators)
-    /// order); returns its result rows.
+    /// Builds the query on this worker's share of the events (its source paced by `finished`, the sink's
+    /// probe) with this worker's operator `instances` (in [`operators`](Self::operators) order); returns
+    /// its result rows.
     pub fn build<'s>(
         self,
-        events: StreamVec<'s, u64, Event>,
+        scope: Scope<'s, u64>,
+        finished: ProbeHandle<u64>,
         instances: Vec<Instance>,
         ctx: &Rc<WorkerCtx>,
     ) -> Result<StreamVec<'s, u64, String>> {
@@ -49,6 +52,25 @@ impl Query {
             it.next()
                 .ok_or_else(|| Error::Config(format!("no instance of operator {name}")))
         };
+        Ok(match self {
+            Query::Q3 => {
+                let input = q3::source(scope, ctx, finished)?;
+                keyed::<q3::Join>(input, next("q3-join")?, ctx)
+            }
+            _ => {
+                let events = source::nexmark(scope, ctx, finished);
+                self.build_on_events(events, &mut next, ctx)?
+            }
+        })
+    }
+
+    /// The queries that read whole events.
+    fn build_on_events<'s>(
+        self,
+        events: StreamVec<'s, u64, Event>,
+        next: &mut impl FnMut(&str) -> Result<Instance>,
+        ctx: &Rc<WorkerCtx>,
+    ) -> Result<StreamVec<'s, u64, String>> {
         Ok(match self {
             Query::Q3 => {
                 let input = events.flat_map(q3::input);

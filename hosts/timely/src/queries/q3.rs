@@ -8,9 +8,16 @@ use keyed_state::state::{
 };
 use nexmark::event::Event;
 
+use std::rc::Rc;
+
+use timely::dataflow::{ProbeHandle, Scope, StreamVec};
+
 use super::{id, st};
+use crate::context::WorkerCtx;
 use crate::error::Result;
 use crate::keyed::{KeyedLogic, KeyedTimer, Store};
+use crate::projected::Projector;
+use crate::source;
 
 /// The category q3 selects.
 pub const CATEGORY: usize = 10;
@@ -64,6 +71,45 @@ pub fn input(e: Event) -> Option<Input> {
         }),
         _ => None,
     }
+}
+
+/// The query's input straight from the generator, projected on the fields q3 reads
+/// ([`crate::projected`]): the same records as [`input`] makes from the whole events, without building the
+/// strings q3 never reads.
+pub fn source<'s>(
+    scope: Scope<'s, u64>,
+    ctx: &Rc<WorkerCtx>,
+    finished: ProbeHandle<u64>,
+) -> Result<StreamVec<'s, u64, Input>> {
+    let spec = ctx.spec.identity.events;
+    let p = Projector::new(&spec)?;
+    Ok(source::epochs(
+        scope,
+        ctx,
+        finished,
+        move |e, w, peers, out| {
+            for person in p.worker_people(&spec, e, w, peers) {
+                if STATES.contains(&person.state.as_str()) {
+                    out.push(Input::Person {
+                        id: id(person.id),
+                        person: Person {
+                            name: person.name,
+                            city: person.city,
+                            state: person.state,
+                        },
+                    });
+                }
+            }
+            for a in p.worker_auctions(&spec, e, w, peers) {
+                if a.category == CATEGORY {
+                    out.push(Input::Auction {
+                        id: id(a.id),
+                        seller: id(a.seller),
+                    });
+                }
+            }
+        },
+    ))
 }
 
 /// `q3-join`, keyed by person: the person once seen, and the auctions that came before them.
