@@ -23,7 +23,7 @@ pub enum CheckpointCommand {
     },
     /// One line per completed checkpoint and instance: id, key-group range, files new/referenced, bytes
     /// uploaded, state size, instance (tab-separated); without `--job`, in a root holding a job other than
-    /// `default`, an eighth column names each line's job.
+    /// `default`, a seventh column names each line's job.
     List {
         /// The checkpoint root.
         root: String,
@@ -226,7 +226,7 @@ fn run(cmd: CheckpointCommand) -> Result<ExitCode> {
     }
 }
 
-/// The `list` lines of one job's part of a root; with `job`, an eighth column naming it.
+/// The `list` lines of one job's part of a root; with `job`, a seventh column naming it.
 fn list_job(storage: &CheckpointStorage, job: Option<&str>) -> Result<()> {
     for m in list_completed(storage)? {
         let (new, referenced) = m.files_new_and_referenced();

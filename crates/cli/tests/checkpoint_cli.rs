@@ -163,10 +163,34 @@ fn list_verify_gc_and_to_savepoint(r: &str, storage: &Arc<CheckpointStorage>, no
     );
     let o = run(&["checkpoint", "gc", r, "--retain", "1"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    // The writers' newest attempts may still be running: their unreferenced uploads stay.
+    assert!(
+        text(&o.stdout).contains("a live writer may still use"),
+        "{}",
+        text(&o.stdout)
+    );
     let listed = text(&run(&["checkpoint", "list", r]).stdout);
     assert!(listed.lines().all(|l| l.starts_with("3\t")), "{listed}");
     let o = run(&["checkpoint", "verify", r, "--id", "3"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    // The job stopped: gc --fence fences its writers and leaves exactly what checkpoint 3 references.
+    let o = run(&["checkpoint", "gc", r, "--retain", "1", "--fence"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        !text(&o.stdout).contains("live writer"),
+        "{}",
+        text(&o.stdout)
+    );
+    let referenced = keyed_state::checkpoint::tools::referenced_objects(storage)
+        .unwrap()
+        .unwrap();
+    let shared: std::collections::BTreeSet<String> = storage
+        .list("shared/")
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(shared, referenced);
 
     // Damage: a missing object is named, with a non-zero exit.
     let (victim, _) = storage.list("shared/").unwrap().into_iter().next().unwrap();
@@ -525,7 +549,7 @@ fn two_demo_jobs_in_one_root_are_listed_by_job_and_the_newest_is_never_taken_fro
         vec!["backfill\t2\t5", "default\t2\t5", "nightly\t2\t5"],
         "{jobs}"
     );
-    // Without --job, each line names its job (an eighth column); with --job, the seven columns as before.
+    // Without --job, each line names its job (a seventh column); with --job, the six columns as before.
     let all = text(&run(&["checkpoint", "list", root]).stdout);
     assert_eq!(all.lines().count(), 6, "{all}");
     for job in ["backfill", "default", "nightly"] {
@@ -539,7 +563,7 @@ fn two_demo_jobs_in_one_root_are_listed_by_job_and_the_newest_is_never_taken_fro
     }
     let one = text(&run(&["checkpoint", "list", root, "--job", "nightly"]).stdout);
     assert_eq!(one.lines().count(), 2, "{one}");
-    assert!(one.lines().all(|l| l.split('\t').count() == 7), "{one}");
+    assert!(one.lines().all(|l| l.split('\t').count() == 6), "{one}");
     assert_root_verifies(root);
     let o = run(&["checkpoint", "verify", root, "--job", "backfill"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
