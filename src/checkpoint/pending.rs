@@ -72,7 +72,7 @@ fn file_kind(s: &FileSource) -> FileKind {
     }
 }
 
-/// The asynchronous part of a checkpoint ([`Checkpointer::begin`]); run it on any thread.
+/// The asynchronous part of a checkpoint ([`Checkpointer::begin`](super::Checkpointer::begin)); run it on any thread.
 pub struct PendingCheckpoint {
     pub(super) inner: Arc<Inner>,
     pub(super) id: u64,
