@@ -306,6 +306,7 @@ impl Checkpointer {
             ))
             .into());
         }
+        super::fence::check_parts_in_root(&self.inner.storage, metas)?;
         let owned: Vec<&CheckpointMetadata> = metas
             .iter()
             .filter(|m| range.contains(m.key_group_range.start()))

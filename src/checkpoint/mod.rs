@@ -17,14 +17,16 @@
 //!   adopting files ([`restore_lsm_temp`]: into a temporary directory); [`restore_heap`] — into a heap
 //!   backend, taking the (state, key group) tables of its key groups; `restore_rocksdb` (feature
 //!   `rocksdb`); [`to_savepoint`].
-//! * [`list_completed`], [`checkpoint_parts`] — what a root holds.
+//! * [`list_completed`], [`checkpoint_parts`] — what a root holds; [`list_jobs`], [`resolve_job`] and
+//!   [`CheckpointStorage::job`] — the jobs in a root, each in its own part of it.
 //!
 //! Every function returns the crate's [`Result`](crate::Result); what is specific to checkpoints is a
 //! [`CheckpointError`] inside [`Error::Checkpoint`](crate::Error::Checkpoint).
 //!
 //! Modules: `format` (the metadata file), `storage`, `checkpointer`, `pending` (the asynchronous part),
 //! `sweeper` (the sweep and the process's background sweeper), `async_api` (the async forms),
-//! `fence` (attempts and claims in the root), `scan` (reading a root as a whole),
+//! `fence` (attempts and claims in the root), `jobs` (a job's part of the root),
+//! `scan` (reading a root as a whole),
 //! `restore` (one module per backend, and what they share), `fault_store` (feature `test-util`, reached
 //! through `keyed_state::internals`), and, hidden from the docs, `tools` (verify and gc for the command line
 //! and the test suites' oracle; see its documentation for why it stays here).
@@ -36,6 +38,7 @@ pub(crate) mod fault_store;
 mod fence;
 mod format;
 mod io;
+mod jobs;
 mod pending;
 mod restore;
 mod scan;
@@ -52,6 +55,7 @@ pub use async_api::{
 pub use checkpointer::{CheckpointOptions, CheckpointSummary, Checkpointer, RestoreMode};
 pub use format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 pub use io::{IoRuntime, DEFAULT_IO_THREADS};
+pub use jobs::{generate_job_name, list_jobs, newest_checkpoint, resolve_job, DEFAULT_JOB};
 pub use pending::PendingCheckpoint;
 #[cfg(feature = "rocksdb")]
 pub use restore::restore_rocksdb;

@@ -146,8 +146,8 @@ impl PendingCheckpoint {
                     files.push(g.files);
                     Upload {
                         path: format!(
-                            "shared/{}/{:016x}/{id}-{n}.{ext}",
-                            inner.instance, inner.run
+                            "{}{id}-{n}.{ext}",
+                            super::fence::run_dir(&inner.instance, inner.run, inner.attempt)
                         ),
                         files: g.parts,
                     }

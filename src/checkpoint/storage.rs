@@ -300,6 +300,41 @@ impl CheckpointStorage {
         })
     }
 
+    /// The part of the root that job `job` owns, sharing this storage's store and runtime: the root itself
+    /// for the default job ([`DEFAULT_JOB`](super::DEFAULT_JOB), the layout of roots written before jobs),
+    /// `jobs/<job>/` for any other (`design/checkpoint-fencing.md`, "Jobs in the root"). Object paths
+    /// in its metadata are relative to it.
+    pub fn job(&self, job: &str) -> Result<Self> {
+        super::jobs::check_job_name(job)?;
+        let sub = super::jobs::job_prefix(job);
+        let (prefix, local_root, root_name) = if sub.is_empty() {
+            (
+                self.prefix.clone(),
+                self.local_root.clone(),
+                self.root_name.clone(),
+            )
+        } else {
+            let sub = sub.trim_end_matches('/');
+            (
+                if self.prefix.is_empty() {
+                    sub.to_string()
+                } else {
+                    format!("{}/{sub}", self.prefix)
+                },
+                self.local_root.as_ref().map(|r| r.join(sub)),
+                format!("{} (job {job})", self.root_name),
+            )
+        };
+        Ok(CheckpointStorage {
+            store: Arc::clone(&self.store),
+            prefix,
+            local_root,
+            io: Arc::clone(&self.io),
+            root_name,
+            fail_after: AtomicI64::new(-1),
+        })
+    }
+
     /// Runs the storage's requests on `io` (shared with other storages) instead of its own runtime.
     pub fn with_io(mut self, io: Arc<IoRuntime>) -> Self {
         self.io = io;

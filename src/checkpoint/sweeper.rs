@@ -136,7 +136,7 @@ fn finish(p: &Prepared<'_>, live: &BTreeSet<String>) -> Result<()> {
     let inner = p.inner;
     let storage = &inner.storage;
     let keep = |path: &str| live.contains(path) || p.protect.contains(path);
-    let own_run = format!("shared/{}/{:016x}/", inner.instance, inner.run);
+    let own_run = super::fence::run_dir(&inner.instance, inner.run, inner.attempt);
     // Everything is listed first and deleted after one fence check: an object in these listings was
     // uploaded after its writer's attempt marker existed, so if the check finds no newer attempt, no
     // object listed belongs to one (design/checkpoint-fencing.md, "Sweeps").

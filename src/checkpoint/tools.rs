@@ -7,8 +7,10 @@
 //! [`referenced_objects`] as the oracle of every run: moving it would make the library's tests depend on
 //! the command line crate and its features (S3, clap).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use super::fence::{attempt_of_run, newest_attempts, run_of, take_attempt};
+use super::format::CheckpointMetadata;
 use super::scan::checkpoint_id_of;
 pub use super::scan::{read_all_metadata, referenced_objects, MetadataEntry};
 use super::storage::CheckpointStorage;
@@ -126,53 +128,138 @@ pub struct GcReport {
     pub metadata: Vec<String>,
     /// Objects deleted.
     pub objects: Vec<String>,
+    /// Objects no kept checkpoint references that were left in place: a live attempt may still use them
+    /// (uploads of the newest attempt of an instance name, runs a claim marker names). Their writer's
+    /// next sweep, or [`gc_fencing`] once the job is stopped, deletes them.
+    pub spared: Vec<String>,
 }
 
-/// Offline garbage collection: keeps the newest `retain` checkpoint ids, deletes the metadata of older
-/// ones, then every object that no kept metadata references (uploads of unfinished checkpoints included)
-/// and the claim markers of runs left without objects.
-/// Must not run while a job writes to the root. A metadata file that does not decode stops it.
+/// Garbage collection of one job's part of a root (`storage` as [`CheckpointStorage::job`] gives it),
+/// safe beside live writers: keeps the newest `retain` checkpoint ids and the newest checkpoint of every
+/// instance name (a live writer's incremental base), deletes the metadata of the others, then every
+/// object that no kept metadata references **and** that no live attempt may still use: objects of runs
+/// written by a fenced attempt (one older than the newest of its instance name) or named before runs named
+/// their attempt, and not named by a claim marker. The rest is reported as [`GcReport::spared`]. Claim
+/// markers of runs left without objects go. A metadata file that does not decode stops it.
 pub fn gc(storage: &CheckpointStorage, retain: usize, dry_run: bool) -> Result<GcReport> {
+    collect(storage, retain, dry_run, false)
+}
+
+/// [`gc`] for a stopped job: first takes a new attempt of every instance name in the job's part of the
+/// root (each a create-only marker, `design/checkpoint-fencing.md`), which fences every writer still
+/// running (it commits and deletes nothing more), then keeps only the newest `retain` checkpoint ids and
+/// deletes every object no kept metadata references, whatever attempt wrote it. A dry run takes no
+/// attempt.
+pub fn gc_fencing(storage: &CheckpointStorage, retain: usize, dry_run: bool) -> Result<GcReport> {
+    collect(storage, retain, dry_run, true)
+}
+
+fn collect(
+    storage: &CheckpointStorage,
+    retain: usize,
+    dry_run: bool,
+    fence: bool,
+) -> Result<GcReport> {
     let mut all = Vec::new();
     for (path, m) in read_all_metadata(storage)? {
         // The metadata file's error (it names the file): nothing is deleted.
-        all.push((path, Ok::<_, Error>(m?)));
+        all.push((path, m?));
+    }
+    let listed = storage.list("")?;
+    // The attempt each instance name's runs are judged against: objects of runs older than it are no
+    // live writer's. Fencing: the attempt gc takes itself (every older writer is fenced by it).
+    let mut newest = newest_attempts(storage)?;
+    if fence {
+        let mut names: BTreeSet<String> = newest.keys().cloned().collect();
+        names.extend(all.iter().map(|(_, m)| m.instance.clone()));
+        names.extend(
+            listed
+                .iter()
+                .filter_map(|(p, _)| run_of(p))
+                .filter_map(|r| r.split('/').next())
+                .map(str::to_string),
+        );
+        for name in names {
+            let taken = if dry_run {
+                newest.get(&name).copied().unwrap_or(0).saturating_add(1)
+            } else {
+                take_attempt(storage, &name, None)?
+            };
+            newest.insert(name, taken);
+        }
     }
     let ids: BTreeSet<u64> = all
         .iter()
         .filter_map(|(p, _)| checkpoint_id_of(p))
         .collect();
-    let kept: BTreeSet<u64> = ids.iter().rev().take(retain).copied().collect();
-    let mut rep = GcReport {
-        kept: kept.iter().copied().collect(),
-        ..GcReport::default()
+    let mut kept: BTreeSet<u64> = ids.iter().rev().take(retain).copied().collect();
+    // Beside live writers, each instance name's newest checkpoint stays: it may be a writer's base.
+    let mut newest_of: BTreeMap<&str, u64> = BTreeMap::new();
+    for (_, m) in &all {
+        let e = newest_of.entry(m.instance.as_str()).or_insert(0);
+        *e = (*e).max(m.checkpoint_id);
+    }
+    let keep_meta = |path: &str, m: &CheckpointMetadata| {
+        checkpoint_id_of(path).is_some_and(|i| kept.contains(&i))
+            || (!fence && newest_of.get(m.instance.as_str()) == Some(&m.checkpoint_id))
     };
+    let mut rep = GcReport::default();
     let mut live = BTreeSet::new();
+    let mut kept_meta = BTreeSet::new();
     for (path, m) in &all {
-        let Ok(m) = m else { continue };
-        if checkpoint_id_of(path).is_some_and(|i| kept.contains(&i)) {
+        if keep_meta(path, m) {
             live.extend(m.objects.iter().map(|o| o.path.clone()));
+            kept_meta.insert(path.clone());
         } else {
             rep.metadata.push(path.clone());
         }
     }
-    for (path, _) in storage.list("")? {
+    kept.extend(kept_meta.iter().filter_map(|p| checkpoint_id_of(p)));
+    rep.kept = kept.iter().copied().collect();
+    let claim_markers = storage.list("claimed/")?;
+    // `<instance>/<run>` of every run a claim marker (`claimed/<owner>/<instance>/<run>`) names.
+    let claimed: BTreeSet<&str> = claim_markers
+        .iter()
+        .filter_map(|(m, _)| m.splitn(3, '/').nth(2))
+        .collect();
+    let metadata_doomed: BTreeSet<&String> = rep.metadata.iter().collect();
+    let mut runs_left: BTreeSet<String> = BTreeSet::new();
+    for (path, _) in &listed {
         if !(path.starts_with("shared/") || path.starts_with("chk-")) {
             continue;
         }
-        let is_kept_meta = checkpoint_id_of(&path).is_some_and(|i| kept.contains(&i))
-            && path.ends_with("/_metadata");
-        if is_kept_meta || live.contains(&path) || rep.metadata.contains(&path) {
+        if kept_meta.contains(path) || metadata_doomed.contains(path) {
             continue;
         }
-        rep.objects.push(path);
+        let run = run_of(path);
+        if live.contains(path) {
+            runs_left.extend(run.map(str::to_string));
+            continue;
+        }
+        let in_use = !fence
+            && run.is_some_and(|r| {
+                let inst = r.split('/').next().unwrap_or_default();
+                let by_live_attempt =
+                    attempt_of_run(r).is_some_and(|a| a >= newest.get(inst).copied().unwrap_or(0));
+                by_live_attempt || claimed.contains(r)
+            });
+        let by_newer = fence
+            && run.is_some_and(|r| {
+                let inst = r.split('/').next().unwrap_or_default();
+                attempt_of_run(r).is_some_and(|a| a >= newest.get(inst).copied().unwrap_or(0))
+            });
+        if in_use || by_newer {
+            runs_left.extend(run.map(str::to_string));
+            rep.spared.push(path.clone());
+        } else {
+            rep.objects.push(path.clone());
+        }
     }
-    // A claim marker (`claimed/<owner>/<instance>/<run>`) goes with the last object of its run.
-    for (marker, _) in storage.list("claimed/")? {
+    // A claim marker goes with the last object of its run.
+    for (marker, _) in &claim_markers {
         let run = marker.splitn(3, '/').nth(2).unwrap_or_default();
-        let prefix = format!("shared/{run}/");
-        if !live.iter().any(|p| p.starts_with(&prefix)) {
-            rep.objects.push(marker);
+        if !runs_left.contains(run) {
+            rep.objects.push(marker.clone());
         }
     }
     if !dry_run {

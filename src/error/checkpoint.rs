@@ -122,6 +122,25 @@ pub enum CheckpointError {
         /// The metadata object, relative to the root.
         path: String,
     },
+    /// The root holds several jobs and the command needs one of them (which checkpoint is "the newest",
+    /// which to collect): none is taken from another job (`design/checkpoint-fencing.md`, "Jobs").
+    #[error("checkpoint root {root} holds several jobs ({}); name one (`--job NAME`)", jobs.join(", "))]
+    AmbiguousJob {
+        /// The root.
+        root: String,
+        /// The jobs it holds.
+        jobs: Vec<String>,
+    },
+    /// The job named is not in the root (or has no checkpoint there).
+    #[error("checkpoint root {root} holds no job {job} (it holds: {})", if jobs.is_empty() { "none".to_string() } else { jobs.join(", ") })]
+    NoSuchJob {
+        /// The root.
+        root: String,
+        /// The job asked for.
+        job: String,
+        /// The jobs it holds.
+        jobs: Vec<String>,
+    },
     /// A call that breaks the checkpoint protocol (an id twice, completing a checkpoint still running,
     /// claiming parts of different checkpoints, ...).
     #[error("checkpoint protocol: {0}")]
@@ -139,13 +158,15 @@ impl CheckpointError {
             | CheckpointError::OverlappingParts { .. } => ErrorKind::Corruption,
             CheckpointError::UnsupportedVersion { .. } => ErrorKind::Unsupported,
             CheckpointError::Cancelled { .. } => ErrorKind::Closed,
-            CheckpointError::NotFound { .. } => ErrorKind::NotFound,
+            CheckpointError::NotFound { .. } | CheckpointError::NoSuchJob { .. } => {
+                ErrorKind::NotFound
+            }
             CheckpointError::Fenced { .. } | CheckpointError::AlreadyExists { .. } => {
                 ErrorKind::Busy
             }
-            CheckpointError::WrongBackend { .. } | CheckpointError::Invalid(_) => {
-                ErrorKind::InvalidInput
-            }
+            CheckpointError::WrongBackend { .. }
+            | CheckpointError::AmbiguousJob { .. }
+            | CheckpointError::Invalid(_) => ErrorKind::InvalidInput,
         }
     }
 

@@ -250,8 +250,9 @@ fn claim_across_rescales_reuses_the_restored_files_and_deletes_each_restored_che
     drop(insts);
     let mut one = vec![restore_on(kind, storage, id, all())];
     check_instances(&mut one, &model);
-    // gc keeping nothing leaves an empty root, claim markers included (attempt markers stay: they fence).
-    tools::gc(storage, 0, false).unwrap();
+    // gc of the stopped job keeping nothing leaves an empty root, claim markers included (attempt markers
+    // stay: they fence).
+    tools::gc_fencing(storage, 0, false).unwrap();
     assert_eq!(objects_but_attempt_markers(storage), Vec::<String>::new());
 }
 
@@ -487,8 +488,13 @@ fn an_old_run_a_crash_left_objects_in_is_swept_by_its_owner_when_it_opens_again(
     let (path, _) = &old[0];
     let orphan = format!("{path}.left-by-a-crash");
     storage.put(&orphan, storage.get(path).unwrap()).unwrap();
-    // Offline, gc would take the orphan and keep the marker: its run still holds referenced objects.
+    // Beside the live claimers, gc leaves the orphan to them: a claim marker names its run.
     let dry = tools::gc(&storage, 1, true).unwrap();
+    assert!(dry.objects.is_empty(), "{dry:?}");
+    assert_eq!(dry.spared, vec![orphan.clone()], "{dry:?}");
+    // Offline (fencing), gc would take the orphan and keep the marker: its run still holds referenced
+    // objects.
+    let dry = tools::gc_fencing(&storage, 1, true).unwrap();
     assert_eq!(dry.objects, vec![orphan.clone()], "{dry:?}");
     assert!(!markers(&storage).is_empty());
     // The owner (instance 0, holding key group 0) runs again under its name: its sweep at open finds it.

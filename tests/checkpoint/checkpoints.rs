@@ -515,8 +515,14 @@ fn gc_keeps_the_newest_checkpoints_and_what_they_reference(
     let dry = tools::gc(storage, 2, true).unwrap();
     assert_eq!(dry.kept, vec![4, 5]);
     assert_eq!(list_completed(storage).unwrap().len(), 5);
-    tools::gc(storage, 2, false).unwrap();
+    // Beside the live writer: the metadata goes, the writer's own retired uploads stay for its sweep.
+    let rep = tools::gc(storage, 2, false).unwrap();
     assert_eq!(list_completed(storage).unwrap().len(), 2);
+    assert!(!rep.spared.is_empty(), "{rep:?}");
+    assert!(tools::verify(storage, None).unwrap().problems.is_empty());
+    // The job stopped: gc --fence takes the rest.
+    let rep = tools::gc_fencing(storage, 2, false).unwrap();
+    assert!(rep.spared.is_empty(), "{rep:?}");
     assert_storage_exact(storage);
     assert!(tools::verify(storage, None).unwrap().problems.is_empty());
 }

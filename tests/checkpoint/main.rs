@@ -6,12 +6,15 @@ mod common;
 #[path = "../common/s3.rs"]
 mod s3;
 
+mod checkpoint_attempts_on_fault_fs;
 mod checkpoint_claim;
 mod checkpoint_crash;
 mod checkpoint_fencing;
+mod checkpoint_jobs;
 mod checkpoint_model;
 mod checkpoint_operands;
 mod checkpoints;
 mod checkpoints_async;
 mod checkpoints_in_tokio;
 mod checkpoints_on_fault_fs;
+mod root_before_jobs_fixture;

@@ -24,6 +24,8 @@ pub struct Plan {
     pub every: u64,
     /// Confirmed checkpoints retained.
     pub retain: usize,
+    /// The job in the root (`None`: the default job, the root's top level).
+    pub job: Option<String>,
 }
 
 struct Running {
@@ -53,7 +55,11 @@ impl Host {
         }
         // The probe: a capture of the empty store, dropped at once.
         drop(store.backend_mut().checkpoint_capture()?);
-        let storage = Arc::new(CheckpointStorage::open(&plan.root)?);
+        let mut storage = CheckpointStorage::open(&plan.root)?;
+        if let Some(job) = &plan.job {
+            storage = storage.job(job)?;
+        }
+        let storage = Arc::new(storage);
         let ck = Checkpointer::open(
             storage,
             store.config(),

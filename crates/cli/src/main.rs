@@ -87,6 +87,10 @@ enum Command {
         /// Confirmed checkpoints retained in the root.
         #[arg(long, default_value_t = 3, requires = "checkpoint_dir")]
         retain: usize,
+        /// Checkpoint as this job of the root (its part `jobs/NAME/`; default: the root's top level, the
+        /// job `default`).
+        #[arg(long, requires = "checkpoint_dir")]
+        job: Option<String>,
         /// Run the job as this many operator instances (key-group ranges) in this process, every LSM
         /// backend on one shared environment; prints peak memory, threads and write stall time (no
         /// savepoint or checkpoints).
@@ -229,6 +233,7 @@ fn main() -> ExitCode {
             checkpoint_dir,
             checkpoint_every,
             retain,
+            job,
             instances,
             memory_budget,
         } => {
@@ -246,6 +251,7 @@ fn main() -> ExitCode {
                 root,
                 every: checkpoint_every,
                 retain,
+                job,
             });
             run_demo(backend, dir.as_deref(), records, seed, &savepoint, plan)
         }

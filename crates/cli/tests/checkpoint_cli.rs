@@ -163,10 +163,34 @@ fn list_verify_gc_and_to_savepoint(r: &str, storage: &Arc<CheckpointStorage>, no
     );
     let o = run(&["checkpoint", "gc", r, "--retain", "1"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    // The writers' newest attempts may still be running: their unreferenced uploads stay.
+    assert!(
+        text(&o.stdout).contains("a live writer may still use"),
+        "{}",
+        text(&o.stdout)
+    );
     let listed = text(&run(&["checkpoint", "list", r]).stdout);
     assert!(listed.lines().all(|l| l.starts_with("3\t")), "{listed}");
     let o = run(&["checkpoint", "verify", r, "--id", "3"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    // The job stopped: gc --fence fences its writers and leaves exactly what checkpoint 3 references.
+    let o = run(&["checkpoint", "gc", r, "--retain", "1", "--fence"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        !text(&o.stdout).contains("live writer"),
+        "{}",
+        text(&o.stdout)
+    );
+    let referenced = keyed_state::checkpoint::tools::referenced_objects(storage)
+        .unwrap()
+        .unwrap();
+    let shared: std::collections::BTreeSet<String> = storage
+        .list("shared/")
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(shared, referenced);
 
     // Damage: a missing object is named, with a non-zero exit.
     let (victim, _) = storage.list("shared/").unwrap().into_iter().next().unwrap();
@@ -488,4 +512,139 @@ fn read_only_checkpoint_commands_on_a_mistyped_root_fail_and_create_nothing() {
         "{}",
         text(&o.stderr)
     );
+}
+
+/// `demo_into`, as job `job` of the root.
+fn demo_as_job(root: &str, sp: &std::path::Path, seed: &str, job: &str) -> Output {
+    let mut args = demo_into(root, sp, seed);
+    args.extend(["--job".to_string(), job.to_string()]);
+    run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[test]
+fn two_demo_jobs_in_one_root_are_listed_by_job_and_the_newest_is_never_taken_from_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ckpt");
+    let root = root.to_str().unwrap();
+    // Two jobs at the same parallelism, each numbering its checkpoints from 1: both succeed.
+    let a = demo_as_job(root, &dir.path().join("a.sp"), "1", "nightly");
+    assert!(a.status.success(), "{}", text(&a.stderr));
+    let b = demo_as_job(root, &dir.path().join("b.sp"), "2", "backfill");
+    assert!(b.status.success(), "{}", text(&b.stderr));
+    assert!(
+        text(&b.stdout).contains("(job backfill)"),
+        "{}",
+        text(&b.stdout)
+    );
+    // A third, plain demo: the default job (the root's top level), as before jobs.
+    let c = run(&demo_into(root, &dir.path().join("c.sp"), "3")
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    assert!(c.status.success(), "{}", text(&c.stderr));
+
+    let jobs = text(&run(&["checkpoint", "jobs", root]).stdout);
+    assert_eq!(
+        jobs.lines().collect::<Vec<_>>(),
+        vec!["backfill\t2\t5", "default\t2\t5", "nightly\t2\t5"],
+        "{jobs}"
+    );
+    // Without --job, each line names its job (a seventh column); with --job, the six columns as before.
+    let all = text(&run(&["checkpoint", "list", root]).stdout);
+    assert_eq!(all.lines().count(), 6, "{all}");
+    for job in ["backfill", "default", "nightly"] {
+        assert_eq!(
+            all.lines()
+                .filter(|l| l.ends_with(&format!("\t{job}")))
+                .count(),
+            2,
+            "{all}"
+        );
+    }
+    let one = text(&run(&["checkpoint", "list", root, "--job", "nightly"]).stdout);
+    assert_eq!(one.lines().count(), 2, "{one}");
+    assert!(one.lines().all(|l| l.split('\t').count() == 6), "{one}");
+    assert_root_verifies(root);
+    let o = run(&["checkpoint", "verify", root, "--job", "backfill"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    // The newest checkpoint of which job? A typed error listing them; nothing written.
+    let out = dir.path().join("newest.sp");
+    let o = run(&[
+        "checkpoint",
+        "to-savepoint",
+        root,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("holds several jobs (backfill, default, nightly)") && err.contains("--job"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    for cmd in [
+        vec!["checkpoint", "gc", root, "--retain", "1"],
+        vec!["checkpoint", "verify", root, "--id", "5"],
+    ] {
+        let o = run(&cmd);
+        assert!(!o.status.success(), "{cmd:?}");
+        assert!(text(&o.stderr).contains("several jobs"), "{cmd:?}");
+    }
+    let o = run(&["checkpoint", "list", root, "--job", "nope"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("holds no job nope"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // Each job's newest restores to what that job's demo saved (its final savepoint holds the same
+    // state as its last checkpoint, taken after the last event).
+    for (job, sp) in [("nightly", "a.sp"), ("backfill", "b.sp")] {
+        let out = dir.path().join(format!("{job}-newest.sp"));
+        let o = run(&[
+            "checkpoint",
+            "to-savepoint",
+            root,
+            "--job",
+            job,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(
+            text(&o.stdout).contains("of checkpoint 5"),
+            "{}",
+            text(&o.stdout)
+        );
+        let dump = |p: &std::path::Path| {
+            let o = run(&["dump", p.to_str().unwrap()]);
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            text(&o.stdout)
+                .lines()
+                .filter(|l| l.contains("entries"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(dump(&out), dump(&dir.path().join(sp)), "{job}");
+    }
+    // gc of one job, named: the others stay whole.
+    let o = run(&[
+        "checkpoint",
+        "gc",
+        root,
+        "--retain",
+        "1",
+        "--job",
+        "nightly",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let jobs = text(&run(&["checkpoint", "jobs", root]).stdout);
+    assert!(
+        jobs.contains("nightly\t1\t5") && jobs.contains("backfill\t2\t5"),
+        "{jobs}"
+    );
+    assert_root_verifies(root);
 }
