@@ -8,9 +8,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::checkpointer::{CheckpointOptions, CheckpointSummary, Checkpointer};
+use super::checkpointer::Checkpointer;
 use super::io::off_executor;
 use super::pending::PendingCheckpoint;
+use super::registry::{CheckpointOptions, CheckpointSummary};
 use super::restore::RestoreInfo;
 use super::storage::CheckpointStorage;
 use super::tools::GcReport;

@@ -7,96 +7,16 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::fence::{claims_prefix, newest_attempt, run_of, take_attempt};
+use super::fence::{claims_prefix, run_of, take_attempt};
 use super::format::{CheckpointMetadata, FileRef};
 use super::pending::PendingCheckpoint;
+use super::registry::{
+    CheckpointOptions, InFlight, Inner, Registry, RestoreMode, Retained, SweepState, SweepStatus,
+};
 use super::storage::CheckpointStorage;
-use super::sweeper::{SweepState, SweepStatus};
 use super::{instance_name, metadata_path};
 use crate::backend::{BackendConfig, StateBackend};
 use crate::error::{CheckpointError, Error, Result};
-
-/// How a checkpointer treats the checkpoint its backend was restored from (Flink's restore modes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RestoreMode {
-    /// The restored checkpoint's metadata and objects are never deleted by this run; its first checkpoint
-    /// uploads every file.
-    #[default]
-    NoClaim,
-    /// This run owns the restored checkpoint: it is the incremental base, counts as retained and is deleted
-    /// once subsumed, also after a rescale (each old part by the new instance holding its first key group).
-    Claim,
-}
-
-/// Options of a [`Checkpointer`].
-#[derive(Debug, Clone)]
-pub struct CheckpointOptions {
-    /// Confirmed checkpoints kept (default 3, at least 1).
-    pub retain: usize,
-    /// The instance name; default [`instance_name`] of the backend's key-group range.
-    pub instance: Option<String>,
-    /// Files smaller than this are packed together (default 1 MiB).
-    pub pack_threshold: u64,
-    /// Largest pack (default 8 MiB).
-    pub pack_max: u64,
-    /// This writer's attempt for its instance name (Flink's restart attempt, the same in every process
-    /// of one attempt). Default: the next one after every attempt the root holds for the instance name.
-    /// Opening an attempt the root already holds, or one older than its newest, is
-    /// [`CheckpointError::Fenced`] (`design/checkpoint-fencing.md`).
-    pub attempt: Option<u64>,
-}
-
-impl Default for CheckpointOptions {
-    fn default() -> Self {
-        CheckpointOptions {
-            retain: 3,
-            instance: None,
-            pack_threshold: 1 << 20,
-            pack_max: 8 << 20,
-            attempt: None,
-        }
-    }
-}
-
-/// What one finished checkpoint wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckpointSummary {
-    /// The checkpoint id.
-    pub id: u64,
-    /// Files uploaded by this checkpoint.
-    pub files_new: usize,
-    /// Files referenced from the incremental base.
-    pub files_reused: usize,
-    /// Objects written (data objects and the metadata).
-    pub objects_written: usize,
-    /// Bytes written to storage (data objects and the metadata).
-    pub bytes_written: u64,
-    /// Bytes of local files uploaded.
-    pub bytes_new_files: u64,
-    /// Bytes of every file of the checkpoint.
-    pub state_size: u64,
-    /// Microseconds of the asynchronous part.
-    pub async_micros: u64,
-}
-
-pub(super) struct InFlight {
-    pub(super) cancel: Arc<AtomicBool>,
-    /// Objects the checkpoint may reference or is uploading: live for the sweep until its metadata exists.
-    pub(super) protect: BTreeSet<String>,
-    /// The metadata once written (complete on storage, not yet confirmed by the host).
-    pub(super) written: Option<CheckpointMetadata>,
-}
-
-/// A confirmed checkpoint while retained.
-pub(super) struct Retained {
-    id: u64,
-    /// The metadata files this run deletes when it leaves retention: its own; after a claim, those of the
-    /// restored parts this instance owns.
-    delete: Vec<String>,
-    /// The old runs (`<instance>/<run>`, not this instance's) whose objects those files reference: swept
-    /// right after the deletion.
-    runs: BTreeSet<String>,
-}
 
 /// The old runs (`<instance>/<run>`) whose objects `m` references, other than `instance`'s own.
 fn foreign_runs(m: &CheckpointMetadata, instance: &str) -> BTreeSet<String> {
@@ -106,56 +26,6 @@ fn foreign_runs(m: &CheckpointMetadata, instance: &str) -> BTreeSet<String> {
         .filter(|run| run.split('/').next() != Some(instance))
         .map(str::to_string)
         .collect()
-}
-
-pub(super) struct Registry {
-    pub(super) base: Option<CheckpointMetadata>,
-    /// Confirmed checkpoints, oldest first.
-    pub(super) retained: VecDeque<Retained>,
-    pub(super) in_flight: BTreeMap<u64, InFlight>,
-    pub(super) last_confirmed: Option<u64>,
-    /// After a no-claim restore nothing is reused until the first own confirmation.
-    pub(super) reuse_restored: bool,
-    /// The highest id of this instance name in the root at open: new ids must be above it (a rerun
-    /// never writes below or over an earlier run's checkpoints).
-    pub(super) floor: Option<u64>,
-    /// Metadata files retired (subsumed, aborted or out of retention) that the next sweep deletes.
-    pub(super) retire: Vec<String>,
-    /// Old runs (`<instance>/<run>`) the retired metadata referenced: the next sweep looks at them.
-    pub(super) sweep_runs: BTreeSet<String>,
-}
-
-pub(super) struct Inner {
-    pub(super) storage: Arc<CheckpointStorage>,
-    pub(super) instance: String,
-    /// This writer's attempt (its marker `attempts/<instance>/<attempt>` exists in the root).
-    pub(super) attempt: u64,
-    pub(super) run: u64,
-    pub(super) opts: CheckpointOptions,
-    pub(super) reg: Mutex<Registry>,
-    pub(super) closed: AtomicBool,
-    /// The number of the next object this run uploads (taken under `reg`'s lock).
-    pub(super) next_object: AtomicU64,
-    /// What the sweeps did.
-    pub(super) sweep: Mutex<SweepState>,
-    /// Held by a running sweep: one sweep of the instance at a time.
-    pub(super) sweep_lock: Mutex<()>,
-}
-
-impl Inner {
-    /// [`CheckpointError::Fenced`] if a newer attempt of the instance name is in the root.
-    pub(super) fn check_fenced(&self) -> Result<()> {
-        let newest = newest_attempt(&self.storage, &self.instance)?;
-        if newest > self.attempt {
-            return Err(CheckpointError::Fenced {
-                instance: self.instance.clone(),
-                attempt: self.attempt,
-                newer: newest,
-            }
-            .into());
-        }
-        Ok(())
-    }
 }
 
 /// One instance's checkpoints into one storage root. Cheap to clone (shared).

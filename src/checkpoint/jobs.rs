@@ -4,45 +4,13 @@
 //! job's part; [`list_jobs`] says which jobs a root holds; [`resolve_job`] picks the job a command means,
 //! and never guesses between several.
 
+use super::job_name::{check_job_name, DEFAULT_JOB, JOBS_DIR};
 use super::scan::checkpoint_id_of;
 use super::storage::CheckpointStorage;
-use crate::error::{CheckpointError, Error, Result};
-
-/// The job of a root's top level: every root written before jobs is this one job.
-pub const DEFAULT_JOB: &str = "default";
-
-/// Where the jobs other than [`DEFAULT_JOB`] live in a root.
-const JOBS_DIR: &str = "jobs/";
+use crate::error::{CheckpointError, Result};
 
 /// The prefixes of the objects a job owns, relative to its part of the root.
 const JOB_OBJECTS: [&str; 4] = ["chk-", "shared/", "attempts/", "claimed/"];
-
-/// A job name is 1..=200 bytes of ASCII letters, digits, `-`, `_` and `.`, not starting with `.`.
-pub(crate) fn check_job_name(job: &str) -> Result<()> {
-    let ok = !job.is_empty()
-        && job.len() <= 200
-        && !job.starts_with('.')
-        && job
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "checkpoint job name {job:?} must be 1..200 ASCII letters, digits, '-', '_' or '.', not \
-             starting with '.'"
-        )))
-    }
-}
-
-/// The part of the root job `job` owns, relative to the root: empty for the default job.
-pub(crate) fn job_prefix(job: &str) -> String {
-    if job == DEFAULT_JOB {
-        String::new()
-    } else {
-        format!("{JOBS_DIR}{job}/")
-    }
-}
 
 /// A new job name, unique among the jobs of any root with overwhelming probability: `job-` and 16 hex
 /// digits of the time, the process id and a counter.
@@ -122,6 +90,7 @@ pub fn newest_checkpoint(job_storage: &CheckpointStorage) -> Result<Option<u64>>
 
 #[cfg(test)]
 mod tests {
+    use super::super::job_name::job_prefix;
     use super::*;
 
     #[test]

@@ -38,8 +38,10 @@ pub(crate) mod fault_store;
 mod fence;
 mod format;
 mod io;
+mod job_name;
 mod jobs;
 mod pending;
+mod registry;
 mod restore;
 mod scan;
 mod storage;
@@ -52,11 +54,14 @@ pub use crate::error::CheckpointError;
 pub use async_api::{
     gc_async, restore_heap_async, restore_lsm_async, restore_lsm_temp_async, to_savepoint_async,
 };
-pub use checkpointer::{CheckpointOptions, CheckpointSummary, Checkpointer, RestoreMode};
+pub use checkpointer::Checkpointer;
 pub use format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 pub use io::{IoRuntime, DEFAULT_IO_THREADS};
-pub use jobs::{generate_job_name, list_jobs, newest_checkpoint, resolve_job, DEFAULT_JOB};
+pub use job_name::DEFAULT_JOB;
+pub use jobs::{generate_job_name, list_jobs, newest_checkpoint, resolve_job};
 pub use pending::PendingCheckpoint;
+pub use registry::{CheckpointOptions, CheckpointSummary, RestoreMode};
+pub use registry::{SweepStatus, SWEEP_RETRY_FIRST, SWEEP_RETRY_MAX};
 #[cfg(feature = "rocksdb")]
 pub use restore::restore_rocksdb;
 pub use restore::{restore_heap, restore_lsm, restore_lsm_temp, to_savepoint, RestoreInfo};
@@ -65,7 +70,7 @@ pub use storage::{
     CheckpointStorage, Upload, UploadPart, Uploaded, MULTIPART_THRESHOLD, PARALLELISM, PART_SIZE,
     REMOTE_CONNECT_TIMEOUT, REMOTE_MAX_RETRIES, REMOTE_REQUEST_TIMEOUT, REMOTE_RETRY_TIMEOUT,
 };
-pub use sweeper::{wait_for_sweeps, SweepStatus, SWEEP_RETRY_FIRST, SWEEP_RETRY_MAX};
+pub use sweeper::wait_for_sweeps;
 
 /// Relative path of the metadata of `instance`'s part of checkpoint `id`.
 pub fn metadata_path(id: u64, instance: &str) -> String {

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::checkpointer::{CheckpointSummary, Inner};
 use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 use super::metadata_path;
+use super::registry::{CheckpointSummary, Inner};
 use super::storage::{Upload, UploadPart};
 use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource};
 use crate::error::{CheckpointError, Error, Result};

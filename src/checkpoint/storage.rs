@@ -305,8 +305,8 @@ impl CheckpointStorage {
     /// `jobs/<job>/` for any other (`design/checkpoint-fencing.md`, "Jobs in the root"). Object paths
     /// in its metadata are relative to it.
     pub fn job(&self, job: &str) -> Result<Self> {
-        super::jobs::check_job_name(job)?;
-        let sub = super::jobs::job_prefix(job);
+        super::job_name::check_job_name(job)?;
+        let sub = super::job_name::job_prefix(job);
         let (prefix, local_root, root_name) = if sub.is_empty() {
             (
                 self.prefix.clone(),

@@ -21,66 +21,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::checkpointer::Inner;
 use super::fence::{claims_prefix, run_of};
+use super::registry::{Inner, SWEEP_RETRY_FIRST, SWEEP_RETRY_MAX};
 use super::storage::CheckpointStorage;
 use crate::error::{CheckpointError, Error, Result};
-
-/// The longest delay before a failed sweep is retried.
-pub const SWEEP_RETRY_MAX: Duration = Duration::from_secs(30);
-/// The delay before the first retry of a failed sweep (doubled at every further failure).
-pub const SWEEP_RETRY_FIRST: Duration = Duration::from_millis(100);
-
-/// What the sweeps of one [`Checkpointer`](super::Checkpointer) did: failures of the background sweep are
-/// reported here (and logged through `tracing`), never in the confirmation's result.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SweepStatus {
-    /// Sweeps queued (by confirmations and aborts) or run on request.
-    pub requested: u64,
-    /// Sweeps that finished without error.
-    pub succeeded: u64,
-    /// Sweeps that failed.
-    pub failed: u64,
-    /// Failures since the last sweep that finished without error.
-    pub consecutive_failures: u64,
-    /// The last failure, until a sweep finishes without error.
-    pub last_error: Option<String>,
-    /// Whether the last failure was [`CheckpointError::Fenced`] (then the sweep is not retried).
-    pub fenced: bool,
-    /// Whether a sweep is queued or running.
-    pub pending: bool,
-}
-
-/// The sweep state of one checkpointer.
-#[derive(Default)]
-pub(super) struct SweepState {
-    pub(super) status: SweepStatus,
-    /// Queued in the process's sweeper.
-    queued: bool,
-}
-
-impl SweepState {
-    pub(super) fn record(&mut self, r: &Result<()>) {
-        match r {
-            Ok(()) => {
-                self.status.succeeded += 1;
-                self.status.consecutive_failures = 0;
-                self.status.last_error = None;
-                self.status.fenced = false;
-            }
-            Err(e) => {
-                self.status.failed += 1;
-                self.status.consecutive_failures += 1;
-                self.status.last_error = Some(e.to_string());
-                self.status.fenced = is_fenced(e);
-            }
-        }
-    }
-}
-
-fn is_fenced(e: &Error) -> bool {
-    matches!(e, Error::Checkpoint(CheckpointError::Fenced { .. }))
-}
 
 /// One instance's sweep, ready for the scan of the root.
 struct Prepared<'a> {
