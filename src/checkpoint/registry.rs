@@ -26,12 +26,12 @@ pub enum RestoreMode {
     Claim,
 }
 
-/// Options of a [`Checkpointer`].
+/// Options of a [`Checkpointer`](super::Checkpointer).
 #[derive(Debug, Clone)]
 pub struct CheckpointOptions {
     /// Confirmed checkpoints kept (default 3, at least 1).
     pub retain: usize,
-    /// The instance name; default [`instance_name`] of the backend's key-group range.
+    /// The instance name; default [`instance_name`](super::instance_name) of the backend's key-group range.
     pub instance: Option<String>,
     /// Files smaller than this are packed together (default 1 MiB).
     pub pack_threshold: u64,
