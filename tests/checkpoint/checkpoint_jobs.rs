@@ -211,11 +211,18 @@ fn gc_during_checkpoint(n: Option<u64>, fence: bool) -> (bool, u64, bool) {
     }
     round(&mut w, &mut model, 4, 250);
     confirmed.insert(4, model.clone());
+    // The confirmations' sweeps run in the background: none of them may interleave with the requests counted.
+    w.ck.wait_for_sweeps();
     let start = fault.requests();
     let gate = n.map(|n| fault.pause_at(start + n));
     let pending = w.ck.begin(4, w.store.backend_mut()).unwrap();
     let ck = w.ck.clone();
-    let task = std::thread::spawn(move || pending.run().and_then(|_| ck.notify_complete(4)));
+    // The confirmation's sweep is part of the requests counted: the task waits for it.
+    let task = std::thread::spawn(move || {
+        pending.run().and_then(|_| ck.notify_complete(4)).map(|()| {
+            ck.wait_for_sweeps();
+        })
+    });
     let mut reached = false;
     if let Some((arrived, _)) = &gate {
         while !task.is_finished() {
@@ -260,6 +267,7 @@ fn gc_during_checkpoint(n: Option<u64>, fence: bool) -> (bool, u64, bool) {
         round(&mut w, &mut model, 5, 100);
         w.checkpoint(5);
         w.ck.notify_complete(5).unwrap();
+        w.ck.wait_for_sweeps();
         assert_storage_exact(&gjob);
         assert_whole_and_restores(&gjob, 5, &model);
     }

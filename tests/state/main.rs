@@ -6,8 +6,8 @@ mod conformance;
 
 mod backend_swap;
 mod backends;
-mod lsm_operands;
 mod env_memory;
+mod lsm_operands;
 mod lsm_rescale;
 mod model;
 mod operands_model;
