@@ -596,6 +596,7 @@ mod tests {
             auto_compaction: false,
             num_levels: 3,
             dynamic_level_bytes: dynamic,
+            l0_base_ratio: 0.25,
             sst: SstOptions {
                 compression: Compression::None,
                 ..SstOptions::default()
