@@ -20,7 +20,7 @@ use keyed_state_lsm::{EnvOptions, EnvStats, MemoryBudget, MemoryUsage, Options, 
 use crate::backend::heap::HeapBackend;
 use crate::backend::lsm::LsmBackend;
 use crate::backend::BackendConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// How a [`StateEnv`] is sized.
 #[derive(Debug, Clone)]
@@ -317,5 +317,66 @@ mod tests {
             "{got:?}"
         );
         assert_eq!(got.len(), env.metrics().len());
+    }
+}
+
+/// A size in bytes from `512MiB`, `1GiB`, `64M`, `2G`, `1.5KiB` or `4096` (binary units, case-insensitive;
+/// no unit is bytes), as hosts take a memory budget on their command line. Anything else, or less than one
+/// byte, is an [`Error::InvalidArgument`] naming the text.
+pub fn parse_size(s: &str) -> Result<usize> {
+    let bad = |why: String| Error::InvalidArgument(why);
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| bad(format!("{s:?} is not a size (e.g. 512MiB, 2GiB, 65536)")))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(bad(format!(
+                "unknown size unit {other:?} in {s:?} (use KiB, MiB or GiB)"
+            )))
+        }
+    };
+    let bytes = n * mult;
+    if !(bytes >= 1.0 && bytes < usize::MAX as f64) {
+        return Err(bad(format!("{s:?} is not a size of at least one byte")));
+    }
+    Ok(bytes as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_in_binary_units_and_bad_ones_say_why() {
+        assert_eq!(parse_size("256MiB").ok(), Some(256 << 20));
+        assert_eq!(parse_size("1g").ok(), Some(1 << 30));
+        assert_eq!(parse_size("2G").ok(), Some(2 << 30));
+        assert_eq!(parse_size("64 M").ok(), Some(64 << 20));
+        assert_eq!(parse_size("64k").ok(), Some(64 << 10));
+        assert_eq!(parse_size("4096").ok(), Some(4096));
+        assert_eq!(parse_size("1.5KiB").ok(), Some(1536));
+        assert_eq!(parse_size("1.5GiB").ok(), Some(3 << 29));
+        let why = |s: &str| {
+            parse_size(s)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(
+            why("lots").contains("\"lots\" is not a size"),
+            "{}",
+            why("lots")
+        );
+        assert!(why("3 parsecs").contains("unknown size unit \"parsecs\""));
+        assert!(why("0").contains("at least one byte"));
     }
 }

@@ -17,34 +17,6 @@ use keyed_state_lsm::Options;
 
 use crate::demo;
 
-/// A size in bytes from `512MiB`, `1GiB`, `64M`, `2G`, `4096` (binary units; a missing unit is bytes).
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 512MiB, 2GiB, 65536)"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?} in {s:?} (use KiB, MiB, GiB)"
-            ))
-        }
-    };
-    let bytes = n * mult;
-    if !(bytes >= 1.0 && bytes < usize::MAX as f64) {
-        return Err(format!("{s:?} is not a size of at least one byte"));
-    }
-    Ok(bytes as usize)
-}
-
 /// A field of `/proc/self/status` in KiB (0 where there is none).
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -174,21 +146,4 @@ pub fn run(
         s.write_buffer_stall_micros as f64 / 1000.0
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse_with_binary_units_and_bad_ones_are_refused() {
-        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert_eq!(parse_size("64k"), Ok(64 << 10));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("10 parsecs").is_err());
-        assert!(parse_size("0").is_err());
-    }
 }

@@ -98,7 +98,7 @@ enum Command {
         instances: Option<usize>,
         /// The memory budget the instances share (memtables, block cache, SST metadata), e.g. `512MiB`
         /// (needs `--instances`).
-        #[arg(long, requires = "instances", value_parser = demo_instances::parse_size)]
+        #[arg(long, requires = "instances", value_parser = keyed_state::env::parse_size)]
         memory_budget: Option<usize>,
     },
     /// Show a savepoint's states, serializers, key groups, entries and bytes (our savepoint files, and

@@ -10,8 +10,7 @@ use keyed_state_timely::events::{EventSpec, DEFAULT_EVENT_RATE};
 use keyed_state_timely::launch::{launch, LaunchOutcome};
 use keyed_state_timely::queries::Query;
 use keyed_state_timely::spec::{
-    parse_size, Backend, ClusterSpec, JobIdentity, JobSpec, DEFAULT_MEMORY_BUDGET,
-    MIN_MEMORY_BUDGET,
+    Backend, ClusterSpec, JobIdentity, JobSpec, DEFAULT_MEMORY_BUDGET, MIN_MEMORY_BUDGET,
 };
 use keyed_state_timely::Error;
 
@@ -104,7 +103,7 @@ struct JobArgs {
     max_parallelism: u32,
     /// Memory each process's state stores share: memtables, block cache and SST metadata of every LSM
     /// backend, and the heap backends' state (e.g. 512MiB, 2GiB; default 256MiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = keyed_state::env::parse_size)]
     memory_budget: Option<usize>,
 }
 

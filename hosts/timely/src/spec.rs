@@ -81,34 +81,6 @@ pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
 /// The smallest memory budget accepted: 8 MiB (below it the engines' fixed parts alone overrun it).
 pub const MIN_MEMORY_BUDGET: usize = 8 << 20;
 
-/// A size in bytes from `512MiB`, `1GiB`, `64M`, `2G` or `4096` (binary units; no unit is bytes).
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 512MiB, 2GiB, 65536)"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?} in {s:?} (use KiB, MiB or GiB)"
-            ))
-        }
-    };
-    let bytes = n * mult;
-    if !(bytes >= 1.0 && bytes < usize::MAX as f64) {
-        return Err(format!("{s:?} is not a size of at least one byte"));
-    }
-    Ok(bytes as usize)
-}
-
 impl JobSpec {
     /// Whether a checkpoint is taken once epoch `e` is complete.
     pub fn is_checkpoint_epoch(&self, e: u64) -> bool {
@@ -157,24 +129,5 @@ impl ClusterSpec {
     /// Every worker of the job.
     pub fn total_workers(&self) -> usize {
         self.processes * self.workers
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse_in_binary_units_and_bad_ones_say_why() {
-        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
-        assert_eq!(parse_size("1g"), Ok(1 << 30));
-        assert_eq!(parse_size("64 M"), Ok(64 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("1.5KiB"), Ok(1536));
-        assert!(parse_size("lots").unwrap_err().contains("not a size"));
-        assert!(parse_size("3 parsecs")
-            .unwrap_err()
-            .contains("unknown size unit"));
-        assert!(parse_size("0").unwrap_err().contains("at least one byte"));
     }
 }

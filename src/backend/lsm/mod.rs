@@ -26,18 +26,23 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+mod cache_config;
 mod cached;
 mod capture;
+mod clip;
 mod engine;
+mod keys;
+mod map_scan;
 mod snapshot;
 
 use cached::{cached_map_write, cached_read, cached_write, merged_scan, settle};
 use capture::LsmCapture;
 pub use engine::LsmEngine;
 use engine::Shared;
+use keys::{bounds, kg_prefix, prefix_bounds};
 pub use snapshot::LsmSnapshot;
 
-use super::lsm_cache::{MapDirty, RmwCache};
+use super::lsm_cache::RmwCache;
 use super::lsm_load::{LoadRun, Loader};
 use super::lsm_merge::{StateMergeOperator, ValueMerges};
 use super::lsm_ttl::{TtlFilterFactory, TtlFilters};
@@ -45,12 +50,10 @@ use super::state_prefix::StateKeyPrefix;
 use super::{BackendConfig, BackendSnapshot, StateBackend, StateId};
 use crate::error::{Error, Location, Result};
 use crate::keygroup::{
-    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup, KeyGroupRange,
+    key_group_prefix_len, read_key_group_prefix, write_key_group_prefix, KeyGroup,
 };
 use crate::meta::{StateKind, StateMetaInfo};
-use keyed_state_lsm::{
-    prefix_successor, CheckpointInfo, Db, Options, ReadOptions, Snapshot, WriteBatch,
-};
+use keyed_state_lsm::{prefix_successor, CheckpointInfo, Db, Options, ReadOptions, WriteBatch};
 
 /// Width of the state-id prefix of every engine key.
 pub const STATE_PREFIX_LEN: usize = 2;
@@ -92,33 +95,6 @@ pub struct LsmBackend {
     cache: Option<RmwCache>,
     /// The cache's charge on the engine environment's memory budget: its capacity and its doorkeeper.
     cache_charge: Option<keyed_state_lsm::MemoryReservation>,
-}
-
-/// The first engine key of `state`'s key group `kg`: `sid | KG`.
-fn kg_prefix(state: StateId, kg: KeyGroup, prefix_len: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(STATE_PREFIX_LEN + prefix_len);
-    v.extend_from_slice(&(state as u16).to_be_bytes());
-    write_key_group_prefix(&mut v, kg, prefix_len);
-    v
-}
-
-/// Read options for the keys in `[lower, upper)`.
-fn bounds<'a>(
-    snapshot: Option<&'a Snapshot>,
-    lower: Vec<u8>,
-    upper: Option<Vec<u8>>,
-) -> ReadOptions<'a> {
-    ReadOptions {
-        snapshot,
-        lower_bound: Some(lower),
-        upper_bound: upper,
-        prefix: None,
-    }
-}
-
-/// Read options for every key starting with `prefix`.
-fn prefix_bounds(prefix: &[u8]) -> ReadOptions<'static> {
-    bounds(None, prefix.to_vec(), prefix_successor(prefix))
 }
 
 impl LsmBackend {
@@ -295,130 +271,6 @@ impl LsmBackend {
         Ok(self.shared.db.checkpoint(dir)?)
     }
 
-    /// Sets the capacity of the read-modify-write cache in bytes (`design/rmw-cache.md`): keys, values and
-    /// a fixed per-entry overhead. 0 turns the cache off (its dirty entries are written back first); a
-    /// smaller capacity evicts at once. The capacity (with the doorkeeper's table, 1/64 of it) is reserved
-    /// from the engine environment's memory budget ([`MemoryBudget::reserve`](keyed_state_lsm::MemoryBudget::reserve)):
-    /// with a [`StateEnv`](crate::env::StateEnv) budget the cache lives inside it, shrinking the shared block
-    /// cache, and the budget's breakdown counts it under `reserved`. A key the cache does not hold is taken in on its second
-    /// miss within a while (a doorkeeper of about 1/64 of the capacity remembers the first): a key touched
-    /// once costs what it costs without the cache ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
-    pub fn set_rmw_cache_capacity(&mut self, capacity: usize) -> Result<()> {
-        let db = &self.shared.db;
-        match (&mut self.cache, capacity) {
-            (Some(c), 0) => {
-                c.clear(db)?;
-                self.cache = None;
-            }
-            (Some(c), n) => {
-                c.set_capacity(n);
-                c.evict(None, db)?;
-            }
-            (None, 0) => {}
-            (None, n) => self.cache = Some(RmwCache::new(n, false)),
-        }
-        self.charge_cache();
-        Ok(())
-    }
-
-    /// Makes the cache's charge on the memory budget its footprint (none without a cache).
-    fn charge_cache(&mut self) {
-        match (&self.cache, &mut self.cache_charge) {
-            (None, charge) => *charge = None,
-            (Some(c), Some(r)) => r.resize(c.footprint()),
-            (Some(c), charge @ None) => {
-                *charge = Some(self.shared.db.env().memory().reserve(c.footprint()))
-            }
-        }
-    }
-
-    /// `true`: the cache takes every key in on its first miss, without the doorkeeper (tests use it to
-    /// send every write through the cache). Writes back and starts a new, empty cache of the same capacity.
-    pub fn set_rmw_cache_admission(&mut self, first_touch: bool) -> Result<()> {
-        if let Some(c) = &mut self.cache {
-            if c.admits_on_first_touch() != first_touch {
-                c.clear(&self.shared.db)?;
-                self.cache = Some(RmwCache::new(c.capacity(), first_touch));
-            }
-        }
-        self.charge_cache();
-        Ok(())
-    }
-
-    /// This backend with a read-modify-write cache of `capacity` bytes ([`set_rmw_cache_capacity`](
-    /// Self::set_rmw_cache_capacity)).
-    pub fn with_rmw_cache(mut self, capacity: usize) -> Result<Self> {
-        self.set_rmw_cache_capacity(capacity)?;
-        Ok(self)
-    }
-
-    /// The capacity of the read-modify-write cache in bytes (0: off).
-    pub fn rmw_cache_capacity(&self) -> usize {
-        self.cache.as_ref().map_or(0, RmwCache::capacity)
-    }
-
-    /// The bytes the read-modify-write cache holds now.
-    pub fn rmw_cache_bytes(&self) -> usize {
-        self.cache.as_ref().map_or(0, RmwCache::used)
-    }
-
-    /// Writes every dirty entry of the cache into the engine, so that the engine alone holds the whole
-    /// state (for [`LsmEngine::checkpoint`] and other engine-level reads).
-    pub fn write_back(&mut self) -> Result<()> {
-        match &mut self.cache {
-            Some(c) if c.has_dirty() => c.write_back_all(&self.shared.db),
-            _ => Ok(()),
-        }
-    }
-
-    /// Writes everything back and empties the cache (before operations that rewrite the engine behind it).
-    fn forget_cache(&mut self) -> Result<()> {
-        match &mut self.cache {
-            Some(c) if !c.is_empty() || c.has_dirty() => c.clear(&self.shared.db),
-            _ => Ok(()),
-        }
-    }
-
-    /// Deletes every entry of every state outside `range` (one range tombstone per state and side; the
-    /// engine drops files lying entirely inside them) and makes `range` this backend's key-group range.
-    pub fn clip_to(&mut self, range: KeyGroupRange) -> Result<()> {
-        // Whatever a restore handed over is in the engine first, and nothing cached survives the clip.
-        self.loader.drain()?;
-        self.forget_cache()?;
-        super::check_range_fits(range, self.config.max_parallelism)?;
-        let db = &self.shared.db;
-        for sid in 0..self.states.len() {
-            let start = (sid as u16).to_be_bytes().to_vec();
-            let end = prefix_successor(&start).unwrap_or_else(|| vec![0xFF; 3]);
-            if range.is_empty() {
-                db.delete_range(&start, &end)?;
-                continue;
-            }
-            db.delete_range(&start, &kg_prefix(sid, range.start(), self.prefix_len))?;
-            let after = kg_prefix(sid, range.end(), self.prefix_len);
-            if let Some(after) = prefix_successor(&after) {
-                db.delete_range(&after, &end)?;
-            }
-        }
-        self.config.key_group_range = range;
-        Ok(())
-    }
-
-    /// Deletes everything in the engine: one range tombstone over every key whenever the engine holds any
-    /// file or visible key. Files whose entries are all deleted already still get it: their prefix filters
-    /// were built with an earlier run's state widths, so a read may skip the file holding a tombstone and
-    /// find an older put in another file — unless a tombstone from the version covers every old entry.
-    fn delete_all(&mut self) -> Result<()> {
-        let has_files = self.shared.db.stats().level_files.iter().any(|&n| n > 0);
-        let mut it = self.shared.db.iter(ReadOptions::default());
-        it.seek_to_first();
-        if has_files || it.valid() {
-            drop(it);
-            self.shared.db.delete_range(&[], &[0xFF; 3])?;
-        }
-        Ok(())
-    }
-
     #[inline]
     fn check(&self, state: StateId, kg: KeyGroup, map: bool, op: &'static str) -> Result<()> {
         super::check_access(
@@ -456,51 +308,6 @@ impl LsmBackend {
     fn ingest_buffers(&mut self) -> Result<()> {
         self.load_bytes = 0;
         self.loader.hand_over(&self.shared, &mut self.load)
-    }
-
-    /// With the cache on and `state` not a timer queue: the dirty entries of the map whose prefix the key
-    /// buffer holds (`sid | KG | K | NS`), for a scan to merge with the engine's; `None` when there are none
-    /// to merge (no cache, a timer queue, or nothing dirty in the map). When the cache cannot list them (see
-    /// [`RmwCache::map_dirty`]), everything is written back first and `None` returned.
-    fn map_dirty(&mut self, state: StateId) -> Result<Option<MapDirty>> {
-        if self.states[state].kind == StateKind::Timers {
-            return Ok(None);
-        }
-        let Some(cache) = &mut self.cache else {
-            return Ok(None);
-        };
-        match cache.map_dirty(&self.kbuf) {
-            Some(d) if d.is_empty() => Ok(None),
-            Some(d) => Ok(Some(d)),
-            None => {
-                self.write_back()?;
-                Ok(None)
-            }
-        }
-    }
-
-    /// An engine iterator over the map `prefix`, positioned on its first key `>= prefix | from`.
-    fn map_iter(&self, prefix: &[u8], from: &[u8]) -> keyed_state_lsm::DbIter {
-        let lower = [prefix, from].concat();
-        let mut it = self
-            .shared
-            .db
-            .iter(bounds(None, lower, prefix_successor(prefix)));
-        it.seek_to_first();
-        it
-    }
-
-    /// Visits every engine entry whose key starts with `prefix`, until `f` returns false.
-    fn scan_prefix(&self, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        let mut it = self.shared.db.iter(prefix_bounds(prefix));
-        it.seek_to_first();
-        while it.valid() {
-            if !f(it.key(), it.value()) {
-                return Ok(());
-            }
-            it.next();
-        }
-        Ok(it.take_status()?)
     }
 }
 
@@ -1069,6 +876,7 @@ impl StateBackend for LsmBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keygroup::KeyGroupRange;
     use crate::serializer::{
         IntSerializer, LongSerializer, SerializerSnapshot, StringSerializer, TypeSerializer,
     };
