@@ -1,9 +1,12 @@
 //! Engine keys and read bounds of the LSM backend: a state's key-group prefix and the read options of a key
 //! range.
 
-use super::{StateId, STATE_PREFIX_LEN};
+use crate::backend::StateId;
 use crate::keygroup::{write_key_group_prefix, KeyGroup};
 use keyed_state_lsm::{prefix_successor, ReadOptions, Snapshot};
+
+/// Width of the state-id prefix of every engine key.
+pub const STATE_PREFIX_LEN: usize = 2;
 
 /// The first engine key of `state`'s key group `kg`: `sid | KG`.
 pub(super) fn kg_prefix(state: StateId, kg: KeyGroup, prefix_len: usize) -> Vec<u8> {

@@ -39,6 +39,7 @@ use cached::{cached_map_write, cached_read, cached_write, merged_scan, settle};
 use capture::LsmCapture;
 pub use engine::LsmEngine;
 use engine::Shared;
+pub use keys::STATE_PREFIX_LEN;
 use keys::{bounds, kg_prefix, prefix_bounds};
 pub use snapshot::LsmSnapshot;
 
@@ -54,9 +55,6 @@ use crate::keygroup::{
 };
 use crate::meta::{StateKind, StateMetaInfo};
 use keyed_state_lsm::{prefix_successor, CheckpointInfo, Db, Options, ReadOptions, WriteBatch};
-
-/// Width of the state-id prefix of every engine key.
-pub const STATE_PREFIX_LEN: usize = 2;
 
 /// Restore buffers are handed to the loader thread once they hold this many bytes of keys and values (over
 /// all states); with one batch queued and one being ingested, a restore buffers at most three times this.
