@@ -14,8 +14,8 @@
 //! time, and `KS_LMS_READS` (default 200,000) point reads of random (key, state) pairs timed by the
 //! reading thread's CPU time.
 //!
-//! `KS_LMS_L0_BASE_RATIO_PCT` sets the LSM engine's `l0_base_ratio` in percent (default 25, the setting
-//! the design page measured; the engine's default is 0: L0 into the base level at `l0_compaction_trigger` runs).
+//! `KS_LMS_L0_BASE_RATIO_PCT` sets the LSM engine's `l0_base_ratio` in percent (unset: the engine's
+//! default, 25; 0: L0 into the base level at `l0_compaction_trigger` runs, the leveled rule alone).
 //! `KS_LMS_BACKENDS` (comma-separated: `lsm,rocksdb`) picks the variants (RocksDB needs `--features
 //! rocksdb`). Run: `cargo bench --bench lsm_many_states [--features rocksdb]`.
 
@@ -110,7 +110,10 @@ fn run(variant: &str) {
     ) = match variant {
         "lsm" => {
             let opts = Options {
-                l0_base_ratio: env_num("KS_LMS_L0_BASE_RATIO_PCT", 25) as f64 / 100.0,
+                l0_base_ratio: std::env::var("KS_LMS_L0_BASE_RATIO_PCT")
+                    .ok()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .map_or(Options::default().l0_base_ratio, |p| p / 100.0),
                 ..Options::default()
             };
             let b = LsmBackend::temp_with(cfg.clone(), opts).expect("backend");

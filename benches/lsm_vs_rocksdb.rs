@@ -20,7 +20,7 @@
 //! `KS_BENCH_DIR` (default `/work/tmp-lsm-bench` if it exists, else the system temp dir),
 //! `KS_BENCH_ONLY` (`ours` or `rocksdb`: run one engine only), `KS_BENCH_BG_NICE` (nice increment of our
 //! background threads, default 5 as `Options::default()`), `KS_BENCH_L0_BASE_RATIO_PCT` (our
-//! `l0_base_ratio` in percent, default 0 as `Options::default()`; 0: L0 into the base level at the trigger).
+//! `l0_base_ratio` in percent, default 25 as `Options::default()`; 0: L0 into the base level at the trigger).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -211,7 +211,10 @@ mod ours {
                 background_nice: env_u64("KS_BENCH_BG_NICE", 5) as i32,
                 // Our default (L0 held back from the base level below 25 % of its bytes);
                 // `KS_BENCH_L0_BASE_RATIO_PCT` overrides it (0: L0 into the base level at the trigger).
-                l0_base_ratio: env_u64("KS_BENCH_L0_BASE_RATIO_PCT", 0) as f64 / 100.0,
+                l0_base_ratio: std::env::var("KS_BENCH_L0_BASE_RATIO_PCT")
+                    .ok()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .map_or(Options::default().l0_base_ratio, |p| p / 100.0),
                 ..Options::default()
             };
             let desc = format!("{opts:?} sst={:?} block_cache={}", opts.sst, cache_bytes);

@@ -13,8 +13,8 @@
 //! (comma-separated backends: heap,lsm,lsm+cache,rocksdb), `BENCH_RMW_CACHE_MIB` (the LSM+cache backend's
 //! read-modify-write cache, default 1024), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off), `BENCH_WRITE_BUFFER_MIB` (the memtable size of both engines, default 64),
-//! `KS_BENCH_L0_BASE_RATIO_PCT` (the LSM engine's `l0_base_ratio` in percent, default the engine's 0 (off); 25: the measured setting; 0: L0
-//! into the base level at the trigger).
+//! `KS_BENCH_L0_BASE_RATIO_PCT` (the LSM engine's `l0_base_ratio` in percent, default the engine's 25; 0: L0 into the base level at the
+//! trigger).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of

@@ -32,7 +32,6 @@ fn opts() -> Options {
             compression: Compression::None,
             ..SstOptions::default()
         },
-        l0_base_ratio: 0.25,
         ..Options::default()
     }
 }
@@ -249,13 +248,10 @@ fn thirty_small_checkpoints_of_24_states(options: Options) -> (u64, u64, u64, (u
 }
 
 #[test]
-fn twenty_four_value_states_with_l0_held_back_never_stall_and_thirty_small_checkpoints_upload_less_than_three_states(
+fn twenty_four_value_states_at_the_defaults_never_stall_and_thirty_small_checkpoints_upload_less_than_three_states(
 ) {
     let (flush_only, uploaded, state_size, stalls, max_runs) =
-        thirty_small_checkpoints_of_24_states(Options {
-            l0_base_ratio: 0.25,
-            ..Options::default()
-        });
+        thirty_small_checkpoints_of_24_states(Options::default());
     assert_eq!(stalls, (0, 0));
     assert!(max_runs <= 10, "{max_runs} L0 runs");
     // Most checkpoints upload only their flush, and L0 goes into the base level (the last level: the whole

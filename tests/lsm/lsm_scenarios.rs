@@ -1302,23 +1302,49 @@ fn flush_partial_merges_operand_runs_but_not_across_snapshots_or_range_tombstone
     assert_eq!(get(&db, b"r").as_deref(), Some(&b"y,z"[..]));
 }
 
+/// `Db::wait_for_background_work` in a thread of its own: Some(result) once it returned within `limit`,
+/// None if it did not (a picker that finds work it never finishes would keep it waiting forever).
+fn wait_within(db: &Arc<Db>, limit: std::time::Duration) -> Option<Result<(), LsmError>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let db = Arc::clone(db);
+    std::thread::spawn(move || {
+        let _ = tx.send(db.wait_for_background_work());
+    });
+    rx.recv_timeout(limit).ok()
+}
+
 #[test]
 fn waiting_for_background_work_leaves_no_pending_flush_or_compaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), small_opts()).unwrap();
-    let value = [7u8; 100];
-    for i in 0..20_000u32 {
-        db.put(&i.to_be_bytes(), &value).unwrap();
+    // Ascending keys (each flush a run of its own keys and sequence numbers), L0 held back from the base
+    // level (the default `l0_base_ratio`) and with the leveled rule.
+    for ratio in [Options::default().l0_base_ratio, 0.0] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            l0_base_ratio: ratio,
+            ..small_opts()
+        };
+        let db = Arc::new(Db::open(dir.path(), opts).unwrap());
+        let value = [7u8; 100];
+        for i in 0..20_000u32 {
+            db.put(&i.to_be_bytes(), &value).unwrap();
+        }
+        wait_within(&db, std::time::Duration::from_secs(120))
+            .expect("wait_for_background_work returned")
+            .unwrap();
+        let s = db.stats();
+        assert_eq!(s.immutable_memtables, 0, "{s:?}");
+        assert!(s.flushes > 0, "the writes filled several memtables: {s:?}");
+        assert!(!s.compaction_pending, "ratio {ratio}: {s:?}");
+        // Held back, L0 stays under the run count at which it goes down anyway (half the stop trigger);
+        // with the leveled rule, under its compaction trigger.
+        let bound = if ratio > 0.0 {
+            small_opts().l0_stop_writes_trigger / 2
+        } else {
+            small_opts().l0_compaction_trigger
+        };
+        assert!(s.l0_sorted_runs < bound, "ratio {ratio}: {s:?}");
+        assert_eq!(get(&db, &19_999u32.to_be_bytes()), Some(value.to_vec()));
     }
-    db.wait_for_background_work().unwrap();
-    let s = db.stats();
-    assert_eq!(s.immutable_memtables, 0, "{s:?}");
-    assert!(s.flushes > 0, "the writes filled several memtables: {s:?}");
-    assert!(
-        s.level_files[0] < small_opts().l0_compaction_trigger,
-        "L0 below its compaction trigger: {s:?}"
-    );
-    assert_eq!(get(&db, &19_999u32.to_be_bytes()), Some(value.to_vec()));
 }
 
 #[test]

@@ -23,13 +23,13 @@ pub struct Options {
     pub l0_compaction_trigger: usize,
     /// Number of L0 sorted runs at which writes stall until compaction catches up (default 20).
     pub l0_stop_writes_trigger: usize,
-    /// L0 compacts into the base level only once it holds this fraction of the base level's bytes, or `max(l0_compaction_trigger, l0_stop_writes_trigger / 2)` sorted runs; until then
-    /// `l0_compaction_trigger` adjacent runs of similar size merge into one run within L0 (size-tiered),
-    /// so that small flushes (one per checkpoint) do not rewrite the whole base level every few flushes.
-    /// 0 (the default) turns this off: L0 goes into the base level at `l0_compaction_trigger` runs.
-    /// 0.25 is the setting `design/lsm-many-states.md` measured. Off by default because of a known bug:
-    /// with `l0_compaction_trigger` 2 and `l0_stop_writes_trigger` 8, `Db::wait_for_background_work` does
-    /// not return.
+    /// L0 compacts into the base level only once it holds this fraction of the base level's bytes (default
+    /// 0.25), or `max(l0_compaction_trigger, l0_stop_writes_trigger / 2)` sorted runs; until then
+    /// `l0_compaction_trigger` adjacent runs of similar size merge into one run (one file) within L0
+    /// (size-tiered), so that small flushes (one per checkpoint) do not rewrite the whole base level every
+    /// few flushes (`design/lsm-many-states.md`). L0 then holds up to that many runs without work, fewer
+    /// than `l0_stop_writes_trigger`, so holding it back never stalls writes. While the base level is
+    /// empty, or with 0, L0 goes into the base level at `l0_compaction_trigger` runs (the leveled rule).
     pub l0_base_ratio: f64,
     /// Number of levels, L0 included (default 7).
     pub num_levels: usize,
@@ -108,7 +108,7 @@ impl Default for Options {
             max_immutable_memtables: 2,
             l0_compaction_trigger: 4,
             l0_stop_writes_trigger: 20,
-            l0_base_ratio: 0.0,
+            l0_base_ratio: 0.25,
             num_levels: 7,
             level_base_size: 256 << 20,
             level_multiplier: 10,

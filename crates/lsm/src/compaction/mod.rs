@@ -135,3 +135,6 @@ pub(crate) fn run_manual(db: &DbInner, range: Option<(&[u8], &[u8])>) -> Result<
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod progress_tests;

@@ -273,14 +273,11 @@ fn level_scores(bytes: &[u64], l0_runs: usize, opts: &Options, t: &LevelTargets)
     out
 }
 
-/// Whether automatic compaction has work.
+/// Whether automatic compaction has work: a level plan ([`next`], the decision [`pick`] carries out) or a
+/// file to compact on its own ([`solo_file`]).
 pub(crate) fn needs_compaction(v: &Version, opts: &Options) -> bool {
     opts.auto_compaction
-        && (scores(v, opts, &LevelTargets::new(v, opts))
-            .0
-            .iter()
-            .any(|s| *s >= 1.0)
-            || solo_file(v, opts).is_some())
+        && (next(v, opts, &LevelTargets::new(v, opts)).is_some() || solo_file(v, opts).is_some())
 }
 
 /// Why a file is compacted on its own.
@@ -359,44 +356,77 @@ fn round_robin_file(
     Some(Arc::clone(f))
 }
 
-/// The compaction of the highest-scoring level (the shallowest on ties), if any level scores at least 1;
-/// `pointers` are the levels' round-robin compaction pointers.
-pub(super) fn pick(v: &Version, opts: &Options, pointers: &mut [Vec<u8>]) -> Option<Compaction> {
-    let t = LevelTargets::new(v, opts);
-    // The highest score, the shallowest level on ties.
-    let mut best: Option<(usize, f64)> = None;
-    let (scores, plan) = scores(v, opts, &t);
-    for (l, s) in scores.into_iter().enumerate() {
-        if best.is_none_or(|(_, b)| s > b) {
-            best = Some((l, s));
+/// What automatic compaction does next on a version: the one decision behind both [`needs_compaction`] and
+/// [`pick`], so that "compaction is needed" always comes with a compaction that makes progress.
+enum Next {
+    /// These L0 files, adjacent sorted runs of one tier (at least 2 runs), merge into one run within L0:
+    /// L0's run count falls by at least 1 (the merge writes one file, `run::merge_into`).
+    L0Merge(Vec<Arc<FileMeta>>),
+    /// Every L0 file goes into the base level: L0 is emptied.
+    L0ToBase,
+    /// One file of this level (L1+, not empty) goes into the next level: bytes move down.
+    Level(usize),
+}
+
+/// The plan of the highest-scoring level with work (the shallowest on ties) among the levels scoring at
+/// least 1. A level that scores but has no plan making progress (no file, or an L0 window of fewer than 2
+/// runs) is passed over, never picked, so nothing is picked again and again without changing the tree.
+fn next(v: &Version, opts: &Options, t: &LevelTargets) -> Option<Next> {
+    let (scores, plan) = scores(v, opts, t);
+    let mut due: Vec<(usize, f64)> = scores
+        .into_iter()
+        .enumerate()
+        .filter(|(_, s)| *s >= 1.0)
+        .collect();
+    // Highest score first, the shallowest level on ties (a stable sort keeps level order on ties).
+    due.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // L0's plan; it scores 0 when held back without work ([`scores`]).
+    let mut l0 = match plan {
+        L0Plan::Base => (!v.levels[0].is_empty()).then_some(Next::L0ToBase),
+        L0Plan::Hold(Some(inputs)) => {
+            (crate::version::l0_runs(&inputs) >= 2).then_some(Next::L0Merge(inputs))
+        }
+        L0Plan::Hold(None) => None,
+    };
+    for (level, _) in due {
+        let found = match level {
+            0 => l0.take(),
+            l => (!v.levels[l].is_empty()).then_some(Next::Level(l)),
+        };
+        if found.is_some() {
+            return found;
         }
     }
-    let (level, score) = best?;
-    if score < 1.0 {
-        return None;
-    }
-    if let (0, L0Plan::Hold(Some(inputs))) = (level, plan) {
+    None
+}
+
+/// The compaction [`next`] decides on; `pointers` are the levels' round-robin compaction pointers (the one
+/// of the level compacted moves past the file taken).
+pub(super) fn pick(v: &Version, opts: &Options, pointers: &mut [Vec<u8>]) -> Option<Compaction> {
+    let t = LevelTargets::new(v, opts);
+    let (level, output_level, inputs) = match next(v, opts, &t)? {
         // Adjacent runs of one tier merge into one run within L0.
-        return Some(Compaction {
-            level: 0,
-            output_level: 0,
-            inputs,
-            next: Vec::new(),
-            manual: false,
-        });
-    }
-    let output_level = if level == 0 { t.base_level } else { level + 1 };
-    let inputs: Vec<Arc<FileMeta>> = if level == 0 {
-        v.levels[0].clone()
-    } else {
-        let files = &v.levels[level];
-        let f = match opts.compaction_priority {
-            CompactionPriority::MinOverlappingRatio => {
-                min_overlapping_file(files, &v.levels[output_level])
-            }
-            CompactionPriority::RoundRobin => round_robin_file(files, pointers.get_mut(level)),
-        }?;
-        vec![f]
+        Next::L0Merge(inputs) => {
+            return Some(Compaction {
+                level: 0,
+                output_level: 0,
+                inputs,
+                next: Vec::new(),
+                manual: false,
+            })
+        }
+        Next::L0ToBase => (0, t.base_level, v.levels[0].clone()),
+        Next::Level(level) => {
+            let files = &v.levels[level];
+            let output_level = level + 1;
+            let f = match opts.compaction_priority {
+                CompactionPriority::MinOverlappingRatio => {
+                    min_overlapping_file(files, &v.levels[output_level])
+                }
+                CompactionPriority::RoundRobin => round_robin_file(files, pointers.get_mut(level)),
+            }?;
+            (level, output_level, vec![f])
+        }
     };
     let (lo, hi) = key_range(&inputs)?;
     let next = v.overlapping(output_level, &lo, &hi);

@@ -134,9 +134,12 @@ pub(super) fn merge_into(
     }
     let mut it = MergingIter::new(children);
     it.seek_to_first()?;
-    // Cut at state (partition) boundaries below L0 only: a merge within L0 writes one run of few files, as
-    // a flush does, so that a point read checks one file per L0 run however many states the run holds.
-    let mut out = Outputs::new(db, Some(db.opts.target_file_size), out_level > 0);
+    // Below L0: files cut at the target size and at state (partition) boundaries. A merge within L0 writes
+    // one file, as a flush does: one sorted run whatever its keys and sequence numbers (files cut from it
+    // could hold disjoint sequence-number ranges, each then counting as a run of its own, and the merge
+    // would not lower L0's run count), and a point read checks one file per L0 run.
+    let below_l0 = out_level > 0;
+    let mut out = Outputs::new(db, below_l0.then_some(db.opts.target_file_size), below_l0);
     let mut entries: Vec<(u64, ValueKind, Vec<u8>)> = Vec::new();
     // Value buffers of resolved keys, reused so that the copy of each input value does not allocate.
     let mut pool: Vec<Vec<u8>> = Vec::new();
@@ -201,6 +204,13 @@ pub(super) fn merge_into(
         it.next()?;
     }
     let new_files = out.finish()?;
+    if !below_l0 && new_files.len() > 1 {
+        // The picker's progress guarantee for a merge within L0 rests on this; never installed otherwise.
+        return Err(LsmError::InvalidArgument(format!(
+            "a merge within L0 wrote {} files, not one run",
+            new_files.len()
+        )));
+    }
     let read: u64 = files.iter().map(|f| f.info.size).sum();
     let written: u64 = new_files.iter().map(|f| f.info.size).sum();
     let added: Vec<(usize, Arc<FileMeta>)> =
@@ -439,6 +449,63 @@ mod tests {
             db.get(b"z").unwrap().map(|v| v.to_vec()),
             Some(b"z".to_vec())
         );
+    }
+
+    /// A merge within L0 leaves one sorted run, however its keys and sequence numbers lie: two runs of
+    /// disjoint, ascending keys (each larger than the target file size) merge into one run, after which L0
+    /// has no work. Cut at the target file size, the output was several files with disjoint sequence-number
+    /// ranges, so as many runs as before (or more), and the same merge was picked again forever.
+    #[test]
+    fn a_merge_within_l0_leaves_one_run_and_no_work() {
+        for dynamic in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = Options {
+                auto_compaction: false,
+                num_levels: 3,
+                dynamic_level_bytes: dynamic,
+                l0_compaction_trigger: 2,
+                l0_stop_writes_trigger: 8,
+                l0_base_ratio: 0.25,
+                target_file_size: 4 << 10,
+                sst: crate::sst::SstOptions {
+                    compression: crate::sst::Compression::None,
+                    ..crate::sst::SstOptions::default()
+                },
+                ..Options::default()
+            };
+            let db = Db::open(dir.path(), opts.clone()).unwrap();
+            // What automatic compaction would see (it is off here so that the test runs each step).
+            let auto = Options {
+                auto_compaction: true,
+                ..opts.clone()
+            };
+            for i in 0..4000u32 {
+                db.put(format!("a{i:05}").as_bytes(), &[b'v'; 100]).unwrap();
+            }
+            db.compact_all().unwrap();
+            for prefix in ["b", "c"] {
+                for i in 0..100u32 {
+                    db.put(format!("{prefix}{i:03}").as_bytes(), &[b'v'; 100])
+                        .unwrap();
+                }
+                db.flush().unwrap();
+            }
+            let version = Arc::clone(&db.inner().state.lock().version);
+            assert_eq!(version.l0_runs, 2);
+            assert!(super::super::needs_compaction(&version, &auto));
+            let mut pointers = vec![Vec::new(); 3];
+            let c = pick(&version, &opts, &mut pointers).unwrap();
+            assert_eq!((c.level, c.output_level, c.inputs.len()), (0, 0, 2));
+            run(db.inner(), &version, c).unwrap();
+            let version = Arc::clone(&db.inner().state.lock().version);
+            assert_eq!(version.l0_runs, 1, "dynamic {dynamic}");
+            assert!(!super::super::needs_compaction(&version, &auto));
+            assert!(pick(&version, &opts, &mut pointers).is_none());
+            assert_eq!(
+                db.get(b"c099").unwrap().map(|v| v.to_vec()),
+                Some(vec![b'v'; 100])
+            );
+        }
     }
 
     /// Joins operands while `ready`; before that it cannot merge anything (`can_merge` false, merges fail).

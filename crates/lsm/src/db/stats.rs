@@ -56,6 +56,10 @@ pub struct DbStats {
     pub last_seqno: u64,
     /// Sorted runs in L0 (what the L0 triggers count: one per flush or ingestion, however many files).
     pub l0_sorted_runs: usize,
+    /// Whether automatic compaction has work now (RocksDB's `rocksdb.compaction-pending`): false once
+    /// [`Db::wait_for_background_work`](super::Db::wait_for_background_work) returned, until writes add
+    /// work.
+    pub compaction_pending: bool,
     /// Entries in the SST files (puts, deletes and merge operands; an estimate of the keys, as RocksDB's
     /// `rocksdb.estimate-num-keys` is).
     pub estimated_sst_entries: u64,
@@ -88,7 +92,7 @@ impl DbStats {
     /// The figures under RocksDB's property and statistics names (`rocksdb.cur-size-all-mem-tables`,
     /// `rocksdb.num-immutable-mem-table`, `rocksdb.estimate-num-keys`, `rocksdb.total-sst-files-size`,
     /// `rocksdb.num-files-at-level<N>`, `rocksdb.block-cache-usage`, `rocksdb.block-cache-capacity`,
-    /// `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
+    /// `rocksdb.compaction-pending`, `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
     /// `rocksdb.compact.write.bytes`, `rocksdb.bytes.written`), and in their style where RocksDB has none
     /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`).
     pub fn metrics(&self) -> Vec<Metric> {
@@ -111,6 +115,10 @@ impl DbStats {
             Metric::new("keyed-state.lsm.compactions", self.compactions),
             Metric::new("keyed-state.lsm.write-stalls", self.write_stalls),
             Metric::new("keyed-state.lsm.l0-sorted-runs", self.l0_sorted_runs),
+            Metric::new(
+                "rocksdb.compaction-pending",
+                u64::from(self.compaction_pending),
+            ),
         ];
         for (level, files) in self.level_files.iter().enumerate() {
             m.push(Metric::new(
@@ -164,6 +172,7 @@ impl DbInner {
             immutable_memtables: st.imm.len(),
             last_seqno: self.last_seqno.load(Ordering::SeqCst),
             l0_sorted_runs: st.version.l0_runs,
+            compaction_pending: compaction::needs_compaction(&st.version, &self.opts),
             estimated_sst_entries: st
                 .version
                 .levels
