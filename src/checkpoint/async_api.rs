@@ -1,5 +1,8 @@
-//! The async forms of the checkpoint calls that wait on storage: upload, confirmation, abort, sweep,
-//! open, restore, savepoint conversion and gc. Each runs its synchronous form on tokio's blocking pool
+//! The async forms of the checkpoint calls that wait on storage and are not native: sweep, open,
+//! restore, savepoint conversion and gc. (The upload, [`PendingCheckpoint::run_async`](super::PendingCheckpoint::run_async), the confirmation
+//! and the abort, [`Checkpointer::notify_complete_async`] and [`Checkpointer::notify_aborted_async`], are
+//! async at their core: their object-store requests are tasks of the storage's I/O runtime, and their
+//! synchronous forms wait for them.) Each form here runs its synchronous form on tokio's blocking pool
 //! (inside a tokio runtime, current-thread or multi-thread) or on a thread of its own (outside one), where
 //! object-store requests run on the I/O runtime directly and file I/O blocks no executor thread; the
 //! awaiting task never blocks its executor thread. The synchronous part, [`Checkpointer::begin`], stays a
@@ -10,8 +13,7 @@ use std::sync::Arc;
 
 use super::checkpointer::Checkpointer;
 use super::io::off_executor;
-use super::pending::PendingCheckpoint;
-use super::registry::{CheckpointOptions, CheckpointSummary};
+use super::registry::CheckpointOptions;
 use super::restore::RestoreInfo;
 use super::storage::CheckpointStorage;
 use super::tools::GcReport;
@@ -21,13 +23,6 @@ use crate::backend::BackendConfig;
 use crate::error::Result;
 use keyed_state_lsm::Options;
 
-impl PendingCheckpoint {
-    /// [`run`](Self::run), awaited: the upload runs off the executor.
-    pub async fn run_async(self) -> Result<CheckpointSummary> {
-        off_executor(move || self.run()).await
-    }
-}
-
 impl Checkpointer {
     /// [`open`](Self::open), awaited.
     pub async fn open_async(
@@ -36,18 +31,6 @@ impl Checkpointer {
         opts: CheckpointOptions,
     ) -> Result<Checkpointer> {
         off_executor(move || Checkpointer::open(storage, &config, opts)).await
-    }
-
-    /// [`notify_complete`](Self::notify_complete), awaited (its fence check lists the root).
-    pub async fn notify_complete_async(&self, id: u64) -> Result<()> {
-        let c = self.clone();
-        off_executor(move || c.notify_complete(id)).await
-    }
-
-    /// [`notify_aborted`](Self::notify_aborted), awaited. It waits on no storage (the deletions are the
-    /// background sweep's); the form exists so that a host can treat every decision alike.
-    pub async fn notify_aborted_async(&self, id: u64) -> Result<()> {
-        self.notify_aborted(id)
     }
 
     /// [`sweep`](Self::sweep), awaited.

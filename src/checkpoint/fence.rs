@@ -19,9 +19,20 @@ pub(crate) fn attempt_marker(instance: &str, attempt: u64) -> String {
 /// The newest attempt of `instance` in the root (0: none). One listing; names that are not attempt
 /// markers are ignored.
 pub(crate) fn newest_attempt(storage: &CheckpointStorage, instance: &str) -> Result<u64> {
+    storage
+        .io()
+        .block_on(|| newest_attempt_async(storage, instance))?
+}
+
+/// [`newest_attempt`], awaited.
+pub(crate) async fn newest_attempt_async(
+    storage: &CheckpointStorage,
+    instance: &str,
+) -> Result<u64> {
     let prefix = attempts_prefix(instance);
     Ok(storage
-        .list(&prefix)?
+        .list_async(&prefix)
+        .await?
         .iter()
         .filter_map(|(p, _)| p.strip_prefix(&prefix)?.parse::<u64>().ok())
         .max()
