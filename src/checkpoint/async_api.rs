@@ -1,12 +1,12 @@
-//! The async forms of the checkpoint calls that wait on storage and are not native: sweep, open,
-//! restore, savepoint conversion and gc. (The upload, [`PendingCheckpoint::run_async`](super::PendingCheckpoint::run_async), the confirmation
-//! and the abort, [`Checkpointer::notify_complete_async`] and [`Checkpointer::notify_aborted_async`], are
-//! async at their core: their object-store requests are tasks of the storage's I/O runtime, and their
-//! synchronous forms wait for them.) Each form here runs its synchronous form on tokio's blocking pool
-//! (inside a tokio runtime, current-thread or multi-thread) or on a thread of its own (outside one), where
-//! object-store requests run on the I/O runtime directly and file I/O blocks no executor thread; the
-//! awaiting task never blocks its executor thread. The synchronous part, [`Checkpointer::begin`], stays a
-//! plain call: it waits on no storage.
+//! The async forms of the checkpoint calls that wait on storage, besides the ones async at their core
+//! (the upload, [`PendingCheckpoint::run_async`](super::PendingCheckpoint::run_async); the confirmation
+//! and the abort, [`Checkpointer::notify_complete_async`] and [`Checkpointer::notify_aborted_async`]),
+//! whose object-store requests are tasks of the storage's I/O runtime and whose synchronous forms wait for
+//! them. Of the forms here, [`gc_async`] is native in the same way. Sweep, open, restore and savepoint
+//! conversion run their synchronous form on tokio's blocking pool (inside a tokio runtime, current-thread or
+//! multi-thread) or on a thread of its own (outside one), where object-store requests run on the I/O
+//! runtime directly and file I/O blocks no executor thread; the awaiting task never blocks its executor
+//! thread. The synchronous part, [`Checkpointer::begin`], stays a plain call: it waits on no storage.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -80,11 +80,12 @@ pub async fn to_savepoint_async(
 }
 
 /// The root's garbage collection (`keyed-state checkpoint gc`: keeps the newest `retain` completed
-/// checkpoints), awaited.
+/// checkpoints), awaited: native, as the upload is (its listings, reads and deletions are tasks of the
+/// storage's I/O runtime; the synchronous `gc` waits for them).
 pub async fn gc_async(
     storage: Arc<CheckpointStorage>,
     retain: usize,
     dry_run: bool,
 ) -> Result<GcReport> {
-    off_executor(move || super::tools::gc(&storage, retain, dry_run)).await
+    super::tools::gc_async(&storage, retain, dry_run).await
 }

@@ -359,7 +359,7 @@ fn the_native_async_forms_are_send() {
     x.ck.close();
 }
 
-/// Four uploads, then four confirmations and an abort, awaited at once on a current-thread runtime with at
+/// Four uploads, then four confirmations, four aborts and a gc, awaited at once on a current-thread runtime with at
 /// most one blocking thread, on a `FaultStore` that holds the four data puts until all four have arrived:
 /// they get through only if no upload parks a thread of the caller's runtime while it waits on storage
 /// (with one blocking thread, the first parked upload would wait forever for the other three). No blocking
@@ -397,6 +397,7 @@ fn no_thread_of_the_callers_runtime_waits_on_storage(kind: Kind) {
         .build()
         .unwrap();
     fault.gather_puts("shared/", N);
+    let gc_storage = Arc::clone(&storage);
     let (tx, rx) = std::sync::mpsc::channel();
     // On a thread of its own, so that a hang fails the test instead of stopping it.
     std::thread::spawn(move || {
@@ -429,6 +430,9 @@ fn no_thread_of_the_callers_runtime_waits_on_storage(kind: Kind) {
             let aborted =
                 futures::future::join_all(insts.iter().map(|x| x.ck.notify_aborted_async(2))).await;
             assert!(aborted.iter().all(Result::is_ok), "{aborted:?}");
+            // Gc (a dry run: the sweeps finish later) lists and reads the root the same way.
+            let report = gc_async(gc_storage, 1, true).await.unwrap();
+            assert_eq!(report.kept, vec![1]);
             insts
         });
         let _ = tx.send(r);
