@@ -15,6 +15,9 @@
 //! (comma-separated `local,s3`) picks them.
 //!
 //! Times are wall-clock (`begin` waits on a lock, not on the CPU): note the load average printed beside them.
+//! Beside them, per `begin`, the calling thread's CPU time and whether it blocked (a voluntary context
+//! switch: it waited on a lock or on I/O) or was preempted (an involuntary one: another thread had the
+//! core) during the call, counted over the run, and the p99 and max of the `begin`s that did neither.
 //!
 //! Run: `cargo bench --features s3 --bench checkpoint_begin`.
 
@@ -55,9 +58,32 @@ fn cpu_time() -> Duration {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
+/// The calling thread's CPU time and its voluntary and involuntary context switches so far.
+fn thread_usage() -> (Duration, i64, i64) {
+    // SAFETY: rusage is plain data; all zeros is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let t = |tv: libc::timeval| {
+        Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64)
+    };
+    (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_nvcsw, ru.ru_nivcsw)
+}
+
+/// One `begin`: wall-clock time, CPU time of the calling thread (getrusage: microsecond resolution, ticks
+/// of the scheduler on some kernels), and whether the thread blocked (a voluntary context switch: a lock
+/// or I/O) or was preempted (an involuntary one) meanwhile.
+#[derive(Clone, Copy)]
+struct Begin {
+    wall: Duration,
+    cpu: Duration,
+    blocked: bool,
+    preempted: bool,
+}
+
 /// What one root's run measured.
 struct Run {
-    begins: Vec<Duration>,
+    begins: Vec<Begin>,
     confirms: Vec<Duration>,
     wall: Duration,
     cpu: Duration,
@@ -137,9 +163,17 @@ fn run(storage: Arc<CheckpointStorage>, instances: usize, checkpoints: u64, keys
                         .unwrap();
                     written += 1;
                 }
+                let u0 = thread_usage();
                 let t = Instant::now();
                 let p = ck.begin(id, store.backend_mut()).unwrap();
-                begins.push(t.elapsed());
+                let wall = t.elapsed();
+                let u1 = thread_usage();
+                begins.push(Begin {
+                    wall,
+                    cpu: u1.0.saturating_sub(u0.0),
+                    blocked: u1.1 > u0.1,
+                    preempted: u1.2 > u0.2,
+                });
                 to_upload.send(p).unwrap();
                 // The next checkpoint is taken once this one is uploaded: while it is being confirmed.
                 uploaded.recv().unwrap();
@@ -157,7 +191,7 @@ fn run(storage: Arc<CheckpointStorage>, instances: usize, checkpoints: u64, keys
         begins.extend(b);
         confirms.extend(c);
     }
-    begins.sort();
+    begins.sort_by_key(|b| b.wall);
     confirms.sort();
     Run {
         begins,
@@ -201,9 +235,9 @@ fn main() {
         "begin while sweeps run: {instances} instances, {checkpoints} checkpoints each, {keys} keys changed per checkpoint"
     );
     println!(
-        "| root | begins | begin p50 | begin p99 | begin max | confirm p50 | confirm max | wall | CPU | load avg |"
+        "| root | begins | begin p50 | begin p99 | begin max | CPU p50 | CPU p99 | blocked | preempted | p99 neither | max neither | confirm p50 | confirm max | wall | CPU | load avg |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for root in roots.split(',') {
         let (storage, _dir) = match root.trim() {
             "local" => {
@@ -225,12 +259,27 @@ fn main() {
         let load = load_average();
         let r = run(storage, instances, checkpoints, keys);
         let us = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6);
+        let walls: Vec<Duration> = r.begins.iter().map(|b| b.wall).collect();
+        let mut cpus: Vec<Duration> = r.begins.iter().map(|b| b.cpu).collect();
+        cpus.sort();
+        let quiet: Vec<Duration> = r
+            .begins
+            .iter()
+            .filter(|b| !b.blocked && !b.preempted)
+            .map(|b| b.wall)
+            .collect();
         println!(
-            "| {root} | {} | {} | {} | {} | {} | {} | {:.1} s | {:.1} s | {load} |",
+            "| {root} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s | {:.1} s | {load} |",
             r.begins.len(),
-            us(percentile(&r.begins, 0.5)),
-            us(percentile(&r.begins, 0.99)),
-            us(r.begins.last().copied().unwrap_or_default()),
+            us(percentile(&walls, 0.5)),
+            us(percentile(&walls, 0.99)),
+            us(walls.last().copied().unwrap_or_default()),
+            us(percentile(&cpus, 0.5)),
+            us(percentile(&cpus, 0.99)),
+            r.begins.iter().filter(|b| b.blocked).count(),
+            r.begins.iter().filter(|b| b.preempted).count(),
+            us(percentile(&quiet, 0.99)),
+            us(quiet.last().copied().unwrap_or_default()),
             us(percentile(&r.confirms, 0.5)),
             us(r.confirms.last().copied().unwrap_or_default()),
             r.wall.as_secs_f64(),

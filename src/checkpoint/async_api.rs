@@ -1,17 +1,19 @@
-//! The async forms of the checkpoint calls that wait on storage: upload, confirmation, abort, sweep,
-//! open, restore, savepoint conversion and gc. Each runs its synchronous form on tokio's blocking pool
-//! (inside a tokio runtime, current-thread or multi-thread) or on a thread of its own (outside one), where
-//! object-store requests run on the I/O runtime directly and file I/O blocks no executor thread; the
-//! awaiting task never blocks its executor thread. The synchronous part, [`Checkpointer::begin`], stays a
-//! plain call: it waits on no storage.
+//! The async forms of the checkpoint calls that wait on storage, besides the ones async at their core
+//! (the upload, [`PendingCheckpoint::run_async`](super::PendingCheckpoint::run_async); the confirmation
+//! and the abort, [`Checkpointer::notify_complete_async`] and [`Checkpointer::notify_aborted_async`]),
+//! whose object-store requests are tasks of the storage's I/O runtime and whose synchronous forms wait for
+//! them. Of the forms here, [`gc_async`] is native in the same way. Sweep, open, restore and savepoint
+//! conversion run their synchronous form on tokio's blocking pool (inside a tokio runtime, current-thread or
+//! multi-thread) or on a thread of its own (outside one), where object-store requests run on the I/O
+//! runtime directly and file I/O blocks no executor thread; the awaiting task never blocks its executor
+//! thread. The synchronous part, [`Checkpointer::begin`], stays a plain call: it waits on no storage.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::checkpointer::Checkpointer;
 use super::io::off_executor;
-use super::pending::PendingCheckpoint;
-use super::registry::{CheckpointOptions, CheckpointSummary};
+use super::registry::CheckpointOptions;
 use super::restore::RestoreInfo;
 use super::storage::CheckpointStorage;
 use super::tools::GcReport;
@@ -21,13 +23,6 @@ use crate::backend::BackendConfig;
 use crate::error::Result;
 use keyed_state_lsm::Options;
 
-impl PendingCheckpoint {
-    /// [`run`](Self::run), awaited: the upload runs off the executor.
-    pub async fn run_async(self) -> Result<CheckpointSummary> {
-        off_executor(move || self.run()).await
-    }
-}
-
 impl Checkpointer {
     /// [`open`](Self::open), awaited.
     pub async fn open_async(
@@ -36,18 +31,6 @@ impl Checkpointer {
         opts: CheckpointOptions,
     ) -> Result<Checkpointer> {
         off_executor(move || Checkpointer::open(storage, &config, opts)).await
-    }
-
-    /// [`notify_complete`](Self::notify_complete), awaited (its fence check lists the root).
-    pub async fn notify_complete_async(&self, id: u64) -> Result<()> {
-        let c = self.clone();
-        off_executor(move || c.notify_complete(id)).await
-    }
-
-    /// [`notify_aborted`](Self::notify_aborted), awaited. It waits on no storage (the deletions are the
-    /// background sweep's); the form exists so that a host can treat every decision alike.
-    pub async fn notify_aborted_async(&self, id: u64) -> Result<()> {
-        self.notify_aborted(id)
     }
 
     /// [`sweep`](Self::sweep), awaited.
@@ -97,11 +80,12 @@ pub async fn to_savepoint_async(
 }
 
 /// The root's garbage collection (`keyed-state checkpoint gc`: keeps the newest `retain` completed
-/// checkpoints), awaited.
+/// checkpoints), awaited: native, as the upload is (its listings, reads and deletions are tasks of the
+/// storage's I/O runtime; the synchronous `gc` waits for them).
 pub async fn gc_async(
     storage: Arc<CheckpointStorage>,
     retain: usize,
     dry_run: bool,
 ) -> Result<GcReport> {
-    off_executor(move || super::tools::gc(&storage, retain, dry_run)).await
+    super::tools::gc_async(&storage, retain, dry_run).await
 }

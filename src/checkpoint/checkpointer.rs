@@ -314,7 +314,7 @@ impl Checkpointer {
         Ok(PendingCheckpoint {
             inner: Arc::clone(&self.inner),
             id,
-            capture: Some(capture),
+            capture: parking_lot::Mutex::new(Some(capture)),
             config: backend.config().clone(),
             states: backend.states().to_vec(),
             created_millis: now_millis(),
@@ -330,64 +330,79 @@ impl Checkpointer {
     /// next, and the sweep of what no retained checkpoint references runs in the background; neither
     /// holds what [`begin`](Self::begin) needs while storage answers, and their failures go to
     /// [`sweep_status`](Self::sweep_status) and are retried.
+    ///
+    /// [`notify_complete_async`](Self::notify_complete_async) on the storage's I/O runtime, waited for
+    /// (from a plain thread or from inside a tokio runtime).
     pub fn notify_complete(&self, id: u64) -> Result<()> {
+        self.inner
+            .storage
+            .io()
+            .block_on(|| self.notify_complete_async(id))?
+    }
+
+    /// [`notify_complete`](Self::notify_complete), awaited: its listing and deletions are tasks of the
+    /// storage's I/O runtime; the awaiting task blocks no thread of its executor.
+    pub async fn notify_complete_async(&self, id: u64) -> Result<()> {
         self.written(id)?;
         // A fenced writer's confirmation takes no effect (and its sweeps delete nothing).
-        self.inner.check_fenced()?;
+        self.inner.check_fenced_async().await?;
         let me = &self.inner.instance;
-        let mut reg = self.inner.reg.lock();
-        // Checked again: another call may have confirmed or aborted it meanwhile.
-        let meta = match reg.in_flight.get(&id).map(|f| f.written.clone()) {
-            Some(Some(meta)) => meta,
-            _ => {
-                return Err(
-                    CheckpointError::Invalid(format!("checkpoint {id} is not in flight")).into(),
-                )
-            }
-        };
-        reg.in_flight.remove(&id);
-        let mut runs = BTreeSet::new();
-        let mut retire = Vec::new();
-        let older: Vec<u64> = reg.in_flight.range(..id).map(|(k, _)| *k).collect();
-        for o in older {
-            if let Some(f) = reg.in_flight.remove(&o) {
-                f.cancel.store(true, Ordering::Release);
-                if let Some(m) = &f.written {
-                    retire.push(metadata_path(o, me));
-                    runs.extend(foreign_runs(m, me));
+        // The registry's lock is released before anything is awaited.
+        {
+            let mut reg = self.inner.reg.lock();
+            // Checked again: another call may have confirmed or aborted it meanwhile.
+            let meta = match reg.in_flight.get(&id).map(|f| f.written.clone()) {
+                Some(Some(meta)) => meta,
+                _ => {
+                    return Err(CheckpointError::Invalid(format!(
+                        "checkpoint {id} is not in flight"
+                    ))
+                    .into())
+                }
+            };
+            reg.in_flight.remove(&id);
+            let mut runs = BTreeSet::new();
+            let mut retire = Vec::new();
+            let older: Vec<u64> = reg.in_flight.range(..id).map(|(k, _)| *k).collect();
+            for o in older {
+                if let Some(f) = reg.in_flight.remove(&o) {
+                    f.cancel.store(true, Ordering::Release);
+                    if let Some(m) = &f.written {
+                        retire.push(metadata_path(o, me));
+                        runs.extend(foreign_runs(m, me));
+                    }
                 }
             }
-        }
-        reg.retained.push_back(Retained {
-            id,
-            delete: vec![metadata_path(id, me)],
-            runs: foreign_runs(&meta, me),
-        });
-        reg.base = Some(meta);
-        reg.reuse_restored = false;
-        reg.last_confirmed = Some(id);
-        while reg.retained.len() > self.inner.opts.retain {
-            if let Some(r) = reg.retained.pop_front() {
-                retire.extend(r.delete);
-                runs.extend(r.runs);
+            reg.retained.push_back(Retained {
+                id,
+                delete: vec![metadata_path(id, me)],
+                runs: foreign_runs(&meta, me),
+            });
+            reg.base = Some(meta);
+            reg.reuse_restored = false;
+            reg.last_confirmed = Some(id);
+            while reg.retained.len() > self.inner.opts.retain {
+                if let Some(r) = reg.retained.pop_front() {
+                    retire.extend(r.delete);
+                    runs.extend(r.runs);
+                }
             }
+            reg.retire.extend(retire);
+            reg.sweep_runs.extend(runs);
         }
-        reg.retire.extend(retire);
-        reg.sweep_runs.extend(runs);
-        drop(reg);
         // The fence was checked above: the retired metadata goes now (retried by the sweep if this fails).
-        self.delete_retired();
+        self.delete_retired().await;
         super::sweeper::request(&self.inner);
         Ok(())
     }
 
     /// Deletes the metadata the registry retired, without holding its lock; a failure is the sweep's
     /// (reported in [`sweep_status`](Self::sweep_status)), and the background sweep tries again.
-    fn delete_retired(&self) {
+    async fn delete_retired(&self) {
         let retire = self.inner.reg.lock().retire.clone();
         let mut gone = Vec::new();
         for p in &retire {
-            match self.inner.storage.delete(p) {
+            match self.inner.storage.delete_async(p).await {
                 Ok(()) => gone.push(p.as_str()),
                 Err(e) => {
                     tracing::warn!(instance = %self.inner.instance, "deleting retired checkpoint metadata {p} failed: {e}");
@@ -422,24 +437,38 @@ impl Checkpointer {
     /// (after a fence check, without holding what [`begin`](Self::begin) needs). Unknown ids are ignored
     /// (as Flink ignores late aborts). `Ok` means the abort took effect; a failed deletion is the sweep's
     /// ([`sweep_status`](Self::sweep_status)), which runs in the background and retries it.
+    ///
+    /// [`notify_aborted_async`](Self::notify_aborted_async) on the storage's I/O runtime, waited for (from
+    /// a plain thread or from inside a tokio runtime).
     pub fn notify_aborted(&self, id: u64) -> Result<()> {
-        let mut reg = self.inner.reg.lock();
+        self.inner
+            .storage
+            .io()
+            .block_on(|| self.notify_aborted_async(id))?
+    }
+
+    /// [`notify_aborted`](Self::notify_aborted), awaited: the fence check and the deletion of a finished
+    /// checkpoint's metadata are tasks of the storage's I/O runtime; the awaiting task blocks no thread of
+    /// its executor.
+    pub async fn notify_aborted_async(&self, id: u64) -> Result<()> {
         let mut retired = false;
-        if let Some(f) = reg.in_flight.remove(&id) {
-            f.cancel.store(true, Ordering::Release);
-            if let Some(m) = &f.written {
-                let me = &self.inner.instance;
-                reg.retire.push(metadata_path(id, me));
-                let runs = foreign_runs(m, me);
-                reg.sweep_runs.extend(runs);
-                retired = true;
+        {
+            let mut reg = self.inner.reg.lock();
+            if let Some(f) = reg.in_flight.remove(&id) {
+                f.cancel.store(true, Ordering::Release);
+                if let Some(m) = &f.written {
+                    let me = &self.inner.instance;
+                    reg.retire.push(metadata_path(id, me));
+                    let runs = foreign_runs(m, me);
+                    reg.sweep_runs.extend(runs);
+                    retired = true;
+                }
             }
         }
-        drop(reg);
         if retired {
             // A fenced writer deletes nothing.
-            match self.inner.check_fenced() {
-                Ok(()) => self.delete_retired(),
+            match self.inner.check_fenced_async().await {
+                Ok(()) => self.delete_retired().await,
                 Err(e) => self.inner.sweep.lock().record(&Err(e)),
             }
         }

@@ -32,6 +32,16 @@ struct Plan {
     on_get: Option<GetHook>,
     /// Request number at which the store stops until the test resumes it ([`FaultStore::pause_at`]).
     pause: Option<Pause>,
+    /// Puts held until enough of them wait at once ([`FaultStore::gather_puts`]).
+    gather: Option<Gather>,
+}
+
+/// Puts of paths containing `contains` wait, without blocking a thread, until `parties` of them wait.
+#[derive(Debug)]
+struct Gather {
+    contains: String,
+    parties: usize,
+    waiting: Vec<futures::channel::oneshot::Sender<()>>,
 }
 
 /// A request held back: `reached` is signalled when it arrives, and it proceeds when `resume` is.
@@ -151,6 +161,45 @@ impl FaultStore {
         (reached_rx, resume_tx)
     }
 
+    /// The first `parties` puts (whole or multipart) of paths containing `s` wait for each other: none is
+    /// made until all of them have arrived, and they wait without blocking a thread (an awaited channel).
+    /// Requests made one at a time never get through; requests awaited at once all do.
+    pub fn gather_puts(&self, s: &str, parties: usize) {
+        self.plan.lock().gather = Some(Gather {
+            contains: s.to_string(),
+            parties,
+            waiting: Vec::new(),
+        });
+    }
+
+    /// Waits for the other puts of the gathering ([`gather_puts`](Self::gather_puts)) if `path` is one.
+    async fn gather(&self, path: &Path) {
+        let wait = {
+            let mut plan = self.plan.lock();
+            match plan.gather.as_mut() {
+                Some(g) if path.as_ref().contains(&g.contains) => {
+                    if g.waiting.len() + 1 >= g.parties {
+                        // The last one: every put goes through, and the gathering is over.
+                        if let Some(g) = plan.gather.take() {
+                            for w in g.waiting {
+                                let _ = w.send(());
+                            }
+                        }
+                        None
+                    } else {
+                        let (tx, rx) = futures::channel::oneshot::channel();
+                        g.waiting.push(tx);
+                        Some(rx)
+                    }
+                }
+                _ => None,
+            }
+        };
+        if let Some(rx) = wait {
+            let _ = rx.await;
+        }
+    }
+
     /// Counts a request; an error if it is to fail.
     fn request(&self, what: &str, path: &Path, is_put: bool) -> Result<()> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst) + 1;
@@ -192,6 +241,7 @@ impl ObjectStore for FaultStore {
         opts: PutOptions,
     ) -> Result<PutResult> {
         self.request("put", location, true)?;
+        self.gather(location).await;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -201,6 +251,7 @@ impl ObjectStore for FaultStore {
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
         self.request("multipart put", location, true)?;
+        self.gather(location).await;
         let upload = self.inner.put_multipart_opts(location, opts).await?;
         self.multipart[0].fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(FaultUpload {

@@ -18,10 +18,14 @@ pub(crate) fn attempt_marker(instance: &str, attempt: u64) -> String {
 
 /// The newest attempt of `instance` in the root (0: none). One listing; names that are not attempt
 /// markers are ignored.
-pub(crate) fn newest_attempt(storage: &CheckpointStorage, instance: &str) -> Result<u64> {
+pub(crate) async fn newest_attempt_async(
+    storage: &CheckpointStorage,
+    instance: &str,
+) -> Result<u64> {
     let prefix = attempts_prefix(instance);
     Ok(storage
-        .list(&prefix)?
+        .list_async(&prefix)
+        .await?
         .iter()
         .filter_map(|(p, _)| p.strip_prefix(&prefix)?.parse::<u64>().ok())
         .max()
@@ -36,8 +40,19 @@ pub(crate) fn take_attempt(
     instance: &str,
     attempt: Option<u64>,
 ) -> Result<u64> {
+    storage
+        .io()
+        .block_on(|| take_attempt_async(storage, instance, attempt))?
+}
+
+/// [`take_attempt`], awaited.
+pub(crate) async fn take_attempt_async(
+    storage: &CheckpointStorage,
+    instance: &str,
+    attempt: Option<u64>,
+) -> Result<u64> {
     for _ in 0..16 {
-        let newest = newest_attempt(storage, instance)?;
+        let newest = newest_attempt_async(storage, instance).await?;
         let want = match attempt {
             Some(a) if a <= newest => {
                 return Err(CheckpointError::Fenced {
@@ -54,7 +69,10 @@ pub(crate) fn take_attempt(
                 )))
             })?,
         };
-        if storage.put_if_absent(&attempt_marker(instance, want), Vec::new())? {
+        if storage
+            .put_if_absent_async(&attempt_marker(instance, want), Vec::new())
+            .await?
+        {
             return Ok(want);
         }
         // Another writer took it between the listing and the put: list again.
@@ -97,11 +115,11 @@ pub(crate) fn attempt_of_run(run: &str) -> Option<u64> {
 
 /// The instance names with attempt markers in the root (one listing of `attempts/`), with the newest
 /// attempt of each.
-pub(crate) fn newest_attempts(
+pub(crate) async fn newest_attempts_async(
     storage: &CheckpointStorage,
 ) -> Result<std::collections::BTreeMap<String, u64>> {
     let mut out = std::collections::BTreeMap::new();
-    for (path, _) in storage.list("attempts/")? {
+    for (path, _) in storage.list_async("attempts/").await? {
         let Some((inst, n)) = path
             .strip_prefix("attempts/")
             .and_then(|r| r.split_once('/'))

@@ -2,13 +2,20 @@
 //! every [`CheckpointStorage`](super::CheckpointStorage) opened through one
 //! [`StateEnv`](crate::env::StateEnv) (or private to a storage opened on its own), started at its first use.
 //!
-//! The storage's API is synchronous. Called on a plain thread, a request runs with `block_on` on the
-//! runtime. Called from inside a tokio runtime (the caller's, multi-thread or current-thread), where
-//! `block_on` would panic, the request is handed to a helper thread outside any runtime, which runs it on
+//! Every object-store request is a task of this runtime ([`IoRuntime::spawn`]); the storage's async calls
+//! await that task, so the awaiting task parks no thread of its executor, whatever runtime (or executor)
+//! it runs on, and the store's connections live on one runtime. Blocking work of an upload (the wait for
+//! the backend's files, reads of small local files) runs on this runtime's blocking threads
+//! ([`IoRuntime::spawn_blocking`]).
+//!
+//! The synchronous calls wait for the async ones. Called on a plain thread, the call runs with `block_on`
+//! on the runtime. Called from inside a tokio runtime (the caller's, multi-thread or current-thread), where
+//! `block_on` would panic, the call is handed to a helper thread outside any runtime, which runs it on
 //! the I/O runtime, and the caller waits for that thread: the call blocks its thread as any synchronous
-//! call does, and never panics. On a thread of tokio's blocking pool running one of the async forms
-//! ([`off_executor`]), where `block_on` is allowed, the request runs with `block_on` directly. Dropping the runtime inside an async context shuts it down in the
-//! background instead of waiting for its threads (which would panic too).
+//! call does, and never panics. On a thread of tokio's blocking pool running one of the async forms that
+//! are not native ([`off_executor`]), where `block_on` is allowed, the call runs with `block_on` directly.
+//! Dropping the runtime inside an async context shuts it down in the background instead of waiting for its
+//! threads (which would panic too).
 
 use std::cell::Cell;
 use std::future::Future;
@@ -78,6 +85,29 @@ impl IoRuntime {
         })
     }
 
+    /// Runs `fut` as a task of the runtime and returns what awaits its output: the awaiting task (on any
+    /// executor, or a `block_on`) parks no thread of its own. A panic of `fut` is resumed in the awaiting
+    /// task.
+    pub(crate) fn spawn<F>(&self, fut: F) -> Result<impl Future<Output = Result<F::Output>>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let task = self.runtime()?.spawn(fut);
+        Ok(async move { task.await.map_err(joined) })
+    }
+
+    /// Runs the blocking `work` (a read of a local file, the wait for a backend's files) on the runtime's
+    /// blocking threads and returns what awaits its result.
+    pub(crate) fn spawn_blocking<W, T>(&self, work: W) -> Result<impl Future<Output = Result<T>>>
+    where
+        W: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let task = self.runtime()?.spawn_blocking(work);
+        Ok(async move { task.await.map_err(joined) })
+    }
+
     /// Runs the future `make` returns to completion on the runtime and returns its output, from a plain
     /// thread or from inside any tokio runtime (see the module documentation). The future is made on the
     /// thread that runs it, so it need not be `Send`.
@@ -117,6 +147,15 @@ impl Drop for IoRuntime {
             }
         }
     }
+}
+
+/// The error of a task of the runtime that did not finish: its panic is resumed; a task cancelled by the
+/// runtime's shutdown is [`Error::Closed`].
+pub(super) fn joined(e: tokio::task::JoinError) -> Error {
+    if e.is_panic() {
+        std::panic::resume_unwind(e.into_panic())
+    }
+    Error::Closed("the I/O runtime of checkpoint storage (its task was cancelled)")
 }
 
 thread_local! {

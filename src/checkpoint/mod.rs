@@ -8,8 +8,10 @@
 //!   retained checkpoint references. Confirmations and aborts wait on no lock `begin` needs while storage
 //!   answers; the sweep runs in the background, on one thread per process
 //!   ([`Checkpointer::sweep_status`], [`SweepStatus`]).
-//! * Async forms of every call that waits on storage: [`PendingCheckpoint::run_async`],
-//!   [`Checkpointer::notify_complete_async`], [`Checkpointer::notify_aborted_async`],
+//! * Async forms of every call that waits on storage. Native (their object-store requests are tasks of the
+//!   storage's I/O runtime, and the synchronous forms wait for them): [`PendingCheckpoint::run_async`],
+//!   [`Checkpointer::notify_complete_async`], [`Checkpointer::notify_aborted_async`] and the storage's
+//!   own calls ([`CheckpointStorage::upload_all_async`], ...). On tokio's blocking pool:
 //!   [`Checkpointer::sweep_async`], [`Checkpointer::open_async`], [`restore_lsm_async`],
 //!   [`restore_lsm_temp_async`], [`restore_heap_async`], [`to_savepoint_async`], [`gc_async`].
 //! * [`CheckpointMetadata`] — the metadata file, written last and atomically.

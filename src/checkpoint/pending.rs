@@ -13,7 +13,7 @@ use super::storage::{Upload, UploadPart};
 use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource};
 use crate::error::{CheckpointError, Error, Result};
 use crate::meta::StateMetaInfo;
-use keyed_state_lsm::storage::Storage;
+use keyed_state_lsm::storage::StorageHandle;
 
 /// Bytes of new files read or serialized before they are uploaded (a batch of uploads at a time).
 const BATCH_BYTES: u64 = 64 << 20;
@@ -76,7 +76,8 @@ fn file_kind(s: &FileSource) -> FileKind {
 pub struct PendingCheckpoint {
     pub(super) inner: Arc<Inner>,
     pub(super) id: u64,
-    pub(super) capture: Option<Box<dyn CheckpointCapture>>,
+    /// Taken by the run (in a lock only so that the checkpoint is `Sync`, and its run's future `Send`).
+    pub(super) capture: parking_lot::Mutex<Option<Box<dyn CheckpointCapture>>>,
     pub(super) config: BackendConfig,
     pub(super) states: Vec<StateMetaInfo>,
     pub(super) created_millis: u64,
@@ -100,14 +101,24 @@ impl PendingCheckpoint {
 
     /// Waits for the backend's files, uploads those the incremental base lacks, and writes the metadata
     /// last. On any failure (cancellation included) the objects it uploaded are deleted and no metadata
-    /// exists.
-    pub fn run(mut self) -> Result<CheckpointSummary> {
+    /// exists. [`run_async`](Self::run_async) on the storage's I/O runtime, waited for (from a plain thread
+    /// or from inside a tokio runtime).
+    pub fn run(self) -> Result<CheckpointSummary> {
+        let io = Arc::clone(self.inner.storage.io());
+        io.block_on(move || self.run_async())?
+    }
+
+    /// [`run`](Self::run), awaited. The object-store requests are tasks of the storage's I/O runtime; the
+    /// wait for the backend's files, reads of small local files and the serialization of in-memory tables
+    /// run on its blocking threads, and a large file is streamed by a reader thread of its own. The
+    /// awaiting task blocks no thread of its executor and uses none of its blocking threads.
+    pub async fn run_async(mut self) -> Result<CheckpointSummary> {
         let t = Instant::now();
         let mut uploaded: Vec<String> = Vec::new();
-        let r = self.run_inner(&mut uploaded, t);
+        let r = self.run_inner(&mut uploaded, t).await;
         if r.is_err() {
             for p in &uploaded {
-                let _ = self.inner.storage.delete(p);
+                let _ = self.inner.storage.delete_async(p).await;
             }
             self.inner.reg.lock().in_flight.remove(&self.id);
         }
@@ -116,9 +127,9 @@ impl PendingCheckpoint {
 
     /// Uploads the groups of `batch` (their files read from `files`), protected from the sweep first;
     /// appends what each wrote to `results`.
-    fn flush<'a>(
+    async fn flush<'a>(
         &self,
-        files_on: &dyn Storage,
+        files_on: &StorageHandle,
         batch: &mut Batch<'a>,
         uploaded: &mut Vec<String>,
         results: &mut Vec<UploadResult<'a>>,
@@ -157,10 +168,14 @@ impl PendingCheckpoint {
             ups
         };
         self.check_cancel()?;
-        uploaded.extend(ups.iter().map(|u| u.path.clone()));
-        let rs = inner.storage.upload_all(&ups, files_on)?;
-        for ((u, f), r) in ups.into_iter().zip(files).zip(rs) {
-            results.push((u.path, f, r));
+        let paths: Vec<String> = ups.iter().map(|u| u.path.clone()).collect();
+        uploaded.extend(paths.iter().cloned());
+        let rs = inner
+            .storage
+            .upload_all_async(ups, files_on.clone())
+            .await?;
+        for ((path, f), r) in paths.into_iter().zip(files).zip(rs) {
+            results.push((path, f, r));
         }
         Ok(())
     }
@@ -173,11 +188,17 @@ impl PendingCheckpoint {
         }
     }
 
-    fn run_inner(&mut self, uploaded: &mut Vec<String>, t: Instant) -> Result<CheckpointSummary> {
-        let capture = self.capture.take().ok_or_else(|| {
+    async fn run_inner(
+        &mut self,
+        uploaded: &mut Vec<String>,
+        t: Instant,
+    ) -> Result<CheckpointSummary> {
+        let capture = self.capture.lock().take().ok_or_else(|| {
             Error::from(CheckpointError::Invalid("checkpoint already run".into()))
         })?;
-        let captured = match capture.wait(&self.cancel) {
+        let io = Arc::clone(self.inner.storage.io());
+        let cancel = Arc::clone(&self.cancel);
+        let mut captured = match io.spawn_blocking(move || capture.wait(&cancel))?.await? {
             Ok(c) => c,
             Err(Error::Lsm(keyed_state_lsm::LsmError::Cancelled)) => {
                 return Err(CheckpointError::Cancelled { id: self.id }.into())
@@ -187,6 +208,8 @@ impl PendingCheckpoint {
         self.check_cancel()?;
         let inner = &self.inner;
         let id = self.id;
+        let files_on = captured.storage.clone();
+        let mut tables = captured.tables.take();
 
         let mut objects: Vec<ObjectRef> = Vec::new();
         let mut object_index: BTreeMap<String, u32> = BTreeMap::new();
@@ -247,13 +270,22 @@ impl PendingCheckpoint {
                 | FileSource::BoundedSst { path: p, .. }
                 | FileSource::Named { path: p, .. } => (UploadPart::File(p.clone()), f.size),
                 FileSource::Table { state, key_group } => {
-                    let tables = captured.tables.as_ref().ok_or_else(|| {
+                    let t = tables.take().ok_or_else(|| {
                         Error::from(CheckpointError::Invalid(
                             "a table file without its tables".into(),
                         ))
                     })?;
-                    let mut b = Vec::new();
-                    tables.render(*state, *key_group, &mut b)?;
+                    let (state, key_group) = (*state, *key_group);
+                    // Serialized off the executor; the tables come back for the next one.
+                    let (t, b) = io
+                        .spawn_blocking(move || {
+                            let mut b = Vec::new();
+                            let r = t.render(state, key_group, &mut b);
+                            (t, r.map(|()| b))
+                        })?
+                        .await?;
+                    tables = Some(t);
+                    let b = b?;
                     let n = b.len() as u64;
                     (UploadPart::Bytes(b), n)
                 }
@@ -274,14 +306,16 @@ impl PendingCheckpoint {
                 small.files.push(f);
             }
             if batch.bytes >= BATCH_BYTES {
-                self.flush(&*captured.storage, &mut batch, uploaded, &mut results)?;
+                self.flush(&files_on, &mut batch, uploaded, &mut results)
+                    .await?;
                 self.check_cancel()?;
             }
         }
         if !small.files.is_empty() {
             batch.push(small);
         }
-        self.flush(&*captured.storage, &mut batch, uploaded, &mut results)?;
+        self.flush(&files_on, &mut batch, uploaded, &mut results)
+            .await?;
         self.check_cancel()?;
         for (path, g, r) in &results {
             let idx = objects.len() as u32;
@@ -333,10 +367,10 @@ impl PendingCheckpoint {
         }
         self.check_cancel()?;
         // Fenced writers commit nothing; the put is create-only, so no metadata is ever overwritten.
-        inner.check_fenced()?;
+        inner.check_fenced_async().await?;
         let path = metadata_path(id, &inner.instance);
-        if !inner.storage.put_if_absent(&path, bytes)? {
-            inner.check_fenced()?;
+        if !inner.storage.put_if_absent_async(&path, bytes).await? {
+            inner.check_fenced_async().await?;
             return Err(CheckpointError::AlreadyExists {
                 id,
                 instance: inner.instance.clone(),
@@ -347,7 +381,7 @@ impl PendingCheckpoint {
         // A newer attempt that opened between the check and the put may have swept objects this metadata
         // names before it existed: the checkpoint is withdrawn, never reported complete. So is one the host
         // aborted or subsumed while the metadata was being written.
-        let withdrawn = match inner.check_fenced() {
+        let withdrawn = match inner.check_fenced_async().await {
             Err(e) => Some(e),
             Ok(()) => {
                 let mut reg = inner.reg.lock();
@@ -363,7 +397,7 @@ impl PendingCheckpoint {
             }
         };
         if let Some(e) = withdrawn {
-            if inner.storage.delete(&path).is_err() {
+            if inner.storage.delete_async(&path).await.is_err() {
                 // The metadata stays: so do the objects it names (a leak for a later sweep, never a
                 // checkpoint whose objects are gone).
                 uploaded.clear();

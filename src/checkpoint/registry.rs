@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::fence::newest_attempt;
+use super::fence::newest_attempt_async;
 use super::format::CheckpointMetadata;
 use super::storage::CheckpointStorage;
 use crate::error::{CheckpointError, Error, Result};
@@ -133,7 +133,12 @@ pub(super) struct Inner {
 impl Inner {
     /// [`CheckpointError::Fenced`] if a newer attempt of the instance name is in the root.
     pub(super) fn check_fenced(&self) -> Result<()> {
-        let newest = newest_attempt(&self.storage, &self.instance)?;
+        self.storage.io().block_on(|| self.check_fenced_async())?
+    }
+
+    /// [`check_fenced`](Self::check_fenced), awaited.
+    pub(super) async fn check_fenced_async(&self) -> Result<()> {
+        let newest = newest_attempt_async(&self.storage, &self.instance).await?;
         if newest > self.attempt {
             return Err(CheckpointError::Fenced {
                 instance: self.instance.clone(),

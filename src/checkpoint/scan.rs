@@ -25,15 +25,27 @@ pub fn read_all_metadata(storage: &CheckpointStorage) -> Result<Vec<MetadataEntr
     Ok(scan_metadata(storage)?.0)
 }
 
+/// [`read_all_metadata`], awaited.
+pub(crate) async fn read_all_metadata_async(
+    storage: &CheckpointStorage,
+) -> Result<Vec<MetadataEntry>> {
+    Ok(scan_metadata_async(storage).await?.0)
+}
+
 /// [`read_all_metadata`], and whether a listed file was gone when read (deleted during the scan).
 fn scan_metadata(storage: &CheckpointStorage) -> Result<(Vec<MetadataEntry>, bool)> {
+    storage.io().block_on(|| scan_metadata_async(storage))?
+}
+
+/// [`scan_metadata`], awaited.
+async fn scan_metadata_async(storage: &CheckpointStorage) -> Result<(Vec<MetadataEntry>, bool)> {
     let mut out = Vec::new();
     let mut vanished = false;
-    for (path, _) in storage.list("")? {
+    for (path, _) in storage.list_async("").await? {
         if !(path.starts_with("chk-") && path.ends_with("/_metadata")) {
             continue;
         }
-        let decoded = match storage.get_bounded(&path, MAX_METADATA_BYTES) {
+        let decoded = match storage.get_bounded_async(&path, MAX_METADATA_BYTES).await {
             Ok(Ok(bytes)) => CheckpointMetadata::decode_named(&path, &bytes),
             Ok(Err(size)) => Err(CheckpointError::Metadata {
                 at: crate::error::Location::file(&path),

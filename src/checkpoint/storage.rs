@@ -1,6 +1,8 @@
-//! Checkpoint storage: a synchronous facade over an [`object_store::ObjectStore`] whose requests run on an
-//! I/O runtime ([`IoRuntime`]: its own, or one shared by a [`StateEnv`](crate::env::StateEnv)'s storages);
-//! every call works from a plain thread and from inside a tokio runtime. Only [`CheckpointStorage::open`] knows which store it is; every other call is the same for the
+//! Checkpoint storage: a facade over an [`object_store::ObjectStore`] whose requests are tasks of an I/O
+//! runtime ([`IoRuntime`]: its own, or one shared by a [`StateEnv`](crate::env::StateEnv)'s storages).
+//! Each call is async at its core (`put_async`, `upload_all_async`, `list_async`, ...), awaited from any
+//! executor without parking a thread of it; its synchronous form waits for it and works from a plain
+//! thread and from inside a tokio runtime. Only [`CheckpointStorage::open`] knows which store it is; every other call is the same for the
 //! local file system, memory and S3 (and any S3-compatible server).
 //!
 //! Remote stores get bounded timeouts and retries ([`REMOTE_CONNECT_TIMEOUT`], [`REMOTE_REQUEST_TIMEOUT`],
@@ -21,7 +23,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 
 use super::io::{IoRuntime, DEFAULT_IO_THREADS};
 use crate::error::{CheckpointError, Error, Location, Result};
-use keyed_state_lsm::storage::Storage;
+use keyed_state_lsm::storage::{Storage, StorageHandle};
 
 /// Files at least this large are uploaded in parts.
 pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
@@ -63,6 +65,221 @@ async fn abort(w: WriteMultipart, err: Error) -> Error {
         tracing::warn!("aborting a multipart upload after \"{err}\" failed: {e}");
     }
     err
+}
+
+/// The store an upload task writes to, and its name for errors.
+struct Target {
+    store: Arc<dyn ObjectStore>,
+    name: String,
+}
+
+impl Target {
+    fn err(&self, operation: &'static str, object: &str, e: object_store::Error) -> Error {
+        store_err(&self.name, operation, object, e)
+    }
+}
+
+/// [`CheckpointError::Store`] of `operation` on `object` of store `store`.
+fn store_err(store: &str, operation: &'static str, object: &str, e: object_store::Error) -> Error {
+    CheckpointError::Store {
+        store: store.to_string(),
+        operation,
+        object: (!object.is_empty()).then(|| object.to_string()),
+        detail: error_chain(&e),
+    }
+    .into()
+}
+
+/// An object read whole before its upload, or its parts to stream.
+enum Prepared {
+    Whole {
+        buf: Vec<u8>,
+        files: Vec<(u64, u64)>,
+    },
+    Streamed(Vec<UploadPart>),
+}
+
+/// Reads the parts of an object below [`MULTIPART_THRESHOLD`] into one buffer (with each part's length
+/// and xxh3-64); hands larger ones back to be streamed. Blocking.
+fn prepare(parts: Vec<UploadPart>, fs: &dyn Storage) -> Result<Prepared> {
+    let mut total: u64 = 0;
+    for f in &parts {
+        total += f.len(fs)?;
+    }
+    if total >= MULTIPART_THRESHOLD {
+        return Ok(Prepared::Streamed(parts));
+    }
+    let mut buf = Vec::with_capacity(total as usize);
+    let mut files = Vec::with_capacity(parts.len());
+    for f in &parts {
+        let start = buf.len();
+        match f {
+            UploadPart::File(f) => fs.read_append(f, &mut buf).map_err(read_err(f))?,
+            UploadPart::Bytes(b) => buf.extend_from_slice(b),
+        }
+        let part = buf.get(start..).unwrap_or_default();
+        files.push((part.len() as u64, xxhash_rust::xxh3::xxh3_64(part)));
+    }
+    Ok(Prepared::Whole { buf, files })
+}
+
+/// A request to a [`ChunkReader`]'s thread: fill the buffer, answer with it and the bytes read.
+type ChunkRequest = (
+    Vec<u8>,
+    futures::channel::oneshot::Sender<(Vec<u8>, std::io::Result<usize>)>,
+);
+
+/// A local file streamed by a thread of its own, one chunk per request (the storage's reader is neither
+/// `Send` nor `'static`, so it stays on that thread). The thread ends when the reader is dropped.
+struct ChunkReader {
+    requests: std::sync::mpsc::Sender<ChunkRequest>,
+}
+
+impl ChunkReader {
+    fn open(fs: StorageHandle, path: PathBuf) -> Result<ChunkReader> {
+        let (tx, rx) = std::sync::mpsc::channel::<ChunkRequest>();
+        std::thread::Builder::new()
+            .name("ckpt-read".into())
+            .spawn(move || {
+                let mut r = match fs.open_read(&path) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        if let Ok((buf, reply)) = rx.recv() {
+                            let _ = reply.send((buf, Err(e)));
+                        }
+                        return;
+                    }
+                };
+                for (mut buf, reply) in rx {
+                    let n = loop {
+                        match r.read(&mut buf) {
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                            other => break other,
+                        }
+                    };
+                    if reply.send((buf, n)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(Error::io_at(
+                "starting a checkpoint file reader thread",
+                "ckpt-read",
+            ))?;
+        Ok(ChunkReader { requests: tx })
+    }
+
+    /// Reads up to `buf.len()` bytes into `buf`; 0 at the end of the file.
+    async fn read(&self, buf: Vec<u8>) -> (Vec<u8>, std::io::Result<usize>) {
+        let (reply, answer) = futures::channel::oneshot::channel();
+        if self.requests.send((buf, reply)).is_err() {
+            return (
+                Vec::new(),
+                Err(std::io::Error::other("the file reader thread ended")),
+            );
+        }
+        answer.await.unwrap_or_else(|_| {
+            (
+                Vec::new(),
+                Err(std::io::Error::other("the file reader thread ended")),
+            )
+        })
+    }
+}
+
+/// Uploads `u` as object `p` of `t`, reading its files from `fs` (a task of the I/O runtime).
+async fn upload_one(t: Target, p: ObjPath, u: Upload, fs: StorageHandle) -> Result<Uploaded> {
+    let Upload { path, files: parts } = u;
+    let prepared = {
+        let fs = fs.clone();
+        tokio::task::spawn_blocking(move || prepare(parts, &*fs))
+            .await
+            .map_err(super::io::joined)??
+    };
+    let mut whole = xxhash_rust::xxh3::Xxh3::new();
+    let parts = match prepared {
+        Prepared::Whole { buf, files } => {
+            whole.update(&buf);
+            let size = buf.len() as u64;
+            t.store
+                .put(&p, PutPayload::from(buf))
+                .await
+                .map_err(|e| t.err("put", &path, e))?;
+            return Ok(Uploaded {
+                size,
+                checksum: whole.digest(),
+                files,
+            });
+        }
+        Prepared::Streamed(parts) => parts,
+    };
+    let upload = t
+        .store
+        .put_multipart(&p)
+        .await
+        .map_err(|e| t.err("multipart put", &path, e))?;
+    let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+    let mut size = 0u64;
+    let mut files = Vec::with_capacity(parts.len());
+    let mut buf = vec![0u8; CHUNK];
+    for f in &parts {
+        let mut fh = xxhash_rust::xxh3::Xxh3::new();
+        let mut len = 0u64;
+        match f {
+            UploadPart::File(file) => {
+                // Streamed CHUNK bytes at a time with plain reads, at most PARALLELISM parts in flight.
+                let reader = match ChunkReader::open(fs.clone(), file.clone()) {
+                    Ok(r) => r,
+                    Err(e) => return Err(abort(w, e).await),
+                };
+                loop {
+                    let (back, n) = reader.read(std::mem::take(&mut buf)).await;
+                    buf = back;
+                    let c = match n {
+                        Ok(0) => break,
+                        Ok(n) => match buf.get(..n) {
+                            Some(c) => c,
+                            None => {
+                                let e = std::io::Error::other("read more bytes than asked");
+                                return Err(abort(w, read_err(file)(e)).await);
+                            }
+                        },
+                        Err(e) => return Err(abort(w, read_err(file)(e)).await),
+                    };
+                    fh.update(c);
+                    whole.update(c);
+                    if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
+                        let err = t.err("multipart put", &path, e);
+                        return Err(abort(w, err).await);
+                    }
+                    w.write(c);
+                    len += c.len() as u64;
+                }
+            }
+            UploadPart::Bytes(b) => {
+                fh.update(b);
+                whole.update(b);
+                for c in b.chunks(CHUNK) {
+                    if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
+                        let err = t.err("multipart put", &path, e);
+                        return Err(abort(w, err).await);
+                    }
+                    w.write(c);
+                }
+                len = b.len() as u64;
+            }
+        }
+        files.push((len, fh.digest()));
+        size += len;
+    }
+    w.finish()
+        .await
+        .map_err(|e| t.err("multipart put", &path, e))?;
+    Ok(Uploaded {
+        size,
+        checksum: whole.digest(),
+        files,
+    })
 }
 
 impl UploadPart {
@@ -260,13 +477,7 @@ impl CheckpointStorage {
     }
 
     fn remote_err(&self, operation: &'static str, object: &str, e: object_store::Error) -> Error {
-        CheckpointError::Store {
-            store: self.root_name.clone(),
-            operation,
-            object: (!object.is_empty()).then(|| object.to_string()),
-            detail: error_chain(&e),
-        }
-        .into()
+        store_err(&self.root_name, operation, object, e)
     }
 
     /// Storage in the local directory `dir` (created if missing); objects that hold one whole file can be
@@ -396,12 +607,28 @@ impl CheckpointStorage {
         }
     }
 
+    /// Runs the request `f` makes of the store as a task of the I/O runtime and awaits its result (see
+    /// the module documentation).
+    async fn on_io<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(Arc<dyn ObjectStore>) -> Fut,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.io.spawn(f(Arc::clone(&self.store)))?.await
+    }
+
     /// Writes `bytes` as object `rel`, atomically (whole or nothing).
     pub fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
+        self.io.block_on(|| self.put_async(rel, bytes))?
+    }
+
+    /// [`put`](Self::put), awaited.
+    pub async fn put_async(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
         self.check_fail(rel)?;
         let p = self.full(rel)?;
-        self.io
-            .block_on(|| self.store.put(&p, PutPayload::from(bytes)))?
+        self.on_io(|store| async move { store.put(&p, PutPayload::from(bytes)).await })
+            .await?
             .map_err(|e| self.remote_err("put", rel, e))?;
         Ok(())
     }
@@ -410,16 +637,21 @@ impl CheckpointStorage {
     /// hard link without replace on a local root, `If-None-Match: *` on S3, a check under the store's lock
     /// in memory), atomically. `Ok(false)`: the object existed and is unchanged.
     pub fn put_if_absent(&self, rel: &str, bytes: Vec<u8>) -> Result<bool> {
+        self.io.block_on(|| self.put_if_absent_async(rel, bytes))?
+    }
+
+    /// [`put_if_absent`](Self::put_if_absent), awaited.
+    pub async fn put_if_absent_async(&self, rel: &str, bytes: Vec<u8>) -> Result<bool> {
         self.check_fail(rel)?;
         let p = self.full(rel)?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..PutOptions::default()
         };
-        match self
-            .io
-            .block_on(|| self.store.put_opts(&p, PutPayload::from(bytes), opts))?
-        {
+        let r = self
+            .on_io(|store| async move { store.put_opts(&p, PutPayload::from(bytes), opts).await })
+            .await?;
+        match r {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(self.remote_err("create-only put", rel, e)),
@@ -431,178 +663,132 @@ impl CheckpointStorage {
     /// [`PARALLELISM`] parts of one object in flight). Returns the results in order. After an error no
     /// further upload starts, the ones already started are awaited (a failed multipart upload is aborted),
     /// and the first error is returned.
-    pub fn upload_all(&self, uploads: &[Upload], files: &dyn Storage) -> Result<Vec<Uploaded>> {
+    pub fn upload_all(&self, uploads: Vec<Upload>, files: StorageHandle) -> Result<Vec<Uploaded>> {
+        self.io.block_on(|| self.upload_all_async(uploads, files))?
+    }
+
+    /// [`upload_all`](Self::upload_all), awaited. Each upload is a task of the I/O runtime; the files of
+    /// an object below [`MULTIPART_THRESHOLD`] are read on its blocking threads, a larger file is streamed
+    /// by a reader thread of its own (it reads one chunk at a time, as the upload asks for it).
+    pub async fn upload_all_async(
+        &self,
+        uploads: Vec<Upload>,
+        files: StorageHandle,
+    ) -> Result<Vec<Uploaded>> {
         let failed = AtomicBool::new(false);
-        let results = self.io.block_on(|| async {
-            futures::stream::iter(uploads)
-                .take_while(|_| std::future::ready(!failed.load(Ordering::SeqCst)))
-                .map(|u| async {
-                    let r = self.upload_one(u, files).await;
+        let results = futures::stream::iter(uploads)
+            .take_while(|_| std::future::ready(!failed.load(Ordering::SeqCst)))
+            .map(|u| {
+                let files = files.clone();
+                let failed = &failed;
+                async move {
+                    let r = self.spawn_upload(u, files).await;
                     if r.is_err() {
                         failed.store(true, Ordering::SeqCst);
                     }
                     r
-                })
-                .buffered(PARALLELISM)
-                .collect::<Vec<_>>()
-                .await
-        })?;
+                }
+            })
+            .buffered(PARALLELISM)
+            .collect::<Vec<_>>()
+            .await;
         // The stream stops early only after an error, which `collect` then returns.
         results.into_iter().collect()
     }
 
-    async fn upload_one(&self, u: &Upload, fs: &dyn Storage) -> Result<Uploaded> {
+    async fn spawn_upload(&self, u: Upload, files: StorageHandle) -> Result<Uploaded> {
         self.check_fail(&u.path)?;
         let p = self.full(&u.path)?;
-        let mut total: u64 = 0;
-        for f in &u.files {
-            total += f.len(fs)?;
-        }
-        let mut whole = xxhash_rust::xxh3::Xxh3::new();
-        let mut files = Vec::with_capacity(u.files.len());
-        if total < MULTIPART_THRESHOLD {
-            let mut buf = Vec::with_capacity(total as usize);
-            for f in &u.files {
-                let start = buf.len();
-                match f {
-                    UploadPart::File(f) => fs.read_append(f, &mut buf).map_err(read_err(f))?,
-                    UploadPart::Bytes(b) => buf.extend_from_slice(b),
-                }
-                let part = buf.get(start..).unwrap_or_default();
-                files.push((part.len() as u64, xxhash_rust::xxh3::xxh3_64(part)));
-            }
-            whole.update(&buf);
-            let size = buf.len() as u64;
-            self.store
-                .put(&p, PutPayload::from(buf))
-                .await
-                .map_err(|e| self.remote_err("put", &u.path, e))?;
-            return Ok(Uploaded {
-                size,
-                checksum: whole.digest(),
-                files,
-            });
-        }
-        let upload = self
-            .store
-            .put_multipart(&p)
-            .await
-            .map_err(|e| self.remote_err("multipart put", &u.path, e))?;
-        let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-        let mut size = 0u64;
-        let mut buf = vec![0u8; CHUNK];
-        for f in &u.files {
-            let mut fh = xxhash_rust::xxh3::Xxh3::new();
-            let mut len = 0u64;
-            match f {
-                UploadPart::File(path) => {
-                    // Streamed CHUNK bytes at a time with plain reads, at most PARALLELISM parts in flight.
-                    let mut r = match fs.open_read(path) {
-                        Ok(r) => r,
-                        Err(e) => return Err(abort(w, read_err(path)(e)).await),
-                    };
-                    loop {
-                        let c = match r.read(&mut buf) {
-                            Ok(0) => break,
-                            Ok(n) => match buf.get(..n) {
-                                Some(c) => c,
-                                None => {
-                                    let e = std::io::Error::other("read more bytes than asked");
-                                    return Err(abort(w, read_err(path)(e)).await);
-                                }
-                            },
-                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                            Err(e) => return Err(abort(w, read_err(path)(e)).await),
-                        };
-                        fh.update(c);
-                        whole.update(c);
-                        if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
-                            let err = self.remote_err("multipart put", &u.path, e);
-                            return Err(abort(w, err).await);
-                        }
-                        w.write(c);
-                        len += c.len() as u64;
-                    }
-                }
-                UploadPart::Bytes(b) => {
-                    fh.update(b);
-                    whole.update(b);
-                    for c in b.chunks(CHUNK) {
-                        if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
-                            let err = self.remote_err("multipart put", &u.path, e);
-                            return Err(abort(w, err).await);
-                        }
-                        w.write(c);
-                    }
-                    len = b.len() as u64;
-                }
-            }
-            files.push((len, fh.digest()));
-            size += len;
-        }
-        w.finish()
-            .await
-            .map_err(|e| self.remote_err("multipart put", &u.path, e))?;
-        Ok(Uploaded {
-            size,
-            checksum: whole.digest(),
-            files,
-        })
+        let target = Target {
+            store: Arc::clone(&self.store),
+            name: self.root_name.clone(),
+        };
+        self.io.spawn(upload_one(target, p, u, files))?.await?
     }
 
     /// Reads object `rel` whole.
     pub fn get(&self, rel: &str) -> Result<Vec<u8>> {
+        self.io.block_on(|| self.get_async(rel))?
+    }
+
+    /// [`get`](Self::get), awaited.
+    pub async fn get_async(&self, rel: &str) -> Result<Vec<u8>> {
         let p = self.full(rel)?;
-        self.io.block_on(|| async {
-            let r = self.store.get(&p).await.map_err(|e| self.map_get(rel, e))?;
-            let b = r.bytes().await.map_err(|e| self.map_get(rel, e))?;
-            Ok(b.to_vec())
-        })?
+        let r = self
+            .on_io(|store| async move {
+                let r = store.get(&p).await?;
+                r.bytes().await
+            })
+            .await?;
+        Ok(r.map_err(|e| self.map_get(rel, e))?.to_vec())
     }
 
     /// Reads object `rel` whole if it holds at most `max` bytes; `Ok(Err(size))` (nothing read) if larger.
     pub fn get_bounded(&self, rel: &str, max: u64) -> Result<std::result::Result<Vec<u8>, u64>> {
+        self.io.block_on(|| self.get_bounded_async(rel, max))?
+    }
+
+    /// [`get_bounded`](Self::get_bounded), awaited.
+    pub async fn get_bounded_async(
+        &self,
+        rel: &str,
+        max: u64,
+    ) -> Result<std::result::Result<Vec<u8>, u64>> {
         let p = self.full(rel)?;
-        self.io.block_on(|| async {
-            let r = self.store.get(&p).await.map_err(|e| self.map_get(rel, e))?;
-            if r.meta.size > max {
-                return Ok(Err(r.meta.size));
-            }
-            let b = r.bytes().await.map_err(|e| self.map_get(rel, e))?;
-            if b.len() as u64 > max {
-                return Ok(Err(b.len() as u64));
-            }
-            Ok(Ok(b.to_vec()))
-        })?
+        let r = self
+            .on_io(|store| async move {
+                let r = store.get(&p).await?;
+                if r.meta.size > max {
+                    return Ok(Err(r.meta.size));
+                }
+                let b = r.bytes().await?;
+                if b.len() as u64 > max {
+                    return Ok(Err(b.len() as u64));
+                }
+                Ok(Ok(b.to_vec()))
+            })
+            .await?;
+        r.map_err(|e| self.map_get(rel, e))
     }
 
     /// Reads `len` bytes at `offset` of each `(object, offset, len)`, up to [`PARALLELISM`] at once (an empty
     /// range reads nothing).
     pub fn get_ranges(&self, parts: &[(String, u64, u64)]) -> Result<Vec<Vec<u8>>> {
-        self.io.block_on(|| async {
-            futures::stream::iter(parts.iter().map(|(rel, off, len)| async move {
-                if *len == 0 {
-                    // An empty file (RocksDB's empty WAL of a checkpoint): nothing to read.
-                    return Ok(Vec::new());
-                }
-                let p = self.full(rel)?;
-                let b = self
-                    .store
-                    .get_range(&p, *off..off + len)
-                    .await
-                    .map_err(|e| self.map_get(rel, e))?;
-                Ok::<_, Error>(b.to_vec())
-            }))
-            .buffered(PARALLELISM)
-            .try_collect()
-            .await
-        })?
+        self.io.block_on(|| self.get_ranges_async(parts))?
+    }
+
+    /// [`get_ranges`](Self::get_ranges), awaited.
+    pub async fn get_ranges_async(&self, parts: &[(String, u64, u64)]) -> Result<Vec<Vec<u8>>> {
+        futures::stream::iter(parts.iter().map(|(rel, off, len)| async move {
+            if *len == 0 {
+                // An empty file (RocksDB's empty WAL of a checkpoint): nothing to read.
+                return Ok(Vec::new());
+            }
+            let p = self.full(rel)?;
+            let range = *off..off + len;
+            let b = self
+                .on_io(|store| async move { store.get_range(&p, range).await })
+                .await?
+                .map_err(|e| self.map_get(rel, e))?;
+            Ok::<_, Error>(b.to_vec())
+        }))
+        .buffered(PARALLELISM)
+        .try_collect()
+        .await
     }
 
     /// Size of object `rel`, or `None` if it does not exist.
     pub fn size(&self, rel: &str) -> Result<Option<u64>> {
+        self.io.block_on(|| self.size_async(rel))?
+    }
+
+    /// [`size`](Self::size), awaited.
+    pub async fn size_async(&self, rel: &str) -> Result<Option<u64>> {
         let p = self.full(rel)?;
-        match self.io.block_on(|| self.store.head(&p))? {
+        match self
+            .on_io(|store| async move { store.head(&p).await })
+            .await?
+        {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.remote_err("head", rel, e)),
@@ -611,6 +797,11 @@ impl CheckpointStorage {
 
     /// Every object under `rel_prefix` (relative paths and sizes, sorted).
     pub fn list(&self, rel_prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.io.block_on(|| self.list_async(rel_prefix))?
+    }
+
+    /// [`list`](Self::list), awaited.
+    pub async fn list_async(&self, rel_prefix: &str) -> Result<Vec<(String, u64)>> {
         let p = if rel_prefix.is_empty() && self.prefix.is_empty() {
             None
         } else if rel_prefix.is_empty() {
@@ -618,13 +809,19 @@ impl CheckpointStorage {
         } else {
             Some(self.full(rel_prefix)?)
         };
-        let items: Vec<object_store::ObjectMeta> = self.io.block_on(|| async {
-            match self.store.list(p.as_ref()).try_collect::<Vec<_>>().await {
-                Ok(v) => Ok(v),
-                Err(object_store::Error::NotFound { .. }) => Ok(Vec::new()),
-                Err(e) => Err(self.remote_err("list", rel_prefix, e)),
-            }
-        })??;
+        let items = self
+            .on_io(|store| async move {
+                store
+                    .list(p.as_ref())
+                    .try_collect::<Vec<object_store::ObjectMeta>>()
+                    .await
+            })
+            .await?;
+        let items = match items {
+            Ok(v) => v,
+            Err(object_store::Error::NotFound { .. }) => Vec::new(),
+            Err(e) => return Err(self.remote_err("list", rel_prefix, e)),
+        };
         let mut out: Vec<(String, u64)> = items
             .iter()
             .map(|m| (self.rel(&m.location), m.size))
@@ -635,8 +832,16 @@ impl CheckpointStorage {
 
     /// Deletes object `rel` (deleting a missing object is not an error).
     pub fn delete(&self, rel: &str) -> Result<()> {
+        self.io.block_on(|| self.delete_async(rel))?
+    }
+
+    /// [`delete`](Self::delete), awaited.
+    pub async fn delete_async(&self, rel: &str) -> Result<()> {
         let p = self.full(rel)?;
-        match self.io.block_on(|| self.store.delete(&p))? {
+        match self
+            .on_io(|store| async move { store.delete(&p).await })
+            .await?
+        {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.remote_err("delete", rel, e)),
         }

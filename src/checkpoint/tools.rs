@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::fence::{attempt_of_run, newest_attempts, run_of, take_attempt};
+use super::fence::{attempt_of_run, newest_attempts_async, run_of, take_attempt_async};
 use super::format::CheckpointMetadata;
 use super::scan::checkpoint_id_of;
 pub use super::scan::{read_all_metadata, referenced_objects, MetadataEntry};
@@ -142,7 +142,7 @@ pub struct GcReport {
 /// their attempt, and not named by a claim marker. The rest is reported as [`GcReport::spared`]. Claim
 /// markers of runs left without objects go. A metadata file that does not decode stops it.
 pub fn gc(storage: &CheckpointStorage, retain: usize, dry_run: bool) -> Result<GcReport> {
-    collect(storage, retain, dry_run, false)
+    collect_blocking(storage, retain, dry_run, false)
 }
 
 /// [`gc`] for a stopped job: first takes a new attempt of every instance name in the job's part of the
@@ -151,24 +151,44 @@ pub fn gc(storage: &CheckpointStorage, retain: usize, dry_run: bool) -> Result<G
 /// deletes every object no kept metadata references, whatever attempt wrote it. A dry run takes no
 /// attempt.
 pub fn gc_fencing(storage: &CheckpointStorage, retain: usize, dry_run: bool) -> Result<GcReport> {
-    collect(storage, retain, dry_run, true)
+    collect_blocking(storage, retain, dry_run, true)
 }
 
-fn collect(
+/// [`gc`], awaited: its listings, reads and deletions are tasks of the storage's I/O runtime.
+pub(crate) async fn gc_async(
+    storage: &CheckpointStorage,
+    retain: usize,
+    dry_run: bool,
+) -> Result<GcReport> {
+    collect(storage, retain, dry_run, false).await
+}
+
+fn collect_blocking(
+    storage: &CheckpointStorage,
+    retain: usize,
+    dry_run: bool,
+    fence: bool,
+) -> Result<GcReport> {
+    storage
+        .io()
+        .block_on(|| collect(storage, retain, dry_run, fence))?
+}
+
+async fn collect(
     storage: &CheckpointStorage,
     retain: usize,
     dry_run: bool,
     fence: bool,
 ) -> Result<GcReport> {
     let mut all = Vec::new();
-    for (path, m) in read_all_metadata(storage)? {
+    for (path, m) in super::scan::read_all_metadata_async(storage).await? {
         // The metadata file's error (it names the file): nothing is deleted.
         all.push((path, m?));
     }
-    let listed = storage.list("")?;
+    let listed = storage.list_async("").await?;
     // The attempt each instance name's runs are judged against: objects of runs older than it are no
     // live writer's. Fencing: the attempt gc takes itself (every older writer is fenced by it).
-    let mut newest = newest_attempts(storage)?;
+    let mut newest = newest_attempts_async(storage).await?;
     if fence {
         let mut names: BTreeSet<String> = newest.keys().cloned().collect();
         names.extend(all.iter().map(|(_, m)| m.instance.clone()));
@@ -183,7 +203,7 @@ fn collect(
             let taken = if dry_run {
                 newest.get(&name).copied().unwrap_or(0).saturating_add(1)
             } else {
-                take_attempt(storage, &name, None)?
+                take_attempt_async(storage, &name, None).await?
             };
             newest.insert(name, taken);
         }
@@ -216,7 +236,7 @@ fn collect(
     }
     kept.extend(kept_meta.iter().filter_map(|p| checkpoint_id_of(p)));
     rep.kept = kept.iter().copied().collect();
-    let claim_markers = storage.list("claimed/")?;
+    let claim_markers = storage.list_async("claimed/").await?;
     // `<instance>/<run>` of every run a claim marker (`claimed/<owner>/<instance>/<run>`) names.
     let claimed: BTreeSet<&str> = claim_markers
         .iter()
@@ -265,7 +285,7 @@ fn collect(
     if !dry_run {
         // Metadata first: an interrupted gc leaves unreferenced objects, never a checkpoint missing objects.
         for p in rep.metadata.iter().chain(&rep.objects) {
-            storage.delete(p)?;
+            storage.delete_async(p).await?;
         }
     }
     Ok(rep)

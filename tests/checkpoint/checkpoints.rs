@@ -575,11 +575,11 @@ fn large_files_go_up_in_parts_and_come_back_whole(storage: &Arc<CheckpointStorag
     std::fs::write(&small, b"tail").unwrap();
     let up = storage
         .upload_all(
-            &[Upload {
+            vec![Upload {
                 path: "shared/x/big.pack".into(),
                 files: vec![UploadPart::File(big), UploadPart::File(small)],
             }],
-            &keyed_state_lsm::storage::OsStorage,
+            keyed_state_lsm::storage::StorageHandle::os(),
         )
         .unwrap();
     assert_eq!(up[0].size, len as u64 + 4);

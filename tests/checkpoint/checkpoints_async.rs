@@ -340,3 +340,125 @@ fn wait_until(
     }
     panic!("sweep status never got there: {:?}", ck.sweep_status());
 }
+
+/// The native async forms' futures can be spawned on a multi-thread runtime (checked when this compiles).
+#[test]
+fn the_native_async_forms_are_send() {
+    fn send<T: Send>(_: &T) {}
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut x = fresh_on(Kind::Heap, &storage, all(), 1);
+    x.put(1, 1);
+    let p = x.ck.begin(1, x.store.backend_mut()).unwrap();
+    let run = p.run_async();
+    send(&run);
+    send(&x.ck.notify_complete_async(1));
+    send(&x.ck.notify_aborted_async(1));
+    send(&storage.upload_all_async(Vec::new(), Default::default()));
+    send(&storage.list_async(""));
+    drop(run);
+    x.ck.close();
+}
+
+/// Four uploads, then four confirmations, four aborts and a gc, awaited at once on a current-thread runtime with at
+/// most one blocking thread, on a `FaultStore` that holds the four data puts until all four have arrived:
+/// they get through only if no upload parks a thread of the caller's runtime while it waits on storage
+/// (with one blocking thread, the first parked upload would wait forever for the other three). No blocking
+/// thread of the caller's runtime starts at all. `kind` is the backend (an LSM backend waits for its flush
+/// first, a heap backend serializes its tables).
+fn no_thread_of_the_callers_runtime_waits_on_storage(kind: Kind) {
+    const N: usize = 4;
+    let (fault, storage, _) = fault_storage();
+    let quarter = MAX_P as u16 / N as u16;
+    let mut insts: Vec<Inst> = (0..N as u16)
+        .map(|i| {
+            let range =
+                keyed_state::keygroup::KeyGroupRange::new(i * quarter, (i + 1) * quarter - 1);
+            fresh_on(kind, &storage, range, 2)
+        })
+        .collect();
+    for x in insts.iter_mut() {
+        for k in 0..200i64 {
+            if x.owns(k) {
+                x.put(k, k);
+            }
+        }
+    }
+    let started = Arc::new(AtomicU64::new(0));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(1)
+        .on_thread_start({
+            let started = Arc::clone(&started);
+            // A current-thread runtime has no worker threads: every thread it starts is a blocking one.
+            move || {
+                started.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .enable_all()
+        .build()
+        .unwrap();
+    fault.gather_puts("shared/", N);
+    let gc_storage = Arc::clone(&storage);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // On a thread of its own, so that a hang fails the test instead of stopping it.
+    std::thread::spawn(move || {
+        let r = rt.block_on(async {
+            let pending: Vec<_> = insts
+                .iter_mut()
+                .map(|x| x.ck.begin(1, x.store.backend_mut()).unwrap())
+                .collect();
+            let sums = futures::future::join_all(pending.into_iter().map(|p| p.run_async())).await;
+            for s in &sums {
+                assert!(s.as_ref().is_ok_and(|s| s.objects_written == 2), "{s:?}");
+            }
+            let confirmed =
+                futures::future::join_all(insts.iter().map(|x| x.ck.notify_complete_async(1)))
+                    .await;
+            assert!(confirmed.iter().all(Result::is_ok), "{confirmed:?}");
+            // A finished checkpoint aborted: its metadata's deletion is awaited too.
+            for x in insts.iter_mut() {
+                for k in 0..200i64 {
+                    if x.owns(k) {
+                        x.put(k, k + 1);
+                    }
+                }
+            }
+            let mut second = Vec::new();
+            for x in insts.iter_mut() {
+                second.push(x.ck.begin(2, x.store.backend_mut()).unwrap());
+            }
+            futures::future::join_all(second.into_iter().map(|p| p.run_async())).await;
+            let aborted =
+                futures::future::join_all(insts.iter().map(|x| x.ck.notify_aborted_async(2))).await;
+            assert!(aborted.iter().all(Result::is_ok), "{aborted:?}");
+            // Gc (a dry run: the sweeps finish later) lists and reads the root the same way.
+            let report = gc_async(gc_storage, 1, true).await.unwrap();
+            assert_eq!(report.kept, vec![1]);
+            insts
+        });
+        let _ = tx.send(r);
+    });
+    let insts = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the uploads never all reached storage at once: an upload parked a thread");
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        0,
+        "threads of the caller's runtime were started"
+    );
+    for x in &insts {
+        assert_eq!(x.ck.retained(), vec![1]);
+        let status = x.ck.wait_for_sweeps();
+        assert!(status.last_error.is_none(), "{status:?}");
+    }
+    assert_storage_exact(&storage);
+}
+
+#[test]
+fn uploads_of_an_lsm_backend_park_no_thread_of_the_callers_runtime() {
+    no_thread_of_the_callers_runtime_waits_on_storage(Kind::Lsm);
+}
+
+#[test]
+fn uploads_of_a_heap_backend_park_no_thread_of_the_callers_runtime() {
+    no_thread_of_the_callers_runtime_waits_on_storage(Kind::Heap);
+}

@@ -310,6 +310,7 @@ fn a_multipart_upload_streams_its_file_and_a_failed_read_aborts_it() {
             .write_all(&bytes)
             .unwrap();
     }
+    let files = keyed_state_lsm::storage::StorageHandle::from(Arc::new(fs.clone()));
     let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
     let storage = CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap();
     let up = |path: &str, file: &str| Upload {
@@ -323,7 +324,7 @@ fn a_multipart_upload_streams_its_file_and_a_failed_read_aborts_it() {
     // Read 1 MiB at a time: 20 reads hold the file's 19 MiB and 17 bytes, a 21st finds its end.
     let ops = fs.ops();
     let r = storage
-        .upload_all(&[up("shared/a", "/d/000001.sst")], &fs)
+        .upload_all(vec![up("shared/a", "/d/000001.sst")], files.clone())
         .unwrap();
     assert_eq!(fs.ops() - ops, 1 + 1 + 21, "file size, open, reads");
     assert_eq!(fault.multipart_uploads(), 1);
@@ -348,11 +349,11 @@ fn a_multipart_upload_streams_its_file_and_a_failed_read_aborts_it() {
     });
     let err = storage
         .upload_all(
-            &[
+            vec![
                 up("shared/b", "/d/000003.sst"),
                 up("shared/c", "/d/000001.sst"),
             ],
-            &fs,
+            files.clone(),
         )
         .unwrap_err();
     assert!(
