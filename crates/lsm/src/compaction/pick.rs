@@ -165,11 +165,15 @@ enum L0Plan {
 const L0_TIER_SPREAD: u64 = 2;
 
 /// The number of L0 sorted runs at which L0 goes into the base level even below
-/// [`Options::l0_base_ratio`]: half the stop trigger, at least the compaction trigger.
+/// [`Options::l0_base_ratio`]: half the stop trigger, at least the compaction trigger (and 2, the fewest
+/// runs a merge within L0 takes), never more than the run count at which writes stop (`DbInner::
+/// writes_stopped_by_l0`): L0 held back never stops writes.
 pub(crate) fn l0_run_cap(opts: &Options) -> usize {
+    let stop = opts.l0_stop_writes_trigger.max(opts.l0_compaction_trigger);
     opts.l0_compaction_trigger
         .max(opts.l0_stop_writes_trigger / 2)
         .max(2)
+        .min(stop)
 }
 
 /// L0's sorted runs newest first: the files of each (groups of L0 files whose seqno ranges overlap, as
@@ -705,6 +709,17 @@ mod tests {
         groups.extend((0..10).map(|i| keys(&format!("b{i}"), 0..if i % 2 == 0 { 5 } else { 60 })));
         let (_dir, _db, opts, f) = tiering_files(&groups, true);
         assert_eq!(l0_run_cap(&opts), 10);
+        // Never at or above the run count at which writes stop (a held L0 would stop them for good).
+        for trigger in 0..8 {
+            for stop in 0..24 {
+                let o = Options {
+                    l0_compaction_trigger: trigger,
+                    l0_stop_writes_trigger: stop,
+                    ..Options::default()
+                };
+                assert!(l0_run_cap(&o) <= stop.max(trigger), "{trigger}/{stop}");
+            }
+        }
         let mut ptr = vec![Vec::new(); 3];
         let v = tree(&f[0], &f[1..10], true);
         assert!(pick(&v, &opts, &mut ptr).is_none());
