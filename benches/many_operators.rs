@@ -34,8 +34,10 @@
 //!
 //! Times are wall-clock, one run each: the machine is shared, note its load beside the numbers.
 //!
-//! Memory profile: the children run with `MIMALLOC_ALLOW_THP=0` (transparent huge pages off in the
-//! allocator) unless `KS_MO_THP=1` or `MIMALLOC_ALLOW_THP` is set. At the peak `RssAnon` of each phase the
+//! Allocator: the children run with `MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0` (no transparent huge
+//! pages, freed memory given back at once) unless `KS_MO_ALLOCATOR_DEFAULTS=1` or the variable is set.
+//!
+//! Memory profile: at the peak `RssAnon` of each phase the
 //! child prints on stderr `AnonHugePages` and what the budget charges (or RocksDB's shared memory);
 //! with `KS_PROFILE_ALLOC=1` also the live heap bytes by thread kind (`support/counting_alloc.rs`; each
 //! allocation then carries a 16-byte header, so leave it off when measuring speed); `KS_MO_TRACE=1`
@@ -65,6 +67,11 @@ mod counting_alloc;
 /// mimalloc; with `KS_PROFILE_ALLOC=1` also counting live bytes by thread kind (`support/counting_alloc.rs`).
 #[global_allocator]
 static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
+
+/// mimalloc settings of part 2's children (see `part2`): no transparent huge pages, freed memory given back
+/// at once.
+const ALLOCATOR_SETTINGS: [(&str, &str); 2] =
+    [("MIMALLOC_ALLOW_THP", "0"), ("MIMALLOC_PURGE_DELAY", "0")];
 
 const MAX_P: u32 = 128;
 const VALUE_LEN: usize = 100;
@@ -648,13 +655,18 @@ fn part2() {
     let variants = std::env::var("KS_MO_VARIANTS").unwrap_or_else(|_| default_variants.into());
     let mut variants: Vec<&str> = variants.split(',').map(str::trim).collect();
     let rounds = env_num("KS_MO_VARIANT_ROUNDS", 1);
+    let defaults = env_num("KS_MO_ALLOCATOR_DEFAULTS", 0) == 1;
     println!(
-        "## Part 2: many instances, 3 value states each (allocator: mimalloc, transparent huge pages {})\n",
-        match std::env::var("MIMALLOC_ALLOW_THP") {
-            Ok(v) => format!("MIMALLOC_ALLOW_THP={v}"),
-            Err(_) if env_num("KS_MO_THP", 0) == 1 => "allowed (mimalloc's default)".into(),
-            Err(_) => "off (MIMALLOC_ALLOW_THP=0)".into(),
-        }
+        "## Part 2: many instances, 3 value states each (allocator: mimalloc, {})\n",
+        ALLOCATOR_SETTINGS
+            .iter()
+            .map(|(name, value)| match std::env::var(name) {
+                Ok(v) => format!("{name}={v}"),
+                Err(_) if defaults => format!("{name} unset"),
+                Err(_) => format!("{name}={value}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!("| variant | budget | raw MiB | load | load puts | load CPU | mix ops | mix CPU | RssAnon before (MiB) | peak RssAnon, load (MiB) | peak, load + mix (MiB) | peak, load + mix + checkpoint (MiB) | peak / (budget + before) | VmHWM (MiB) | threads | write stalls |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
@@ -665,13 +677,18 @@ fn part2() {
         }
         for variant in &variants {
             let mut child = std::process::Command::new(&exe);
-            // mimalloc (our allocator, and RocksDB's with `bench-malloc-override`) asks for transparent huge
-            // pages by default: a 2 MiB page is resident as soon as one byte of it is touched and stays so
-            // while any of it is in use, which made a third of the peak RssAnon memory no allocation held
-            // (design/bench-results/2026-12-05-memory-overrun). Off unless KS_MO_THP=1 (or the caller sets
-            // MIMALLOC_ALLOW_THP itself); every variant runs with the same setting.
-            if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() && env_num("KS_MO_THP", 0) != 1 {
-                child.env("MIMALLOC_ALLOW_THP", "0");
+            // mimalloc (our allocator, and RocksDB's with `bench-malloc-override`) by default asks for
+            // transparent huge pages and gives freed memory back to the system only after a second; at the
+            // peaks that memory, which no allocation held, was a third of RssAnon
+            // (design/bench-results/2026-12-05-memory-overrun). The children run with both off unless
+            // KS_MO_ALLOCATOR_DEFAULTS=1 (a variable the caller sets itself is kept); every variant runs
+            // with the same settings.
+            if env_num("KS_MO_ALLOCATOR_DEFAULTS", 0) != 1 {
+                for (name, value) in ALLOCATOR_SETTINGS {
+                    if std::env::var_os(name).is_none() {
+                        child.env(name, value);
+                    }
+                }
             }
             let out = child
                 .env("KS_MO_CHILD", variant)

@@ -22,6 +22,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use super::io::{IoRuntime, DEFAULT_IO_THREADS};
 use crate::error::{CheckpointError, Error, Location, Result};
 use keyed_state_lsm::storage::Storage;
+use keyed_state_lsm::MemoryBudget;
 
 /// Files at least this large are uploaded in parts.
 pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
@@ -103,6 +104,8 @@ pub struct CheckpointStorage {
     root_name: String,
     /// Test hook: puts left before every put fails (negative: never).
     fail_after: AtomicI64,
+    /// The memory budget the upload buffers are charged to ([`with_memory`](Self::with_memory)).
+    memory: Option<Arc<MemoryBudget>>,
 }
 
 impl std::fmt::Debug for CheckpointStorage {
@@ -297,6 +300,7 @@ impl CheckpointStorage {
             io: Arc::new(IoRuntime::new(DEFAULT_IO_THREADS)),
             root_name: name.to_string(),
             fail_after: AtomicI64::new(-1),
+            memory: None,
         })
     }
 
@@ -332,12 +336,24 @@ impl CheckpointStorage {
             io: Arc::clone(&self.io),
             root_name,
             fail_after: AtomicI64::new(-1),
+            memory: self.memory.clone(),
         })
     }
 
     /// Runs the storage's requests on `io` (shared with other storages) instead of its own runtime.
     pub fn with_io(mut self, io: Arc<IoRuntime>) -> Self {
         self.io = io;
+        self
+    }
+
+    /// Charges the buffers of this storage's uploads to `memory` (a [`MemoryBudget`] reservation for as
+    /// long as each upload holds them: the whole object below [`MULTIPART_THRESHOLD`], else the parts in
+    /// flight), so that the shared block cache makes room for them. [`StateEnv::open_storage`] does this
+    /// with the environment's budget.
+    ///
+    /// [`StateEnv::open_storage`]: crate::env::StateEnv::open_storage
+    pub fn with_memory(mut self, memory: Arc<MemoryBudget>) -> Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -460,6 +476,14 @@ impl CheckpointStorage {
         }
         let mut whole = xxhash_rust::xxh3::Xxh3::new();
         let mut files = Vec::with_capacity(u.files.len());
+        // What the upload buffers: the whole object, or a read chunk and the parts WriteMultipart holds
+        // (the one being filled and PARALLELISM in flight).
+        let buffered = if total < MULTIPART_THRESHOLD {
+            total as usize
+        } else {
+            CHUNK + (total as usize).min((PARALLELISM + 1) * PART_SIZE)
+        };
+        let _charge = self.memory.as_ref().map(|m| m.reserve(buffered));
         if total < MULTIPART_THRESHOLD {
             let mut buf = Vec::with_capacity(total as usize);
             for f in &u.files {
