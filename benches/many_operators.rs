@@ -34,10 +34,20 @@
 //!
 //! Times are wall-clock, one run each: the machine is shared, note its load beside the numbers.
 //!
+//! Allocator: the children run with `MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0` (no transparent huge
+//! pages, freed memory given back at once) unless `KS_MO_ALLOCATOR_DEFAULTS=1` or the variable is set.
+//!
+//! Memory profile: at the peak `RssAnon` of each phase the
+//! child prints on stderr `AnonHugePages` and what the budget charges (or RocksDB's shared memory);
+//! with `KS_PROFILE_ALLOC=1` also the live heap bytes by thread kind (`support/counting_alloc.rs`; each
+//! allocation then carries a 16-byte header, so leave it off when measuring speed); `KS_MO_TRACE=1`
+//! prints the same every second; `KS_ALLOC=system` uses `malloc` (mimalloc too with
+//! `bench-malloc-override`).
+//!
 //! Run: `cargo bench --bench many_operators` (part 1 or 2 alone: `KS_MO_PARTS=1` or `2`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keyed_state::backend::lsm::{LsmBackend, LsmEngine};
@@ -51,8 +61,17 @@ use keyed_state_lsm::Options;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+/// mimalloc; with `KS_PROFILE_ALLOC=1` also counting live bytes by thread kind (`support/counting_alloc.rs`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
+
+/// mimalloc settings of part 2's children (see `part2`): no transparent huge pages, freed memory given back
+/// at once.
+const ALLOCATOR_SETTINGS: [(&str, &str); 2] =
+    [("MIMALLOC_ALLOW_THP", "0"), ("MIMALLOC_PURGE_DELAY", "0")];
 
 const MAX_P: u32 = 128;
 const VALUE_LEN: usize = 100;
@@ -75,6 +94,17 @@ fn value(rng: &mut StdRng) -> Vec<u8> {
 /// A field of `/proc/self/status` in KiB.
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A field of `/proc/self/smaps_rollup` in KiB.
+fn smaps_rollup_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
         .unwrap_or_default()
         .lines()
         .find(|l| l.starts_with(field))
@@ -317,6 +347,80 @@ fn open_instance(
     }
 }
 
+/// A description of what the budget (or RocksDB's shared memory) charges now, for the profile.
+type Breakdown = Box<dyn Fn() -> String + Send>;
+
+fn breakdown_of(shared: &Shared) -> Breakdown {
+    match shared {
+        Shared::Env(env) => {
+            let env = env.clone();
+            Box::new(move || {
+                let m = env.stats().memory;
+                format!(
+                    "charged {:.1} MiB (memtables {:.1} mutable / {:.1} pending / {:.1} held, cache {:.1}, sst metadata {:.1}, reserved {:.1})",
+                    m.total() as f64 / MIB,
+                    m.memtables_mutable as f64 / MIB,
+                    m.memtables_pending_flush as f64 / MIB,
+                    m.memtables_flushed_held as f64 / MIB,
+                    m.block_cache as f64 / MIB,
+                    m.sst_metadata as f64 / MIB,
+                    m.reserved as f64 / MIB
+                )
+            })
+        }
+        #[cfg(feature = "rocksdb")]
+        Shared::RocksDb(memory, _) => {
+            let memory = memory.clone();
+            Box::new(move || {
+                memory
+                    .metrics()
+                    .iter()
+                    .map(|m| format!("{}={:.1} MiB", m.name, m.value as f64 / MIB))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+        }
+        Shared::None => Box::new(String::new),
+    }
+}
+
+/// The state of the process at the peak `RssAnon` of each phase (load, mix, checkpoint): what the budget
+/// charges and, with `KS_PROFILE_ALLOC=1`, the live heap bytes by thread kind.
+#[derive(Default)]
+struct Profile {
+    at_peak: [Option<(u64, String)>; 3],
+}
+
+impl Profile {
+    fn sample(&mut self, phase: usize, rss_kib: u64, breakdown: &Breakdown) {
+        let slot = &mut self.at_peak[phase.min(2)];
+        if slot.as_ref().is_some_and(|(max, _)| *max >= rss_kib) {
+            return;
+        }
+        let mut what = format!(
+            "AnonHugePages {:.1} MiB; {}",
+            smaps_rollup_kib("AnonHugePages:") as f64 / 1024.0,
+            breakdown()
+        );
+        if counting_alloc::enabled() {
+            let (live, large) = counting_alloc::live();
+            let total: isize = live.iter().sum();
+            what += &format!(
+                "; live heap {:.1} MiB: {}; in allocations >= 256 KiB {:.1} MiB",
+                total as f64 / MIB,
+                counting_alloc::KINDS
+                    .iter()
+                    .zip(live)
+                    .map(|(k, b)| format!("{k} {:.1}", b as f64 / MIB))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                large as f64 / MIB
+            );
+        }
+        *slot = Some((rss_kib, what));
+    }
+}
+
 /// Part 2 in this process: the variant `variant`; prints one table row.
 fn part2_child(variant: &str) {
     let instances = env_num("KS_MO_INSTANCES", 16) as usize;
@@ -326,15 +430,8 @@ fn part2_child(variant: &str) {
     let baseline = status_kib("RssAnon:");
     let peak = Arc::new(AtomicU64::new(baseline));
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (peak, stop) = (Arc::clone(&peak), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let phase = Arc::new(AtomicUsize::new(0));
+    let profile: Arc<Mutex<Profile>> = Arc::default();
     let shared = match variant {
         "shared" => Shared::Env(
             StateEnv::new(StateEnvOptions {
@@ -361,6 +458,50 @@ fn part2_child(variant: &str) {
             println!("| {other} | unknown variant (feature `rocksdb` off?) |");
             return;
         }
+    };
+    let breakdown = breakdown_of(&shared);
+    let sampler = {
+        let (peak, stop, phase, profile) = (
+            Arc::clone(&peak),
+            Arc::clone(&stop),
+            Arc::clone(&phase),
+            Arc::clone(&profile),
+        );
+        // KS_MO_TRACE=1: the same figures every second on stderr.
+        let trace = env_num("KS_MO_TRACE", 0) == 1;
+        let (started, mut last_trace) = (Instant::now(), Instant::now());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let rss = status_kib("RssAnon:");
+                peak.fetch_max(rss, Ordering::Relaxed);
+                if trace && last_trace.elapsed() >= Duration::from_secs(1) {
+                    last_trace = Instant::now();
+                    let live = if counting_alloc::enabled() {
+                        let (live, large) = counting_alloc::live();
+                        format!(
+                            "; live {:.1} MiB, large {:.1}",
+                            live.iter().sum::<isize>() as f64 / MIB,
+                            large as f64 / MIB
+                        )
+                    } else {
+                        String::new()
+                    };
+                    eprintln!(
+                        "trace {:.0} s phase {} RssAnon {:.1} MiB{live}; {}",
+                        started.elapsed().as_secs_f64(),
+                        phase.load(Ordering::Relaxed),
+                        rss as f64 / 1024.0,
+                        breakdown()
+                    );
+                }
+                profile.lock().expect("profile").sample(
+                    phase.load(Ordering::Relaxed),
+                    rss,
+                    &breakdown,
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
     };
     let root = tempfile::tempdir().expect("root");
     let mut ops: Vec<Operator> = (0..instances)
@@ -404,6 +545,7 @@ fn part2_child(variant: &str) {
     let peak_load = peak.load(Ordering::Relaxed);
     // The mix: random keys over the loaded ones; per key a read of state 0, and a read and an update of
     // state 1 (Flink's valueGet and valueUpdate), an update of state 2 (valueAdd): 4 operations.
+    phase.store(1, Ordering::Relaxed);
     let mix_keys = env_num("KS_MO_MIX_KEYS", (keys / 4).max(1));
     let (t, cpu) = (Instant::now(), cpu_seconds());
     let mut found = 0u64;
@@ -433,6 +575,7 @@ fn part2_child(variant: &str) {
     assert_eq!(found, 2 * mix_keys, "every mixed key was loaded");
     peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
     let peak_mix = peak.load(Ordering::Relaxed);
+    phase.store(2, Ordering::Relaxed);
     for op in ops.iter_mut() {
         let p = op.store.checkpoint(&op.ck, 1).expect("sync");
         p.run().expect("async");
@@ -492,6 +635,15 @@ fn part2_child(variant: &str) {
         Shared::None => {}
     }
     eprintln!("{variant}: threads {names:?}");
+    for (i, at) in profile.lock().expect("profile").at_peak.iter().enumerate() {
+        if let Some((rss, what)) = at {
+            eprintln!(
+                "{variant}: at the peak RssAnon of the {}: {:.1} MiB; {what}",
+                ["load", "mix", "checkpoint"][i],
+                *rss as f64 / 1024.0
+            );
+        }
+    }
 }
 
 fn part2() {
@@ -503,7 +655,19 @@ fn part2() {
     let variants = std::env::var("KS_MO_VARIANTS").unwrap_or_else(|_| default_variants.into());
     let mut variants: Vec<&str> = variants.split(',').map(str::trim).collect();
     let rounds = env_num("KS_MO_VARIANT_ROUNDS", 1);
-    println!("## Part 2: many instances, 3 value states each\n");
+    let defaults = env_num("KS_MO_ALLOCATOR_DEFAULTS", 0) == 1;
+    println!(
+        "## Part 2: many instances, 3 value states each (allocator: mimalloc, {})\n",
+        ALLOCATOR_SETTINGS
+            .iter()
+            .map(|(name, value)| match std::env::var(name) {
+                Ok(v) => format!("{name}={v}"),
+                Err(_) if defaults => format!("{name} unset"),
+                Err(_) => format!("{name}={value}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!("| variant | budget | raw MiB | load | load puts | load CPU | mix ops | mix CPU | RssAnon before (MiB) | peak RssAnon, load (MiB) | peak, load + mix (MiB) | peak, load + mix + checkpoint (MiB) | peak / (budget + before) | VmHWM (MiB) | threads | write stalls |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let exe = std::env::current_exe().expect("exe");
@@ -512,7 +676,21 @@ fn part2() {
             variants.reverse();
         }
         for variant in &variants {
-            let out = std::process::Command::new(&exe)
+            let mut child = std::process::Command::new(&exe);
+            // mimalloc (our allocator, and RocksDB's with `bench-malloc-override`) by default asks for
+            // transparent huge pages and gives freed memory back to the system only after a second; at the
+            // peaks that memory, which no allocation held, was a third of RssAnon
+            // (design/bench-results/2026-12-05-memory-overrun). The children run with both off unless
+            // KS_MO_ALLOCATOR_DEFAULTS=1 (a variable the caller sets itself is kept); every variant runs
+            // with the same settings.
+            if env_num("KS_MO_ALLOCATOR_DEFAULTS", 0) != 1 {
+                for (name, value) in ALLOCATOR_SETTINGS {
+                    if std::env::var_os(name).is_none() {
+                        child.env(name, value);
+                    }
+                }
+            }
+            let out = child
                 .env("KS_MO_CHILD", variant)
                 .stderr(std::process::Stdio::inherit())
                 .output()

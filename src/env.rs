@@ -233,7 +233,8 @@ impl StateEnv {
     ) -> Result<Arc<crate::checkpoint::CheckpointStorage>> {
         Ok(Arc::new(
             crate::checkpoint::CheckpointStorage::open_with(root, settings)?
-                .with_io(Arc::clone(&self.io)),
+                .with_io(Arc::clone(&self.io))
+                .with_memory(Arc::clone(self.memory())),
         ))
     }
 }

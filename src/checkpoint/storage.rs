@@ -24,6 +24,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use super::io::{IoRuntime, DEFAULT_IO_THREADS};
 use crate::error::{CheckpointError, Error, Location, Result};
 use keyed_state_lsm::storage::{Storage, StorageHandle};
+use keyed_state_lsm::{MemoryBudget, MemoryReservation};
 
 /// Files at least this large are uploaded in parts.
 pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
@@ -71,6 +72,8 @@ async fn abort(w: WriteMultipart, err: Error) -> Error {
 struct Target {
     store: Arc<dyn ObjectStore>,
     name: String,
+    /// The budget the upload's buffers are charged to ([`CheckpointStorage::with_memory`]).
+    memory: Option<Arc<MemoryBudget>>,
 }
 
 impl Target {
@@ -100,14 +103,27 @@ enum Prepared {
 }
 
 /// Reads the parts of an object below [`MULTIPART_THRESHOLD`] into one buffer (with each part's length
-/// and xxh3-64); hands larger ones back to be streamed. Blocking.
-fn prepare(parts: Vec<UploadPart>, fs: &dyn Storage) -> Result<Prepared> {
+/// and xxh3-64); hands larger ones back to be streamed. Before reading, charges `memory` with what the
+/// upload will buffer: the whole object, or a read chunk and the parts `WriteMultipart` holds (the one
+/// being filled and [`PARALLELISM`] in flight); the charge lasts as long as the returned reservation.
+/// Blocking.
+fn prepare(
+    parts: Vec<UploadPart>,
+    fs: &dyn Storage,
+    memory: Option<&Arc<MemoryBudget>>,
+) -> Result<(Prepared, Option<MemoryReservation>)> {
     let mut total: u64 = 0;
     for f in &parts {
         total += f.len(fs)?;
     }
+    let buffered = if total < MULTIPART_THRESHOLD {
+        total as usize
+    } else {
+        CHUNK + (total as usize).min((PARALLELISM + 1) * PART_SIZE)
+    };
+    let charge = memory.map(|m| m.reserve(buffered));
     if total >= MULTIPART_THRESHOLD {
-        return Ok(Prepared::Streamed(parts));
+        return Ok((Prepared::Streamed(parts), charge));
     }
     let mut buf = Vec::with_capacity(total as usize);
     let mut files = Vec::with_capacity(parts.len());
@@ -120,7 +136,7 @@ fn prepare(parts: Vec<UploadPart>, fs: &dyn Storage) -> Result<Prepared> {
         let part = buf.get(start..).unwrap_or_default();
         files.push((part.len() as u64, xxhash_rust::xxh3::xxh3_64(part)));
     }
-    Ok(Prepared::Whole { buf, files })
+    Ok((Prepared::Whole { buf, files }, charge))
 }
 
 /// A request to a [`ChunkReader`]'s thread: fill the buffer, answer with it and the bytes read.
@@ -190,9 +206,10 @@ impl ChunkReader {
 /// Uploads `u` as object `p` of `t`, reading its files from `fs` (a task of the I/O runtime).
 async fn upload_one(t: Target, p: ObjPath, u: Upload, fs: StorageHandle) -> Result<Uploaded> {
     let Upload { path, files: parts } = u;
-    let prepared = {
+    let (prepared, _charge) = {
         let fs = fs.clone();
-        tokio::task::spawn_blocking(move || prepare(parts, &*fs))
+        let memory = t.memory.clone();
+        tokio::task::spawn_blocking(move || prepare(parts, &*fs, memory.as_ref()))
             .await
             .map_err(super::io::joined)??
     };
@@ -320,6 +337,8 @@ pub struct CheckpointStorage {
     root_name: String,
     /// Test hook: puts left before every put fails (negative: never).
     fail_after: AtomicI64,
+    /// The memory budget the upload buffers are charged to ([`with_memory`](Self::with_memory)).
+    memory: Option<Arc<MemoryBudget>>,
 }
 
 impl std::fmt::Debug for CheckpointStorage {
@@ -508,6 +527,7 @@ impl CheckpointStorage {
             io: Arc::new(IoRuntime::new(DEFAULT_IO_THREADS)),
             root_name: name.to_string(),
             fail_after: AtomicI64::new(-1),
+            memory: None,
         })
     }
 
@@ -543,12 +563,24 @@ impl CheckpointStorage {
             io: Arc::clone(&self.io),
             root_name,
             fail_after: AtomicI64::new(-1),
+            memory: self.memory.clone(),
         })
     }
 
     /// Runs the storage's requests on `io` (shared with other storages) instead of its own runtime.
     pub fn with_io(mut self, io: Arc<IoRuntime>) -> Self {
         self.io = io;
+        self
+    }
+
+    /// Charges the buffers of this storage's uploads to `memory` (a [`MemoryBudget`] reservation for as
+    /// long as each upload holds them: the whole object below [`MULTIPART_THRESHOLD`], else the parts in
+    /// flight), so that the shared block cache makes room for them. [`StateEnv::open_storage`] does this
+    /// with the environment's budget.
+    ///
+    /// [`StateEnv::open_storage`]: crate::env::StateEnv::open_storage
+    pub fn with_memory(mut self, memory: Arc<MemoryBudget>) -> Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -702,6 +734,7 @@ impl CheckpointStorage {
         let target = Target {
             store: Arc::clone(&self.store),
             name: self.root_name.clone(),
+            memory: self.memory.clone(),
         };
         self.io.spawn(upload_one(target, p, u, files))?.await?
     }

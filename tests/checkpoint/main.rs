@@ -18,3 +18,4 @@ mod checkpoints_async;
 mod checkpoints_in_tokio;
 mod checkpoints_on_fault_fs;
 mod root_before_jobs_fixture;
+mod upload_memory;
