@@ -143,7 +143,10 @@ fn a_lookup_cut_short_by_a_range_tombstone_does_not_hide_operands_from_a_snapsho
     // must see both operands.
     for _ in 0..2 {
         assert_eq!(
-            db.get_at(b"k", &snap).unwrap().map(|v| v.to_vec()).as_deref(),
+            db.get_at(b"k", &snap)
+                .unwrap()
+                .map(|v| v.to_vec())
+                .as_deref(),
             Some(&b"a,b"[..])
         );
     }

@@ -30,18 +30,32 @@ use crate::slice::ValueSlice;
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
-/// Bookkeeping bytes charged per entry on top of its key and rows (map slot, ring slot, allocations).
+/// Bookkeeping bytes charged per entry on top of its key and rows: the map's slot (hash and entry, 56
+/// bytes), the ring's (8), the allocation's reference counts (16) and its rounding.
 const ENTRY_OVERHEAD: usize = 96;
 /// Bytes of a row's header in the encoded rows: seqno (8), kind (1), value length (4).
 const ROW_HEADER: usize = 13;
 
 struct Entry {
     file: u64,
-    key: Box<[u8]>,
-    /// Encoded rows: `seqno u64 LE | kind u8 | len u32 LE | value`, newest first.
-    rows: Arc<Vec<u8>>,
+    /// The user key, then the encoded rows (`seqno u64 LE | kind u8 | len u32 LE | value`, newest first):
+    /// one allocation per entry.
+    data: CachedRows,
     charge: usize,
     referenced: bool,
+}
+
+/// A cached entry's bytes: the user key (`..start`), then its encoded rows.
+#[derive(Clone)]
+pub(crate) struct CachedRows {
+    data: Arc<[u8]>,
+    start: usize,
+}
+
+impl CachedRows {
+    fn key(&self) -> &[u8] {
+        self.data.get(..self.start).unwrap_or_default()
+    }
 }
 
 #[derive(Default)]
@@ -105,15 +119,26 @@ impl Shard {
 }
 
 /// Rows recorded while a lookup reads a file, for [`RowCache::insert`].
-#[derive(Default)]
 pub(crate) struct RowRecorder {
+    /// The key, then the rows.
     rows: Vec<u8>,
+    key_len: usize,
     last_kind: Option<ValueKind>,
     /// A value of 4 GiB or more was met: never cached.
     oversize: bool,
 }
 
 impl RowRecorder {
+    /// A recorder for the versions of `key`.
+    pub(crate) fn new(key: &[u8]) -> Self {
+        RowRecorder {
+            rows: key.to_vec(),
+            key_len: key.len(),
+            last_kind: None,
+            oversize: false,
+        }
+    }
+
     /// Records one version the file showed.
     pub(crate) fn push(&mut self, seqno: u64, kind: ValueKind, value: &[u8]) {
         let Ok(len) = u32::try_from(value.len()) else {
@@ -166,16 +191,16 @@ impl RowCache {
     }
 
     /// The rows cached for `key` in file `file`, if any (a hit marks the entry recently used).
-    pub(crate) fn get(&self, file: u64, key: &[u8]) -> Option<Arc<Vec<u8>>> {
+    pub(crate) fn get(&self, file: u64, key: &[u8]) -> Option<CachedRows> {
         let h = hash(file, key);
         let found = self.shard(h).and_then(|s| {
             let mut s = s.lock();
             let e = s.map.get_mut(&h)?;
-            if e.file != file || &*e.key != key {
+            if e.file != file || e.data.key() != key {
                 return None;
             }
             e.referenced = true;
-            Some(Arc::clone(&e.rows))
+            Some(e.data.clone())
         });
         let counter = if found.is_some() {
             &self.hits
@@ -193,25 +218,26 @@ impl RowCache {
             s.lock()
                 .map
                 .get(&h)
-                .is_some_and(|e| e.file == file && &*e.key == key)
+                .is_some_and(|e| e.file == file && e.data.key() == key)
         })
     }
 
-    /// Caches what `rec` recorded for `key` in file `file` (a recording that is not complete must not be
-    /// passed). An entry larger than an eighth of a shard is not cached.
-    pub(crate) fn insert(&self, file: u64, key: &[u8], rec: RowRecorder) {
-        let charge = key.len() + rec.rows.len() + ENTRY_OVERHEAD;
+    /// Caches what `rec` recorded in file `file` (a recording that is not complete must not be passed).
+    /// An entry larger than an eighth of a shard is not cached.
+    pub(crate) fn insert(&self, file: u64, rec: RowRecorder) {
+        let charge = rec.rows.len() + ENTRY_OVERHEAD;
         if charge > self.shard_capacity / 8 {
             return;
         }
-        let h = hash(file, key);
+        let start = rec.key_len;
+        let data: Arc<[u8]> = Arc::from(rec.rows);
+        let h = hash(file, data.get(..start).unwrap_or_default());
         if let Some(s) = self.shard(h) {
             s.lock().insert(
                 h,
                 Entry {
                     file,
-                    key: key.into(),
-                    rows: Arc::new(rec.rows),
+                    data: CachedRows { data, start },
                     charge,
                     referenced: false,
                 },
@@ -242,14 +268,14 @@ impl RowCache {
 /// Shows the cached `rows` to `visit` as the file's reader would (newest first), until `visit` returns
 /// false; returns what the reader would have returned (false: `visit` stopped).
 pub(crate) fn replay(
-    rows: &Arc<Vec<u8>>,
+    rows: &CachedRows,
     visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
 ) -> bool {
-    let mut at = 0usize;
-    while let Some((seqno, kind, range)) = row_at(rows, at) {
+    let mut at = rows.start;
+    while let Some((seqno, kind, range)) = row_at(&rows.data, at) {
         at = range.end;
         let value = || {
-            ValueSlice::from_shared_vec(Arc::clone(rows), range.clone())
+            ValueSlice::from_shared(Arc::clone(&rows.data), range.clone())
                 .unwrap_or_else(ValueSlice::empty)
         };
         if !visit(seqno, kind, &value) {
@@ -274,15 +300,15 @@ fn row_at(rows: &[u8], at: usize) -> Option<(u64, ValueKind, std::ops::Range<usi
 mod tests {
     use super::*;
 
-    fn record(rows: &[(u64, ValueKind, &[u8])]) -> RowRecorder {
-        let mut r = RowRecorder::default();
+    fn record(key: &[u8], rows: &[(u64, ValueKind, &[u8])]) -> RowRecorder {
+        let mut r = RowRecorder::new(key);
         for (s, k, v) in rows {
             r.push(*s, *k, v);
         }
         r
     }
 
-    fn replayed(rows: &Arc<Vec<u8>>) -> Vec<(u64, ValueKind, Vec<u8>)> {
+    fn replayed(rows: &CachedRows) -> Vec<(u64, ValueKind, Vec<u8>)> {
         let mut out = Vec::new();
         replay(rows, &mut |s, k, v| {
             out.push((s, k, v().to_vec()));
@@ -294,43 +320,49 @@ mod tests {
     #[test]
     fn rows_replay_as_recorded_and_a_hit_needs_the_same_file_and_key() {
         let c = RowCache::new(1 << 20);
-        let rec = record(&[
+        let rows: &[(u64, ValueKind, &[u8])] = &[
             (9, ValueKind::Merge, b"b"),
             (7, ValueKind::Merge, b""),
             (5, ValueKind::Put, b"base"),
-        ]);
+        ];
+        let rec = record(b"key", rows);
         assert!(rec.complete(false));
-        c.insert(3, b"key", rec);
-        let rows = c.get(3, b"key").unwrap();
+        c.insert(3, rec);
+        let got = c.get(3, b"key").unwrap();
         assert_eq!(
-            replayed(&rows),
-            vec![
-                (9, ValueKind::Merge, b"b".to_vec()),
-                (7, ValueKind::Merge, Vec::new()),
-                (5, ValueKind::Put, b"base".to_vec()),
-            ]
+            replayed(&got),
+            rows.iter()
+                .map(|(s, k, v)| (*s, *k, v.to_vec()))
+                .collect::<Vec<_>>()
         );
         assert!(c.get(4, b"key").is_none());
         assert!(c.get(3, b"kex").is_none());
         assert!(c.contains(3, b"key") && !c.contains(3, b"ke"));
         // An empty recording (the file has no version: a filter false positive) replays nothing.
-        c.insert(4, b"absent", record(&[]));
+        c.insert(4, record(b"absent", &[]));
         assert_eq!(replayed(&c.get(4, b"absent").unwrap()), vec![]);
         assert_eq!(c.hits_and_misses(), (2, 2));
     }
 
     #[test]
     fn a_recording_stopped_on_a_merge_operand_is_not_complete() {
-        assert!(!record(&[(4, ValueKind::Merge, b"x")]).complete(false));
-        assert!(record(&[(4, ValueKind::Merge, b"x")]).complete(true));
-        assert!(record(&[(4, ValueKind::Delete, b"")]).complete(false));
-        assert!(record(&[]).complete(true));
+        assert!(!record(b"k", &[(4, ValueKind::Merge, b"x")]).complete(false));
+        assert!(record(b"k", &[(4, ValueKind::Merge, b"x")]).complete(true));
+        assert!(record(b"k", &[(4, ValueKind::Delete, b"")]).complete(false));
+        assert!(record(b"k", &[]).complete(true));
     }
 
     #[test]
     fn replay_stops_where_the_visitor_stops() {
-        let rec = record(&[(9, ValueKind::Merge, b"b"), (5, ValueKind::Put, b"base")]);
-        let rows = Arc::new(rec.rows);
+        let c = RowCache::new(1 << 20);
+        c.insert(
+            1,
+            record(
+                b"k",
+                &[(9, ValueKind::Merge, b"b"), (5, ValueKind::Put, b"base")],
+            ),
+        );
+        let rows = c.get(1, b"k").unwrap();
         let mut seen = 0;
         assert!(!replay(&rows, &mut |_, _, _| {
             seen += 1;
@@ -345,8 +377,7 @@ mod tests {
         for i in 0u64..10_000 {
             c.insert(
                 1,
-                &i.to_be_bytes(),
-                record(&[(1, ValueKind::Put, &[7u8; 100])]),
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
             );
             assert!(c.usage() <= c.capacity());
         }
@@ -358,7 +389,7 @@ mod tests {
         let before = c.usage();
         let last = 9_999u64.to_be_bytes();
         if c.contains(1, &last) {
-            c.insert(1, &last, record(&[(2, ValueKind::Put, &[8u8; 100])]));
+            c.insert(1, record(&last, &[(2, ValueKind::Put, &[8u8; 100])]));
             assert_eq!(c.usage(), before);
             let rows = c.get(1, &last).unwrap();
             assert_eq!(replayed(&rows)[0].0, 2);

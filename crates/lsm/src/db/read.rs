@@ -303,14 +303,14 @@ impl DbInner {
         if let Some(rows) = rc.get(f.info.number, key) {
             return Ok(row_cache::replay(&rows, visit));
         }
-        let mut rec = RowRecorder::default();
+        let mut rec = RowRecorder::new(key);
         let exhausted = f.reader.get(key, lk, seqno, &mut |s, kind, value| {
             let v = value();
             rec.push(s, kind, &v);
             visit(s, kind, &|| v.clone())
         })?;
         if rec.complete(exhausted) {
-            rc.insert(f.info.number, key, rec);
+            rc.insert(f.info.number, rec);
         }
         Ok(exhausted)
     }
