@@ -788,17 +788,14 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
             let t = Instant::now();
             let r = run_child(exe, "measure", e, case, &dir, cg.as_ref());
             println!(
-                "round {round} {e}: {:.0} s, {}, cgroup peak {} MiB, OOM kills {}; {}",
+                "round {round} {e}: {:.0} s, {}; hot keys read once in {:.1} s; row cache after the hot reads {} MiB, cgroup peak {} MiB, OOM kills {}; {}",
                 t.elapsed().as_secs_f64(),
-                format!(
-                    "{}; hot keys read once in {:.1} s; row cache after the hot reads {} MiB",
-                    r.stats.get("warmup").cloned().unwrap_or_default(),
-                    r.phases.get("hot_fill").map_or(f64::NAN, |p| p[1]),
-                    r.stats
-                        .get("row_cache_mib_after_hot")
-                        .cloned()
-                        .unwrap_or_default()
-                ),
+                r.stats.get("warmup").cloned().unwrap_or_default(),
+                r.phases.get("hot_fill").map_or(f64::NAN, |p| p[1]),
+                r.stats
+                    .get("row_cache_mib_after_hot")
+                    .cloned()
+                    .unwrap_or_default(),
                 r.cgroup_peak >> 20,
                 r.oom_kills,
                 [
