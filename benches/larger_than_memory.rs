@@ -12,17 +12,22 @@
 //! Keys are 10 bytes (a 2-byte key-group prefix and an 8-byte big-endian index), loaded in key order with
 //! the WAL off; both engines then finish their background work. Both use 4 KiB blocks, LZ4 (the values do
 //! not compress, so blocks are stored raw), 10 bits/key bloom filters, a 64 MiB memtable and an equal
-//! block cache (`KS_LTM_CACHE_MB`, default 64).
+//! block cache (`KS_LTM_CACHE_MB`, default 64). Each engine also runs with a row cache of
+//! `KS_LTM_ROW_CACHE_MB` (default 32) on top of that (`ours+row`: `Options::row_cache_size`; `rocksdb+row`:
+//! RocksDB's `row_cache`, off in Flink's configuration), reading the state its base engine loaded; tables
+//! compare ours/RocksDB without row caches, ours with one against RocksDB without (Flink's setting), both
+//! with one, and each with against without.
 //!
 //! How it runs: the bench creates the cgroup `/sys/fs/cgroup/memory/ks-larger-than-memory-<pid>` (cgroup v1;
 //! `memory.max` under a v2 child of the root otherwise), sets the limit, and runs every engine phase in a
 //! child process that moves itself into the cgroup before it opens anything. First one child per engine
-//! loads the state (timed). Then `KS_LTM_REPS` rounds (default 3) alternate `ours, rocksdb, ours, ...`: each
+//! loads the state (timed). Then `KS_LTM_REPS` rounds (default 3) alternate the engines (`ours, rocksdb,
+//! ours+row, rocksdb+row, ours, ...`): each
 //! child starts after `sync; echo 3 > /proc/sys/vm/drop_caches` (pages charged by the previous child do not
 //! stay in the limit), reopens the database, warms up with uniform reads until the cgroup holds 90 % of its
 //! limit (or 20 s), then runs the phases for `KS_LTM_SECS` seconds each (default 8):
 //! uniform point reads, Zipfian point reads (θ = 0.99, ranks scattered over the keys), hot point reads (1 %
-//! of the keys), batched reads (`multi_get` of 32 uniform keys), read-modify-write updates (get, then put
+//! of the keys, after one untimed read of each hot key, reported as `hot_fill`), batched reads (`multi_get` of 32 uniform keys), read-modify-write updates (get, then put
 //! of a new value, uniform keys) and list appends (merge operands, 8-byte elements on 1 % of the keys).
 //! Per phase: ops/s, ops per CPU-second of the process (background threads included), `read_bytes` of
 //! `/proc/self/io` per op, major faults per op; per child: the cgroup's peak usage
@@ -31,7 +36,7 @@
 //!
 //! Data lives under `KS_LTM_DIR` (default `/tmp/ks-larger-than-memory`), deleted at the end
 //! (`KS_LTM_KEEP=1` keeps it for another run, which then skips the load).
-//! `KS_LTM_ENGINES=ours` (or `rocksdb`) runs one engine only.
+//! `KS_LTM_ENGINES=ours,rocksdb` (any of `ours`, `rocksdb`, `ours+row`, `rocksdb+row`) runs those only.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -283,6 +288,8 @@ trait Engine {
     fn multi_get(&self, keys: &[[u8; KEY_LEN]]) -> usize;
     /// Flushes and waits for background work.
     fn settle(&self);
+    /// Bytes in the row cache (0 without one).
+    fn row_cache_usage(&self) -> usize;
 }
 
 mod ours {
@@ -293,8 +300,9 @@ mod ours {
     pub struct Ours(Db);
 
     impl Ours {
-        pub fn open(dir: &Path, cache_bytes: usize) -> Self {
+        pub fn open(dir: &Path, cache_bytes: usize, row_cache_bytes: usize) -> Self {
             let opts = Options {
+                row_cache_size: row_cache_bytes,
                 memtable_size: 64 << 20,
                 target_file_size: 64 << 20,
                 sst: SstOptions {
@@ -337,6 +345,9 @@ mod ours {
             self.0.flush().expect("flush");
             self.0.wait_for_background_work().expect("wait");
         }
+        fn row_cache_usage(&self) -> usize {
+            self.0.stats().row_cache_usage
+        }
     }
 }
 
@@ -362,11 +373,13 @@ mod rocks {
         db: DB,
         wo: WriteOptions,
         _cache: Cache,
+        _row_cache: Option<Cache>,
     }
 
     impl Rocks {
-        pub fn open(dir: &Path, cache_bytes: usize) -> Self {
+        pub fn open(dir: &Path, cache_bytes: usize, row_cache_bytes: usize) -> Self {
             let cache = Cache::new_lru_cache(cache_bytes);
+            let row_cache = (row_cache_bytes > 0).then(|| Cache::new_lru_cache(row_cache_bytes));
             let mut bbo = BlockBasedOptions::default();
             bbo.set_block_size(4096);
             bbo.set_block_cache(&cache);
@@ -381,6 +394,9 @@ mod rocks {
             opts.set_max_background_jobs(2);
             opts.set_level_compaction_dynamic_level_bytes(true);
             opts.set_merge_operator_associative("stringappendtest", string_append);
+            if let Some(rc) = &row_cache {
+                opts.set_row_cache(rc);
+            }
             let db = DB::open(&opts, dir).expect("open rocksdb");
             let mut wo = WriteOptions::default();
             wo.disable_wal(true);
@@ -388,6 +404,7 @@ mod rocks {
                 db,
                 wo,
                 _cache: cache,
+                _row_cache: row_cache,
             }
         }
     }
@@ -415,13 +432,31 @@ mod rocks {
             w.set_flush(true);
             self.db.wait_for_compact(&w).expect("wait for compact");
         }
+        fn row_cache_usage(&self) -> usize {
+            self._row_cache.as_ref().map_or(0, |c| c.get_usage())
+        }
     }
 }
 
+/// The engines: `ours` and `rocksdb`, and each with a row cache (`ours+row`, `rocksdb+row`) of
+/// `KS_LTM_ROW_CACHE_MB` (default 32) on top of its block cache. An engine with a row cache reads the
+/// state its base engine loaded.
+const ENGINES: [&str; 4] = ["ours", "rocksdb", "ours+row", "rocksdb+row"];
+
+/// The engine whose files `engine` reads (`ours+row` reads `ours`'s state).
+fn base_engine(engine: &str) -> &str {
+    engine.strip_suffix("+row").unwrap_or(engine)
+}
+
 fn open_engine(engine: &str, dir: &Path, cache: usize) -> Box<dyn Engine> {
-    match engine {
-        "ours" => Box::new(ours::Ours::open(dir, cache)),
-        _ => Box::new(rocks::Rocks::open(dir, cache)),
+    let row_cache = if engine.ends_with("+row") {
+        (env_u64("KS_LTM_ROW_CACHE_MB", 32) << 20) as usize
+    } else {
+        0
+    };
+    match base_engine(engine) {
+        "ours" => Box::new(ours::Ours::open(dir, cache, row_cache)),
+        _ => Box::new(rocks::Rocks::open(dir, cache, row_cache)),
     }
 }
 
@@ -537,6 +572,13 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
     m.stop("get_zipf", ops);
 
     let hot = (n / 100).max(1);
+    // Every hot key read once first (not timed, but reported): the phase measures hot reads once a row
+    // cache could hold them, not the disk reads that fill it.
+    let m = Meter::start();
+    for h in 0..hot {
+        e.get(&key(mix(h) % n, n));
+    }
+    m.stop("hot_fill", hot);
     let m = Meter::start();
     let ops = timed(secs, || {
         let i = mix(rng.next() % hot) % n;
@@ -544,6 +586,10 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
         1
     });
     m.stop("get_hot", ops);
+    println!(
+        "STAT row_cache_mib_after_hot {:.1}",
+        e.row_cache_usage() as f64 / (1 << 20) as f64
+    );
 
     let mut batch = [[0u8; KEY_LEN]; BATCH];
     let m = Meter::start();
@@ -705,7 +751,11 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
         cg.as_ref().map_or(case.limit, |c| c.limit()) >> 20
     );
     let mut loads = BTreeMap::new();
-    for e in engines {
+    let mut bases: Vec<&str> = engines.iter().map(|e| base_engine(e)).collect();
+    bases.dedup();
+    bases.sort_unstable();
+    bases.dedup();
+    for e in &bases {
         let dir = base.join(format!("{}-{e}", case.name));
         if dir.join("LOADED").exists() {
             println!("{e}: reusing the state loaded in {}", dir.display());
@@ -733,14 +783,19 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
     let mut runs: BTreeMap<&str, Vec<Run>> = BTreeMap::new();
     for round in 0..reps {
         for e in engines {
-            let dir = base.join(format!("{}-{e}", case.name));
+            let dir = base.join(format!("{}-{}", case.name, base_engine(e)));
             drop_caches();
             let t = Instant::now();
             let r = run_child(exe, "measure", e, case, &dir, cg.as_ref());
             println!(
-                "round {round} {e}: {:.0} s, {}, cgroup peak {} MiB, OOM kills {}; {}",
+                "round {round} {e}: {:.0} s, {}; hot keys read once in {:.1} s; row cache after the hot reads {} MiB, cgroup peak {} MiB, OOM kills {}; {}",
                 t.elapsed().as_secs_f64(),
                 r.stats.get("warmup").cloned().unwrap_or_default(),
+                r.phases.get("hot_fill").map_or(f64::NAN, |p| p[1]),
+                r.stats
+                    .get("row_cache_mib_after_hot")
+                    .cloned()
+                    .unwrap_or_default(),
                 r.cgroup_peak >> 20,
                 r.oom_kills,
                 [
@@ -761,14 +816,39 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
         let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         println!("load average after round {round}: {}", l.trim());
     }
-    let none = Vec::new();
-    let ours = runs.get("ours").unwrap_or(&none);
-    let rocks = runs.get("rocksdb").unwrap_or(&none);
+    for (a, b) in [
+        ("ours", "rocksdb"),
+        ("ours+row", "rocksdb"),
+        ("ours+row", "rocksdb+row"),
+        ("ours+row", "ours"),
+        ("rocksdb+row", "rocksdb"),
+    ] {
+        if let (Some(ra), Some(rb)) = (runs.get(a), runs.get(b)) {
+            print_table(case, (a, ra), (b, rb), &loads);
+        }
+    }
+    if env_u64("KS_LTM_KEEP", 0) != 1 {
+        for e in &bases {
+            let _ = std::fs::remove_dir_all(base.join(format!("{}-{e}", case.name)));
+        }
+    }
+    if let Some(c) = cg {
+        c.remove();
+    }
+}
+
+/// The table comparing engine `a` with engine `b` (their rounds paired in order).
+fn print_table(
+    case: &Case,
+    (a, ours): (&str, &[Run]),
+    (b, rocks): (&str, &[Run]),
+    loads: &BTreeMap<&str, Run>,
+) {
     let med =
         |rs: &[Run], f: &dyn Fn(&Run) -> Option<f64>| median(rs.iter().filter_map(f).collect());
     println!();
     println!(
-        "| {} under {} MiB | ours | RocksDB | ratio ours/RocksDB (median, min-max over rounds) |",
+        "| {} under {} MiB | {a} | {b} | ratio {a}/{b} (median, min-max over rounds) |",
         case.name,
         case.limit >> 20
     );
@@ -870,17 +950,9 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
     let ooms = |rs: &[Run]| rs.iter().map(|r| r.oom_kills).sum::<u64>();
     println!(
         "| OOM kills (load + rounds) | {} | {} | |",
-        ooms(ours) + loads.get("ours").map_or(0, |r| r.oom_kills),
-        ooms(rocks) + loads.get("rocksdb").map_or(0, |r| r.oom_kills)
+        ooms(ours) + loads.get(base_engine(a)).map_or(0, |r| r.oom_kills),
+        ooms(rocks) + loads.get(base_engine(b)).map_or(0, |r| r.oom_kills)
     );
-    if env_u64("KS_LTM_KEEP", 0) != 1 {
-        for e in engines {
-            let _ = std::fs::remove_dir_all(base.join(format!("{}-{e}", case.name)));
-        }
-    }
-    if let Some(c) = cg {
-        c.remove();
-    }
 }
 
 fn main() {
@@ -909,7 +981,7 @@ fn main() {
     std::fs::create_dir_all(&base).expect("bench dir");
     let reps = env_u64("KS_LTM_REPS", 3);
     let only = std::env::var("KS_LTM_ENGINES").ok();
-    let engines: Vec<&str> = ["ours", "rocksdb"]
+    let engines: Vec<&str> = ENGINES
         .into_iter()
         .filter(|e| {
             only.as_deref()
@@ -932,9 +1004,10 @@ fn main() {
     let exe = std::env::current_exe().expect("current exe");
     let l = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "larger_than_memory: engines {engines:?}, {reps} rounds, {} s per phase, block cache {} MiB each, data under {}; load average at start {}",
+        "larger_than_memory: engines {engines:?}, {reps} rounds, {} s per phase, block cache {} MiB each, row cache {} MiB (+row engines), data under {}; load average at start {}",
         env_u64("KS_LTM_SECS", 8),
         cache >> 20,
+        env_u64("KS_LTM_ROW_CACHE_MB", 32),
         base.display(),
         l.trim()
     );

@@ -82,8 +82,10 @@ impl PrefixExtractor for ModelPrefix {
 
 /// `grown`: the prefix extractor maps `k2*` keys too (set from the first reopen on). With the WAL off,
 /// files have no whole-key filter, so only prefixes rule files out.
-fn opts(wal: bool, dynamic_level_bytes: bool, grown: bool) -> Options {
+/// `row_cache`: the row cache's size (0: off).
+fn opts(wal: bool, dynamic_level_bytes: bool, grown: bool, row_cache: usize) -> Options {
     Options {
+        row_cache_size: row_cache,
         wal,
         dynamic_level_bytes,
         memtable_size: 2 << 10,
@@ -131,7 +133,7 @@ fn scan(db: &Db, snapshot: Option<&Snapshot>, prefix: Option<Vec<u8>>) -> Vec<(V
     out
 }
 
-fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
+fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool, row_cache: usize) {
     // tmpfs when available: the test exercises logic, not the disk's fsync latency.
     let shm = std::path::Path::new("/dev/shm");
     let dir = if shm.is_dir() {
@@ -141,7 +143,7 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
     }
     .unwrap();
     let mut grown = false;
-    let mut db = Some(Db::open(dir.path(), opts(wal, dynamic, grown)).unwrap());
+    let mut db = Some(Db::open(dir.path(), opts(wal, dynamic, grown, row_cache)).unwrap());
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
     for op in ops {
@@ -239,7 +241,7 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
                     db.take().unwrap().close().unwrap();
                 }
                 grown = true;
-                db = Some(Db::open(dir.path(), opts(wal, dynamic, grown)).unwrap());
+                db = Some(Db::open(dir.path(), opts(wal, dynamic, grown, row_cache)).unwrap());
             }
             Op::Get(k) => {
                 assert_eq!(
@@ -275,7 +277,7 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool) {
     );
     snaps.clear();
     db.take().unwrap().close().unwrap();
-    let d = Db::open(dir.path(), opts(wal, dynamic, true)).unwrap();
+    let d = Db::open(dir.path(), opts(wal, dynamic, true, row_cache)).unwrap();
     assert_eq!(scan(&d, None, None), model.into_iter().collect::<Vec<_>>());
 }
 
@@ -283,12 +285,24 @@ proptest! {
     /// `dynamic`: the level sizing the database is opened with (dynamic or static targets).
     #[test]
     fn engine_matches_btreemap_model(ops in prop::collection::vec(op(), 1..80), dynamic in any::<bool>()) {
-        run(ops, false, dynamic);
+        run(ops, false, dynamic, 0);
+    }
+
+    /// With a row cache: 1 KiB caches nothing (every entry is larger than an eighth of a shard), 48 KiB
+    /// evicts constantly, 1 MiB holds every key of every file. Snapshot checks read every key at older
+    /// seqnos (bypassing the cache for newer files, filling it from older ones) between latest reads.
+    #[test]
+    fn engine_matches_btreemap_model_with_a_row_cache(
+        ops in prop::collection::vec(op(), 1..80),
+        dynamic in any::<bool>(),
+        row_cache in prop_oneof![Just(1usize << 10), Just(48usize << 10), Just(1usize << 20)],
+    ) {
+        run(ops, false, dynamic, row_cache);
     }
 
     /// With the WAL on, `Reopen` is a crash (no flush) and every write must come back.
     #[test]
     fn engine_with_wal_survives_crashes(ops in prop::collection::vec(op(), 1..80), dynamic in any::<bool>()) {
-        run(ops, true, dynamic);
+        run(ops, true, dynamic, 0);
     }
 }

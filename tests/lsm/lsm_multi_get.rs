@@ -46,8 +46,9 @@ fn value(k: u16, v: u8) -> Vec<u8> {
     format!("{k}-{v:03}-{}", "y".repeat(60)).into_bytes()
 }
 
-fn options(compression: Compression) -> Options {
+fn options(compression: Compression, row_cache: usize) -> Options {
     Options {
+        row_cache_size: row_cache,
         memtable_size: 16 << 10,
         target_file_size: 8 << 10,
         level_base_size: 32 << 10,
@@ -90,9 +91,9 @@ fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, ks: &[u16]) {
     force_pre_read(None);
 }
 
-fn run(ops: Vec<Op>, compression: Compression) {
+fn run(ops: Vec<Op>, compression: Compression, row_cache: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), options(compression)).unwrap();
+    let db = Db::open(dir.path(), options(compression, row_cache)).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut snaps = Vec::new();
     for op in ops {
@@ -158,19 +159,24 @@ proptest! {
 
     #[test]
     fn multi_get_equals_get_and_the_model(ops in prop::collection::vec(op(), 1..400)) {
-        run(ops, Compression::None);
+        run(ops, Compression::None, 0);
+    }
+
+    #[test]
+    fn multi_get_equals_get_and_the_model_with_a_row_cache(ops in prop::collection::vec(op(), 1..400)) {
+        run(ops, Compression::None, 256 << 10);
     }
 
     #[test]
     fn multi_get_equals_get_and_the_model_on_lz4_blocks(ops in prop::collection::vec(op(), 1..400)) {
-        run(ops, Compression::Lz4);
+        run(ops, Compression::Lz4, 0);
     }
 }
 
 #[test]
 fn multi_get_of_an_empty_batch_and_of_a_database_without_files() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(dir.path(), options(Compression::None)).unwrap();
+    let db = Db::open(dir.path(), options(Compression::None, 0)).unwrap();
     assert!(db.multi_get(&[]).unwrap().is_empty());
     db.put(b"a", b"1").unwrap();
     let got = db.multi_get(&[b"b", b"a", b"a"]).unwrap();

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::budget::MemoryReservation;
 use super::cache::BlockCache;
 use super::env::pool::JobKind;
 use super::env::write_buffer::WriteBuffers;
@@ -19,6 +20,7 @@ use super::fast_path::{self, FastPathEntry};
 use super::manifest::{self, ManifestWriter};
 use super::memtable::{MemTable, SpareIndex};
 use super::options::Options;
+use super::row_cache::RowCache;
 use super::snapshot::SnapshotList;
 use super::version::{FileMeta, Version, VersionEdit};
 use super::wal::WalWriter;
@@ -214,6 +216,10 @@ pub(crate) struct DbInner {
     pub wb: Arc<WriteBuffers>,
     /// This engine's tag in the block cache (`crate::cache::file_key`): the cache may be shared.
     pub cache_owner: u64,
+    /// The row cache of point lookups ([`Options::row_cache_size`]; `None`: off).
+    pub row_cache: Option<RowCache>,
+    /// The row cache's capacity, charged to the environment's memory budget while the engine is open.
+    _row_cache_charge: Option<MemoryReservation>,
     /// This engine's id in the environment's pool (0 until registered).
     pub pool_id: AtomicU64,
     /// Bytes of the active memtable another engine's writer asked this one to switch out for memory (0:
@@ -237,7 +243,13 @@ impl DbInner {
         let mut opts = opts;
         opts.memtable_size = env.write_buffers().memtable_size_for(opts.memtable_size);
         let state_changes = fast_path::new_counter();
+        let row_cache = (opts.row_cache_size > 0).then(|| RowCache::new(opts.row_cache_size));
+        let row_cache_charge = row_cache
+            .as_ref()
+            .map(|rc| env.memory().reserve(rc.capacity()));
         DbInner {
+            row_cache,
+            _row_cache_charge: row_cache_charge,
             wb: Arc::clone(env.write_buffers()),
             env,
             pool_id: AtomicU64::new(0),

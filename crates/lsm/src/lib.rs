@@ -94,6 +94,7 @@ mod prefetch;
 mod prefix;
 mod rangedel;
 mod record_log;
+mod row_cache;
 mod skiplist;
 mod slice;
 mod snapshot;

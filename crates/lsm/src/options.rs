@@ -55,6 +55,13 @@ pub struct Options {
     pub sst: SstOptions,
     /// Block cache capacity in bytes (default 64 MiB).
     pub block_cache_size: usize,
+    /// Row cache capacity in bytes (default 0: off). The row cache keeps what point lookups found per
+    /// file and key (an entry of about 100 bytes plus its key and ~110 bytes of bookkeeping) rather than
+    /// whole blocks, so hot keys scattered over more blocks than the block cache holds are still read from
+    /// memory; RocksDB's `row_cache`. Reads at an older snapshot bypass it for files newer than the
+    /// snapshot. With an environment, its capacity is reserved from the memory budget while the engine is
+    /// open (`design/decisions/0008-row-cache.md`).
+    pub row_cache_size: usize,
     /// Whether writes are logged to a WAL (default off: durability comes from checkpoints).
     pub wal: bool,
     /// Whether every write syncs the WAL before it is acknowledged (default false).
@@ -118,6 +125,7 @@ impl Default for Options {
             target_file_size: 64 << 20,
             sst: SstOptions::default(),
             block_cache_size: 64 << 20,
+            row_cache_size: 0,
             wal: false,
             wal_sync: false,
             wal_recovery: WalRecovery::Strict,
@@ -148,6 +156,8 @@ impl fmt::Debug for Options {
             .field("dynamic_level_bytes", &self.dynamic_level_bytes)
             .field("compaction_priority", &self.compaction_priority)
             .field("target_file_size", &self.target_file_size)
+            .field("block_cache_size", &self.block_cache_size)
+            .field("row_cache_size", &self.row_cache_size)
             .field("background_nice", &self.background_nice)
             .field("background_batch_policy", &self.background_batch_policy)
             .field("wal", &self.wal)

@@ -10,6 +10,7 @@ use crate::memtable::{epoch, key_hash, with_lookup_key};
 use crate::merge::full_merge;
 use crate::options::ReadOptions;
 use crate::rangedel::max_covering;
+use crate::row_cache::{self, RowRecorder};
 use crate::slice::ValueSlice;
 use crate::sst::PrefixProbe;
 use crate::version::FileMeta;
@@ -38,6 +39,12 @@ impl AsRef<[u8]> for Operand<'_> {
             Operand::Slice(v) => v,
         }
     }
+}
+
+/// The largest seqno of any entry the file holds (the manifest's and the file's own record, whichever is
+/// larger).
+fn file_max_seqno(f: &FileMeta) -> u64 {
+    f.info.max_seqno.max(f.reader.properties().max_seqno)
 }
 
 impl DbInner {
@@ -153,12 +160,20 @@ impl DbInner {
                     if f.info.overlaps(key, key)
                         && f.reader.may_contain(key)
                         && probe.is_none_or(|p| f.reader.may_contain_prefix(&p))
+                        && !self.row_cached(f, key, seqno)
                     {
                         f.reader.pre_read_point(lk);
                     }
                 }
             }
         });
+    }
+
+    /// Whether the row cache answers a lookup of `key` at `seqno` in file `f` (it then reads no block).
+    fn row_cached(&self, f: &FileMeta, key: &[u8], seqno: u64) -> bool {
+        self.row_cache
+            .as_ref()
+            .is_some_and(|rc| seqno >= file_max_seqno(f) && rc.contains(f.info.number, key))
     }
 
     /// The point lookup behind every `get`: range tombstones, then versions newest first (memtables, L0
@@ -251,10 +266,7 @@ impl DbInner {
                         self.counters.prefix_skips.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    if !f
-                        .reader
-                        .get(key, lk, seqno, &mut |s, kind, value| step(s, kind, value))?
-                    {
+                    if !self.file_get(f, key, lk, seqno, &mut step)? {
                         return Ok(());
                     }
                 }
@@ -266,6 +278,41 @@ impl DbInner {
             return Ok(base.map_or(Got::Missing, Got::Slice));
         }
         self.finish_lookup(key, base.map(Operand::Slice), operands)
+    }
+
+    /// One file's part of a lookup: its versions of `key` at or below `seqno`, newest first, shown to
+    /// `visit` until it returns false (then false), as [`SstReader::get`](crate::sst::SstReader::get) does.
+    /// With a row cache, a read that sees every version in the file (`seqno` at or above the file's
+    /// largest) is answered from the cache, or reads the file and caches what it showed; a read at an older
+    /// seqno reads the file.
+    fn file_get(
+        &self,
+        f: &FileMeta,
+        key: &[u8],
+        lk: &[u8],
+        seqno: u64,
+        visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
+    ) -> Result<bool> {
+        let Some(rc) = self
+            .row_cache
+            .as_ref()
+            .filter(|_| seqno >= file_max_seqno(f))
+        else {
+            return f.reader.get(key, lk, seqno, visit);
+        };
+        if let Some(rows) = rc.get(f.info.number, key) {
+            return Ok(row_cache::replay(&rows, visit));
+        }
+        let mut rec = RowRecorder::new(key);
+        let exhausted = f.reader.get(key, lk, seqno, &mut |s, kind, value| {
+            let v = value();
+            rec.push(s, kind, &v);
+            visit(s, kind, &|| v.clone())
+        })?;
+        if rec.complete(exhausted) {
+            rc.insert(f.info.number, rec);
+        }
+        Ok(exhausted)
     }
 
     /// The result of a lookup that ended at `base` with `operands` (newest first) above it.

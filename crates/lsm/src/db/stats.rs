@@ -67,6 +67,14 @@ pub struct DbStats {
     pub block_cache_usage: usize,
     /// What the engine's block cache may hold now.
     pub block_cache_capacity: usize,
+    /// Bytes in the engine's row cache ([`Options::row_cache_size`]; 0 when it is off).
+    ///
+    /// [`Options::row_cache_size`]: crate::options::Options::row_cache_size
+    pub row_cache_usage: usize,
+    /// File lookups the row cache answered.
+    pub row_cache_hits: u64,
+    /// File lookups the row cache could not answer (the file was read, and its answer cached).
+    pub row_cache_misses: u64,
 }
 
 /// One figure of a [`DbStats`] or an [`EnvStats`](crate::EnvStats) under the name RocksDB (and Flink's
@@ -92,7 +100,8 @@ impl DbStats {
     /// The figures under RocksDB's property and statistics names (`rocksdb.cur-size-all-mem-tables`,
     /// `rocksdb.num-immutable-mem-table`, `rocksdb.estimate-num-keys`, `rocksdb.total-sst-files-size`,
     /// `rocksdb.num-files-at-level<N>`, `rocksdb.block-cache-usage`, `rocksdb.block-cache-capacity`,
-    /// `rocksdb.compaction-pending`, `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
+    /// `rocksdb.compaction-pending`, `rocksdb.row.cache.hit`, `rocksdb.row.cache.miss`,
+    /// `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
     /// `rocksdb.compact.write.bytes`, `rocksdb.bytes.written`), and in their style where RocksDB has none
     /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`).
     pub fn metrics(&self) -> Vec<Metric> {
@@ -106,6 +115,8 @@ impl DbStats {
             ),
             Metric::new("rocksdb.block-cache-usage", self.block_cache_usage),
             Metric::new("rocksdb.block-cache-capacity", self.block_cache_capacity),
+            Metric::new("rocksdb.row.cache.hit", self.row_cache_hits),
+            Metric::new("rocksdb.row.cache.miss", self.row_cache_misses),
             Metric::new("rocksdb.stall.micros", self.write_stall_micros),
             Metric::new("rocksdb.bytes.written", self.user_bytes_written),
             Metric::new("rocksdb.flush.write.bytes", self.flush_bytes_written),
@@ -143,6 +154,10 @@ impl DbInner {
     /// The current counters and sizes (see [`Db::stats`](super::Db::stats)).
     pub(super) fn stats(&self) -> DbStats {
         let c = &self.counters;
+        let (rc_hits, rc_misses) = self
+            .row_cache
+            .as_ref()
+            .map_or((0, 0), |rc| rc.hits_and_misses());
         let st = self.state.lock();
         let (live_growths, live_growth_micros) = std::iter::once(&st.mem)
             .chain(st.imm.iter())
@@ -182,6 +197,9 @@ impl DbInner {
                 .sum(),
             block_cache_usage: self.cache.usage(),
             block_cache_capacity: self.cache.capacity(),
+            row_cache_usage: self.row_cache.as_ref().map_or(0, |rc| rc.usage()),
+            row_cache_hits: rc_hits,
+            row_cache_misses: rc_misses,
         }
     }
 }

@@ -1,0 +1,398 @@
+//! The row cache: what a point lookup found for one user key in one SST file, bounded in bytes.
+//!
+//! A block cache keeps a hot key's whole block (4 KiB for an entry of about 110 bytes); when the hot keys
+//! are scattered over more blocks than it holds, every hot read goes to the disk although the hot entries
+//! alone would fit many times over. The row cache keeps the entries: for a file and a user key, the
+//! versions the file's [`SstReader::get`](crate::sst::SstReader::get) showed the lookup (newest first, up to
+//! and including the first put or deletion), or that it has none (a filter's false positive). RocksDB's
+//! `row_cache` is the same idea, keyed the same way.
+//!
+//! Entries are keyed by file number, and files never change: an entry can never hold a stale value, so
+//! writes, deletions, range deletions, ingestion and compaction need nothing from the cache (newer versions
+//! are in memtables or newer files, which a lookup reads first; entries of deleted files are evicted as
+//! they go cold). A lookup at a sequence number below a file's largest one must not see the file's newer
+//! versions, so such reads (at an older snapshot) bypass the cache for that file; a read at or above it sees
+//! every version in the file, which is what the cache holds.
+//!
+//! The structure is the block cache's: shards behind mutexes, each bounded by `capacity / SHARDS` bytes,
+//! CLOCK eviction (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (file, key) and
+//! keeps its file and key, so a hash collision is a miss, never a wrong answer.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+use crate::ikey::ValueKind;
+use crate::slice::ValueSlice;
+
+/// Number of shards (a power of two).
+const SHARDS: usize = 16;
+/// Bookkeeping bytes charged per entry on top of its key and rows: the map's slot (hash and entry, 56
+/// bytes), the ring's (8), the allocation's reference counts (16) and its rounding.
+const ENTRY_OVERHEAD: usize = 96;
+/// Bytes of a row's header in the encoded rows: seqno (8), kind (1), value length (4).
+const ROW_HEADER: usize = 13;
+
+struct Entry {
+    file: u64,
+    /// The user key, then the encoded rows (`seqno u64 LE | kind u8 | len u32 LE | value`, newest first):
+    /// one allocation per entry.
+    data: CachedRows,
+    charge: usize,
+    referenced: bool,
+}
+
+/// A cached entry's bytes: the user key (`..start`), then its encoded rows.
+#[derive(Clone)]
+pub(crate) struct CachedRows {
+    data: Arc<[u8]>,
+    start: usize,
+}
+
+impl CachedRows {
+    fn key(&self) -> &[u8] {
+        self.data.get(..self.start).unwrap_or_default()
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<u64, Entry>,
+    /// The clock: hashes in insertion order; may hold hashes no longer cached (skipped, rebuilt when they
+    /// pile up).
+    ring: VecDeque<u64>,
+    usage: usize,
+}
+
+impl Shard {
+    fn evict_one(&mut self) -> bool {
+        let mut budget = 2 * self.ring.len() + 1;
+        while budget > 0 && !self.map.is_empty() {
+            budget -= 1;
+            let Some(h) = self.ring.pop_front() else {
+                return false;
+            };
+            let Some(e) = self.map.get_mut(&h) else {
+                continue;
+            };
+            if e.referenced {
+                e.referenced = false;
+                self.ring.push_back(h);
+                continue;
+            }
+            if let Some(e) = self.map.remove(&h) {
+                self.usage -= e.charge;
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Inserts or replaces the entry of hash `h`. Invariant: every cached hash is in the ring.
+    fn insert(&mut self, h: u64, entry: Entry, capacity: usize) {
+        if let Some(old) = self.map.get_mut(&h) {
+            self.usage = self.usage - old.charge + entry.charge;
+            *old = entry;
+        } else {
+            while self.usage + entry.charge > capacity {
+                if !self.evict_one() {
+                    return;
+                }
+            }
+            self.usage += entry.charge;
+            self.map.insert(h, entry);
+            self.ring.push_back(h);
+        }
+        while self.usage > capacity {
+            if !self.evict_one() {
+                break;
+            }
+        }
+        if self.ring.len() > 2 * self.map.len() + 64 {
+            let map = &self.map;
+            self.ring.retain(|k| map.contains_key(k));
+        }
+    }
+}
+
+/// Rows recorded while a lookup reads a file, for [`RowCache::insert`].
+pub(crate) struct RowRecorder {
+    /// The key, then the rows.
+    rows: Vec<u8>,
+    key_len: usize,
+    last_kind: Option<ValueKind>,
+    /// A value of 4 GiB or more was met: never cached.
+    oversize: bool,
+}
+
+impl RowRecorder {
+    /// A recorder for the versions of `key`.
+    pub(crate) fn new(key: &[u8]) -> Self {
+        RowRecorder {
+            rows: key.to_vec(),
+            key_len: key.len(),
+            last_kind: None,
+            oversize: false,
+        }
+    }
+
+    /// Records one version the file showed.
+    pub(crate) fn push(&mut self, seqno: u64, kind: ValueKind, value: &[u8]) {
+        let Ok(len) = u32::try_from(value.len()) else {
+            self.oversize = true;
+            return;
+        };
+        self.rows.extend_from_slice(&seqno.to_le_bytes());
+        self.rows.push(kind as u8);
+        self.rows.extend_from_slice(&len.to_le_bytes());
+        self.rows.extend_from_slice(value);
+        self.last_kind = Some(kind);
+    }
+
+    /// Whether the recorded rows are all a lookup can ever take from the file: the file had no more
+    /// versions of the key (`file_exhausted`), or the last one recorded is a put or a deletion (every lookup
+    /// stops there). A lookup stopped early on a merge operand (below a range tombstone) is not.
+    pub(crate) fn complete(&self, file_exhausted: bool) -> bool {
+        !self.oversize
+            && (file_exhausted
+                || matches!(self.last_kind, Some(ValueKind::Put | ValueKind::Delete)))
+    }
+}
+
+/// A sharded, byte-bounded cache of lookup results per (file, user key).
+pub(crate) struct RowCache {
+    shards: Box<[Mutex<Shard>]>,
+    shard_capacity: usize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+fn hash(file: u64, key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, file)
+}
+
+impl RowCache {
+    /// A cache holding at most `capacity_bytes` (keys, rows and a per-entry overhead).
+    pub(crate) fn new(capacity_bytes: usize) -> Self {
+        RowCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_capacity: capacity_bytes / SHARDS,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn shard(&self, h: u64) -> Option<&Mutex<Shard>> {
+        self.shards.get((h >> 58) as usize % SHARDS)
+    }
+
+    /// The rows cached for `key` in file `file`, if any (a hit marks the entry recently used).
+    pub(crate) fn get(&self, file: u64, key: &[u8]) -> Option<CachedRows> {
+        let h = hash(file, key);
+        let found = self.shard(h).and_then(|s| {
+            let mut s = s.lock();
+            let e = s.map.get_mut(&h)?;
+            if e.file != file || e.data.key() != key {
+                return None;
+            }
+            e.referenced = true;
+            Some(e.data.clone())
+        });
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Whether `key` of file `file` is cached (counts nothing, marks nothing).
+    pub(crate) fn contains(&self, file: u64, key: &[u8]) -> bool {
+        let h = hash(file, key);
+        self.shard(h).is_some_and(|s| {
+            s.lock()
+                .map
+                .get(&h)
+                .is_some_and(|e| e.file == file && e.data.key() == key)
+        })
+    }
+
+    /// Caches what `rec` recorded in file `file` (a recording that is not complete must not be passed).
+    /// An entry larger than an eighth of a shard is not cached.
+    pub(crate) fn insert(&self, file: u64, rec: RowRecorder) {
+        let charge = rec.rows.len() + ENTRY_OVERHEAD;
+        if charge > self.shard_capacity / 8 {
+            return;
+        }
+        let start = rec.key_len;
+        let data: Arc<[u8]> = Arc::from(rec.rows);
+        let h = hash(file, data.get(..start).unwrap_or_default());
+        if let Some(s) = self.shard(h) {
+            s.lock().insert(
+                h,
+                Entry {
+                    file,
+                    data: CachedRows { data, start },
+                    charge,
+                    referenced: false,
+                },
+                self.shard_capacity,
+            );
+        }
+    }
+
+    /// Bytes charged by the cached entries.
+    pub(crate) fn usage(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().usage).sum()
+    }
+
+    /// The capacity in bytes.
+    pub(crate) fn capacity(&self) -> usize {
+        self.shard_capacity * SHARDS
+    }
+
+    /// Lookups answered by the cache, and lookups it could not answer.
+    pub(crate) fn hits_and_misses(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Shows the cached `rows` to `visit` as the file's reader would (newest first), until `visit` returns
+/// false; returns what the reader would have returned (false: `visit` stopped).
+pub(crate) fn replay(
+    rows: &CachedRows,
+    visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
+) -> bool {
+    let mut at = rows.start;
+    while let Some((seqno, kind, range)) = row_at(&rows.data, at) {
+        at = range.end;
+        let value = || {
+            ValueSlice::from_shared(Arc::clone(&rows.data), range.clone())
+                .unwrap_or_else(ValueSlice::empty)
+        };
+        if !visit(seqno, kind, &value) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The row encoded at `at`: its seqno, kind and the range of its value (`None` at the end).
+fn row_at(rows: &[u8], at: usize) -> Option<(u64, ValueKind, std::ops::Range<usize>)> {
+    let header = rows.get(at..at.checked_add(ROW_HEADER)?)?;
+    let seqno = u64::from_le_bytes(header.get(..8)?.try_into().ok()?);
+    let kind = ValueKind::from_u8(*header.get(8)?)?;
+    let len = u32::from_le_bytes(header.get(9..13)?.try_into().ok()?) as usize;
+    let start = at + ROW_HEADER;
+    let end = start.checked_add(len).filter(|&e| e <= rows.len())?;
+    Some((seqno, kind, start..end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &[u8], rows: &[(u64, ValueKind, &[u8])]) -> RowRecorder {
+        let mut r = RowRecorder::new(key);
+        for (s, k, v) in rows {
+            r.push(*s, *k, v);
+        }
+        r
+    }
+
+    fn replayed(rows: &CachedRows) -> Vec<(u64, ValueKind, Vec<u8>)> {
+        let mut out = Vec::new();
+        replay(rows, &mut |s, k, v| {
+            out.push((s, k, v().to_vec()));
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn rows_replay_as_recorded_and_a_hit_needs_the_same_file_and_key() {
+        let c = RowCache::new(1 << 20);
+        let rows: &[(u64, ValueKind, &[u8])] = &[
+            (9, ValueKind::Merge, b"b"),
+            (7, ValueKind::Merge, b""),
+            (5, ValueKind::Put, b"base"),
+        ];
+        let rec = record(b"key", rows);
+        assert!(rec.complete(false));
+        c.insert(3, rec);
+        let got = c.get(3, b"key").unwrap();
+        assert_eq!(
+            replayed(&got),
+            rows.iter()
+                .map(|(s, k, v)| (*s, *k, v.to_vec()))
+                .collect::<Vec<_>>()
+        );
+        assert!(c.get(4, b"key").is_none());
+        assert!(c.get(3, b"kex").is_none());
+        assert!(c.contains(3, b"key") && !c.contains(3, b"ke"));
+        // An empty recording (the file has no version: a filter false positive) replays nothing.
+        c.insert(4, record(b"absent", &[]));
+        assert_eq!(replayed(&c.get(4, b"absent").unwrap()), vec![]);
+        assert_eq!(c.hits_and_misses(), (2, 2));
+    }
+
+    #[test]
+    fn a_recording_stopped_on_a_merge_operand_is_not_complete() {
+        assert!(!record(b"k", &[(4, ValueKind::Merge, b"x")]).complete(false));
+        assert!(record(b"k", &[(4, ValueKind::Merge, b"x")]).complete(true));
+        assert!(record(b"k", &[(4, ValueKind::Delete, b"")]).complete(false));
+        assert!(record(b"k", &[]).complete(true));
+    }
+
+    #[test]
+    fn replay_stops_where_the_visitor_stops() {
+        let c = RowCache::new(1 << 20);
+        c.insert(
+            1,
+            record(
+                b"k",
+                &[(9, ValueKind::Merge, b"b"), (5, ValueKind::Put, b"base")],
+            ),
+        );
+        let rows = c.get(1, b"k").unwrap();
+        let mut seen = 0;
+        assert!(!replay(&rows, &mut |_, _, _| {
+            seen += 1;
+            false
+        }));
+        assert_eq!(seen, 1);
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_capacity() {
+        let c = RowCache::new(64 << 10);
+        for i in 0u64..10_000 {
+            c.insert(
+                1,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+            assert!(c.usage() <= c.capacity());
+        }
+        let cached = (0u64..10_000)
+            .filter(|i| c.contains(1, &i.to_be_bytes()))
+            .count();
+        assert!(cached > 100 && cached < 10_000, "{cached}");
+        // Re-inserting a cached key replaces it without growing the usage.
+        let before = c.usage();
+        let last = 9_999u64.to_be_bytes();
+        if c.contains(1, &last) {
+            c.insert(1, record(&last, &[(2, ValueKind::Put, &[8u8; 100])]));
+            assert_eq!(c.usage(), before);
+            let rows = c.get(1, &last).unwrap();
+            assert_eq!(replayed(&rows)[0].0, 2);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The row cache ([`Options::row_cache_size`]): hot keys answered from cached entries, and never an
+//! answer a read without the cache would not give (snapshots, overwrites, merge operands under range
+//! tombstones, deletions, compaction).
+
+use std::sync::Arc;
+
+use keyed_state_lsm::{Db, ListAppendOperator, Options, SstOptions};
+
+fn options(row_cache: usize) -> Options {
+    Options {
+        row_cache_size: row_cache,
+        sst: SstOptions {
+            block_size: 256,
+            ..SstOptions::default()
+        },
+        merge_operator: Some(Arc::new(ListAppendOperator)),
+        auto_compaction: false,
+        ..Options::default()
+    }
+}
+
+fn get(db: &Db, k: &[u8]) -> Option<Vec<u8>> {
+    db.get(k).unwrap().map(|v| v.to_vec())
+}
+
+#[test]
+fn a_read_at_an_older_snapshot_is_not_answered_with_a_newer_cached_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options(1 << 20)).unwrap();
+    db.put(b"k", b"old").unwrap();
+    let snap = db.snapshot();
+    db.put(b"k", b"new").unwrap();
+    // One file holds both versions (the snapshot keeps the old one).
+    db.flush().unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"new"[..]));
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"new"[..]));
+    assert!(db.stats().row_cache_hits >= 1, "{:?}", db.stats());
+    // The file's newest version is above the snapshot: the read bypasses the cache.
+    assert_eq!(
+        db.get_at(b"k", &snap)
+            .unwrap()
+            .map(|v| v.to_vec())
+            .as_deref(),
+        Some(&b"old"[..])
+    );
+    assert_eq!(
+        db.multi_get_at(&[b"k"], &snap).unwrap()[0]
+            .as_ref()
+            .map(|v| v.to_vec())
+            .as_deref(),
+        Some(&b"old"[..])
+    );
+    // A read at a snapshot taken after the file was written may use (and fill) the cache.
+    let later = db.snapshot();
+    let hits = db.stats().row_cache_hits;
+    assert_eq!(
+        db.get_at(b"k", &later)
+            .unwrap()
+            .map(|v| v.to_vec())
+            .as_deref(),
+        Some(&b"new"[..])
+    );
+    assert_eq!(db.stats().row_cache_hits, hits + 1);
+}
+
+#[test]
+fn writes_after_a_cached_read_are_seen_whatever_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options(1 << 20)).unwrap();
+    for i in 0..100u32 {
+        db.put(format!("key{i:03}").as_bytes(), b"v1").unwrap();
+    }
+    db.compact_all().unwrap();
+    for i in 0..100u32 {
+        assert_eq!(
+            get(&db, format!("key{i:03}").as_bytes()).as_deref(),
+            Some(&b"v1"[..])
+        );
+    }
+    let s = db.stats();
+    assert_eq!((s.row_cache_hits, s.row_cache_misses), (0, 100));
+    // Overwrite, delete, merge and range-delete over cached entries: in the memtable, then flushed, then
+    // compacted into new files.
+    db.put(b"key000", b"v2").unwrap();
+    db.delete(b"key001").unwrap();
+    db.merge(b"key002", b"x").unwrap();
+    db.delete_range(b"key010", b"key020").unwrap();
+    let check = |db: &Db| {
+        assert_eq!(get(db, b"key000").as_deref(), Some(&b"v2"[..]));
+        assert_eq!(get(db, b"key001"), None);
+        assert_eq!(get(db, b"key002").as_deref(), Some(&b"v1,x"[..]));
+        for i in 10..20u32 {
+            assert_eq!(get(db, format!("key{i:03}").as_bytes()), None, "key{i:03}");
+        }
+        assert_eq!(get(db, b"key020").as_deref(), Some(&b"v1"[..]));
+        assert_eq!(get(db, b"key099").as_deref(), Some(&b"v1"[..]));
+    };
+    check(&db);
+    db.flush().unwrap();
+    check(&db);
+    check(&db);
+    db.compact_all().unwrap();
+    check(&db);
+    check(&db);
+    assert!(db.stats().row_cache_hits > 0);
+}
+
+#[test]
+fn merge_operands_below_a_range_tombstone_are_not_cached_as_the_whole_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options(1 << 20)).unwrap();
+    db.put(b"k", b"base").unwrap();
+    db.merge(b"k", b"a").unwrap();
+    db.delete_range(b"a", b"z").unwrap();
+    db.merge(b"k", b"b").unwrap();
+    db.flush().unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"b"[..]));
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"b"[..]));
+    db.merge(b"k", b"c").unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"b,c"[..]));
+    db.flush().unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"b,c"[..]));
+    db.compact_all().unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"b,c"[..]));
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"b,c"[..]));
+}
+
+#[test]
+fn a_lookup_cut_short_by_a_range_tombstone_does_not_hide_operands_from_a_snapshot_below_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options(1 << 20)).unwrap();
+    db.merge(b"k", b"a").unwrap();
+    // Held so that the flush keeps the two operands apart (no partial merge across a snapshot).
+    let _between = db.snapshot();
+    db.merge(b"k", b"b").unwrap();
+    db.flush().unwrap();
+    let snap = db.snapshot();
+    // The tombstone is newer than the file: a latest read stops at the file's first operand.
+    db.delete_range(b"a", b"z").unwrap();
+    assert_eq!(get(&db, b"k"), None);
+    assert_eq!(get(&db, b"k"), None);
+    // The snapshot is at or above the file's seqnos (it may use the cache) but below the tombstone: it
+    // must see both operands.
+    for _ in 0..2 {
+        assert_eq!(
+            db.get_at(b"k", &snap)
+                .unwrap()
+                .map(|v| v.to_vec())
+                .as_deref(),
+            Some(&b"a,b"[..])
+        );
+    }
+}
+
+#[test]
+fn hot_keys_scattered_over_more_blocks_than_the_block_cache_holds_are_answered_from_the_row_cache()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        block_cache_size: 0,
+        ..options(1 << 20)
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..5_000u32 {
+        db.put(format!("key{i:05}").as_bytes(), &[i as u8; 100])
+            .unwrap();
+    }
+    db.compact_all().unwrap();
+    let hot: Vec<Vec<u8>> = (0..5_000u32)
+        .step_by(50)
+        .map(|i| format!("key{i:05}").into_bytes())
+        .collect();
+    for _ in 0..10 {
+        for k in &hot {
+            assert_eq!(get(&db, k).map(|v| v.len()), Some(100));
+        }
+    }
+    let s = db.stats();
+    assert_eq!(s.row_cache_misses, hot.len() as u64);
+    assert_eq!(s.row_cache_hits, 9 * hot.len() as u64);
+    assert!(s.row_cache_usage > 0 && s.row_cache_usage <= 1 << 20);
+    assert!(s
+        .metrics()
+        .iter()
+        .any(|m| m.name == "rocksdb.row.cache.hit" && m.value == s.row_cache_hits));
+}
+
+#[test]
+fn a_row_cache_too_small_for_any_entry_caches_nothing_and_reads_stay_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options(16)).unwrap();
+    db.put(b"k", b"v").unwrap();
+    db.flush().unwrap();
+    for _ in 0..3 {
+        assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
+    }
+    let s = db.stats();
+    assert_eq!((s.row_cache_hits, s.row_cache_usage), (0, 0));
+}
