@@ -626,6 +626,7 @@ impl StateBackend for LsmBackend {
                 let prefix_len = self.kbuf.len();
                 for (k, v) in &dirty {
                     if v.is_some() {
+                        let k = k.as_slice();
                         let slot = cache.lookup(k);
                         cache.write_map(slot, k, prefix_len, None);
                     }
@@ -635,7 +636,7 @@ impl StateBackend for LsmBackend {
                 let mut batch = WriteBatch::new();
                 while it.valid() {
                     let k = it.key();
-                    if dirty.binary_search_by(|(d, _)| d[..].cmp(k)).is_err() {
+                    if dirty.binary_search_by(|(d, _)| d.as_slice().cmp(k)).is_err() {
                         cache.forget_clean(k);
                         batch.delete(k);
                         if batch.len() >= BATCH_OPS {
