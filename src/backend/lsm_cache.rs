@@ -263,15 +263,24 @@ impl RmwCache {
         }
     }
 
-    /// Whether a key of hash `h` that missed is taken into the cache with `bytes` of key and value: at
-    /// once while the cache has room for it (or without a doorkeeper), else on its second miss while the
-    /// doorkeeper remembers the first.
+    /// Whether a key of hash `h` that missed on a read is taken into the cache with `bytes` of key and
+    /// value: at once while the cache has room for it (or without a doorkeeper), else on its second miss
+    /// while the doorkeeper remembers the first.
     #[inline]
     pub(crate) fn admit(&mut self, h: u64, bytes: usize) -> bool {
-        if self.door.is_empty() || self.used + bytes + ENTRY_OVERHEAD <= self.capacity {
+        if self.admit_write(bytes) {
             return true;
         }
         self.admit_slow(h)
+    }
+
+    /// Whether a key that missed on a blind write (a put or delete that read nothing) is taken into the
+    /// cache with `bytes` of key and value: while the cache has room for it (or without a doorkeeper).
+    /// Into a full cache it would only push another entry out to the engine, so the write goes there
+    /// itself; a key read again is taken in by [`admit`](Self::admit).
+    #[inline]
+    pub(crate) fn admit_write(&self, bytes: usize) -> bool {
+        self.door.is_empty() || self.used + bytes + ENTRY_OVERHEAD <= self.capacity
     }
 
     #[cold]
@@ -866,13 +875,17 @@ mod tests {
     }
 
     #[test]
-    fn a_full_cache_takes_a_key_in_on_its_second_miss_and_one_with_room_at_once() {
+    fn admission_is_at_once_with_room_then_reads_on_a_second_miss_and_writes_never() {
         let mut c = RmwCache::new(1 << 20, false);
         assert!(!c.admits_on_first_touch());
         let h = c.hasher.hash_one(b"k");
         // Room for it: taken in at once, the doorkeeper not asked.
         assert!(c.admit(h, 1));
         assert!(c.admit(h, 1));
+        assert!(c.admit_write(1));
+        // A blind write into a full cache goes to the engine, however often.
+        assert!(!c.admit_write(1 << 20));
+        assert!(!c.admit_write(1 << 20));
         // No room: the doorkeeper remembers the first miss.
         let full = 1 << 20;
         assert!(!c.admit(h, full));
@@ -883,7 +896,7 @@ mod tests {
     }
 
     #[test]
-    fn rewrites_in_one_epoch_update_the_log_in_place_and_hand_offs_keep_their_values() -> Result<()> {
+    fn a_rewrite_updates_its_epochs_log_entry_and_a_hand_off_keeps_its_values() -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
         let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
         let mut c = RmwCache::new(1 << 20, true);

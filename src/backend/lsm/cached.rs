@@ -28,7 +28,7 @@ pub(super) fn cached_read<'a>(
 }
 
 /// A write through the cache (`value` `None`: a delete): the entry becomes dirty. A key the cache does not
-/// hold and does not admit yet is written to the engine (it is in no pending layer: those hold only cached
+/// hold and has no room for is written to the engine (it is in no pending layer: those hold only cached
 /// keys).
 #[inline]
 pub(super) fn cached_write(
@@ -38,8 +38,8 @@ pub(super) fn cached_write(
     value: Option<&[u8]>,
 ) -> Result<()> {
     let found = cache.probe(key);
-    if let Found::Missing(hash) = found {
-        if !cache.admit(hash, key.len() + value.map_or(0, <[u8]>::len)) {
+    if let Found::Missing(_) = found {
+        if !cache.admit_write(key.len() + value.map_or(0, <[u8]>::len)) {
             match value {
                 Some(v) => db.put(key, v)?,
                 None => db.delete(key)?,
@@ -62,8 +62,8 @@ pub(super) fn cached_map_write(
     value: Option<&[u8]>,
 ) -> Result<()> {
     let found = cache.probe(key);
-    if let Found::Missing(hash) = found {
-        if !cache.admit(hash, key.len() + value.map_or(0, <[u8]>::len)) {
+    if let Found::Missing(_) = found {
+        if !cache.admit_write(key.len() + value.map_or(0, <[u8]>::len)) {
             match value {
                 Some(v) => db.put(key, v)?,
                 None => db.delete(key)?,

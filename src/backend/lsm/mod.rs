@@ -636,7 +636,10 @@ impl StateBackend for LsmBackend {
                 let mut batch = WriteBatch::new();
                 while it.valid() {
                     let k = it.key();
-                    if dirty.binary_search_by(|(d, _)| d.as_slice().cmp(k)).is_err() {
+                    if dirty
+                        .binary_search_by(|(d, _)| d.as_slice().cmp(k))
+                        .is_err()
+                    {
                         cache.forget_clean(k);
                         batch.delete(k);
                         if batch.len() >= BATCH_OPS {
