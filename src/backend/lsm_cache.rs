@@ -11,11 +11,13 @@
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use hashbrown::HashTable;
 use keyed_state_lsm::{Db, WriteBatch};
 
 use crate::backend::heap::bytes::SmallBytes;
 use crate::error::Result;
+
+mod slot_table;
+use slot_table::SlotTable;
 
 /// A key or value held by a slot and by the dirty log at once: short bytes are copied, longer ones share
 /// one buffer, which is written in place only while nothing else holds it.
@@ -204,7 +206,7 @@ impl Found {
 
 /// The cache. See the module documentation.
 pub(crate) struct RmwCache {
-    table: HashTable<u32>,
+    table: SlotTable,
     hasher: Hasher,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
@@ -243,7 +245,7 @@ impl RmwCache {
         // that holds fewer over many more cache lines and pages (a growth rehashes from the slots' hashes).
         let expect = (capacity / (ENTRY_OVERHEAD + 16)).min(1 << 22);
         RmwCache {
-            table: HashTable::new(),
+            table: SlotTable::new(),
             hasher: Hasher::default(),
             slots: Vec::with_capacity(expect),
             free: Vec::new(),
@@ -365,12 +367,12 @@ impl RmwCache {
     pub(crate) fn probe(&mut self, key: &[u8]) -> Found {
         let hash = self.hasher.hash_one(key);
         let slots = &mut self.slots;
-        let found = self.table.find(hash, |&i| match &slots[i as usize] {
-            Some(s) => s.hash == hash && s.key.as_slice() == key,
-            None => false,
+        let found = self.table.find(hash, |i| match slots.get(i as usize) {
+            Some(Some(s)) => s.hash == hash && s.key.as_slice() == key,
+            _ => false,
         });
         match found {
-            Some(&i) => {
+            Some(i) => {
                 if let Some(Some(s)) = slots.get_mut(i as usize) {
                     s.referenced = true;
                 }
@@ -415,12 +417,7 @@ impl RmwCache {
                 (self.slots.len() - 1) as u32
             }
         };
-        let slots = &self.slots;
-        self.table
-            .insert_unique(hash, i, |&j| match &slots[j as usize] {
-                Some(s) => s.hash,
-                None => 0,
-            });
+        self.table.insert(hash, i);
         i
     }
 
@@ -738,9 +735,7 @@ impl RmwCache {
             return;
         };
         self.used -= s.bytes();
-        if let Ok(entry) = self.table.find_entry(s.hash, |&j| j == i) {
-            entry.remove();
-        }
+        self.table.remove(s.hash, i);
         self.free.push(i);
     }
 
