@@ -240,14 +240,15 @@ fn door_slots(capacity: usize) -> usize {
 impl RmwCache {
     /// A cache of `capacity` bytes; `admit_on_first_touch`: no doorkeeper.
     pub(crate) fn new(capacity: usize, admit_on_first_touch: bool) -> RmwCache {
-        // The slots' room is reserved (virtual memory, touched as used); the table grows with the entries:
-        // sized for the capacity at once, its control bytes and buckets would spread the keys of a cache
-        // that holds fewer over many more cache lines and pages (a growth rehashes from the slots' hashes).
-        let expect = (capacity / (ENTRY_OVERHEAD + 16)).min(1 << 22);
+        // Room for as many entries as the capacity holds at 16 bytes of key and value: the slots' as
+        // virtual memory (touched as used, up to 4M), the table's buckets at once (8 bytes per bucket at
+        // most 5/8 full: about 13 bytes per entry, within the per-entry overhead counted), so that the
+        // table does not grow (a growth re-places every entry at once, in one operation).
+        let expect = capacity / (ENTRY_OVERHEAD + 16);
         RmwCache {
-            table: SlotTable::new(),
+            table: SlotTable::with_capacity(expect),
             hasher: Hasher::default(),
-            slots: Vec::with_capacity(expect),
+            slots: Vec::with_capacity(expect.min(1 << 22)),
             free: Vec::new(),
             hand: 0,
             used: 0,

@@ -18,9 +18,13 @@ pub(crate) struct SlotTable {
 }
 
 impl SlotTable {
-    pub(crate) fn new() -> SlotTable {
+    /// A table that holds `entries` without growing.
+    pub(crate) fn with_capacity(entries: usize) -> SlotTable {
+        let buckets = (entries.saturating_mul(8) / 5 + 1)
+            .next_power_of_two()
+            .max(MIN_BUCKETS);
         SlotTable {
-            buckets: vec![EMPTY; MIN_BUCKETS],
+            buckets: vec![EMPTY; buckets],
             len: 0,
         }
     }
@@ -121,9 +125,10 @@ impl SlotTable {
         self.len -= 1;
     }
 
-    /// Removes every entry and gives the buckets back.
+    /// Removes every entry, keeping the buckets.
     pub(crate) fn clear(&mut self) {
-        *self = SlotTable::new();
+        self.buckets.fill(EMPTY);
+        self.len = 0;
     }
 }
 
@@ -135,7 +140,7 @@ mod tests {
     fn the_table_matches_a_map_through_inserts_removals_and_growth() {
         // Hashes whose tags collide in their low bits, so that removals shift entries back across clusters.
         let hash = |k: u32| (u64::from(k % 97) | u64::from(k) << 7) << 32;
-        let mut t = SlotTable::new();
+        let mut t = SlotTable::with_capacity(0);
         let mut model = std::collections::HashSet::new();
         let mut x = 12345u64;
         for round in 0..20_000u32 {
