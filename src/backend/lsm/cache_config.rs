@@ -76,7 +76,7 @@ impl LsmBackend {
     }
 
     /// Writes every dirty entry of the cache into the engine, so that the engine alone holds the whole
-    /// state (for [`LsmEngine::checkpoint`] and other engine-level reads).
+    /// state (for [`LsmEngine::checkpoint`](super::LsmEngine::checkpoint) and other engine-level reads).
     pub fn write_back(&mut self) -> Result<()> {
         match &mut self.cache {
             Some(c) if c.has_dirty() => c.write_back_all(&self.shared.db),
