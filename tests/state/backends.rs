@@ -46,7 +46,7 @@ conformance_suite!(lsm_cache_one_byte, |cfg| lsm_cached(cfg, 1, true));
 conformance_suite!(lsm_cache_tiny, |cfg| lsm_cached(cfg, 1 << 10, true));
 // Everything fits: nothing is evicted, snapshots read the dirty layers.
 conformance_suite!(lsm_cache_large, |cfg| lsm_cached(cfg, 64 << 20, true));
-// As configured by default: keys taken in on their second miss.
+// As configured by default: keys taken in at once while there is room, on their second miss once full.
 conformance_suite!(lsm_cache_doorkeeper, |cfg| lsm_cached(cfg, 64 << 20, false));
 conformance_suite!(lsm_cache_doorkeeper_tiny, |cfg| lsm_cached(
     cfg,

@@ -11,9 +11,10 @@ impl LsmBackend {
     /// smaller capacity evicts at once. The capacity (with the doorkeeper's table, 1/64 of it) is reserved
     /// from the engine environment's memory budget ([`MemoryBudget::reserve`](keyed_state_lsm::MemoryBudget::reserve)):
     /// with a [`StateEnv`](crate::env::StateEnv) budget the cache lives inside it, shrinking the shared block
-    /// cache, and the budget's breakdown counts it under `reserved`. A key the cache does not hold is taken in on its second
-    /// miss within a while (a doorkeeper of about 1/64 of the capacity remembers the first): a key touched
-    /// once costs what it costs without the cache ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
+    /// cache, and the budget's breakdown counts it under `reserved`. A key the cache does not hold is taken
+    /// in at once while the cache has room for it; once it is full, on its second miss within a while (a
+    /// doorkeeper of about 1/64 of the capacity remembers the first), so that a key touched once costs what
+    /// it costs without the cache ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
     pub fn set_rmw_cache_capacity(&mut self, capacity: usize) -> Result<()> {
         let db = &self.shared.db;
         match (&mut self.cache, capacity) {
@@ -43,8 +44,9 @@ impl LsmBackend {
         }
     }
 
-    /// `true`: the cache takes every key in on its first miss, without the doorkeeper (tests use it to
-    /// send every write through the cache). Writes back and starts a new, empty cache of the same capacity.
+    /// `true`: the cache takes every key in on its first miss, full or not, without the doorkeeper (tests
+    /// use it to send every write through the cache). Writes back and starts a new, empty cache of the same
+    /// capacity.
     pub fn set_rmw_cache_admission(&mut self, first_touch: bool) -> Result<()> {
         if let Some(c) = &mut self.cache {
             if c.admits_on_first_touch() != first_touch {
@@ -74,7 +76,7 @@ impl LsmBackend {
     }
 
     /// Writes every dirty entry of the cache into the engine, so that the engine alone holds the whole
-    /// state (for [`LsmEngine::checkpoint`] and other engine-level reads).
+    /// state (for [`LsmEngine::checkpoint`](super::LsmEngine::checkpoint) and other engine-level reads).
     pub fn write_back(&mut self) -> Result<()> {
         match &mut self.cache {
             Some(c) if c.has_dirty() => c.write_back_all(&self.shared.db),

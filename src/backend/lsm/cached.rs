@@ -1,12 +1,12 @@
 //! Reads and writes through the read-modify-write cache (`lsm_cache`) when the backend has one.
 
-use crate::backend::lsm_cache::{MapDirty, RmwCache, MAX_PENDING_LAYERS};
+use crate::backend::lsm_cache::{Found, MapDirty, RmwCache, MAX_PENDING_LAYERS};
 use crate::error::Result;
 use keyed_state_lsm::Db;
 use keyed_state_lsm::DbIter;
 
-/// A read through the cache: a hit answers from it; a miss reads the engine (into `vbuf`) and keeps the
-/// answer, an absent one too.
+/// A read through the cache: a hit answers from the cache's slot (no copy); a miss reads the engine (into
+/// `vbuf`) and keeps the answer, an absent one too, if the cache admits the key.
 #[inline]
 pub(super) fn cached_read<'a>(
     cache: &'a mut RmwCache,
@@ -14,23 +14,21 @@ pub(super) fn cached_read<'a>(
     key: &[u8],
     vbuf: &'a mut Vec<u8>,
 ) -> Result<Option<&'a [u8]>> {
-    let slot = match cache.lookup(key) {
-        Some(i) => i,
-        None => {
-            let found = db.get_into(key, vbuf)?;
-            if !cache.admit(key) {
-                return Ok(found.then_some(vbuf.as_slice()));
-            }
-            let i = cache.insert_clean(key, found.then_some(vbuf.as_slice()));
-            cache.evict(Some(i), db)?;
-            i
-        }
+    let hash = match cache.probe(key) {
+        Found::Slot(i) => return Ok(cache.value(i)),
+        Found::Missing(hash) => hash,
     };
-    Ok(cache.value(slot))
+    let value = db.get_into(key, vbuf)?.then_some(vbuf.as_slice());
+    if !cache.admit(hash, key.len() + value.map_or(0, <[u8]>::len)) {
+        return Ok(value);
+    }
+    let i = cache.insert_clean(hash, key, value);
+    cache.evict(Some(i), db)?;
+    Ok(cache.value(i))
 }
 
 /// A write through the cache (`value` `None`: a delete): the entry becomes dirty. A key the cache does not
-/// hold and does not admit yet is written to the engine (it is in no pending layer: those hold only cached
+/// hold and has no room for is written to the engine (it is in no pending layer: those hold only cached
 /// keys).
 #[inline]
 pub(super) fn cached_write(
@@ -39,15 +37,17 @@ pub(super) fn cached_write(
     key: &[u8],
     value: Option<&[u8]>,
 ) -> Result<()> {
-    let slot = cache.lookup(key);
-    if slot.is_none() && !cache.admit(key) {
-        match value {
-            Some(v) => db.put(key, v)?,
-            None => db.delete(key)?,
+    let found = cache.probe(key);
+    if let Found::Missing(_) = found {
+        if !cache.admit_write(key.len() + value.map_or(0, <[u8]>::len)) {
+            match value {
+                Some(v) => db.put(key, v)?,
+                None => db.delete(key)?,
+            }
+            return Ok(());
         }
-        return Ok(());
     }
-    cache.write(slot, key, value);
+    cache.write_at(found, key, value);
     settle(cache, db)
 }
 
@@ -61,15 +61,17 @@ pub(super) fn cached_map_write(
     prefix_len: usize,
     value: Option<&[u8]>,
 ) -> Result<()> {
-    let slot = cache.lookup(key);
-    if slot.is_none() && !cache.admit(key) {
-        match value {
-            Some(v) => db.put(key, v)?,
-            None => db.delete(key)?,
+    let found = cache.probe(key);
+    if let Found::Missing(_) = found {
+        if !cache.admit_write(key.len() + value.map_or(0, <[u8]>::len)) {
+            match value {
+                Some(v) => db.put(key, v)?,
+                None => db.delete(key)?,
+            }
+            return Ok(());
         }
-        return Ok(());
     }
-    cache.write_map(slot, key, prefix_len, value);
+    cache.write_map_at(found, key, prefix_len, value);
     settle(cache, db)
 }
 
@@ -82,21 +84,21 @@ pub(super) fn merged_scan(
     from: &[u8],
     f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<()> {
-    let start = dirty.partition_point(|(k, _)| &k[..] < from);
+    let start = dirty.partition_point(|(k, _)| k.as_slice() < from);
     let mut dirty = dirty[start..].iter().peekable();
     loop {
         let engine_key = it.valid().then(|| it.key());
         // The smaller of the engine's next key and the cache's; on a tie the cache's value wins.
         let take_dirty = match (engine_key, dirty.peek()) {
             (None, None) => break,
-            (Some(k), Some((d, _))) if &d[..] <= k => Some(&d[..] == k),
+            (Some(k), Some((d, _))) if d.as_slice() <= k => Some(d.as_slice() == k),
             (None, Some(_)) => Some(false),
             (Some(_), _) => None,
         };
         match take_dirty {
             Some(tie) => {
                 if let Some((k, Some(v))) = dirty.next() {
-                    if !f(k, v) {
+                    if !f(k.as_slice(), v.as_slice()) {
                         return Ok(());
                     }
                 }

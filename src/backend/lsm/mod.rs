@@ -11,7 +11,7 @@
 //! * List `append` writes a merge operand (joined with `0x2C` as the engine's [`ListAppendOperator`](keyed_state_lsm::ListAppendOperator) does)
 //!   and never reads the list; so does `merge_value` for reducing and aggregating states whose fold the
 //!   store installed (`lsm_merge`, `design/merge-operands.md`).
-//! * A snapshot pins an engine [`Snapshot`] (a registered sequence number: compaction keeps every version it
+//! * A snapshot pins an engine [`Snapshot`](keyed_state_lsm::Snapshot) (a registered sequence number: compaction keeps every version it
 //!   can read); the asynchronous part iterates `[sid | KG, sid | KG+1)` at that sequence number, one key
 //!   group at a time, handing values straight out of the memory-mapped SST blocks.
 //! * A restore buffers the sorted runs it is given per state and hands them to a loader thread that
@@ -626,6 +626,7 @@ impl StateBackend for LsmBackend {
                 let prefix_len = self.kbuf.len();
                 for (k, v) in &dirty {
                     if v.is_some() {
+                        let k = k.as_slice();
                         let slot = cache.lookup(k);
                         cache.write_map(slot, k, prefix_len, None);
                     }
@@ -635,7 +636,10 @@ impl StateBackend for LsmBackend {
                 let mut batch = WriteBatch::new();
                 while it.valid() {
                     let k = it.key();
-                    if dirty.binary_search_by(|(d, _)| d[..].cmp(k)).is_err() {
+                    if dirty
+                        .binary_search_by(|(d, _)| d.as_slice().cmp(k))
+                        .is_err()
+                    {
                         cache.forget_clean(k);
                         batch.delete(k);
                         if batch.len() >= BATCH_OPS {
