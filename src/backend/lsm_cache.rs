@@ -23,8 +23,9 @@ use slot_table::SlotTable;
 /// one buffer, which is written in place only while nothing else holds it.
 pub(crate) type Bytes = SmallBytes;
 
-/// Bytes counted per entry on top of its key and value: the slot (64 bytes), its table entry and the
-/// dirty log's entry (40 bytes) when dirty, about.
+/// Bytes counted per entry on top of the allocations of its key and value: the slot (64 bytes, holding
+/// keys and values of up to 14 bytes), its table entry and the dirty log's entry (40 bytes) when dirty,
+/// about.
 pub(crate) const ENTRY_OVERHEAD: usize = 96;
 
 /// Dirty writes are written back in batches of this many operations.
@@ -60,8 +61,10 @@ struct Slot {
 const _: () = assert!(std::mem::size_of::<Option<Slot>>() == 64);
 
 impl Slot {
+    /// What the entry costs: the allocations of a key or value too long to sit in the slot (their
+    /// buffers' headers and capacity, not only their lengths), and [`ENTRY_OVERHEAD`].
     fn bytes(&self) -> usize {
-        self.key.len() + self.value.as_ref().map_or(0, |v| v.len()) + ENTRY_OVERHEAD
+        self.key.heap_bytes() + self.value.as_ref().map_or(0, Bytes::heap_bytes) + ENTRY_OVERHEAD
     }
 }
 
@@ -814,12 +817,16 @@ mod tests {
     fn clock_evicts_unreferenced_entries_and_writes_back_dirty_ones() -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
         let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
-        let mut c = RmwCache::new(3 * (ENTRY_OVERHEAD + 2), true);
+        let mut c = RmwCache::new(3 * ENTRY_OVERHEAD, true);
         for k in 0..3u8 {
             c.write(None, &[k], Some(&[k]));
             c.evict(None, &db)?;
         }
-        assert_eq!(c.used(), 3 * (ENTRY_OVERHEAD + 2));
+        assert_eq!(
+            c.used(),
+            3 * ENTRY_OVERHEAD,
+            "keys and values inside their slots"
+        );
         // Key 0 is referenced again; the next insert evicts key 1 (written back), not key 0.
         assert!(c.lookup(&[0]).is_some());
         let i = c.write(None, &[9], Some(&[9]));
@@ -829,6 +836,30 @@ mod tests {
         assert_eq!(db.get(&[1])?.as_deref(), Some(&[1u8][..]));
         assert_eq!(db.get(&[9])?, None);
         Ok(())
+    }
+
+    #[test]
+    fn long_keys_and_values_count_their_allocations_not_only_their_lengths() {
+        let mut c = RmwCache::new(1 << 20, true);
+        let (key, value) = ([7u8; 30], [8u8; 100]);
+        c.write(None, &key, Some(&value));
+        let counted = c.used();
+        // Each buffer carries a header and is rounded up by the allocator: more than the bytes alone.
+        assert!(
+            counted >= key.len() + value.len() + ENTRY_OVERHEAD + 2 * 16,
+            "counted {counted}"
+        );
+        assert_eq!(
+            counted,
+            Bytes::new(&key).heap_bytes() + Bytes::new(&value).heap_bytes() + ENTRY_OVERHEAD
+        );
+        // Rewriting the value in place keeps the count; a delete gives the value's buffer back.
+        let held = c.lookup(&key);
+        assert!(held.is_some());
+        c.write(held, &key, Some(&[9u8; 100]));
+        assert_eq!(c.used(), counted);
+        c.write(held, &key, None);
+        assert_eq!(c.used(), Bytes::new(&key).heap_bytes() + ENTRY_OVERHEAD);
     }
 
     #[test]

@@ -229,6 +229,16 @@ impl SmallBytes {
         self.len() == 0
     }
 
+    /// Bytes held outside this value: 0 when inline, else its buffer's allocation (header and capacity,
+    /// rounded up to 16 bytes as allocators round small sizes).
+    #[inline]
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            SmallBytes::Inline { .. } => 0,
+            SmallBytes::Shared(v) => (HEADER + v.header().cap).next_multiple_of(16),
+        }
+    }
+
     /// The first 8 bytes as a big-endian integer, zero padded ([`head_of`] of the bytes): comparing heads
     /// first, then the bytes, is byte order.
     #[inline]
