@@ -108,15 +108,23 @@ impl IoRuntime {
         }))
     }
 
-    /// Runs the blocking `work` (a read of a local file, the wait for a backend's files) on the runtime's
-    /// blocking threads and returns what awaits its result.
+    /// Runs the blocking `work` (the wait for a backend's files, serializing its tables) on the runtime's
+    /// blocking threads and returns what awaits its result. Inside this runtime's
+    /// [`block_on`](Self::block_on) (a synchronous call, whose thread waits anyway) it runs in place when
+    /// awaited, so a long wait of one caller never holds a blocking thread that other requests need.
     pub(crate) fn spawn_blocking<W, T>(&self, work: W) -> Result<impl Future<Output = Result<T>>>
     where
         W: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let task = self.runtime()?.spawn_blocking(work);
-        Ok(async move { task.await.map_err(joined) })
+        let rt = self.runtime()?;
+        if IN_BLOCK_ON.with(Cell::get) {
+            return Ok(futures::future::Either::Left(async move { Ok(work()) }));
+        }
+        let task = rt.spawn_blocking(work);
+        Ok(futures::future::Either::Right(async move {
+            task.await.map_err(joined)
+        }))
     }
 
     /// Runs the future `make` returns to completion on the runtime and returns its output, from a plain
