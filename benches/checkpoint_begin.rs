@@ -89,6 +89,16 @@ struct Run {
     cpu: Duration,
 }
 
+/// The longest wall-clock time of the `begin`s `pick` chooses (0 if none).
+fn max_of(begins: &[Begin], pick: impl Fn(&Begin) -> bool) -> Duration {
+    begins
+        .iter()
+        .filter(|b| pick(b))
+        .map(|b| b.wall)
+        .max()
+        .unwrap_or_default()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -235,9 +245,9 @@ fn main() {
         "begin while sweeps run: {instances} instances, {checkpoints} checkpoints each, {keys} keys changed per checkpoint"
     );
     println!(
-        "| root | begins | begin p50 | begin p99 | begin max | CPU p50 | CPU p99 | blocked | preempted | p99 neither | max neither | confirm p50 | confirm max | wall | CPU | load avg |"
+        "| root | begins | begin p50 | begin p99 | begin max | > 1 ms | CPU p50 | CPU p99 | blocked | max blocked | preempted | max preempted | p99 neither | max neither | confirm p50 | confirm max | wall | CPU | load avg |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for root in roots.split(',') {
         let (storage, _dir) = match root.trim() {
             "local" => {
@@ -269,15 +279,18 @@ fn main() {
             .map(|b| b.wall)
             .collect();
         println!(
-            "| {root} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s | {:.1} s | {load} |",
+            "| {root} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} s | {:.1} s | {load} |",
             r.begins.len(),
             us(percentile(&walls, 0.5)),
             us(percentile(&walls, 0.99)),
             us(walls.last().copied().unwrap_or_default()),
+            walls.iter().filter(|w| **w > Duration::from_millis(1)).count(),
             us(percentile(&cpus, 0.5)),
             us(percentile(&cpus, 0.99)),
             r.begins.iter().filter(|b| b.blocked).count(),
+            us(max_of(&r.begins, |b| b.blocked)),
             r.begins.iter().filter(|b| b.preempted).count(),
+            us(max_of(&r.begins, |b| b.preempted)),
             us(percentile(&quiet, 0.99)),
             us(quiet.last().copied().unwrap_or_default()),
             us(percentile(&r.confirms, 0.5)),

@@ -4,7 +4,8 @@
 //!
 //! Every object-store request is a task of this runtime ([`IoRuntime::spawn`]); the storage's async calls
 //! await that task, so the awaiting task parks no thread of its executor, whatever runtime (or executor)
-//! it runs on, and the store's connections live on one runtime. Blocking work of an upload (the wait for
+//! it runs on, and the store's connections live on one runtime. (Inside a synchronous call, which waits in
+//! this runtime's `block_on`, the request runs in place on the waiting thread, with the same drivers.) Blocking work of an upload (the wait for
 //! the backend's files, reads of small local files) runs on this runtime's blocking threads
 //! ([`IoRuntime::spawn_blocking`]).
 //!
@@ -88,24 +89,42 @@ impl IoRuntime {
     /// Runs `fut` as a task of the runtime and returns what awaits its output: the awaiting task (on any
     /// executor, or a `block_on`) parks no thread of its own. A panic of `fut` is resumed in the awaiting
     /// task.
+    ///
+    /// Inside this runtime's [`block_on`](Self::block_on) (a synchronous call), `fut` runs in place
+    /// instead: the waiting thread polls it with the runtime's drivers, as a task would be, and no worker
+    /// thread has to be woken for it.
     pub(crate) fn spawn<F>(&self, fut: F) -> Result<impl Future<Output = Result<F::Output>>>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let task = self.runtime()?.spawn(fut);
-        Ok(async move { task.await.map_err(joined) })
+        let rt = self.runtime()?;
+        if IN_BLOCK_ON.with(Cell::get) {
+            return Ok(futures::future::Either::Left(async move { Ok(fut.await) }));
+        }
+        let task = rt.spawn(fut);
+        Ok(futures::future::Either::Right(async move {
+            task.await.map_err(joined)
+        }))
     }
 
-    /// Runs the blocking `work` (a read of a local file, the wait for a backend's files) on the runtime's
-    /// blocking threads and returns what awaits its result.
+    /// Runs the blocking `work` (the wait for a backend's files, serializing its tables) on the runtime's
+    /// blocking threads and returns what awaits its result. Inside this runtime's
+    /// [`block_on`](Self::block_on) (a synchronous call, whose thread waits anyway) it runs in place when
+    /// awaited, so a long wait of one caller never holds a blocking thread that other requests need.
     pub(crate) fn spawn_blocking<W, T>(&self, work: W) -> Result<impl Future<Output = Result<T>>>
     where
         W: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let task = self.runtime()?.spawn_blocking(work);
-        Ok(async move { task.await.map_err(joined) })
+        let rt = self.runtime()?;
+        if IN_BLOCK_ON.with(Cell::get) {
+            return Ok(futures::future::Either::Left(async move { Ok(work()) }));
+        }
+        let task = rt.spawn_blocking(work);
+        Ok(futures::future::Either::Right(async move {
+            task.await.map_err(joined)
+        }))
     }
 
     /// Runs the future `make` returns to completion on the runtime and returns its output, from a plain
@@ -118,13 +137,17 @@ impl IoRuntime {
         F::Output: Send,
     {
         let rt = self.runtime()?;
+        let run = move || {
+            let _in = InBlockOn::enter();
+            rt.block_on(make())
+        };
         if tokio::runtime::Handle::try_current().is_err() || BLOCKING_ALLOWED.with(Cell::get) {
-            return Ok(rt.block_on(make()));
+            return Ok(run());
         }
         std::thread::scope(|s| {
             let helper = std::thread::Builder::new()
                 .name("ckpt-io-call".into())
-                .spawn_scoped(s, move || rt.block_on(make()))
+                .spawn_scoped(s, run)
                 .map_err(Error::io_at(
                     "starting a checkpoint I/O helper thread",
                     "ckpt-io-call",
@@ -158,7 +181,24 @@ pub(super) fn joined(e: tokio::task::JoinError) -> Error {
     Error::Closed("the I/O runtime of checkpoint storage (its task was cancelled)")
 }
 
+/// Marks the thread as in [`IoRuntime::block_on`] until dropped (a panic included).
+struct InBlockOn(bool);
+
+impl InBlockOn {
+    fn enter() -> InBlockOn {
+        InBlockOn(IN_BLOCK_ON.with(|b| b.replace(true)))
+    }
+}
+
+impl Drop for InBlockOn {
+    fn drop(&mut self) {
+        IN_BLOCK_ON.with(|b| b.set(self.0));
+    }
+}
+
 thread_local! {
+    /// This thread is in [`IoRuntime::block_on`]: a request runs in place ([`IoRuntime::spawn`]).
+    static IN_BLOCK_ON: Cell<bool> = const { Cell::new(false) };
     /// This thread runs blocking work for an async form (tokio's blocking pool, or a thread of its own):
     /// not an executor thread, so `block_on` is allowed here.
     static BLOCKING_ALLOWED: Cell<bool> = const { Cell::new(false) };

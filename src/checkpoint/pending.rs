@@ -110,8 +110,9 @@ impl PendingCheckpoint {
 
     /// [`run`](Self::run), awaited. The object-store requests are tasks of the storage's I/O runtime; the
     /// wait for the backend's files, reads of small local files and the serialization of in-memory tables
-    /// run on its blocking threads, and a large file is streamed by a reader thread of its own. The
-    /// awaiting task blocks no thread of its executor and uses none of its blocking threads.
+    /// run on its blocking threads (on the calling thread in [`run`](Self::run)), and a large file is
+    /// streamed by a reader thread of its own. The awaiting task blocks no thread of its executor and uses
+    /// none of its blocking threads.
     pub async fn run_async(mut self) -> Result<CheckpointSummary> {
         let t = Instant::now();
         let mut uploaded: Vec<String> = Vec::new();
