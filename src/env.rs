@@ -249,7 +249,7 @@ pub fn publish_metrics(figures: &[keyed_state_lsm::Metric], scope: &str) {
 }
 
 #[cfg(all(test, feature = "metrics"))]
-mod tests {
+mod metrics_tests {
     use std::sync::{Arc, Mutex};
 
     use metrics::{
