@@ -311,10 +311,15 @@ impl RmwCache {
         self.capacity
     }
 
-    /// The bytes the cache may take: its capacity and the doorkeeper's table.
+    /// The bytes the cache may take: its capacity, the doorkeeper's table, and the hash table's buckets at
+    /// the most entries the capacity holds (every entry costs at least [`ENTRY_OVERHEAD`]; the table is
+    /// allocated for fewer and grows, and never shrinks when the capacity does).
     pub(crate) fn footprint(&self) -> usize {
+        let table =
+            SlotTable::bytes_for(self.capacity / ENTRY_OVERHEAD + 1).max(self.table.bytes());
         self.capacity
             .saturating_add(self.door.len() * std::mem::size_of::<u32>())
+            .saturating_add(table)
     }
 
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
@@ -643,6 +648,9 @@ impl RmwCache {
         }
         let layers = std::mem::take(&mut self.pending);
         let mut batch = WriteBatch::new();
+        // The layer the unwritten batch began in: a batch can span the end of one layer and the start of
+        // the next.
+        let mut batch_start = 0;
         for (n, layer) in layers.iter().enumerate() {
             for e in layer.entries.iter().filter(|e| e.valid) {
                 match &e.value {
@@ -651,11 +659,14 @@ impl RmwCache {
                 };
                 if batch.len() >= BATCH_OPS {
                     if let Err(err) = db.write(&batch) {
-                        // Nothing is lost: the layers not yet written stay pending.
-                        self.pending = layers[n..].to_vec();
+                        // Nothing is lost: every layer the failed batch touched stays pending, with those
+                        // after it (writing a layer's first entries again later is harmless: they are
+                        // written in order, and the engine holds nothing newer for a cached key).
+                        self.pending = layers[batch_start..].to_vec();
                         return Err(err.into());
                     }
                     batch.clear();
+                    batch_start = n;
                 }
             }
         }
@@ -757,44 +768,69 @@ impl RmwCache {
     fn evict_slow(&mut self, keep: Option<u32>, db: &Db) -> Result<()> {
         // Pending values are older than anything written here; they go first.
         self.drain_pending(db)?;
-        let mut batch = WriteBatch::new();
         let mut passes = 0usize;
-        while self.used > self.capacity && self.table.len() > usize::from(keep.is_some()) {
-            if self.hand >= self.slots.len() {
-                self.hand = 0;
-                passes += 1;
-                if passes > 3 {
-                    break;
+        loop {
+            // Choose victims (CLOCK), write the dirty ones back, and only then remove them: a failed write
+            // leaves every victim in the cache, dirty, with its log entry.
+            let mut victims: Vec<u32> = Vec::new();
+            let mut batch = WriteBatch::new();
+            let mut freeing = 0usize;
+            while self.used - freeing > self.capacity
+                && self.table.len() - victims.len() > usize::from(keep.is_some())
+            {
+                if self.hand >= self.slots.len() {
+                    if !victims.is_empty() {
+                        // These go before the hand can pass them again.
+                        break;
+                    }
+                    self.hand = 0;
+                    passes += 1;
+                    if passes > 3 {
+                        break;
+                    }
                 }
-            }
-            let i = self.hand as u32;
-            self.hand += 1;
-            if Some(i) == keep {
-                continue;
-            }
-            let Some(Some(s)) = self.slots.get_mut(i as usize) else {
-                continue;
-            };
-            if s.referenced {
-                s.referenced = false;
-                continue;
-            }
-            if s.dirty {
-                // Pending layers were drained, so a dirty slot's value is in the current log.
-                match &s.value {
-                    Some(v) => batch.put(s.key.as_slice(), v.as_slice()),
-                    None => batch.delete(s.key.as_slice()),
+                let i = self.hand as u32;
+                self.hand += 1;
+                if Some(i) == keep {
+                    continue;
+                }
+                let Some(Some(s)) = self.slots.get_mut(i as usize) else {
+                    continue;
                 };
-                let log = s.log;
-                if let Some(e) = self.log.get_mut(log as usize) {
+                if s.referenced {
+                    s.referenced = false;
+                    continue;
+                }
+                if s.dirty {
+                    // Pending layers were drained, so a dirty slot's value is in the current log.
+                    match &s.value {
+                        Some(v) => batch.put(s.key.as_slice(), v.as_slice()),
+                        None => batch.delete(s.key.as_slice()),
+                    };
+                }
+                freeing += s.bytes();
+                victims.push(i);
+            }
+            if victims.is_empty() {
+                break;
+            }
+            if !batch.is_empty() {
+                db.write(&batch)?;
+            }
+            for &i in &victims {
+                let log = match self.slots.get(i as usize) {
+                    Some(Some(s)) if s.dirty => Some(s.log),
+                    _ => None,
+                };
+                if let Some(e) = log.and_then(|l| self.log.get_mut(l as usize)) {
                     e.valid = false;
                     self.log_valid -= 1;
                 }
+                self.remove_slot(i);
             }
-            self.remove_slot(i);
-        }
-        if !batch.is_empty() {
-            db.write(&batch)?;
+            if self.used <= self.capacity || passes > 3 {
+                break;
+            }
         }
         if self.log_valid == 0 {
             self.log.clear();

@@ -18,15 +18,31 @@ pub(crate) struct SlotTable {
 }
 
 impl SlotTable {
+    /// The buckets a table needs to hold `entries` (at most 5/8 full), as `with_capacity` allocates them and
+    /// as growth reaches them.
+    fn buckets_for(entries: usize) -> usize {
+        (entries.saturating_mul(8) / 5 + 1)
+            .next_power_of_two()
+            .max(MIN_BUCKETS)
+    }
+
     /// A table that holds `entries` without growing.
     pub(crate) fn with_capacity(entries: usize) -> SlotTable {
-        let buckets = (entries.saturating_mul(8) / 5 + 1)
-            .next_power_of_two()
-            .max(MIN_BUCKETS);
         SlotTable {
-            buckets: vec![EMPTY; buckets],
+            buckets: vec![EMPTY; Self::buckets_for(entries)],
             len: 0,
         }
+    }
+
+    /// The bytes of the buckets of a table holding `entries`: what the table grows to, at most, while it
+    /// holds no more.
+    pub(crate) fn bytes_for(entries: usize) -> usize {
+        Self::buckets_for(entries).saturating_mul(std::mem::size_of::<u64>())
+    }
+
+    /// The bytes of the buckets now.
+    pub(crate) fn bytes(&self) -> usize {
+        self.buckets.len() * std::mem::size_of::<u64>()
     }
 
     #[inline]
