@@ -36,23 +36,9 @@ use rand::{Rng, SeedableRng};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const MAX_P: u32 = 128;
-const VALUE_LEN: usize = 100;
-const ENTRY_BYTES: u64 = 8 + VALUE_LEN as u64;
-const MIB: f64 = (1 << 20) as f64;
-
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn value(rng: &mut StdRng) -> Vec<u8> {
-    (0..VALUE_LEN)
-        .map(|_| b'a' + rng.random_range(0..16u8))
-        .collect()
-}
+#[path = "support/value_workload.rs"]
+mod value_workload;
+use value_workload::{env_num, value, ENTRY_BYTES, MAX_P, MIB};
 
 /// The calling thread's CPU time (user + system) in seconds, from `/proc/thread-self/stat`.
 fn thread_cpu_secs() -> f64 {

@@ -73,23 +73,9 @@ static GLOBAL: counting_alloc::Counting = counting_alloc::Counting;
 const ALLOCATOR_SETTINGS: [(&str, &str); 2] =
     [("MIMALLOC_ALLOW_THP", "0"), ("MIMALLOC_PURGE_DELAY", "0")];
 
-const MAX_P: u32 = 128;
-const VALUE_LEN: usize = 100;
-const ENTRY_BYTES: u64 = 8 + VALUE_LEN as u64;
-const MIB: f64 = (1 << 20) as f64;
-
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn value(rng: &mut StdRng) -> Vec<u8> {
-    (0..VALUE_LEN)
-        .map(|_| b'a' + rng.random_range(0..16u8))
-        .collect()
-}
+#[path = "support/value_workload.rs"]
+mod value_workload;
+use value_workload::{env_num, value, ENTRY_BYTES, MAX_P, MIB};
 
 /// A field of `/proc/self/status` in KiB.
 fn status_kib(field: &str) -> u64 {

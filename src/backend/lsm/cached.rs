@@ -27,9 +27,30 @@ pub(super) fn cached_read<'a>(
     Ok(cache.value(i))
 }
 
-/// A write through the cache (`value` `None`: a delete): the entry becomes dirty. A key the cache does not
-/// hold and has no room for is written to the engine (it is in no pending layer: those hold only cached
-/// keys).
+/// A write of a key the cache does not hold and has no room for goes to the engine (it is in no pending
+/// layer: those hold only cached keys); `true` when it went there.
+#[inline]
+fn written_around(
+    cache: &RmwCache,
+    db: &Db,
+    found: &Found,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<bool> {
+    if !matches!(found, Found::Missing(_))
+        || cache.admit_write(key.len() + value.map_or(0, <[u8]>::len))
+    {
+        return Ok(false);
+    }
+    match value {
+        Some(v) => db.put(key, v)?,
+        None => db.delete(key)?,
+    }
+    Ok(true)
+}
+
+/// A write through the cache (`value` `None`: a delete): the entry becomes dirty, unless the key is
+/// [`written_around`] the cache.
 #[inline]
 pub(super) fn cached_write(
     cache: &mut RmwCache,
@@ -38,14 +59,8 @@ pub(super) fn cached_write(
     value: Option<&[u8]>,
 ) -> Result<()> {
     let found = cache.probe(key);
-    if let Found::Missing(_) = found {
-        if !cache.admit_write(key.len() + value.map_or(0, <[u8]>::len)) {
-            match value {
-                Some(v) => db.put(key, v)?,
-                None => db.delete(key)?,
-            }
-            return Ok(());
-        }
+    if written_around(cache, db, &found, key, value)? {
+        return Ok(());
     }
     cache.write_at(found, key, value);
     settle(cache, db)
@@ -62,14 +77,8 @@ pub(super) fn cached_map_write(
     value: Option<&[u8]>,
 ) -> Result<()> {
     let found = cache.probe(key);
-    if let Found::Missing(_) = found {
-        if !cache.admit_write(key.len() + value.map_or(0, <[u8]>::len)) {
-            match value {
-                Some(v) => db.put(key, v)?,
-                None => db.delete(key)?,
-            }
-            return Ok(());
-        }
+    if written_around(cache, db, &found, key, value)? {
+        return Ok(());
     }
     cache.write_map_at(found, key, prefix_len, value);
     settle(cache, db)
