@@ -276,18 +276,5 @@ fn inspect_once(storage: &dyn Storage, dir: &Path) -> Result<DirStats, LsmError>
 
 /// The sorted runs among L0 files (as the engine's `Version` counts them).
 fn l0_runs<'a>(files: impl Iterator<Item = &'a SstFileStats>) -> usize {
-    let mut ranges: Vec<(u64, u64)> = files.map(|f| (f.min_seqno, f.max_seqno)).collect();
-    ranges.sort_unstable();
-    let mut runs = 0;
-    let mut end: Option<u64> = None;
-    for (lo, hi) in ranges {
-        match end {
-            Some(e) if lo <= e => end = Some(e.max(hi)),
-            _ => {
-                runs += 1;
-                end = Some(hi);
-            }
-        }
-    }
-    runs
+    crate::version::seqno_runs(files.map(|f| (f.min_seqno, f.max_seqno)).collect())
 }

@@ -132,10 +132,17 @@ pub(crate) struct Version {
 /// hold disjoint keys (they were cut from one sorted stream, or are pieces of one file, or come from
 /// instances owning different key groups).
 pub(crate) fn l0_runs(files: &[Arc<FileMeta>]) -> usize {
-    let mut ranges: Vec<(u64, u64)> = files
-        .iter()
-        .map(|f| (f.info.min_seqno, f.info.max_seqno))
-        .collect();
+    seqno_runs(
+        files
+            .iter()
+            .map(|f| (f.info.min_seqno, f.info.max_seqno))
+            .collect(),
+    )
+}
+
+/// The groups of overlapping `(min, max)` sequence-number ranges among `ranges`: [`l0_runs`] of files known
+/// by their ranges alone.
+pub(crate) fn seqno_runs(mut ranges: Vec<(u64, u64)>) -> usize {
     ranges.sort_unstable();
     let mut runs = 0;
     let mut end: Option<u64> = None;
