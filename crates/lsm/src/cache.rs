@@ -1,8 +1,8 @@
 //! The block cache: decompressed SST blocks keyed by `(file_number, block_offset)`, bounded in bytes.
 //!
 //! The cache is split into shards, each behind its own mutex, each bounded by `capacity / SHARDS` bytes, so
-//! the total never exceeds the capacity. Eviction is CLOCK (second chance): a hit only sets a reference bit
-//! in the map entry that holds the block, so the hot path is one hash probe (no second indirection) and one
+//! the total never exceeds the capacity. Eviction is CLOCK (second chance, [`ClockShard`], shared with the
+//! row cache): a hit only sets a reference bit in the map entry that holds the block, so the hot path is one hash probe (no second indirection) and one
 //! reference-count increment under a short lock. The clock hand walks a ring of keys in insertion order.
 //! A block larger than a shard is returned to the caller but not cached. Blocks are `Arc<Vec<u8>>`: an evicted
 //! block nobody else holds goes to its shard's small spare list, and the next decompression into that shard
@@ -16,13 +16,12 @@
 //! and [`BlockCache::fit`] evicts down to it when they grow. Its engines' file numbers are told apart by an
 //! owner tag ([`BlockCache::new_owner`], [`file_key`]).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use hashbrown::HashMap;
 use parking_lot::Mutex;
 
 use crate::budget::{LeftoverCache, MemoryBudget};
+use crate::clock::ClockShard;
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
@@ -33,19 +32,9 @@ const SPARE_PER_SHARD: usize = 4;
 
 type Key = (u64, u64);
 
-struct Entry {
-    block: Arc<Vec<u8>>,
-    charge: usize,
-    referenced: bool,
-}
-
 #[derive(Default)]
 struct Shard {
-    map: HashMap<Key, Entry>,
-    /// The clock: keys in insertion order. May hold keys no longer cached (erased or replaced); those are
-    /// skipped when the hand reaches them, and the ring is rebuilt when they pile up.
-    ring: VecDeque<Key>,
-    usage: usize,
+    clock: ClockShard<Key, Arc<Vec<u8>>>,
     /// Buffers of evicted blocks, for reuse by the next decompression.
     spare: Vec<Vec<u8>>,
 }
@@ -53,83 +42,27 @@ struct Shard {
 impl Shard {
     #[inline]
     fn get(&mut self, key: &Key) -> Option<Arc<Vec<u8>>> {
-        let e = self.map.get_mut(key)?;
-        e.referenced = true;
-        Some(Arc::clone(&e.block))
+        self.clock.get(key).map(Arc::clone)
     }
 
-    /// Evicts one unreferenced block; false if the shard is empty.
-    fn evict_one(&mut self) -> bool {
-        // Two sweeps always find a victim: the first clears every reference bit.
-        let mut budget = 2 * self.ring.len() + 1;
-        while budget > 0 && !self.map.is_empty() {
-            budget -= 1;
-            let Some(key) = self.ring.pop_front() else {
-                return false;
-            };
-            let Some(e) = self.map.get_mut(&key) else {
-                continue; // stale ring entry
-            };
-            if e.referenced {
-                e.referenced = false;
-                self.ring.push_back(key);
-                continue;
-            }
-            if let Some(e) = self.map.remove(&key) {
-                self.usage -= e.charge;
-                self.recycle(e.block);
-            }
-            return true;
-        }
-        false
+    /// Evicts blocks until the shard is within `capacity`.
+    fn fit(&mut self, capacity: usize) {
+        let spare = &mut self.spare;
+        self.clock.fit(capacity, &mut |b| recycle(spare, b));
     }
 
-    /// Keeps the buffer of an evicted block if nobody else holds it and the spare list has room.
-    fn recycle(&mut self, block: Arc<Vec<u8>>) {
-        if self.spare.len() < SPARE_PER_SHARD {
-            if let Ok(buf) = Arc::try_unwrap(block) {
-                self.spare.push(buf);
-            }
-        }
-    }
-
-    fn remove(&mut self, key: &Key) {
-        if let Some(e) = self.map.remove(key) {
-            self.usage -= e.charge;
-        }
-    }
-
-    /// Inserts or replaces `key`. Invariant: every cached key is in the ring.
     fn insert(&mut self, key: Key, block: Arc<Vec<u8>>, charge: usize, capacity: usize) {
-        if let Some(e) = self.map.get_mut(&key) {
-            self.usage = self.usage - e.charge + charge;
-            e.block = block;
-            e.charge = charge;
-        } else {
-            while self.usage + charge > capacity {
-                if !self.evict_one() {
-                    return;
-                }
-            }
-            self.map.insert(
-                key,
-                Entry {
-                    block,
-                    charge,
-                    referenced: false,
-                },
-            );
-            self.usage += charge;
-            self.ring.push_back(key);
-        }
-        while self.usage > capacity {
-            if !self.evict_one() {
-                break;
-            }
-        }
-        if self.ring.len() > 2 * self.map.len() + 64 {
-            let map = &self.map;
-            self.ring.retain(|k| map.contains_key(k));
+        let spare = &mut self.spare;
+        self.clock
+            .insert(key, block, charge, capacity, &mut |b| recycle(spare, b));
+    }
+}
+
+/// Keeps the buffer of an evicted block if nobody else holds it and the spare list has room.
+fn recycle(spare: &mut Vec<Vec<u8>>, block: Arc<Vec<u8>>) {
+    if spare.len() < SPARE_PER_SHARD {
+        if let Ok(buf) = Arc::try_unwrap(block) {
+            spare.push(buf);
         }
     }
 }
@@ -209,19 +142,14 @@ impl BlockCache {
     pub fn fit(&self) {
         let cap = self.shard_capacity();
         for shard in self.shards.iter() {
-            let mut s = shard.lock();
-            while s.usage > cap {
-                if !s.evict_one() {
-                    break;
-                }
-            }
+            shard.lock().fit(cap);
         }
     }
 
     /// Bytes currently charged (never above [`BlockCache::capacity`] for a fixed capacity; with a budget, above
     /// it only until the next [`fit`](Self::fit) or insert after the others grew).
     pub fn usage(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().usage).sum()
+        self.shards.iter().map(|s| s.lock().clock.usage()).sum()
     }
 
     #[inline]
@@ -243,7 +171,7 @@ impl BlockCache {
     #[inline]
     pub fn contains(&self, file_number: u64, offset: u64) -> bool {
         let key = (file_number, offset);
-        self.shard(&key).lock().map.contains_key(&key)
+        self.shard(&key).lock().clock.peek(&key).is_some()
     }
 
     /// A buffer to decompress the block at (`file_number`, `offset`) into: a recycled one of at least
@@ -276,24 +204,7 @@ impl BlockCache {
     /// Drops every cached block of `file_number` (e.g. after the file is deleted).
     pub fn erase_file(&self, file_number: u64) {
         for shard in self.shards.iter() {
-            let mut s = shard.lock();
-            let keys: Vec<Key> = s
-                .map
-                .keys()
-                .filter(|k| k.0 == file_number)
-                .copied()
-                .collect();
-            for k in keys {
-                s.remove(&k);
-            }
-            let map = &s.map;
-            let live: VecDeque<Key> = s
-                .ring
-                .iter()
-                .filter(|k| map.contains_key(*k))
-                .copied()
-                .collect();
-            s.ring = live;
+            shard.lock().clock.retain(|k| k.0 != file_number);
         }
     }
 }

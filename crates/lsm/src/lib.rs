@@ -64,6 +64,7 @@ mod bounds;
 mod budget;
 mod cache;
 mod checkpoint;
+mod clock;
 mod coding;
 mod compaction;
 mod db;

@@ -14,17 +14,24 @@
 //! versions, so such reads (at an older snapshot) bypass the cache for that file; a read at or above it sees
 //! every version in the file, which is what the cache holds.
 //!
-//! The structure is the block cache's: shards behind mutexes, each bounded by `capacity / SHARDS` bytes,
-//! CLOCK eviction (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (file, key) and
+//! **Admission**: a lookup result is cached on its key's second miss within a window, not its first. A
+//! doorkeeper (a direct-mapped table of 32-bit fingerprints of the (file, key) hashes that missed, one
+//! slot per 128 bytes of capacity) remembers the first miss until another key's miss takes its slot; the
+//! second miss while it is there admits the row. Keys read once (uniform reads over state larger than
+//! memory, `multi_get` batches of them, read-modify-write of cold keys) then cost the cache one store of
+//! four bytes and neither copy their rows nor push out rows that are read again. The table is part of the
+//! capacity.
+//!
+//! The structure is the block cache's: shards behind mutexes, each a [`ClockShard`] bounded by its share
+//! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (file, key) and
 //! keeps its file and key, so a hash collision is a miss, never a wrong answer.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use hashbrown::HashMap;
 use parking_lot::Mutex;
 
+use crate::clock::ClockShard;
 use crate::ikey::ValueKind;
 use crate::slice::ValueSlice;
 
@@ -35,14 +42,18 @@ const SHARDS: usize = 16;
 const ENTRY_OVERHEAD: usize = 96;
 /// Bytes of a row's header in the encoded rows: seqno (8), kind (1), value length (4).
 const ROW_HEADER: usize = 13;
+/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 220
+/// bytes, so the doorkeeper has about twice as many slots as the cache holds entries (and takes 1/32 of
+/// the capacity).
+const DOOR_BYTES_PER_SLOT: usize = 128;
+/// The most doorkeeper slots (16 MiB of fingerprints).
+const DOOR_MAX: usize = 1 << 22;
 
 struct Entry {
     file: u64,
     /// The user key, then the encoded rows (`seqno u64 LE | kind u8 | len u32 LE | value`, newest first):
     /// one allocation per entry.
     data: CachedRows,
-    charge: usize,
-    referenced: bool,
 }
 
 /// A cached entry's bytes: the user key (`..start`), then its encoded rows.
@@ -55,66 +66,6 @@ pub(crate) struct CachedRows {
 impl CachedRows {
     fn key(&self) -> &[u8] {
         self.data.get(..self.start).unwrap_or_default()
-    }
-}
-
-#[derive(Default)]
-struct Shard {
-    map: HashMap<u64, Entry>,
-    /// The clock: hashes in insertion order; may hold hashes no longer cached (skipped, rebuilt when they
-    /// pile up).
-    ring: VecDeque<u64>,
-    usage: usize,
-}
-
-impl Shard {
-    fn evict_one(&mut self) -> bool {
-        let mut budget = 2 * self.ring.len() + 1;
-        while budget > 0 && !self.map.is_empty() {
-            budget -= 1;
-            let Some(h) = self.ring.pop_front() else {
-                return false;
-            };
-            let Some(e) = self.map.get_mut(&h) else {
-                continue;
-            };
-            if e.referenced {
-                e.referenced = false;
-                self.ring.push_back(h);
-                continue;
-            }
-            if let Some(e) = self.map.remove(&h) {
-                self.usage -= e.charge;
-            }
-            return true;
-        }
-        false
-    }
-
-    /// Inserts or replaces the entry of hash `h`. Invariant: every cached hash is in the ring.
-    fn insert(&mut self, h: u64, entry: Entry, capacity: usize) {
-        if let Some(old) = self.map.get_mut(&h) {
-            self.usage = self.usage - old.charge + entry.charge;
-            *old = entry;
-        } else {
-            while self.usage + entry.charge > capacity {
-                if !self.evict_one() {
-                    return;
-                }
-            }
-            self.usage += entry.charge;
-            self.map.insert(h, entry);
-            self.ring.push_back(h);
-        }
-        while self.usage > capacity {
-            if !self.evict_one() {
-                break;
-            }
-        }
-        if self.ring.len() > 2 * self.map.len() + 64 {
-            let map = &self.map;
-            self.ring.retain(|k| map.contains_key(k));
-        }
     }
 }
 
@@ -164,8 +115,10 @@ impl RowRecorder {
 
 /// A sharded, byte-bounded cache of lookup results per (file, user key).
 pub(crate) struct RowCache {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<ClockShard<u64, Entry>>]>,
     shard_capacity: usize,
+    /// The doorkeeper: fingerprints of hashes that missed once, direct-mapped (a power of two of slots).
+    door: Box<[AtomicU32]>,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -174,19 +127,31 @@ fn hash(file: u64, key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(key, file)
 }
 
+/// The doorkeeper's slot count for a cache of `capacity_bytes`: a power of two, at most one per
+/// [`DOOR_BYTES_PER_SLOT`] bytes.
+fn door_slots(capacity_bytes: usize) -> usize {
+    let slots = (capacity_bytes / DOOR_BYTES_PER_SLOT).clamp(1, DOOR_MAX);
+    1 << slots.ilog2()
+}
+
 impl RowCache {
-    /// A cache holding at most `capacity_bytes` (keys, rows and a per-entry overhead).
+    /// A cache holding at most `capacity_bytes`: its doorkeeper, and keys, rows and a per-entry overhead.
     pub(crate) fn new(capacity_bytes: usize) -> Self {
+        let slots = door_slots(capacity_bytes);
+        let door_bytes = slots * std::mem::size_of::<AtomicU32>();
         RowCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            shard_capacity: capacity_bytes / SHARDS,
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(ClockShard::default()))
+                .collect(),
+            shard_capacity: capacity_bytes.saturating_sub(door_bytes) / SHARDS,
+            door: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
     }
 
     #[inline]
-    fn shard(&self, h: u64) -> Option<&Mutex<Shard>> {
+    fn shard(&self, h: u64) -> Option<&Mutex<ClockShard<u64, Entry>>> {
         self.shards.get((h >> 58) as usize % SHARDS)
     }
 
@@ -195,12 +160,8 @@ impl RowCache {
         let h = hash(file, key);
         let found = self.shard(h).and_then(|s| {
             let mut s = s.lock();
-            let e = s.map.get_mut(&h)?;
-            if e.file != file || e.data.key() != key {
-                return None;
-            }
-            e.referenced = true;
-            Some(e.data.clone())
+            let e = s.get(&h)?;
+            (e.file == file && e.data.key() == key).then(|| e.data.clone())
         });
         let counter = if found.is_some() {
             &self.hits
@@ -216,14 +177,32 @@ impl RowCache {
         let h = hash(file, key);
         self.shard(h).is_some_and(|s| {
             s.lock()
-                .map
-                .get(&h)
+                .peek(&h)
                 .is_some_and(|e| e.file == file && e.data.key() == key)
         })
     }
 
-    /// Caches what `rec` recorded in file `file` (a recording that is not complete must not be passed).
-    /// An entry larger than an eighth of a shard is not cached.
+    /// Whether the rows of `key` in file `file`, which just missed, are to be recorded and cached: true on
+    /// the second miss while the doorkeeper still remembers the first (which it then forgets), false on a
+    /// first miss (which it remembers, in place of whatever missed before in that slot).
+    pub(crate) fn admit(&self, file: u64, key: &[u8]) -> bool {
+        let h = hash(file, key);
+        let Some(slot) = self.door.get(h as usize & (self.door.len() - 1)) else {
+            return false;
+        };
+        let fingerprint = ((h >> 32) as u32) | 1;
+        if slot.load(Ordering::Relaxed) == fingerprint {
+            slot.store(0, Ordering::Relaxed);
+            true
+        } else {
+            slot.store(fingerprint, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Caches what `rec` recorded in file `file` (a recording that is not complete must not be passed),
+    /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
+    /// than an eighth of a shard is not cached.
     pub(crate) fn insert(&self, file: u64, rec: RowRecorder) {
         let charge = rec.rows.len() + ENTRY_OVERHEAD;
         if charge > self.shard_capacity / 8 {
@@ -238,22 +217,22 @@ impl RowCache {
                 Entry {
                     file,
                     data: CachedRows { data, start },
-                    charge,
-                    referenced: false,
                 },
+                charge,
                 self.shard_capacity,
+                &mut drop,
             );
         }
     }
 
     /// Bytes charged by the cached entries.
     pub(crate) fn usage(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().usage).sum()
+        self.shards.iter().map(|s| s.lock().usage()).sum()
     }
 
-    /// The capacity in bytes.
+    /// The capacity in bytes: the entries' bound and the doorkeeper's table.
     pub(crate) fn capacity(&self) -> usize {
-        self.shard_capacity * SHARDS
+        self.shard_capacity * SHARDS + self.door.len() * std::mem::size_of::<AtomicU32>()
     }
 
     /// Lookups answered by the cache, and lookups it could not answer.
@@ -394,5 +373,61 @@ mod tests {
             let rows = c.get(1, &last).unwrap();
             assert_eq!(replayed(&rows)[0].0, 2);
         }
+    }
+
+    #[test]
+    fn a_row_is_admitted_on_its_second_miss_and_the_doorkeeper_then_forgets_it() {
+        let c = RowCache::new(1 << 20);
+        assert!(!c.admit(1, b"k"));
+        assert!(c.admit(1, b"k"));
+        // Admitted once: the next miss of the same key starts over.
+        assert!(!c.admit(1, b"k"));
+        // The same key in another file is another row.
+        assert!(!c.admit(2, b"k"));
+    }
+
+    #[test]
+    fn a_first_miss_is_forgotten_when_another_key_takes_its_slot() {
+        let c = RowCache::new(64 << 10);
+        let slots = c.door.len() as u64;
+        let slot = |i: u64| hash(1, &i.to_be_bytes()) % slots;
+        let other = (1..10_000u64)
+            .find(|&i| slot(i) == slot(0))
+            .expect("a key in the same slot");
+        assert!(!c.admit(1, &0u64.to_be_bytes()));
+        assert!(!c.admit(1, &other.to_be_bytes()));
+        assert!(!c.admit(1, &0u64.to_be_bytes()));
+        assert!(c.admit(1, &0u64.to_be_bytes()));
+    }
+
+    #[test]
+    fn keys_missed_once_are_not_admitted_and_keys_missed_twice_are() {
+        let c = RowCache::new(1 << 20);
+        let once = (0u64..20_000)
+            .filter(|i| c.admit(1, &(i * 2 + 1).to_be_bytes()))
+            .count();
+        assert_eq!(once, 0);
+        // A small set read twice in a row is admitted (its doorkeeper slots were just written).
+        let twice = (0u64..1_000)
+            .filter(|i| {
+                let k = (i * 2).to_be_bytes();
+                !c.admit(1, &k) && c.admit(1, &k)
+            })
+            .count();
+        assert_eq!(twice, 1_000);
+    }
+
+    #[test]
+    fn the_doorkeeper_is_part_of_the_capacity() {
+        for capacity in [0usize, 100, 1 << 10, 48 << 10, 1 << 20, 32 << 20] {
+            let c = RowCache::new(capacity);
+            assert!(
+                c.capacity() <= capacity.max(4),
+                "{capacity}: {}",
+                c.capacity()
+            );
+            assert!(c.door.len().is_power_of_two());
+        }
+        assert_eq!(RowCache::new(32 << 20).door.len(), 1 << 18);
     }
 }

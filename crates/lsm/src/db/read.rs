@@ -283,8 +283,8 @@ impl DbInner {
     /// One file's part of a lookup: its versions of `key` at or below `seqno`, newest first, shown to
     /// `visit` until it returns false (then false), as [`SstReader::get`](crate::sst::SstReader::get) does.
     /// With a row cache, a read that sees every version in the file (`seqno` at or above the file's
-    /// largest) is answered from the cache, or reads the file and caches what it showed; a read at an older
-    /// seqno reads the file.
+    /// largest) is answered from the cache, or reads the file and, if the cache admits the key (its second
+    /// miss), caches what it showed; a read at an older seqno reads the file.
     fn file_get(
         &self,
         f: &FileMeta,
@@ -302,6 +302,9 @@ impl DbInner {
         };
         if let Some(rows) = rc.get(f.info.number, key) {
             return Ok(row_cache::replay(&rows, visit));
+        }
+        if !rc.admit(f.info.number, key) {
+            return f.reader.get(key, lk, seqno, visit);
         }
         let mut rec = RowRecorder::new(key);
         let exhausted = f.reader.get(key, lk, seqno, &mut |s, kind, value| {

@@ -1,0 +1,94 @@
+//! The block cache's hit path: point reads of keys whose (LZ4) blocks are all in the block cache.
+//!
+//! `cargo bench -p keyed-state-lsm --bench block_cache_hits` (release). Loads `KS_BCH_KEYS` keys (default
+//! 200,000; 10-byte keys, 100-byte values that LZ4 compresses, so that every block read goes through the
+//! block cache) into one compacted level with a 64 MiB block cache, reads every key once, then times
+//! `KS_BCH_ROUNDS` rounds (default 5) of `KS_BCH_GETS` random gets (default 2,000,000) and prints, per round,
+//! the thread's CPU nanoseconds per get (`CLOCK_THREAD_CPUTIME_ID`) and the wall time, then the median.
+//! Every get is a block cache hit (the bench checks the cache did not grow).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use keyed_state_lsm::{Compression, Db, Options, SstOptions};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID is supported on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn key(i: u64) -> [u8; 10] {
+    let mut k = [0u8; 10];
+    k[2..].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+fn main() {
+    let n = env_u64("KS_BCH_KEYS", 200_000);
+    let gets = env_u64("KS_BCH_GETS", 2_000_000);
+    let rounds = env_u64("KS_BCH_ROUNDS", 5);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let opts = Options {
+        block_cache_size: 64 << 20,
+        sst: SstOptions {
+            block_size: 4096,
+            compression: Compression::Lz4,
+            ..SstOptions::default()
+        },
+        ..Options::default()
+    };
+    let db = Arc::new(Db::open(dir.path(), opts).expect("open"));
+    let mut value = [0u8; 100];
+    for i in 0..n {
+        value[..8].copy_from_slice(&mix(i).to_le_bytes());
+        db.put(&key(i), &value).expect("put");
+    }
+    db.compact_all().expect("compact");
+    for i in 0..n {
+        assert!(db.get(&key(i)).expect("get").is_some());
+    }
+    let cached = db.stats().block_cache_usage;
+    let mut per_get = Vec::new();
+    for round in 0..rounds {
+        let (t, c) = (Instant::now(), thread_cpu_ns());
+        let mut found = 0u64;
+        for g in 0..gets {
+            let i = mix(g ^ (round << 40)) % n;
+            found += u64::from(db.get(&key(i)).expect("get").is_some());
+        }
+        let cpu = (thread_cpu_ns() - c) as f64 / gets as f64;
+        assert_eq!(found, gets);
+        println!(
+            "round {round}: {cpu:.1} CPU ns per get, {:.1} wall ns per get",
+            t.elapsed().as_nanos() as f64 / gets as f64
+        );
+        per_get.push(cpu);
+    }
+    assert_eq!(db.stats().block_cache_usage, cached, "every get must hit");
+    per_get.sort_by(f64::total_cmp);
+    println!(
+        "block_cache_hits: {n} keys, {gets} gets per round, median {:.1} CPU ns per get (min {:.1}, max {:.1})",
+        per_get[per_get.len() / 2],
+        per_get[0],
+        per_get[per_get.len() - 1]
+    );
+}
