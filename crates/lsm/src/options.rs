@@ -58,9 +58,10 @@ pub struct Options {
     /// Row cache capacity in bytes (default 0: off). The row cache keeps what point lookups found per
     /// file and key (an entry of about 100 bytes plus its key and ~110 bytes of bookkeeping) rather than
     /// whole blocks, so hot keys scattered over more blocks than the block cache holds are still read from
-    /// memory; RocksDB's `row_cache`. Reads at an older snapshot bypass it for files newer than the
-    /// snapshot. With an environment, its capacity is reserved from the memory budget while the engine is
-    /// open (`design/decisions/0008-row-cache.md`).
+    /// memory; RocksDB's `row_cache`. A key's rows are cached on its second miss within a while (a
+    /// doorkeeper of 1/32 of the capacity remembers the first), so keys read once do not fill it. Reads at
+    /// an older snapshot bypass it for files newer than the snapshot. With an environment, its capacity is
+    /// reserved from the memory budget while the engine is open (`design/decisions/0008-row-cache.md`).
     pub row_cache_size: usize,
     /// Whether writes are logged to a WAL (default off: durability comes from checkpoints).
     pub wal: bool,
