@@ -23,26 +23,6 @@ use keyed_state::internals::FaultStore;
 use keyed_state::serializer::LongSerializer;
 use keyed_state::state::KeyedStateStore;
 
-fn runtimes() -> Vec<(&'static str, tokio::runtime::Runtime)> {
-    vec![
-        (
-            "current-thread",
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
-        ),
-        (
-            "multi-thread",
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap(),
-        ),
-    ]
-}
-
 /// Two instances of `kind` (one key-group half each) checkpoint, confirm, abort and sweep through the
 /// async forms; checkpoint 3 is restored (LSM: into a directory and a temporary one; heap) and checked
 /// against the model, turned into a savepoint, and gc runs. While the first upload is awaited, another task of the same runtime keeps

@@ -26,27 +26,6 @@ use keyed_state::state::KeyedStateStore;
 /// every flavour runs the same ids.
 type MakeStorage<'a> = &'a (dyn Fn(&StateEnv, &str) -> Arc<CheckpointStorage> + Sync);
 
-/// The runtimes the scenario runs inside.
-fn runtimes() -> Vec<(&'static str, tokio::runtime::Runtime)> {
-    vec![
-        (
-            "current-thread",
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
-        ),
-        (
-            "multi-thread",
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap(),
-        ),
-    ]
-}
-
 /// Checkpoints, confirms, aborts, restores (LSM into a directory and a temporary one, heap), converts to a
 /// savepoint, lists, verifies and collects garbage, all inside an async block of a runtime.
 fn every_entry_point(make: MakeStorage<'_>, kind: Kind) {

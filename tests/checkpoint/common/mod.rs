@@ -350,3 +350,25 @@ pub fn check_instances(insts: &mut [Inst], model: &BTreeMap<i64, i64>) {
         assert_eq!(x.store.num_entries().unwrap(), n);
     }
 }
+
+/// A current-thread and a 2-worker multi-thread tokio runtime, named, for scenarios that must hold inside
+/// either flavour.
+pub fn runtimes() -> Vec<(&'static str, tokio::runtime::Runtime)> {
+    vec![
+        (
+            "current-thread",
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        ),
+        (
+            "multi-thread",
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap(),
+        ),
+    ]
+}
