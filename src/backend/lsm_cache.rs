@@ -219,6 +219,9 @@ pub(crate) struct RmwCache {
     epoch: u64,
     log: Vec<LogEntry>,
     log_valid: usize,
+    /// The entries the dirty log reserves (virtual memory, touched as used), as the slots do: a log that
+    /// outgrew its allocation would be copied whole in the middle of a write.
+    log_reserve: usize,
     pending: Vec<Arc<Layer>>,
     /// The admission filter (a "doorkeeper"): fingerprints of keys that missed recently, direct-mapped by
     /// hash. A key the cache does not hold is taken in on its second miss while its fingerprint is still
@@ -257,8 +260,9 @@ impl RmwCache {
             used: 0,
             capacity,
             epoch: 0,
-            log: Vec::new(),
+            log: Vec::with_capacity(expect.min(1 << 22)),
             log_valid: 0,
+            log_reserve: expect.min(1 << 22),
             pending: Vec::new(),
             door: if admit_on_first_touch {
                 Vec::new()
@@ -375,6 +379,44 @@ impl RmwCache {
     #[inline]
     pub(crate) fn probe(&mut self, key: &[u8]) -> Found {
         let hash = self.hasher.hash_one(key);
+        self.probe_hashed(key, hash)
+    }
+
+    /// The table hash of `key`, for [`probe_hashed`](Self::probe_hashed) and the prefetches.
+    #[inline]
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Prefetching for a batch of probes, stage 0: the home bucket of `hash`. Never faults.
+    #[inline]
+    pub(crate) fn prefetch_bucket(&self, hash: u64) {
+        self.table.prefetch(hash);
+    }
+
+    /// Prefetching, stage 1 (reads the bucket of stage 0): the slot the probe of `hash` compares first.
+    #[inline]
+    pub(crate) fn prefetch_slot(&self, hash: u64) {
+        if let Some(i) = self.table.home(hash) {
+            keyed_state_lsm::util::prefetch_read(self.slots.as_ptr().wrapping_add(i as usize));
+        }
+    }
+
+    /// Prefetching, stage 2 (reads the slot of stage 1): that slot's key bytes, when they are not inline.
+    #[inline]
+    pub(crate) fn prefetch_key(&self, hash: u64) {
+        if let Some(Some(s)) = self
+            .table
+            .home(hash)
+            .and_then(|i| self.slots.get(i as usize))
+        {
+            s.key.prefetch_data();
+        }
+    }
+
+    /// [`probe`](Self::probe) with the key's [`hash`](Self::hash).
+    #[inline]
+    pub(crate) fn probe_hashed(&mut self, key: &[u8], hash: u64) -> Found {
         let slots = &mut self.slots;
         let found = self.table.find(hash, |i| match slots.get(i as usize) {
             Some(Some(s)) => s.hash == hash && s.key.as_slice() == key,
@@ -555,19 +597,29 @@ impl RmwCache {
         Some(out)
     }
 
+    /// Whether the map `prefix` (`sid | KG | K | NS`) has a dirty entry with a value: then it is not empty,
+    /// whatever the engine holds (`false` tells nothing). Reads the map's list of dirty entries only until
+    /// the first such entry.
+    pub(crate) fn map_has_live_dirty(&self, prefix: &[u8]) -> bool {
+        let Some(list) = self.maps.maps.get(prefix) else {
+            return false;
+        };
+        list.iter().any(|&i| {
+            matches!(self.slots.get(i as usize), Some(Some(s)) if s.dirty
+                && s.value.is_some()
+                && usize::from(s.map_prefix) == prefix.len()
+                && s.key.as_slice().starts_with(prefix))
+        })
+    }
+
     /// Appends list `elements` to the value held in slot `i`, as the engine's `ListAppendOperator` joins:
-    /// `existing , elements`, or `elements` alone when the list is absent.
+    /// `existing , elements`, or `elements` alone when the list is absent. The value's buffer grows in
+    /// place (amortised, as the heap backend's lists do) unless a pending layer still holds it.
     pub(crate) fn append(&mut self, i: u32, elements: &[u8]) {
-        match self.slot(i).value.as_ref().map(SmallBytes::as_slice) {
-            Some(old) => {
-                let mut v = Vec::with_capacity(old.len() + 1 + elements.len());
-                v.extend_from_slice(old);
-                v.push(keyed_state_lsm_list_delimiter());
-                v.extend_from_slice(elements);
-                self.set_dirty(i, Some(&v));
-            }
-            None => self.set_dirty(i, Some(elements)),
-        }
+        self.set_dirty_with(i, |v| match v {
+            Some(old) => old.extend(&[&[keyed_state_lsm_list_delimiter()], elements]),
+            None => *v = Some(SmallBytes::new(elements)),
+        });
     }
 
     /// Writes `value` into slot `i` and marks it dirty in the current epoch. A slot already dirty in this
@@ -575,6 +627,16 @@ impl RmwCache {
     /// appended to the log. The value is written in place where the slot's bytes allow (always for inline
     /// bytes; a shared buffer once the log entry has let go of it).
     fn set_dirty(&mut self, i: u32, value: Option<&[u8]>) {
+        self.set_dirty_with(i, |old| match (old, value) {
+            (Some(old), Some(v)) => old.set(v),
+            (old, v) => *old = v.map(SmallBytes::new),
+        });
+    }
+
+    /// [`set_dirty`](Self::set_dirty) with the new value made by `change` from the slot's (in place where
+    /// the bytes allow).
+    #[inline]
+    fn set_dirty_with(&mut self, i: u32, change: impl FnOnce(&mut Option<Bytes>)) {
         let epoch = self.epoch;
         let Some(Some(s)) = self.slots.get_mut(i as usize) else {
             unreachable!("cache table points at a free slot")
@@ -588,10 +650,7 @@ impl RmwCache {
             }
             _ => None,
         };
-        match (&mut s.value, value) {
-            (Some(old), Some(v)) => old.set(v),
-            (old, v) => *old = v.map(SmallBytes::new),
-        }
+        change(&mut s.value);
         s.dirty = true;
         s.epoch = epoch;
         self.used = self.used + s.bytes() - old_bytes;
@@ -627,7 +686,7 @@ impl RmwCache {
     /// returns every pending layer, oldest first, for the snapshot's overlay.
     pub(crate) fn hand_off(&mut self) -> Vec<Arc<Layer>> {
         if self.log_valid > 0 {
-            let entries = std::mem::take(&mut self.log);
+            let entries = std::mem::replace(&mut self.log, Vec::with_capacity(self.log_reserve));
             self.pending.push(Arc::new(Layer {
                 epoch: self.epoch,
                 entries,
@@ -713,12 +772,15 @@ impl RmwCache {
         if !batch.is_empty() {
             db.write(&batch)?;
         }
-        let log = std::mem::take(&mut self.log);
+        let mut log = std::mem::take(&mut self.log);
         for e in log.iter().filter(|e| e.valid) {
             let s = self.slot_mut(e.slot);
             s.dirty = false;
             s.log = NO_LOG;
         }
+        // The allocation is kept for the next writes.
+        log.clear();
+        self.log = log;
         self.log_valid = 0;
         // Nothing is dirty any more.
         self.maps.clear();

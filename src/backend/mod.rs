@@ -267,6 +267,32 @@ pub trait StateBackend: Send {
         self.map_scan(state, kg, key_ns, &mut |k, v| k < from || f(k, v))
     }
 
+    /// Whether one map has no entry. The default scans for its first entry; the LSM backend answers from
+    /// its cache when that holds a current entry of the map.
+    fn map_is_empty(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<bool> {
+        let mut empty = true;
+        self.map_scan(state, kg, key_ns, &mut |_, _| {
+            empty = false;
+            false
+        })?;
+        Ok(empty)
+    }
+
+    /// Sets the map entries `entries` (user key, value) of one map, in order. The default calls
+    /// [`map_put`](Self::map_put) for each; the LSM backend looks them up in its cache together.
+    fn map_put_all(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        entries: &[(&[u8], &[u8])],
+    ) -> Result<()> {
+        for (user_key, value) in entries {
+            self.map_put(state, kg, key_ns, user_key, value)?;
+        }
+        Ok(())
+    }
+
     /// Removes every entry of one map.
     fn map_clear(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<()>;
 

@@ -36,6 +36,8 @@ enum Op {
     AddList(i64, String),
     UpdateList(i64, Vec<String>),
     PutMap(i64, i32, i64),
+    /// `put_all` of the entries in order (a user key may come twice: the last value wins).
+    PutAllMap(i64, Vec<(i32, i64)>),
     RemoveMap(i64, i32),
     ClearMap(i64),
     /// Take a savepoint of every instance (kept as the latest).
@@ -59,6 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (key.clone(), "[a-z,]{0,6}").prop_map(|(k, s)| Op::AddList(k, s)),
         1 => (key.clone(), proptest::collection::vec("[a-z]{0,3}", 0..3)).prop_map(|(k, v)| Op::UpdateList(k, v)),
         3 => (key.clone(), -5i32..5, any::<i64>()).prop_map(|(k, u, v)| Op::PutMap(k, u, v)),
+        1 => (key.clone(), proptest::collection::vec((-5i32..5, any::<i64>()), 0..20)).prop_map(|(k, e)| Op::PutAllMap(k, e)),
         1 => (key.clone(), -5i32..5).prop_map(|(k, u)| Op::RemoveMap(k, u)),
         1 => key.prop_map(Op::ClearMap),
         1 => Just(Op::Snapshot),
@@ -320,6 +323,9 @@ impl Job {
             let got = inst.store.list(&inst.list).unwrap().get().unwrap();
             let want = model.lists.get(&key).filter(|l| !l.is_empty()).cloned();
             assert_eq!(got, want, "list {key}");
+            let empty = inst.store.map(&inst.map).unwrap().is_empty().unwrap();
+            let want_empty = model.maps.get(&key).is_none_or(|m| m.is_empty());
+            assert_eq!(empty, want_empty, "map {key} is empty");
             let got = inst
                 .store
                 .map(&inst.map)
@@ -374,6 +380,12 @@ fn run(ops: &[Op], kind: Kind) {
                 let i = job.route(k);
                 i.store.map(&i.map).unwrap().put(&u, &v).unwrap();
                 model.maps.entry(k).or_default().insert(u, v);
+            }
+            Op::PutAllMap(k, e) => {
+                let i = job.route(k);
+                i.store.map(&i.map).unwrap().put_all(&e).unwrap();
+                let m = model.maps.entry(k).or_default();
+                m.extend(e.iter().copied());
             }
             Op::RemoveMap(k, u) => {
                 let i = job.route(k);

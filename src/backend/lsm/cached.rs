@@ -84,6 +84,79 @@ pub(super) fn cached_map_write(
     settle(cache, db)
 }
 
+/// A list append through the cache: a cached list gets `elements` appended in the cache (in place,
+/// amortised). An uncached one is read from the engine (its merge operands folded) and taken in with the
+/// elements appended, dirty, while the cache has room for it, so that its next appends and reads are
+/// answered by the cache; without room it gets a merge operand, never a read (it is in no pending layer
+/// either: those hold only cached keys).
+pub(super) fn cached_append(
+    cache: &mut RmwCache,
+    db: &Db,
+    key: &[u8],
+    elements: &[u8],
+    vbuf: &mut Vec<u8>,
+) -> Result<()> {
+    let i = match cache.probe(key) {
+        Found::Slot(i) => i,
+        Found::Missing(hash) => {
+            if !cache.admit_write(key.len() + elements.len()) {
+                return Ok(db.merge(key, elements)?);
+            }
+            let found = db.get_into(key, vbuf)?;
+            cache.insert_clean(hash, key, found.then_some(vbuf.as_slice()))
+        }
+    };
+    cache.append(i, elements);
+    settle(cache, db)
+}
+
+/// Entries of a batch whose cache lookups are prefetched together.
+const PUT_ALL_CHUNK: usize = 16;
+
+/// [`cached_map_write`] of every `(user key, value)` of `entries` into the map `prefix` (`sid | KG | K |
+/// NS`), in order: the keys are hashed and their buckets, slots and key bytes prefetched together (a chunk
+/// at a time), so that the lookups of a batch wait for memory once rather than once each; evicts once at
+/// the end. `keys`: a buffer for the engine keys.
+pub(super) fn cached_map_put_all(
+    cache: &mut RmwCache,
+    db: &Db,
+    prefix: &[u8],
+    entries: &[(&[u8], &[u8])],
+    keys: &mut Vec<u8>,
+) -> Result<()> {
+    for chunk in entries.chunks(PUT_ALL_CHUNK) {
+        keys.clear();
+        let mut ends = [0usize; PUT_ALL_CHUNK];
+        let mut hashes = [0u64; PUT_ALL_CHUNK];
+        for (n, (user_key, _)) in chunk.iter().enumerate() {
+            let start = keys.len();
+            keys.extend_from_slice(prefix);
+            keys.extend_from_slice(user_key);
+            ends[n] = keys.len();
+            hashes[n] = cache.hash(&keys[start..]);
+            cache.prefetch_bucket(hashes[n]);
+        }
+        let hashes = &hashes[..chunk.len()];
+        for &h in hashes {
+            cache.prefetch_slot(h);
+        }
+        for &h in hashes {
+            cache.prefetch_key(h);
+        }
+        let mut start = 0;
+        for (n, (_, value)) in chunk.iter().enumerate() {
+            let key = &keys[start..ends[n]];
+            start = ends[n];
+            // Probed one by one, after the writes before: a batch may hold a user key twice.
+            let found = cache.probe_hashed(key, hashes[n]);
+            if !written_around(cache, db, &found, key, Some(value))? {
+                cache.write_map_at(found, key, prefix.len(), Some(value));
+            }
+        }
+    }
+    settle(cache, db)
+}
+
 /// Visits the engine's entries from `it` (positioned on its first key, bounded to one map) overlaid with the
 /// map's `dirty` entries (sorted; `None` hides the engine's entry, a value replaces it), in key order, until
 /// `f` returns false. `from`: the first key visited of `dirty`.

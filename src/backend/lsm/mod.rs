@@ -35,7 +35,10 @@ mod keys;
 mod map_scan;
 mod snapshot;
 
-use cached::{cached_map_write, cached_read, cached_write, merged_scan, settle};
+use cached::{
+    cached_append, cached_map_put_all, cached_map_write, cached_read, cached_write, merged_scan,
+    settle,
+};
 use capture::LsmCapture;
 pub use engine::LsmEngine;
 use engine::Shared;
@@ -282,13 +285,12 @@ impl LsmBackend {
     }
 
     /// Whether `state`'s entries go through the read-modify-write cache: timer queues are read by ordered
-    /// scans, and list states by whole-list reads and appends that are merge operands in the engine (a list
-    /// joined in the cache would be copied whole by every append), so both bypass it.
+    /// scans on every poll, so they bypass it.
     #[inline]
     fn cached_kind(&self, state: StateId) -> bool {
         !matches!(
             self.states.get(state).map(|m| m.kind),
-            Some(StateKind::Timers | StateKind::List)
+            Some(StateKind::Timers)
         )
     }
 
@@ -459,12 +461,7 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key]);
         let cached = self.cached_kind(state);
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
-            // A cached value is joined in the cache; an uncached one gets a merge operand, never a read (it
-            // is in no pending layer either: those hold only cached keys). List states bypass the cache.
-            if let Some(i) = cache.lookup(&self.kbuf) {
-                cache.append(i, elements);
-                return settle(cache, &self.shared.db);
-            }
+            return cached_append(cache, &self.shared.db, &self.kbuf, elements, &mut self.vbuf);
         }
         Ok(self.shared.db.merge(&self.kbuf, elements)?)
     }
@@ -558,6 +555,53 @@ impl StateBackend for LsmBackend {
             return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, None);
         }
         Ok(self.shared.db.delete(&self.kbuf)?)
+    }
+
+    fn map_put_all(
+        &mut self,
+        state: StateId,
+        kg: KeyGroup,
+        key_ns: &[u8],
+        entries: &[(&[u8], &[u8])],
+    ) -> Result<()> {
+        self.check(state, kg, true, "map_put")?;
+        let timers = self.states[state].kind == StateKind::Timers;
+        if self.cache.is_none() || timers {
+            for (user_key, value) in entries {
+                self.map_put(state, kg, key_ns, user_key, value)?;
+            }
+            return Ok(());
+        }
+        self.build_key(state, &[key_ns]);
+        let (prefix, mut keys) = (
+            std::mem::take(&mut self.kbuf),
+            std::mem::take(&mut self.vbuf),
+        );
+        let res = match &mut self.cache {
+            Some(cache) => cached_map_put_all(cache, &self.shared.db, &prefix, entries, &mut keys),
+            None => Ok(()),
+        };
+        (self.kbuf, self.vbuf) = (prefix, keys);
+        res
+    }
+
+    fn map_is_empty(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<bool> {
+        self.check(state, kg, true, "map_scan")?;
+        self.build_key(state, &[key_ns]);
+        let timers = self.states[state].kind == StateKind::Timers;
+        if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            // A current entry of the map in the cache answers; otherwise the engine's entries (with the
+            // map's dirty ones merged) are read up to the first.
+            if cache.map_has_live_dirty(&self.kbuf) {
+                return Ok(false);
+            }
+        }
+        let mut empty = true;
+        self.map_scan(state, kg, key_ns, &mut |_, _| {
+            empty = false;
+            false
+        })?;
+        Ok(empty)
     }
 
     fn map_scan(
@@ -1256,10 +1300,25 @@ mod tests {
                 };
                 let uk = vec![next(6) as u8];
                 match next(20) {
-                    0..=8 => {
+                    0..=6 => {
                         let v = vec![step as u8, (step >> 8) as u8];
                         b.map_put(s, 1, &key_ns, &uk, &v)?;
                         model.entry(key_ns).or_default().insert(uk, v);
+                    }
+                    7 | 8 => {
+                        // A batch, with a user key twice (the last value wins); some longer than a chunk of
+                        // prefetched lookups.
+                        let n = 1 + next(20) as usize;
+                        let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+                            .map(|j| (vec![next(6) as u8], vec![step as u8, j as u8]))
+                            .chain([(uk.clone(), vec![0xEE])])
+                            .collect();
+                        let pairs: Vec<(&[u8], &[u8])> = batch
+                            .iter()
+                            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                            .collect();
+                        b.map_put_all(s, 1, &key_ns, &pairs)?;
+                        model.entry(key_ns).or_default().extend(batch);
                     }
                     9..=11 => {
                         b.map_remove(s, 1, &key_ns, &uk)?;
@@ -1312,9 +1371,62 @@ mod tests {
                             .into_iter()
                             .collect();
                         assert_eq!(got, want, "scan, step {step}, map {key_ns:?}");
+                        assert_eq!(
+                            b.map_is_empty(s, 1, &key_ns)?,
+                            want.is_empty(),
+                            "is empty, step {step}, map {key_ns:?}"
+                        );
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn map_is_empty_follows_removes_clears_evictions_and_hand_offs() -> Result<()> {
+        for first_touch in [true, false] {
+            let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+            b.set_rmw_cache_capacity(64 << 20)?;
+            b.set_rmw_cache_admission(first_touch)?;
+            let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+            let (map, other) = ([1u8, 7], [1u8, 8]);
+            assert!(b.map_is_empty(s, 1, &map)?);
+            // A dirty entry answers; removed, the map is empty again (a dirty delete over nothing).
+            b.map_put(s, 1, &map, &[1], &[10])?;
+            b.map_put(s, 1, &other, &[1], &[10])?;
+            assert!(!b.map_is_empty(s, 1, &map)?);
+            b.map_remove(s, 1, &map, &[1])?;
+            assert!(b.map_is_empty(s, 1, &map)?);
+            assert!(!b.map_is_empty(s, 1, &other)?);
+            // Cleared.
+            b.map_put_all(s, 1, &map, &[(&[1], &[11]), (&[2], &[12])])?;
+            assert!(!b.map_is_empty(s, 1, &map)?);
+            b.map_clear(s, 1, &map)?;
+            assert!(b.map_is_empty(s, 1, &map)?);
+            // The only entry evicted (written back): the engine answers; then removed through the cache.
+            b.map_put(s, 1, &map, &[3], &[13])?;
+            b.set_rmw_cache_capacity(1)?;
+            b.set_rmw_cache_capacity(64 << 20)?;
+            assert!(!b.map_is_empty(s, 1, &map)?);
+            b.map_remove(s, 1, &map, &[3])?;
+            assert!(b.map_is_empty(s, 1, &map)?);
+            // Handed off to a snapshot, then removed: the snapshot keeps the entry, the map is empty.
+            b.map_put(s, 1, &map, &[4], &[14])?;
+            let snap = b.snapshot()?;
+            assert!(!b.map_is_empty(s, 1, &map)?);
+            b.map_remove(s, 1, &map, &[4])?;
+            assert!(b.map_is_empty(s, 1, &map)?);
+            let mut held = Vec::new();
+            snap.visit(s, 1, &mut |k, _| {
+                held.push(k.to_vec());
+                Ok(())
+            })?;
+            assert_eq!(
+                held.len(),
+                2,
+                "the snapshot's entries of both maps: {held:?}"
+            );
         }
         Ok(())
     }

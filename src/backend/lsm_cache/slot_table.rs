@@ -82,6 +82,23 @@ impl SlotTable {
         }
     }
 
+    /// Hints the CPU to load the home bucket of `hash`, the first one [`find`](Self::find) reads. Never
+    /// faults.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        let pos = Self::tag(hash) as usize & self.mask();
+        keyed_state_lsm::util::prefetch_read(self.buckets.as_ptr().wrapping_add(pos));
+    }
+
+    /// The slot in the home bucket of `hash` when its tag is `hash`'s: the slot [`find`](Self::find) most
+    /// likely compares first (for prefetching; it may hold another key).
+    #[inline]
+    pub(crate) fn home(&self, hash: u64) -> Option<u32> {
+        let tag = Self::tag(hash);
+        let e = *self.buckets.get(tag as usize & self.mask())?;
+        (e != EMPTY && e >> 32 == tag).then_some(e as u32)
+    }
+
     /// Adds `slot` under `hash` (the caller knows no entry of the same key is held).
     pub(crate) fn insert(&mut self, hash: u64, slot: u32) {
         // Load factor at most 5/8: probe sequences stay short.

@@ -249,10 +249,40 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
 
     /// Sets every entry of `entries`.
     pub fn put_all(&mut self, entries: &[(UK::Value, UV::Value)]) -> Result<()> {
+        let now = match self.h.core.ttl {
+            Some(_) => self.store.ttl_now(),
+            None => 0,
+        };
+        // Every entry serialized into one buffer (user key, then `nullflag | V`), handed over at once.
+        let mut buf = Vec::with_capacity(entries.len() * 24);
+        let mut spans = Vec::with_capacity(entries.len());
         for (k, v) in entries {
-            self.put(k, v)?;
+            let k0 = buf.len();
+            self.h
+                .user_key
+                .serialize(k, &mut buf)
+                .map_err(ser_err(&self.h.core.name))?;
+            let v0 = buf.len();
+            buf.push(MAP_VALUE_PRESENT);
+            match self.h.core.ttl {
+                Some(_) => {
+                    write_ttl_value(&self.h.core.name, &*self.h.user_value, now, v, &mut buf)?
+                }
+                None => self
+                    .h
+                    .user_value
+                    .serialize(v, &mut buf)
+                    .map_err(ser_err(&self.h.core.name))?,
+            }
+            spans.push((k0, v0, buf.len()));
         }
-        Ok(())
+        let pairs: Vec<(&[u8], &[u8])> = spans
+            .iter()
+            .map(|&(k, v, end)| (&buf[k..v], &buf[v..end]))
+            .collect();
+        let s = &mut *self.store;
+        s.backend
+            .map_put_all(self.h.core.id, self.kg, &s.key_ns, &pairs)
     }
 
     /// Removes `key`.
@@ -267,13 +297,7 @@ impl<'a, K: KeySerializer, UK: TypeSerializer, UV: TypeSerializer, N: TypeSerial
     pub fn is_empty(&mut self) -> Result<bool> {
         if self.h.core.ttl.is_none() {
             let s = &mut *self.store;
-            let mut empty = true;
-            s.backend
-                .map_scan(self.h.core.id, self.kg, &s.key_ns, &mut |_, _| {
-                    empty = false;
-                    false
-                })?;
-            return Ok(empty);
+            return s.backend.map_is_empty(self.h.core.id, self.kg, &s.key_ns);
         }
         let mut cur = self.cursor();
         let empty = self.next_entry(&mut cur, false).map(|e| e.is_none());
