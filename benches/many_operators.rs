@@ -100,7 +100,7 @@ fn smaps_rollup_kib(field: &str) -> u64 {
 }
 
 fn stall_ms(engine: &LsmEngine) -> f64 {
-    engine.db().stats().write_stall_micros as f64 / 1000.0
+    engine.stats().write_stall_micros as f64 / 1000.0
 }
 
 /// Write stall time of an engine, from its metrics (`rocksdb.stall.micros`), if it reports it.

@@ -227,7 +227,7 @@ fn thirty_small_checkpoints_of_24_states(options: Options) -> (u64, u64, u64, (u
                 write(&mut store, rng.random_range(0..STATE_KEYS), &mut rng);
             }
         }
-        engine.db().wait_for_background_work().unwrap();
+        engine.wait_for_background_work().unwrap();
         let s = store.checkpoint(&ck, id).unwrap().run().unwrap();
         ck.notify_complete(id).unwrap();
         if id > 1 {
@@ -235,9 +235,9 @@ fn thirty_small_checkpoints_of_24_states(options: Options) -> (u64, u64, u64, (u
             flush_only += u64::from(s.files_new == 1);
         }
         state_size = s.state_size;
-        max_runs = max_runs.max(engine.db().stats().l0_sorted_runs);
+        max_runs = max_runs.max(engine.stats().l0_sorted_runs);
     }
-    let st = engine.db().stats();
+    let st = engine.stats();
     (
         flush_only,
         uploaded,

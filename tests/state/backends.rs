@@ -5,12 +5,22 @@ use keyed_state::backend::heap::HeapBackend;
 conformance_suite!(heap_cow, |cfg| Box::new(
     HeapBackend::new(cfg).expect("heap backend")
 ));
+// As opened: the read-modify-write cache at its default capacity.
 conformance_suite!(lsm, |cfg| Box::new(
     keyed_state::backend::lsm::LsmBackend::temp_with(
         cfg,
         keyed_state::backend::lsm::LsmBackend::small_options()
     )
     .expect("lsm backend")
+));
+// The engine alone: the read-modify-write cache off.
+conformance_suite!(lsm_no_cache, |cfg| Box::new(
+    keyed_state::backend::lsm::LsmBackend::temp_with(
+        cfg,
+        keyed_state::backend::lsm::LsmBackend::small_options()
+    )
+    .and_then(|b| b.with_rmw_cache(0))
+    .expect("lsm backend without a cache")
 ));
 
 #[cfg(feature = "rocksdb")]

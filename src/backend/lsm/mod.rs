@@ -22,11 +22,13 @@
 //!   [`LsmBackend::open_checkpoint`]).
 
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 mod cache_config;
+mod cache_share;
 mod cached;
 mod capture;
 mod clip;
@@ -35,6 +37,10 @@ mod keys;
 mod map_scan;
 mod snapshot;
 
+pub(crate) use cache_share::{
+    charged_on as rmw_caches_charged_on, set_ratio as set_rmw_cache_ratio,
+};
+pub use cache_share::{DEFAULT_RMW_CACHE_BYTES, DEFAULT_RMW_CACHE_RATIO};
 use cached::{cached_map_write, cached_read, cached_write, merged_scan, settle};
 use capture::LsmCapture;
 pub use engine::LsmEngine;
@@ -92,7 +98,10 @@ pub struct LsmBackend {
     /// The read-modify-write cache (`design/rmw-cache.md`); `None` when its capacity is 0.
     cache: Option<RmwCache>,
     /// The cache's charge on the engine environment's memory budget: its capacity and its doorkeeper.
-    cache_charge: Option<keyed_state_lsm::MemoryReservation>,
+    cache_charge: Option<cache_share::CacheCharge>,
+    /// With the default capacity on a budgeted environment: this backend's part of the budget's share for
+    /// caches, followed as backends open and close (`cache_share`).
+    share: Option<cache_share::ShareMember>,
 }
 
 impl LsmBackend {
@@ -223,7 +232,7 @@ impl LsmBackend {
             )));
         }
         let load = states.iter().map(|_| LoadRun::default()).collect();
-        Ok(LsmBackend {
+        let mut b = LsmBackend {
             prefix_len: key_group_prefix_len(config.max_parallelism),
             config,
             states,
@@ -232,6 +241,7 @@ impl LsmBackend {
                 prefixes: parts.prefixes,
                 ttl: parts.ttl,
                 merges: parts.merges,
+                unsynced: std::sync::atomic::AtomicBool::new(false),
                 _tmp: tmp,
             }),
             kbuf: Vec::with_capacity(64),
@@ -242,16 +252,23 @@ impl LsmBackend {
             load_buffer_bytes: LOAD_BUFFER_BYTES,
             cache: None,
             cache_charge: None,
-        })
+            share: None,
+        };
+        b.use_default_cache()?;
+        Ok(b)
     }
 
-    /// The engine, for statistics, flushes and compactions.
+    /// The engine alone, for statistics, flushes and compactions: what it reads is what reached the engine,
+    /// not the entries the read-modify-write cache holds dirty ([`write_back`](Self::write_back) first).
     pub fn db(&self) -> &Db {
         &self.shared.db
     }
 
     /// A shared handle on the engine that stays valid (and keeps the engine open) after this backend is
-    /// moved into a store: for checkpoints, flushes and statistics from outside the store.
+    /// moved into a store: for flushes, compactions, waiting and statistics from outside the store. It does
+    /// not read state: the read-modify-write cache holds writes the engine has not seen, so
+    /// [`LsmEngine::checkpoint`] refuses while it may hold any (take checkpoints through
+    /// [`checkpoint`](Self::checkpoint) or the store, or [`write_back`](StateBackend::write_back) first).
     pub fn engine(&self) -> LsmEngine {
         LsmEngine(Arc::clone(&self.shared))
     }
@@ -360,6 +377,7 @@ impl StateBackend for LsmBackend {
     #[inline]
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
         self.check(state, kg, false, "get")?;
+        self.follow_share()?;
         self.build_key(state, &[key]);
         let cached = self.cached_kind(state);
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
@@ -432,9 +450,11 @@ impl StateBackend for LsmBackend {
     #[inline]
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         self.check(state, kg, false, "put")?;
+        self.follow_share()?;
         self.build_key(state, &[key]);
         let cached = self.cached_kind(state);
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             return cached_write(cache, &self.shared.db, &self.kbuf, Some(value));
         }
         Ok(self.shared.db.put(&self.kbuf, value)?)
@@ -443,9 +463,11 @@ impl StateBackend for LsmBackend {
     #[inline]
     fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()> {
         self.check(state, kg, false, "delete")?;
+        self.follow_share()?;
         self.build_key(state, &[key]);
         let cached = self.cached_kind(state);
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             return cached_write(cache, &self.shared.db, &self.kbuf, None);
         }
         Ok(self.shared.db.delete(&self.kbuf)?)
@@ -462,6 +484,7 @@ impl StateBackend for LsmBackend {
             // A cached value is joined in the cache; an uncached one gets a merge operand, never a read (it
             // is in no pending layer either: those hold only cached keys). List states bypass the cache.
             if let Some(i) = cache.lookup(&self.kbuf) {
+                self.shared.unsynced.store(true, Ordering::Relaxed);
                 cache.append(i, elements);
                 return settle(cache, &self.shared.db);
             }
@@ -501,6 +524,7 @@ impl StateBackend for LsmBackend {
                         detail: "a cached value or the added value does not decode with the state's serializer".into(),
                     }
                 })?;
+                self.shared.unsynced.store(true, Ordering::Relaxed);
                 cache.write(Some(i), &self.kbuf, Some(&folded));
                 return settle(cache, &self.shared.db);
             }
@@ -516,6 +540,7 @@ impl StateBackend for LsmBackend {
         user_key: &[u8],
     ) -> Result<Option<&[u8]>> {
         self.check(state, kg, true, "map_get")?;
+        self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
         let timers = self.states[state].kind == StateKind::Timers;
         if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
@@ -534,9 +559,11 @@ impl StateBackend for LsmBackend {
         value: &[u8],
     ) -> Result<()> {
         self.check(state, kg, true, "map_put")?;
+        self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
         let timers = self.states[state].kind == StateKind::Timers;
         if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             let prefix_len = STATE_PREFIX_LEN + key_ns.len();
             return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, Some(value));
         }
@@ -551,9 +578,11 @@ impl StateBackend for LsmBackend {
         user_key: &[u8],
     ) -> Result<()> {
         self.check(state, kg, true, "map_remove")?;
+        self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
         let timers = self.states[state].kind == StateKind::Timers;
         if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             let prefix_len = STATE_PREFIX_LEN + key_ns.len();
             return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, None);
         }
@@ -848,6 +877,10 @@ impl StateBackend for LsmBackend {
         self.shared
             .ttl
             .set(state, filter, query_every.unwrap_or(1), periodic);
+    }
+
+    fn write_back(&mut self) -> Result<()> {
+        LsmBackend::write_back(self)
     }
 
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
