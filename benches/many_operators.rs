@@ -228,7 +228,7 @@ fn part1() {
         if settle {
             lsm.wait_for_background_work().expect("settle");
         }
-        let compactions = lsm.db().stats().compactions;
+        let compactions = lsm.stats().compactions;
         let p = op.store.checkpoint(&op.ck, id).expect("sync part");
         let s = p.run().expect("async part");
         op.ck.notify_complete(id).expect("confirm");
