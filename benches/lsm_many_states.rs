@@ -166,7 +166,7 @@ fn run(variant: &str) {
     );
     println!("| checkpoint | uploaded | uploaded / changed raw | files new | files reused | flush written | compaction written | compactions | new bytes by level | L0 runs |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    let mut before = db.as_ref().map(|e| lsm_files(e)).unwrap_or_default();
+    let mut before = db.as_ref().map(lsm_files).unwrap_or_default();
     let (mut flush0, mut comp0, mut n0) = (0u64, 0u64, 0u64);
     let mut ratios = Vec::new();
     let (mut sum_up, mut sum_raw) = (0u64, 0u64);

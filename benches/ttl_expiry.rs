@@ -105,8 +105,8 @@ fn open(kind: &str) -> keyed_state::Result<Option<Under>> {
                 store: KeyedStateStore::new(Box::new(b), LongSerializer)?,
                 dir,
                 wait: Box::new(engine),
-                compact: Box::new(move || Ok(e2.compact_all()?)),
-                flush: Box::new(move || Ok(e3.flush()?)),
+                compact: Box::new(move || e2.compact_all()),
+                flush: Box::new(move || e3.flush()),
                 note: {
                     let e = e4;
                     Box::new(move || {
