@@ -16,7 +16,8 @@
 //! as Flink's valueGet / valueUpdate micro-benchmarks); then one checkpoint of each into a local root. Each
 //! variant runs in a child process of its own (this binary re-executed), so peak memory is its own:
 //! * `shared`: LSM backends and checkpoint storages on one `StateEnv` with `KS_MO_BUDGET_MB` (default 256)
-//!   MiB of memory budget, 4 background threads, 2 I/O threads;
+//!   MiB of memory budget, 4 background threads, 2 I/O threads, `KS_MO_RMW_CACHE_RATIO` of the budget for
+//!   the backends' read-modify-write caches (default the environment's, 0.25);
 //! * `separate`: LSM backends each with its own engine defaults (64 MiB memtables, 64 MiB block cache, 2
 //!   threads) and each storage with its own runtime: no environment, no budget;
 //! * `rocksdb-flink` (feature `rocksdb`): RocksDB backends on one `RocksDbShared` of the same budget, as
@@ -424,6 +425,10 @@ fn part2_child(variant: &str) {
                 memory_budget: Some(budget),
                 background_threads: 4,
                 io_threads: 2,
+                rmw_cache_ratio: std::env::var("KS_MO_RMW_CACHE_RATIO")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(keyed_state::backend::lsm::DEFAULT_RMW_CACHE_RATIO),
                 ..StateEnvOptions::default()
             })
             .expect("env"),
