@@ -14,6 +14,9 @@
 //! time, and `KS_LMS_READS` (default 200,000) point reads of random (key, state) pairs timed by the
 //! reading thread's CPU time.
 //!
+//! `KS_LMS_RMW_CACHE_MIB` sets the LSM backend's read-modify-write cache in MiB (unset: the default, 64 MiB
+//! without a budget; 0: off).
+//!
 //! `KS_LMS_L0_BASE_RATIO_PCT` sets the LSM engine's `l0_base_ratio` in percent (unset: the engine's
 //! default, 25; 0: L0 into the base level at `l0_compaction_trigger` runs, the leveled rule alone).
 //! `KS_LMS_BACKENDS` (comma-separated: `lsm,rocksdb`) picks the variants (RocksDB needs `--features
@@ -104,7 +107,11 @@ fn run(variant: &str) {
                     .map_or(Options::default().l0_base_ratio, |p| p / 100.0),
                 ..Options::default()
             };
-            let b = LsmBackend::temp_with(cfg.clone(), opts).expect("backend");
+            let mut b = LsmBackend::temp_with(cfg.clone(), opts).expect("backend");
+            if let Ok(mib) = std::env::var("KS_LMS_RMW_CACHE_MIB") {
+                let mib: usize = mib.parse().expect("KS_LMS_RMW_CACHE_MIB: MiB");
+                b.set_rmw_cache_capacity(mib << 20).expect("cache");
+            }
             let e = b.engine();
             (Box::new(b), Box::new(e.clone()), Some(e))
         }
