@@ -16,7 +16,8 @@
 //! as Flink's valueGet / valueUpdate micro-benchmarks); then one checkpoint of each into a local root. Each
 //! variant runs in a child process of its own (this binary re-executed), so peak memory is its own:
 //! * `shared`: LSM backends and checkpoint storages on one `StateEnv` with `KS_MO_BUDGET_MB` (default 256)
-//!   MiB of memory budget, 4 background threads, 2 I/O threads;
+//!   MiB of memory budget, 4 background threads, 2 I/O threads, `KS_MO_RMW_CACHE_RATIO` of the budget for
+//!   the backends' read-modify-write caches (default the environment's, 0.25);
 //! * `separate`: LSM backends each with its own engine defaults (64 MiB memtables, 64 MiB block cache, 2
 //!   threads) and each storage with its own runtime: no environment, no budget;
 //! * `rocksdb-flink` (feature `rocksdb`): RocksDB backends on one `RocksDbShared` of the same budget, as
@@ -100,7 +101,7 @@ fn smaps_rollup_kib(field: &str) -> u64 {
 }
 
 fn stall_ms(engine: &LsmEngine) -> f64 {
-    engine.db().stats().write_stall_micros as f64 / 1000.0
+    engine.stats().write_stall_micros as f64 / 1000.0
 }
 
 /// Write stall time of an engine, from its metrics (`rocksdb.stall.micros`), if it reports it.
@@ -228,7 +229,7 @@ fn part1() {
         if settle {
             lsm.wait_for_background_work().expect("settle");
         }
-        let compactions = lsm.db().stats().compactions;
+        let compactions = lsm.stats().compactions;
         let p = op.store.checkpoint(&op.ck, id).expect("sync part");
         let s = p.run().expect("async part");
         op.ck.notify_complete(id).expect("confirm");
@@ -424,6 +425,10 @@ fn part2_child(variant: &str) {
                 memory_budget: Some(budget),
                 background_threads: 4,
                 io_threads: 2,
+                rmw_cache_ratio: std::env::var("KS_MO_RMW_CACHE_RATIO")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(keyed_state::backend::lsm::DEFAULT_RMW_CACHE_RATIO),
                 ..StateEnvOptions::default()
             })
             .expect("env"),

@@ -10,7 +10,8 @@
 //! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
 //! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
 //! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,reducing,savepoint,mapsavepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
-//! (comma-separated backends: heap,lsm,lsm+cache,rocksdb), `BENCH_RMW_CACHE_MIB` (the LSM+cache backend's
+//! (comma-separated backends: heap,lsm-nocache,lsm,lsm+cache,rocksdb; `lsm` as it opens (no
+//! read-modify-write cache by default), `lsm-nocache` with the cache set off), `BENCH_RMW_CACHE_MIB` (the LSM+cache backend's
 //! read-modify-write cache, default 1024), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off), `BENCH_WRITE_BUFFER_MIB` (the memtable size of both engines, default 64),
 //! `KS_BENCH_L0_BASE_RATIO_PCT` (the LSM engine's `l0_base_ratio` in percent, default the engine's 25; 0: L0 into the base level at the
@@ -133,7 +134,10 @@ macro_rules! with_ttl {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
     Heap,
+    /// The LSM backend as it opens: its read-modify-write cache at the default capacity.
     Lsm,
+    /// The LSM backend with its read-modify-write cache off (capacity 0).
+    LsmNoCache,
     /// The LSM backend with its read-modify-write cache (`BENCH_RMW_CACHE_MIB`).
     LsmCache,
     #[cfg(feature = "rocksdb")]
@@ -146,6 +150,7 @@ impl Kind {
         let only = std::env::var("BENCH_KINDS").ok().map(|s| s.to_lowercase());
         vec![
             Kind::Heap,
+            Kind::LsmNoCache,
             Kind::Lsm,
             Kind::LsmCache,
             #[cfg(feature = "rocksdb")]
@@ -163,6 +168,7 @@ impl Kind {
         match self {
             Kind::Heap => "heap",
             Kind::Lsm => "LSM",
+            Kind::LsmNoCache => "LSM-nocache",
             Kind::LsmCache => "LSM+cache",
             #[cfg(feature = "rocksdb")]
             Kind::RocksDb => "RocksDB",
@@ -311,6 +317,11 @@ fn backend(
         Kind::Heap => (Box::new(HeapBackend::new(config)?), None),
         Kind::Lsm => {
             let b = LsmBackend::temp_with(config, lsm_options())?;
+            let engine: Box<dyn EngineHandle> = Box::new(b.engine());
+            (Box::new(b), Some(engine))
+        }
+        Kind::LsmNoCache => {
+            let b = LsmBackend::temp_with(config, lsm_options())?.with_rmw_cache(0)?;
             let engine: Box<dyn EngineHandle> = Box::new(b.engine());
             (Box::new(b), Some(engine))
         }

@@ -105,12 +105,12 @@ fn open(kind: &str) -> keyed_state::Result<Option<Under>> {
                 store: KeyedStateStore::new(Box::new(b), LongSerializer)?,
                 dir,
                 wait: Box::new(engine),
-                compact: Box::new(move || Ok(e2.db().compact_all()?)),
-                flush: Box::new(move || Ok(e3.db().flush()?)),
+                compact: Box::new(move || e2.compact_all()),
+                flush: Box::new(move || e3.flush()),
                 note: {
                     let e = e4;
                     Box::new(move || {
-                        let st = e.db().stats();
+                        let st = e.stats();
                         format!(
                             "{} compactions, {} expired files dropped unread",
                             st.compactions, st.expired_files_dropped

@@ -31,6 +31,13 @@ pub struct StateEnvOptions {
     /// The share of the budget memtables may take, in `(0, 1]` (default 0.5, as Flink's
     /// `state.backend.rocksdb.memory.write-buffer-ratio`).
     pub write_buffer_ratio: f64,
+    /// The share of the budget the read-modify-write caches of the LSM backends take together, in
+    /// `[0, 1]`, divided equally among the backends of the environment that keep the default capacity and
+    /// resized as backends open and close (`design/rmw-cache.md`, "Default capacity"). Default
+    /// [`DEFAULT_RMW_CACHE_RATIO`](crate::backend::lsm::DEFAULT_RMW_CACHE_RATIO), 0: backends get no cache
+    /// unless they set a capacity themselves;
+    /// [`SUGGESTED_RMW_CACHE_RATIO`](crate::backend::lsm::SUGGESTED_RMW_CACHE_RATIO) (a quarter) turns them on.
+    pub rmw_cache_ratio: f64,
     /// Threads running every engine's flushes and compactions (default: the machine's cores, 2 to 4).
     pub background_threads: usize,
     /// Worker threads of the checkpoint storages' I/O runtime (default 2).
@@ -43,6 +50,7 @@ impl Default for StateEnvOptions {
         StateEnvOptions {
             memory_budget: lsm.memory_budget,
             write_buffer_ratio: lsm.write_buffer_ratio,
+            rmw_cache_ratio: crate::backend::lsm::DEFAULT_RMW_CACHE_RATIO,
             background_threads: lsm.background_threads,
             io_threads: 2,
         }
@@ -70,6 +78,9 @@ pub struct StateEnvMemory {
     /// Estimated state bytes of the heap backends opened with [`StateEnv::heap`] (included in
     /// `engines.reserved`).
     pub heap_state: usize,
+    /// What the LSM backends' read-modify-write caches charge (capacity, doorkeeper and hash table;
+    /// included in `engines.reserved`).
+    pub rmw_caches: usize,
 }
 
 impl StateEnvMemory {
@@ -78,21 +89,31 @@ impl StateEnvMemory {
         self.engines.total()
     }
 
-    /// Reservations other than heap state.
+    /// Reservations other than heap state and read-modify-write caches.
     pub fn other_reserved(&self) -> usize {
-        self.engines.reserved.saturating_sub(self.heap_state)
+        self.engines
+            .reserved
+            .saturating_sub(self.heap_state)
+            .saturating_sub(self.rmw_caches)
     }
 }
 
 impl StateEnv {
     /// Starts an environment: the engines' background threads now, the I/O runtime at the first request.
     pub fn new(options: StateEnvOptions) -> Result<StateEnv> {
+        if !(0.0..=1.0).contains(&options.rmw_cache_ratio) {
+            return Err(Error::InvalidArgument(format!(
+                "rmw_cache_ratio {} is not in [0, 1]",
+                options.rmw_cache_ratio
+            )));
+        }
         let lsm = SharedEnv::new(EnvOptions {
             memory_budget: options.memory_budget,
             write_buffer_ratio: options.write_buffer_ratio,
             background_threads: options.background_threads,
             ..EnvOptions::default()
         })?;
+        crate::backend::lsm::set_rmw_cache_ratio(lsm.memory(), options.rmw_cache_ratio);
         Ok(StateEnv {
             lsm,
             #[cfg(feature = "checkpoints")]
@@ -154,6 +175,7 @@ impl StateEnv {
         StateEnvMemory {
             engines: self.stats().memory,
             heap_state: self.heap_state.load(Ordering::Relaxed),
+            rmw_caches: crate::backend::lsm::rmw_caches_charged_on(self.memory()),
         }
     }
 
@@ -168,8 +190,9 @@ impl StateEnv {
     }
 
     /// [`stats`](Self::stats) under RocksDB's names where they exist ([`EnvStats::metrics`]), the
-    /// environment's threads as `keyed-state.env.threads` and its heap backends' charge as
-    /// `keyed-state.env.heap-state` (a part of `keyed-state.env.reserved`).
+    /// environment's threads as `keyed-state.env.threads`, its heap backends' charge as
+    /// `keyed-state.env.heap-state` and its read-modify-write caches' as `keyed-state.env.rmw-caches` (both
+    /// parts of `keyed-state.env.reserved`).
     pub fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
         let mut m = self.stats().metrics();
         m.push(keyed_state_lsm::Metric {
@@ -179,6 +202,10 @@ impl StateEnv {
         m.push(keyed_state_lsm::Metric {
             name: "keyed-state.env.heap-state".into(),
             value: self.heap_state.load(Ordering::Relaxed) as u64,
+        });
+        m.push(keyed_state_lsm::Metric {
+            name: "keyed-state.env.rmw-caches".into(),
+            value: crate::backend::lsm::rmw_caches_charged_on(self.memory()) as u64,
         });
         m
     }

@@ -339,6 +339,14 @@ pub trait StateBackend: Send {
     /// thread) while this backend keeps changing.
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>>;
 
+    /// Writes whatever the backend holds above its storage engine into it (the LSM backend's
+    /// read-modify-write cache), so that the engine alone holds the whole state: before an engine-level
+    /// read such as [`LsmEngine::checkpoint`](crate::backend::lsm::LsmEngine::checkpoint). The default does
+    /// nothing (the backend has nothing above its storage).
+    fn write_back(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// The synchronous part of an incremental checkpoint (`design/checkpoints.md`): no cost in the state
     /// size. Backends without checkpoints return [`Error::Unsupported`](crate::Error::Unsupported).
     fn checkpoint_capture(&mut self) -> Result<Box<dyn CheckpointCapture>> {

@@ -220,7 +220,7 @@ fn zombie(inner: &Arc<dyn object_store::ObjectStore>) -> (Zombie, Model, Model) 
     let mut inst = inst_on(Box::new(backend), engine, &job, &config(), 2);
     let mut model = Model::new();
     round(&mut inst, &mut model, 1, 300);
-    inst.engine.as_ref().unwrap().db().flush().unwrap();
+    inst.engine.as_ref().unwrap().flush().unwrap();
     inst.checkpoint(1);
     inst.ck.notify_complete(1).unwrap();
     let at_one = model.clone();

@@ -171,7 +171,7 @@ fn assert_restored_files_reused(
 fn compact_and_checkpoint_all(insts: &mut [Inst], id: u64) {
     for x in insts.iter() {
         if let Some(e) = &x.engine {
-            e.db().compact_all().unwrap();
+            e.compact_all().unwrap();
         }
     }
     checkpoint_all(insts, id);
@@ -453,8 +453,11 @@ fn lsm_restore_in_claim_mode_references_the_restored_files_and_restores_them_rig
             // The last checkpoint holds no compaction left pending: the restored engine would otherwise
             // run it first and replace every restored file before checkpoint 4 (whether it did depended on
             // the machine's load).
-            let db = a.engine.as_ref().unwrap().db();
-            db.wait_for_background_work().unwrap();
+            a.engine
+                .as_ref()
+                .unwrap()
+                .wait_for_background_work()
+                .unwrap();
         }
         a.checkpoint(id);
         a.ck.notify_complete(id).unwrap();

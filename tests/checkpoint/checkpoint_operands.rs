@@ -83,7 +83,7 @@ fn add_rounds(insts: &mut [Inst], model: &mut BTreeMap<i64, i64>, rounds: i64, s
             fold(model, k, v);
         }
         for x in insts.iter() {
-            x.db.db().flush().unwrap();
+            x.db.flush().unwrap();
         }
     }
 }
@@ -141,6 +141,6 @@ fn operands_in_checkpoint_files_restore_and_rescale_1_2_1_exactly() {
     let mut one = vec![restored(&storage, 2, all)];
     check(&mut one, &model);
     add_rounds(&mut one, &mut model, 2, 11);
-    one[0].db.db().compact_all().unwrap();
+    one[0].db.compact_all().unwrap();
     check(&mut one, &model);
 }

@@ -96,11 +96,8 @@ fn run(fs: &FaultFs, storage: &Arc<CheckpointStorage>, steps: &[Step]) -> BTreeM
                 }
                 ok
             }
-            Step::Flush => x.engine.as_ref().is_some_and(|e| e.db().flush().is_ok()),
-            Step::Compact => x
-                .engine
-                .as_ref()
-                .is_some_and(|e| e.db().compact_all().is_ok()),
+            Step::Flush => x.engine.as_ref().is_some_and(|e| e.flush().is_ok()),
+            Step::Compact => x.engine.as_ref().is_some_and(|e| e.compact_all().is_ok()),
             Step::Checkpoint(id) => {
                 let r =
                     x.ck.begin(id, x.store.backend_mut())

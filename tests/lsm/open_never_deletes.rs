@@ -199,7 +199,8 @@ fn open_checkpoint_of_a_directory_without_current_fails_and_deletes_nothing() {
     }
     let target = dir.path().join("ckpt");
     let states = store.states().to_vec();
-    engine.db().checkpoint(&target).unwrap();
+    store.backend_mut().write_back().unwrap();
+    engine.checkpoint(&target).unwrap();
     std::fs::remove_file(target.join("CURRENT")).unwrap();
     let before = contents(&target);
     let err = LsmBackend::open_checkpoint(&target, cfg, states, Options::default())

@@ -5,12 +5,35 @@ use keyed_state::backend::heap::HeapBackend;
 conformance_suite!(heap_cow, |cfg| Box::new(
     HeapBackend::new(cfg).expect("heap backend")
 ));
+// As opened: the read-modify-write cache off.
 conformance_suite!(lsm, |cfg| Box::new(
     keyed_state::backend::lsm::LsmBackend::temp_with(
         cfg,
         keyed_state::backend::lsm::LsmBackend::small_options()
     )
     .expect("lsm backend")
+));
+
+/// One environment for every test of the suite below, as a process shares one: a 64 MiB budget whose
+/// read-modify-write caches take the suggested share, divided among the backends open at the time.
+fn shared_env() -> &'static keyed_state::env::StateEnv {
+    static ENV: std::sync::OnceLock<keyed_state::env::StateEnv> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        keyed_state::env::StateEnv::new(keyed_state::env::StateEnvOptions {
+            memory_budget: Some(64 << 20),
+            rmw_cache_ratio: keyed_state::backend::lsm::SUGGESTED_RMW_CACHE_RATIO,
+            background_threads: 2,
+            ..keyed_state::env::StateEnvOptions::default()
+        })
+        .expect("state env")
+    })
+}
+
+// The cache at the default capacity of an environment that turns it on (its part of the budget's share).
+conformance_suite!(lsm_cache_budget_share, |cfg| Box::new(
+    shared_env()
+        .temp_lsm(cfg, keyed_state::backend::lsm::LsmBackend::small_options())
+        .expect("lsm backend on the shared env")
 ));
 
 #[cfg(feature = "rocksdb")]

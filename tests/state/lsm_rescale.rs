@@ -173,6 +173,12 @@ impl Job {
                 .collect();
             let base = overlapping[0];
             let dir = tempfile::tempdir().unwrap();
+            // The engine holds the whole state once the cache is written back.
+            self.instances[base]
+                .store
+                .backend_mut()
+                .write_back()
+                .unwrap();
             self.instances[base].engine.checkpoint(dir.path()).unwrap();
             let states = self.instances[base].store.backend_mut().states().to_vec();
             let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
@@ -234,8 +240,9 @@ fn clip_keeps_only_the_target_range() {
     // Enough records for several flushed files.
     job.process(50);
     let engine = job.instances[0].engine.clone();
-    engine.db().flush().unwrap();
+    engine.flush().unwrap();
     let dir = tempfile::tempdir().unwrap();
+    job.instances[0].store.backend_mut().write_back().unwrap();
     engine.checkpoint(dir.path()).unwrap();
     let states = job.instances[0].store.backend_mut().states().to_vec();
     let range = KeyGroupRange::new(3, 5);

@@ -12,6 +12,7 @@ mod lsm_rescale;
 mod model;
 mod operands_model;
 mod rescale;
+mod rmw_cache_default;
 mod savepoint_format;
 mod serializers;
 mod timers;

@@ -144,9 +144,12 @@ impl Job {
                 let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
                 let backend: Box<dyn StateBackend> = match kind {
                     Kind::Heap => Box::new(HeapBackend::new(cfg).unwrap()),
-                    Kind::Lsm => {
-                        Box::new(LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap())
-                    }
+                    // The engine alone, without the read-modify-write cache.
+                    Kind::Lsm => Box::new(
+                        LsmBackend::temp_with(cfg, LsmBackend::small_options())
+                            .and_then(|b| b.with_rmw_cache(0))
+                            .unwrap(),
+                    ),
                     Kind::LsmCached(cache, first_touch) => Box::new(cached(
                         LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap(),
                         cache,

@@ -74,7 +74,7 @@ fn config() -> BackendConfig {
 
 fn lsm(b: LsmBackend, cache: usize) -> LsmBackend {
     if cache == 0 {
-        return b;
+        return b.with_rmw_cache(0).unwrap();
     }
     let mut b = b.with_rmw_cache(cache).unwrap();
     b.set_rmw_cache_admission(true).unwrap();
@@ -199,12 +199,12 @@ fn run(ops: &[Op], kind: Kind) {
             }
             Op::Flush => {
                 if let Some(e) = &x.engine {
-                    e.db().flush().unwrap();
+                    e.flush().unwrap();
                 }
             }
             Op::Compact => {
                 if let Some(e) = &x.engine {
-                    e.db().compact_all().unwrap();
+                    e.compact_all().unwrap();
                 }
             }
             Op::SavepointRestore => {

@@ -56,7 +56,12 @@ fn register(s: &mut Store) -> Handles {
 
 fn lsm_store(range: KeyGroupRange, clock: &Arc<ManualClock>) -> (Store, LsmEngine) {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
-    let b = LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap();
+    // Without the read-modify-write cache: the tests watch the compaction filter, which sees what reached
+    // the engine.
+    let b = LsmBackend::temp_with(cfg, LsmBackend::small_options())
+        .unwrap()
+        .with_rmw_cache(0)
+        .unwrap();
     let engine = b.engine();
     let mut s = KeyedStateStore::new(Box::new(b), LongSerializer).unwrap();
     s.set_ttl_time_provider(clock.clone());
@@ -73,10 +78,10 @@ trait Forcer {
 
 impl Forcer for LsmEngine {
     fn flush(&self) {
-        self.db().flush().unwrap();
+        LsmEngine::flush(self).unwrap();
     }
     fn compact(&self) {
-        self.db().compact_all().unwrap();
+        LsmEngine::compact_all(self).unwrap();
     }
 }
 
@@ -162,7 +167,7 @@ fn write(s: &mut Store, h: &Handles, keys: &[i64], tag: i64) {
 }
 
 fn compact(engine: &LsmEngine) {
-    engine.db().compact_all().unwrap();
+    engine.compact_all().unwrap();
 }
 
 fn compact_filter_timeline(make: MakeStore, snapshot_and_rescale: bool) {
@@ -276,7 +281,7 @@ fn compaction_filter_drops_expired_elements_inside_single_operands() {
     s.list_in(&l, &2).unwrap().add(&3).unwrap();
     // Target 3 gets one operand `ts0 1 , ts50 2 , ts50 3`.
     s.merge_list_namespaces(&l, &3, &[1, 2]).unwrap();
-    engine.db().flush().unwrap();
+    engine.flush().unwrap();
     clock.set(120);
     compact(&engine);
     assert_eq!(raw_list_timestamps(&mut s, 0, Some(16)), vec![vec![50, 50]]);
@@ -295,7 +300,7 @@ fn compaction_without_ttl_states_leaves_operands_merged_at_flush() {
     for i in 0..10 {
         s.list(&l).unwrap().add(&i).unwrap();
     }
-    engine.db().flush().unwrap();
+    engine.flush().unwrap();
     clock.set(1_000_000);
     compact(&engine);
     assert_eq!(
@@ -527,20 +532,20 @@ fn lsm_wholly_expired_files_are_compacted_from_their_ttl_range_property() {
         s.value(&v).unwrap().update(&k).unwrap();
     }
     compact(&engine);
-    engine.db().wait_for_background_work().unwrap();
+    engine.wait_for_background_work().unwrap();
     assert_eq!(s.num_entries().unwrap(), 5000);
     clock.set(99);
     s.set_current_key(&1_000_000).unwrap();
     s.value(&v).unwrap().update(&1).unwrap();
-    engine.db().flush().unwrap();
-    engine.db().wait_for_background_work().unwrap();
+    engine.flush().unwrap();
+    engine.wait_for_background_work().unwrap();
     assert_eq!(s.num_entries().unwrap(), 5001, "nothing has expired yet");
     clock.set(150);
     // A flush wakes the background work, which finds the expired files from their properties.
     s.set_current_key(&1_000_001).unwrap();
     s.value(&v).unwrap().update(&1).unwrap();
-    engine.db().flush().unwrap();
-    engine.db().wait_for_background_work().unwrap();
+    engine.flush().unwrap();
+    engine.wait_for_background_work().unwrap();
     assert_eq!(
         s.num_entries().unwrap(),
         2,
@@ -647,7 +652,7 @@ fn lsm_ttl_and_plain(
         s.value(&v).unwrap().update(&keys).unwrap();
     }
     compact(&engine);
-    engine.db().wait_for_background_work().unwrap();
+    engine.wait_for_background_work().unwrap();
     (s, engine, v)
 }
 
@@ -655,8 +660,8 @@ fn lsm_ttl_and_plain(
 fn wake_at(s: &mut Store, engine: &LsmEngine, v: &ValueState<LongSerializer>, now: i64) {
     s.set_current_key(&(1_000_000 + now)).unwrap();
     s.value(v).unwrap().update(&1).unwrap();
-    engine.db().flush().unwrap();
-    engine.db().wait_for_background_work().unwrap();
+    engine.flush().unwrap();
+    engine.wait_for_background_work().unwrap();
 }
 
 #[test]
@@ -664,10 +669,10 @@ fn lsm_wholly_expired_file_with_nothing_below_is_dropped_without_reading() {
     let clock = ManualClock::new(0);
     let (mut s, engine, v) = lsm_ttl_and_plain(&clock, None, 5000, None);
     assert_eq!(s.num_entries().unwrap(), 10_000);
-    let before = engine.db().stats();
+    let before = engine.stats();
     clock.set(150);
     wake_at(&mut s, &engine, &v, 150);
-    let after = engine.db().stats();
+    let after = engine.stats();
     assert!(
         after.expired_files_dropped > before.expired_files_dropped,
         "the expired file left the version"
@@ -688,10 +693,10 @@ fn lsm_wholly_expired_file_is_rewritten_not_dropped_while_a_snapshot_is_open() {
     let clock = ManualClock::new(0);
     let (mut s, engine, v) = lsm_ttl_and_plain(&clock, None, 5000, None);
     let snap = s.snapshot().unwrap();
-    let before = engine.db().stats();
+    let before = engine.stats();
     clock.set(150);
     wake_at(&mut s, &engine, &v, 150);
-    let after = engine.db().stats();
+    let after = engine.stats();
     assert_eq!(after.expired_files_dropped, before.expired_files_dropped);
     assert!(
         after.compaction_bytes_read > before.compaction_bytes_read,

@@ -97,7 +97,7 @@ pub fn run(
     let _ = sampler.join();
     let stalls: u64 = insts
         .iter()
-        .map(|i| i.engine.db().stats().write_stall_micros)
+        .map(|i| i.engine.stats().write_stall_micros)
         .sum();
     let mut entries = 0u64;
     for i in insts.iter_mut() {

@@ -1,6 +1,9 @@
 //! The LSM backend's read-modify-write cache settings: capacity, admission, its charge on the memory budget,
 //! and writing it back.
 
+use std::sync::atomic::Ordering;
+
+use super::cache_share::{share_of, CacheCharge};
 use super::LsmBackend;
 use crate::backend::lsm_cache::RmwCache;
 use crate::error::Result;
@@ -16,12 +19,64 @@ impl LsmBackend {
     /// in at once while the cache has room for it; once it is full, on its second miss within a while (a
     /// doorkeeper of about 1/64 of the capacity remembers the first), so that a key touched once costs what
     /// it costs without the cache ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
+    ///
+    /// A capacity set here is this backend's own: it leaves the budget's share for default caches
+    /// ([`use_default_cache`](Self::use_default_cache) goes back to it).
     pub fn set_rmw_cache_capacity(&mut self, capacity: usize) -> Result<()> {
+        self.share = None;
+        self.resize_cache(capacity)
+    }
+
+    /// Gives the backend the default read-modify-write cache, as it has when opened: on an engine
+    /// environment with a memory budget, its part of the budget's share for caches
+    /// ([`StateEnvOptions::rmw_cache_ratio`](crate::env::StateEnvOptions::rmw_cache_ratio), default
+    /// [`DEFAULT_RMW_CACHE_RATIO`](super::DEFAULT_RMW_CACHE_RATIO), 0: none) divided equally among the backends
+    /// of the environment that use it, made and resized as they open and close at this backend's next `get`,
+    /// `put`, `delete`, `map_get`, `map_put` or `map_remove`; without a budget, none (set a capacity with
+    /// [`set_rmw_cache_capacity`](Self::set_rmw_cache_capacity)).
+    pub fn use_default_cache(&mut self) -> Result<()> {
+        let budget = self.shared.db.env().memory();
+        if budget.capacity().is_some() {
+            // Made (or resized) at the next operation: backends opened together size their caches for
+            // their final part.
+            if self.share.is_none() {
+                self.share = Some(share_of(budget).join());
+            }
+            Ok(())
+        } else {
+            self.share = None;
+            self.resize_cache(0)
+        }
+    }
+
+    /// Resizes the cache to this backend's part of the budget's share if the share changed.
+    #[inline]
+    pub(super) fn follow_share(&mut self) -> Result<()> {
+        match &self.share {
+            Some(m) if m.changed() => self.resize_to_share(),
+            _ => Ok(()),
+        }
+    }
+
+    #[cold]
+    fn resize_to_share(&mut self) -> Result<()> {
+        let capacity = self.share.as_mut().map_or(0, |m| m.capacity());
+        self.resize_cache(capacity)
+    }
+
+    /// How many backends the budget's share for default caches is divided among (0: this backend's
+    /// capacity is not a part of a share).
+    pub fn rmw_cache_share_members(&self) -> usize {
+        self.share.as_ref().map_or(0, |m| m.members())
+    }
+
+    fn resize_cache(&mut self, capacity: usize) -> Result<()> {
         let db = &self.shared.db;
         match (&mut self.cache, capacity) {
             (Some(c), 0) => {
                 c.clear(db)?;
                 self.cache = None;
+                self.shared.unsynced.store(false, Ordering::Release);
             }
             (Some(c), n) => {
                 c.set_capacity(n);
@@ -40,7 +95,10 @@ impl LsmBackend {
             (None, charge) => *charge = None,
             (Some(c), Some(r)) => r.resize(c.footprint()),
             (Some(c), charge @ None) => {
-                *charge = Some(self.shared.db.env().memory().reserve(c.footprint()))
+                *charge = Some(CacheCharge::new(
+                    self.shared.db.env().memory(),
+                    c.footprint(),
+                ))
             }
         }
     }
@@ -79,17 +137,23 @@ impl LsmBackend {
     /// Writes every dirty entry of the cache into the engine, so that the engine alone holds the whole
     /// state (for [`LsmEngine::checkpoint`](super::LsmEngine::checkpoint) and other engine-level reads).
     pub fn write_back(&mut self) -> Result<()> {
-        match &mut self.cache {
-            Some(c) if c.has_dirty() => c.write_back_all(&self.shared.db),
-            _ => Ok(()),
+        if let Some(c) = &mut self.cache {
+            if c.has_dirty() {
+                c.write_back_all(&self.shared.db)?;
+            }
         }
+        self.shared.unsynced.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Writes everything back and empties the cache (before operations that rewrite the engine behind it).
     pub(super) fn forget_cache(&mut self) -> Result<()> {
-        match &mut self.cache {
-            Some(c) if !c.is_empty() || c.has_dirty() => c.clear(&self.shared.db),
-            _ => Ok(()),
+        if let Some(c) = &mut self.cache {
+            if !c.is_empty() || c.has_dirty() {
+                c.clear(&self.shared.db)?;
+            }
         }
+        self.shared.unsynced.store(false, Ordering::Release);
+        Ok(())
     }
 }

@@ -22,11 +22,13 @@
 //!   [`LsmBackend::open_checkpoint`]).
 
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 mod cache_config;
+mod cache_share;
 mod cached;
 mod capture;
 mod clip;
@@ -35,6 +37,10 @@ mod keys;
 mod map_scan;
 mod snapshot;
 
+pub(crate) use cache_share::{
+    charged_on as rmw_caches_charged_on, set_ratio as set_rmw_cache_ratio,
+};
+pub use cache_share::{DEFAULT_RMW_CACHE_RATIO, SUGGESTED_RMW_CACHE_RATIO};
 use cached::{
     cached_append, cached_map_put_all, cached_map_write, cached_read, cached_write, merged_scan,
     settle,
@@ -95,7 +101,10 @@ pub struct LsmBackend {
     /// The read-modify-write cache (`design/rmw-cache.md`); `None` when its capacity is 0.
     cache: Option<RmwCache>,
     /// The cache's charge on the engine environment's memory budget: its capacity and its doorkeeper.
-    cache_charge: Option<keyed_state_lsm::MemoryReservation>,
+    cache_charge: Option<cache_share::CacheCharge>,
+    /// With the default capacity on a budgeted environment: this backend's part of the budget's share for
+    /// caches, followed as backends open and close (`cache_share`).
+    share: Option<cache_share::ShareMember>,
 }
 
 impl LsmBackend {
@@ -226,7 +235,7 @@ impl LsmBackend {
             )));
         }
         let load = states.iter().map(|_| LoadRun::default()).collect();
-        Ok(LsmBackend {
+        let mut b = LsmBackend {
             prefix_len: key_group_prefix_len(config.max_parallelism),
             config,
             states,
@@ -235,6 +244,7 @@ impl LsmBackend {
                 prefixes: parts.prefixes,
                 ttl: parts.ttl,
                 merges: parts.merges,
+                unsynced: std::sync::atomic::AtomicBool::new(false),
                 _tmp: tmp,
             }),
             kbuf: Vec::with_capacity(64),
@@ -245,16 +255,23 @@ impl LsmBackend {
             load_buffer_bytes: LOAD_BUFFER_BYTES,
             cache: None,
             cache_charge: None,
-        })
+            share: None,
+        };
+        b.use_default_cache()?;
+        Ok(b)
     }
 
-    /// The engine, for statistics, flushes and compactions.
+    /// The engine alone, for statistics, flushes and compactions: what it reads is what reached the engine,
+    /// not the entries the read-modify-write cache holds dirty ([`write_back`](Self::write_back) first).
     pub fn db(&self) -> &Db {
         &self.shared.db
     }
 
     /// A shared handle on the engine that stays valid (and keeps the engine open) after this backend is
-    /// moved into a store: for checkpoints, flushes and statistics from outside the store.
+    /// moved into a store: for flushes, compactions, waiting and statistics from outside the store. It does
+    /// not read state: the read-modify-write cache holds writes the engine has not seen, so
+    /// [`LsmEngine::checkpoint`] refuses while it may hold any (take checkpoints through
+    /// [`checkpoint`](Self::checkpoint) or the store, or [`write_back`](StateBackend::write_back) first).
     pub fn engine(&self) -> LsmEngine {
         LsmEngine(Arc::clone(&self.shared))
     }
@@ -362,6 +379,7 @@ impl StateBackend for LsmBackend {
     #[inline]
     fn get(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<Option<&[u8]>> {
         self.check(state, kg, false, "get")?;
+        self.follow_share()?;
         self.build_key(state, &[key]);
         let cached = self.cached_kind(state);
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
@@ -434,9 +452,11 @@ impl StateBackend for LsmBackend {
     #[inline]
     fn put(&mut self, state: StateId, kg: KeyGroup, key: &[u8], value: &[u8]) -> Result<()> {
         self.check(state, kg, false, "put")?;
+        self.follow_share()?;
         self.build_key(state, &[key]);
         let cached = self.cached_kind(state);
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             return cached_write(cache, &self.shared.db, &self.kbuf, Some(value));
         }
         Ok(self.shared.db.put(&self.kbuf, value)?)
@@ -445,9 +465,11 @@ impl StateBackend for LsmBackend {
     #[inline]
     fn delete(&mut self, state: StateId, kg: KeyGroup, key: &[u8]) -> Result<()> {
         self.check(state, kg, false, "delete")?;
+        self.follow_share()?;
         self.build_key(state, &[key]);
         let cached = self.cached_kind(state);
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             return cached_write(cache, &self.shared.db, &self.kbuf, None);
         }
         Ok(self.shared.db.delete(&self.kbuf)?)
@@ -461,6 +483,7 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key]);
         let cached = self.cached_kind(state);
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             return cached_append(cache, &self.shared.db, &self.kbuf, elements, &mut self.vbuf);
         }
         Ok(self.shared.db.merge(&self.kbuf, elements)?)
@@ -498,6 +521,7 @@ impl StateBackend for LsmBackend {
                         detail: "a cached value or the added value does not decode with the state's serializer".into(),
                     }
                 })?;
+                self.shared.unsynced.store(true, Ordering::Relaxed);
                 cache.write(Some(i), &self.kbuf, Some(&folded));
                 return settle(cache, &self.shared.db);
             }
@@ -513,6 +537,7 @@ impl StateBackend for LsmBackend {
         user_key: &[u8],
     ) -> Result<Option<&[u8]>> {
         self.check(state, kg, true, "map_get")?;
+        self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
         let timers = self.states[state].kind == StateKind::Timers;
         if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
@@ -531,9 +556,11 @@ impl StateBackend for LsmBackend {
         value: &[u8],
     ) -> Result<()> {
         self.check(state, kg, true, "map_put")?;
+        self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
         let timers = self.states[state].kind == StateKind::Timers;
         if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             let prefix_len = STATE_PREFIX_LEN + key_ns.len();
             return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, Some(value));
         }
@@ -548,9 +575,11 @@ impl StateBackend for LsmBackend {
         user_key: &[u8],
     ) -> Result<()> {
         self.check(state, kg, true, "map_remove")?;
+        self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
         let timers = self.states[state].kind == StateKind::Timers;
         if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+            self.shared.unsynced.store(true, Ordering::Relaxed);
             let prefix_len = STATE_PREFIX_LEN + key_ns.len();
             return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, None);
         }
@@ -565,6 +594,7 @@ impl StateBackend for LsmBackend {
         entries: &[(&[u8], &[u8])],
     ) -> Result<()> {
         self.check(state, kg, true, "map_put")?;
+        self.follow_share()?;
         let timers = self.states[state].kind == StateKind::Timers;
         if self.cache.is_none() || timers {
             for (user_key, value) in entries {
@@ -577,6 +607,7 @@ impl StateBackend for LsmBackend {
             std::mem::take(&mut self.kbuf),
             std::mem::take(&mut self.vbuf),
         );
+        self.shared.unsynced.store(true, Ordering::Relaxed);
         let res = match &mut self.cache {
             Some(cache) => cached_map_put_all(cache, &self.shared.db, &prefix, entries, &mut keys),
             None => Ok(()),
@@ -894,6 +925,10 @@ impl StateBackend for LsmBackend {
             .set(state, filter, query_every.unwrap_or(1), periodic);
     }
 
+    fn write_back(&mut self) -> Result<()> {
+        LsmBackend::write_back(self)
+    }
+
     fn snapshot(&mut self) -> Result<Box<dyn BackendSnapshot>> {
         // Whatever a restore handed over is in the engine first.
         self.loader.drain()?;
@@ -996,7 +1031,9 @@ mod tests {
 
     #[test]
     fn map_reads_skip_files_without_the_map() -> Result<()> {
-        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        // The engine's filters, without the read-modify-write cache answering first.
+        let mut b =
+            LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?.with_rmw_cache(0)?;
         let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
         let key_ns = |k: i64| [&[1u8][..], &k.to_be_bytes(), &0i32.to_be_bytes()].concat();
         // Four files, each holding the maps of every fourth key.
