@@ -15,7 +15,7 @@
 //! default 0 = off), `BENCH_WRITE_BUFFER_MIB` (the memtable size of both engines, default 64),
 //! `KS_BENCH_L0_BASE_RATIO_PCT` (the LSM engine's `l0_base_ratio` in percent, default the engine's 25; 0: L0 into the base level at the
 //! trigger). `BENCH_MAP_SCHEDULE` (`shared`: the map section's old schedule, every op on one setup round after
-//! round; see `run_map`).
+//! round; see `run_map`), `BENCH_MAP_KEYS_FROM_ZERO` (set: every map sample starts at key index 0).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
@@ -378,6 +378,9 @@ impl Sample {
 }
 
 /// Runs `f(i)` for consecutive invocation indexes until `max_ops` or `max_secs`; `per_op` ops per call.
+/// Never inlined, so that a profiler can count one sample's instructions (e.g. callgrind's
+/// `--toggle-collect='*state_backends::timed*' --dump-after='*state_backends::timed*'`).
+#[inline(never)]
 fn timed(
     counter: &mut u64,
     max_ops: u64,
@@ -1054,6 +1057,9 @@ fn map_schedule_shared() -> bool {
 /// schedule (one setup; per round every op in turn; the key index running on across ops and rounds).
 fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     let shared = map_schedule_shared();
+    // A diagnostic: every sample starts at key index 0, so that (with the shared schedule) a read sample reads
+    // the maps the write samples before it wrote.
+    let keys_from_zero = std::env::var_os("BENCH_MAP_KEYS_FROM_ZERO").is_some();
     // The yardstick: the same entries in a plain `HashMap<(key, user key), value>`.
     let mut yard: HashMap<(i64, i64), f64> = HashMap::new();
     for i in 0..SETUP_KEY_COUNT {
@@ -1111,6 +1117,9 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             quiesce(&mut benches, op)?;
             ttl_before_sample(&benches[bi].clock);
             let b: &mut Bench<MapState<LongSerializer, DoubleSerializer>> = &mut benches[bi];
+            if keys_from_zero {
+                b.counter = 0;
+            }
             let (st, h) = (&mut b.store, &b.h);
             let s = timed(&mut b.counter, cfg.ops / per_op, cfg.secs, per_op, |i| {
                 match op {
