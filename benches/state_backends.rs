@@ -379,7 +379,7 @@ impl Sample {
 
 /// Runs `f(i)` for consecutive invocation indexes until `max_ops` or `max_secs`; `per_op` ops per call.
 /// Never inlined, so that a profiler can count one sample's instructions (e.g. callgrind's
-/// `--toggle-collect='*state_backends::timed*' --dump-after='*state_backends::timed*'`).
+/// `--toggle-collect='*state_backends::timed*' --dump-after='state_backends::timed'`: one dump per sample).
 #[inline(never)]
 fn timed(
     counter: &mut u64,
@@ -1050,7 +1050,7 @@ fn map_schedule_shared() -> bool {
 /// The map section. As in Flink, where every `@Benchmark` method of `MapStateBenchmark` is a JMH trial with
 /// its own `@Setup` (a new backend filled by the setup, `keyIndex` back to 0) and its iterations follow
 /// each other on that backend: the read ops run on the state as the setup left it (reads change nothing,
-/// so one setup serves them all), each write op on a new setup, its rounds one after the other, and every
+/// so one setup serves them all; under `BENCH_TTL` every op gets its own), each write op on a new setup, its rounds one after the other, and every
 /// op's key index starts at 0. So no read sample sees what an earlier write sample left (how many
 /// writes a time-bounded sample made, which memtable and L0 files they landed in), and no write sample
 /// pays for a memtable that earlier write samples filled. `BENCH_MAP_SCHEDULE=shared` runs the old
@@ -1079,7 +1079,7 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         })
         .map(|(i, op)| (i, *op))
         .collect();
-    // (round, op) pairs in the order they run.
+    // (round, op index, op) in the order they run.
     let schedule: Vec<(usize, usize, &str)> = if shared {
         (0..cfg.rounds)
             .flat_map(|r| wanted.iter().map(move |&(i, op)| (r, i, op)))
@@ -1097,7 +1097,9 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         let fresh = if shared {
             benches.is_empty()
         } else {
-            setup_for.is_none() || (op_index >= MAP_READ_OPS && setup_for != Some(op_index))
+            // Under TTL a read may remove what it finds expired, so every op gets its own setup there.
+            let own_setup = op_index >= MAP_READ_OPS || ttl_mode() != TtlMode::Off;
+            setup_for.is_none() || (own_setup && setup_for != Some(op_index))
         };
         if fresh {
             benches.clear();
