@@ -15,7 +15,8 @@
 //! read-modify-write cache, default 1024), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off), `BENCH_WRITE_BUFFER_MIB` (the memtable size of both engines, default 64),
 //! `KS_BENCH_L0_BASE_RATIO_PCT` (the LSM engine's `l0_base_ratio` in percent, default the engine's 25; 0: L0 into the base level at the
-//! trigger).
+//! trigger). `BENCH_MAP_SCHEDULE` (`shared`: the map section's old schedule, every op on one setup round after
+//! round; see `run_map`), `BENCH_MAP_KEYS_FROM_ZERO` (set: every map sample starts at key index 0).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
@@ -388,6 +389,9 @@ impl Sample {
 }
 
 /// Runs `f(i)` for consecutive invocation indexes until `max_ops` or `max_secs`; `per_op` ops per call.
+/// Never inlined, so that a profiler can count one sample's instructions (e.g. callgrind's
+/// `--toggle-collect='*state_backends::timed*' --dump-after='state_backends::timed'`: one dump per sample).
+#[inline(never)]
 fn timed(
     counter: &mut u64,
     max_ops: u64,
@@ -993,7 +997,9 @@ const TTL_MAP_OPS: [&str; 6] = [
     "mapPutAll",
 ];
 
-fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
+/// Map states as Flink's `MapStateBenchmark` sets them up: `SETUP_KEY_COUNT` keys × `MAP_KEY_COUNT` entries,
+/// one set of backends (every kind).
+fn map_setup(data: &Data) -> Result<Vec<Bench<MapState<LongSerializer, DoubleSerializer>>>> {
     let mut benches = Vec::new();
     for kind in Kind::all() {
         let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
@@ -1027,6 +1033,44 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
             clock,
         });
     }
+    Ok(benches)
+}
+
+/// The map ops in the order they run; the first `MAP_READ_OPS` only read.
+const MAP_OPS: [&str; 11] = [
+    "mapGet",
+    "mapContains",
+    "mapIsEmpty",
+    "mapKeys",
+    "mapValues",
+    "mapEntries",
+    "mapIterator",
+    "mapUpdate",
+    "mapAdd",
+    "mapPutAll",
+    "mapRemove",
+];
+const MAP_READ_OPS: usize = 7;
+
+/// Whether the map section runs every op on one setup, round after round (`BENCH_MAP_SCHEDULE=shared`, the
+/// schedule before 2026-12-05), instead of as Flink's JMH trials (the default).
+fn map_schedule_shared() -> bool {
+    std::env::var("BENCH_MAP_SCHEDULE").is_ok_and(|v| v == "shared")
+}
+
+/// The map section. As in Flink, where every `@Benchmark` method of `MapStateBenchmark` is a JMH trial with
+/// its own `@Setup` (a new backend filled by the setup, `keyIndex` back to 0) and its iterations follow
+/// each other on that backend: the read ops run on the state as the setup left it (reads change nothing,
+/// so one setup serves them all; under `BENCH_TTL` every op gets its own), each write op on a new setup, its rounds one after the other, and every
+/// op's key index starts at 0. So no read sample sees what an earlier write sample left (how many
+/// writes a time-bounded sample made, which memtable and L0 files they landed in), and no write sample
+/// pays for a memtable that earlier write samples filled. `BENCH_MAP_SCHEDULE=shared` runs the old
+/// schedule (one setup; per round every op in turn; the key index running on across ops and rounds).
+fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
+    let shared = map_schedule_shared();
+    // A diagnostic: every sample starts at key index 0, so that (with the shared schedule) a read sample reads
+    // the maps the write samples before it wrote.
+    let keys_from_zero = std::env::var_os("BENCH_MAP_KEYS_FROM_ZERO").is_some();
     // The yardstick: the same entries in a plain `HashMap<(key, user key), value>`.
     let mut yard: HashMap<(i64, i64), f64> = HashMap::new();
     for i in 0..SETUP_KEY_COUNT {
@@ -1038,110 +1082,135 @@ fn run_map(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     let put_all: Vec<(i64, f64)> = (0..MAP_KEY_COUNT)
         .map(|j| (data.map_key(j), data.map_value(j + 1)))
         .collect();
-    for round in 0..cfg.rounds {
-        for op in [
-            "mapGet",
-            "mapContains",
-            "mapIsEmpty",
-            "mapKeys",
-            "mapValues",
-            "mapEntries",
-            "mapIterator",
-            "mapUpdate",
-            "mapAdd",
-            "mapPutAll",
-            "mapRemove",
-        ] {
-            let per_op = match op {
-                "mapKeys" | "mapValues" | "mapEntries" | "mapIterator" => MAP_KEY_COUNT as u64,
-                _ => 1,
-            };
-            if !cfg.wants_op(op) || (ttl_mode() != TtlMode::Off && !TTL_MAP_OPS.contains(&op)) {
-                continue;
+    let wanted: Vec<(usize, &str)> = MAP_OPS
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| {
+            cfg.wants_op(op) && (ttl_mode() == TtlMode::Off || TTL_MAP_OPS.contains(op))
+        })
+        .map(|(i, op)| (i, *op))
+        .collect();
+    // (round, op index, op) in the order they run.
+    let schedule: Vec<(usize, usize, &str)> = if shared {
+        (0..cfg.rounds)
+            .flat_map(|r| wanted.iter().map(move |&(i, op)| (r, i, op)))
+            .collect()
+    } else {
+        wanted
+            .iter()
+            .flat_map(|&(i, op)| (0..cfg.rounds).map(move |r| (r, i, op)))
+            .collect()
+    };
+    let mut benches: Vec<Bench<MapState<LongSerializer, DoubleSerializer>>> = Vec::new();
+    // The op the current setup was last used by (a new setup before each write op's first round).
+    let mut setup_for: Option<usize> = None;
+    for (round, op_index, op) in schedule {
+        let fresh = if shared {
+            benches.is_empty()
+        } else {
+            // Under TTL a read may remove what it finds expired, so every op gets its own setup there.
+            let own_setup = op_index >= MAP_READ_OPS || ttl_mode() != TtlMode::Off;
+            setup_for.is_none() || (own_setup && setup_for != Some(op_index))
+        };
+        if fresh {
+            benches.clear();
+            benches = map_setup(data)?;
+        }
+        if !shared && round == 0 {
+            for b in &mut benches {
+                b.counter = 0;
             }
-            for bi in rotation(benches.len(), round) {
-                quiesce(&mut benches, op)?;
-                ttl_before_sample(&benches[bi].clock);
-                let b: &mut Bench<MapState<LongSerializer, DoubleSerializer>> = &mut benches[bi];
-                let (st, h) = (&mut b.store, &b.h);
-                let s = timed(&mut b.counter, cfg.ops / per_op, cfg.secs, per_op, |i| {
-                    match op {
-                        "mapGet" => {
-                            st.set_current_key(data.setup_key(i))?;
-                            std::hint::black_box(st.map(h)?.get(&data.map_key(i))?);
-                        }
-                        "mapContains" => {
-                            st.set_current_key(data.setup_key(i))?;
-                            std::hint::black_box(st.map(h)?.contains(&(data.map_key(i) << 1))?);
-                        }
-                        "mapIsEmpty" => {
-                            st.set_current_key(data.setup_key(i))?;
-                            std::hint::black_box(st.map(h)?.is_empty()?);
-                        }
-                        "mapKeys" => {
-                            st.set_current_key(data.setup_key(i))?;
-                            let mut sum = 0i64;
-                            for k in st.map(h)?.keys() {
-                                sum = sum.wrapping_add(k?);
-                            }
-                            std::hint::black_box(sum);
-                        }
-                        "mapValues" => {
-                            st.set_current_key(data.setup_key(i))?;
-                            let mut sum = 0f64;
-                            for v in st.map(h)?.values() {
-                                sum += v?;
-                            }
-                            std::hint::black_box(sum);
-                        }
-                        "mapEntries" | "mapIterator" => {
-                            st.set_current_key(data.setup_key(i))?;
-                            let mut sum = 0f64;
-                            for e in st.map(h)?.entries() {
-                                let (k, v) = e?;
-                                sum += k as f64 + v;
-                            }
-                            std::hint::black_box(sum);
-                        }
-                        "mapUpdate" => {
-                            st.set_current_key(data.setup_key(i))?;
-                            st.map(h)?.put(&data.map_key(i), &data.map_value(i + 1))?;
-                        }
-                        "mapAdd" => {
-                            st.set_current_key(data.new_key(i))?;
-                            st.map(h)?.put(&data.map_key(i), &data.map_value(i))?;
-                        }
-                        "mapPutAll" => {
-                            st.set_current_key(data.setup_key(i))?;
-                            st.map(h)?.put_all(&put_all)?;
-                        }
-                        _ => {
-                            st.set_current_key(data.setup_key(i))?;
-                            st.map(h)?.remove(&data.map_key(i))?;
-                        }
+        }
+        setup_for = Some(op_index);
+        let per_op = match op {
+            "mapKeys" | "mapValues" | "mapEntries" | "mapIterator" => MAP_KEY_COUNT as u64,
+            _ => 1,
+        };
+        for bi in rotation(benches.len(), round) {
+            quiesce(&mut benches, op)?;
+            ttl_before_sample(&benches[bi].clock);
+            let b: &mut Bench<MapState<LongSerializer, DoubleSerializer>> = &mut benches[bi];
+            if keys_from_zero {
+                b.counter = 0;
+            }
+            let (st, h) = (&mut b.store, &b.h);
+            let s = timed(&mut b.counter, cfg.ops / per_op, cfg.secs, per_op, |i| {
+                match op {
+                    "mapGet" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        std::hint::black_box(st.map(h)?.get(&data.map_key(i))?);
                     }
-                    Ok(())
-                })?;
-                res.record(op, b.kind, s);
-            }
-            if matches!(op, "mapGet" | "mapContains" | "mapUpdate") {
-                let s = timed(&mut yard_counter, cfg.ops, cfg.secs, 1, |i| -> Result<()> {
-                    let k = *data.setup_key(i);
-                    match op {
-                        "mapGet" => {
-                            std::hint::black_box(yard.get(&(k, data.map_key(i))).copied());
-                        }
-                        "mapContains" => {
-                            std::hint::black_box(yard.contains_key(&(k, data.map_key(i) << 1)));
-                        }
-                        _ => {
-                            yard.insert((k, data.map_key(i)), data.map_value(i + 1));
-                        }
+                    "mapContains" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        std::hint::black_box(st.map(h)?.contains(&(data.map_key(i) << 1))?);
                     }
-                    Ok(())
-                })?;
-                res.record_yardstick(op, s);
-            }
+                    "mapIsEmpty" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        std::hint::black_box(st.map(h)?.is_empty()?);
+                    }
+                    "mapKeys" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        let mut sum = 0i64;
+                        for k in st.map(h)?.keys() {
+                            sum = sum.wrapping_add(k?);
+                        }
+                        std::hint::black_box(sum);
+                    }
+                    "mapValues" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        let mut sum = 0f64;
+                        for v in st.map(h)?.values() {
+                            sum += v?;
+                        }
+                        std::hint::black_box(sum);
+                    }
+                    "mapEntries" | "mapIterator" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        let mut sum = 0f64;
+                        for e in st.map(h)?.entries() {
+                            let (k, v) = e?;
+                            sum += k as f64 + v;
+                        }
+                        std::hint::black_box(sum);
+                    }
+                    "mapUpdate" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        st.map(h)?.put(&data.map_key(i), &data.map_value(i + 1))?;
+                    }
+                    "mapAdd" => {
+                        st.set_current_key(data.new_key(i))?;
+                        st.map(h)?.put(&data.map_key(i), &data.map_value(i))?;
+                    }
+                    "mapPutAll" => {
+                        st.set_current_key(data.setup_key(i))?;
+                        st.map(h)?.put_all(&put_all)?;
+                    }
+                    _ => {
+                        st.set_current_key(data.setup_key(i))?;
+                        st.map(h)?.remove(&data.map_key(i))?;
+                    }
+                }
+                Ok(())
+            })?;
+            res.record(op, b.kind, s);
+        }
+        if matches!(op, "mapGet" | "mapContains" | "mapUpdate") {
+            let s = timed(&mut yard_counter, cfg.ops, cfg.secs, 1, |i| -> Result<()> {
+                let k = *data.setup_key(i);
+                match op {
+                    "mapGet" => {
+                        std::hint::black_box(yard.get(&(k, data.map_key(i))).copied());
+                    }
+                    "mapContains" => {
+                        std::hint::black_box(yard.contains_key(&(k, data.map_key(i) << 1)));
+                    }
+                    _ => {
+                        yard.insert((k, data.map_key(i)), data.map_value(i + 1));
+                    }
+                }
+                Ok(())
+            })?;
+            res.record_yardstick(op, s);
         }
     }
     drop(yard);
