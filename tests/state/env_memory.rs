@@ -116,7 +116,14 @@ fn a_heap_backend_on_an_env_charges_its_state_to_the_budget_without_a_cap() {
 #[test]
 fn the_memory_breakdown_adds_up_to_what_the_budget_charges() {
     let budget = 16 * MIB;
-    let env = env(budget);
+    // The read-modify-write caches on, at the suggested share, so that the breakdown counts them too.
+    let env = StateEnv::new(StateEnvOptions {
+        memory_budget: Some(budget),
+        rmw_cache_ratio: keyed_state::backend::lsm::SUGGESTED_RMW_CACHE_RATIO,
+        background_threads: 2,
+        ..StateEnvOptions::default()
+    })
+    .unwrap();
     let mut stores = Vec::new();
     let mut engines = Vec::new();
     for _ in 0..2 {
