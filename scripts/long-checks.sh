@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Long-running checks that stay out of `cargo test` and CI: fuzz every decoder of bytes from disk, model-check
-# the memtable's atomics, run the stress, crash and model tests with many more iterations, and the memory
-# and throughput targets of many operators in one process at 10 GiB (scripts/many-operators-check.sh). Ends with a
-# table of the campaigns it ran, built from the `campaign NAME key=value ...` lines the tests print.
+# the memtable's atomics, run the stress, crash and model tests with many more iterations, and check the memory
+# and throughput targets of many operators in one process at 10 GiB (scripts/many-operators-check.sh). Ends
+# with a table of the campaigns it ran, built from the `campaign NAME key=value ...` lines the tests print.
 #
 #   scripts/long-checks.sh [SECONDS_PER_FUZZ_TARGET]     (default 300)
 #
