@@ -102,7 +102,8 @@ enum Command {
         #[arg(long, requires = "instances", value_parser = keyed_state::env::parse_size)]
         memory_budget: Option<usize>,
         /// Keep mimalloc's defaults (transparent huge pages, freed memory given back after 1 s) instead of
-        /// the settings of a host of many operators (both off; see `design/shared-env.md`).
+        /// the settings of a host of many operators (huge pages off, freed memory given back at once; see
+        /// `design/shared-env.md`).
         #[arg(long)]
         allocator_defaults: bool,
     },
