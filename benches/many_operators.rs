@@ -13,7 +13,9 @@
 //! key-group range of max parallelism 128, loaded with `KS_MO_TOTAL_MB` MiB of raw entries in all (default
 //! 512), round-robin over the instances; then a mix over `KS_MO_MIX_KEYS` random loaded keys (default a
 //! quarter of the keys; per key a get of state 0, a get and an update of state 1 and an update of state 2,
-//! as Flink's valueGet / valueUpdate micro-benchmarks); then one checkpoint of each into a local root. Each
+//! as Flink's valueGet / valueUpdate micro-benchmarks); then one checkpoint of each into a local root. Values
+//! come from a pool of `KS_MO_VALUE_POOL` (default 1024; a small pool makes blocks compressible, so that
+//! reads fill the block cache: see `value_pool`). Each
 //! variant runs in a child process of its own (this binary re-executed), so peak memory is its own:
 //! * `shared`: LSM backends and checkpoint storages on one `StateEnv` with `KS_MO_BUDGET_MB` (default 256)
 //!   MiB of memory budget, 4 background threads, 2 I/O threads, `KS_MO_RMW_CACHE_RATIO` of the budget for
@@ -25,7 +27,9 @@
 //!   their checkpoint storages on one I/O runtime.
 //!
 //! `KS_MO_VARIANTS` picks and orders the variants (comma-separated); `KS_MO_VARIANT_ROUNDS` runs them that
-//! many times, the order reversed every other round.
+//! many times, the order reversed every other round. `KS_MO_CHECK=1` checks the targets at the end
+//! (`check_results`: `shared`'s peak over budget + baseline, its throughput against `separate`), prints
+//! `campaign` lines for `scripts/long-checks.sh` and exits non-zero when one is missed.
 //!
 //! Printed per variant: load and mix throughput and the process's CPU time (user + system, every thread)
 //! in each, peak `RssAnon` (sampled every 20 ms) after the load, the mix and the checkpoints, the baseline
@@ -255,9 +259,14 @@ fn part1() {
     println!("\nengine after: {}\n", lsm.summary());
 }
 
-/// The values written in part 2: a pool of random ones, so that the bench's own work per write stays small.
+/// The values written in part 2: a pool of `KS_MO_VALUE_POOL` random ones (default 1024), so that the
+/// bench's own work per write stays small. With the default a 4 KiB data block holds no value twice and LZ4
+/// leaves it raw (read from the mapped file, never cached); a small pool (e.g. 16) repeats values within a
+/// block, LZ4 compresses it and reads go through the shared block cache.
 fn value_pool(rng: &mut StdRng) -> Vec<Vec<u8>> {
-    (0..1024).map(|_| value(rng)).collect()
+    (0..env_num("KS_MO_VALUE_POOL", 1024).max(1))
+        .map(|_| value(rng))
+        .collect()
 }
 
 /// Thread names of this process, sorted.
@@ -611,6 +620,30 @@ fn part2_child(variant: &str) {
             None => "not reported".into(),
         },
     );
+    if let Ok(path) = std::env::var("KS_MO_RESULTS") {
+        let line = format!(
+            "{variant} ratio={} load_kps={:.1} mix_kps={:.1} load_cpu={:.1} mix_cpu={:.1} stall_ms={}\n",
+            if budgeted {
+                format!("{:.3}", peak as f64 / ((budget as u64 >> 10) + baseline) as f64)
+            } else {
+                "-".into()
+            },
+            (keys * 3) as f64 / load.as_secs_f64() / 1000.0,
+            (mix_keys * 4) as f64 / mix.as_secs_f64() / 1000.0,
+            load_cpu,
+            mix_cpu,
+            stalls.map_or("-".into(), |ms| format!("{ms:.0}")),
+        );
+        use std::io::Write;
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!("{variant}: cannot append to {path}: {e}");
+        }
+    }
     match &shared {
         Shared::Env(env) => eprintln!("{variant}: env memory at the end: {:?}", env.stats().memory),
         #[cfg(feature = "rocksdb")]
@@ -662,6 +695,10 @@ fn part2() {
     println!("| variant | budget | raw MiB | load | load puts | load CPU | mix ops | mix CPU | RssAnon before (MiB) | peak RssAnon, load (MiB) | peak, load + mix (MiB) | peak, load + mix + checkpoint (MiB) | peak / (budget + before) | VmHWM (MiB) | threads | write stalls |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let exe = std::env::current_exe().expect("exe");
+    // KS_MO_CHECK=1: the children append their figures to a file, checked at the end (`check`).
+    let check = env_num("KS_MO_CHECK", 0) == 1;
+    let results_dir = tempfile::tempdir().expect("results dir");
+    let results = check.then(|| results_dir.path().join("results"));
     for round in 0..rounds {
         if round > 0 {
             variants.reverse();
@@ -681,6 +718,9 @@ fn part2() {
                     }
                 }
             }
+            if let Some(path) = &results {
+                child.env("KS_MO_RESULTS", path);
+            }
             let out = child
                 .env("KS_MO_CHILD", variant)
                 .stderr(std::process::Stdio::inherit())
@@ -693,6 +733,70 @@ fn part2() {
         }
     }
     println!();
+    if let Some(path) = results {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if !check_results(&text) {
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The memory and throughput targets over the rows the children appended (`KS_MO_CHECK=1`):
+/// every `shared` run's peak `RssAnon` ≤ `KS_MO_MAX_RATIO` (default 1.10) × budget + baseline, and the
+/// median over rounds of `shared`'s load and mix throughput ≥ `KS_MO_MIN_SPEED` (default 0.90) × that of
+/// `separate`. Prints `campaign` lines (`scripts/long-checks.sh` tabulates them); false if a target is missed
+/// or a figure is missing.
+fn check_results(text: &str) -> bool {
+    let max_ratio: f64 = std::env::var("KS_MO_MAX_RATIO")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.10);
+    let min_speed: f64 = std::env::var("KS_MO_MIN_SPEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.90);
+    let field = |variant: &str, name: &str| -> Vec<f64> {
+        text.lines()
+            .filter(|l| l.split_whitespace().next() == Some(variant))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                    .and_then(|v| v.parse().ok())
+            })
+            .collect()
+    };
+    let median = |mut v: Vec<f64>| -> Option<f64> {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let ratios = field("shared", "ratio");
+    let worst = ratios.iter().copied().fold(f64::NAN, f64::max);
+    let memory_ok = !ratios.is_empty() && worst <= max_ratio;
+    println!(
+        "campaign many_operators_memory runs={} worst_peak_ratio={worst:.3} limit={max_ratio} rocksdb_flink_ratios={:?} failures={}",
+        ratios.len(),
+        field("rocksdb-flink", "ratio"),
+        u8::from(!memory_ok)
+    );
+    let mut ok = memory_ok;
+    for phase in ["load_kps", "mix_kps"] {
+        let (ours, theirs) = (
+            median(field("shared", phase)),
+            median(field("separate", phase)),
+        );
+        let speed = match (ours, theirs) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let pass = speed.is_some_and(|s| s >= min_speed);
+        ok &= pass;
+        println!(
+            "campaign many_operators_{phase} shared_over_separate={} limit={min_speed} failures={}",
+            speed.map_or("missing".into(), |s| format!("{s:.3}")),
+            u8::from(!pass)
+        );
+    }
+    ok
 }
 
 fn main() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Long-running checks that stay out of `cargo test` and CI: fuzz every decoder of bytes from disk, model-check
-# the memtable's atomics, and run the stress, crash and model tests with many more iterations. Ends with a
-# table of the campaigns it ran, built from the `campaign NAME key=value ...` lines the tests print.
+# the memtable's atomics, run the stress, crash and model tests with many more iterations, and check the memory
+# and throughput targets of many operators in one process at 10 GiB (scripts/many-operators-check.sh). Ends
+# with a table of the campaigns it ran, built from the `campaign NAME key=value ...` lines the tests print.
 #
 #   scripts/long-checks.sh [SECONDS_PER_FUZZ_TARGET]     (default 300)
 #
@@ -61,6 +62,9 @@ KEYED_STATE_BITFLIP_FULL=1 campaign nice -n 19 cargo test --release --test relia
 echo "== one model, every backend: 10,000 sequences (and 5000 on the LSM engine's own model)"
 PROPTEST_CASES=10000 campaign nice -n 19 cargo test --release --test state model::every_backend -- --nocapture
 PROPTEST_CASES=5000 campaign nice -n 19 cargo test --release --test lsm lsm_model -- --nocapture
+
+echo "== many operators: 16 LSM instances x 3 states, 10 GiB on one 512 MiB budget; peak RssAnon <= 1.1 x budget + baseline, throughput >= 0.9 x 16 separate engines"
+campaign scripts/many-operators-check.sh
 
 # The table: one row per `campaign NAME k=v ...` line; "failures" is the first of findings=, failures=,
 # differences=, inconsistencies= that the line has. Add a campaign by printing such a line from its test.

@@ -16,6 +16,7 @@ use keyed_state::Error;
 use keyed_state_lsm::Options;
 
 use crate::demo;
+use crate::host_memory;
 
 /// A field of `/proc/self/status` in KiB (0 where there is none).
 fn status_kib(field: &str) -> u64 {
@@ -41,6 +42,7 @@ pub fn run(
     memory_budget: Option<usize>,
     records: u64,
     seed: u64,
+    allocator: &host_memory::Settings,
 ) -> Result<(), Error> {
     let max_p = demo::DEMO_MAX_PARALLELISM;
     if instances == 0 || instances > max_p as usize {
@@ -118,6 +120,7 @@ pub fn run(
         None => println!("memory budget:  none (each engine bounded by its own options)"),
     }
     println!("events:         {records}, seed {seed}");
+    println!("allocator:      {allocator}");
     println!(
         "processing:     {:.2} s, {:.0} events/s",
         secs,

@@ -21,6 +21,7 @@ mod demo;
 mod demo_checkpoints;
 mod demo_instances;
 mod flink_cmds;
+mod host_memory;
 mod stats_cmd;
 mod tools;
 
@@ -100,6 +101,11 @@ enum Command {
         /// (needs `--instances`).
         #[arg(long, requires = "instances", value_parser = keyed_state::env::parse_size)]
         memory_budget: Option<usize>,
+        /// Keep mimalloc's defaults (transparent huge pages, freed memory given back after 1 s) instead of
+        /// the settings of a host of many operators (huge pages off, freed memory given back at once; see
+        /// `design/shared-env.md`).
+        #[arg(long)]
+        allocator_defaults: bool,
     },
     /// Show a savepoint's states, serializers, key groups, entries and bytes (our savepoint files, and
     /// Flink savepoint or checkpoint directories holding `_metadata`).
@@ -236,13 +242,15 @@ fn main() -> ExitCode {
             job,
             instances,
             memory_budget,
+            allocator_defaults,
         } => {
+            let allocator = host_memory::tune(allocator_defaults);
             if let Some(n) = instances {
                 if !matches!(backend, BackendKind::Lsm) {
                     eprintln!("error: --instances runs LSM backends only");
                     return ExitCode::from(2);
                 }
-                return match demo_instances::run(n, memory_budget, records, seed) {
+                return match demo_instances::run(n, memory_budget, records, seed, &allocator) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => report(&e),
                 };
