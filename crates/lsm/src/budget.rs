@@ -10,6 +10,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
+use crate::budget_pool::CachePool;
+
 /// What the budget reads of the write-buffer manager (`env::write_buffer`): the bytes of mutable, pending
 /// and retired memtables.
 pub(crate) trait MemtableUsage: Send + Sync {
@@ -36,6 +38,8 @@ pub struct MemoryBudget {
     reserved: AtomicUsize,
     /// The shared block cache, told to shrink when the others grow.
     cache: OnceLock<Weak<dyn LeftoverCache>>,
+    /// The part for caches kept above the engines ([`MemoryBudget::user_caches`]).
+    user_caches: Arc<CachePool>,
 }
 
 impl std::fmt::Debug for MemoryBudget {
@@ -58,12 +62,19 @@ impl MemoryBudget {
             metadata: AtomicUsize::new(0),
             reserved: AtomicUsize::new(0),
             cache: OnceLock::new(),
+            user_caches: Arc::default(),
         })
     }
 
     /// Connects the cache that takes what the others leave.
     pub(crate) fn set_cache(&self, cache: &Arc<dyn LeftoverCache>) {
         let _ = self.cache.set(Arc::downgrade(cache));
+    }
+
+    /// The part of this budget that caches kept above the engines share (e.g. a state store's
+    /// read-modify-write caches): empty until its user sizes it ([`CachePool::set_bytes`]).
+    pub fn user_caches(&self) -> &Arc<CachePool> {
+        &self.user_caches
     }
 
     /// The capacity in bytes, if there is a budget.

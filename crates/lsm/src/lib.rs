@@ -62,6 +62,7 @@ mod arena;
 mod batch;
 mod bounds;
 mod budget;
+mod budget_pool;
 mod cache;
 mod checkpoint;
 mod clock;
@@ -109,6 +110,7 @@ mod wal;
 pub use adopt::{adopt_sst_files, summarize_sst, AdoptFile, SstSummary};
 pub use batch::WriteBatch;
 pub use bounds::KeyBounds;
+pub use budget_pool::{CachePool, PoolMember};
 pub use checkpoint::{
     CapturedCheckpoint, CapturedFile, CheckpointFile, CheckpointInfo, PendingCheckpoint,
 };

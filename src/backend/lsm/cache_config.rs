@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::cache_share::{share_of, CacheCharge};
+use super::cache_share::{CacheCharge, ShareMember};
 use super::LsmBackend;
 use crate::backend::lsm_cache::RmwCache;
 use crate::error::Result;
@@ -40,7 +40,7 @@ impl LsmBackend {
             // Made (or resized) at the next operation: backends opened together size their caches for
             // their final part.
             if self.share.is_none() {
-                self.share = Some(share_of(budget).join());
+                self.share = Some(ShareMember::join(budget));
             }
             Ok(())
         } else {
