@@ -270,12 +270,7 @@ pub trait StateBackend: Send {
     /// Whether one map has no entry. The default scans for its first entry; the LSM backend answers from
     /// its cache when that holds a current entry of the map.
     fn map_is_empty(&mut self, state: StateId, kg: KeyGroup, key_ns: &[u8]) -> Result<bool> {
-        let mut empty = true;
-        self.map_scan(state, kg, key_ns, &mut |_, _| {
-            empty = false;
-            false
-        })?;
-        Ok(empty)
+        map_is_empty_by_scan(self, state, kg, key_ns)
     }
 
     /// Sets the map entries `entries` (user key, value) of one map, in order. The default calls
@@ -287,10 +282,7 @@ pub trait StateBackend: Send {
         key_ns: &[u8],
         entries: &[(&[u8], &[u8])],
     ) -> Result<()> {
-        for (user_key, value) in entries {
-            self.map_put(state, kg, key_ns, user_key, value)?;
-        }
-        Ok(())
+        map_put_each(self, state, kg, key_ns, entries)
     }
 
     /// Removes every entry of one map.
@@ -412,4 +404,35 @@ pub trait BackendSnapshot: Send + Sync {
         kg: KeyGroup,
         f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<()>;
+}
+
+/// Whether one map has no entry, by a scan that stops at its first entry (the default of
+/// [`StateBackend::map_is_empty`]).
+pub(crate) fn map_is_empty_by_scan<B: StateBackend + ?Sized>(
+    b: &mut B,
+    state: StateId,
+    kg: KeyGroup,
+    key_ns: &[u8],
+) -> Result<bool> {
+    let mut empty = true;
+    b.map_scan(state, kg, key_ns, &mut |_, _| {
+        empty = false;
+        false
+    })?;
+    Ok(empty)
+}
+
+/// Sets the map entries `entries` one [`StateBackend::map_put`] at a time (the default of
+/// [`StateBackend::map_put_all`]).
+pub(crate) fn map_put_each<B: StateBackend + ?Sized>(
+    b: &mut B,
+    state: StateId,
+    kg: KeyGroup,
+    key_ns: &[u8],
+    entries: &[(&[u8], &[u8])],
+) -> Result<()> {
+    for (user_key, value) in entries {
+        b.map_put(state, kg, key_ns, user_key, value)?;
+    }
+    Ok(())
 }

@@ -432,10 +432,7 @@ impl StateBackend for LsmBackend {
         self.follow_share()?;
         let timers = self.states[state].kind == StateKind::Timers;
         if self.cache.is_none() || timers {
-            for (user_key, value) in entries {
-                self.map_put(state, kg, key_ns, user_key, value)?;
-            }
-            return Ok(());
+            return super::map_put_each(self, state, kg, key_ns, entries);
         }
         self.build_key(state, &[key_ns]);
         let (prefix, mut keys) = (
@@ -462,12 +459,7 @@ impl StateBackend for LsmBackend {
                 return Ok(false);
             }
         }
-        let mut empty = true;
-        self.map_scan(state, kg, key_ns, &mut |_, _| {
-            empty = false;
-            false
-        })?;
-        Ok(empty)
+        super::map_is_empty_by_scan(self, state, kg, key_ns)
     }
 
     fn map_scan(
