@@ -270,6 +270,8 @@ impl Checkpointer {
     /// The synchronous part of checkpoint `id`: captures the backend's state (no cost in its size) and
     /// returns the asynchronous part. Ids must grow.
     pub fn begin(&self, id: u64, backend: &mut dyn StateBackend) -> Result<PendingCheckpoint> {
+        let _span =
+            tracing::debug_span!("checkpoint_begin", id, instance = %self.inner.instance).entered();
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("the checkpointer"));
         }

@@ -116,7 +116,12 @@ impl PendingCheckpoint {
     pub async fn run_async(mut self) -> Result<CheckpointSummary> {
         let t = Instant::now();
         let mut uploaded: Vec<String> = Vec::new();
-        let r = self.run_inner(&mut uploaded, t).await;
+        let span = tracing::debug_span!(
+            "checkpoint_upload",
+            id = self.id,
+            instance = %self.inner.instance
+        );
+        let r = tracing::Instrument::instrument(self.run_inner(&mut uploaded, t), span).await;
         if r.is_err() {
             for p in &uploaded {
                 let _ = self.inner.storage.delete_async(p).await;

@@ -13,6 +13,7 @@ mod checkpoint_fencing;
 mod checkpoint_jobs;
 mod checkpoint_model;
 mod checkpoint_operands;
+mod checkpoint_spans;
 mod checkpoints;
 mod checkpoints_async;
 mod checkpoints_in_tokio;

@@ -41,6 +41,9 @@ pub fn restore_heap(
     config: BackendConfig,
 ) -> Result<(HeapBackend, RestoreInfo)> {
     let target = config.key_group_range;
+    let _span =
+        tracing::debug_span!("checkpoint_restore", id, backend = "heap", key_groups = %target)
+            .entered();
     let parts = select_parts(storage, id, &config)?;
     check_backend(&parts, BackendKind::Heap)?;
     let prefix_len = key_group_prefix_len(config.max_parallelism);

@@ -235,6 +235,9 @@ fn restore_lsm_into(
     options: Options,
 ) -> Result<(LsmBackend, RestoreInfo)> {
     let target = config.key_group_range;
+    let _span =
+        tracing::debug_span!("checkpoint_restore", id, backend = "lsm", key_groups = %target)
+            .entered();
     let mut parts = select_parts(storage, id, &config)?;
     check_backend(&parts, BackendKind::Lsm)?;
     // The base: the largest overlap.
