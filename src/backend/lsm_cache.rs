@@ -268,6 +268,12 @@ impl RmwCache {
             .saturating_add(table)
     }
 
+    /// Whether the hash table, sized for the most entries of a larger capacity, holds more than twice the
+    /// buckets `capacity` needs (it never shrinks: such a cache is better made again).
+    pub(crate) fn table_oversized_for(&self, capacity: usize) -> bool {
+        self.table.bytes() > 2 * SlotTable::bytes_for(capacity / ENTRY_OVERHEAD + 1)
+    }
+
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
         if !self.door.is_empty() {

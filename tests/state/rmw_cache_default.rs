@@ -231,3 +231,29 @@ fn an_environment_at_its_defaults_gives_backends_no_cache() {
     set(&mut store, &v, 1, 1);
     assert_eq!(env.memory_usage().rmw_caches, 0);
 }
+
+#[test]
+fn a_cache_whose_part_shrinks_charges_its_new_part_not_its_first_table() {
+    // The first backend opens alone and takes the whole pool; fifteen more join, and at its next operation
+    // its cache must fit its sixteenth, hash table included.
+    let budget = 512 * MIB;
+    let env = env(budget, SUGGESTED_RMW_CACHE_RATIO);
+    let part = (budget as f64 * SUGGESTED_RMW_CACHE_RATIO) as usize / 16;
+    let first = env.temp_lsm(config(), LsmBackend::small_options()).unwrap();
+    let mut store = KeyedStateStore::new(Box::new(first), LongSerializer).unwrap();
+    let v = counter(&mut store);
+    set(&mut store, &v, 1, 1);
+    assert!(
+        env.memory_usage().rmw_caches > 8 * part,
+        "alone, it has the pool"
+    );
+    let others: Vec<_> = (0..15)
+        .map(|_| env.temp_lsm(config(), LsmBackend::small_options()).unwrap())
+        .collect();
+    set(&mut store, &v, 2, 2);
+    let mem = env.memory_usage();
+    assert!(mem.rmw_caches <= part, "{mem:?} against a part of {part}");
+    store.set_current_key(&1).unwrap();
+    assert_eq!(store.value(&v).unwrap().get().unwrap(), Some(1));
+    drop(others);
+}

@@ -42,9 +42,13 @@ pub fn tune(keep_defaults: bool) -> Settings {
         if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
             disable_transparent_huge_pages();
         }
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-            // SAFETY: mi_option_set writes one option of mimalloc's option table. It is not thread-safe;
-            // `tune` runs on the main thread before the demo starts any other.
+        // `MIMALLOC_RESET_DELAY` is the older name of the same option.
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none()
+            && std::env::var_os("MIMALLOC_RESET_DELAY").is_none()
+        {
+            // SAFETY: mi_option_set stores one word of mimalloc's option table, public API that mimalloc
+            // allows at any time (it reads its options without synchronisation, a stale read only delays the
+            // new value); no memory of ours is touched. The demo calls it before it starts other threads.
             unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as _) };
         }
     }
@@ -57,9 +61,11 @@ pub fn tune(keep_defaults: bool) -> Settings {
 
 #[cfg(target_os = "linux")]
 fn disable_transparent_huge_pages() {
-    // SAFETY: PR_SET_THP_DISABLE takes plain integer arguments and changes only this process's memory
-    // policy; it touches no memory of ours. A failure (an old kernel) leaves the default.
-    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments (passed as `unsigned long`, as the variadic
+    // prototype reads them) and changes the memory policy of this process and of the children it forks
+    // afterwards; it touches no memory of ours. A failure (an old kernel) leaves the default.
+    let (on, zero): (libc::c_ulong, libc::c_ulong) = (1, 0);
+    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, on, zero, zero, zero) };
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -67,8 +73,10 @@ fn disable_transparent_huge_pages() {}
 
 #[cfg(target_os = "linux")]
 fn thp_disabled() -> bool {
-    // SAFETY: PR_GET_THP_DISABLE takes plain integer arguments and only reads the process's flag.
-    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1 }
+    // SAFETY: PR_GET_THP_DISABLE takes integer arguments (as `unsigned long`) and only reads the process's
+    // flag.
+    let zero: libc::c_ulong = 0;
+    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, zero, zero, zero, zero) == 1 }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -83,7 +91,9 @@ mod tests {
     #[test]
     fn tune_turns_huge_pages_off_and_sets_the_purge_delay() {
         let s = tune(false);
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none()
+            && std::env::var_os("MIMALLOC_RESET_DELAY").is_none()
+        {
             assert_eq!(s.purge_delay_ms, PURGE_DELAY_MS);
         }
         if cfg!(target_os = "linux") && std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {

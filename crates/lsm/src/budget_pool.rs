@@ -25,7 +25,8 @@ impl CachePool {
     /// [`PoolMember::changed`].
     pub fn set_bytes(&self, bytes: usize) {
         self.bytes.store(bytes, Ordering::Relaxed);
-        self.generation.fetch_add(1, Ordering::Relaxed);
+        // Release: a member that sees the new generation (Acquire) sees the size and count behind it.
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// The pool's size in bytes.
@@ -46,7 +47,7 @@ impl CachePool {
     /// Joins: the pool is divided among one more member until the returned membership is dropped.
     pub fn join(self: &Arc<Self>) -> PoolMember {
         self.members.fetch_add(1, Ordering::Relaxed);
-        self.generation.fetch_add(1, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Release);
         PoolMember {
             pool: Arc::clone(self),
             // Never a generation: the first look sizes the member.
@@ -73,12 +74,12 @@ impl PoolMember {
     /// Whether the pool's size or its members changed since [`part`](Self::part) was last asked.
     #[inline]
     pub fn changed(&self) -> bool {
-        self.pool.generation.load(Ordering::Relaxed) != self.seen
+        self.pool.generation.load(Ordering::Acquire) != self.seen
     }
 
     /// This member's part of the pool in bytes now, and notes the generation seen.
     pub fn part(&mut self) -> usize {
-        self.seen = self.pool.generation.load(Ordering::Relaxed);
+        self.seen = self.pool.generation.load(Ordering::Acquire);
         self.pool.bytes() / self.pool.members().max(1)
     }
 
@@ -91,7 +92,7 @@ impl PoolMember {
 impl Drop for PoolMember {
     fn drop(&mut self) {
         self.pool.members.fetch_sub(1, Ordering::Relaxed);
-        self.pool.generation.fetch_add(1, Ordering::Relaxed);
+        self.pool.generation.fetch_add(1, Ordering::Release);
     }
 }
 

@@ -71,21 +71,34 @@ impl LsmBackend {
     }
 
     fn resize_cache(&mut self, capacity: usize) -> Result<()> {
+        let r = self.resize_cache_uncharged(capacity);
+        // Also after a failed write-back: the cache may have changed size before it.
+        self.charge_cache();
+        r
+    }
+
+    fn resize_cache_uncharged(&mut self, capacity: usize) -> Result<()> {
         let db = &self.shared.db;
+        let first_touch = self.cache_first_touch;
         match (&mut self.cache, capacity) {
             (Some(c), 0) => {
                 c.clear(db)?;
                 self.cache = None;
                 self.shared.unsynced.store(false, Ordering::Release);
             }
+            // Its hash table was sized for a larger capacity and does not shrink: written back and made
+            // again, so that the footprint follows the capacity (a share divided among more backends).
+            (Some(c), n) if c.table_oversized_for(n) => {
+                c.clear(db)?;
+                self.cache = Some(RmwCache::new(n, first_touch));
+            }
             (Some(c), n) => {
                 c.set_capacity(n);
                 c.evict(None, db)?;
             }
             (None, 0) => {}
-            (None, n) => self.cache = Some(RmwCache::new(n, false)),
+            (None, n) => self.cache = Some(RmwCache::new(n, first_touch)),
         }
-        self.charge_cache();
         Ok(())
     }
 
@@ -107,6 +120,8 @@ impl LsmBackend {
     /// use it to send every write through the cache). Writes back and starts a new, empty cache of the same
     /// capacity.
     pub fn set_rmw_cache_admission(&mut self, first_touch: bool) -> Result<()> {
+        // Kept for a cache made later (a default one is made at the backend's first operation).
+        self.cache_first_touch = first_touch;
         if let Some(c) = &mut self.cache {
             if c.admits_on_first_touch() != first_touch {
                 c.clear(&self.shared.db)?;

@@ -175,6 +175,7 @@ impl LsmBackend {
             cache: None,
             cache_charge: None,
             share: None,
+            cache_first_touch: false,
         };
         b.use_default_cache()?;
         Ok(b)
