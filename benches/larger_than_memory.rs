@@ -145,15 +145,9 @@ fn cpu_clock(clock: libc::clockid_t) -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
-fn proc_field(file: &str, name: &str) -> u64 {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
+#[path = "support/proc_field.rs"]
+mod proc_field;
+use proc_field::proc_field;
 
 fn read_bytes() -> u64 {
     proc_field("/proc/self/io", "read_bytes:")

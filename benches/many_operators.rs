@@ -82,26 +82,18 @@ const ALLOCATOR_SETTINGS: [(&str, &str); 2] =
 mod value_workload;
 use value_workload::{env_num, value, ENTRY_BYTES, MAX_P, MIB};
 
+#[path = "support/proc_field.rs"]
+mod proc_field;
+use proc_field::proc_field;
+
 /// A field of `/proc/self/status` in KiB.
 fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    proc_field("/proc/self/status", field)
 }
 
 /// A field of `/proc/self/smaps_rollup` in KiB.
 fn smaps_rollup_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/smaps_rollup")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    proc_field("/proc/self/smaps_rollup", field)
 }
 
 fn stall_ms(engine: &LsmEngine) -> f64 {
