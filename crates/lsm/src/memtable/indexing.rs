@@ -130,7 +130,7 @@ mod tests {
     use super::*;
     use crate::ikey::ValueKind;
     use crate::memtable::point_index::{
-        key_hash, LIVE_INDEX_TABLES, MIN_INDEX_SLOTS, POISON_EVEN_HASHES,
+        key_hash, live_index_tables, MIN_INDEX_SLOTS, POISON_EVEN_HASHES,
     };
     use crate::sync::AtomicU64;
 
@@ -374,15 +374,20 @@ mod tests {
 
     #[test]
     fn dropping_a_memtable_frees_its_index() {
-        let live = || LIVE_INDEX_TABLES.with(|c| c.get());
-        let before = live();
-        {
+        let before = live_index_tables::made_here().len();
+        let ours = {
             let m = MemTable::with_capacity(0, 1 << 20, 1 << 12);
             for i in 0..100u64 {
                 m.add(i + 1, ValueKind::Put, &i.to_be_bytes(), b"v");
             }
-            assert_eq!(live(), before + 1);
-        }
-        assert_eq!(live(), before, "the current index generation leaked");
+            let ours = live_index_tables::made_here().split_off(before);
+            assert_eq!(ours.len(), 1, "one generation, no growth: {ours:?}");
+            assert!(live_index_tables::is_live(ours[0]));
+            ours
+        };
+        assert!(
+            !live_index_tables::is_live(ours[0]),
+            "the current index generation leaked"
+        );
     }
 }

@@ -66,6 +66,9 @@ pub(super) enum Probe<'a> {
 pub(super) struct IndexTable {
     /// The slots (0: empty).
     pub(super) slots: Box<[AtomicU64]>,
+    /// Tests of `MemTable::drop`: which generation this is ([`LIVE_INDEX_TABLES`]).
+    #[cfg(test)]
+    id: u64,
 }
 
 impl IndexTable {
@@ -86,10 +89,10 @@ impl IndexTable {
 
     /// An empty generation of `n` slots.
     pub(super) fn new(n: usize) -> Self {
-        #[cfg(test)]
-        LIVE_INDEX_TABLES.with(|c| c.set(c.get() + 1));
         IndexTable {
             slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            #[cfg(test)]
+            id: live_index_tables::made(),
         }
     }
 
@@ -222,15 +225,47 @@ impl IndexTable {
 }
 
 #[cfg(test)]
-thread_local! {
-    /// Index generations made and not yet freed on this thread (tests of `MemTable::drop`).
-    pub(super) static LIVE_INDEX_TABLES: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+/// Index generations alive, by id, and the ids made on each thread (tests of `MemTable::drop`). By id, not a
+/// per-thread count: a generation replaced by a growth is freed by the epoch collector, on whichever thread
+/// collects it.
+#[cfg(test)]
+pub(super) mod live_index_tables {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static LIVE: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
+    thread_local! {
+        static MADE_HERE: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    pub(in crate::memtable) fn made() -> u64 {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        LIVE.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+        MADE_HERE.with(|m| m.borrow_mut().push(id));
+        id
+    }
+
+    pub(in crate::memtable) fn freed(id: u64) {
+        LIVE.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+
+    /// The ids made on this thread so far.
+    pub(in crate::memtable) fn made_here() -> Vec<u64> {
+        MADE_HERE.with(|m| m.borrow().clone())
+    }
+
+    /// Whether generation `id` is alive.
+    pub(in crate::memtable) fn is_live(id: u64) -> bool {
+        LIVE.lock().unwrap_or_else(|e| e.into_inner()).contains(&id)
+    }
 }
 
 #[cfg(test)]
 impl Drop for IndexTable {
     fn drop(&mut self) {
-        LIVE_INDEX_TABLES.with(|c| c.set(c.get() - 1));
+        live_index_tables::freed(self.id);
     }
 }
 
