@@ -120,9 +120,34 @@ pub struct CapturedCheckpoint {
     /// Every write with a sequence number up to this one is in the files, and no other.
     pub seqno: u64,
     _version: Arc<super::version::Version>,
-    /// The files [`PendingCheckpoint::wait_with_overlay`] wrote: the capture's own, not the tree's (deleted
-    /// with it).
-    _overlay: Vec<Arc<super::version::FileMeta>>,
+    /// The files [`PendingCheckpoint::wait_with_overlay`] wrote: the capture's own (deleted with it) until
+    /// [`adopt_overlay`](CapturedCheckpoint::adopt_overlay) makes them the engine's.
+    overlay: OverlayFiles,
+}
+
+/// The overlay files of a capture. Unless an adoption was tried, they are marked obsolete when dropped (so
+/// they go with their last reference, the capture's); once tried, they are the tree's (the edit naming them
+/// may be durable even when installing it failed), and a file no manifest names is removed at the next open.
+struct OverlayFiles {
+    inner: Arc<super::inner::DbInner>,
+    files: Vec<Arc<super::version::FileMeta>>,
+    /// Their sequence number (the checkpoint's `S + 1`).
+    seqno: u64,
+    /// Whether the synchronous part reserved `seqno` ([`Db::begin_checkpoint_for_overlay`]): no engine
+    /// write carries it.
+    reserved: bool,
+    /// An adoption was tried: the files are no longer the capture's alone.
+    handed_to_tree: bool,
+}
+
+impl Drop for OverlayFiles {
+    fn drop(&mut self) {
+        if !self.handed_to_tree {
+            for f in &self.files {
+                f.mark_obsolete();
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for CapturedCheckpoint {
@@ -144,6 +169,8 @@ enum Pending {
 pub struct PendingCheckpoint {
     inner: Arc<super::inner::DbInner>,
     seqno: u64,
+    /// Whether `seqno + 1` is reserved for the overlay ([`Db::begin_checkpoint_for_overlay`]).
+    reserved: bool,
     pending: Option<Pending>,
     _snapshot: super::snapshot::Snapshot,
 }
@@ -156,9 +183,27 @@ impl Db {
     /// own flush of that memtable installs the version holding exactly the writes up to `S`;
     /// [`PendingCheckpoint::wait`] returns it (`design/checkpoints.md`, "The two parts").
     pub fn begin_checkpoint(&self) -> Result<PendingCheckpoint, LsmError> {
+        self.begin_checkpoint_reserving(false)
+    }
+
+    /// As [`begin_checkpoint`](Self::begin_checkpoint), and reserves sequence number `S + 1` for the
+    /// overlay [`PendingCheckpoint::wait_with_overlay`] writes: no later write of the engine carries it (the
+    /// next one gets `S + 2`), so that the overlay's files can become the engine's own
+    /// ([`CapturedCheckpoint::adopt_overlay`]).
+    pub fn begin_checkpoint_for_overlay(&self) -> Result<PendingCheckpoint, LsmError> {
+        self.begin_checkpoint_reserving(true)
+    }
+
+    fn begin_checkpoint_reserving(&self, reserve: bool) -> Result<PendingCheckpoint, LsmError> {
         let inner = self.inner();
         let mut w = inner.writer.lock();
         let seqno = inner.last_seqno.load(std::sync::atomic::Ordering::SeqCst);
+        if reserve {
+            // Every write takes its seqno under the writer lock, from `last_seqno`.
+            inner
+                .last_seqno
+                .store(seqno + 1, std::sync::atomic::Ordering::SeqCst);
+        }
         let snapshot = inner.snapshots.acquire(seqno);
         inner.make_room(&mut w, true)?;
         let mut st = inner.state.lock();
@@ -180,6 +225,7 @@ impl Db {
         Ok(PendingCheckpoint {
             inner: Arc::clone(inner),
             seqno,
+            reserved: reserve,
             pending: Some(pending),
             _snapshot: snapshot,
         })
@@ -206,9 +252,10 @@ impl PendingCheckpoint {
     /// up to [`seqno`](Self::seqno) that the engine does not hold (a cache's dirty entries handed over at
     /// the synchronous part), as `(user key, Some(value))` puts and `(user key, None)` deletes in strictly
     /// ascending key order. They are written into new SST files at sequence number `seqno + 1`, placed in
-    /// L0 above every captured file (newest first), which belong to the capture alone (never part of the
-    /// tree; deleted with the capture); the capture's `seqno` is then `seqno + 1`. Keys not strictly
-    /// ascending fail with [`LsmError::NotAscending`].
+    /// L0 above every captured file (newest first), which belong to the capture alone (not part of the
+    /// tree, deleted with the capture, unless [`CapturedCheckpoint::adopt_overlay`] makes them the engine's);
+    /// the capture's `seqno` is then `seqno + 1`. Keys not strictly ascending fail with
+    /// [`LsmError::NotAscending`].
     pub fn wait_with_overlay<'a, I>(
         mut self,
         cancelled: &std::sync::atomic::AtomicBool,
@@ -227,8 +274,14 @@ impl PendingCheckpoint {
             None => return Err(LsmError::Closed),
         };
         let overlay_seqno = self.seqno + 1;
-        let written = write_overlay(&self.inner, overlay, overlay_seqno, cancelled)?;
-        let seqno = if written.is_empty() {
+        let written = OverlayFiles {
+            inner: Arc::clone(&self.inner),
+            files: write_overlay(&self.inner, overlay, overlay_seqno, cancelled)?,
+            seqno: overlay_seqno,
+            reserved: self.reserved,
+            handed_to_tree: false,
+        };
+        let seqno = if written.files.is_empty() {
             self.seqno
         } else {
             overlay_seqno
@@ -241,6 +294,7 @@ impl PendingCheckpoint {
             bounds: f.info.bounds.clone(),
         };
         let files = written
+            .files
             .iter()
             .map(|f| describe(0, f))
             .chain(version.files().map(|(level, f)| describe(level, f)))
@@ -249,7 +303,7 @@ impl PendingCheckpoint {
             files,
             seqno,
             _version: version,
-            _overlay: written,
+            overlay: written,
         })
     }
 
@@ -285,7 +339,7 @@ impl PendingCheckpoint {
 }
 
 /// Writes `overlay` (strictly ascending user keys; `None`: a delete) at `seqno` into new SST files that are
-/// not part of the tree: marked obsolete at once, so they are deleted with their last reference.
+/// not part of the tree (the caller marks them obsolete or adopts them).
 fn write_overlay<'a, I>(
     inner: &super::inner::DbInner,
     overlay: I,
@@ -317,11 +371,84 @@ where
         ikey::encode(&mut ikey_buf, k, seqno, kind);
         out.add(&ikey_buf, v.unwrap_or_default())?;
     }
-    let files = out.finish()?;
-    for f in &files {
-        f.mark_obsolete();
+    out.finish()
+}
+
+impl CapturedCheckpoint {
+    /// Whether the capture wrote overlay files that [`adopt_overlay`](Self::adopt_overlay) may make the
+    /// engine's: some were written, their sequence number was reserved, and none was adopted yet.
+    pub fn has_adoptable_overlay(&self) -> bool {
+        let o = &self.overlay;
+        !o.files.is_empty() && o.reserved && !o.handed_to_tree
     }
-    Ok(files)
+
+    /// Makes the overlay files the engine's own L0 files, so that the writes they hold are in the engine
+    /// (at the checkpoint's `S + 1`) and the next checkpoint reuses them by number; they are then compacted
+    /// and deleted as any engine file. `claim` is called at the moment of the adoption (the compaction lock
+    /// held, so that no compaction runs until the files are in); `Some` from it goes ahead, and is returned
+    /// once the files are in (a guard the caller holds across the adoption).
+    ///
+    /// The caller's contract, which `claim` stands for: **since the synchronous part, no write of a key the
+    /// overlay holds has reached the engine**. The engine then holds nothing newer than `S + 1` for those
+    /// keys, and an L0 file at `S + 1` is above every older version of them. The engine checks the one
+    /// placement it can break itself: an L0 file whose sequence numbers span `S + 1` (a merge within L0 of
+    /// runs older and newer than it, picked before the overlay was in) and whose keys overlap the overlay's
+    /// sorts above it while holding older versions; then nothing is adopted.
+    ///
+    /// `Ok(None)`: nothing adopted (no adoptable overlay, see [`has_adoptable_overlay`](Self::
+    /// has_adoptable_overlay); the engine closed or failed; a spanning L0 file; `claim` declined); the
+    /// files stay the capture's. An error of installing the version ([`LsmError::Io`],
+    /// [`LsmError::Background`]) leaves them the capture's to read too, and on disk until the next open
+    /// unless the edit became durable.
+    pub fn adopt_overlay<T>(
+        &mut self,
+        claim: impl FnOnce() -> Option<T>,
+    ) -> Result<Option<T>, LsmError> {
+        if !self.has_adoptable_overlay() {
+            return Ok(None);
+        }
+        let o = &mut self.overlay;
+        let inner = Arc::clone(&o.inner);
+        let Some((lo, hi)) = super::compaction::key_range(&o.files) else {
+            return Ok(None);
+        };
+        // No compaction runs (or is picked) until the files are in.
+        let _c = inner.compaction_lock.lock();
+        {
+            let st = inner.state.lock();
+            if st.bg_error.is_some() || st.shutting_down {
+                return Ok(None);
+            }
+            let spans = st.version.levels.first().is_some_and(|l0| {
+                l0.iter().any(|f| {
+                    f.info.min_seqno < o.seqno
+                        && f.info.max_seqno > o.seqno
+                        && f.info.overlaps(&lo, &hi)
+                })
+            });
+            if spans {
+                return Ok(None);
+            }
+        }
+        let Some(claimed) = claim() else {
+            return Ok(None);
+        };
+        o.handed_to_tree = true;
+        let added: Vec<(usize, Arc<super::version::FileMeta>)> =
+            o.files.iter().map(|f| (0, Arc::clone(f))).collect();
+        inner.log_and_apply(super::version::VersionEdit::default(), &[], &added, false)?;
+        {
+            // Every write up to `S` was flushed before the overlay was written; with it, up to `S + 1`.
+            let mut st = inner.state.lock();
+            if st.flushed_seqno + 1 >= o.seqno {
+                st.flushed_seqno = st.flushed_seqno.max(o.seqno);
+            }
+        }
+        drop(_c);
+        // A compaction job that found the lock held meanwhile is asked for again.
+        inner.request_jobs();
+        Ok(Some(claimed))
+    }
 }
 
 impl Drop for PendingCheckpoint {
@@ -389,5 +516,131 @@ mod tests {
         let bad: Vec<(&[u8], Option<&[u8]>)> = vec![(b"b", None), (b"a", None)];
         let r = db.begin_checkpoint().unwrap().wait_with_overlay(&no, bad);
         assert!(matches!(r, Err(LsmError::NotAscending { .. })), "{r:?}");
+    }
+
+    fn live(db: &Db) -> Vec<u64> {
+        let v = Arc::clone(&db.inner().state.lock().version);
+        v.files().map(|(_, f)| f.info.number).collect()
+    }
+
+    fn overlay_of<'a>(pairs: &'a [(&'a [u8], Option<&'a [u8]>)]) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+        pairs.to_vec()
+    }
+
+    #[test]
+    fn an_adopted_overlay_is_the_engines_own_and_the_next_checkpoint_reuses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path().join("db"), Options::default()).unwrap();
+        for k in [&b"a"[..], b"b", b"c"] {
+            db.put(k, b"engine").unwrap();
+        }
+        db.flush().unwrap();
+        let pending = db.begin_checkpoint_for_overlay().unwrap();
+        let s = pending.seqno();
+        // Written after the synchronous part: not captured, and newer than the overlay's seqno.
+        db.put(b"e", b"after").unwrap();
+        assert_eq!(db.stats().last_seqno, s + 2, "the next write skips the reserved seqno");
+        let no = AtomicBool::new(false);
+        let pairs: [(&[u8], Option<&[u8]>); 3] =
+            [(b"a", Some(b"overlay")), (b"c", None), (b"z", Some(b"new"))];
+        let mut cap = pending.wait_with_overlay(&no, overlay_of(&pairs)).unwrap();
+        assert_eq!(cap.seqno, s + 1);
+        assert!(cap.has_adoptable_overlay());
+        let overlay_numbers: Vec<u64> = cap
+            .files
+            .iter()
+            .filter(|f| f.level == 0 && !live(&db).contains(&f.number))
+            .map(|f| f.number)
+            .collect();
+        assert_eq!(overlay_numbers.len(), 1);
+        assert_eq!(cap.adopt_overlay(|| Some(7)).unwrap(), Some(7));
+        assert!(!cap.has_adoptable_overlay(), "adopted once");
+        let overlay_path = cap.files[0].path.clone();
+        drop(cap);
+        assert!(overlay_path.exists(), "an adopted file outlives the capture");
+        assert!(live(&db).contains(&overlay_numbers[0]));
+        // Reads see the overlay under the newer write.
+        assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"overlay"[..]));
+        assert_eq!(db.get(b"c").unwrap(), None);
+        assert_eq!(db.get(b"z").unwrap().as_deref(), Some(&b"new"[..]));
+        assert_eq!(db.get(b"e").unwrap().as_deref(), Some(&b"after"[..]));
+        db.put(b"a", b"later").unwrap();
+        // The next checkpoint holds the adopted file by its number.
+        let next = db.begin_checkpoint().unwrap().wait(&no).unwrap();
+        assert!(next.files.iter().any(|f| f.number == overlay_numbers[0]));
+        drop(next);
+        // Compaction merges it like any engine file; newer writes stay on top.
+        db.compact_all().unwrap();
+        assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"later"[..]));
+        assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"engine"[..]));
+        assert_eq!(db.get(b"c").unwrap(), None);
+        assert_eq!(db.get(b"z").unwrap().as_deref(), Some(&b"new"[..]));
+        assert!(!live(&db).contains(&overlay_numbers[0]));
+        assert!(!overlay_path.exists(), "compacted away and unreferenced: deleted");
+        // Reopened, the engine reads the same.
+        drop(db);
+        let db = Db::open(dir.path().join("db"), Options::default()).unwrap();
+        assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"later"[..]));
+        assert_eq!(db.get(b"z").unwrap().as_deref(), Some(&b"new"[..]));
+        assert_eq!(db.get(b"c").unwrap(), None);
+    }
+
+    #[test]
+    fn an_overlay_adopted_before_a_crash_is_read_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let opts = || Options {
+            wal: true,
+            ..Options::default()
+        };
+        let db = Db::open(&path, opts()).unwrap();
+        db.put(b"a", b"engine").unwrap();
+        let pending = db.begin_checkpoint_for_overlay().unwrap();
+        db.put(b"b", b"after").unwrap();
+        let no = AtomicBool::new(false);
+        let pairs: [(&[u8], Option<&[u8]>); 1] = [(b"a", Some(b"overlay"))];
+        let mut cap = pending.wait_with_overlay(&no, overlay_of(&pairs)).unwrap();
+        assert!(cap.adopt_overlay(|| Some(())).unwrap().is_some());
+        drop(cap);
+        // No flush, no close: the WAL holds "b", the manifest the adopted file.
+        db.abandon();
+        let db = Db::open(&path, opts()).unwrap();
+        assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"overlay"[..]));
+        assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"after"[..]));
+        db.put(b"a", b"later").unwrap();
+        db.flush().unwrap();
+        db.compact_all().unwrap();
+        assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"later"[..]));
+    }
+
+    #[test]
+    fn a_declined_claim_or_an_unreserved_seqno_leaves_the_overlay_to_the_capture() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path().join("db"), Options::default()).unwrap();
+        db.put(b"a", b"engine").unwrap();
+        let no = AtomicBool::new(false);
+        let pairs: [(&[u8], Option<&[u8]>); 1] = [(b"a", Some(b"overlay"))];
+        for reserve in [true, false] {
+            let pending = if reserve {
+                db.begin_checkpoint_for_overlay().unwrap()
+            } else {
+                db.begin_checkpoint().unwrap()
+            };
+            let mut cap = pending.wait_with_overlay(&no, overlay_of(&pairs)).unwrap();
+            assert_eq!(cap.has_adoptable_overlay(), reserve);
+            let mut asked = false;
+            let got = cap
+                .adopt_overlay(|| {
+                    asked = true;
+                    None::<()>
+                })
+                .unwrap();
+            assert!(got.is_none());
+            assert_eq!(asked, reserve, "the claim is asked only of an adoptable overlay");
+            let path = cap.files[0].path.clone();
+            drop(cap);
+            assert!(!path.exists(), "not adopted: deleted with the capture");
+            assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"engine"[..]));
+        }
     }
 }
