@@ -16,8 +16,10 @@ use keyed_state_lsm::{Db, WriteBatch};
 use crate::backend::heap::bytes::SmallBytes;
 use crate::error::Result;
 
+mod ledger;
 mod map_index;
 mod slot_table;
+pub(crate) use ledger::LayerLedger;
 use map_index::{Hasher, MapIndex, WIDTH_NONE};
 use slot_table::SlotTable;
 
@@ -84,6 +86,13 @@ pub(crate) struct LogEntry {
 pub(crate) struct Layer {
     epoch: u64,
     entries: Vec<LogEntry>,
+}
+
+impl Layer {
+    /// The epoch whose writes the layer holds (increasing from one layer to the next).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
 }
 
 /// The overlay a snapshot or a checkpoint capture reads on top of the engine: every dirty value of the
@@ -165,6 +174,8 @@ pub(crate) struct RmwCache {
     /// outgrew its allocation would be copied whole in the middle of a write.
     log_reserve: usize,
     pending: Vec<Arc<Layer>>,
+    /// What this cache and the checkpoint captures of its layers agree on.
+    ledger: Arc<LayerLedger>,
     /// The admission filter (a "doorkeeper"): fingerprints of keys that missed recently, direct-mapped by
     /// hash. A key the cache does not hold is taken in on its second miss while its fingerprint is still
     /// there; the first goes straight to the engine. Empty: every key is taken in at once.
@@ -206,6 +217,7 @@ impl RmwCache {
             log_valid: 0,
             log_reserve: expect.min(1 << 22),
             pending: Vec::new(),
+            ledger: Arc::default(),
             door: if admit_on_first_touch {
                 Vec::new()
             } else {
@@ -647,9 +659,64 @@ impl RmwCache {
         self.pending.clone()
     }
 
-    /// Writes every pending layer into the engine, oldest first, and marks clean the slots whose latest
-    /// value it held. Must precede any other write of the backend into the engine.
+    /// What this cache and the checkpoint captures of its layers agree on.
+    pub(crate) fn ledger(&self) -> &Arc<LayerLedger> {
+        &self.ledger
+    }
+
+    /// Whether the oldest pending layer is in the engine through an adopted capture's files
+    /// ([`retire_adopted`](Self::retire_adopted) has work).
+    #[inline]
+    pub(crate) fn has_adopted_layers(&self) -> bool {
+        self.pending
+            .first()
+            .is_some_and(|l| l.epoch < self.ledger.adopted_below())
+    }
+
+    /// Drops the pending layers an adopted capture put into the engine, and marks clean the slots whose
+    /// latest value they held: they count as written back. Does nothing while an adoption holds the ledger
+    /// (a later call does it).
+    pub(crate) fn retire_adopted(&mut self) {
+        let adopted = self.ledger.adopted_below();
+        let n = self.pending.partition_point(|l| l.epoch < adopted);
+        let Some(last) = n.checked_sub(1).and_then(|i| self.pending.get(i)) else {
+            return;
+        };
+        // Their keys may reach the engine once they are clean: no capture holding them adopts any more.
+        if !self.ledger.try_release_below(last.epoch + 1) {
+            return;
+        }
+        let retired: Vec<Arc<Layer>> = self.pending.drain(..n).collect();
+        self.mark_clean(&retired);
+    }
+
+    /// Marks clean the slots whose latest value `layers` (now in the engine) held.
+    fn mark_clean(&mut self, layers: &[Arc<Layer>]) {
+        for layer in layers {
+            for e in layer.entries.iter().filter(|e| e.valid) {
+                if let Some(Some(s)) = self.slots.get_mut(e.slot as usize) {
+                    if s.dirty && s.epoch == layer.epoch && s.key.as_slice() == e.key.as_slice() {
+                        s.dirty = false;
+                        s.log = NO_LOG;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes every pending layer into the engine, oldest first (those an adopted capture put there
+    /// already are only retired), and marks clean the slots whose latest value it held. Must precede any
+    /// other write of the backend into the engine.
     pub(crate) fn drain_pending(&mut self, db: &Db) -> Result<()> {
+        let Some(last) = self.pending.last() else {
+            return Ok(());
+        };
+        // Given up before any of it is written: a capture holding one of these layers adopts nothing now.
+        self.ledger.release_below(last.epoch + 1);
+        let adopted = self.ledger.adopted_below();
+        let n = self.pending.partition_point(|l| l.epoch < adopted);
+        let retired: Vec<Arc<Layer>> = self.pending.drain(..n).collect();
+        self.mark_clean(&retired);
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -683,16 +750,7 @@ impl RmwCache {
                 return Err(err.into());
             }
         }
-        for layer in &layers {
-            for e in layer.entries.iter().filter(|e| e.valid) {
-                if let Some(Some(s)) = self.slots.get_mut(e.slot as usize) {
-                    if s.dirty && s.epoch == layer.epoch && s.key.as_slice() == e.key.as_slice() {
-                        s.dirty = false;
-                        s.log = NO_LOG;
-                    }
-                }
-            }
-        }
+        self.mark_clean(&layers);
         Ok(())
     }
 
@@ -846,6 +904,13 @@ impl RmwCache {
             self.log.clear();
         }
         Ok(())
+    }
+}
+
+impl Drop for RmwCache {
+    fn drop(&mut self) {
+        // Whatever the backend does with the keys from now on, no capture of this cache adopts its files.
+        self.ledger.release_below(u64::MAX);
     }
 }
 

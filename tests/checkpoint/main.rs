@@ -6,6 +6,7 @@ mod common;
 #[path = "../common/s3.rs"]
 mod s3;
 
+mod checkpoint_adoption;
 mod checkpoint_attempts_on_fault_fs;
 mod checkpoint_claim;
 mod checkpoint_crash;

@@ -199,9 +199,13 @@ pub(super) fn merged_scan(
     Ok(it.take_status()?)
 }
 
-/// After a write into the cache: evicts down to the capacity, and writes back old pending layers.
+/// After a write into the cache: retires the pending layers an adopted checkpoint capture put into the
+/// engine, evicts down to the capacity, and writes back old pending layers.
 #[inline]
 pub(super) fn settle(cache: &mut RmwCache, db: &Db) -> Result<()> {
+    if cache.has_adopted_layers() {
+        cache.retire_adopted();
+    }
     if cache.pending_layers() > MAX_PENDING_LAYERS {
         cache.drain_pending(db)?;
     }

@@ -1,21 +1,25 @@
 //! An LSM backend's checkpoint capture: the engine files of its synchronous part, and the read-modify-write
-//! cache's dirty layers handed over with them, written into files of the capture's own by its asynchronous
-//! part.
+//! cache's dirty layers handed over with them, written into files by its asynchronous part, which the
+//! engine then adopts as its own L0 files unless the backend wrote one of those layers into the engine
+//! first (`design/rmw-cache.md`, "Adoption of a capture's files").
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::backend::lsm_cache::{Layer, Overlay};
+use crate::backend::lsm_cache::{Layer, LayerLedger, Overlay};
 use crate::error::Result;
 
 use crate::backend::lsm::engine::Shared;
 
 /// The synchronous part of an LSM checkpoint: the engine's pending checkpoint, the engine it belongs to,
 /// and the read-modify-write cache's dirty layers of the moment (not in the engine at the pending
-/// checkpoint's seqno; oldest first).
+/// checkpoint's seqno; oldest first), with the ledger they are claimed through.
 pub(super) struct LsmCapture {
     pub(super) pending: keyed_state_lsm::PendingCheckpoint,
     pub(super) shared: Arc<Shared>,
     pub(super) layers: Vec<Arc<Layer>>,
+    /// The cache's ledger (`None`: no cache).
+    pub(super) ledger: Option<Arc<LayerLedger>>,
 }
 
 impl crate::backend::CheckpointCapture for LsmCapture {
@@ -27,12 +31,18 @@ impl crate::backend::CheckpointCapture for LsmCapture {
             pending,
             shared,
             layers,
+            ledger,
         } = *self;
-        // The dirty layers, merged and sorted here (the asynchronous part), are written into SST files of
-        // the capture's own, above the engine's files.
+        // The dirty layers, merged and sorted here (the asynchronous part), are written into SST files above
+        // the engine's files.
         let overlay = Overlay::build(&layers);
-        let captured = pending.wait_with_overlay(cancelled, overlay.range(&[], None))?;
+        let mut captured = pending.wait_with_overlay(cancelled, overlay.range(&[], None))?;
         drop(overlay);
+        if let (Some(ledger), Some(first), Some(last)) = (&ledger, layers.first(), layers.last()) {
+            if !cancelled.load(Ordering::Acquire) {
+                adopt(&mut captured, ledger, first.epoch(), last.epoch());
+            }
+        }
         let files = captured
             .files
             .iter()
@@ -57,5 +67,23 @@ impl crate::backend::CheckpointCapture for LsmCapture {
             tables: None,
             keep_alive: Box::new((captured, shared)),
         })
+    }
+}
+
+/// Makes the capture's files of the layers of epochs `first..=last` the engine's own L0 files, if the
+/// backend wrote none of those layers into the engine since the synchronous part (the ledger's claim); the
+/// layers then count as written back. Otherwise, or when the engine declines or fails, the files stay the
+/// capture's and the layers are written back as before.
+fn adopt(
+    captured: &mut keyed_state_lsm::CapturedCheckpoint,
+    ledger: &LayerLedger,
+    first: u64,
+    last: u64,
+) {
+    match captured.adopt_overlay(|| ledger.claim(first)) {
+        Ok(Some(claim)) => ledger.adopted(claim, last + 1),
+        Ok(None) => {}
+        // The checkpoint's files are whole either way; the engine reports its failure to the next write.
+        Err(e) => tracing::warn!(error = %e, "checkpoint files not adopted by the engine"),
     }
 }

@@ -734,16 +734,28 @@ impl StateBackend for LsmBackend {
         // the engine pins its seqno and switches its memtable. The engine holds no value newer than a
         // pending layer's, so the layers, written above the engine's files by the asynchronous part, give
         // exactly the state of this moment (`design/rmw-cache.md`).
-        let layers = self
-            .cache
-            .as_mut()
-            .map(RmwCache::hand_off)
-            .unwrap_or_default();
-        let pending = self.shared.db.begin_checkpoint()?;
+        // With the cache, the engine reserves `S + 1` for the layers' files, which it then adopts as its own
+        // L0 files unless the backend wrote one of the layers into the engine first (`capture.rs`). Layers
+        // already in the engine through an earlier capture's adopted files are left out.
+        let Some(cache) = self.cache.as_mut() else {
+            let pending = self.shared.db.begin_checkpoint()?;
+            return Ok(Box::new(LsmCapture {
+                pending,
+                shared: Arc::clone(&self.shared),
+                layers: Vec::new(),
+                ledger: None,
+            }));
+        };
+        let ledger = Arc::clone(cache.ledger());
+        let adopted = ledger.adopted_below();
+        let mut layers = cache.hand_off();
+        layers.retain(|l| l.epoch() >= adopted);
+        let pending = self.shared.db.begin_checkpoint_for_overlay()?;
         Ok(Box::new(LsmCapture {
             pending,
             shared: Arc::clone(&self.shared),
             layers,
+            ledger: Some(ledger),
         }))
     }
 
