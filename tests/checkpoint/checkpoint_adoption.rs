@@ -95,7 +95,12 @@ fn reads_after_adoption_see_the_cache_and_the_engine_agree() {
     engine.flush().unwrap();
     engine.compact_all().unwrap();
     check(&mut a, &model, 0..1001, "after evictions and compaction");
-    check(&mut a, &model, 10_000..20_000, "after evictions and compaction");
+    check(
+        &mut a,
+        &model,
+        10_000..20_000,
+        "after evictions and compaction",
+    );
     a.checkpoint(2);
     a.ck.notify_complete(2).unwrap();
     let mut r = restore(&storage, 2, all());
@@ -176,7 +181,12 @@ fn flushes_compactions_and_evictions_racing_the_asynchronous_part_keep_every_sta
     let mut taken = Vec::new();
     for round in 0..12i64 {
         for k in 0..600 {
-            put(&mut a, &mut model, (k * 7 + round * 13) % 4000, round * 10_000 + k);
+            put(
+                &mut a,
+                &mut model,
+                (k * 7 + round * 13) % 4000,
+                round * 10_000 + k,
+            );
         }
         let id = round as u64 + 1;
         let p = a.ck.begin(id, a.store.backend_mut()).unwrap();
@@ -185,7 +195,12 @@ fn flushes_compactions_and_evictions_racing_the_asynchronous_part_keep_every_sta
         // Meanwhile: writes (some evicting), engine flushes and compactions.
         let n = if round % 3 == 0 { 3000 } else { 200 };
         for k in 0..n {
-            put(&mut a, &mut model, (k * 11 + round) % 6000, -(round * 10_000 + k));
+            put(
+                &mut a,
+                &mut model,
+                (k * 11 + round) % 6000,
+                -(round * 10_000 + k),
+            );
         }
         engine.flush().unwrap();
         if round % 2 == 0 {

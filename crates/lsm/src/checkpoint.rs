@@ -350,7 +350,8 @@ where
     I: IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
 {
     use super::ikey::{self, ValueKind};
-    let mut out = super::flush::Outputs::new(inner, Some(inner.opts.target_file_size), true);
+    // One file, as a flush writes one: adopted, it is one L0 file, not one per key prefix or size step.
+    let mut out = super::flush::Outputs::new(inner, None, false);
     let mut last: Option<&[u8]> = None;
     let mut ikey_buf = Vec::new();
     for (n, (k, v)) in overlay.into_iter().enumerate() {
@@ -523,7 +524,9 @@ mod tests {
         v.files().map(|(_, f)| f.info.number).collect()
     }
 
-    fn overlay_of<'a>(pairs: &'a [(&'a [u8], Option<&'a [u8]>)]) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
+    fn overlay_of<'a>(
+        pairs: &'a [(&'a [u8], Option<&'a [u8]>)],
+    ) -> Vec<(&'a [u8], Option<&'a [u8]>)> {
         pairs.to_vec()
     }
 
@@ -539,7 +542,11 @@ mod tests {
         let s = pending.seqno();
         // Written after the synchronous part: not captured, and newer than the overlay's seqno.
         db.put(b"e", b"after").unwrap();
-        assert_eq!(db.stats().last_seqno, s + 2, "the next write skips the reserved seqno");
+        assert_eq!(
+            db.stats().last_seqno,
+            s + 2,
+            "the next write skips the reserved seqno"
+        );
         let no = AtomicBool::new(false);
         let pairs: [(&[u8], Option<&[u8]>); 3] =
             [(b"a", Some(b"overlay")), (b"c", None), (b"z", Some(b"new"))];
@@ -557,7 +564,10 @@ mod tests {
         assert!(!cap.has_adoptable_overlay(), "adopted once");
         let overlay_path = cap.files[0].path.clone();
         drop(cap);
-        assert!(overlay_path.exists(), "an adopted file outlives the capture");
+        assert!(
+            overlay_path.exists(),
+            "an adopted file outlives the capture"
+        );
         assert!(live(&db).contains(&overlay_numbers[0]));
         // Reads see the overlay under the newer write.
         assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"overlay"[..]));
@@ -576,7 +586,10 @@ mod tests {
         assert_eq!(db.get(b"c").unwrap(), None);
         assert_eq!(db.get(b"z").unwrap().as_deref(), Some(&b"new"[..]));
         assert!(!live(&db).contains(&overlay_numbers[0]));
-        assert!(!overlay_path.exists(), "compacted away and unreferenced: deleted");
+        assert!(
+            !overlay_path.exists(),
+            "compacted away and unreferenced: deleted"
+        );
         // Reopened, the engine reads the same.
         drop(db);
         let db = Db::open(dir.path().join("db"), Options::default()).unwrap();
@@ -636,7 +649,10 @@ mod tests {
                 })
                 .unwrap();
             assert!(got.is_none());
-            assert_eq!(asked, reserve, "the claim is asked only of an adoptable overlay");
+            assert_eq!(
+                asked, reserve,
+                "the claim is asked only of an adoptable overlay"
+            );
             let path = cap.files[0].path.clone();
             drop(cap);
             assert!(!path.exists(), "not adopted: deleted with the capture");
