@@ -176,6 +176,9 @@ pub(crate) struct RmwCache {
     pending: Vec<Arc<Layer>>,
     /// What this cache and the checkpoint captures of its layers agree on.
     ledger: Arc<LayerLedger>,
+    /// Hashes of the keys the pending layers hold, for evictions around them (built at the first such
+    /// eviction after a change of the pending layers).
+    pending_keys: Option<hashbrown::HashSet<u64>>,
     /// The admission filter (a "doorkeeper"): fingerprints of keys that missed recently, direct-mapped by
     /// hash. A key the cache does not hold is taken in on its second miss while its fingerprint is still
     /// there; the first goes straight to the engine. Empty: every key is taken in at once.
@@ -218,6 +221,7 @@ impl RmwCache {
             log_reserve: expect.min(1 << 22),
             pending: Vec::new(),
             ledger: Arc::default(),
+            pending_keys: None,
             door: if admit_on_first_touch {
                 Vec::new()
             } else {
@@ -652,6 +656,7 @@ impl RmwCache {
                 entries,
             }));
             self.epoch += 1;
+            self.pending_keys = None;
             self.log_valid = 0;
         } else {
             self.log.clear();
@@ -687,6 +692,7 @@ impl RmwCache {
             return;
         }
         let retired: Vec<Arc<Layer>> = self.pending.drain(..n).collect();
+        self.pending_keys = None;
         self.mark_clean(&retired);
     }
 
@@ -716,6 +722,7 @@ impl RmwCache {
         let adopted = self.ledger.adopted_below();
         let n = self.pending.partition_point(|l| l.epoch < adopted);
         let retired: Vec<Arc<Layer>> = self.pending.drain(..n).collect();
+        self.pending_keys = None;
         self.mark_clean(&retired);
         if self.pending.is_empty() {
             return Ok(());
@@ -834,8 +841,63 @@ impl RmwCache {
 
     #[cold]
     fn evict_slow(&mut self, keep: Option<u32>, db: &Db) -> Result<()> {
-        // Pending values are older than anything written here; they go first.
-        self.drain_pending(db)?;
+        if !self.pending.is_empty() {
+            // Around the pending layers first: a victim that is clean, or dirty only in the current log and
+            // in no pending layer, needs no drain, so a checkpoint capture of those layers still in flight
+            // keeps its claim to be adopted (`design/rmw-cache.md`, "Adoption of a capture's files").
+            self.evict_victims(keep, db, true)?;
+            if self.used <= self.capacity {
+                return Ok(());
+            }
+            // Pending values are older than anything written here; they go first.
+            self.drain_pending(db)?;
+        }
+        self.evict_victims(keep, db, false)
+    }
+
+    /// Slots an eviction around the pending layers looks at before it gives up and drains them.
+    const AROUND_PENDING_SCAN: usize = 4096;
+
+    /// The CLOCK eviction: chooses victims, writes the dirty ones back, removes them. `around_pending`:
+    /// only victims in no pending layer (clean, or dirty in the current epoch with a key no pending layer
+    /// holds), looking at no more than [`AROUND_PENDING_SCAN`](Self::AROUND_PENDING_SCAN) slots; otherwise
+    /// the pending layers must have been drained.
+    fn evict_victims(&mut self, keep: Option<u32>, db: &Db, around_pending: bool) -> Result<()> {
+        let pending_keys = if around_pending {
+            let keys = match self.pending_keys.take() {
+                Some(k) => k,
+                None => {
+                    let hasher = &self.hasher;
+                    self.pending
+                        .iter()
+                        .flat_map(|l| l.entries.iter().filter(|e| e.valid))
+                        .map(|e| hasher.hash_one(e.key.as_slice()))
+                        .collect()
+                }
+            };
+            Some(keys)
+        } else {
+            None
+        };
+        let r = self.evict_loop(keep, db, pending_keys.as_ref());
+        if around_pending {
+            self.pending_keys = pending_keys;
+        }
+        r
+    }
+
+    fn evict_loop(
+        &mut self,
+        keep: Option<u32>,
+        db: &Db,
+        pending_keys: Option<&hashbrown::HashSet<u64>>,
+    ) -> Result<()> {
+        let epoch = self.epoch;
+        let mut budget = if pending_keys.is_some() {
+            Self::AROUND_PENDING_SCAN
+        } else {
+            usize::MAX
+        };
         let mut passes = 0usize;
         loop {
             // Choose victims (CLOCK), write the dirty ones back, and only then remove them: a failed write
@@ -857,6 +919,10 @@ impl RmwCache {
                         break;
                     }
                 }
+                if budget == 0 {
+                    break;
+                }
+                budget -= 1;
                 let i = self.hand as u32;
                 self.hand += 1;
                 if Some(i) == keep {
@@ -869,8 +935,14 @@ impl RmwCache {
                     s.referenced = false;
                     continue;
                 }
+                if let Some(keys) = pending_keys {
+                    if s.dirty && (s.epoch != epoch || keys.contains(&s.hash)) {
+                        // In a pending layer: written back only after that layer.
+                        continue;
+                    }
+                }
                 if s.dirty {
-                    // Pending layers were drained, so a dirty slot's value is in the current log.
+                    // Not in a pending layer (drained, or checked above): its value is in the current log.
                     match &s.value {
                         Some(v) => batch.put(s.key.as_slice(), v.as_slice()),
                         None => batch.delete(s.key.as_slice()),

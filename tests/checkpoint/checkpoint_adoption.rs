@@ -1,6 +1,6 @@
 //! Checkpoints of an LSM backend with the read-modify-write cache: the engine adopts a capture's files of
 //! the cache's dirty entries as its own L0 files (`design/rmw-cache.md`, "Adoption of a capture's files"),
-//! so a change is uploaded once; when the backend wrote those entries into the engine first (an eviction
+//! so a change is uploaded once; when the backend wrote those entries into the engine first (a write-back
 //! between the two parts), the capture keeps its files and nothing is lost.
 
 use std::collections::BTreeMap;
@@ -14,8 +14,17 @@ use crate::common::*;
 
 /// An instance whose LSM backend has a cache of `cache` bytes that takes every key in at once.
 fn cached(storage: &Arc<CheckpointStorage>, cache: usize) -> Inst {
+    cached_with(storage, cache, options())
+}
+
+/// [`cached`] on engine options `opts`.
+fn cached_with(
+    storage: &Arc<CheckpointStorage>,
+    cache: usize,
+    opts: keyed_state_lsm::Options,
+) -> Inst {
     let cfg = KeyedStateStore::config_for(&keyed_state::serializer::LongSerializer, MAX_P, all());
-    let mut b = LsmBackend::temp_with(cfg.clone(), options())
+    let mut b = LsmBackend::temp_with(cfg.clone(), opts)
         .and_then(|b| b.with_rmw_cache(cache))
         .unwrap();
     b.set_rmw_cache_admission(true).unwrap();
@@ -139,17 +148,23 @@ fn a_restore_after_adoption_and_a_crash_reads_each_checkpoints_state() {
 }
 
 #[test]
-fn an_eviction_between_the_two_parts_keeps_the_capture_exact_and_loses_nothing() {
+fn evictions_between_the_two_parts_go_around_the_pending_layer_and_the_capture_is_adopted() {
     let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let mut a = cached(&storage, 256 << 10);
+    // A memtable that holds every evicted write, so that no flush or compaction rewrites checkpoint 1's
+    // file before checkpoint 2.
+    let opts = keyed_state_lsm::Options {
+        memtable_size: 64 << 20,
+        ..options()
+    };
+    let mut a = cached_with(&storage, 256 << 10, opts);
     let mut model = BTreeMap::new();
     for k in 0..800 {
         put(&mut a, &mut model, k, k);
     }
     let p = a.ck.begin(1, a.store.backend_mut()).unwrap();
     let at1 = model.clone();
-    // Evictions write the pending layer into the engine before the asynchronous part runs: the capture
-    // keeps its files, the engine does not adopt them.
+    // Rewrites of the pending layer's keys, then enough new keys to evict: the evictions take victims in
+    // no pending layer and write them into the engine, the layer stays pending.
     for k in 0..800 {
         put(&mut a, &mut model, k, k + 1);
     }
@@ -164,11 +179,44 @@ fn an_eviction_between_the_two_parts_keeps_the_capture_exact_and_loses_nothing()
     let mut r = restore(&storage, 1, all());
     check(&mut r, &at1, 0..801, "checkpoint 1");
     check(&mut r, &at1, 5000..5100, "checkpoint 1");
-    a.checkpoint(2);
+    // Checkpoint 1's file is the engine's: checkpoint 2 reuses it.
+    let s2 = a.checkpoint(2);
+    assert!(s2.files_reused >= s1.files_new, "{s1:?} {s2:?}");
     a.ck.notify_complete(2).unwrap();
     let mut r = restore(&storage, 2, all());
     check(&mut r, &model, 0..801, "checkpoint 2");
     check(&mut r, &model, 5000..10_000, "checkpoint 2");
+}
+
+#[test]
+fn a_write_back_between_the_two_parts_keeps_the_capture_exact_and_its_file_its_own() {
+    let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
+    let mut a = cached(&storage, 64 << 20);
+    let mut model = BTreeMap::new();
+    for k in 0..800 {
+        put(&mut a, &mut model, k, k);
+    }
+    let p = a.ck.begin(1, a.store.backend_mut()).unwrap();
+    let at1 = model.clone();
+    for k in 0..400 {
+        put(&mut a, &mut model, k, k + 1);
+    }
+    // The pending layer goes into the engine before the asynchronous part: the capture is not adopted.
+    a.store.backend_mut().write_back().unwrap();
+    let s1 = std::thread::spawn(move || p.run()).join().unwrap().unwrap();
+    assert!(s1.files_new > 0);
+    a.ck.notify_complete(1).unwrap();
+    check(&mut a, &model, 0..801, "live");
+    let mut r = restore(&storage, 1, all());
+    check(&mut r, &at1, 0..801, "checkpoint 1");
+    let s2 = a.checkpoint(2);
+    assert_eq!(
+        s2.files_reused, 0,
+        "checkpoint 1 was all the capture's own file: {s1:?} {s2:?}"
+    );
+    a.ck.notify_complete(2).unwrap();
+    let mut r = restore(&storage, 2, all());
+    check(&mut r, &model, 0..801, "checkpoint 2");
 }
 
 #[test]
