@@ -396,8 +396,8 @@ impl CapturedCheckpoint {
     /// runs older and newer than it, picked before the overlay was in) and whose keys overlap the overlay's
     /// sorts above it while holding older versions; then nothing is adopted.
     ///
-    /// `Ok(None)`: nothing adopted (no adoptable overlay, see [`has_adoptable_overlay`](Self::
-    /// has_adoptable_overlay); the engine closed or failed; a spanning L0 file; `claim` declined); the
+    /// `Ok(None)`: nothing adopted (no adoptable overlay, see
+    /// [`has_adoptable_overlay`](Self::has_adoptable_overlay); the engine closed or failed; a spanning L0 file; `claim` declined); the
     /// files stay the capture's. An error of installing the version ([`LsmError::Io`],
     /// [`LsmError::Background`]) leaves them the capture's to read too, and on disk until the next open
     /// unless the edit became durable.
