@@ -7,8 +7,9 @@
 //! CARGO_TARGET_DIR=/work/target-rocksdb cargo bench --features rocksdb --bench state_backends
 //! ```
 //!
-//! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds per sample,
-//! default 0.5), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
+//! Environment: `BENCH_OPS` (max ops per sample, default 300000), `BENCH_SECS` (max seconds of the
+//! benchmark thread's CPU time per sample, default 0.5), `BENCH_LIST_ADDALL_OPS` (the ops of every listAddAll sample, default
+//! 100000: a fixed count, as its lists grow with every op), `BENCH_ROUNDS` (default 3; the median round is reported), `BENCH_SP_KEYS` (savepoint keys,
 //! default 1000000), `BENCH_ONLY` (comma-separated sections: value,list,map,reducing,savepoint,mapsavepoint), `BENCH_OP` (comma-separated op names), `BENCH_KINDS`
 //! (comma-separated backends: heap,lsm-nocache,lsm,lsm+cache,rocksdb; `lsm` as it opens (no
 //! read-modify-write cache by default), `lsm-nocache` with the cache set off), `BENCH_RMW_CACHE_MIB` (the LSM+cache backend's
@@ -388,7 +389,9 @@ impl Sample {
     }
 }
 
-/// Runs `f(i)` for consecutive invocation indexes until `max_ops` or `max_secs`; `per_op` ops per call.
+/// Runs `f(i)` for consecutive invocation indexes until `max_ops` or `max_secs` of the calling thread's CPU
+/// time (not wall time: on a loaded machine a wall-time limit cuts samples short by however long the thread
+/// waited for a core); `per_op` ops per call.
 /// Never inlined, so that a profiler can count one sample's instructions (e.g. callgrind's
 /// `--toggle-collect='*state_backends::timed*' --dump-after='state_backends::timed'`: one dump per sample).
 #[inline(never)]
@@ -408,7 +411,7 @@ fn timed(
             *counter += 1;
         }
         n += 256;
-        if t0.elapsed().as_secs_f64() >= max_secs {
+        if thread_cpu() - c0 >= max_secs {
             break;
         }
     }
@@ -469,6 +472,8 @@ impl Data {
 
 struct Cfg {
     ops: u64,
+    /// Ops of every listAddAll sample (`BENCH_LIST_ADDALL_OPS`).
+    list_add_all_ops: u64,
     secs: f64,
     rounds: usize,
     sp_keys: usize,
@@ -486,6 +491,7 @@ impl Cfg {
         }
         Cfg {
             ops: get("BENCH_OPS", 300_000),
+            list_add_all_ops: get("BENCH_LIST_ADDALL_OPS", 100_000),
             secs: get("BENCH_SECS", 0.5),
             rounds: get("BENCH_ROUNDS", 3),
             sp_keys: get("BENCH_SP_KEYS", 1_000_000),
@@ -948,7 +954,13 @@ fn run_list(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 ttl_before_sample(&benches[bi].clock);
                 let b: &mut Bench<ListState<LongSerializer>> = &mut benches[bi];
                 let (st, h) = (&mut b.store, &b.h);
-                let s = timed(&mut b.counter, cfg.ops, cfg.secs, 1, |i| match op {
+                // listAddAll grows the lists it appends to by 100 elements per op, so its rate depends on
+                // how many ops a sample ran: a fixed count, every backend the same work.
+                let (max_ops, max_secs) = match op {
+                    "listAddAll" => (cfg.list_add_all_ops, f64::INFINITY),
+                    _ => (cfg.ops, cfg.secs),
+                };
+                let s = timed(&mut b.counter, max_ops, max_secs, 1, |i| match op {
                     "listGet" => {
                         st.set_current_key(data.setup_key(i))?;
                         std::hint::black_box(st.list(h)?.get()?);
@@ -1472,7 +1484,7 @@ fn main() -> Result<()> {
     let data = Data::new();
     println!("# keyed-state state backends (Flink state micro-benchmarks)\n");
     println!(
-        "machine: {} cores, load average at start {}; ops per sample ≤ {} or ≤ {} s; {} rounds, median round shown, backends idle before each sample, backend order rotated per round",
+        "machine: {} cores, load average at start {}; ops per sample ≤ {} or ≤ {} s of thread CPU time; {} rounds, median round shown, backends idle before each sample, backend order rotated per round",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         loadavg(),
         cfg.ops,
