@@ -90,6 +90,9 @@ struct Target {
     buffers: Arc<UploadBuffers>,
     /// Bytes of one part of a multipart upload (a multiple of [`BUFFER_SIZE`]).
     part_size: usize,
+    /// The store may keep a payload's bytes after the request (memory, a store given to `from_store`): it
+    /// gets a copy, and the buffer goes back to the pool at once.
+    copy_payload: bool,
 }
 
 impl Target {
@@ -290,7 +293,11 @@ async fn fill_payload(t: &Target, src: &mut Source, bytes: u64) -> Result<PutPay
         if buf.is_empty() {
             break;
         }
-        out.push(buf.into_bytes());
+        out.push(if t.copy_payload {
+            bytes::Bytes::copy_from_slice(buf.as_ref())
+        } else {
+            buf.into_bytes()
+        });
     }
     Ok(out.into_iter().collect())
 }
@@ -429,6 +436,8 @@ pub struct CheckpointStorage {
     buffers: Arc<UploadBuffers>,
     /// Bytes of one part of a multipart upload.
     part_size: usize,
+    /// The store may keep a payload's bytes after its request: it gets a copy.
+    copy_payload: bool,
 }
 
 impl std::fmt::Debug for CheckpointStorage {
@@ -582,7 +591,10 @@ impl CheckpointStorage {
             detail: error_chain(&e),
         })?;
         let prefix = url.path().trim_matches('/').to_string();
-        Self::from_store(Arc::new(store), &prefix, root)
+        let mut s = Self::from_store(Arc::new(store), &prefix, root)?;
+        // S3 drops a payload once its request (and retries) ended.
+        s.copy_payload = false;
+        Ok(s)
     }
 
     fn remote_err(&self, operation: &'static str, object: &str, e: object_store::Error) -> Error {
@@ -601,6 +613,8 @@ impl CheckpointStorage {
         let mut s = Self::from_store(Arc::new(fs), "", &dir.display().to_string())?;
         s.local_root = Some(dir.to_path_buf());
         s.part_size = LOCAL_PART_SIZE;
+        // The local file system writes a payload and drops it.
+        s.copy_payload = false;
         Ok(s)
     }
 
@@ -622,6 +636,7 @@ impl CheckpointStorage {
             fail_after: AtomicI64::new(-1),
             buffers: UploadBuffers::new(None, DEFAULT_UPLOAD_BUFFER_BYTES),
             part_size: PART_SIZE,
+            copy_payload: true,
         })
     }
 
@@ -659,6 +674,7 @@ impl CheckpointStorage {
             fail_after: AtomicI64::new(-1),
             buffers: Arc::clone(&self.buffers),
             part_size: self.part_size,
+            copy_payload: self.copy_payload,
         })
     }
 
@@ -859,6 +875,7 @@ impl CheckpointStorage {
             name: self.root_name.clone(),
             buffers: Arc::clone(&self.buffers),
             part_size: self.part_size,
+            copy_payload: self.copy_payload,
         };
         self.io.spawn(upload_one(target, p, u, files))?.await?
     }

@@ -405,3 +405,18 @@ fn on_s3_with_the_budget_full_uploads_go_on_in_parts_of_the_guaranteed_size() {
     assert!(stats.peak_buffers <= GUARANTEED_BUFFERS, "{stats:?}");
     assert_eq!(env.upload_buffers().charged(), 0);
 }
+
+#[test]
+fn a_store_that_keeps_what_it_was_given_gets_copies_and_the_buffers_come_back() {
+    // The in-memory store keeps a put's bytes as they were handed to it.
+    let env = env(64 << 20, 8 << 20);
+    let storage = CheckpointStorage::in_memory()
+        .unwrap()
+        .with_memory(Arc::clone(env.memory()));
+    let dir = tempfile::tempdir().unwrap();
+    // More objects than the pool has buffers: kept buffers would leave the last uploads waiting forever.
+    let fs = files(dir.path(), "k", 12, 700_000);
+    upload_and_check(&storage, "k", &fs);
+    assert_eq!(storage.buffers().charged(), 0);
+    assert_eq!(env.memory().reserved_bytes(), 0);
+}
