@@ -568,11 +568,17 @@ fn part2_child(variant: &str) {
     peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
     let peak_mix = peak.load(Ordering::Relaxed);
     phase.store(2, Ordering::Relaxed);
+    let (t, cpu) = (Instant::now(), cpu_seconds());
     for op in ops.iter_mut() {
         let p = op.store.checkpoint(&op.ck, 1).expect("sync");
         p.run().expect("async");
         op.ck.notify_complete(1).expect("confirm");
     }
+    eprintln!(
+        "{variant}: checkpoint phase {:.2} s wall, {:.2} s CPU",
+        t.elapsed().as_secs_f64(),
+        cpu_seconds() - cpu
+    );
     let stalls: Option<f64> = ops.iter().map(|o| stall_ms_of(o.engine.as_ref())).sum();
     let names = thread_names();
     stop.store(true, Ordering::Relaxed);

@@ -42,6 +42,10 @@ pub struct StateEnvOptions {
     pub background_threads: usize,
     /// Worker threads of the checkpoint storages' I/O runtime (default 2).
     pub io_threads: usize,
+    /// Bytes of upload buffers the checkpoint storages of the environment hold together at most (default
+    /// 32 MiB), within what the memory budget leaves them: one pool for all, charged to the budget
+    /// (`design/checkpoints.md`, "Upload buffers"). At least one S3 part (5 MiB) is always allowed.
+    pub upload_buffer_bytes: usize,
 }
 
 impl Default for StateEnvOptions {
@@ -53,6 +57,7 @@ impl Default for StateEnvOptions {
             rmw_cache_ratio: crate::backend::lsm::DEFAULT_RMW_CACHE_RATIO,
             background_threads: lsm.background_threads,
             io_threads: 2,
+            upload_buffer_bytes: 32 << 20,
         }
     }
 }
@@ -63,6 +68,9 @@ pub struct StateEnv {
     lsm: SharedEnv,
     #[cfg(feature = "checkpoints")]
     io: Arc<crate::checkpoint::IoRuntime>,
+    /// The upload buffers every checkpoint storage of the environment shares.
+    #[cfg(feature = "checkpoints")]
+    uploads: Arc<crate::checkpoint::UploadBuffers>,
     options: StateEnvOptions,
     /// Bytes heap backends of the environment charge (a part of the budget's reservations).
     heap_state: Arc<AtomicUsize>,
@@ -114,10 +122,17 @@ impl StateEnv {
             ..EnvOptions::default()
         })?;
         crate::backend::lsm::set_rmw_cache_ratio(lsm.memory(), options.rmw_cache_ratio);
+        #[cfg(feature = "checkpoints")]
+        let uploads = crate::checkpoint::UploadBuffers::new(
+            Some(Arc::clone(lsm.memory())),
+            options.upload_buffer_bytes,
+        );
         Ok(StateEnv {
             lsm,
             #[cfg(feature = "checkpoints")]
             io: Arc::new(crate::checkpoint::IoRuntime::new(options.io_threads)),
+            #[cfg(feature = "checkpoints")]
+            uploads,
             options,
             heap_state: Arc::new(AtomicUsize::new(0)),
         })
@@ -243,8 +258,14 @@ impl StateEnv {
         &self.io
     }
 
+    /// The upload buffers the environment's checkpoint storages share, charged to its budget.
+    #[cfg(feature = "checkpoints")]
+    pub fn upload_buffers(&self) -> &Arc<crate::checkpoint::UploadBuffers> {
+        &self.uploads
+    }
+
     /// Opens checkpoint storage at `root` ([`CheckpointStorage::open`](crate::checkpoint::CheckpointStorage::open))
-    /// on the environment's I/O runtime.
+    /// on the environment's I/O runtime, with the environment's upload buffers.
     #[cfg(feature = "checkpoints")]
     pub fn open_storage(&self, root: &str) -> Result<Arc<crate::checkpoint::CheckpointStorage>> {
         self.open_storage_with(root, &[])
@@ -261,7 +282,7 @@ impl StateEnv {
         Ok(Arc::new(
             crate::checkpoint::CheckpointStorage::open_with(root, settings)?
                 .with_io(Arc::clone(&self.io))
-                .with_memory(Arc::clone(self.memory())),
+                .with_buffers(Arc::clone(&self.uploads)),
         ))
     }
 }

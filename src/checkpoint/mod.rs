@@ -34,6 +34,7 @@
 //! and the test suites' oracle; see its documentation for why it stays here).
 
 mod async_api;
+pub mod buffers;
 mod checkpointer;
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) mod fault_store;
@@ -56,6 +57,7 @@ pub use crate::error::CheckpointError;
 pub use async_api::{
     gc_async, restore_heap_async, restore_lsm_async, restore_lsm_temp_async, to_savepoint_async,
 };
+pub use buffers::{UploadBufferStats, UploadBuffers};
 pub use checkpointer::Checkpointer;
 pub use format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 pub use io::{IoRuntime, DEFAULT_IO_THREADS};
@@ -69,8 +71,9 @@ pub use restore::restore_rocksdb;
 pub use restore::{restore_heap, restore_lsm, restore_lsm_temp, to_savepoint, RestoreInfo};
 pub use scan::{checkpoint_parts, list_completed, MAX_METADATA_BYTES};
 pub use storage::{
-    CheckpointStorage, Upload, UploadPart, Uploaded, MULTIPART_THRESHOLD, PARALLELISM, PART_SIZE,
-    REMOTE_CONNECT_TIMEOUT, REMOTE_MAX_RETRIES, REMOTE_REQUEST_TIMEOUT, REMOTE_RETRY_TIMEOUT,
+    CheckpointStorage, Upload, UploadPart, Uploaded, LOCAL_PART_SIZE, MULTIPART_THRESHOLD,
+    PARALLELISM, PART_SIZE, REMOTE_CONNECT_TIMEOUT, REMOTE_MAX_RETRIES, REMOTE_REQUEST_TIMEOUT,
+    REMOTE_RETRY_TIMEOUT,
 };
 pub use sweeper::wait_for_sweeps;
 

@@ -9,6 +9,7 @@
 //! [`REMOTE_MAX_RETRIES`], [`REMOTE_RETRY_TIMEOUT`]): an unreachable store fails with
 //! [`CheckpointError::Store`], naming the store and the operation, and never hangs.
 
+use std::collections::VecDeque;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -19,26 +20,29 @@ use futures::stream::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
+use super::buffers::{PooledBuffer, UploadBuffers, BUFFER_SIZE, DEFAULT_UPLOAD_BUFFER_BYTES};
 use super::io::{IoRuntime, DEFAULT_IO_THREADS};
 use crate::error::{CheckpointError, Error, Location, Result};
 use keyed_state_lsm::storage::{Storage, StorageHandle};
-use keyed_state_lsm::{MemoryBudget, MemoryReservation};
+use keyed_state_lsm::MemoryBudget;
 
-/// Files at least this large are uploaded in parts.
-pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
-/// Size of one part of a multipart upload.
-pub const PART_SIZE: usize = 8 << 20;
-/// Uploads and downloads running at once.
+/// Size of one part of a multipart upload to a remote store (S3 takes no smaller part but the last), and
+/// the largest part size: an object larger than its storage's part size
+/// ([`CheckpointStorage::part_size`]) is uploaded in parts.
+pub const PART_SIZE: usize = 5 << 20;
+/// Size of one part of a multipart upload to a local directory or to memory.
+pub const LOCAL_PART_SIZE: usize = BUFFER_SIZE;
+/// Objects larger than this are uploaded in parts on every store (the largest part size, [`PART_SIZE`]).
+pub const MULTIPART_THRESHOLD: u64 = PART_SIZE as u64;
+/// Uploads and downloads running at once, and parts of one multipart upload in flight at most.
 pub const PARALLELISM: usize = 4;
-/// Bytes of a file handed to a multipart upload at a time.
-const CHUNK: usize = 1 << 20;
 
 /// Time to establish a connection to a remote store.
 pub const REMOTE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time one request to a remote store may take (a 16 MiB whole-object put or an 8 MiB part included: at
-/// least 0.56 MB/s). With [`REMOTE_RETRY_TIMEOUT`] it bounds a store that accepts and never answers to
+/// Time one request to a remote store may take (a 5 MiB whole-object put or part included: at least
+/// 0.17 MB/s). With [`REMOTE_RETRY_TIMEOUT`] it bounds a store that accepts and never answers to
 /// about 30 s.
 pub const REMOTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Retries of one failed request to a remote store.
@@ -59,9 +63,19 @@ fn read_err(f: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::io("reading", f, source)
 }
 
-/// Aborts multipart upload `w` after `err` (so its parts are not left on the store; best effort: a failed
-/// abort is logged) and returns `err`.
-async fn abort(w: WriteMultipart, err: Error) -> Error {
+/// Aborts multipart upload `w` after `err`, with its parts in flight (so its parts are not left on the
+/// store; best effort: a failed abort is logged), and returns `err`.
+async fn abort(
+    mut w: Box<dyn MultipartUpload>,
+    inflight: VecDeque<tokio::task::JoinHandle<object_store::Result<()>>>,
+    err: Error,
+) -> Error {
+    for h in &inflight {
+        h.abort();
+    }
+    for h in inflight {
+        let _ = h.await;
+    }
     if let Err(e) = w.abort().await {
         tracing::warn!("aborting a multipart upload after \"{err}\" failed: {e}");
     }
@@ -72,8 +86,13 @@ async fn abort(w: WriteMultipart, err: Error) -> Error {
 struct Target {
     store: Arc<dyn ObjectStore>,
     name: String,
-    /// The budget the upload's buffers are charged to ([`CheckpointStorage::with_memory`]).
-    memory: Option<Arc<MemoryBudget>>,
+    /// The pool the upload's buffers come from.
+    buffers: Arc<UploadBuffers>,
+    /// Bytes of one part of a multipart upload (a multiple of [`BUFFER_SIZE`]).
+    part_size: usize,
+    /// The store may keep a payload's bytes after the request (memory, a store given to `from_store`): it
+    /// gets a copy, and the buffer goes back to the pool at once.
+    copy_payload: bool,
 }
 
 impl Target {
@@ -93,62 +112,38 @@ fn store_err(store: &str, operation: &'static str, object: &str, e: object_store
     .into()
 }
 
-/// An object read whole before its upload, or its parts to stream.
-enum Prepared {
-    Whole {
-        buf: Vec<u8>,
-        files: Vec<(u64, u64)>,
-    },
-    Streamed(Vec<UploadPart>),
-}
-
-/// Reads the parts of an object below [`MULTIPART_THRESHOLD`] into one buffer (with each part's length
-/// and xxh3-64); hands larger ones back to be streamed. Before reading, charges `memory` with what the
-/// upload will buffer: the whole object, or a read chunk and the parts `WriteMultipart` holds (the one
-/// being filled and [`PARALLELISM`] in flight); the charge lasts as long as the returned reservation.
-/// Blocking.
-fn prepare(
-    parts: Vec<UploadPart>,
-    fs: &dyn Storage,
-    memory: Option<&Arc<MemoryBudget>>,
-) -> Result<(Prepared, Option<MemoryReservation>)> {
-    let mut total: u64 = 0;
-    for f in &parts {
-        total += f.len(fs)?;
-    }
-    let buffered = if total < MULTIPART_THRESHOLD {
-        total as usize
-    } else {
-        CHUNK + (total as usize).min((PARALLELISM + 1) * PART_SIZE)
-    };
-    let charge = memory.map(|m| m.reserve(buffered));
-    if total >= MULTIPART_THRESHOLD {
-        return Ok((Prepared::Streamed(parts), charge));
-    }
-    let mut buf = Vec::with_capacity(total as usize);
-    let mut files = Vec::with_capacity(parts.len());
-    for f in &parts {
-        let start = buf.len();
-        match f {
-            UploadPart::File(f) => fs.read_append(f, &mut buf).map_err(read_err(f))?,
-            UploadPart::Bytes(b) => buf.extend_from_slice(b),
-        }
-        let part = buf.get(start..).unwrap_or_default();
-        files.push((part.len() as u64, xxhash_rust::xxh3::xxh3_64(part)));
-    }
-    Ok((Prepared::Whole { buf, files }, charge))
-}
-
-/// A request to a [`ChunkReader`]'s thread: fill the buffer, answer with it and the bytes read.
+/// A request to a [`ChunkReader`]'s thread: append this many bytes of the file to the buffer, answer with
+/// it (and an error if the file ended before).
 type ChunkRequest = (
-    Vec<u8>,
-    futures::channel::oneshot::Sender<(Vec<u8>, std::io::Result<usize>)>,
+    PooledBuffer,
+    usize,
+    futures::channel::oneshot::Sender<(PooledBuffer, std::io::Result<()>)>,
 );
 
-/// A local file streamed by a thread of its own, one chunk per request (the storage's reader is neither
+/// A local file streamed by a thread of its own, one request at a time (the storage's reader is neither
 /// `Send` nor `'static`, so it stays on that thread). The thread ends when the reader is dropped.
 struct ChunkReader {
     requests: std::sync::mpsc::Sender<ChunkRequest>,
+}
+
+/// Appends exactly `want` bytes of `r` to `buf` (whose capacity has room for them).
+fn read_into(r: &mut dyn Read, buf: &mut Vec<u8>, want: usize) -> std::io::Result<()> {
+    let start = buf.len();
+    buf.resize(start + want, 0);
+    let got = r.read_exact(buf.get_mut(start..).unwrap_or_default());
+    if got.is_err() {
+        buf.truncate(start);
+    }
+    got.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            std::io::Error::new(
+                e.kind(),
+                "the file is shorter than its size when the upload began",
+            )
+        } else {
+            e
+        }
+    })
 }
 
 impl ChunkReader {
@@ -160,20 +155,15 @@ impl ChunkReader {
                 let mut r = match fs.open_read(&path) {
                     Ok(r) => r,
                     Err(e) => {
-                        if let Ok((buf, reply)) = rx.recv() {
+                        if let Ok((buf, _, reply)) = rx.recv() {
                             let _ = reply.send((buf, Err(e)));
                         }
                         return;
                     }
                 };
-                for (mut buf, reply) in rx {
-                    let n = loop {
-                        match r.read(&mut buf) {
-                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                            other => break other,
-                        }
-                    };
-                    if reply.send((buf, n)).is_err() {
+                for (mut buf, want, reply) in rx {
+                    let got = read_into(&mut r, buf.vec(), want);
+                    if reply.send((buf, got)).is_err() {
                         return;
                     }
                 }
@@ -185,118 +175,223 @@ impl ChunkReader {
         Ok(ChunkReader { requests: tx })
     }
 
-    /// Reads up to `buf.len()` bytes into `buf`; 0 at the end of the file.
-    async fn read(&self, buf: Vec<u8>) -> (Vec<u8>, std::io::Result<usize>) {
+    /// Appends the next `want` bytes of the file to `buf`.
+    async fn read(
+        &self,
+        buf: PooledBuffer,
+        want: usize,
+    ) -> (Option<PooledBuffer>, std::io::Result<()>) {
+        let ended = || std::io::Error::other("the file reader thread ended");
         let (reply, answer) = futures::channel::oneshot::channel();
-        if self.requests.send((buf, reply)).is_err() {
-            return (
-                Vec::new(),
-                Err(std::io::Error::other("the file reader thread ended")),
-            );
+        if let Err(std::sync::mpsc::SendError((buf, _, _))) = self.requests.send((buf, want, reply))
+        {
+            return (Some(buf), Err(ended()));
         }
-        answer.await.unwrap_or_else(|_| {
-            (
-                Vec::new(),
-                Err(std::io::Error::other("the file reader thread ended")),
-            )
-        })
+        match answer.await {
+            Ok((buf, r)) => (Some(buf), r),
+            Err(_) => (None, Err(ended())),
+        }
     }
 }
 
-/// Uploads `u` as object `p` of `t`, reading its files from `fs` (a task of the I/O runtime).
+/// The bytes of one object, the concatenation of its parts, read into upload buffers in order, with each
+/// part's length and xxh3-64 and the whole object's xxh3-64.
+struct Source {
+    /// The parts and their lengths when the upload began.
+    parts: Vec<(UploadPart, u64)>,
+    /// The part being read and the bytes of it read so far.
+    idx: usize,
+    at: u64,
+    reader: Option<ChunkReader>,
+    fs: StorageHandle,
+    part_hash: xxhash_rust::xxh3::Xxh3,
+    whole: xxhash_rust::xxh3::Xxh3,
+    files: Vec<(u64, u64)>,
+}
+
+impl Source {
+    fn new(parts: Vec<(UploadPart, u64)>, fs: StorageHandle) -> Source {
+        let n = parts.len();
+        let mut s = Source {
+            parts,
+            idx: 0,
+            at: 0,
+            reader: None,
+            fs,
+            part_hash: xxhash_rust::xxh3::Xxh3::new(),
+            whole: xxhash_rust::xxh3::Xxh3::new(),
+            files: Vec::with_capacity(n),
+        };
+        s.close_finished();
+        s
+    }
+
+    /// Records every part read to its end (empty ones included) and moves past it.
+    fn close_finished(&mut self) {
+        while let Some((_, len)) = self.parts.get(self.idx) {
+            if self.at < *len {
+                return;
+            }
+            self.files.push((*len, self.part_hash.digest()));
+            self.part_hash.reset();
+            self.reader = None;
+            self.idx += 1;
+            self.at = 0;
+        }
+    }
+
+    /// Fills `buf` up to its capacity, or with what is left of the object.
+    async fn fill(&mut self, mut buf: PooledBuffer) -> Result<PooledBuffer> {
+        while buf.room() > 0 {
+            let Some((part, len)) = self.parts.get(self.idx) else {
+                break;
+            };
+            let want = (buf.room() as u64).min(len - self.at) as usize;
+            let start = buf.len();
+            match part {
+                UploadPart::Bytes(b) => {
+                    let from = self.at as usize;
+                    buf.vec()
+                        .extend_from_slice(b.get(from..from + want).unwrap_or_default());
+                }
+                UploadPart::File(f) => {
+                    if self.reader.is_none() {
+                        self.reader = Some(ChunkReader::open(self.fs.clone(), f.clone())?);
+                    }
+                    let Some(reader) = self.reader.as_ref() else {
+                        break;
+                    };
+                    let (back, got) = reader.read(buf, want).await;
+                    got.map_err(read_err(f))?;
+                    buf = back.ok_or_else(|| {
+                        read_err(f)(std::io::Error::other("the file reader thread ended"))
+                    })?;
+                }
+            }
+            let c = buf.as_ref().get(start..).unwrap_or_default();
+            self.part_hash.update(c);
+            self.whole.update(c);
+            self.at += c.len() as u64;
+            self.close_finished();
+        }
+        Ok(buf)
+    }
+}
+
+/// Buffers for `bytes` bytes.
+fn buffers_for(bytes: u64) -> usize {
+    (bytes.div_ceil(BUFFER_SIZE as u64) as usize).max(1)
+}
+
+/// Fills the buffers of one lease from `src` and hands them out as one payload (each buffer goes back to
+/// the pool when the store drops it).
+async fn fill_payload(t: &Target, src: &mut Source, bytes: u64) -> Result<PutPayload> {
+    let mut lease = t.buffers.acquire(buffers_for(bytes)).await;
+    let mut out = Vec::with_capacity(lease.len());
+    while let Some(buf) = lease.take() {
+        let buf = src.fill(buf).await?;
+        if buf.is_empty() {
+            break;
+        }
+        out.push(if t.copy_payload {
+            bytes::Bytes::copy_from_slice(buf.as_ref())
+        } else {
+            buf.into_bytes()
+        });
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// Uploads `u` as object `p` of `t`, reading its files from `fs` (a task of the I/O runtime). The object
+/// is read into buffers of `t`'s pool, one part (or the whole object, if it is no larger than a part) at a
+/// time, and at most [`PARALLELISM`] parts are in flight.
 async fn upload_one(t: Target, p: ObjPath, u: Upload, fs: StorageHandle) -> Result<Uploaded> {
     let Upload { path, files: parts } = u;
-    let (prepared, _charge) = {
+    let sized = {
         let fs = fs.clone();
-        let memory = t.memory.clone();
-        tokio::task::spawn_blocking(move || prepare(parts, &*fs, memory.as_ref()))
+        tokio::task::spawn_blocking(move || {
+            parts
+                .into_iter()
+                .map(|f| f.len(&*fs).map(|n| (f, n)))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await
+        .map_err(super::io::joined)??
+    };
+    let total: u64 = sized.iter().map(|(_, n)| n).sum();
+    let mut src = Source::new(sized, fs);
+    if total <= t.part_size as u64 {
+        let payload = fill_payload(&t, &mut src, total).await?;
+        t.store
+            .put(&p, payload)
             .await
-            .map_err(super::io::joined)??
-    };
-    let mut whole = xxhash_rust::xxh3::Xxh3::new();
-    let parts = match prepared {
-        Prepared::Whole { buf, files } => {
-            whole.update(&buf);
-            let size = buf.len() as u64;
-            t.store
-                .put(&p, PutPayload::from(buf))
-                .await
-                .map_err(|e| t.err("put", &path, e))?;
-            return Ok(Uploaded {
-                size,
-                checksum: whole.digest(),
-                files,
-            });
-        }
-        Prepared::Streamed(parts) => parts,
-    };
-    let upload = t
+            .map_err(|e| t.err("put", &path, e))?;
+        return Ok(Uploaded {
+            size: total,
+            checksum: src.whole.digest(),
+            files: src.files,
+        });
+    }
+    let w = t
         .store
         .put_multipart(&p)
         .await
         .map_err(|e| t.err("multipart put", &path, e))?;
-    let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-    let mut size = 0u64;
-    let mut files = Vec::with_capacity(parts.len());
-    let mut buf = vec![0u8; CHUNK];
-    for f in &parts {
-        let mut fh = xxhash_rust::xxh3::Xxh3::new();
-        let mut len = 0u64;
-        match f {
-            UploadPart::File(file) => {
-                // Streamed CHUNK bytes at a time with plain reads, at most PARALLELISM parts in flight.
-                let reader = match ChunkReader::open(fs.clone(), file.clone()) {
-                    Ok(r) => r,
-                    Err(e) => return Err(abort(w, e).await),
-                };
-                loop {
-                    let (back, n) = reader.read(std::mem::take(&mut buf)).await;
-                    buf = back;
-                    let c = match n {
-                        Ok(0) => break,
-                        Ok(n) => match buf.get(..n) {
-                            Some(c) => c,
-                            None => {
-                                let e = std::io::Error::other("read more bytes than asked");
-                                return Err(abort(w, read_err(file)(e)).await);
-                            }
-                        },
-                        Err(e) => return Err(abort(w, read_err(file)(e)).await),
-                    };
-                    fh.update(c);
-                    whole.update(c);
-                    if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
-                        let err = t.err("multipart put", &path, e);
-                        return Err(abort(w, err).await);
-                    }
-                    w.write(c);
-                    len += c.len() as u64;
+    upload_parts(&t, &path, w, &mut src, total).await?;
+    Ok(Uploaded {
+        size: total,
+        checksum: src.whole.digest(),
+        files: src.files,
+    })
+}
+
+/// Streams `src` (`total` bytes) to multipart upload `w` in parts of `t.part_size`, completing it, or
+/// aborting it after an error.
+async fn upload_parts(
+    t: &Target,
+    path: &str,
+    mut w: Box<dyn MultipartUpload>,
+    src: &mut Source,
+    total: u64,
+) -> Result<()> {
+    let mut inflight = VecDeque::new();
+    let mut sent = 0u64;
+    while sent < total {
+        let part = (t.part_size as u64).min(total - sent);
+        let payload = match fill_payload(t, src, part).await {
+            Ok(p) => p,
+            Err(e) => return Err(abort(w, inflight, e).await),
+        };
+        sent += part;
+        inflight.push_back(tokio::spawn(w.put_part(payload)));
+        if inflight.len() >= PARALLELISM {
+            if let Some(h) = inflight.pop_front() {
+                if let Err(e) = part_result(t, path, h.await) {
+                    return Err(abort(w, inflight, e).await);
                 }
-            }
-            UploadPart::Bytes(b) => {
-                fh.update(b);
-                whole.update(b);
-                for c in b.chunks(CHUNK) {
-                    if let Err(e) = w.wait_for_capacity(PARALLELISM).await {
-                        let err = t.err("multipart put", &path, e);
-                        return Err(abort(w, err).await);
-                    }
-                    w.write(c);
-                }
-                len = b.len() as u64;
             }
         }
-        files.push((len, fh.digest()));
-        size += len;
     }
-    w.finish()
-        .await
-        .map_err(|e| t.err("multipart put", &path, e))?;
-    Ok(Uploaded {
-        size,
-        checksum: whole.digest(),
-        files,
-    })
+    while let Some(h) = inflight.pop_front() {
+        if let Err(e) = part_result(t, path, h.await) {
+            return Err(abort(w, inflight, e).await);
+        }
+    }
+    if let Err(e) = w.complete().await {
+        let err = t.err("multipart put", path, e);
+        return Err(abort(w, VecDeque::new(), err).await);
+    }
+    Ok(())
+}
+
+/// The outcome of one part's task.
+fn part_result(
+    t: &Target,
+    path: &str,
+    r: std::result::Result<object_store::Result<()>, tokio::task::JoinError>,
+) -> Result<()> {
+    r.map_err(super::io::joined)?
+        .map_err(|e| t.err("multipart put", path, e))
 }
 
 impl UploadPart {
@@ -337,8 +432,12 @@ pub struct CheckpointStorage {
     root_name: String,
     /// Test hook: puts left before every put fails (negative: never).
     fail_after: AtomicI64,
-    /// The memory budget the upload buffers are charged to ([`with_memory`](Self::with_memory)).
-    memory: Option<Arc<MemoryBudget>>,
+    /// The pool upload buffers come from ([`with_buffers`](Self::with_buffers)).
+    buffers: Arc<UploadBuffers>,
+    /// Bytes of one part of a multipart upload.
+    part_size: usize,
+    /// The store may keep a payload's bytes after its request: it gets a copy.
+    copy_payload: bool,
 }
 
 impl std::fmt::Debug for CheckpointStorage {
@@ -492,7 +591,10 @@ impl CheckpointStorage {
             detail: error_chain(&e),
         })?;
         let prefix = url.path().trim_matches('/').to_string();
-        Self::from_store(Arc::new(store), &prefix, root)
+        let mut s = Self::from_store(Arc::new(store), &prefix, root)?;
+        // S3 drops a payload once its request (and retries) ended.
+        s.copy_payload = false;
+        Ok(s)
     }
 
     fn remote_err(&self, operation: &'static str, object: &str, e: object_store::Error) -> Error {
@@ -510,12 +612,17 @@ impl CheckpointStorage {
             .with_fsync(true);
         let mut s = Self::from_store(Arc::new(fs), "", &dir.display().to_string())?;
         s.local_root = Some(dir.to_path_buf());
+        s.part_size = LOCAL_PART_SIZE;
+        // The local file system writes a payload and drops it.
+        s.copy_payload = false;
         Ok(s)
     }
 
     /// Storage in memory (for tests).
     pub fn in_memory() -> Result<Self> {
-        Self::from_store(Arc::new(InMemory::new()), "", "memory:///")
+        let mut s = Self::from_store(Arc::new(InMemory::new()), "", "memory:///")?;
+        s.part_size = LOCAL_PART_SIZE;
+        Ok(s)
     }
 
     /// Storage on any object store, under `prefix`.
@@ -527,7 +634,9 @@ impl CheckpointStorage {
             io: Arc::new(IoRuntime::new(DEFAULT_IO_THREADS)),
             root_name: name.to_string(),
             fail_after: AtomicI64::new(-1),
-            memory: None,
+            buffers: UploadBuffers::new(None, DEFAULT_UPLOAD_BUFFER_BYTES),
+            part_size: PART_SIZE,
+            copy_payload: true,
         })
     }
 
@@ -563,7 +672,9 @@ impl CheckpointStorage {
             io: Arc::clone(&self.io),
             root_name,
             fail_after: AtomicI64::new(-1),
-            memory: self.memory.clone(),
+            buffers: Arc::clone(&self.buffers),
+            part_size: self.part_size,
+            copy_payload: self.copy_payload,
         })
     }
 
@@ -573,15 +684,41 @@ impl CheckpointStorage {
         self
     }
 
-    /// Charges the buffers of this storage's uploads to `memory` (a [`MemoryBudget`] reservation for as
-    /// long as each upload holds them: the whole object below [`MULTIPART_THRESHOLD`], else the parts in
-    /// flight), so that the shared block cache makes room for them. [`StateEnv::open_storage`] does this
-    /// with the environment's budget.
+    /// Takes this storage's upload buffers from a pool of its own charged to `memory`
+    /// ([`UploadBuffers`]: bounded by the budget, with one part guaranteed), so that the shared block cache
+    /// makes room for them and an upload waits when the budget is full. Storages opened with
+    /// [`StateEnv::open_storage`] share the environment's pool instead ([`with_buffers`](Self::with_buffers)).
     ///
     /// [`StateEnv::open_storage`]: crate::env::StateEnv::open_storage
-    pub fn with_memory(mut self, memory: Arc<MemoryBudget>) -> Self {
-        self.memory = Some(memory);
+    pub fn with_memory(self, memory: Arc<MemoryBudget>) -> Self {
+        self.with_buffers(UploadBuffers::new(
+            Some(memory),
+            DEFAULT_UPLOAD_BUFFER_BYTES,
+        ))
+    }
+
+    /// Takes this storage's upload buffers from `buffers`, a pool other storages may share: their uploads
+    /// then share its bound. A storage opened on its own has a pool of its own with no budget, bounded by
+    /// [`DEFAULT_UPLOAD_BUFFER_BYTES`].
+    pub fn with_buffers(mut self, buffers: Arc<UploadBuffers>) -> Self {
+        self.buffers = buffers;
         self
+    }
+
+    /// The pool this storage's upload buffers come from.
+    pub fn buffers(&self) -> &Arc<UploadBuffers> {
+        &self.buffers
+    }
+
+    /// A charge of `bytes` to the budget of the storage's pool, if it has one (downloads a restore holds).
+    pub(crate) fn charge(&self, bytes: usize) -> Option<keyed_state_lsm::MemoryReservation> {
+        self.buffers.memory().map(|m| m.reserve(bytes))
+    }
+
+    /// Bytes of one part of this storage's multipart uploads: [`LOCAL_PART_SIZE`] for a local directory
+    /// and memory, [`PART_SIZE`] (S3's smallest) for other stores. An object no larger is uploaded whole.
+    pub fn part_size(&self) -> usize {
+        self.part_size
     }
 
     /// The runtime the storage's requests run on.
@@ -691,17 +828,18 @@ impl CheckpointStorage {
     }
 
     /// Uploads every `Upload` (up to [`PARALLELISM`] at once), reading its [`UploadPart::File`]s from
-    /// `files`; objects of [`MULTIPART_THRESHOLD`] bytes or more in parts, streamed (at most
-    /// [`PARALLELISM`] parts of one object in flight). Returns the results in order. After an error no
+    /// `files` into buffers of the storage's pool ([`buffers`](Self::buffers)); objects larger than
+    /// [`part_size`](Self::part_size) in parts, streamed (at most [`PARALLELISM`] parts of one object in
+    /// flight). An upload waits for its buffers when the pool's budget has no room. Returns the results in order. After an error no
     /// further upload starts, the ones already started are awaited (a failed multipart upload is aborted),
     /// and the first error is returned.
     pub fn upload_all(&self, uploads: Vec<Upload>, files: StorageHandle) -> Result<Vec<Uploaded>> {
         self.io.block_on(|| self.upload_all_async(uploads, files))?
     }
 
-    /// [`upload_all`](Self::upload_all), awaited. Each upload is a task of the I/O runtime; the files of
-    /// an object below [`MULTIPART_THRESHOLD`] are read on its blocking threads, a larger file is streamed
-    /// by a reader thread of its own (it reads one chunk at a time, as the upload asks for it).
+    /// [`upload_all`](Self::upload_all), awaited. Each upload is a task of the I/O runtime; each file is
+    /// streamed by a reader thread of its own (it reads one buffer at a time, as the upload asks for it).
+    /// At the end the pool frees its buffers if no other upload holds any ([`UploadBuffers::trim`]).
     pub async fn upload_all_async(
         &self,
         uploads: Vec<Upload>,
@@ -724,6 +862,7 @@ impl CheckpointStorage {
             .buffered(PARALLELISM)
             .collect::<Vec<_>>()
             .await;
+        self.buffers.trim();
         // The stream stops early only after an error, which `collect` then returns.
         results.into_iter().collect()
     }
@@ -734,7 +873,9 @@ impl CheckpointStorage {
         let target = Target {
             store: Arc::clone(&self.store),
             name: self.root_name.clone(),
-            memory: self.memory.clone(),
+            buffers: Arc::clone(&self.buffers),
+            part_size: self.part_size,
+            copy_payload: self.copy_payload,
         };
         self.io.spawn(upload_one(target, p, u, files))?.await?
     }

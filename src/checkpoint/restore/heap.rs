@@ -14,9 +14,6 @@ use crate::checkpoint::storage::CheckpointStorage;
 use crate::error::Result;
 use crate::keygroup::{key_group_prefix_len, write_key_group_prefix, KeyGroup};
 
-/// Bytes of tables fetched at once.
-const FETCH_BYTES: u64 = 64 << 20;
-
 /// One table to load.
 struct Wanted<'a> {
     part: &'a CheckpointMetadata,
@@ -95,24 +92,25 @@ pub fn restore_heap(
         info.adopted.push(m.instance.clone());
     }
     let mut key = Vec::new();
-    for batch in batches(&wanted) {
-        let ranges: Vec<(String, u64, u64)> = batch
-            .iter()
-            .map(|w| (w.object.clone(), w.offset, w.length))
-            .collect();
-        let data = storage.get_ranges(&ranges)?;
-        for (w, bytes) in batch.iter().zip(data) {
-            check_fetched(w.part, w.file, &w.object, &bytes)?;
-            info.bytes_fetched += bytes.len() as u64;
-            table_file::decode(Path::new(&w.object), &bytes, &mut |k, v| {
-                key.clear();
-                write_key_group_prefix(&mut key, w.key_group, prefix_len);
-                key.extend_from_slice(k);
-                backend.load_entry(w.state, w.key_group, &key, v)
-            })?;
-            info.tables_read += 1;
-        }
-    }
+    let ranges: Vec<(String, u64, u64)> = wanted
+        .iter()
+        .map(|w| (w.object.clone(), w.offset, w.length))
+        .collect();
+    super::parts::fetch_in_batches(storage, &ranges, |i, bytes| {
+        let Some(w) = wanted.get(i) else {
+            return Ok(());
+        };
+        check_fetched(w.part, w.file, &w.object, &bytes)?;
+        info.bytes_fetched += bytes.len() as u64;
+        table_file::decode(Path::new(&w.object), &bytes, &mut |k, v| {
+            key.clear();
+            write_key_group_prefix(&mut key, w.key_group, prefix_len);
+            key.extend_from_slice(k);
+            backend.load_entry(w.state, w.key_group, &key, v)
+        })?;
+        info.tables_read += 1;
+        Ok(())
+    })?;
     backend.finish_load()?;
     for p in &mut info.parts {
         p.files.clear();
@@ -134,23 +132,4 @@ pub fn restore_heap(
         });
     }
     Ok((backend, info))
-}
-
-/// `wanted` in runs of about [`FETCH_BYTES`].
-fn batches<'a, 'b>(wanted: &'b [Wanted<'a>]) -> Vec<&'b [Wanted<'a>]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut bytes = 0u64;
-    for (i, w) in wanted.iter().enumerate() {
-        if bytes > 0 && bytes + w.length > FETCH_BYTES {
-            out.push(&wanted[start..i]);
-            start = i;
-            bytes = 0;
-        }
-        bytes += w.length;
-    }
-    if start < wanted.len() {
-        out.push(&wanted[start..]);
-    }
-    out
 }

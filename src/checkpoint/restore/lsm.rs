@@ -97,11 +97,13 @@ fn fetch_files(
     for (f, dst) in m.files.iter().zip(paths) {
         bytes += fetch_file(storage, m, f, dst.clone(), fs, &mut ranged, &mut targets)?;
     }
-    let parts = storage.get_ranges(&ranged)?;
-    for ((dst, f, object), data) in targets.iter().zip(parts) {
+    super::parts::fetch_in_batches(storage, &ranged, |i, data| {
+        let Some((dst, f, object)) = targets.get(i) else {
+            return Ok(());
+        };
         check_fetched(m, f, object, &data)?;
-        write_file(fs, dst, &data)?;
-    }
+        write_file(fs, dst, &data)
+    })?;
     Ok(bytes)
 }
 

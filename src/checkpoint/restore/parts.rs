@@ -153,3 +153,35 @@ pub(super) fn check_fetched(
     }
     .into())
 }
+
+/// Bytes of object ranges a restore holds in memory at once (one range larger than this is fetched alone).
+pub(super) const FETCH_BYTES: u64 = 32 << 20;
+
+/// Fetches `ranges` (`(object, offset, length)`) in batches of about [`FETCH_BYTES`] and hands each range's
+/// bytes to `each` with its index, in order. Each batch is charged to the budget of the storage's upload
+/// buffers (its environment's) while it is held.
+pub(super) fn fetch_in_batches(
+    storage: &CheckpointStorage,
+    ranges: &[(String, u64, u64)],
+    mut each: impl FnMut(usize, Vec<u8>) -> Result<()>,
+) -> Result<()> {
+    let mut start = 0;
+    while start < ranges.len() {
+        let mut end = start;
+        let mut bytes = 0u64;
+        while let Some((_, _, len)) = ranges.get(end) {
+            if end > start && bytes + len > FETCH_BYTES {
+                break;
+            }
+            bytes += len;
+            end += 1;
+        }
+        let _charge = storage.charge(usize::try_from(bytes).unwrap_or(usize::MAX));
+        let data = storage.get_ranges(ranges.get(start..end).unwrap_or_default())?;
+        for (i, d) in data.into_iter().enumerate() {
+            each(start + i, d)?;
+        }
+        start = end;
+    }
+    Ok(())
+}

@@ -55,13 +55,13 @@ fn fetch(storage: &CheckpointStorage, m: &CheckpointMetadata, dir: &Path) -> Res
         ranged.push((o.path.clone(), f.offset, f.length));
         targets.push((dst, f, o.path.as_str()));
     }
-    for (chunk, tchunk) in ranged.chunks(16).zip(targets.chunks(16)) {
-        let parts = storage.get_ranges(chunk)?;
-        for ((dst, f, object), data) in tchunk.iter().zip(parts) {
-            check_fetched(m, f, object, &data)?;
-            std::fs::write(dst, &data).map_err(Error::io_at("writing", dst))?;
-        }
-    }
+    super::parts::fetch_in_batches(storage, &ranged, |i, data| {
+        let Some((dst, f, object)) = targets.get(i) else {
+            return Ok(());
+        };
+        check_fetched(m, f, object, &data)?;
+        std::fs::write(dst, &data).map_err(Error::io_at("writing", dst))
+    })?;
     Ok(bytes)
 }
 
