@@ -171,14 +171,24 @@ fn every_async_form(make: &dyn Fn(&str) -> Arc<CheckpointStorage>, kind: Kind) {
     }
 }
 
+/// A storage in memory whose puts each wait 2 ms on a timer, so that an upload is always awaited: an
+/// in-memory put that completes at once would leave the executor no moment to run another task, and the
+/// check that one runs while an upload is awaited would depend on the timing of the first poll.
+fn slow_memory_storage() -> Arc<CheckpointStorage> {
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+    let config = ThrottleConfig {
+        wait_put_per_call: Duration::from_millis(2),
+        ..ThrottleConfig::default()
+    };
+    let store = ThrottledStore::new(object_store::memory::InMemory::new(), config);
+    Arc::new(CheckpointStorage::from_store(Arc::new(store), "", "memory:///").unwrap())
+}
+
 macro_rules! async_forms_on_every_store {
     ($kind:ident) => {
         #[test]
         fn memory() {
-            super::every_async_form(
-                &|_| Arc::new(CheckpointStorage::in_memory().unwrap()),
-                Kind::$kind,
-            );
+            super::every_async_form(&|_| super::slow_memory_storage(), Kind::$kind);
         }
         #[test]
         fn local_dir() {
