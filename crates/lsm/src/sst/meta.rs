@@ -1,0 +1,253 @@
+//! An open file's decoded index as one byte buffer, in the form the reader searches it, so that the reader
+//! can keep it (resident) or leave it to the block cache as an evictable entry (see
+//! [`MetadataPlacement`](crate::options::MetadataPlacement)).
+//!
+//! ```text
+//! blob := blocks: u64 LE | prefixes: [u64 BE; blocks] | handles: [(offset: u64 LE, size: u64 LE); blocks]
+//!         | key_ends: [u32 LE; blocks] | keys: [u8]
+//! ```
+//! Per data block: the 8-byte big-endian prefix of its last user key (the binary search runs over this
+//! dense array; big-endian, so that comparing the bytes compares the numbers), its handle, and the end of
+//! its last internal key in `keys`. 28 bytes plus the key per block. The buffer is built in memory by
+//! [`encode`] from a verified index block and never read from disk.
+
+use std::cmp::Ordering;
+
+use super::format::BlockHandle;
+use crate::ikey;
+
+const HEADER: usize = 8;
+/// Bytes per block besides its key.
+pub(crate) const PER_BLOCK: usize = 8 + 16 + 4;
+
+/// Builds the buffer from every block's last internal key (`keys`, ends in `key_ends`) and handle.
+pub(crate) fn encode(keys: &[u8], key_ends: &[u32], handles: &[BlockHandle]) -> Vec<u8> {
+    let n = handles.len();
+    let mut out = Vec::with_capacity(HEADER + n * PER_BLOCK + keys.len());
+    out.extend_from_slice(&(n as u64).to_le_bytes());
+    let mut start = 0usize;
+    for &end in key_ends {
+        let key = keys.get(start..end as usize).unwrap_or(&[]);
+        out.extend_from_slice(&key_prefix(key).to_be_bytes());
+        start = end as usize;
+    }
+    for h in handles {
+        out.extend_from_slice(&h.offset.to_le_bytes());
+        out.extend_from_slice(&h.size.to_le_bytes());
+    }
+    for &end in key_ends {
+        out.extend_from_slice(&end.to_le_bytes());
+    }
+    out.extend_from_slice(keys);
+    out
+}
+
+/// A view of an index buffer.
+#[derive(Clone, Copy)]
+pub(crate) struct IndexView<'a> {
+    prefixes: &'a [[u8; 8]],
+    handles: &'a [[u8; 16]],
+    key_ends: &'a [[u8; 4]],
+    keys: &'a [u8],
+}
+
+impl<'a> IndexView<'a> {
+    /// The view of `blob` (built by [`encode`]); an empty index if it is malformed (never, for a buffer of
+    /// [`encode`]).
+    #[inline]
+    pub(crate) fn new(blob: &'a [u8]) -> Self {
+        Self::parse(blob).unwrap_or(IndexView {
+            prefixes: &[],
+            handles: &[],
+            key_ends: &[],
+            keys: &[],
+        })
+    }
+
+    #[inline]
+    fn parse(blob: &'a [u8]) -> Option<Self> {
+        let (head, rest) = blob.split_first_chunk::<HEADER>()?;
+        let n = usize::try_from(u64::from_le_bytes(*head)).ok()?;
+        let (prefixes, rest) = rest.split_at_checked(n.checked_mul(8)?)?;
+        let (handles, rest) = rest.split_at_checked(n.checked_mul(16)?)?;
+        let (key_ends, keys) = rest.split_at_checked(n.checked_mul(4)?)?;
+        Some(IndexView {
+            prefixes: prefixes.as_chunks::<8>().0,
+            handles: handles.as_chunks::<16>().0,
+            key_ends: key_ends.as_chunks::<4>().0,
+            keys,
+        })
+    }
+
+    /// Number of data blocks.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Bytes of the blocks' last keys.
+    pub(crate) fn key_bytes(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The last internal key of block `i`.
+    #[inline]
+    pub(crate) fn key(&self, i: usize) -> Option<&'a [u8]> {
+        let end = u32::from_le_bytes(*self.key_ends.get(i)?) as usize;
+        let start = match i.checked_sub(1) {
+            Some(p) => u32::from_le_bytes(*self.key_ends.get(p)?) as usize,
+            None => 0,
+        };
+        self.keys.get(start..end)
+    }
+
+    /// The handle of block `i`.
+    #[inline]
+    pub(crate) fn handle(&self, i: usize) -> Option<BlockHandle> {
+        let h = self.handles.get(i)?;
+        let (o, s) = h.split_at(8);
+        Some(BlockHandle {
+            offset: u64::from_le_bytes(o.try_into().ok()?),
+            size: u64::from_le_bytes(s.try_into().ok()?),
+        })
+    }
+
+    /// The last key of the last block.
+    pub(crate) fn last_key(&self) -> Option<&'a [u8]> {
+        self.key(self.len().checked_sub(1)?)
+    }
+
+    /// Index of the first data block whose last internal key is `>= target_ikey` (`len()` if none).
+    ///
+    /// Binary search over the dense prefix array first; whole keys are compared only among the (usually zero
+    /// or one) entries whose prefix equals the target's.
+    #[inline]
+    pub(crate) fn find_block(&self, target_ikey: &[u8]) -> usize {
+        let tp = key_prefix(target_ikey).to_be_bytes();
+        let lo = self.prefixes.partition_point(|p| *p < tp);
+        let rest = self.prefixes.get(lo..).unwrap_or(&[]);
+        // Ties are rare (blocks whose last keys share the target's 8-byte prefix) and adjacent to `lo`:
+        // look at a few neighbours before a second binary search (which cost ~14 more cache misses per
+        // lookup at 10M keys).
+        let hi = lo
+            + match rest.iter().take(8).position(|p| *p != tp) {
+                Some(n) => n,
+                None => rest.partition_point(|p| *p == tp),
+            };
+        // First of the ties whose last key is >= the target (binary search over `lo..hi`).
+        let (mut a, mut b) = (lo, hi.min(self.len()));
+        while a < b {
+            let mid = a + (b - a) / 2;
+            let below = self
+                .key(mid)
+                .is_some_and(|k| ikey::compare(k, target_ikey) == Ordering::Less);
+            if below {
+                a = mid + 1;
+            } else {
+                b = mid;
+            }
+        }
+        a
+    }
+}
+
+/// The first 8 bytes of an internal key's user key, zero-padded, as a big-endian integer. For internal keys
+/// `a`, `b`: `key_prefix(a) < key_prefix(b)` implies `ikey::compare(a, b) == Less` (zero padding keeps the
+/// bytewise order of user keys; equal prefixes decide nothing).
+#[inline]
+pub(crate) fn key_prefix(internal_key: &[u8]) -> u64 {
+    let user = ikey::user_key(internal_key);
+    let mut b = [0u8; 8];
+    let n = user.len().min(8);
+    if let (Some(dst), Some(src)) = (b.get_mut(..n), user.get(..n)) {
+        dst.copy_from_slice(src);
+    }
+    u64::from_be_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ikey_of(user: &[u8], seq: u64) -> Vec<u8> {
+        let mut k = user.to_vec();
+        k.extend_from_slice(&((seq << 8) | 1).to_be_bytes());
+        k
+    }
+
+    #[test]
+    fn the_index_buffer_returns_each_key_and_handle_and_finds_blocks() {
+        let keys: Vec<Vec<u8>> = (0..100u64)
+            .map(|i| ikey_of(format!("key{:04}", i * 10).as_bytes(), 7))
+            .collect();
+        let mut all = Vec::new();
+        let mut ends = Vec::new();
+        for k in &keys {
+            all.extend_from_slice(k);
+            ends.push(all.len() as u32);
+        }
+        let handles: Vec<BlockHandle> = (0..100u64)
+            .map(|i| BlockHandle {
+                offset: i * 4105,
+                size: 4096 + i,
+            })
+            .collect();
+        let blob = encode(&all, &ends, &handles);
+        assert_eq!(blob.len(), HEADER + 100 * PER_BLOCK + all.len());
+        let index = IndexView::new(&blob);
+        assert_eq!(index.len(), 100);
+        assert_eq!(index.key_bytes(), all.len());
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(index.key(i), Some(&k[..]));
+            assert_eq!(index.handle(i), Some(handles[i]));
+            // The block holding a key is the first whose last key is >= it.
+            assert_eq!(index.find_block(&ikey::lookup_key(&k[..k.len() - 8])), i);
+        }
+        // Between two blocks' last keys: the later block; past the last: none.
+        assert_eq!(index.find_block(&ikey::lookup_key(b"key0005")), 1);
+        assert_eq!(index.find_block(&ikey::lookup_key(b"zzz")), 100);
+        assert_eq!(index.find_block(&ikey::lookup_key(b"")), 0);
+        assert!(index.key(100).is_none());
+        assert!(index.handle(100).is_none());
+        assert_eq!(index.last_key(), Some(&keys[99][..]));
+        let empty = encode(&[], &[], &[]);
+        assert_eq!(IndexView::new(&empty).len(), 0);
+        assert!(IndexView::new(&empty).last_key().is_none());
+        // A malformed buffer reads as empty (never built by `encode`).
+        assert_eq!(IndexView::new(&blob[..20]).len(), 0);
+    }
+
+    #[test]
+    fn ties_on_the_prefix_are_decided_by_whole_keys() {
+        // Every key shares its first 8 bytes: the search falls back to comparing whole keys.
+        let keys: Vec<Vec<u8>> = (0..40u64)
+            .map(|i| ikey_of(format!("samepref{:04}", i * 2).as_bytes(), 3))
+            .collect();
+        let mut all = Vec::new();
+        let mut ends = Vec::new();
+        for k in &keys {
+            all.extend_from_slice(k);
+            ends.push(all.len() as u32);
+        }
+        let handles: Vec<BlockHandle> = (0..40u64)
+            .map(|i| BlockHandle {
+                offset: i * 100,
+                size: 90,
+            })
+            .collect();
+        let blob = encode(&all, &ends, &handles);
+        let index = IndexView::new(&blob);
+        for i in 0..40u64 {
+            let k = format!("samepref{:04}", i * 2);
+            assert_eq!(
+                index.find_block(&ikey::lookup_key(k.as_bytes())),
+                i as usize
+            );
+            let between = format!("samepref{:04}", i * 2 + 1);
+            assert_eq!(
+                index.find_block(&ikey::lookup_key(between.as_bytes())),
+                i as usize + 1
+            );
+        }
+    }
+}
