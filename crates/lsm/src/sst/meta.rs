@@ -3,28 +3,48 @@
 //! [`MetadataPlacement`](crate::options::MetadataPlacement)).
 //!
 //! ```text
-//! blob := blocks: u64 LE | prefixes: [u64 BE; blocks] | handles: [(offset: u64 LE, size: u64 LE); blocks]
-//!         | key_ends: [u32 LE; blocks] | keys: [u8]
+//! blob    := head: u64 LE | prefixes: [u64 BE; blocks] | handles | key_ends: [u32 LE; blocks] | keys: [u8]
+//! head    := blocks (bits 0-62) | packed (bit 63)
+//! handles := [(offset: u64 LE, size: u64 LE); blocks]     (not packed)
+//!          | [end: u32 LE; blocks]                          (packed)
 //! ```
 //! Per data block: the 8-byte big-endian prefix of its last user key (the binary search runs over this
 //! dense array; big-endian, so that comparing the bytes compares the numbers), its handle, and the end of
-//! its last internal key in `keys`. 28 bytes plus the key per block. The buffer is built in memory by
-//! [`encode`] from a verified index block and never read from disk.
+//! its last internal key in `keys`. Blocks written back to back from offset 0 (as the writer lays them
+//! out) in a file below 4 GiB are *packed*: a block's handle is then the end of its payload alone, as it
+//! starts after the previous block's trailer. 16 bytes plus the key per block packed, 28 otherwise. The
+//! buffer is built in memory by [`encode`] from a verified index block and never read from disk.
 
 use std::cmp::Ordering;
 
-use super::format::BlockHandle;
+use super::format::{BlockHandle, BLOCK_TRAILER_LEN};
 use crate::ikey;
 
 const HEADER: usize = 8;
-/// Bytes per block besides its key.
-pub(crate) const PER_BLOCK: usize = 8 + 16 + 4;
+const PACKED: u64 = 1 << 63;
+
+/// Whether `handles` follow each other from offset 0 (each after the previous one's trailer) and end below
+/// 4 GiB.
+fn packable(handles: &[BlockHandle]) -> bool {
+    let mut next = 0u64;
+    handles.iter().all(|h| {
+        let ok = h.offset == next
+            && h.offset
+                .checked_add(h.size)
+                .is_some_and(|e| e <= u64::from(u32::MAX));
+        next = h.offset + h.size + BLOCK_TRAILER_LEN as u64;
+        ok
+    })
+}
 
 /// Builds the buffer from every block's last internal key (`keys`, ends in `key_ends`) and handle.
 pub(crate) fn encode(keys: &[u8], key_ends: &[u32], handles: &[BlockHandle]) -> Vec<u8> {
     let n = handles.len();
-    let mut out = Vec::with_capacity(HEADER + n * PER_BLOCK + keys.len());
-    out.extend_from_slice(&(n as u64).to_le_bytes());
+    let packed = packable(handles);
+    let per_handle = if packed { 4 } else { 16 };
+    let mut out = Vec::with_capacity(HEADER + n * (12 + per_handle) + keys.len());
+    let head = n as u64 | if packed { PACKED } else { 0 };
+    out.extend_from_slice(&head.to_le_bytes());
     let mut start = 0usize;
     for &end in key_ends {
         let key = keys.get(start..end as usize).unwrap_or(&[]);
@@ -32,8 +52,13 @@ pub(crate) fn encode(keys: &[u8], key_ends: &[u32], handles: &[BlockHandle]) -> 
         start = end as usize;
     }
     for h in handles {
-        out.extend_from_slice(&h.offset.to_le_bytes());
-        out.extend_from_slice(&h.size.to_le_bytes());
+        if packed {
+            // Below 4 GiB: checked by `packable`.
+            out.extend_from_slice(&((h.offset + h.size) as u32).to_le_bytes());
+        } else {
+            out.extend_from_slice(&h.offset.to_le_bytes());
+            out.extend_from_slice(&h.size.to_le_bytes());
+        }
     }
     for &end in key_ends {
         out.extend_from_slice(&end.to_le_bytes());
@@ -46,7 +71,10 @@ pub(crate) fn encode(keys: &[u8], key_ends: &[u32], handles: &[BlockHandle]) -> 
 #[derive(Clone, Copy)]
 pub(crate) struct IndexView<'a> {
     prefixes: &'a [[u8; 8]],
+    /// Unpacked handles (empty when packed).
     handles: &'a [[u8; 16]],
+    /// Packed handles: each block's payload end (empty when not packed).
+    ends: &'a [[u8; 4]],
     key_ends: &'a [[u8; 4]],
     keys: &'a [u8],
 }
@@ -59,6 +87,7 @@ impl<'a> IndexView<'a> {
         Self::parse(blob).unwrap_or(IndexView {
             prefixes: &[],
             handles: &[],
+            ends: &[],
             key_ends: &[],
             keys: &[],
         })
@@ -67,13 +96,22 @@ impl<'a> IndexView<'a> {
     #[inline]
     fn parse(blob: &'a [u8]) -> Option<Self> {
         let (head, rest) = blob.split_first_chunk::<HEADER>()?;
-        let n = usize::try_from(u64::from_le_bytes(*head)).ok()?;
+        let head = u64::from_le_bytes(*head);
+        let n = usize::try_from(head & !PACKED).ok()?;
+        let packed = head & PACKED != 0;
         let (prefixes, rest) = rest.split_at_checked(n.checked_mul(8)?)?;
-        let (handles, rest) = rest.split_at_checked(n.checked_mul(16)?)?;
+        let (handles, rest) =
+            rest.split_at_checked(n.checked_mul(if packed { 4 } else { 16 })?)?;
         let (key_ends, keys) = rest.split_at_checked(n.checked_mul(4)?)?;
+        let (handles, ends) = if packed {
+            (&[][..], handles.as_chunks::<4>().0)
+        } else {
+            (handles.as_chunks::<16>().0, &[][..])
+        };
         Some(IndexView {
             prefixes: prefixes.as_chunks::<8>().0,
-            handles: handles.as_chunks::<16>().0,
+            handles,
+            ends,
             key_ends: key_ends.as_chunks::<4>().0,
             keys,
         })
@@ -82,7 +120,7 @@ impl<'a> IndexView<'a> {
     /// Number of data blocks.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.handles.len()
+        self.prefixes.len()
     }
 
     /// Bytes of the blocks' last keys.
@@ -104,6 +142,19 @@ impl<'a> IndexView<'a> {
     /// The handle of block `i`.
     #[inline]
     pub(crate) fn handle(&self, i: usize) -> Option<BlockHandle> {
+        if !self.ends.is_empty() {
+            let end = u64::from(u32::from_le_bytes(*self.ends.get(i)?));
+            let offset = match i.checked_sub(1) {
+                Some(p) => {
+                    u64::from(u32::from_le_bytes(*self.ends.get(p)?)) + BLOCK_TRAILER_LEN as u64
+                }
+                None => 0,
+            };
+            return Some(BlockHandle {
+                offset,
+                size: end.checked_sub(offset)?,
+            });
+        }
         let h = self.handles.get(i)?;
         let (o, s) = h.split_at(8);
         Some(BlockHandle {
@@ -186,34 +237,48 @@ mod tests {
             all.extend_from_slice(k);
             ends.push(all.len() as u32);
         }
-        let handles: Vec<BlockHandle> = (0..100u64)
-            .map(|i| BlockHandle {
-                offset: i * 4105,
-                size: 4096 + i,
+        // Packed (back to back from 0, as the writer lays them out) and not (a gap after block 0).
+        let mut next = 0;
+        let packed: Vec<BlockHandle> = (0..100u64)
+            .map(|i| {
+                let h = BlockHandle {
+                    offset: next,
+                    size: 4096 + i,
+                };
+                next = h.offset + h.size + BLOCK_TRAILER_LEN as u64;
+                h
             })
             .collect();
-        let blob = encode(&all, &ends, &handles);
-        assert_eq!(blob.len(), HEADER + 100 * PER_BLOCK + all.len());
-        let index = IndexView::new(&blob);
-        assert_eq!(index.len(), 100);
-        assert_eq!(index.key_bytes(), all.len());
-        for (i, k) in keys.iter().enumerate() {
-            assert_eq!(index.key(i), Some(&k[..]));
-            assert_eq!(index.handle(i), Some(handles[i]));
-            // The block holding a key is the first whose last key is >= it.
-            assert_eq!(index.find_block(&ikey::lookup_key(&k[..k.len() - 8])), i);
+        let mut gapped = packed.clone();
+        for h in gapped.iter_mut().skip(1) {
+            h.offset += 7;
         }
-        // Between two blocks' last keys: the later block; past the last: none.
-        assert_eq!(index.find_block(&ikey::lookup_key(b"key0005")), 1);
-        assert_eq!(index.find_block(&ikey::lookup_key(b"zzz")), 100);
-        assert_eq!(index.find_block(&ikey::lookup_key(b"")), 0);
-        assert!(index.key(100).is_none());
-        assert!(index.handle(100).is_none());
-        assert_eq!(index.last_key(), Some(&keys[99][..]));
+        assert!(packable(&packed) && !packable(&gapped));
+        for (handles, per_block) in [(packed, 16), (gapped, 28)] {
+            let blob = encode(&all, &ends, &handles);
+            assert_eq!(blob.len(), HEADER + 100 * per_block + all.len());
+            let index = IndexView::new(&blob);
+            assert_eq!(index.len(), 100);
+            assert_eq!(index.key_bytes(), all.len());
+            for (i, k) in keys.iter().enumerate() {
+                assert_eq!(index.key(i), Some(&k[..]));
+                assert_eq!(index.handle(i), Some(handles[i]));
+                // The block holding a key is the first whose last key is >= it.
+                assert_eq!(index.find_block(&ikey::lookup_key(&k[..k.len() - 8])), i);
+            }
+            // Between two blocks' last keys: the later block; past the last: none.
+            assert_eq!(index.find_block(&ikey::lookup_key(b"key0005")), 1);
+            assert_eq!(index.find_block(&ikey::lookup_key(b"zzz")), 100);
+            assert_eq!(index.find_block(&ikey::lookup_key(b"")), 0);
+            assert!(index.key(100).is_none());
+            assert!(index.handle(100).is_none());
+            assert_eq!(index.last_key(), Some(&keys[99][..]));
+        }
         let empty = encode(&[], &[], &[]);
         assert_eq!(IndexView::new(&empty).len(), 0);
         assert!(IndexView::new(&empty).last_key().is_none());
         // A malformed buffer reads as empty (never built by `encode`).
+        let blob = encode(&all, &ends, &[BlockHandle { offset: 0, size: 1 }; 100]);
         assert_eq!(IndexView::new(&blob[..20]).len(), 0);
     }
 
