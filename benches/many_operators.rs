@@ -24,7 +24,9 @@
 //!   threads) and each storage with its own runtime: no environment, no budget;
 //! * `rocksdb-flink` (feature `rocksdb`): RocksDB backends on one `RocksDbShared` of the same budget, as
 //!   Flink's managed memory configures RocksDB (one LRU cache, one write-buffer manager charging it);
-//!   their checkpoint storages on one I/O runtime.
+//!   their checkpoint storages on one I/O runtime;
+//! * `shared-cached`: `shared` with the engines' SST indexes and filters in the block cache
+//!   (`MetadataPlacement::Cached`; not run unless named).
 //!
 //! `KS_MO_VARIANTS` picks and orders the variants (comma-separated); `KS_MO_VARIANT_ROUNDS` runs them that
 //! many times, the order reversed every other round. `KS_MO_CHECK=1` checks the targets at the end
@@ -287,14 +289,20 @@ enum Shared {
     RocksDb(keyed_state::backend::rocksdb::RocksDbShared, StateEnv),
 }
 
-/// The LSM engines' options of part 2: the defaults, with `KS_MO_SST_METADATA=cached` (or `resident`)
-/// placing open files' indexes and filters.
+/// Set in a `shared-cached` child: its engines place their files' indexes and filters in the cache.
+static CACHED_METADATA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// The LSM engines' options of part 2: the defaults, with `KS_MO_SST_METADATA=cached` (or `resident`), or
+/// the variant `shared-cached`, placing open files' indexes and filters.
 fn lsm_options() -> Options {
     let mut o = Options::default();
     match std::env::var("KS_MO_SST_METADATA").as_deref() {
         Ok("cached") => o.sst_metadata = MetadataPlacement::Cached,
         Ok("resident") => o.sst_metadata = MetadataPlacement::Resident,
         _ => {}
+    }
+    if CACHED_METADATA.get() == Some(&true) {
+        o.sst_metadata = MetadataPlacement::Cached;
     }
     o
 }
@@ -473,8 +481,11 @@ fn part2_child(variant: &str) {
     let stop = Arc::new(AtomicBool::new(false));
     let phase = Arc::new(AtomicUsize::new(0));
     let profile: Arc<Mutex<Profile>> = Arc::default();
+    if variant == "shared-cached" {
+        let _ = CACHED_METADATA.set(true);
+    }
     let shared = match variant {
-        "shared" => Shared::Env(
+        "shared" | "shared-cached" => Shared::Env(
             StateEnv::new(StateEnvOptions {
                 memory_budget: Some(budget),
                 background_threads: 4,
