@@ -70,13 +70,21 @@ pub(crate) fn encode(keys: &[u8], key_ends: &[u32], handles: &[BlockHandle]) -> 
 /// A view of an index buffer.
 #[derive(Clone, Copy)]
 pub(crate) struct IndexView<'a> {
-    prefixes: &'a [[u8; 8]],
-    /// Unpacked handles (empty when packed).
-    handles: &'a [[u8; 16]],
-    /// Packed handles: each block's payload end (empty when not packed).
-    ends: &'a [[u8; 4]],
-    key_ends: &'a [[u8; 4]],
+    blocks: usize,
+    packed: bool,
+    /// 8 bytes per block.
+    prefixes: &'a [u8],
+    /// 16 bytes per block, or 4 when packed.
+    handles: &'a [u8],
+    /// 4 bytes per block.
+    key_ends: &'a [u8],
     keys: &'a [u8],
+}
+
+/// Element `i` of an array of `N`-byte elements.
+#[inline]
+fn element<const N: usize>(bytes: &[u8], i: usize) -> Option<[u8; N]> {
+    bytes.get(i.checked_mul(N)?..)?.first_chunk::<N>().copied()
 }
 
 impl<'a> IndexView<'a> {
@@ -85,9 +93,10 @@ impl<'a> IndexView<'a> {
     #[inline]
     pub(crate) fn new(blob: &'a [u8]) -> Self {
         Self::parse(blob).unwrap_or(IndexView {
+            blocks: 0,
+            packed: false,
             prefixes: &[],
             handles: &[],
-            ends: &[],
             key_ends: &[],
             keys: &[],
         })
@@ -103,16 +112,12 @@ impl<'a> IndexView<'a> {
         let (handles, rest) =
             rest.split_at_checked(n.checked_mul(if packed { 4 } else { 16 })?)?;
         let (key_ends, keys) = rest.split_at_checked(n.checked_mul(4)?)?;
-        let (handles, ends) = if packed {
-            (&[][..], handles.as_chunks::<4>().0)
-        } else {
-            (handles.as_chunks::<16>().0, &[][..])
-        };
         Some(IndexView {
-            prefixes: prefixes.as_chunks::<8>().0,
+            blocks: n,
+            packed,
+            prefixes,
             handles,
-            ends,
-            key_ends: key_ends.as_chunks::<4>().0,
+            key_ends,
             keys,
         })
     }
@@ -120,7 +125,28 @@ impl<'a> IndexView<'a> {
     /// Number of data blocks.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.prefixes.len()
+        self.blocks
+    }
+
+    /// The key prefix of block `i` (big-endian bytes; all ones past the end).
+    #[inline]
+    fn prefix(&self, i: usize) -> [u8; 8] {
+        element::<8>(self.prefixes, i).unwrap_or([0xFF; 8])
+    }
+
+    /// The first `i` in `lo..hi` for which `below(prefix(i))` is false (`hi` if none), for `below` true on a
+    /// prefix of the array and false after it.
+    #[inline]
+    fn partition(&self, mut lo: usize, mut hi: usize, below: impl Fn([u8; 8]) -> bool) -> usize {
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if below(self.prefix(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// Bytes of the blocks' last keys.
@@ -131,9 +157,9 @@ impl<'a> IndexView<'a> {
     /// The last internal key of block `i`.
     #[inline]
     pub(crate) fn key(&self, i: usize) -> Option<&'a [u8]> {
-        let end = u32::from_le_bytes(*self.key_ends.get(i)?) as usize;
+        let end = u32::from_le_bytes(element::<4>(self.key_ends, i)?) as usize;
         let start = match i.checked_sub(1) {
-            Some(p) => u32::from_le_bytes(*self.key_ends.get(p)?) as usize,
+            Some(p) => u32::from_le_bytes(element::<4>(self.key_ends, p)?) as usize,
             None => 0,
         };
         self.keys.get(start..end)
@@ -142,11 +168,12 @@ impl<'a> IndexView<'a> {
     /// The handle of block `i`.
     #[inline]
     pub(crate) fn handle(&self, i: usize) -> Option<BlockHandle> {
-        if !self.ends.is_empty() {
-            let end = u64::from(u32::from_le_bytes(*self.ends.get(i)?));
+        if self.packed {
+            let end = u64::from(u32::from_le_bytes(element::<4>(self.handles, i)?));
             let offset = match i.checked_sub(1) {
                 Some(p) => {
-                    u64::from(u32::from_le_bytes(*self.ends.get(p)?)) + BLOCK_TRAILER_LEN as u64
+                    u64::from(u32::from_le_bytes(element::<4>(self.handles, p)?))
+                        + BLOCK_TRAILER_LEN as u64
                 }
                 None => 0,
             };
@@ -155,7 +182,7 @@ impl<'a> IndexView<'a> {
                 size: end.checked_sub(offset)?,
             });
         }
-        let h = self.handles.get(i)?;
+        let h = element::<16>(self.handles, i)?;
         let (o, s) = h.split_at(8);
         Some(BlockHandle {
             offset: u64::from_le_bytes(o.try_into().ok()?),
@@ -175,16 +202,16 @@ impl<'a> IndexView<'a> {
     #[inline]
     pub(crate) fn find_block(&self, target_ikey: &[u8]) -> usize {
         let tp = key_prefix(target_ikey).to_be_bytes();
-        let lo = self.prefixes.partition_point(|p| *p < tp);
-        let rest = self.prefixes.get(lo..).unwrap_or(&[]);
+        let n = self.len();
+        let lo = self.partition(0, n, |p| p < tp);
         // Ties are rare (blocks whose last keys share the target's 8-byte prefix) and adjacent to `lo`:
         // look at a few neighbours before a second binary search (which cost ~14 more cache misses per
         // lookup at 10M keys).
-        let hi = lo
-            + match rest.iter().take(8).position(|p| *p != tp) {
-                Some(n) => n,
-                None => rest.partition_point(|p| *p == tp),
-            };
+        let near = n.min(lo + 8);
+        let hi = match (lo..near).find(|&i| self.prefix(i) != tp) {
+            Some(i) => i,
+            None => self.partition(near, n, |p| p == tp),
+        };
         // First of the ties whose last key is >= the target (binary search over `lo..hi`).
         let (mut a, mut b) = (lo, hi.min(self.len()));
         while a < b {
