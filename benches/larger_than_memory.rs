@@ -37,7 +37,9 @@
 //!
 //! Data lives under `KS_LTM_DIR` (default `/tmp/ks-larger-than-memory`), deleted at the end
 //! (`KS_LTM_KEEP=1` keeps it for another run, which then skips the load).
-//! `KS_LTM_ENGINES=ours,rocksdb` (any of `ours`, `rocksdb`, `ours+row`, `rocksdb+row`) runs those only.
+//! `KS_LTM_ENGINES=ours,rocksdb` (any of `ours`, `rocksdb`, `ours+row`, `rocksdb+row`, `ours+meta`) runs
+//! those only; `ours+meta` is `ours` with its files' indexes and filters in the block cache
+//! (`MetadataPlacement::Cached`), reading `ours`'s state (not run unless named).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -289,15 +291,27 @@ trait Engine {
 
 mod ours {
     use super::*;
-    use keyed_state_lsm::{Compression, Db, ListAppendOperator, Options, SstOptions};
+    use keyed_state_lsm::{
+        Compression, Db, ListAppendOperator, MetadataPlacement, Options, SstOptions,
+    };
     use std::sync::Arc;
 
     pub struct Ours(Db);
 
     impl Ours {
-        pub fn open(dir: &Path, cache_bytes: usize, row_cache_bytes: usize) -> Self {
+        pub fn open(
+            dir: &Path,
+            cache_bytes: usize,
+            row_cache_bytes: usize,
+            cached_metadata: bool,
+        ) -> Self {
             let opts = Options {
                 row_cache_size: row_cache_bytes,
+                sst_metadata: if cached_metadata {
+                    MetadataPlacement::Cached
+                } else {
+                    MetadataPlacement::Resident
+                },
                 memtable_size: 64 << 20,
                 target_file_size: 64 << 20,
                 sst: SstOptions {
@@ -436,11 +450,16 @@ mod rocks {
 /// The engines: `ours` and `rocksdb`, and each with a row cache (`ours+row`, `rocksdb+row`) of
 /// `KS_LTM_ROW_CACHE_MB` (default 32) on top of its block cache (`KS_LTM_ROW_CHARGED=1`: taken from it). An engine with a row cache reads the
 /// state its base engine loaded.
-const ENGINES: [&str; 4] = ["ours", "rocksdb", "ours+row", "rocksdb+row"];
+/// `ours+meta` is `ours` with its files' indexes and filters in the block cache
+/// (`Options::sst_metadata = MetadataPlacement::Cached`), reading `ours`'s state.
+const ENGINES: [&str; 5] = ["ours", "rocksdb", "ours+row", "rocksdb+row", "ours+meta"];
 
 /// The engine whose files `engine` reads (`ours+row` reads `ours`'s state).
 fn base_engine(engine: &str) -> &str {
-    engine.strip_suffix("+row").unwrap_or(engine)
+    engine
+        .strip_suffix("+row")
+        .or_else(|| engine.strip_suffix("+meta"))
+        .unwrap_or(engine)
 }
 
 fn open_engine(engine: &str, dir: &Path, cache: usize) -> Box<dyn Engine> {
@@ -456,7 +475,12 @@ fn open_engine(engine: &str, dir: &Path, cache: usize) -> Box<dyn Engine> {
         cache
     };
     match base_engine(engine) {
-        "ours" => Box::new(ours::Ours::open(dir, cache, row_cache)),
+        "ours" => Box::new(ours::Ours::open(
+            dir,
+            cache,
+            row_cache,
+            engine.ends_with("+meta"),
+        )),
         _ => Box::new(rocks::Rocks::open(dir, cache, row_cache)),
     }
 }
@@ -825,6 +849,8 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
         ("ours+row", "rocksdb+row"),
         ("ours+row", "ours"),
         ("rocksdb+row", "rocksdb"),
+        ("ours+meta", "ours"),
+        ("ours+meta", "rocksdb"),
     ] {
         if let (Some(ra), Some(rb)) = (runs.get(a), runs.get(b)) {
             print_table(case, (a, ra), (b, rb), &loads);
@@ -986,9 +1012,9 @@ fn main() {
     let only = std::env::var("KS_LTM_ENGINES").ok();
     let engines: Vec<&str> = ENGINES
         .into_iter()
-        .filter(|e| {
-            only.as_deref()
-                .is_none_or(|o| o.split(',').any(|x| x == *e))
+        .filter(|e| match only.as_deref() {
+            Some(o) => o.split(',').any(|x| x == *e),
+            None => *e != "ours+meta",
         })
         .collect();
     let cases_env = std::env::var("KS_LTM_CASES").unwrap_or_else(|_| "10m,8g".into());

@@ -20,7 +20,9 @@
 //! `KS_BENCH_DIR` (default `/work/tmp-lsm-bench` if it exists, else the system temp dir),
 //! `KS_BENCH_ONLY` (`ours` or `rocksdb`: run one engine only), `KS_BENCH_BG_NICE` (nice increment of our
 //! background threads, default 5 as `Options::default()`), `KS_BENCH_L0_BASE_RATIO_PCT` (our
-//! `l0_base_ratio` in percent, default 25 as `Options::default()`; 0: L0 into the base level at the trigger).
+//! `l0_base_ratio` in percent, default 25 as `Options::default()`; 0: L0 into the base level at the trigger),
+//! `KS_BENCH_SST_METADATA` (`cached`: our files' indexes and filters in the block cache,
+//! `MetadataPlacement::Cached`; default `resident`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -174,7 +176,8 @@ trait Engine {
 mod ours {
     use super::*;
     use keyed_state_lsm::{
-        CompactionPriority, Compression, Db, ListAppendOperator, Options, ReadOptions, SstOptions,
+        CompactionPriority, Compression, Db, ListAppendOperator, MetadataPlacement, Options,
+        ReadOptions, SstOptions,
     };
 
     pub struct Ours {
@@ -215,6 +218,11 @@ mod ours {
                     .ok()
                     .and_then(|v| v.parse::<f64>().ok())
                     .map_or(Options::default().l0_base_ratio, |p| p / 100.0),
+                // `KS_BENCH_SST_METADATA=cached`: files' indexes and filters in the block cache.
+                sst_metadata: match std::env::var("KS_BENCH_SST_METADATA").as_deref() {
+                    Ok("cached") => MetadataPlacement::Cached,
+                    _ => MetadataPlacement::Resident,
+                },
                 ..Options::default()
             };
             let desc = format!("{opts:?} sst={:?} block_cache={}", opts.sst, cache_bytes);

@@ -24,7 +24,9 @@
 //!   threads) and each storage with its own runtime: no environment, no budget;
 //! * `rocksdb-flink` (feature `rocksdb`): RocksDB backends on one `RocksDbShared` of the same budget, as
 //!   Flink's managed memory configures RocksDB (one LRU cache, one write-buffer manager charging it);
-//!   their checkpoint storages on one I/O runtime.
+//!   their checkpoint storages on one I/O runtime;
+//! * `shared-cached`: `shared` with the engines' SST indexes and filters in the block cache
+//!   (`MetadataPlacement::Cached`; not run unless named).
 //!
 //! `KS_MO_VARIANTS` picks and orders the variants (comma-separated); `KS_MO_VARIANT_ROUNDS` runs them that
 //! many times, the order reversed every other round. `KS_MO_CHECK=1` checks the targets at the end
@@ -49,6 +51,10 @@
 //! prints the same every second; `KS_ALLOC=system` uses `malloc` (mimalloc too with
 //! `bench-malloc-override`).
 //!
+//! SST metadata: `KS_MO_SST_METADATA=cached` opens the LSM engines with their files' indexes and filters in
+//! the block cache (`resident`: kept by the readers, the default); each variant prints on stderr what the
+//! open files' indexes and filters hold after the mix (`table readers after the mix`).
+//!
 //! Run: `cargo bench --bench many_operators` (part 1 or 2 alone: `KS_MO_PARTS=1` or `2`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -62,7 +68,7 @@ use keyed_state::env::{StateEnv, StateEnvOptions};
 use keyed_state::keygroup::{key_group_range_for_operator, KeyGroupRange};
 use keyed_state::serializer::{BytesSerializer, LongSerializer};
 use keyed_state::state::{KeyedStateStore, ValueState, ValueStateDescriptor};
-use keyed_state_lsm::Options;
+use keyed_state_lsm::{MetadataPlacement, Options};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -283,6 +289,63 @@ enum Shared {
     RocksDb(keyed_state::backend::rocksdb::RocksDbShared, StateEnv),
 }
 
+/// Set in a `shared-cached` child: its engines place their files' indexes and filters in the cache.
+static CACHED_METADATA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// The LSM engines' options of part 2: the defaults, with `KS_MO_SST_METADATA=cached` (or `resident`), or
+/// the variant `shared-cached`, placing open files' indexes and filters.
+fn lsm_options() -> Options {
+    let mut o = Options::default();
+    match std::env::var("KS_MO_SST_METADATA").as_deref() {
+        Ok("cached") => o.sst_metadata = MetadataPlacement::Cached,
+        Ok("resident") => o.sst_metadata = MetadataPlacement::Resident,
+        _ => {}
+    }
+    if CACHED_METADATA.get() == Some(&true) {
+        o.sst_metadata = MetadataPlacement::Cached;
+    }
+    o
+}
+
+/// The open SST files' metadata summed over `engines` (from their metrics), for stderr.
+fn table_readers(engines: &[&dyn EngineHandle]) -> String {
+    let sum = |name: &str| -> u64 {
+        engines
+            .iter()
+            .flat_map(|e| e.metrics())
+            .filter(|m| m.name == name)
+            .map(|m| m.value)
+            .sum()
+    };
+    let files: u64 = engines
+        .iter()
+        .flat_map(|e| e.metrics())
+        .filter(|m| m.name.starts_with("rocksdb.num-files-at-level"))
+        .map(|m| m.value)
+        .sum();
+    let (entries, blocks) = (
+        sum("rocksdb.estimate-num-keys"),
+        sum("keyed-state.lsm.data-blocks"),
+    );
+    let (keys, index, filter) = (
+        sum("keyed-state.lsm.index-key-bytes"),
+        sum("keyed-state.lsm.index-bytes"),
+        sum("keyed-state.lsm.filter-bytes"),
+    );
+    let per = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+    format!(
+        "{files} files, {entries} entries, {blocks} data blocks ({:.1} entries/block); index {:.2} MiB (keys {:.2} MiB, {:.1} B/key; {:.1} B/block in all), filter {:.2} MiB ({:.2} bits/entry), kept outside the cache {:.2} MiB (rocksdb.estimate-table-readers-mem)",
+        per(entries, blocks),
+        index as f64 / MIB,
+        keys as f64 / MIB,
+        per(keys, blocks),
+        per(index, blocks),
+        filter as f64 / MIB,
+        8.0 * per(filter, entries),
+        sum("rocksdb.estimate-table-readers-mem") as f64 / MIB,
+    )
+}
+
 /// Opens instance `i`'s backend, engine handle and checkpoint storage for `variant`.
 fn open_instance(
     shared: &Shared,
@@ -295,9 +358,7 @@ fn open_instance(
 ) {
     match shared {
         Shared::Env(env) => {
-            let b = env
-                .temp_lsm(cfg.clone(), Options::default())
-                .expect("backend");
+            let b = env.temp_lsm(cfg.clone(), lsm_options()).expect("backend");
             let e = b.engine();
             (
                 Box::new(b),
@@ -306,7 +367,7 @@ fn open_instance(
             )
         }
         Shared::None => {
-            let b = LsmBackend::temp_with(cfg.clone(), Options::default()).expect("backend");
+            let b = LsmBackend::temp_with(cfg.clone(), lsm_options()).expect("backend");
             let e = b.engine();
             (
                 Box::new(b),
@@ -420,8 +481,11 @@ fn part2_child(variant: &str) {
     let stop = Arc::new(AtomicBool::new(false));
     let phase = Arc::new(AtomicUsize::new(0));
     let profile: Arc<Mutex<Profile>> = Arc::default();
+    if variant == "shared-cached" {
+        let _ = CACHED_METADATA.set(true);
+    }
     let shared = match variant {
-        "shared" => Shared::Env(
+        "shared" | "shared-cached" => Shared::Env(
             StateEnv::new(StateEnvOptions {
                 memory_budget: Some(budget),
                 background_threads: 4,
@@ -565,6 +629,10 @@ fn part2_child(variant: &str) {
     }
     let (mix, mix_cpu) = (t.elapsed(), cpu_seconds() - cpu);
     assert_eq!(found, 2 * mix_keys, "every mixed key was loaded");
+    eprintln!(
+        "{variant}: table readers after the mix: {}",
+        table_readers(&ops.iter().map(|o| o.engine.as_ref()).collect::<Vec<_>>())
+    );
     peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
     let peak_mix = peak.load(Ordering::Relaxed);
     phase.store(2, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! Fuzzes opening an SST image from bytes and scanning it fully, plus a few seeks and point lookups (the
 //! `SstReader::get` path, hash index included) and filter probes (whole keys, and prefixes of format 3): any input must either fail with an error or be read without
-//! panicking, and the block cache must stay within its bound.
+//! panicking, and the block cache must stay within its bound. The first input byte's low bit places the
+//! file's index and filter in the reader or in the block cache (`MetadataPlacement`).
 #![no_main]
 
 use std::path::Path;
@@ -8,12 +9,19 @@ use std::sync::Arc;
 
 use keyed_state_lsm::internals::BlockCache;
 use keyed_state_lsm::internals::sst::{PrefixProbe, SstReader};
+use keyed_state_lsm::MetadataPlacement;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let cache = BlockCache::new(64 * 1024);
     let bytes: Arc<[u8]> = Arc::from(data);
-    let Ok(reader) = SstReader::open_bytes(bytes, Path::new("fuzz.sst"), 1, cache.clone()) else {
+    let placement = match data.first() {
+        Some(b) if b & 1 == 1 => MetadataPlacement::Cached,
+        _ => MetadataPlacement::Resident,
+    };
+    let Ok(reader) =
+        SstReader::open_bytes_placed(bytes, Path::new("fuzz.sst"), 1, cache.clone(), placement)
+    else {
         return;
     };
     let _ = reader.may_contain(b"key");

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use keyed_state_lsm::{
-    Compression, Db, EnvOptions, ListAppendOperator, Options, SharedEnv, SstOptions,
+    Compression, Db, EnvOptions, ListAppendOperator, MetadataPlacement, Options, SharedEnv,
+    SstOptions,
 };
 
 const MIB: usize = 1 << 20;
@@ -186,6 +187,77 @@ fn the_shared_block_cache_holds_what_memtables_metadata_and_reservations_leave()
     // Closed engines give back their metadata and memtables.
     let m = env.stats().memory;
     assert_eq!(m.sst_metadata + m.memtables(), 0, "{m:?}");
+}
+
+/// With `MetadataPlacement::Cached` the files' indexes and filters are charged as block cache, not as SST
+/// metadata; reads stay correct when the cache evicts them, and when it is squeezed to nothing (the readers
+/// then keep them, charged as metadata).
+#[test]
+fn cached_index_and_filter_are_charged_as_cache_and_survive_a_squeezed_cache() {
+    let budget = 16 * MIB;
+    let run = |placement: MetadataPlacement| {
+        let env = SharedEnv::new(EnvOptions {
+            memory_budget: Some(budget),
+            background_threads: 1,
+            ..EnvOptions::default()
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(
+            dir.path(),
+            Options {
+                sst_metadata: placement,
+                ..opts_on(&env)
+            },
+        )
+        .unwrap();
+        for i in 0..40_000u32 {
+            db.put(&key(i), &value(0, i)).unwrap();
+        }
+        db.flush().unwrap();
+        db.wait_for_background_work().unwrap();
+        let readers = db.stats().table_readers;
+        let memory = env.stats().memory;
+        for i in (0..40_000u32).step_by(7) {
+            assert_eq!(db.get(&key(i)).unwrap().as_deref(), Some(&value(0, i)[..]));
+        }
+        assert_eq!(db.get(b"absent").unwrap(), None);
+        // Squeezed to nothing: nothing can be cached, the readers keep index and filter, reads stay right.
+        let r = env.memory().reserve(budget);
+        for i in (0..40_000u32).step_by(101) {
+            assert_eq!(db.get(&key(i)).unwrap().as_deref(), Some(&value(0, i)[..]));
+        }
+        let squeezed = db.stats().table_readers;
+        drop(r);
+        db.close().unwrap();
+        (readers, memory, squeezed)
+    };
+    let (resident, rm, _) = run(MetadataPlacement::Resident);
+    let (cached, cm, squeezed) = run(MetadataPlacement::Cached);
+    assert!(
+        resident.index_bytes > 0 && resident.filter_bytes > 0,
+        "{resident:?}"
+    );
+    assert_eq!(resident.data_blocks, cached.data_blocks);
+    assert!(resident.resident_bytes >= resident.index_bytes + resident.filter_bytes);
+    assert!(
+        cached.resident_bytes * 4 < resident.index_bytes + resident.filter_bytes,
+        "{cached:?} {resident:?}"
+    );
+    // The budget charges what the readers keep as metadata, and the cached buffers as cache.
+    assert!(rm.sst_metadata as u64 >= resident.resident_bytes, "{rm:?}");
+    assert!(
+        (cm.sst_metadata as u64) < resident.resident_bytes / 4,
+        "{cm:?}"
+    );
+    assert!(
+        cm.block_cache as u64 >= cached.index_bytes + cached.filter_bytes,
+        "{cm:?} {cached:?}"
+    );
+    assert!(
+        squeezed.resident_bytes >= cached.index_bytes,
+        "{squeezed:?}"
+    );
 }
 
 #[test]

@@ -10,8 +10,10 @@ use keyed_state_lsm::internals::ikey::{self, ValueKind};
 use keyed_state_lsm::internals::sst::format::{Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
 use keyed_state_lsm::internals::sst::{PrefixProbe, SstMeta, SstReader, SstWriter};
 use keyed_state_lsm::internals::{copy_file, BlockCache};
+use keyed_state_lsm::storage::OsStorage;
 use keyed_state_lsm::{
-    Compression, FixedPrefix, LsmError, PrefixExtractor, PropertiesCollector, SstOptions,
+    Compression, FixedPrefix, LsmError, MetadataPlacement, PrefixExtractor, PropertiesCollector,
+    SstOptions,
 };
 use proptest::prelude::*;
 
@@ -161,6 +163,8 @@ proptest! {
         block_size in 48usize..700,
         restart in 1usize..17,
         lz4 in any::<bool>(),
+        cached in any::<bool>(),
+        cache_bytes in prop::sample::select(vec![1usize << 10, 16 << 10, 1 << 20]),
     ) {
         // Three key families: short keys, keys sharing a long prefix (prefix-array ties), 10-byte keys.
         let prefixes: [&[u8]; 3] = [b"", b"keygroup", b"\x00\x07abcdef"];
@@ -179,7 +183,10 @@ proptest! {
             ..SstOptions::default()
         };
         write(&path, opts, &model);
-        let r = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
+        // Index and filter kept by the reader or placed in a cache that holds them, evicts them (reloaded by
+        // the next read) or is too small to take them (kept by the reader).
+        let placement = if cached { MetadataPlacement::Cached } else { MetadataPlacement::Resident };
+        let r = SstReader::open_placed(&OsStorage, &path, 1, BlockCache::new(cache_bytes), placement).unwrap();
         let mut candidates: Vec<(Vec<u8>, u64, usize)> = targets
             .into_iter()
             .map(|(p, u, s, stop)| (user(p, &u), s, stop))
@@ -783,6 +790,78 @@ fn lz4_blocks_decompressed_again_after_eviction_read_back_unchanged() {
     for _ in 0..3 {
         assert_eq!(scan_all(&r).unwrap(), want);
     }
+}
+
+/// With `MetadataPlacement::Cached` the reader keeps neither index nor filter: they are cache entries,
+/// loaded again by the first read after they were evicted, and every read finds what a resident reader finds.
+#[test]
+fn cached_index_and_filter_are_evictable_and_reloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.sst");
+    let model = sample_model(2000, 24);
+    write(
+        &path,
+        SstOptions {
+            block_size: 512,
+            compression: Compression::None,
+            ..SstOptions::default()
+        },
+        &model,
+    );
+    let resident = SstReader::open(&path, 1, BlockCache::new(1 << 20)).unwrap();
+    let cache = BlockCache::new(4 << 20);
+    let cached = SstReader::open_placed(
+        &OsStorage,
+        &path,
+        1,
+        Arc::clone(&cache),
+        MetadataPlacement::Cached,
+    )
+    .unwrap();
+    let (rm, cm) = (resident.metadata(), cached.metadata());
+    assert_eq!(
+        (rm.data_blocks, rm.index_bytes, rm.filter_bytes),
+        (cm.data_blocks, cm.index_bytes, cm.filter_bytes)
+    );
+    assert!(rm.index_bytes > 0 && rm.filter_bytes > 0);
+    // The resident reader holds index and filter; the cached one neither, and the cache holds both (raw data
+    // blocks are read from the map, never cached).
+    assert!(rm.resident_bytes >= rm.index_bytes + rm.filter_bytes);
+    assert!(cm.resident_bytes + rm.index_bytes + rm.filter_bytes <= rm.resident_bytes);
+    let warm = cache.usage();
+    assert!(warm as u64 >= cm.index_bytes + cm.filter_bytes, "{warm}");
+    let want = scan_all(&resident).unwrap();
+    for round in 0..3 {
+        if round > 0 {
+            cache.erase_file(1);
+            assert_eq!(cache.usage(), 0);
+        }
+        for (k, _) in model.iter().step_by(37) {
+            let user = ikey::user_key(&k.0);
+            assert!(cached.may_contain(user));
+            assert_eq!(
+                point_lookup(&cached, user, 2000, usize::MAX).unwrap(),
+                point_lookup(&resident, user, 2000, usize::MAX).unwrap()
+            );
+        }
+        assert_eq!(
+            cache.usage(),
+            warm,
+            "index and filter loaded again into the cache"
+        );
+        assert_eq!(scan_all(&cached).unwrap(), want);
+    }
+    // A cache too small to take them: the reader keeps them.
+    let tiny = SstReader::open_placed(
+        &OsStorage,
+        &path,
+        1,
+        BlockCache::new(1 << 10),
+        MetadataPlacement::Cached,
+    )
+    .unwrap();
+    assert!(tiny.metadata().resident_bytes >= rm.index_bytes + rm.filter_bytes);
+    assert_eq!(scan_all(&tiny).unwrap(), want);
 }
 
 /// `tests/fixtures/sst_v3.sst`: the v1 fixture's entries written with a prefix extractor (5-byte prefixes,

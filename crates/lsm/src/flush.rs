@@ -161,11 +161,12 @@ pub(crate) fn open_recorded(
     recorded: Option<&FileInfo>,
 ) -> Result<Arc<FileMeta>, LsmError> {
     let path = sst_path(&db.dir, number);
-    let reader = SstReader::open_on(
+    let reader = SstReader::open_placed(
         &*db.opts.storage,
         &path,
         crate::cache::file_key(db.cache_owner, number),
         Arc::clone(&db.cache),
+        db.opts.sst_metadata,
     )?;
     let props = reader.properties();
     let range_dels = match props.user.iter().find(|(k, _)| k == PROP_RANGE_DELS) {

@@ -63,6 +63,9 @@ pub struct Options {
     /// an older snapshot bypass it for files newer than the snapshot. With an environment, its capacity is
     /// reserved from the memory budget while the engine is open (`design/decisions/0008-row-cache.md`).
     pub row_cache_size: usize,
+    /// Where open SST files keep their decoded index and bloom filter (default
+    /// [`MetadataPlacement::Resident`]; `design/lsm-engine.md`, "Table readers").
+    pub sst_metadata: MetadataPlacement,
     /// Whether writes are logged to a WAL (default off: durability comes from checkpoints).
     pub wal: bool,
     /// Whether every write syncs the WAL before it is acknowledged (default false).
@@ -127,6 +130,7 @@ impl Default for Options {
             sst: SstOptions::default(),
             block_cache_size: 64 << 20,
             row_cache_size: 0,
+            sst_metadata: MetadataPlacement::Resident,
             wal: false,
             wal_sync: false,
             wal_recovery: WalRecovery::Strict,
@@ -159,6 +163,7 @@ impl fmt::Debug for Options {
             .field("target_file_size", &self.target_file_size)
             .field("block_cache_size", &self.block_cache_size)
             .field("row_cache_size", &self.row_cache_size)
+            .field("sst_metadata", &self.sst_metadata)
             .field("background_nice", &self.background_nice)
             .field("background_batch_policy", &self.background_batch_policy)
             .field("wal", &self.wal)
@@ -172,6 +177,25 @@ impl fmt::Debug for Options {
             )
             .finish_non_exhaustive()
     }
+}
+
+/// Where an open SST file keeps its decoded index (every data block's last key and handle) and its bloom
+/// filter: together about 23–26 MiB per GiB of state with 4 KiB blocks and 10 bits per key
+/// (`design/lsm-engine.md`, "Table readers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MetadataPlacement {
+    /// The reader keeps both for as long as the file is open: a read never waits for them, and with a memory
+    /// budget they are charged to it as SST metadata, outside the cache, so they grow with the state.
+    #[default]
+    Resident,
+    /// Both are entries of the block cache (RocksDB's `cache_index_and_filter_blocks`): decoded and
+    /// inserted when the file opens, evictable like data blocks, loaded again from the file (one index
+    /// block and one filter block) by the first read that misses them, and held by a read while it uses
+    /// them. What the cache holds is bounded by its capacity (with a budget, what the others leave). An
+    /// index or filter larger than a sixteenth of the cache's capacity, which the cache would not keep, is
+    /// kept by the reader and charged as SST metadata.
+    Cached,
 }
 
 /// How WAL replay treats a damaged record (RocksDB's `WALRecoveryMode`). In every mode replay stops at the

@@ -25,7 +25,8 @@ impl EngineHandle for RocksDbEngine {
 
     /// Per database, summed over the states' column families: `rocksdb.estimate-num-keys`,
     /// `rocksdb.size-all-mem-tables`, `rocksdb.cur-size-all-mem-tables`, `rocksdb.live-sst-files-size`,
-    /// `rocksdb.estimate-pending-compaction-bytes`, `rocksdb.num-files-at-level<N>` (0 to 6); and the block
+    /// `rocksdb.estimate-pending-compaction-bytes`, `rocksdb.estimate-table-readers-mem` (what open files
+    /// hold outside the block cache), `rocksdb.num-files-at-level<N>` (0 to 6); and the block
     /// cache's `rocksdb.block-cache-usage` (the shared cache's, with [`RocksDbShared`](super::RocksDbShared)).
     fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
         let db = &self.0.db;
@@ -42,6 +43,7 @@ impl EngineHandle for RocksDbEngine {
             "rocksdb.cur-size-all-mem-tables",
             "rocksdb.live-sst-files-size",
             "rocksdb.estimate-pending-compaction-bytes",
+            "rocksdb.estimate-table-readers-mem",
         ]
         .into_iter()
         .map(|name| keyed_state_lsm::Metric {

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use crate::compaction;
 use crate::inner::DbInner;
+use crate::sst::ReaderMetadata;
 
 /// Counters and sizes of a database.
 #[derive(Debug, Clone, Default)]
@@ -75,6 +76,9 @@ pub struct DbStats {
     pub row_cache_hits: u64,
     /// File lookups the row cache could not answer (the file was read, and its answer cached).
     pub row_cache_misses: u64,
+    /// The open SST files' indexes and filters, summed: what they hold and what the readers keep in memory
+    /// outside the block cache ([`Options::sst_metadata`](crate::options::Options::sst_metadata)).
+    pub table_readers: ReaderMetadata,
 }
 
 /// One figure of a [`DbStats`] or an [`EnvStats`](crate::EnvStats) under the name RocksDB (and Flink's
@@ -102,8 +106,10 @@ impl DbStats {
     /// `rocksdb.num-files-at-level<N>`, `rocksdb.block-cache-usage`, `rocksdb.block-cache-capacity`,
     /// `rocksdb.compaction-pending`, `rocksdb.row.cache.hit`, `rocksdb.row.cache.miss`,
     /// `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
-    /// `rocksdb.compact.write.bytes`, `rocksdb.bytes.written`), and in their style where RocksDB has none
-    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`).
+    /// `rocksdb.compact.write.bytes`, `rocksdb.bytes.written`, `rocksdb.estimate-table-readers-mem`: what
+    /// open files keep in memory outside the block cache), and in their style where RocksDB has none
+    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`; the open files'
+    /// `.index-bytes`, `.index-key-bytes`, `.filter-bytes` and `.data-blocks`, wherever they are held).
     pub fn metrics(&self) -> Vec<Metric> {
         let mut m = vec![
             Metric::new("rocksdb.cur-size-all-mem-tables", self.memtable_bytes),
@@ -126,6 +132,26 @@ impl DbStats {
             Metric::new("keyed-state.lsm.compactions", self.compactions),
             Metric::new("keyed-state.lsm.write-stalls", self.write_stalls),
             Metric::new("keyed-state.lsm.l0-sorted-runs", self.l0_sorted_runs),
+            Metric::new(
+                "rocksdb.estimate-table-readers-mem",
+                self.table_readers.resident_bytes,
+            ),
+            Metric::new(
+                "keyed-state.lsm.index-bytes",
+                self.table_readers.index_bytes,
+            ),
+            Metric::new(
+                "keyed-state.lsm.index-key-bytes",
+                self.table_readers.index_key_bytes,
+            ),
+            Metric::new(
+                "keyed-state.lsm.filter-bytes",
+                self.table_readers.filter_bytes,
+            ),
+            Metric::new(
+                "keyed-state.lsm.data-blocks",
+                self.table_readers.data_blocks,
+            ),
             Metric::new(
                 "rocksdb.compaction-pending",
                 u64::from(self.compaction_pending),
@@ -200,6 +226,13 @@ impl DbInner {
             row_cache_usage: self.row_cache.as_ref().map_or(0, |rc| rc.usage()),
             row_cache_hits: rc_hits,
             row_cache_misses: rc_misses,
+            table_readers: st.version.levels.iter().flatten().fold(
+                ReaderMetadata::default(),
+                |mut sum, f| {
+                    sum += f.reader.metadata();
+                    sum
+                },
+            ),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod bloom;
 pub(crate) mod cold;
 #[doc(hidden)]
 pub mod format;
+mod meta;
 #[doc(hidden)]
 pub mod properties;
 mod reader;
@@ -20,7 +21,7 @@ mod writer;
 #[cfg(feature = "test-util")]
 pub use cold::force_pre_read;
 #[doc(hidden)]
-pub use reader::{PrefixProbe, SstIter, SstReader};
+pub use reader::{PrefixProbe, ReaderMetadata, SstIter, SstReader};
 #[doc(hidden)]
 pub use writer::SstWriter;
 

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use memmap2::{Advice, Mmap};
 
@@ -21,11 +21,13 @@ use super::format::{
     checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
     BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN, FORMAT_VERSION_PREFIX,
 };
+use super::meta::{self, IndexView};
 use super::{bloom, properties, SstProperties};
 use crate::cache::BlockCache;
 use crate::coding::DecodeError;
 use crate::env::MemoryReservation;
 use crate::ikey::{self, ValueKind};
+use crate::options::MetadataPlacement;
 use crate::slice::ValueSlice;
 use crate::storage::{FileBytes, Storage};
 use crate::{Location, LsmError};
@@ -74,57 +76,76 @@ impl Backing {
     }
 }
 
-/// The decoded index block, in flat arrays: per data block its last internal key (all keys in one buffer)
-/// and its handle. 20 bytes plus the key per block (28 with the reader's key prefixes), against about 60
-/// for boxed keys (`design/decisions/0007-cold-reads.md`, "Index and filter stay in memory").
-#[derive(Default)]
-struct Index {
-    /// Every block's last internal key, concatenated.
-    keys: Box<[u8]>,
-    /// End of each key in `keys`.
-    key_ends: Box<[u32]>,
-    handles: Box<[BlockHandle]>,
-}
-
-/// One index entry.
-#[derive(Clone, Copy)]
-struct IndexEntry<'a> {
-    /// The last internal key of the data block.
-    last_key: &'a [u8],
+/// Where a reader's index or filter lies in the file, and the buffer the reader keeps of it (module
+/// [`meta`] for the index; the filter's bloom bytes as they are in the file).
+struct MetaSlot {
+    /// The block in the file (its offset is also the cache key's).
     handle: BlockHandle,
+    /// The buffer, when the reader keeps it ([`MetadataPlacement::Resident`], or too large for the cache).
+    kept: OnceLock<Arc<Vec<u8>>>,
+    /// Its length.
+    len: usize,
+    /// The budget's charge for a buffer kept after the file was opened.
+    late_charge: OnceLock<MemoryReservation>,
 }
 
-impl Index {
-    #[inline]
-    fn len(&self) -> usize {
-        self.handles.len()
+impl MetaSlot {
+    fn new(handle: BlockHandle, buf: &Arc<Vec<u8>>, keep: bool) -> Self {
+        let kept = OnceLock::new();
+        if keep {
+            let _ = kept.set(Arc::clone(buf));
+        }
+        MetaSlot {
+            handle,
+            kept,
+            len: buf.len(),
+            late_charge: OnceLock::new(),
+        }
     }
+}
+
+/// An index or filter buffer held for the length of a read: borrowed from the reader, or a reference to
+/// the cache's entry (which keeps its bytes alive if the cache evicts it meanwhile).
+enum Pinned<'a> {
+    Kept(&'a [u8]),
+    Cached(Arc<Vec<u8>>),
+}
+
+impl std::ops::Deref for Pinned<'_> {
+    type Target = [u8];
 
     #[inline]
-    fn is_empty(&self) -> bool {
-        self.handles.is_empty()
+    fn deref(&self) -> &[u8] {
+        match self {
+            Pinned::Kept(b) => b,
+            Pinned::Cached(b) => b,
+        }
     }
+}
 
-    #[inline]
-    fn key(&self, i: usize) -> Option<&[u8]> {
-        let end = *self.key_ends.get(i)? as usize;
-        let start = match i.checked_sub(1) {
-            Some(p) => *self.key_ends.get(p)? as usize,
-            None => 0,
-        };
-        self.keys.get(start..end)
-    }
+/// What an open reader's index and filter hold, and what it keeps in memory besides the cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReaderMetadata {
+    /// Data blocks (index entries).
+    pub data_blocks: u64,
+    /// Bytes of the index entries' keys (every data block's last internal key).
+    pub index_key_bytes: u64,
+    /// Bytes of the decoded index (keys plus 28 bytes per block).
+    pub index_bytes: u64,
+    /// Bytes of the bloom filter.
+    pub filter_bytes: u64,
+    /// Bytes the reader holds outside the block cache (what the budget charges as SST metadata).
+    pub resident_bytes: u64,
+}
 
-    #[inline]
-    fn get(&self, i: usize) -> Option<IndexEntry<'_>> {
-        Some(IndexEntry {
-            last_key: self.key(i)?,
-            handle: *self.handles.get(i)?,
-        })
-    }
-
-    fn last(&self) -> Option<IndexEntry<'_>> {
-        self.get(self.len().checked_sub(1)?)
+impl std::ops::AddAssign for ReaderMetadata {
+    fn add_assign(&mut self, o: Self) {
+        self.data_blocks += o.data_blocks;
+        self.index_key_bytes += o.index_key_bytes;
+        self.index_bytes += o.index_bytes;
+        self.filter_bytes += o.filter_bytes;
+        self.resident_bytes += o.resident_bytes;
     }
 }
 
@@ -156,14 +177,19 @@ pub struct SstReader {
     file_number: u64,
     backing: Backing,
     properties: SstProperties,
-    index: Index,
-    /// `key_prefix` of each index entry's last key, in index order (non-decreasing): the index binary search
-    /// runs over this dense array and compares whole keys only among entries sharing the target's prefix.
-    index_prefixes: Box<[u64]>,
-    /// The filter's bloom bytes, copied out of the file at open (10 bits per key by default: 1.25 bytes of
-    /// heap per key), so that a point read never faults on them.
-    filter: Option<Box<[u8]>>,
-    /// The filter holds every distinct user key (always, before format version 3).
+    /// The decoded index (module [`meta`]).
+    index: MetaSlot,
+    /// The filter's bloom bytes (10 bits per key by default: 1.25 bytes per key), copied out of the file so
+    /// that a point read never faults on them.
+    filter: Option<MetaSlot>,
+    /// Number of data blocks.
+    blocks: usize,
+    /// Bytes of the index entries' keys.
+    index_key_bytes: usize,
+    /// The bytes charged to the budget by `_metadata_charge`.
+    resident_bytes: usize,
+    /// Index and filter are placed in the cache ([`MetadataPlacement::Cached`]).
+    cached: bool,
     filter_whole: bool,
     /// The filter holds the prefix of every entry, under the extractor whose name hashes to this.
     filter_prefix: Option<u64>,
@@ -177,7 +203,8 @@ pub struct SstReader {
     hashed_blocks: bool,
     /// End of the data blocks (start of the metadata blocks): read-ahead stops there.
     data_end: usize,
-    /// The charge of the metadata held above (index, filter, bits) to the cache's memory budget, if any.
+    /// The charge of the metadata held above (index and filter when kept, bits, this struct) to the cache's
+    /// memory budget, if any.
     _metadata_charge: Option<MemoryReservation>,
 }
 
@@ -193,12 +220,30 @@ impl SstReader {
     }
 
     /// Opens a file of `storage`: mapped from the real file system (see the module documentation on
-    /// soundness), an in-memory image from another storage.
+    /// soundness), an in-memory image from another storage. Its index and filter are kept by the reader
+    /// ([`MetadataPlacement::Resident`]).
     pub fn open_on(
         storage: &dyn Storage,
         path: &Path,
         file_number: u64,
         cache: Arc<BlockCache>,
+    ) -> Result<Arc<Self>, LsmError> {
+        Self::open_placed(
+            storage,
+            path,
+            file_number,
+            cache,
+            MetadataPlacement::Resident,
+        )
+    }
+
+    /// [`SstReader::open_on`] with its index and filter placed as `placement` says.
+    pub fn open_placed(
+        storage: &dyn Storage,
+        path: &Path,
+        file_number: u64,
+        cache: Arc<BlockCache>,
+        placement: MetadataPlacement,
     ) -> Result<Arc<Self>, LsmError> {
         let io = |source| LsmError::Io {
             path: path.to_path_buf(),
@@ -212,7 +257,7 @@ impl SstReader {
             ));
         }
         let bytes = storage.map(path).map_err(io)?;
-        Self::from_backing(bytes.into(), path, file_number, cache)
+        Self::from_backing(bytes.into(), path, file_number, cache, placement)
     }
 
     /// Opens an SST image held in memory (for tests and fuzzing); `path` only names it in errors.
@@ -223,7 +268,19 @@ impl SstReader {
         file_number: u64,
         cache: Arc<BlockCache>,
     ) -> Result<Arc<Self>, LsmError> {
-        Self::from_backing(Backing::Mem(bytes), path, file_number, cache)
+        Self::open_bytes_placed(bytes, path, file_number, cache, MetadataPlacement::Resident)
+    }
+
+    /// [`SstReader::open_bytes`] with its index and filter placed as `placement` says.
+    #[cfg(feature = "test-util")]
+    pub fn open_bytes_placed(
+        bytes: Arc<[u8]>,
+        path: &Path,
+        file_number: u64,
+        cache: Arc<BlockCache>,
+        placement: MetadataPlacement,
+    ) -> Result<Arc<Self>, LsmError> {
+        Self::from_backing(Backing::Mem(bytes), path, file_number, cache, placement)
     }
 
     fn from_backing(
@@ -231,6 +288,7 @@ impl SstReader {
         path: &Path,
         file_number: u64,
         cache: Arc<BlockCache>,
+        placement: MetadataPlacement,
     ) -> Result<Arc<Self>, LsmError> {
         let err = |d: String| corruption(path, d);
         if let Backing::Map(m) = &backing {
@@ -274,22 +332,10 @@ impl SstReader {
         let filter = if footer.filter.size == 0 {
             None
         } else {
-            let (codec, payload) =
-                checked_block(file, footer.filter).map_err(|e| err(format!("filter {e}")))?;
-            if codec != CODEC_NONE {
-                return Err(err("filter block: unexpected codec".into()));
-            }
-            if footer.version >= FORMAT_VERSION_PREFIX {
-                let (flags, name, bits) =
-                    bloom::parse_v3(payload).map_err(|e| err(format!("filter block: {e}")))?;
-                filter_whole = flags & bloom::FILTER_WHOLE_KEYS != 0;
-                filter_prefix = (flags & bloom::FILTER_PREFIXES != 0).then(|| name_hash(name));
-                Some(Box::from(bits))
-            } else {
-                bloom::validate(payload).map_err(|e| err(format!("filter block: {e}")))?;
-                filter_whole = true;
-                Some(Box::from(payload))
-            }
+            let (whole, prefix, bits) =
+                filter_bits(file, footer.filter, footer.version).map_err(err)?;
+            (filter_whole, filter_prefix) = (whole, prefix);
+            Some(Arc::new(bits.to_vec()))
         };
         // Index.
         let data_end = [footer.filter, footer.properties, footer.index]
@@ -298,19 +344,18 @@ impl SstReader {
             .map(|h| h.offset)
             .min()
             .unwrap_or(meta_end);
-        let index = with_block_bytes(file, footer.index, |bytes| decode_index(bytes, data_end))
-            .map_err(|e| err(format!("index {e}")))?
-            .map_err(|e| err(format!("index block: {e}")))?;
+        let index = Arc::new(load_index(file, footer.index, data_end).map_err(err)?);
+        let view = IndexView::new(&index);
+        let blocks = view.len();
         // Cross-checks between properties and index.
-        if (properties.entries == 0) != index.is_empty() {
+        if (properties.entries == 0) != (blocks == 0) {
             return Err(err(format!(
-                "properties count {} entries but the index has {} blocks",
+                "properties count {} entries but the index has {blocks} blocks",
                 properties.entries,
-                index.len()
             )));
         }
-        if let Some(last) = index.last() {
-            if last.last_key != &properties.largest[..] {
+        if let Some(last) = view.last_key() {
+            if last != &properties.largest[..] {
                 return Err(err("properties: largest key differs from the index".into()));
             }
             if ikey::parse(&properties.smallest).is_none()
@@ -321,32 +366,37 @@ impl SstReader {
                 ));
             }
         }
-        let index_prefixes = (0..index.len())
-            .map(|i| index.key(i).map_or(0, key_prefix))
-            .collect();
-        let verified = (0..index.len().div_ceil(64))
+        let index_key_bytes = view.key_bytes();
+        let verified = (0..blocks.div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
-        let lz4_verified = (0..index.len().div_ceil(64))
+        let lz4_verified = (0..blocks.div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
-        let metadata_bytes = index.keys.len()
-            + index.key_ends.len() * 4
-            + index.handles.len() * std::mem::size_of::<BlockHandle>()
-            + index.len() * 8
-            + filter.as_deref().map_or(0, <[u8]>::len)
-            + 2 * index.len().div_ceil(64) * 8
-            + std::mem::size_of::<SstReader>();
-        let _metadata_charge = cache.budget().map(|b| b.charge_metadata(metadata_bytes));
-        Ok(Arc::new(SstReader {
+        let keep = placement == MetadataPlacement::Resident;
+        let index_slot = MetaSlot::new(footer.index, &index, keep);
+        let filter_slot = filter
+            .as_ref()
+            .map(|f| MetaSlot::new(footer.filter, f, keep));
+        let kept = if keep {
+            index.len() + filter.as_deref().map_or(0, Vec::len)
+        } else {
+            0
+        };
+        let resident_bytes = kept + 2 * blocks.div_ceil(64) * 8 + std::mem::size_of::<SstReader>();
+        let _metadata_charge = cache.budget().map(|b| b.charge_metadata(resident_bytes));
+        let reader = SstReader {
             _metadata_charge,
             path: path.to_path_buf(),
             file_number,
             backing,
             properties,
-            index,
-            index_prefixes,
-            filter,
+            index: index_slot,
+            filter: filter_slot,
+            blocks,
+            index_key_bytes,
+            resident_bytes,
+            cached: !keep,
             filter_whole,
             filter_prefix,
             cache,
@@ -354,7 +404,90 @@ impl SstReader {
             lz4_verified,
             hashed_blocks: footer.version >= 2,
             data_end: data_end as usize,
-        }))
+        };
+        if !keep {
+            // Warm: the blocks were just read and checked; the first reads find them in the cache.
+            reader.place(&reader.index, index);
+            if let (Some(slot), Some(f)) = (&reader.filter, filter) {
+                reader.place(slot, f);
+            }
+        }
+        Ok(Arc::new(reader))
+    }
+
+    /// Inserts a freshly loaded index or filter buffer into the cache; the reader keeps it instead (charged
+    /// as metadata) when it is too large for the cache to keep (see [`MetadataPlacement::Cached`]).
+    fn place<'a>(&self, slot: &'a MetaSlot, buf: Arc<Vec<u8>>) -> Pinned<'a> {
+        self.cache
+            .insert(self.file_number, slot.handle.offset, Arc::clone(&buf));
+        if buf.len().saturating_mul(16) >= self.cache.capacity()
+            && !self.cache.contains(self.file_number, slot.handle.offset)
+            && slot.kept.set(Arc::clone(&buf)).is_ok()
+        {
+            if let Some(b) = self.cache.budget() {
+                let _ = slot.late_charge.set(b.charge_metadata(buf.len()));
+            }
+        }
+        Pinned::Cached(buf)
+    }
+
+    /// The index or filter of `slot`: the reader's, the cache's, or loaded from the file by `load` (and
+    /// placed).
+    #[inline]
+    fn pinned<'a>(
+        &'a self,
+        slot: &'a MetaSlot,
+        load: impl FnOnce(&Self) -> Result<Vec<u8>, String>,
+    ) -> Result<Pinned<'a>, LsmError> {
+        if let Some(b) = slot.kept.get() {
+            return Ok(Pinned::Kept(b));
+        }
+        if let Some(b) = self.cache.get(self.file_number, slot.handle.offset) {
+            return Ok(Pinned::Cached(b));
+        }
+        let buf = Arc::new(load(self).map_err(|d| self.corruption(d))?);
+        Ok(self.place(slot, buf))
+    }
+
+    /// The decoded index, held for the length of a read.
+    #[inline]
+    fn index(&self) -> Result<Pinned<'_>, LsmError> {
+        self.pinned(&self.index, |r| {
+            load_index(r.backing.bytes(), r.index.handle, r.data_end as u64)
+        })
+    }
+
+    /// The filter's bloom bytes, held for the length of a probe (`None` without a filter).
+    #[inline]
+    fn filter(&self) -> Result<Option<Pinned<'_>>, LsmError> {
+        let Some(slot) = &self.filter else {
+            return Ok(None);
+        };
+        self.pinned(slot, |r| {
+            let version = Footer::decode(r.backing.bytes())
+                .map_err(|e| format!("footer: {e}"))?
+                .version;
+            filter_bits(r.backing.bytes(), slot.handle, version).map(|(_, _, b)| b.to_vec())
+        })
+        .map(Some)
+    }
+
+    /// What the reader's index and filter hold, and what it keeps in memory besides the cache.
+    pub fn metadata(&self) -> ReaderMetadata {
+        // Buffers of a reader whose metadata is cached, kept because the cache would not take them.
+        let late = [Some(&self.index), self.filter.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter(|s| self.cached && s.kept.get().is_some())
+            .map(|s| s.len)
+            .sum::<usize>();
+        ReaderMetadata {
+            data_blocks: self.blocks as u64,
+            index_key_bytes: self.index_key_bytes as u64,
+            index_bytes: self.index.len as u64,
+            filter_bytes: self.filter.as_ref().map_or(0, |f| f.len) as u64,
+            resident_bytes: (self.resident_bytes + late) as u64,
+        }
     }
 
     /// The file's properties.
@@ -381,7 +514,7 @@ impl SstReader {
     /// Number of data blocks.
     #[cfg(feature = "test-util")]
     pub fn data_blocks(&self) -> usize {
-        self.index.len()
+        self.blocks
     }
 
     /// The byte range of the whole file image in memory (used to check zero-copy views).
@@ -410,9 +543,11 @@ impl SstReader {
 
     /// Whether the file's filter admits the hash `h` (true without a filter).
     fn filter_says(&self, h: u64) -> bool {
-        match &self.filter {
-            None => true,
-            Some(f) => bloom::may_contain(f, h),
+        match self.filter() {
+            Ok(Some(f)) => bloom::may_contain(&f, h),
+            // No filter; or it could not be loaded again (the file was checked at open): the read that
+            // follows reports what is wrong with the file.
+            Ok(None) | Err(_) => true,
         }
     }
 
@@ -427,6 +562,7 @@ impl SstReader {
         SstIter {
             reader: Arc::clone(self),
             block_idx: 0,
+            block_offset: 0,
             block: ValueSlice::empty(),
             cursor: BlockCursor::default(),
             valid: false,
@@ -442,12 +578,14 @@ impl SstReader {
         hi: &[u8],
         lo: &[u8],
     ) -> Result<Option<Vec<u8>>, LsmError> {
-        let blocks = self.index.len();
+        let blocks = self.blocks;
         if blocks == 0 {
             return Ok(None);
         }
         let target = ikey::lookup_key(hi);
-        let mut b = self.find_block(&target).min(blocks - 1);
+        let mut b = IndexView::new(&self.index()?)
+            .find_block(&target)
+            .min(blocks - 1);
         let mut it = self.iter();
         loop {
             if !it.load_block(b)? {
@@ -483,39 +621,6 @@ impl SstReader {
 
     fn corruption(&self, detail: String) -> LsmError {
         corruption(&self.path, detail)
-    }
-
-    /// Index of the first data block whose last internal key is `>= target_ikey` (`data_blocks()` if none).
-    ///
-    /// Binary search over the dense prefix array first; whole keys are compared only among the (usually zero
-    /// or one) entries whose prefix equals the target's.
-    fn find_block(&self, target_ikey: &[u8]) -> usize {
-        let tp = key_prefix(target_ikey);
-        let lo = self.index_prefixes.partition_point(|&p| p < tp);
-        let rest = self.index_prefixes.get(lo..).unwrap_or(&[]);
-        // Ties are rare (blocks whose last keys share the target's 8-byte prefix) and adjacent to `lo`:
-        // look at a few neighbours before a second binary search (which cost ~14 more cache misses per
-        // lookup at 10M keys).
-        let hi = lo
-            + match rest.iter().take(8).position(|&p| p != tp) {
-                Some(n) => n,
-                None => rest.partition_point(|&p| p == tp),
-            };
-        // First of the ties whose last key is >= the target (binary search over `lo..hi`).
-        let (mut a, mut b) = (lo, hi.min(self.index.len()));
-        while a < b {
-            let mid = a + (b - a) / 2;
-            let below = self
-                .index
-                .key(mid)
-                .is_some_and(|k| ikey::compare(k, target_ikey) == Ordering::Less);
-            if below {
-                a = mid + 1;
-            } else {
-                b = mid;
-            }
-        }
-        a
     }
 
     /// Point lookup: visits the versions of `user_key` with seqno `<= seqno` in this file, newest first, as
@@ -554,12 +659,14 @@ impl SstReader {
         seqno: u64,
         visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
     ) -> Result<bool, LsmError> {
-        let mut idx = self.find_block(lookup_ikey);
+        let pinned = self.index()?;
+        let index = IndexView::new(&pinned);
+        let mut idx = index.find_block(lookup_ikey);
         let mut first = true;
-        while idx < self.index.len() {
-            let block = self.data_block(idx)?;
+        while idx < index.len() {
+            let block = self.data_block(&index, idx)?;
             let berr = |e: DecodeError| {
-                let off = self.index.get(idx).map_or(0, |i| i.handle.offset);
+                let off = index.handle(idx).map_or(0, |h| h.offset);
                 self.corruption(format!("data block at offset {off}: {e}"))
             };
             cursor
@@ -610,12 +717,10 @@ impl SstReader {
     /// A raw block already verified (its bit in `verified`) is served from the map at once. Otherwise the cache
     /// is probed before the file is touched: only verified LZ4 blocks are ever cached, and reading the codec
     /// byte from the map first would cost a cache (and often TLB) miss on every hit.
-    fn data_block(&self, idx: usize) -> Result<ValueSlice, LsmError> {
-        let handle = self
-            .index
-            .get(idx)
-            .ok_or_else(|| self.corruption(format!("data block {idx} is not in the index")))?
-            .handle;
+    fn data_block(&self, index: &IndexView<'_>, idx: usize) -> Result<ValueSlice, LsmError> {
+        let handle = index
+            .handle(idx)
+            .ok_or_else(|| self.corruption(format!("data block {idx} is not in the index")))?;
         let (word, bit) = (idx / 64, 1u64 << (idx % 64));
         let flag = self.verified.get(word);
         let raw_verified = flag.is_some_and(|f| f.load(AtomicOrdering::Relaxed) & bit != 0);
@@ -707,8 +812,11 @@ impl SstReader {
         if !matches!(self.backing, Backing::Map(_)) {
             return;
         }
-        let idx = self.find_block(lookup_ikey);
-        let Some(h) = self.index.get(idx).map(|e| e.handle) else {
+        let Ok(pinned) = self.index() else {
+            return; // a hint only: the read that follows reports the error
+        };
+        let index = IndexView::new(&pinned);
+        let Some(h) = index.handle(index.find_block(lookup_ikey)) else {
             return;
         };
         if self.cache.contains(self.file_number, h.offset) {
@@ -722,11 +830,11 @@ impl SstReader {
     }
 
     /// Read-ahead for a cursor loading data block `idx` (module `cold`).
-    fn read_ahead(&self, ra: &mut Readahead, idx: usize) {
+    fn read_ahead(&self, ra: &mut Readahead, index: &IndexView<'_>, idx: usize) {
         if !matches!(self.backing, Backing::Map(_)) {
             return;
         }
-        let Some(h) = self.index.get(idx).map(|e| e.handle) else {
+        let Some(h) = index.handle(idx) else {
             return;
         };
         let start = h.offset as usize;
@@ -745,7 +853,7 @@ impl std::fmt::Debug for SstReader {
             .field("path", &self.path)
             .field("file_number", &self.file_number)
             .field("file_size", &self.file_size())
-            .field("data_blocks", &self.index.len())
+            .field("data_blocks", &self.blocks)
             .finish()
     }
 }
@@ -753,20 +861,6 @@ impl std::fmt::Debug for SstReader {
 thread_local! {
     /// The block cursor (and its key buffer) reused by every point lookup on this thread.
     static POINT_CURSOR: RefCell<BlockCursor> = RefCell::new(BlockCursor::default());
-}
-
-/// The first 8 bytes of an internal key's user key, zero-padded, as a big-endian integer. For internal keys
-/// `a`, `b`: `key_prefix(a) < key_prefix(b)` implies `ikey::compare(a, b) == Less` (zero padding keeps the
-/// bytewise order of user keys; equal prefixes decide nothing).
-#[inline]
-fn key_prefix(internal_key: &[u8]) -> u64 {
-    let user = ikey::user_key(internal_key);
-    let mut b = [0u8; 8];
-    let n = user.len().min(8);
-    if let (Some(dst), Some(src)) = (b.get_mut(..n), user.get(..n)) {
-        dst.copy_from_slice(src);
-    }
-    u64::from_be_bytes(b)
 }
 
 fn corruption(path: &Path, detail: String) -> LsmError {
@@ -803,8 +897,39 @@ fn with_block_bytes<R>(
     })
 }
 
-/// Decodes the index block: last keys strictly ascending, handles ascending, non-overlapping, before `data_end`.
-fn decode_index(bytes: &[u8], data_end: u64) -> Result<Index, DecodeError> {
+/// Verifies the index block at `handle` and decodes it into the buffer the reader searches (module [`meta`]).
+fn load_index(file: &[u8], handle: BlockHandle, data_end: u64) -> Result<Vec<u8>, String> {
+    with_block_bytes(file, handle, |bytes| decode_index(bytes, data_end))
+        .map_err(|e| format!("index {e}"))?
+        .map_err(|e| format!("index block: {e}"))
+}
+
+/// Verifies the filter block at `handle` of a file of format `version` and splits it into (holds whole keys,
+/// the hash of the extractor whose prefixes it holds, bloom bytes).
+fn filter_bits(
+    file: &[u8],
+    handle: BlockHandle,
+    version: u32,
+) -> Result<(bool, Option<u64>, &[u8]), String> {
+    let (codec, payload) = checked_block(file, handle).map_err(|e| format!("filter {e}"))?;
+    if codec != CODEC_NONE {
+        return Err("filter block: unexpected codec".into());
+    }
+    if version >= FORMAT_VERSION_PREFIX {
+        let (flags, name, bits) =
+            bloom::parse_v3(payload).map_err(|e| format!("filter block: {e}"))?;
+        let whole = flags & bloom::FILTER_WHOLE_KEYS != 0;
+        let prefix = (flags & bloom::FILTER_PREFIXES != 0).then(|| name_hash(name));
+        Ok((whole, prefix, bits))
+    } else {
+        bloom::validate(payload).map_err(|e| format!("filter block: {e}"))?;
+        Ok((true, None, payload))
+    }
+}
+
+/// Decodes the index block (last keys strictly ascending, handles ascending, non-overlapping, before
+/// `data_end`) into the buffer of module [`meta`].
+fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<u8>, DecodeError> {
     let mut cursor = BlockCursor::default();
     cursor.reset(bytes)?;
     cursor.seek_to_first(bytes)?;
@@ -851,11 +976,7 @@ fn decode_index(bytes: &[u8], data_end: u64) -> Result<Index, DecodeError> {
         handles.push(handle);
         cursor.next(bytes)?;
     }
-    Ok(Index {
-        keys: keys.into_boxed_slice(),
-        key_ends: key_ends.into_boxed_slice(),
-        handles: handles.into_boxed_slice(),
-    })
+    Ok(meta::encode(&keys, &key_ends, &handles))
 }
 
 /// A cursor over an SST file in internal-key order. Owns an `Arc` of its reader; scanning does not allocate
@@ -863,6 +984,8 @@ fn decode_index(bytes: &[u8], data_end: u64) -> Result<Index, DecodeError> {
 pub struct SstIter {
     reader: Arc<SstReader>,
     block_idx: usize,
+    /// The offset of that block in the file (for errors).
+    block_offset: u64,
     block: ValueSlice,
     cursor: BlockCursor,
     valid: bool,
@@ -871,12 +994,15 @@ pub struct SstIter {
 
 impl SstIter {
     fn load_block(&mut self, idx: usize) -> Result<bool, LsmError> {
-        if idx >= self.reader.index.len() {
+        if idx >= self.reader.blocks {
             self.block = ValueSlice::empty();
             return Ok(false);
         }
-        self.reader.read_ahead(&mut self.readahead, idx);
-        self.block = self.reader.data_block(idx)?;
+        let pinned = self.reader.index()?;
+        let index = IndexView::new(&pinned);
+        self.reader.read_ahead(&mut self.readahead, &index, idx);
+        self.block_offset = index.handle(idx).map_or(0, |h| h.offset);
+        self.block = self.reader.data_block(&index, idx)?;
         self.block_idx = idx;
         self.cursor
             .reset_versioned(&self.block, self.reader.hashed_blocks)
@@ -885,13 +1011,8 @@ impl SstIter {
     }
 
     fn block_err(&self, e: DecodeError) -> LsmError {
-        let off = self
-            .reader
-            .index
-            .get(self.block_idx)
-            .map_or(0, |i| i.handle.offset);
         self.reader
-            .corruption(format!("data block at offset {off}: {e}"))
+            .corruption(format!("data block at offset {}: {e}", self.block_offset))
     }
 
     /// Moves forward over blocks until positioned at an entry or past the end.
@@ -935,7 +1056,7 @@ impl SstIter {
     pub fn seek(&mut self, target_ikey: &[u8]) -> Result<(), LsmError> {
         let r = (|| {
             self.valid = false;
-            let idx = self.reader.find_block(target_ikey);
+            let idx = IndexView::new(&self.reader.index()?).find_block(target_ikey);
             if !self.load_block(idx)? {
                 return Ok(());
             }
@@ -1006,48 +1127,3 @@ impl SstIter {
 }
 
 const _: () = assert!(BLOCK_TRAILER_LEN == 9);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ikey_of(user: &[u8], seq: u64) -> Vec<u8> {
-        let mut k = user.to_vec();
-        k.extend_from_slice(&((seq << 8) | 1).to_be_bytes());
-        k
-    }
-
-    #[test]
-    fn the_flat_index_returns_each_key_and_handle() {
-        let keys: Vec<Vec<u8>> = (0..100u64)
-            .map(|i| ikey_of(format!("key{:04}", i * 10).as_bytes(), 7))
-            .collect();
-        let mut all = Vec::new();
-        let mut ends = Vec::new();
-        for k in &keys {
-            all.extend_from_slice(k);
-            ends.push(all.len() as u32);
-        }
-        let handles: Vec<BlockHandle> = (0..100u64)
-            .map(|i| BlockHandle {
-                offset: i * 4105,
-                size: 4096,
-            })
-            .collect();
-        let index = Index {
-            keys: all.into(),
-            key_ends: ends.into(),
-            handles: handles.clone().into(),
-        };
-        assert_eq!(index.len(), 100);
-        for (i, k) in keys.iter().enumerate() {
-            let e = index.get(i).unwrap();
-            assert_eq!(e.last_key, &k[..]);
-            assert_eq!(e.handle, handles[i]);
-        }
-        assert!(index.get(100).is_none());
-        assert_eq!(index.last().unwrap().last_key, &keys[99][..]);
-        assert!(Index::default().is_empty());
-        assert!(Index::default().last().is_none());
-    }
-}
