@@ -34,30 +34,66 @@ impl ArenaBytes {
     }
 }
 
-/// One buffer owned by the arena, held as a raw pointer from `Box::into_raw`: bytes are written into its unused
-/// part and read from handed-out parts only through pointers derived from this one, so no `&mut` to the
-/// whole buffer ever exists while views into it are read.
+/// One buffer owned by the arena, held as a raw pointer from `Box::into_raw` (or into an anonymous map, for
+/// chunks of [`MAP_MIN`] bytes or more): bytes are written into its unused part and read from handed-out parts
+/// only through pointers derived from this one, so no `&mut` to the whole buffer ever exists while views into
+/// it are read.
 struct Chunk {
     base: NonNull<u8>,
     len: usize,
+    /// The map holding the bytes (None: a boxed slice).
+    map: Option<memmap2::MmapMut>,
+}
+
+/// The smallest chunk given a map of its own instead of heap memory: a memtable's chunks are freed together
+/// long after they were allocated, interleaved with other tables' chunks, and a heap allocator returns a page
+/// only when all of its objects are free; a map goes back to the system when the chunk is dropped.
+const MAP_MIN: usize = 64 << 10;
+
+/// The environment variable that, set to `off`, keeps every arena chunk on the heap (to measure maps against
+/// the heap in one binary); read once.
+pub const ARENA_MAP_SWITCH: &str = "KEYED_STATE_ARENA_MAP";
+
+fn maps_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !cfg!(miri) && std::env::var_os(ARENA_MAP_SWITCH).is_none_or(|v| v != "off"))
 }
 
 impl Chunk {
     fn new(len: usize) -> Self {
+        if len >= MAP_MIN && maps_on() {
+            if let Ok(mut map) = memmap2::MmapMut::map_anon(len) {
+                // The map's address is fixed while it lives (moving the `MmapMut` does not move it).
+                if let Some(base) = NonNull::new(map.as_mut_ptr()) {
+                    return Chunk {
+                        base,
+                        len,
+                        map: Some(map),
+                    };
+                }
+            }
+        }
         let boxed: Box<[u8]> = vec![0u8; len].into_boxed_slice();
         let raw = Box::into_raw(boxed);
         // `Box::into_raw` never returns null; a zero-length box gives a dangling, non-null pointer.
         let base = NonNull::new(raw.cast::<u8>()).unwrap_or(NonNull::dangling());
-        Chunk { base, len }
+        Chunk {
+            base,
+            len,
+            map: None,
+        }
     }
 }
 
 impl Drop for Chunk {
     fn drop(&mut self) {
+        if self.map.take().is_some() {
+            return; // unmapped
+        }
         let slice = std::ptr::slice_from_raw_parts_mut(self.base.as_ptr(), self.len);
-        // SAFETY: `base`/`len` came from `Box::into_raw` of a `Box<[u8]>` of this length in `Chunk::new`, and
-        // the box is rebuilt only here, once. The arena (and so every chunk) is dropped only after every entry
-        // viewing it (see `ArenaBytes`).
+        // SAFETY: `base`/`len` came from `Box::into_raw` of a `Box<[u8]>` of this length in `Chunk::new` (the
+        // chunk has no map), and the box is rebuilt only here, once. The arena (and so every chunk) is dropped
+        // only after every entry viewing it (see `ArenaBytes`).
         drop(unsafe { Box::from_raw(slice) });
     }
 }
@@ -223,5 +259,31 @@ mod tests {
             assert_eq!(&s[..4], &i.to_be_bytes());
             assert!(s[4..].iter().all(|b| *b == i as u8));
         }
+    }
+
+    #[test]
+    fn mapped_chunks_hold_copies_like_heap_chunks() {
+        let a = Arena::new(MAP_MIN);
+        let views: Vec<_> = (0..2000u32)
+            .map(|i| {
+                let bytes = vec![i as u8; 100 + (i as usize % 300)];
+                (a.copy(&[&bytes]), i)
+            })
+            .collect();
+        assert!(a.inner.lock().chunks.len() > 1);
+        assert_eq!(
+            a.inner.lock().chunks[0].map.is_some(),
+            maps_on(),
+            "chunks of MAP_MIN bytes are maps unless switched off"
+        );
+        // A copy larger than a quarter chunk gets a buffer (and a map) of its own.
+        let big = a.copy(&[&vec![7u8; MAP_MIN]]);
+        for (v, i) in views {
+            // SAFETY: `a` is alive.
+            let s = unsafe { v.as_slice() };
+            assert!(s.iter().all(|b| *b == i as u8));
+        }
+        // SAFETY: `a` is alive.
+        assert!(unsafe { big.as_slice() }.iter().all(|b| *b == 7));
     }
 }
