@@ -17,6 +17,7 @@
 pub(crate) mod bytes;
 mod checkpoint;
 mod cleanup;
+mod fixed_map;
 mod map_run;
 pub(crate) mod map_table;
 mod table;
@@ -766,5 +767,156 @@ mod tests {
         })
         .unwrap();
         assert_eq!(n, 2003);
+    }
+    /// The first list append that a key group's packed table cannot hold (a 17-byte value among 8-byte
+    /// ones) converts that table a bounded part per write: a write moves its own entry only until half the
+    /// table is unpacked, then at most `CONVERT_BUCKETS_PER_WRITE` entries more; every entry stays readable
+    /// throughout, and a savepoint taken mid-conversion is byte-identical to one of the same entries held
+    /// unpacked.
+    #[test]
+    fn a_write_to_a_large_packed_table_converts_a_bounded_part_and_snapshots_mid_conversion_encode_alike(
+    ) {
+        use crate::savepoint::{encode, WriteOptions};
+        use crate::serializer::SerializerSnapshot;
+        use std::collections::BTreeMap;
+
+        const KG: KeyGroup = 5;
+        const ENTRIES: i64 = 254_000;
+        let config = BackendConfig {
+            max_parallelism: 128,
+            key_group_range: KeyGroupRange::all(128),
+            key_serializer: SerializerSnapshot::simple("LongSerializer", 1),
+        };
+        let meta = StateMetaInfo {
+            name: "list".into(),
+            kind: StateKind::List,
+            namespace_serializer: SerializerSnapshot::simple("VoidNamespaceSerializer", 1),
+            value_serializer: SerializerSnapshot::simple("LongSerializer", 1),
+            ttl: None,
+        };
+        let key = |i: i64| {
+            let mut k = vec![KG as u8];
+            k.extend_from_slice(&i.to_be_bytes());
+            k.push(0);
+            k
+        };
+        let table = |b: &HeapBackend| match &b.tables[0] {
+            StateTables::Kv(groups) => groups[KG as usize].clone(),
+            _ => panic!("not a kv state"),
+        };
+        let savepoint = |b: &mut HeapBackend| {
+            let snap = b.snapshot().unwrap();
+            let mut out = Vec::new();
+            encode(&*snap, &WriteOptions::default(), &mut out).unwrap();
+            out
+        };
+
+        let mut b = HeapBackend::new(config.clone()).unwrap();
+        let s = b.register_state(meta.clone()).unwrap();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for i in 0..ENTRIES {
+            let v = (i * 7).to_be_bytes();
+            b.append(s, KG, &key(i), &v).unwrap();
+            model.insert(key(i), v.to_vec());
+        }
+        assert_eq!(table(&b).packed_len(), ENTRIES as usize);
+
+        let check = |b: &mut HeapBackend, model: &BTreeMap<Vec<u8>, Vec<u8>>| {
+            for (k, v) in model {
+                assert_eq!(b.get(s, KG, k).unwrap(), Some(&v[..]), "key {k:02x?}");
+            }
+            assert_eq!(b.num_entries().unwrap(), model.len() as u64);
+            let snap = b.snapshot().unwrap();
+            let mut seen = Vec::new();
+            snap.visit(s, KG, &mut |k, v| {
+                seen.push((k.to_vec(), v.to_vec()));
+                Ok(())
+            })
+            .unwrap();
+            assert!(seen.iter().map(|(k, v)| (k, v)).eq(model.iter()));
+        };
+
+        // Writes of every kind: appends (growing a value), updates, removals and new keys.
+        let mut writes = 0usize;
+        let mut mid_savepoint = None;
+        let mut i = 0i64;
+        let mut drained_in = 0usize;
+        loop {
+            let before = table(&b).packed_len();
+            // Whether this write may cross into draining (it and a following insert each move one entry).
+            let draining = table(&b).len() - before + 2 >= before.saturating_sub(2);
+            drained_in += usize::from(draining);
+            let k = key(i * 997 % ENTRIES);
+            match i % 4 {
+                0 | 1 => {
+                    b.append(s, KG, &k, &[1u8; 8]).unwrap();
+                    let v = model.get_mut(&k).unwrap();
+                    v.push(crate::layout::LIST_DELIMITER);
+                    v.extend_from_slice(&[1u8; 8]);
+                }
+                2 => {
+                    b.put(s, KG, &k, &[2u8; 8]).unwrap();
+                    model.insert(k, vec![2u8; 8]);
+                }
+                _ => {
+                    b.delete(s, KG, &k).unwrap();
+                    model.remove(&k);
+                    let n = key(ENTRIES + i);
+                    b.put(s, KG, &n, &[3u8; 8]).unwrap();
+                    model.insert(n, vec![3u8; 8]);
+                }
+            }
+            writes += 1;
+            i += 1;
+            let t = table(&b);
+            let moved = before - t.packed_len();
+            // A delete-and-insert is two writes.
+            let per_write = if draining || i % 4 == 0 {
+                table::CONVERT_BUCKETS_PER_WRITE + 1
+            } else {
+                1
+            };
+            let bound = if i % 4 == 0 { 2 } else { 1 } * per_write;
+            assert!(moved <= bound, "write {writes} moved {moved} entries");
+            if writes == 1 {
+                assert!(
+                    t.is_converting(),
+                    "the first growing append starts a conversion"
+                );
+            }
+            if writes == 40 {
+                assert!(t.is_converting() && t.packed_len() > 0);
+                check(&mut b, &model);
+                // A snapshot taken now and encoded after more writes: the entries as they were.
+                let snap = b.snapshot().unwrap();
+                mid_savepoint = Some((snap, model.clone()));
+            }
+            if !t.is_converting() {
+                break;
+            }
+            assert!(writes < 250_000, "the conversion does not end");
+        }
+        assert_eq!(table(&b).packed_len(), 0);
+        // 254,000 entries in 524,288 buckets: 512 draining writes (a delete-and-insert drains twice).
+        assert!(drained_in <= 512 + 1, "{drained_in} draining writes");
+        check(&mut b, &model);
+
+        // The mid-conversion snapshot encodes exactly as the same entries in a table never packed: a
+        // backend given the long value first.
+        let (snap, then) = mid_savepoint.unwrap();
+        let mut mid = Vec::new();
+        encode(&*snap, &WriteOptions::default(), &mut mid).unwrap();
+        let mut reference = HeapBackend::new(config).unwrap();
+        let rs = reference.register_state(meta).unwrap();
+        let (long_k, long_v) = then.iter().find(|(_, v)| v.len() > 8).unwrap();
+        reference.put(rs, KG, long_k, long_v).unwrap();
+        for (k, v) in &then {
+            reference.put(rs, KG, k, v).unwrap();
+        }
+        match &reference.tables[0] {
+            StateTables::Kv(groups) => assert_eq!(groups[KG as usize].packed_len(), 0),
+            _ => unreachable!(),
+        }
+        assert!(mid == savepoint(&mut reference), "savepoints differ");
     }
 }

@@ -5,12 +5,18 @@
 //! a table bumps a reference count; the first write to a shared table copies that whole table (one key
 //! group of one state), later writes are plain hash-map writes. `design/decisions/0002-heap-tables.md`
 //! records why this and not a persistent (path-copying) map.
+//!
+//! A table whose entries all have one small shape is packed ([`FixedMap`]); the first entry that does not
+//! fit starts its conversion to a bytes table: from then on every write goes to a bytes map beside the
+//! packed one (moving only its own entry), and once that holds as many entries as the packed map, each write
+//! also drains a bounded number of packed entries ([`CONVERT_BUCKETS_PER_WRITE`]), so no single write pays
+//! for the whole table. Reads, iteration, snapshots and the table's length see both parts as one table.
 
 use std::sync::Arc;
 
 use crate::error::Result;
 
-type FastHasher = foldhash::fast::RandomState;
+use super::fixed_map::{FastHasher, FixedMap};
 
 /// What [`KvTable::retain`] does with one entry.
 pub enum Rewrite {
@@ -49,109 +55,71 @@ pub trait KvTable: Clone + Default + Send + Sync {
     fn retain(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Rewrite);
 }
 
-/// Entries whose keys all have one length and share every byte after their first 8 (the *tail*, at most 8
-/// bytes), and whose values all have one length of at most 8 bytes, packed into 16-byte hash-table slots:
-/// the first 8 key bytes and the value. `i64` keys in the void namespace (`K | 0x00`: the tail is the
-/// namespace byte) with `i64`, `i32`, `f64` or `bool` values, Flink's counters, are stored this way. Half
-/// the slot size of [`BytesMap`], which is what decides the speed of a point access once the table
-/// outgrows the CPU caches (`design/decisions/0002-heap-tables.md`).
-#[derive(Clone)]
-pub struct FixedMap {
-    /// Length of the varying part of the keys (0..=8): the first `head` bytes.
-    head: u8,
-    /// Length of the shared tail (0..=8); non-zero only when `head == 8`.
-    tail_len: u8,
-    /// The shared tail, packed like a key head.
-    tail: u64,
-    /// Value length in bytes (0..=8), the same for every value.
-    vlen: u8,
-    /// Key heads left-aligned in a big-endian `u64` (zero padded), so `u64` order is key-byte order (all
-    /// keys have one length and one tail).
-    map: hashbrown::HashMap<u64, [u8; 8], FastHasher>,
-}
-
-impl FixedMap {
-    /// An empty map for entries shaped like (`key`, `value`), if they can be packed.
-    fn for_shape(key: &[u8], vlen: usize) -> Option<FixedMap> {
-        let head = key.len().min(8);
-        let tail = &key[head..];
-        (tail.len() <= 8 && vlen <= 8).then(|| FixedMap {
-            head: head as u8,
-            tail_len: tail.len() as u8,
-            tail: pack(tail),
-            vlen: vlen as u8,
-            map: hashbrown::HashMap::with_hasher(FastHasher::default()),
-        })
-    }
-
-    /// Whether entries shaped like (`key`, `value length`) fit this map.
-    #[inline]
-    fn fits(&self, key: &[u8], vlen: usize) -> bool {
-        self.pack_key(key).is_some() && vlen == self.vlen as usize
-    }
-
-    /// The packed head of `key`, when `key` has this map's length and tail.
-    #[inline]
-    fn pack_key(&self, key: &[u8]) -> Option<u64> {
-        let head = self.head as usize;
-        if key.len() != head + self.tail_len as usize {
-            return None;
-        }
-        let (h, t) = key.split_at(head);
-        (self.tail_len == 0 || pack(t) == self.tail).then(|| pack(h))
-    }
-
-    /// The whole key of a packed head: `head | tail`.
-    #[inline]
-    fn key_bytes(&self, k: u64) -> ([u8; 16], usize) {
-        join_key(k, self.head, self.tail_len, self.tail)
-    }
-}
-
-/// `head | tail` of a [`FixedMap`] key: the first `head` bytes of packed head `k`, then the packed tail.
-#[inline]
-fn join_key(k: u64, head: u8, tail_len: u8, tail: u64) -> ([u8; 16], usize) {
-    let (head, tail_len) = (head as usize, tail_len as usize);
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&k.to_be_bytes());
-    b[head..head + tail_len].copy_from_slice(&tail.to_be_bytes()[..tail_len]);
-    (b, head + tail_len)
-}
-
-/// `bytes` (at most 8) left-aligned in a big-endian `u64`, zero padded.
-#[inline]
-fn pack(bytes: &[u8]) -> u64 {
-    if let Ok(a) = <[u8; 8]>::try_from(bytes) {
-        return u64::from_be_bytes(a);
-    }
-    // Short keys and tails: a few shifts beat a `memcpy` call.
-    let mut v = 0u64;
-    for (i, b) in bytes.iter().take(8).enumerate() {
-        v |= (*b as u64) << (56 - 8 * i);
-    }
-    v
-}
-
-/// `bytes` (at most 8) in an 8-byte array, zero padded.
-#[inline]
-fn pack_value(bytes: &[u8]) -> [u8; 8] {
-    match <[u8; 8]>::try_from(bytes) {
-        Ok(a) => a,
-        Err(_) => pack(bytes).to_be_bytes(),
-    }
-}
-
 /// Any entries: keys and values as [`SmallBytes`] (inline up to 14 bytes), 32-byte slots.
 pub type BytesMap = hashbrown::HashMap<SmallBytes, SmallBytes, FastHasher>;
 
-/// The representation of a [`CowTable`]: packed while every entry fits [`FixedMap`], else bytes. An empty
-/// table picks its representation again at its next insert.
+/// Buckets of the packed map a write to a converting table drains once the bytes map holds as many entries
+/// (so it moves at most this many entries, whatever the table's size;
+/// `design/bench-results/2026-12-05-heap-conversion/`).
+pub const CONVERT_BUCKETS_PER_WRITE: usize = 1024;
+
+/// The representation of a [`CowTable`]: packed while every entry fits [`FixedMap`], else bytes, and
+/// between the two while a packed table that met an entry it cannot hold is converted, a bounded part per
+/// write. An empty table picks its representation again at its next insert.
 #[derive(Clone)]
 pub enum KvMap {
     /// Fixed-width entries.
     Fixed(FixedMap),
     /// Any entries.
     Bytes(BytesMap),
+    /// A packed table on its way to bytes.
+    Converting(Converting),
+}
+
+/// A packed table being converted to bytes: every entry is in exactly one of the two maps. Every write goes
+/// to the bytes map (taking its entry out of the packed one), so entries that are not written stay packed
+/// and cost nothing to move while most of the table is packed. Once the bytes map holds at least as many
+/// entries as the packed one, each write also drains the next [`CONVERT_BUCKETS_PER_WRITE`] buckets of the
+/// packed map into the bytes map; when the packed map is empty the table is a bytes table.
+#[derive(Clone)]
+pub struct Converting {
+    /// The entries not moved yet. Never inserted into (writes go to `bytes`), so it never resizes and its
+    /// bucket indices, which `cursor` walks, stay put.
+    fixed: FixedMap,
+    /// The entries moved, and every entry written since the conversion began.
+    bytes: BytesMap,
+    /// The next bucket of `fixed` to drain.
+    cursor: usize,
+}
+
+impl Converting {
+    /// Starts converting `fixed`: the bytes map gets the packed map's capacity, so it grows (rehashing every
+    /// entry in one write, as any hash table does) only where the packed table would have. Its memory is
+    /// reserved, not touched: pages are faulted in as entries land in them.
+    fn start(fixed: FixedMap) -> Converting {
+        let bytes = BytesMap::with_capacity_and_hasher(fixed.capacity(), FastHasher::default());
+        Converting {
+            fixed,
+            bytes,
+            cursor: 0,
+        }
+    }
+
+    /// Moves the entries of the next [`CONVERT_BUCKETS_PER_WRITE`] buckets; the number moved.
+    fn step(&mut self) -> usize {
+        let to = self.cursor + CONVERT_BUCKETS_PER_WRITE;
+        let bytes = &mut self.bytes;
+        let moved = self.fixed.drain_buckets(self.cursor, to, &mut |k, v| {
+            bytes.insert(SmallBytes::new(k), SmallBytes::new(v));
+        });
+        // Past the end: start over (only reached with entries left if a clone laid buckets out anew).
+        self.cursor = if to >= self.fixed.num_buckets() {
+            0
+        } else {
+            to
+        };
+        moved
+    }
 }
 
 impl Default for KvMap {
@@ -160,49 +128,95 @@ impl Default for KvMap {
     }
 }
 
+/// Inserts or replaces in a bytes map, reusing the value's storage.
+#[inline]
+fn put_bytes(m: &mut BytesMap, key: &[u8], value: &[u8]) {
+    match m.get_mut(key) {
+        Some(v) => v.set(value),
+        None => {
+            m.insert(SmallBytes::new(key), SmallBytes::new(value));
+        }
+    }
+}
+
 impl KvMap {
     fn len(&self) -> usize {
         match self {
-            KvMap::Fixed(m) => m.map.len(),
+            KvMap::Fixed(m) => m.len(),
             KvMap::Bytes(m) => m.len(),
+            KvMap::Converting(c) => c.fixed.len() + c.bytes.len(),
+        }
+    }
+
+    /// Entries held packed (all of a packed table, those not moved yet of a converting one).
+    #[cfg(test)]
+    fn packed_len(&self) -> usize {
+        match self {
+            KvMap::Fixed(m) => m.len(),
+            KvMap::Bytes(_) => 0,
+            KvMap::Converting(c) => c.fixed.len(),
         }
     }
 
     /// Makes room for an entry with `klen` key bytes and `vlen` value bytes: an empty table takes the best
-    /// representation for it, a fixed table that cannot hold it turns into a bytes table.
+    /// representation for it, a fixed table that cannot hold it starts converting to bytes (moving nothing
+    /// yet).
     #[inline]
     fn prepare(&mut self, key: &[u8], vlen: usize) {
         match self {
             KvMap::Fixed(m) if m.fits(key, vlen) => {}
             KvMap::Bytes(m) if !m.is_empty() => {}
+            KvMap::Converting(_) => {}
             _ if self.len() == 0 => {
                 *self = match FixedMap::for_shape(key, vlen) {
                     Some(m) => KvMap::Fixed(m),
                     None => KvMap::default(),
                 };
             }
-            KvMap::Fixed(m) => {
-                let mut bytes =
-                    BytesMap::with_capacity_and_hasher(m.map.len(), FastHasher::default());
-                let vl = m.vlen as usize;
-                for (k, v) in m.map.iter() {
-                    let (kb, kl) = m.key_bytes(*k);
-                    bytes.insert(SmallBytes::new(&kb[..kl]), SmallBytes::new(&v[..vl]));
+            KvMap::Fixed(_) => {
+                if let KvMap::Fixed(fixed) = std::mem::take(self) {
+                    *self = KvMap::Converting(Converting::start(fixed));
                 }
-                *self = KvMap::Bytes(bytes);
             }
             KvMap::Bytes(_) => {}
+        }
+    }
+
+    /// After a write to a converting table: once the bytes part is at least as large as the packed part,
+    /// moves the next part of the packed one, and ends the conversion when the packed part is empty. The
+    /// number of entries moved.
+    #[inline]
+    fn convert_step(&mut self) -> usize {
+        let KvMap::Converting(c) = self else {
+            return 0;
+        };
+        if c.bytes.len() < c.fixed.len() {
+            return 0;
+        }
+        let moved = c.step();
+        self.finish_if_drained();
+        moved
+    }
+
+    /// A converting table whose packed part is empty becomes a bytes table.
+    fn finish_if_drained(&mut self) {
+        if let KvMap::Converting(c) = self {
+            if c.fixed.is_empty() {
+                let bytes = std::mem::take(&mut c.bytes);
+                *self = KvMap::Bytes(bytes);
+            }
         }
     }
 
     #[inline]
     fn get(&self, key: &[u8]) -> Option<&[u8]> {
         match self {
-            KvMap::Fixed(m) => {
-                let k = m.pack_key(key)?;
-                m.map.get(&k).map(|v| &v[..m.vlen as usize])
-            }
+            KvMap::Fixed(m) => m.get(key),
             KvMap::Bytes(m) => m.get(key).map(SmallBytes::as_slice),
+            KvMap::Converting(c) => c
+                .fixed
+                .get(key)
+                .or_else(|| c.bytes.get(key).map(SmallBytes::as_slice)),
         }
     }
 
@@ -212,15 +226,15 @@ impl KvMap {
         match self {
             KvMap::Fixed(m) => {
                 if let Some(k) = m.pack_key(key) {
-                    m.map.insert(k, pack_value(value));
+                    m.insert(k, value);
                 }
             }
-            KvMap::Bytes(m) => match m.get_mut(key) {
-                Some(v) => v.set(value),
-                None => {
-                    m.insert(SmallBytes::new(key), SmallBytes::new(value));
-                }
-            },
+            KvMap::Bytes(m) => put_bytes(m, key, value),
+            KvMap::Converting(c) => {
+                c.fixed.remove(key);
+                put_bytes(&mut c.bytes, key, value);
+                self.convert_step();
+            }
         }
     }
 
@@ -229,13 +243,27 @@ impl KvMap {
         match current {
             None | Some(0) => self.put(key, elements),
             Some(len) => {
-                // A fixed map holds values of one length only and this one grows, so `prepare` turns a
-                // fixed map into bytes (it is not empty: it holds `key`).
+                // A fixed map holds values of one length only and this one grows, so `prepare` starts
+                // converting a fixed map (it is not empty: it holds `key`).
                 self.prepare(key, len + 1 + elements.len());
-                if let KvMap::Bytes(m) = self {
-                    if let Some(v) = m.get_mut(key) {
-                        v.extend(&[&[delimiter], elements]);
+                match self {
+                    KvMap::Bytes(m) => {
+                        if let Some(v) = m.get_mut(key) {
+                            v.extend(&[&[delimiter], elements]);
+                        }
                     }
+                    KvMap::Converting(c) => {
+                        if let Some(old) = c.fixed.remove(key) {
+                            let mut v = SmallBytes::new(&old[..c.fixed.vlen()]);
+                            v.extend(&[&[delimiter], elements]);
+                            c.bytes.insert(SmallBytes::new(key), v);
+                        } else if let Some(v) = c.bytes.get_mut(key) {
+                            v.extend(&[&[delimiter], elements]);
+                        }
+                        self.convert_step();
+                    }
+                    // `prepare` never leaves a fixed map here (see above).
+                    KvMap::Fixed(_) => {}
                 }
             }
         }
@@ -243,11 +271,13 @@ impl KvMap {
 
     fn remove(&mut self, key: &[u8]) -> bool {
         match self {
-            KvMap::Fixed(m) => match m.pack_key(key) {
-                Some(k) => m.map.remove(&k).is_some(),
-                None => false,
-            },
+            KvMap::Fixed(m) => m.remove(key).is_some(),
             KvMap::Bytes(m) => m.remove(key).is_some(),
+            KvMap::Converting(c) => {
+                let found = c.fixed.remove(key).is_some() || c.bytes.remove(key).is_some();
+                self.convert_step();
+                found
+            }
         }
     }
 
@@ -276,6 +306,66 @@ impl CowTable {
     pub fn is_version(&self, v: &KvVersion) -> bool {
         std::ptr::eq(v.0.as_ptr(), Arc::as_ptr(&self.0))
     }
+
+    /// Entries held packed: all of a packed table's, those not moved yet of a converting one, none of a
+    /// bytes table's.
+    #[cfg(test)]
+    pub fn packed_len(&self) -> usize {
+        self.0.packed_len()
+    }
+
+    /// Whether the table is between packed and bytes.
+    #[cfg(test)]
+    pub fn is_converting(&self) -> bool {
+        matches!(&*self.0, KvMap::Converting(_))
+    }
+}
+
+/// `m`'s entries as (packed head, padded value), in key order (one key length and one tail, heads
+/// left-aligned big-endian: integer order is key order).
+fn sorted_packed(m: &FixedMap) -> Vec<(u64, [u8; 8])> {
+    let mut entries: Vec<(u64, [u8; 8])> = m.iter().map(|(k, v)| (k, *v)).collect();
+    entries.sort_unstable_by_key(|e| e.0);
+    entries
+}
+
+/// Visits the entries of a packed map in key order.
+fn visit_packed(m: &FixedMap, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+    let vl = m.vlen();
+    for (k, v) in sorted_packed(m) {
+        let (kb, kl) = m.key_bytes(k);
+        f(&kb[..kl], &v[..vl])?;
+    }
+    Ok(())
+}
+
+/// Keeps, replaces or removes each entry of a packed map as `f` says; replaced entries are removed and
+/// pushed to `replaced` (their new value may not fit).
+fn retain_packed(
+    m: &mut FixedMap,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> Rewrite,
+    replaced: &mut Vec<(Vec<u8>, Vec<u8>)>,
+) {
+    m.retain(|k, v| match f(k, v) {
+        Rewrite::Keep => true,
+        Rewrite::Remove => false,
+        Rewrite::Replace(new) => {
+            replaced.push((k.to_vec(), new));
+            false
+        }
+    });
+}
+
+/// Keeps, replaces or removes each entry of a bytes map as `f` says.
+fn retain_bytes(m: &mut BytesMap, f: &mut dyn FnMut(&[u8], &[u8]) -> Rewrite) {
+    m.retain(|k, v| match f(k.as_slice(), v.as_slice()) {
+        Rewrite::Keep => true,
+        Rewrite::Remove => false,
+        Rewrite::Replace(new) => {
+            v.set(&new);
+            true
+        }
+    })
 }
 
 impl KvTable for CowTable {
@@ -301,69 +391,69 @@ impl KvTable for CowTable {
         self.0.len()
     }
     fn for_each(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) {
-        match &*self.0 {
-            KvMap::Fixed(m) => {
-                let vl = m.vlen as usize;
-                for (k, v) in m.map.iter() {
-                    let (kb, kl) = m.key_bytes(*k);
-                    if !f(&kb[..kl], &v[..vl]) {
-                        return;
-                    }
+        let packed = match &*self.0 {
+            KvMap::Fixed(m) => Some(m),
+            KvMap::Converting(c) => Some(&c.fixed),
+            KvMap::Bytes(_) => None,
+        };
+        if let Some(m) = packed {
+            let vl = m.vlen();
+            for (k, v) in m.iter() {
+                let (kb, kl) = m.key_bytes(k);
+                if !f(&kb[..kl], &v[..vl]) {
+                    return;
                 }
             }
-            KvMap::Bytes(m) => {
-                for (k, v) in m.iter() {
-                    if !f(k.as_slice(), v.as_slice()) {
-                        return;
-                    }
-                }
+        }
+        let bytes = match &*self.0 {
+            KvMap::Bytes(m) => m,
+            KvMap::Converting(c) => &c.bytes,
+            KvMap::Fixed(_) => return,
+        };
+        for (k, v) in bytes.iter() {
+            if !f(k.as_slice(), v.as_slice()) {
+                return;
             }
         }
     }
     fn for_each_sorted(&self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
         match &*self.0 {
-            KvMap::Fixed(m) => {
-                let vl = m.vlen as usize;
-                let mut entries: Vec<(u64, [u8; 8])> =
-                    m.map.iter().map(|(k, v)| (*k, *v)).collect();
-                // One key length and one tail, heads left-aligned big-endian: integer order is key order.
-                entries.sort_unstable_by_key(|e| e.0);
-                for (k, v) in &entries {
-                    let (kb, kl) = m.key_bytes(*k);
-                    f(&kb[..kl], &v[..vl])?;
+            KvMap::Fixed(m) => visit_packed(m, f),
+            KvMap::Bytes(m) => visit_sorted(m.iter(), f),
+            KvMap::Converting(c) => {
+                // The two parts hold disjoint keys: merge their sorted sequences.
+                let vl = c.fixed.vlen();
+                let mut packed = sorted_packed(&c.fixed)
+                    .into_iter()
+                    .map(|(k, v)| (c.fixed.key_bytes(k), v))
+                    .peekable();
+                visit_sorted(c.bytes.iter(), &mut |k, v| {
+                    while let Some(((kb, kl), pv)) = packed.next_if(|((kb, kl), _)| &kb[..*kl] < k)
+                    {
+                        f(&kb[..kl], &pv[..vl])?;
+                    }
+                    f(k, v)
+                })?;
+                for ((kb, kl), pv) in packed {
+                    f(&kb[..kl], &pv[..vl])?;
                 }
                 Ok(())
             }
-            KvMap::Bytes(m) => visit_sorted(m.iter(), f),
         }
     }
     fn retain(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Rewrite) {
-        // Replacements may change value lengths, so they go through `put` after the pass.
+        // Replacements of packed entries may change value lengths, so they go through `put` after the pass.
         let mut replaced: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        match Arc::make_mut(&mut self.0) {
-            KvMap::Fixed(m) => {
-                let (vl, head, tail_len, tail) = (m.vlen as usize, m.head, m.tail_len, m.tail);
-                m.map.retain(|k, v| {
-                    let (kb, kl) = join_key(*k, head, tail_len, tail);
-                    match f(&kb[..kl], &v[..vl]) {
-                        Rewrite::Keep => true,
-                        Rewrite::Remove => false,
-                        Rewrite::Replace(new) => {
-                            replaced.push((kb[..kl].to_vec(), new));
-                            false
-                        }
-                    }
-                });
+        let map = Arc::make_mut(&mut self.0);
+        match map {
+            KvMap::Fixed(m) => retain_packed(m, f, &mut replaced),
+            KvMap::Bytes(m) => retain_bytes(m, f),
+            KvMap::Converting(c) => {
+                retain_packed(&mut c.fixed, f, &mut replaced);
+                retain_bytes(&mut c.bytes, f);
             }
-            KvMap::Bytes(m) => m.retain(|k, v| match f(k.as_slice(), v.as_slice()) {
-                Rewrite::Keep => true,
-                Rewrite::Remove => false,
-                Rewrite::Replace(new) => {
-                    v.set(&new);
-                    true
-                }
-            }),
         }
+        map.finish_if_drained();
         for (k, v) in replaced {
             self.put(&k, &v);
         }
@@ -474,15 +564,24 @@ mod tests {
         // Wrong key length: not found, not confused with a padded key.
         assert_eq!(t.get(&[0u8; 7]), None);
         assert!(!t.remove(&[0u8; 7]));
-        // A list append makes the value longer: the table turns into bytes, keeping everything.
+        // A list append makes the value longer: the table starts converting to bytes, keeping everything.
         t.append(&6u64.to_be_bytes(), b',', &[1u8; 8]);
-        assert!(matches!(&*t.0, KvMap::Bytes(_)));
+        assert!(t.is_converting());
         assert_eq!(t.len(), 1000);
         let mut want: Vec<u8> = 18u64.to_le_bytes().to_vec();
         want.push(b',');
         want.extend_from_slice(&[1u8; 8]);
         assert_eq!(t.get(&6u64.to_be_bytes()), Some(&want[..]));
         assert_eq!(t.get(&7u64.to_be_bytes()), Some(&21u64.to_le_bytes()[..]));
+        // Later writes finish the conversion once half the entries are in the bytes part.
+        let mut added = 0u64;
+        while t.is_converting() {
+            t.put(&(10_000 + added).to_be_bytes(), &[4u8; 8]);
+            added += 1;
+        }
+        assert!(matches!(&*t.0, KvMap::Bytes(_)));
+        assert_eq!(t.len(), 1000 + added as usize);
+        assert_eq!(t.get(&6u64.to_be_bytes()), Some(&want[..]));
         // The snapshot still has the packed original, in key order.
         let s = collect_sorted(&snap);
         assert_eq!(s.len(), 1000);
@@ -531,7 +630,7 @@ mod tests {
         assert_eq!(n, 1000);
         // Another namespace byte: bytes from now on, nothing lost.
         t.put(&key(7, &[1]), b"x");
-        assert!(matches!(&*t.0, KvMap::Bytes(_)));
+        assert!(t.is_converting());
         assert_eq!(t.len(), 1001);
         assert_eq!(t.get(&key(7, &[0])), Some(&7i64.to_be_bytes()[..]));
         assert_eq!(t.get(&key(7, &[1])), Some(&b"x"[..]));
@@ -565,5 +664,114 @@ mod tests {
                 }
             }
         }
+    }
+    fn model_of<T: KvTable>(t: &T) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+        collect_sorted(t).into_iter().collect()
+    }
+
+    /// While a packed table converts, each write moves its own entry only until half the entries are in
+    /// the bytes part, then at most `CONVERT_BUCKETS_PER_WRITE` more; gets, both iterations, the length,
+    /// `retain` and clones (snapshots, written on their own afterwards) see one table with every entry,
+    /// until the conversion ends in a bytes table.
+    #[test]
+    fn converting_table_is_one_table_to_every_reader() {
+        let key = |i: u64| {
+            let mut k = i.to_be_bytes().to_vec();
+            k.push(0);
+            k
+        };
+        let mut t = CowTable::default();
+        let mut model = std::collections::BTreeMap::new();
+        for i in 0..20_000u64 {
+            t.put(&key(i), &i.to_le_bytes());
+            model.insert(key(i), i.to_le_bytes().to_vec());
+        }
+        assert_eq!(t.packed_len(), 20_000);
+        let mut snaps = Vec::new();
+        let mut writes = 0;
+        let mut drained_in = 0;
+        let mut i = 0u64;
+        while writes == 0 || t.is_converting() {
+            let before = t.packed_len();
+            // Whether this write may cross into draining (its own entry moves first).
+            let draining = t.len() - before + 1 >= before.saturating_sub(1);
+            let k = key(i * 7919 % 20_000);
+            match i % 3 {
+                0 => {
+                    t.append(&k, b',', b"grown");
+                    let v = model.get_mut(&k).unwrap();
+                    v.extend_from_slice(b",grown");
+                }
+                1 => {
+                    t.put(&k, &[5u8; 8]);
+                    model.insert(k, vec![5u8; 8]);
+                }
+                _ => {
+                    assert!(t.remove(&k));
+                    model.remove(&k);
+                }
+            }
+            i += 1;
+            writes += 1;
+            drained_in += usize::from(draining);
+            let moved = before - t.packed_len();
+            assert!(
+                moved
+                    <= if draining {
+                        CONVERT_BUCKETS_PER_WRITE + 1
+                    } else {
+                        1
+                    }
+            );
+            assert_eq!(t.len(), model.len());
+            if writes % 1024 == 1 || (draining && writes % 4 == 1) {
+                assert!(model.iter().all(|(k, v)| t.get(k) == Some(&v[..])));
+                assert_eq!(model_of(&t), model);
+                let mut n = 0;
+                t.for_each(&mut |k, v| {
+                    assert_eq!(model.get(k).map(Vec::as_slice), Some(v));
+                    n += 1;
+                    true
+                });
+                assert_eq!(n, model.len());
+                snaps.push((t.clone(), model.clone()));
+            }
+        }
+        assert!(matches!(&*t.0, KvMap::Bytes(_)));
+        assert_eq!(t.packed_len(), 0);
+        assert_eq!(model_of(&t), model);
+        // 20,000 entries in 32,768 buckets: 32 draining writes.
+        assert!(
+            drained_in <= (20_000usize * 8 / 7).next_power_of_two() / CONVERT_BUCKETS_PER_WRITE + 2
+        );
+        assert!(snaps.len() > 4);
+        for (s, m) in &snaps {
+            assert_eq!(&model_of(s), m);
+        }
+        // A snapshot written itself converts on its own; `retain` on a converting table keeps it whole.
+        let (mut s, mut m) = snaps.swap_remove(2);
+        assert!(s.is_converting());
+        s.retain(&mut |k, v| match k[7] % 3 {
+            0 => Rewrite::Keep,
+            1 => Rewrite::Replace(v.repeat(2)),
+            _ => Rewrite::Remove,
+        });
+        m.retain(|k, _| k[7] % 3 != 2);
+        for (k, v) in m.iter_mut() {
+            if k[7] % 3 == 1 {
+                *v = v.repeat(2);
+            }
+        }
+        assert_eq!(model_of(&s), m);
+        let mut n = 1_000_000;
+        loop {
+            s.put(&key(n), b"y");
+            m.insert(key(n), b"y".to_vec());
+            n += 1;
+            if !s.is_converting() {
+                break;
+            }
+        }
+        assert_eq!(model_of(&s), m);
     }
 }
