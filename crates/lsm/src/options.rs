@@ -25,8 +25,9 @@ pub struct Options {
     pub l0_stop_writes_trigger: usize,
     /// L0 compacts into the base level only once it holds this fraction of the base level's bytes (default
     /// 0.25), or `max(l0_compaction_trigger, l0_stop_writes_trigger / 2)` sorted runs (at most the run count
-    /// at which writes stop); until then `l0_compaction_trigger` adjacent runs of similar size merge into
-    /// one run (one file) within L0 (size-tiered), so that small flushes (one per checkpoint) do not
+    /// at which writes stop); until then at least `l0_compaction_trigger` adjacent runs merge into one run
+    /// (one file) within L0, each older run taken while it holds at most the bytes of the newer runs taken
+    /// (the size-ratio rule of universal compaction), so that small flushes (one per checkpoint) do not
     /// rewrite the whole base level every few flushes (`design/lsm-many-states.md`). Held back, L0 stays
     /// under the run count at which writes stop, so holding it back never stalls writes. While the base
     /// level is empty, or with 0, L0 goes into the base level at `l0_compaction_trigger` runs (the leveled
