@@ -7,6 +7,7 @@ use super::env::SharedEnv;
 use super::filter::CompactionFilterFactory;
 use super::merge::MergeOperator;
 use super::snapshot::Snapshot;
+pub use super::sst::MetadataPlacement;
 use super::sst::SstOptions;
 use super::storage::StorageHandle;
 
@@ -178,25 +179,6 @@ impl fmt::Debug for Options {
             )
             .finish_non_exhaustive()
     }
-}
-
-/// Where an open SST file keeps its decoded index (every data block's last key and handle) and its bloom
-/// filter: together about 23–26 MiB per GiB of state with 4 KiB blocks and 10 bits per key
-/// (`design/lsm-engine.md`, "Table readers").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum MetadataPlacement {
-    /// The reader keeps both for as long as the file is open: a read never waits for them, and with a memory
-    /// budget they are charged to it as SST metadata, outside the cache, so they grow with the state.
-    #[default]
-    Resident,
-    /// Both are entries of the block cache (RocksDB's `cache_index_and_filter_blocks`): decoded and
-    /// inserted when the file opens, evictable like data blocks, loaded again from the file (one index
-    /// block and one filter block) by the first read that misses them, and held by a read while it uses
-    /// them. What the cache holds is bounded by its capacity (with a budget, what the others leave). An
-    /// index or filter larger than a sixteenth of the cache's capacity, which the cache would not keep, is
-    /// kept by the reader and charged as SST metadata.
-    Cached,
 }
 
 /// How WAL replay treats a damaged record (RocksDB's `WALRecoveryMode`). In every mode replay stops at the

@@ -1,6 +1,6 @@
 //! An open file's decoded index as one byte buffer, in the form the reader searches it, so that the reader
 //! can keep it (resident) or leave it to the block cache as an evictable entry (see
-//! [`MetadataPlacement`](crate::options::MetadataPlacement)).
+//! [`MetadataPlacement`]).
 //!
 //! ```text
 //! blob    := head: u64 LE | prefixes: [u64 BE; blocks] | handles | key_ends: [u32 LE; blocks] | keys: [u8]
@@ -342,4 +342,23 @@ mod tests {
             );
         }
     }
+}
+
+/// Where an open SST file keeps its decoded index (every data block's last key and handle) and its bloom
+/// filter: together about 23–26 MiB per GiB of state with 4 KiB blocks and 10 bits per key
+/// (`design/lsm-engine.md`, "Table readers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MetadataPlacement {
+    /// The reader keeps both for as long as the file is open: a read never waits for them, and with a memory
+    /// budget they are charged to it as SST metadata, outside the cache, so they grow with the state.
+    #[default]
+    Resident,
+    /// Both are entries of the block cache (RocksDB's `cache_index_and_filter_blocks`): decoded and
+    /// inserted when the file opens, evictable like data blocks, loaded again from the file (one index
+    /// block and one filter block) by the first read that misses them, and held by a read while it uses
+    /// them. What the cache holds is bounded by its capacity (with a budget, what the others leave). An
+    /// index or filter larger than a sixteenth of the cache's capacity, which the cache would not keep, is
+    /// kept by the reader and charged as SST metadata.
+    Cached,
 }

@@ -21,6 +21,7 @@ mod writer;
 #[cfg(feature = "test-util")]
 pub use cold::force_pre_read;
 #[doc(hidden)]
+pub use meta::MetadataPlacement;
 pub use reader::{PrefixProbe, ReaderMetadata, SstIter, SstReader};
 #[doc(hidden)]
 pub use writer::SstWriter;

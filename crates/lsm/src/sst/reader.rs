@@ -21,13 +21,13 @@ use super::format::{
     checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
     BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN, FORMAT_VERSION_PREFIX,
 };
+use super::meta::MetadataPlacement;
 use super::meta::{self, IndexView};
 use super::{bloom, properties, SstProperties};
 use crate::cache::BlockCache;
 use crate::coding::DecodeError;
 use crate::env::MemoryReservation;
 use crate::ikey::{self, ValueKind};
-use crate::options::MetadataPlacement;
 use crate::slice::ValueSlice;
 use crate::storage::{FileBytes, Storage};
 use crate::{Location, LsmError};
