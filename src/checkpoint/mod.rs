@@ -25,13 +25,12 @@
 //! Every function returns the crate's [`Result`](crate::Result); what is specific to checkpoints is a
 //! [`CheckpointError`] inside [`Error::Checkpoint`](crate::Error::Checkpoint).
 //!
-//! Modules: `format` (the metadata file), `storage`, `checkpointer`, `pending` (the asynchronous part),
-//! `sweeper` (the sweep and the process's background sweeper), `async_api` (the async forms),
-//! `fence` (attempts and claims in the root), `jobs` (a job's part of the root),
-//! `scan` (reading a root as a whole),
-//! `restore` (one module per backend, and what they share), `fault_store` (feature `test-util`, reached
-//! through `keyed_state::internals`), and, hidden from the docs, `tools` (verify and gc for the command line
-//! and the test suites' oracle; see its documentation for why it stays here).
+//! Modules: `format` (the metadata file), `storage`, `upload` (the upload path of `storage`), `checkpointer`,
+//! `pending` (the asynchronous part), `sweeper` (the sweep and the process's background sweeper), `async_api` (the
+//! async forms), `fence` (attempts and claims in the root), `jobs` (a job's part of the root), `scan` (reading a
+//! root as a whole), `restore` (one module per backend, and what they share), `fault_store` (feature `test-util`,
+//! reached through `keyed_state::internals`), and, hidden from the docs, `tools` (verify and gc for the command
+//! line and the test suites' oracle; see its documentation for why it stays here).
 
 mod async_api;
 pub mod buffers;
@@ -51,6 +50,7 @@ mod storage;
 mod sweeper;
 #[doc(hidden)]
 pub mod tools;
+mod upload;
 
 pub use crate::backend::BackendKind;
 pub use crate::error::CheckpointError;
