@@ -247,6 +247,17 @@ pub(crate) fn key_prefix(internal_key: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
+    /// The keys back to back, and where each ends (the index's `keys` and `key_ends`).
+    fn concatenated(keys: &[Vec<u8>]) -> (Vec<u8>, Vec<u32>) {
+        let mut all = Vec::new();
+        let mut ends = Vec::new();
+        for k in keys {
+            all.extend_from_slice(k);
+            ends.push(all.len() as u32);
+        }
+        (all, ends)
+    }
+
     fn ikey_of(user: &[u8], seq: u64) -> Vec<u8> {
         let mut k = user.to_vec();
         k.extend_from_slice(&((seq << 8) | 1).to_be_bytes());
@@ -258,12 +269,7 @@ mod tests {
         let keys: Vec<Vec<u8>> = (0..100u64)
             .map(|i| ikey_of(format!("key{:04}", i * 10).as_bytes(), 7))
             .collect();
-        let mut all = Vec::new();
-        let mut ends = Vec::new();
-        for k in &keys {
-            all.extend_from_slice(k);
-            ends.push(all.len() as u32);
-        }
+        let (all, ends) = concatenated(&keys);
         // Packed (back to back from 0, as the writer lays them out) and not (a gap after block 0).
         let mut next = 0;
         let packed: Vec<BlockHandle> = (0..100u64)
@@ -315,12 +321,7 @@ mod tests {
         let keys: Vec<Vec<u8>> = (0..40u64)
             .map(|i| ikey_of(format!("samepref{:04}", i * 2).as_bytes(), 3))
             .collect();
-        let mut all = Vec::new();
-        let mut ends = Vec::new();
-        for k in &keys {
-            all.extend_from_slice(k);
-            ends.push(all.len() as u32);
-        }
+        let (all, ends) = concatenated(&keys);
         let handles: Vec<BlockHandle> = (0..40u64)
             .map(|i| BlockHandle {
                 offset: i * 100,
