@@ -5,6 +5,7 @@
 //! carries an xxh3 checksum verified before decompression. The byte format is specified in
 //! `design/sst-format.md`. Files are read through memory maps; see [`SstReader`] for the soundness invariant.
 
+mod backing;
 #[doc(hidden)]
 pub mod block;
 #[doc(hidden)]
@@ -12,7 +13,11 @@ pub mod bloom;
 pub(crate) mod cold;
 #[doc(hidden)]
 pub mod format;
+mod iter;
 mod meta;
+mod meta_load;
+mod meta_slot;
+mod probe;
 #[doc(hidden)]
 pub mod properties;
 mod reader;
@@ -20,9 +25,11 @@ mod writer;
 
 #[cfg(feature = "test-util")]
 pub use cold::force_pre_read;
+pub use iter::SstIter;
 #[doc(hidden)]
 pub use meta::MetadataPlacement;
-pub use reader::{PrefixProbe, ReaderMetadata, SstIter, SstReader};
+pub use probe::PrefixProbe;
+pub use reader::{ReaderMetadata, SstReader};
 #[doc(hidden)]
 pub use writer::SstWriter;
 

@@ -1,4 +1,8 @@
-//! The SST reader and iterator.
+//! An open SST file ([`SstReader`]): opening and checking it, its index and filter (kept, or placed in the
+//! block cache), filter probes, point lookups and data blocks (verified once, decompressed into the cache).
+//! Cursors over the file are module `iter`; the parts the reader is made of are its siblings `backing`
+//! (the file's bytes), `meta_load` (index and filter blocks verified and decoded) and `meta_slot` (where
+//! index and filter live while the file is open).
 //!
 //! # Memory-map soundness
 //! Files are read through `memmap2::Mmap`. Mapping is sound only while nobody truncates or rewrites the file:
@@ -11,117 +15,29 @@ use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use memmap2::{Advice, Mmap};
+use memmap2::Advice;
 
+use super::backing::Backing;
 use super::block::{user_key_hash, BlockCursor, HashLookup};
 use super::cold::{self, Readahead};
 use super::format::{
     checked_block, decompress_lz4, locate_block, lz4_uncompressed_len, BlockHandle, Footer,
-    BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN, FORMAT_VERSION_PREFIX,
+    BLOCK_TRAILER_LEN, CODEC_NONE, FOOTER_LEN,
 };
-use super::meta::MetadataPlacement;
-use super::meta::{self, IndexView};
+use super::meta::{IndexView, MetadataPlacement};
+use super::meta_load::{filter_bits, load_index};
+use super::meta_slot::{MetaSlot, Pinned};
+use super::probe::PrefixProbe;
 use super::{bloom, properties, SstProperties};
 use crate::cache::BlockCache;
 use crate::coding::DecodeError;
 use crate::env::MemoryReservation;
 use crate::ikey::{self, ValueKind};
 use crate::slice::ValueSlice;
-use crate::storage::{FileBytes, Storage};
+use crate::storage::Storage;
 use crate::{Location, LsmError};
-
-/// The bytes of an open file.
-enum Backing {
-    Map(Arc<Mmap>),
-    Mem(Arc<[u8]>),
-}
-
-impl From<FileBytes> for Backing {
-    fn from(b: FileBytes) -> Self {
-        match b {
-            FileBytes::Map(m) => Backing::Map(m),
-            FileBytes::Mem(m) => Backing::Mem(m),
-        }
-    }
-}
-
-impl Backing {
-    #[inline]
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Backing::Map(m) => m,
-            Backing::Mem(b) => b,
-        }
-    }
-
-    fn view(&self, start: usize, end: usize) -> Option<ValueSlice> {
-        match self {
-            Backing::Map(m) => ValueSlice::from_map(Arc::clone(m), start..end),
-            Backing::Mem(b) => ValueSlice::from_shared(Arc::clone(b), start..end),
-        }
-    }
-
-    /// Asks the kernel to read `[start, end)` of a mapped file into memory without waiting for it
-    /// (`MADV_WILLNEED`, which starts the reads and returns). Only a hint: a failure changes no result, so
-    /// it is ignored; bytes in memory do nothing.
-    fn will_need(&self, start: usize, end: usize) {
-        if let Backing::Map(m) = self {
-            let end = end.min(m.len());
-            if start < end {
-                let _ = m.advise_range(Advice::WillNeed, start, end - start);
-            }
-        }
-    }
-}
-
-/// Where a reader's index or filter lies in the file, and the buffer the reader keeps of it (module
-/// [`meta`] for the index; the filter's bloom bytes as they are in the file).
-struct MetaSlot {
-    /// The block in the file (its offset is also the cache key's).
-    handle: BlockHandle,
-    /// The buffer, when the reader keeps it ([`MetadataPlacement::Resident`], or too large for the cache).
-    kept: OnceLock<Arc<Vec<u8>>>,
-    /// Its length.
-    len: usize,
-    /// The budget's charge for a buffer kept after the file was opened.
-    late_charge: OnceLock<MemoryReservation>,
-}
-
-impl MetaSlot {
-    fn new(handle: BlockHandle, buf: &Arc<Vec<u8>>, keep: bool) -> Self {
-        let kept = OnceLock::new();
-        if keep {
-            let _ = kept.set(Arc::clone(buf));
-        }
-        MetaSlot {
-            handle,
-            kept,
-            len: buf.len(),
-            late_charge: OnceLock::new(),
-        }
-    }
-}
-
-/// An index or filter buffer held for the length of a read: borrowed from the reader, or a reference to
-/// the cache's entry (which keeps its bytes alive if the cache evicts it meanwhile).
-enum Pinned<'a> {
-    Kept(&'a [u8]),
-    Cached(Arc<Vec<u8>>),
-}
-
-impl std::ops::Deref for Pinned<'_> {
-    type Target = [u8];
-
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        match self {
-            Pinned::Kept(b) => b,
-            Pinned::Cached(b) => b,
-        }
-    }
-}
 
 /// What an open reader's index and filter hold, and what it keeps in memory besides the cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -149,41 +65,19 @@ impl std::ops::AddAssign for ReaderMetadata {
     }
 }
 
-/// A prefix to test against SST filters: the hash of its extractor's name and of its bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PrefixProbe {
-    extractor: u64,
-    hash: u64,
-}
-
-impl PrefixProbe {
-    /// A probe for `prefix` under the extractor named `extractor_name`.
-    pub fn new(extractor_name: &str, prefix: &[u8]) -> Self {
-        PrefixProbe {
-            extractor: name_hash(extractor_name.as_bytes()),
-            hash: bloom::key_hash(prefix),
-        }
-    }
-}
-
-/// How a filter's extractor name is compared (hashed once per file and per probe).
-fn name_hash(name: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(name)
-}
-
 /// An open, immutable SST file.
 pub struct SstReader {
     path: PathBuf,
     file_number: u64,
     backing: Backing,
     properties: SstProperties,
-    /// The decoded index (module [`meta`]).
+    /// The decoded index (module [`meta`](super::meta)).
     index: MetaSlot,
     /// The filter's bloom bytes (10 bits per key by default: 1.25 bytes per key), copied out of the file so
     /// that a point read never faults on them.
     filter: Option<MetaSlot>,
     /// Number of data blocks.
-    blocks: usize,
+    pub(super) blocks: usize,
     /// Bytes of the index entries' keys.
     index_key_bytes: usize,
     /// The bytes charged to the budget by `_metadata_charge`.
@@ -200,7 +94,7 @@ pub struct SstReader {
     /// a block decompressed again after its cached copy was evicted is not hashed again).
     lz4_verified: Box<[AtomicU64]>,
     /// Format version 2 or later: data blocks may carry a hash index.
-    hashed_blocks: bool,
+    pub(super) hashed_blocks: bool,
     /// End of the data blocks (start of the metadata blocks): read-ahead stops there.
     data_end: usize,
     /// The charge of the metadata held above (index and filter when kept, bits, this struct) to the cache's
@@ -407,53 +301,25 @@ impl SstReader {
         };
         if !keep {
             // Warm: the blocks were just read and checked; the first reads find them in the cache.
-            reader.place(&reader.index, index);
+            reader.index.place(&reader.cache, reader.file_number, index);
             if let (Some(slot), Some(f)) = (&reader.filter, filter) {
-                reader.place(slot, f);
+                slot.place(&reader.cache, reader.file_number, f);
             }
         }
         Ok(Arc::new(reader))
     }
 
-    /// Inserts a freshly loaded index or filter buffer into the cache; the reader keeps it instead (charged
-    /// as metadata) when it is too large for the cache to keep (see [`MetadataPlacement::Cached`]).
-    fn place<'a>(&self, slot: &'a MetaSlot, buf: Arc<Vec<u8>>) -> Pinned<'a> {
-        self.cache
-            .insert(self.file_number, slot.handle.offset, Arc::clone(&buf));
-        if buf.len().saturating_mul(16) >= self.cache.capacity()
-            && !self.cache.contains(self.file_number, slot.handle.offset)
-            && slot.kept.set(Arc::clone(&buf)).is_ok()
-        {
-            if let Some(b) = self.cache.budget() {
-                let _ = slot.late_charge.set(b.charge_metadata(buf.len()));
-            }
-        }
-        Pinned::Cached(buf)
-    }
-
-    /// The index or filter of `slot`: the reader's, the cache's, or loaded from the file by `load` (and
-    /// placed).
+    /// The decoded index, held for the length of a read: the reader's, the cache's, or loaded from the file
+    /// (and placed).
     #[inline]
-    fn pinned<'a>(
-        &'a self,
-        slot: &'a MetaSlot,
-        load: impl FnOnce(&Self) -> Result<Vec<u8>, String>,
-    ) -> Result<Pinned<'a>, LsmError> {
-        if let Some(b) = slot.kept.get() {
-            return Ok(Pinned::Kept(b));
-        }
-        if let Some(b) = self.cache.get(self.file_number, slot.handle.offset) {
-            return Ok(Pinned::Cached(b));
-        }
-        let buf = Arc::new(load(self).map_err(|d| self.corruption(d))?);
-        Ok(self.place(slot, buf))
-    }
-
-    /// The decoded index, held for the length of a read.
-    #[inline]
-    fn index(&self) -> Result<Pinned<'_>, LsmError> {
-        self.pinned(&self.index, |r| {
-            load_index(r.backing.bytes(), r.index.handle, r.data_end as u64)
+    pub(super) fn index(&self) -> Result<Pinned<'_>, LsmError> {
+        self.index.pinned(&self.cache, self.file_number, || {
+            load_index(
+                self.backing.bytes(),
+                self.index.handle,
+                self.data_end as u64,
+            )
+            .map_err(|d| self.corruption(d))
         })
     }
 
@@ -463,11 +329,13 @@ impl SstReader {
         let Some(slot) = &self.filter else {
             return Ok(None);
         };
-        self.pinned(slot, |r| {
-            let version = Footer::decode(r.backing.bytes())
-                .map_err(|e| format!("footer: {e}"))?
-                .version;
-            filter_bits(r.backing.bytes(), slot.handle, version).map(|(_, _, b)| b.to_vec())
+        slot.pinned(&self.cache, self.file_number, || {
+            let bytes = self.backing.bytes();
+            Footer::decode(bytes)
+                .map_err(|e| format!("footer: {e}"))
+                .and_then(|f| filter_bits(bytes, slot.handle, f.version))
+                .map(|(_, _, b)| b.to_vec())
+                .map_err(|d| self.corruption(d))
         })
         .map(Some)
     }
@@ -554,72 +422,10 @@ impl SstReader {
     /// Whether the filter holds prefixes under the extractor `name` (format version 3).
     #[cfg(feature = "test-util")]
     pub fn filters_prefixes_of(&self, name: &str) -> bool {
-        self.filter_prefix == Some(name_hash(name.as_bytes()))
+        self.filter_prefix == Some(super::probe::name_hash(name.as_bytes()))
     }
 
-    /// An iterator over the file, initially not positioned.
-    pub fn iter(self: &Arc<Self>) -> SstIter {
-        SstIter {
-            reader: Arc::clone(self),
-            block_idx: 0,
-            block_offset: 0,
-            block: ValueSlice::empty(),
-            cursor: BlockCursor::default(),
-            valid: false,
-            readahead: Readahead::default(),
-        }
-    }
-
-    /// The last internal key of a point entry (not a range tombstone) whose user key lies in `[lo, hi)`, if
-    /// any. Reads the block where `hi` would be and walks back block by block only while a block holds no
-    /// such entry (usually one or two blocks).
-    pub fn last_point_key_before(
-        self: &Arc<Self>,
-        hi: &[u8],
-        lo: &[u8],
-    ) -> Result<Option<Vec<u8>>, LsmError> {
-        let blocks = self.blocks;
-        if blocks == 0 {
-            return Ok(None);
-        }
-        let target = ikey::lookup_key(hi);
-        let mut b = IndexView::new(&self.index()?)
-            .find_block(&target)
-            .min(blocks - 1);
-        let mut it = self.iter();
-        loop {
-            if !it.load_block(b)? {
-                return Ok(None);
-            }
-            it.cursor
-                .seek_to_first(&it.block)
-                .map_err(|e| it.block_err(e))?;
-            let mut last = None;
-            let mut first_below_lo = false;
-            let mut first = true;
-            while it.cursor.valid() {
-                let k = it.cursor.key();
-                if ikey::compare(k, &target) != Ordering::Less {
-                    break;
-                }
-                let uk = ikey::user_key(k);
-                if first {
-                    first_below_lo = uk < lo;
-                    first = false;
-                }
-                if uk >= lo && k.last() != Some(&(ValueKind::RangeDelete as u8)) {
-                    last = Some(k.to_vec());
-                }
-                it.cursor.next(&it.block).map_err(|e| it.block_err(e))?;
-            }
-            if last.is_some() || first_below_lo || b == 0 {
-                return Ok(last);
-            }
-            b -= 1;
-        }
-    }
-
-    fn corruption(&self, detail: String) -> LsmError {
+    pub(super) fn corruption(&self, detail: String) -> LsmError {
         corruption(&self.path, detail)
     }
 
@@ -717,7 +523,11 @@ impl SstReader {
     /// A raw block already verified (its bit in `verified`) is served from the map at once. Otherwise the cache
     /// is probed before the file is touched: only verified LZ4 blocks are ever cached, and reading the codec
     /// byte from the map first would cost a cache (and often TLB) miss on every hit.
-    fn data_block(&self, index: &IndexView<'_>, idx: usize) -> Result<ValueSlice, LsmError> {
+    pub(super) fn data_block(
+        &self,
+        index: &IndexView<'_>,
+        idx: usize,
+    ) -> Result<ValueSlice, LsmError> {
         let handle = index
             .handle(idx)
             .ok_or_else(|| self.corruption(format!("data block {idx} is not in the index")))?;
@@ -830,7 +640,7 @@ impl SstReader {
     }
 
     /// Read-ahead for a cursor loading data block `idx` (module `cold`).
-    fn read_ahead(&self, ra: &mut Readahead, index: &IndexView<'_>, idx: usize) {
+    pub(super) fn read_ahead(&self, ra: &mut Readahead, index: &IndexView<'_>, idx: usize) {
         if !matches!(self.backing, Backing::Map(_)) {
             return;
         }
@@ -867,262 +677,6 @@ fn corruption(path: &Path, detail: String) -> LsmError {
     LsmError::Corruption {
         at: Location::file(path),
         detail,
-    }
-}
-
-/// Verifies a metadata block and hands its bytes to `f`: in place for a raw block, decompressed into a
-/// per-thread buffer otherwise, reused by every file the thread opens (it grows to the largest index
-/// block), so that opening a file allocates no copy of its index block.
-fn with_block_bytes<R>(
-    file: &[u8],
-    handle: BlockHandle,
-    f: impl FnOnce(&[u8]) -> R,
-) -> Result<R, DecodeError> {
-    thread_local! {
-        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    }
-    let (codec, payload) = checked_block(file, handle)?;
-    if codec == CODEC_NONE {
-        return Ok(f(payload));
-    }
-    SCRATCH.with(|s| match s.try_borrow_mut() {
-        Ok(mut buf) => {
-            let out = decompress_lz4(payload, handle.offset, std::mem::take(&mut *buf))?;
-            let r = f(&out);
-            *buf = out;
-            Ok(r)
-        }
-        // Re-entered (not done by the engine): a buffer of its own.
-        Err(_) => Ok(f(&decompress_lz4(payload, handle.offset, Vec::new())?)),
-    })
-}
-
-/// Verifies the index block at `handle` and decodes it into the buffer the reader searches (module [`meta`]).
-fn load_index(file: &[u8], handle: BlockHandle, data_end: u64) -> Result<Vec<u8>, String> {
-    with_block_bytes(file, handle, |bytes| decode_index(bytes, data_end))
-        .map_err(|e| format!("index {e}"))?
-        .map_err(|e| format!("index block: {e}"))
-}
-
-/// Verifies the filter block at `handle` of a file of format `version` and splits it into (holds whole keys,
-/// the hash of the extractor whose prefixes it holds, bloom bytes).
-fn filter_bits(
-    file: &[u8],
-    handle: BlockHandle,
-    version: u32,
-) -> Result<(bool, Option<u64>, &[u8]), String> {
-    let (codec, payload) = checked_block(file, handle).map_err(|e| format!("filter {e}"))?;
-    if codec != CODEC_NONE {
-        return Err("filter block: unexpected codec".into());
-    }
-    if version >= FORMAT_VERSION_PREFIX {
-        let (flags, name, bits) =
-            bloom::parse_v3(payload).map_err(|e| format!("filter block: {e}"))?;
-        let whole = flags & bloom::FILTER_WHOLE_KEYS != 0;
-        let prefix = (flags & bloom::FILTER_PREFIXES != 0).then(|| name_hash(name));
-        Ok((whole, prefix, bits))
-    } else {
-        bloom::validate(payload).map_err(|e| format!("filter block: {e}"))?;
-        Ok((true, None, payload))
-    }
-}
-
-/// Decodes the index block (last keys strictly ascending, handles ascending, non-overlapping, before
-/// `data_end`) into the buffer of module [`meta`].
-fn decode_index(bytes: &[u8], data_end: u64) -> Result<Vec<u8>, DecodeError> {
-    let mut cursor = BlockCursor::default();
-    cursor.reset(bytes)?;
-    cursor.seek_to_first(bytes)?;
-    let mut keys: Vec<u8> = Vec::new();
-    let mut key_ends: Vec<u32> = Vec::new();
-    let mut handles: Vec<BlockHandle> = Vec::new();
-    let mut next_free = 0u64;
-    let mut prev_start = 0usize;
-    while cursor.valid() {
-        let entry_err = |what| DecodeError::Entry {
-            what,
-            index: handles.len() as u64,
-        };
-        let key = cursor.key();
-        if ikey::parse(key).is_none() {
-            return Err(entry_err("malformed internal key"));
-        }
-        if !handles.is_empty()
-            && keys
-                .get(prev_start..)
-                .is_some_and(|p| ikey::compare(p, key) != Ordering::Less)
-        {
-            return Err(entry_err("keys not ascending"));
-        }
-        let handle = bytes
-            .get(cursor.value_range())
-            .and_then(BlockHandle::decode_varint)
-            .ok_or_else(|| entry_err("malformed block handle"))?;
-        match handle.end() {
-            Some(end) if handle.offset >= next_free && end <= data_end && handle.size > 0 => {
-                next_free = end
-            }
-            _ => {
-                return Err(entry_err(
-                    "block handle overlaps another or lies outside the data area",
-                ))
-            }
-        }
-        prev_start = keys.len();
-        keys.extend_from_slice(key);
-        let end =
-            u32::try_from(keys.len()).map_err(|_| entry_err("index keys exceed 4 GiB in all"))?;
-        key_ends.push(end);
-        handles.push(handle);
-        cursor.next(bytes)?;
-    }
-    Ok(meta::encode(&keys, &key_ends, &handles))
-}
-
-/// A cursor over an SST file in internal-key order. Owns an `Arc` of its reader; scanning does not allocate
-/// per entry (the key is rebuilt in a reused buffer, values are ranges of the current block).
-pub struct SstIter {
-    reader: Arc<SstReader>,
-    block_idx: usize,
-    /// The offset of that block in the file (for errors).
-    block_offset: u64,
-    block: ValueSlice,
-    cursor: BlockCursor,
-    valid: bool,
-    readahead: Readahead,
-}
-
-impl SstIter {
-    fn load_block(&mut self, idx: usize) -> Result<bool, LsmError> {
-        if idx >= self.reader.blocks {
-            self.block = ValueSlice::empty();
-            return Ok(false);
-        }
-        let pinned = self.reader.index()?;
-        let index = IndexView::new(&pinned);
-        self.reader.read_ahead(&mut self.readahead, &index, idx);
-        self.block_offset = index.handle(idx).map_or(0, |h| h.offset);
-        self.block = self.reader.data_block(&index, idx)?;
-        self.block_idx = idx;
-        self.cursor
-            .reset_versioned(&self.block, self.reader.hashed_blocks)
-            .map_err(|e| self.block_err(e))?;
-        Ok(true)
-    }
-
-    fn block_err(&self, e: DecodeError) -> LsmError {
-        self.reader
-            .corruption(format!("data block at offset {}: {e}", self.block_offset))
-    }
-
-    /// Moves forward over blocks until positioned at an entry or past the end.
-    fn settle(&mut self) -> Result<(), LsmError> {
-        while !self.cursor.valid() {
-            if !self.load_block(self.block_idx + 1)? {
-                self.valid = false;
-                return Ok(());
-            }
-            self.cursor
-                .seek_to_first(&self.block)
-                .map_err(|e| self.block_err(e))?;
-        }
-        self.valid = true;
-        Ok(())
-    }
-
-    fn guard(&mut self, r: Result<(), LsmError>) -> Result<(), LsmError> {
-        if r.is_err() {
-            self.valid = false;
-        }
-        r
-    }
-
-    /// Positions at the first entry.
-    pub fn seek_to_first(&mut self) -> Result<(), LsmError> {
-        let r = (|| {
-            self.valid = false;
-            if !self.load_block(0)? {
-                return Ok(());
-            }
-            self.cursor
-                .seek_to_first(&self.block)
-                .map_err(|e| self.block_err(e))?;
-            self.settle()
-        })();
-        self.guard(r)
-    }
-
-    /// Positions at the first entry `>= target_ikey` by `ikey::compare`.
-    pub fn seek(&mut self, target_ikey: &[u8]) -> Result<(), LsmError> {
-        let r = (|| {
-            self.valid = false;
-            let idx = IndexView::new(&self.reader.index()?).find_block(target_ikey);
-            if !self.load_block(idx)? {
-                return Ok(());
-            }
-            self.cursor
-                .seek(&self.block, target_ikey)
-                .map_err(|e| self.block_err(e))?;
-            self.settle()
-        })();
-        self.guard(r)
-    }
-
-    /// Advances to the next entry (no-op when not valid).
-    #[allow(clippy::should_implement_trait)] // fallible cursor step, not an Iterator
-    pub fn next(&mut self) -> Result<(), LsmError> {
-        if !self.valid {
-            return Ok(());
-        }
-        let r = (|| {
-            self.cursor
-                .next(&self.block)
-                .map_err(|e| self.block_err(e))?;
-            self.settle()
-        })();
-        self.guard(r)
-    }
-
-    /// Whether the cursor is at an entry.
-    #[inline]
-    pub fn valid(&self) -> bool {
-        self.valid
-    }
-
-    /// The current internal key (empty when not valid).
-    #[inline]
-    pub fn key(&self) -> &[u8] {
-        if self.valid {
-            self.cursor.key()
-        } else {
-            &[]
-        }
-    }
-
-    /// The current value (empty when not valid).
-    #[inline]
-    pub fn value(&self) -> &[u8] {
-        if self.valid {
-            self.block.get(self.cursor.value_range()).unwrap_or(&[])
-        } else {
-            &[]
-        }
-    }
-
-    /// The current value as a zero-copy view of the mapped file (raw block) or of the cached block.
-    pub fn value_slice(&self) -> ValueSlice {
-        if !self.valid {
-            return ValueSlice::empty();
-        }
-        self.block
-            .slice(self.cursor.value_range())
-            .unwrap_or_default()
-    }
-
-    /// The reader this iterator reads.
-    #[cfg(feature = "test-util")]
-    pub fn reader(&self) -> &Arc<SstReader> {
-        &self.reader
     }
 }
 
