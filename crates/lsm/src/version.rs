@@ -152,8 +152,16 @@ pub(crate) fn l0_runs(files: &[Arc<FileMeta>]) -> usize {
 /// checkpoint's own flush, when it had one): that run's largest sequence number, which the recorded range
 /// then overlaps. A checkpoint with the read-modify-write cache then adds one run to L0, as one without it
 /// (`design/rmw-cache.md`, "One run per checkpoint"). `None`: no run below, or that run holds a joined file
-/// already ([`FileMeta::joined_below`]), so that a run never holds more than one file joined to it.
+/// already ([`FileMeta::joined_below`]), so that a run never holds more than one file joined to it; or an
+/// L0 file's range spans `seqno` (a merge within L0 of runs from both sides of it, over other keys): the
+/// files are counted with that one already, and joining them to the run below would chain two runs.
 pub(crate) fn joined_run_start(l0: &[Arc<FileMeta>], seqno: u64) -> Option<u64> {
+    if l0
+        .iter()
+        .any(|f| f.info.min_seqno <= seqno && seqno <= f.info.max_seqno)
+    {
+        return None;
+    }
     let mut below: Vec<&Arc<FileMeta>> = l0.iter().filter(|f| f.info.max_seqno < seqno).collect();
     below.sort_by_key(|f| (f.info.min_seqno, f.info.max_seqno));
     // The newest run below: the last group of overlapping ranges in ascending order.
