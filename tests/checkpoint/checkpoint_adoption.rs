@@ -264,3 +264,71 @@ fn flushes_compactions_and_evictions_racing_the_asynchronous_part_keep_every_sta
         check(&mut r, at, 0..6001, &format!("checkpoint {id}"));
     }
 }
+
+/// An instance whose LSM backend has a cache of `cache` bytes (0: none) admitting as by default, on
+/// engine options without automatic compaction (L0's runs add up).
+fn uncompacted(storage: &Arc<CheckpointStorage>, cache: usize) -> Inst {
+    let cfg = KeyedStateStore::config_for(&keyed_state::serializer::LongSerializer, MAX_P, all());
+    let opts = keyed_state_lsm::Options {
+        auto_compaction: false,
+        ..options()
+    };
+    let b = LsmBackend::temp_with(cfg.clone(), opts)
+        .and_then(|b| b.with_rmw_cache(cache))
+        .unwrap();
+    let engine = Some(b.engine());
+    inst_on(Box::new(b), engine, storage, &cfg, 3)
+}
+
+#[test]
+fn a_checkpoint_with_the_cache_adds_one_l0_run_as_one_without_it() {
+    let (on_storage, off_storage) = (
+        Arc::new(CheckpointStorage::in_memory().unwrap()),
+        Arc::new(CheckpointStorage::in_memory().unwrap()),
+    );
+    // Room for about 3,000 entries: the first keys stay in the cache, later new keys go to the engine.
+    let mut on = uncompacted(&on_storage, 300 << 10);
+    let mut off = uncompacted(&off_storage, 0);
+    let mut model = BTreeMap::new();
+    let mut write = |on: &mut Inst, off: &mut Inst, k: i64, v: i64| {
+        put(on, &mut model, k, v);
+        assert!(off.put(k, v));
+    };
+    for k in 0..5000 {
+        write(&mut on, &mut off, k, k);
+    }
+    let runs = |i: &Inst| i.engine.as_ref().unwrap().stats().l0_sorted_runs;
+    let l0_files = |i: &Inst| i.engine.as_ref().unwrap().stats().level_files[0];
+    // The load's flushes differ (the cache holds a part of it); from the first checkpoint on, L0 grows alike.
+    let mut at_first = (0, 0, 0);
+    for id in 1..=6u64 {
+        if id > 1 {
+            // Cached keys (changed in the cache, carried by the capture's file) and new keys (written to
+            // the engine, carried by its flush).
+            for k in 0..50 {
+                write(&mut on, &mut off, k, k * 10 + id as i64);
+            }
+            for k in 0..50 {
+                let k = 10_000 * id as i64 + k;
+                write(&mut on, &mut off, k, k);
+            }
+        }
+        on.checkpoint(id);
+        off.checkpoint(id);
+        on.ck.notify_complete(id).unwrap();
+        off.ck.notify_complete(id).unwrap();
+        if id == 1 {
+            at_first = (runs(&on), runs(&off), l0_files(&on));
+            continue;
+        }
+        let added = id as usize - 1;
+        assert_eq!(runs(&off) - at_first.1, added, "checkpoint {id}");
+        assert_eq!(runs(&on) - at_first.0, added, "checkpoint {id}");
+        // Both kinds of file are there: the engine's flush and the adopted file, one run.
+        assert_eq!(l0_files(&on) - at_first.2, 2 * added, "checkpoint {id}");
+    }
+    check(&mut on, &model, 0..100, "live");
+    let mut r = restore(&on_storage, 6, all());
+    check(&mut r, &model, 0..5000, "restored");
+    check(&mut r, &model, 60_000..60_050, "restored");
+}

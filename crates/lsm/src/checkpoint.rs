@@ -415,7 +415,7 @@ impl CapturedCheckpoint {
         };
         // No compaction runs (or is picked) until the files are in.
         let _c = inner.compaction_lock.lock();
-        {
+        let join = {
             let st = inner.state.lock();
             if st.bg_error.is_some() || st.shutting_down {
                 return Ok(None);
@@ -430,11 +430,28 @@ impl CapturedCheckpoint {
             if spans {
                 return Ok(None);
             }
-        }
+            // Every write up to `S` is in L0 or below already (the checkpoint's flush came before the
+            // overlay was written), and later flushes hold only writes above `S + 1`: the run below the
+            // files now is the run below them for good.
+            st.version
+                .levels
+                .first()
+                .and_then(|l0| super::version::joined_run_start(l0, o.seqno))
+        };
         let Some(claimed) = claim() else {
             return Ok(None);
         };
         o.handed_to_tree = true;
+        if let Some(start) = join {
+            // One sorted run with the run below (its range overlaps theirs): the checkpoint adds one run
+            // to L0, not two. Only the recorded range changes (reads do not use it); the files are not
+            // shared before they are in.
+            for f in &mut o.files {
+                if let Some(m) = Arc::get_mut(f) {
+                    m.info.min_seqno = start;
+                }
+            }
+        }
         let added: Vec<(usize, Arc<super::version::FileMeta>)> =
             o.files.iter().map(|f| (0, Arc::clone(f))).collect();
         inner.log_and_apply(super::version::VersionEdit::default(), &[], &added, false)?;
@@ -624,6 +641,58 @@ mod tests {
         db.flush().unwrap();
         db.compact_all().unwrap();
         assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"later"[..]));
+    }
+
+    #[test]
+    fn a_checkpoint_with_an_adopted_overlay_adds_one_l0_run_as_its_flush_alone_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let opts = || Options {
+            auto_compaction: false,
+            ..Options::default()
+        };
+        let db = Db::open(&path, opts()).unwrap();
+        let no = AtomicBool::new(false);
+        let runs = |db: &Db| db.stats().l0_sorted_runs;
+        for round in 0..4u8 {
+            // The engine's writes (flushed by the checkpoint) and the overlay share key "k": the overlay's
+            // value, at the reserved seqno, is the newer one.
+            db.put(b"k", &[b'e', round]).unwrap();
+            db.put(&[b'e', round], b"engine").unwrap();
+            let pending = db.begin_checkpoint_for_overlay().unwrap();
+            db.put(&[b'x', round], b"after").unwrap();
+            let (k, v) = (&b"k"[..], [b'o', round]);
+            let pairs: [(&[u8], Option<&[u8]>); 1] = [(k, Some(&v[..]))];
+            let mut cap = pending.wait_with_overlay(&no, overlay_of(&pairs)).unwrap();
+            assert!(cap.adopt_overlay(|| Some(())).unwrap().is_some());
+            // The flush and the adopted file: one run, as the flush alone.
+            assert_eq!(runs(&db), usize::from(round) + 1, "round {round}");
+            assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&v[..]));
+        }
+        // The writes after the last checkpoint's synchronous part, flushed before the next checkpoint: their
+        // own run, which that checkpoint's file (nothing left to flush) joins; the file of one more
+        // checkpoint is a run of its own, never a second file joined to that run.
+        db.flush().unwrap();
+        assert_eq!(runs(&db), 5);
+        for round in 0..2u8 {
+            let pending = db.begin_checkpoint_for_overlay().unwrap();
+            let v = [b'n', round];
+            let pairs: [(&[u8], Option<&[u8]>); 1] = [(b"k", Some(&v[..]))];
+            let mut cap = pending.wait_with_overlay(&no, overlay_of(&pairs)).unwrap();
+            assert!(cap.adopt_overlay(|| Some(())).unwrap().is_some());
+            assert_eq!(runs(&db), 5 + usize::from(round), "round {round}");
+        }
+        drop(db);
+        // The recorded ranges are the manifest's: reopened, the same runs, and the newest value.
+        let db = Db::open(&path, opts()).unwrap();
+        assert_eq!(runs(&db), 6);
+        assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"n\x01"[..]));
+        assert_eq!(db.get(b"e\x03").unwrap().as_deref(), Some(&b"engine"[..]));
+        // A merge of all L0 reads the same.
+        db.compact_all().unwrap();
+        assert_eq!(runs(&db), 0);
+        assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"n\x01"[..]));
+        assert_eq!(db.get(b"x\x03").unwrap().as_deref(), Some(&b"after"[..]));
     }
 
     #[test]

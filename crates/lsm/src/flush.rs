@@ -153,7 +153,8 @@ pub(crate) fn open_file(
 }
 
 /// Opens SST `number` as the manifest recorded it: with `recorded` bounds, the file is read only inside
-/// them and its key range is the recorded (bounded) one.
+/// them and its key range is the recorded (bounded) one; a recorded smallest sequence number below its
+/// entries' is kept.
 pub(crate) fn open_recorded(
     db: &DbInner,
     number: u64,
@@ -180,13 +181,16 @@ pub(crate) fn open_recorded(
         0 => size_hint,
         s => s,
     };
+    // A recorded smallest seqno below the entries' is a capture's file counted with the L0 run below it
+    // (`FileMeta::joined_below`): kept, so that L0's runs are counted as before the reopen.
+    let min_seqno = recorded.map_or(props.min_seqno, |r| r.min_seqno.min(props.min_seqno));
     let info = match recorded.filter(|r| r.bounds.is_some()) {
         Some(r) => FileInfo {
             number,
             size,
             smallest: r.smallest.clone(),
             largest: r.largest.clone(),
-            min_seqno: props.min_seqno,
+            min_seqno,
             max_seqno: props.max_seqno,
             bounds: r.bounds.clone(),
         },
@@ -195,7 +199,7 @@ pub(crate) fn open_recorded(
             size,
             smallest: props.smallest.clone(),
             largest: props.largest.clone(),
-            min_seqno: props.min_seqno,
+            min_seqno,
             max_seqno: props.max_seqno,
             bounds: None,
         },

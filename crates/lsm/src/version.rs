@@ -98,6 +98,13 @@ impl FileMeta {
         }
     }
 
+    /// Whether the manifest records a smallest sequence number below that of the file's entries: a
+    /// checkpoint capture's file counted with the sorted run below it ([`joined_run_start`]). Every other
+    /// file records its entries' own range.
+    pub fn joined_below(&self) -> bool {
+        self.info.min_seqno < self.reader.properties().min_seqno
+    }
+
     /// Marks the file for deletion once unreferenced (only after the manifest stopped naming it).
     pub fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::Release);
@@ -138,6 +145,38 @@ pub(crate) fn l0_runs(files: &[Arc<FileMeta>]) -> usize {
             .map(|f| (f.info.min_seqno, f.info.max_seqno))
             .collect(),
     )
+}
+
+/// The smallest sequence number to record for a checkpoint capture's L0 files at `seqno` (every entry of
+/// them at it) so that [`l0_runs`] counts them with the newest sorted run of `l0` below them (the
+/// checkpoint's own flush, when it had one): that run's largest sequence number, which the recorded range
+/// then overlaps. A checkpoint with the read-modify-write cache then adds one run to L0, as one without it
+/// (`design/rmw-cache.md`, "One run per checkpoint"). `None`: no run below, or that run holds a joined file
+/// already ([`FileMeta::joined_below`]), so that a run never holds more than one file joined to it; or an
+/// L0 file's range spans `seqno` (a merge within L0 of runs from both sides of it, over other keys): the
+/// files are counted with that one already, and joining them to the run below would chain two runs.
+pub(crate) fn joined_run_start(l0: &[Arc<FileMeta>], seqno: u64) -> Option<u64> {
+    if l0
+        .iter()
+        .any(|f| f.info.min_seqno <= seqno && seqno <= f.info.max_seqno)
+    {
+        return None;
+    }
+    let mut below: Vec<&Arc<FileMeta>> = l0.iter().filter(|f| f.info.max_seqno < seqno).collect();
+    below.sort_by_key(|f| (f.info.min_seqno, f.info.max_seqno));
+    // The newest run below: the last group of overlapping ranges in ascending order.
+    let (mut start, mut end) = (0, None);
+    for (i, f) in below.iter().enumerate() {
+        match end {
+            Some(e) if f.info.min_seqno <= e => end = Some(f.info.max_seqno.max(e)),
+            _ => {
+                start = i;
+                end = Some(f.info.max_seqno);
+            }
+        }
+    }
+    let end = end?;
+    (!below[start..].iter().any(|f| f.joined_below())).then_some(end)
 }
 
 /// The groups of overlapping `(min, max)` sequence-number ranges among `ranges`: [`l0_runs`] of files known

@@ -9,9 +9,8 @@ use keyed_state_lsm::{CachePool, MemoryBudget, MemoryReservation, PoolMember};
 
 /// The share of a memory budget the read-modify-write caches of the backends on it take together, unless
 /// [`StateEnvOptions::rmw_cache_ratio`](crate::env::StateEnvOptions::rmw_cache_ratio) says otherwise: 0, no
-/// default cache (`design/rmw-cache.md`, "Default capacity": with the cache on, the engine's L0 takes two
-/// runs per checkpoint, and incremental checkpoints upload more over time). [`SUGGESTED_RMW_CACHE_RATIO`]
-/// turns the caches on.
+/// default cache (`design/rmw-cache.md`, "Why off by default": with a cache too small for them, list appends
+/// and new map entries run slower than without one). [`SUGGESTED_RMW_CACHE_RATIO`] turns the caches on.
 pub const DEFAULT_RMW_CACHE_RATIO: f64 = 0.0;
 
 /// The share of a budget for read-modify-write caches that the design page argues for (a quarter: the
