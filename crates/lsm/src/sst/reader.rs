@@ -567,7 +567,19 @@ impl SstReader {
             cursor: BlockCursor::default(),
             valid: false,
             readahead: Readahead::default(),
+            own_block: None,
         }
+    }
+
+    /// An iterator for a compaction: its block reads use cached blocks but do not insert the blocks they
+    /// decompress into the block cache (RocksDB reads compaction inputs with `fill_cache = false`). The
+    /// inputs are about to be deleted, so their blocks would only push out blocks that foreground reads use,
+    /// and be dropped with the file; the iterator decompresses into one buffer of its own instead, reused
+    /// from block to block when no value it handed out still holds it.
+    pub fn iter_for_compaction(self: &Arc<Self>) -> SstIter {
+        let mut it = self.iter();
+        it.own_block = Some(None);
+        it
     }
 
     /// The last internal key of a point entry (not a range tombstone) whose user key lies in `[lo, hi)`, if
@@ -718,6 +730,18 @@ impl SstReader {
     /// is probed before the file is touched: only verified LZ4 blocks are ever cached, and reading the codec
     /// byte from the map first would cost a cache (and often TLB) miss on every hit.
     fn data_block(&self, index: &IndexView<'_>, idx: usize) -> Result<ValueSlice, LsmError> {
+        self.data_block_into(index, idx, None)
+    }
+
+    /// [`data_block`](Self::data_block), but with `own` a block read from the file is decompressed into the
+    /// buffer `own` holds (if no one else holds it; else a new one) and left there instead of entering the
+    /// cache.
+    fn data_block_into(
+        &self,
+        index: &IndexView<'_>,
+        idx: usize,
+        mut own: Option<&mut Option<Arc<Vec<u8>>>>,
+    ) -> Result<ValueSlice, LsmError> {
         let handle = index
             .handle(idx)
             .ok_or_else(|| self.corruption(format!("data block {idx} is not in the index")))?;
@@ -759,17 +783,27 @@ impl SstReader {
                 p
             }
         };
-        let buf = self.cache.take_buffer(
-            self.file_number,
-            handle.offset,
-            lz4_uncompressed_len(payload),
-        );
+        let buf = match &mut own {
+            Some(own) => own
+                .take()
+                .and_then(|b| Arc::try_unwrap(b).ok())
+                .unwrap_or_default(),
+            None => self.cache.take_buffer(
+                self.file_number,
+                handle.offset,
+                lz4_uncompressed_len(payload),
+            ),
+        };
         let block = Arc::new(
             decompress_lz4(payload, handle.offset, buf)
                 .map_err(|e| self.corruption(format!("data {e}")))?,
         );
-        self.cache
-            .insert(self.file_number, handle.offset, Arc::clone(&block));
+        match own {
+            Some(own) => *own = Some(Arc::clone(&block)),
+            None => self
+                .cache
+                .insert(self.file_number, handle.offset, Arc::clone(&block)),
+        }
         let len = block.len();
         ValueSlice::from_shared_vec(block, 0..len)
             .ok_or_else(|| self.corruption("block view".into()))
@@ -990,6 +1024,10 @@ pub struct SstIter {
     cursor: BlockCursor,
     valid: bool,
     readahead: Readahead,
+    /// For a compaction's iterator ([`SstReader::iter_for_compaction`]): the buffer its last block read from
+    /// the file was decompressed into (None: none yet), reused when only this field holds it. None for
+    /// other iterators, whose blocks go to the cache.
+    own_block: Option<Option<Arc<Vec<u8>>>>,
 }
 
 impl SstIter {
@@ -1002,7 +1040,11 @@ impl SstIter {
         let index = IndexView::new(&pinned);
         self.reader.read_ahead(&mut self.readahead, &index, idx);
         self.block_offset = index.handle(idx).map_or(0, |h| h.offset);
-        self.block = self.reader.data_block(&index, idx)?;
+        // The previous block's view goes first, so that its buffer can be reused.
+        self.block = ValueSlice::empty();
+        self.block = self
+            .reader
+            .data_block_into(&index, idx, self.own_block.as_mut())?;
         self.block_idx = idx;
         self.cursor
             .reset_versioned(&self.block, self.reader.hashed_blocks)
