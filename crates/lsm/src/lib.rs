@@ -115,7 +115,9 @@ pub use checkpoint::{
     CapturedCheckpoint, CapturedFile, CheckpointFile, CheckpointInfo, PendingCheckpoint,
 };
 pub use db::{Db, DbStats, DroppedWrites, Metric, RecoveryReport};
-pub use env::{EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, SharedEnv};
+pub use env::{
+    EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, RoomListener, SharedEnv,
+};
 pub use error::{ErrorKind, Location, LsmError};
 pub use filter::{
     CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,
