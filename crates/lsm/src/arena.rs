@@ -54,7 +54,9 @@ const MAP_MIN: usize = 64 << 10;
 /// the heap in one binary); read once.
 pub const ARENA_MAP_SWITCH: &str = "KEYED_STATE_ARENA_MAP";
 
-fn maps_on() -> bool {
+/// Whether large buffers get maps of their own (arena chunks, `words::Words`): not under Miri, not with
+/// [`ARENA_MAP_SWITCH`] set to `off`.
+pub(crate) fn maps_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| !cfg!(miri) && std::env::var_os(ARENA_MAP_SWITCH).is_none_or(|v| v != "off"))
 }

@@ -106,6 +106,7 @@ mod sync;
 pub mod util;
 mod version;
 mod wal;
+mod words;
 
 pub use adopt::{adopt_sst_files, summarize_sst, AdoptFile, SstSummary};
 pub use batch::WriteBatch;

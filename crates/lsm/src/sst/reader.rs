@@ -30,6 +30,7 @@ use crate::env::MemoryReservation;
 use crate::ikey::{self, ValueKind};
 use crate::slice::ValueSlice;
 use crate::storage::{FileBytes, Storage};
+use crate::words::Words;
 use crate::{Location, LsmError};
 
 /// The bytes of an open file.
@@ -81,8 +82,9 @@ impl Backing {
 struct MetaSlot {
     /// The block in the file (its offset is also the cache key's).
     handle: BlockHandle,
-    /// The buffer, when the reader keeps it ([`MetadataPlacement::Resident`], or too large for the cache).
-    kept: OnceLock<Arc<Vec<u8>>>,
+    /// The buffer, when the reader keeps it ([`MetadataPlacement::Resident`], or too large for the cache): a
+    /// copy, in a map of its own when large (`words`).
+    kept: OnceLock<Words<u8>>,
     /// Its length.
     len: usize,
     /// The budget's charge for a buffer kept after the file was opened.
@@ -93,7 +95,7 @@ impl MetaSlot {
     fn new(handle: BlockHandle, buf: &Arc<Vec<u8>>, keep: bool) -> Self {
         let kept = OnceLock::new();
         if keep {
-            let _ = kept.set(Arc::clone(buf));
+            let _ = kept.set(Words::copy_of(buf));
         }
         MetaSlot {
             handle,
@@ -422,7 +424,7 @@ impl SstReader {
             .insert(self.file_number, slot.handle.offset, Arc::clone(&buf));
         if buf.len().saturating_mul(16) >= self.cache.capacity()
             && !self.cache.contains(self.file_number, slot.handle.offset)
-            && slot.kept.set(Arc::clone(&buf)).is_ok()
+            && slot.kept.set(Words::copy_of(&buf)).is_ok()
         {
             if let Some(b) = self.cache.budget() {
                 let _ = slot.late_charge.set(b.charge_metadata(buf.len()));
