@@ -24,8 +24,8 @@ unsafe impl ZeroBytes for std::sync::atomic::AtomicU64 {}
 // SAFETY: 0 is a valid `u8` and its default; no drop glue.
 unsafe impl ZeroBytes for u8 {}
 
-/// Arrays of at least this many bytes get a map of their own (the arena's threshold).
-pub(crate) const MAP_MIN: usize = 64 << 10;
+/// Arrays of at least this many bytes get a map of their own (the arena chunks' threshold).
+pub(crate) use crate::arena::MAP_MIN;
 
 /// A fixed-length array of `T` (see the module documentation). Dereferences to `[T]`.
 pub(crate) struct Words<T> {
