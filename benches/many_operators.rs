@@ -88,6 +88,9 @@ const ALLOCATOR_SETTINGS: [(&str, &str); 2] =
 mod value_workload;
 use value_workload::{env_num, value, ENTRY_BYTES, MAX_P, MIB};
 
+#[path = "support/anon_maps.rs"]
+mod anon_maps;
+
 #[path = "support/proc_field.rs"]
 mod proc_field;
 use proc_field::proc_field;
@@ -433,6 +436,16 @@ fn breakdown_of(shared: &Shared) -> Breakdown {
     }
 }
 
+/// Live heap bytes by size class (`counting_alloc::SIZES`), for the profile.
+fn by_size() -> String {
+    counting_alloc::SIZES
+        .iter()
+        .zip(counting_alloc::live_by_size())
+        .map(|((name, _), b)| format!("{name} {:.1}", b as f64 / MIB))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The state of the process at the peak `RssAnon` of each phase (load, mix, checkpoint): what the budget
 /// charges and, with `KS_PROFILE_ALLOC=1`, the live heap bytes by thread kind.
 #[derive(Default)]
@@ -447,15 +460,16 @@ impl Profile {
             return;
         }
         let mut what = format!(
-            "AnonHugePages {:.1} MiB; {}",
+            "AnonHugePages {:.1} MiB; {}; {}",
             smaps_rollup_kib("AnonHugePages:") as f64 / 1024.0,
+            anon_maps::describe(),
             breakdown()
         );
         if counting_alloc::enabled() {
             let (live, large) = counting_alloc::live();
             let total: isize = live.iter().sum();
             what += &format!(
-                "; live heap {:.1} MiB: {}; in allocations >= 256 KiB {:.1} MiB",
+                "; live heap {:.1} MiB: {}; in allocations >= 256 KiB {:.1} MiB; by size {}",
                 total as f64 / MIB,
                 counting_alloc::KINDS
                     .iter()
@@ -463,7 +477,8 @@ impl Profile {
                     .map(|(k, b)| format!("{k} {:.1}", b as f64 / MIB))
                     .collect::<Vec<_>>()
                     .join(", "),
-                large as f64 / MIB
+                large as f64 / MIB,
+                by_size()
             );
         }
         *slot = Some((rss_kib, what));
@@ -535,18 +550,20 @@ fn part2_child(variant: &str) {
                     let live = if counting_alloc::enabled() {
                         let (live, large) = counting_alloc::live();
                         format!(
-                            "; live {:.1} MiB, large {:.1}",
+                            "; live {:.1} MiB, large {:.1}, by size {}",
                             live.iter().sum::<isize>() as f64 / MIB,
-                            large as f64 / MIB
+                            large as f64 / MIB,
+                            by_size()
                         )
                     } else {
                         String::new()
                     };
                     eprintln!(
-                        "trace {:.0} s phase {} RssAnon {:.1} MiB{live}; {}",
+                        "trace {:.0} s phase {} RssAnon {:.1} MiB{live}; {}; {}",
                         started.elapsed().as_secs_f64(),
                         phase.load(Ordering::Relaxed),
                         rss as f64 / 1024.0,
+                        anon_maps::describe(),
                         breakdown()
                     );
                 }
@@ -599,6 +616,7 @@ fn part2_child(variant: &str) {
     let (load, load_cpu) = (t.elapsed(), cpu_seconds() - cpu);
     peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
     let peak_load = peak.load(Ordering::Relaxed);
+    anon_maps::mimalloc_stats(&format!("{variant} after the load"));
     // The mix: random keys over the loaded ones; per key a read of state 0, and a read and an update of
     // state 1 (Flink's valueGet and valueUpdate), an update of state 2 (valueAdd): 4 operations.
     phase.store(1, Ordering::Relaxed);
@@ -635,6 +653,7 @@ fn part2_child(variant: &str) {
     );
     peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
     let peak_mix = peak.load(Ordering::Relaxed);
+    anon_maps::mimalloc_stats(&format!("{variant} after the mix"));
     phase.store(2, Ordering::Relaxed);
     let (t, cpu) = (Instant::now(), cpu_seconds());
     for op in ops.iter_mut() {
@@ -647,6 +666,7 @@ fn part2_child(variant: &str) {
         t.elapsed().as_secs_f64(),
         cpu_seconds() - cpu
     );
+    anon_maps::mimalloc_stats(&format!("{variant} after the checkpoints"));
     let stalls: Option<f64> = ops.iter().map(|o| stall_ms_of(o.engine.as_ref())).sum();
     let names = thread_names();
     stop.store(true, Ordering::Relaxed);

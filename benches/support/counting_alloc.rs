@@ -8,7 +8,9 @@
 //! which the figures do not count: they are the bytes the program asked for.
 //!
 //! `KS_ALLOC=system` makes the wrapper use the system allocator (glibc's malloc) instead of mimalloc, to
-//! compare what each allocator keeps (it then never counts).
+//! compare what each allocator keeps (it then never counts). `KS_ALLOC=map-large` keeps mimalloc but gives
+//! every allocation of [`MAP_LARGE`] bytes or more an anonymous map of its own (unmapped when freed), to
+//! measure what mimalloc keeps of large objects (it then never counts either).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
@@ -17,11 +19,24 @@ use std::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
 /// Thread kinds, by the thread's name.
 pub const KINDS: [&str; 4] = ["main", "lsm-bg", "ckpt-io", "other"];
 const LARGE: usize = 256 << 10;
+/// Upper bounds (exclusive) of the size classes live bytes are also counted by: mimalloc 3's page kinds
+/// (small pages of 64 KiB hold objects up to 10 KiB, medium pages of 512 KiB up to 84 KiB, large pages of
+/// 4 MiB up to 512 KiB; larger objects get a page of their own).
+pub const SIZES: [(&str, usize); 4] = [
+    ("<= 10 KiB", 10 << 10),
+    ("<= 84 KiB", 84 << 10),
+    ("<= 512 KiB", 512 << 10),
+    ("larger", usize::MAX),
+];
 
-/// 0: not decided yet, 1: off, 2: on, 3: the system allocator, not counting.
+/// The smallest allocation `KS_ALLOC=map-large` maps on its own.
+pub const MAP_LARGE: usize = 64 << 10;
+
+/// 0: not decided yet, 1: off, 2: on, 3: the system allocator, not counting, 4: large allocations mapped.
 static MODE: AtomicU8 = AtomicU8::new(0);
 static LIVE: [AtomicIsize; 4] = [const { AtomicIsize::new(0) }; 4];
 static LIVE_LARGE: AtomicIsize = AtomicIsize::new(0);
+static LIVE_BY_SIZE: [AtomicIsize; 4] = [const { AtomicIsize::new(0) }; 4];
 
 thread_local! {
     /// The kind of this thread, once known (255: not yet).
@@ -41,9 +56,13 @@ fn mode() -> u8 {
             // SAFETY: a non-null result is a NUL-terminated string of the environment.
             let system = !alloc.is_null() && unsafe { *alloc } == b's' as libc::c_char;
             // SAFETY: as above.
+            let map_large = !alloc.is_null() && unsafe { *alloc } == b'm' as libc::c_char;
+            // SAFETY: as above.
             let on = !profile.is_null() && unsafe { *profile } == b'1' as libc::c_char;
             let m = if system {
                 3
+            } else if map_large {
+                4
             } else if on {
                 2
             } else {
@@ -71,6 +90,11 @@ pub fn live() -> ([isize; 4], isize) {
         std::array::from_fn(|i| LIVE[i].load(Ordering::Relaxed)),
         LIVE_LARGE.load(Ordering::Relaxed),
     )
+}
+
+/// Live bytes per size class (as [`SIZES`]).
+pub fn live_by_size() -> [isize; 4] {
+    std::array::from_fn(|i| LIVE_BY_SIZE[i].load(Ordering::Relaxed))
 }
 
 fn thread_kind() -> u8 {
@@ -109,12 +133,41 @@ fn count(kind: u8, size: usize, sign: isize) {
     if size >= LARGE {
         LIVE_LARGE.fetch_add(sign * size as isize, Ordering::Relaxed);
     }
+    let class = SIZES.iter().position(|&(_, max)| size <= max).unwrap_or(3);
+    LIVE_BY_SIZE[class].fetch_add(sign * size as isize, Ordering::Relaxed);
 }
 
 fn with_header(layout: Layout, size: usize) -> Layout {
     // SAFETY: the alignment is the caller's (a power of two) and size + header does not overflow isize
     // for any size an allocation can have.
     unsafe { Layout::from_size_align_unchecked(size + header_of(layout), layout.align()) }
+}
+
+/// A map of its own for a large allocation (`KS_ALLOC=map-large`); null on failure.
+fn map_alloc(layout: Layout) -> *mut u8 {
+    if layout.align() > 4096 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: an anonymous private map; no file, no fixed address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            layout.size(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+fn is_mapped(layout: Layout) -> bool {
+    layout.size() >= MAP_LARGE && layout.align() <= 4096
 }
 
 // SAFETY: every call is forwarded to mimalloc; when counting, with a layout that has room for the header
@@ -124,6 +177,7 @@ unsafe impl GlobalAlloc for Counting {
         match mode() {
             // SAFETY: the caller's layout.
             3 => return unsafe { std::alloc::System.alloc(layout) },
+            4 if is_mapped(layout) => return map_alloc(layout),
             2 => {}
             // SAFETY: the caller's layout.
             _ => return unsafe { mimalloc::MiMalloc.alloc(layout) },
@@ -148,6 +202,11 @@ unsafe impl GlobalAlloc for Counting {
         match mode() {
             // SAFETY: allocated by the system allocator with this layout.
             3 => return unsafe { std::alloc::System.dealloc(ptr, layout) },
+            4 if is_mapped(layout) => {
+                // SAFETY: mapped by `map_alloc` with this size.
+                unsafe { libc::munmap(ptr.cast(), layout.size()) };
+                return;
+            }
             2 => {}
             // SAFETY: allocated by mimalloc with this layout.
             _ => return unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) },
@@ -164,6 +223,23 @@ unsafe impl GlobalAlloc for Counting {
         match mode() {
             // SAFETY: allocated by the system allocator with this layout.
             3 => return unsafe { std::alloc::System.realloc(ptr, layout, new_size) },
+            4 => {
+                // SAFETY: a valid size for the caller's alignment (GlobalAlloc's contract for realloc).
+                let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+                if !is_mapped(layout) && !is_mapped(new) {
+                    // SAFETY: allocated by mimalloc with this layout.
+                    return unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
+                }
+                // SAFETY: `alloc` and `dealloc` above, with the layouts the block had and gets.
+                unsafe {
+                    let p = self.alloc(new);
+                    if !p.is_null() {
+                        std::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_size));
+                        self.dealloc(ptr, layout);
+                    }
+                    return p;
+                }
+            }
             2 => {}
             // SAFETY: allocated by mimalloc with this layout.
             _ => return unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) },

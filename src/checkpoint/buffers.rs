@@ -10,7 +10,8 @@
 //!   to make it), or while the pool holds fewer than [`GUARANTEED_BUFFERS`]: one part of the largest part
 //!   size (an S3 part) always goes, so a checkpoint makes progress even when the budget is full of memtables
 //!   that wait for it. Past that an upload waits (asynchronously: it parks no thread) for a buffer to come
-//!   back or for room to appear in the budget (checked every [`ROOM_POLL`]).
+//!   back or for room to appear in the budget (the budget tells the pool when memory outside the cache is
+//!   given back: [`RoomListener`]).
 //! * A buffer sent to the store comes back when the store drops the payload ([`bytes::Bytes::from_owner`]),
 //!   and is reused by the next part or object. When an `upload_all` ends and no buffer is leased and
 //!   nobody waits, the pool frees its buffers and its charge drops to zero ([`UploadBuffers::trim`]).
@@ -19,10 +20,9 @@
 //! checkpointers on one environment share the bound.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use keyed_state_lsm::{MemoryBudget, MemoryReservation};
+use keyed_state_lsm::{MemoryBudget, MemoryReservation, RoomListener};
 
 /// Bytes of one buffer.
 pub const BUFFER_SIZE: usize = 1 << 20;
@@ -30,8 +30,6 @@ pub const BUFFER_SIZE: usize = 1 << 20;
 pub const GUARANTEED_BUFFERS: usize = 5;
 /// Bytes of upload buffers a pool holds at most unless told otherwise (the budget may allow fewer).
 pub const DEFAULT_UPLOAD_BUFFER_BYTES: usize = 32 << 20;
-/// How often a waiting upload looks again for room in the budget.
-pub const ROOM_POLL: Duration = Duration::from_millis(10);
 
 /// A pool of upload buffers bounded by a memory budget (see the module documentation). Shared through an
 /// `Arc`.
@@ -87,7 +85,7 @@ impl UploadBuffers {
     /// buffers (at least [`GUARANTEED_BUFFERS`] of them).
     pub fn new(memory: Option<Arc<MemoryBudget>>, max_bytes: usize) -> Arc<UploadBuffers> {
         let charge = memory.as_ref().map(|m| m.reserve(0));
-        Arc::new(UploadBuffers {
+        let pool = Arc::new(UploadBuffers {
             memory,
             max: (max_bytes / BUFFER_SIZE).max(GUARANTEED_BUFFERS),
             state: Mutex::new(PoolState {
@@ -100,7 +98,12 @@ impl UploadBuffers {
                 waits: 0,
             }),
             returned: tokio::sync::Notify::new(),
-        })
+        });
+        if let Some(m) = &pool.memory {
+            let listener: Weak<dyn RoomListener> = Arc::downgrade(&pool) as Weak<dyn RoomListener>;
+            m.listen_for_room(listener);
+        }
+        pool
     }
 
     /// The budget the pool charges, if any.
@@ -163,8 +166,8 @@ impl UploadBuffers {
                     }
                 }
             }
-            // Woken by a returned buffer, or look again for room in the budget.
-            let _ = tokio::time::timeout(ROOM_POLL, notified).await;
+            // Woken by a returned buffer or by room given back to the budget.
+            notified.await;
         }
     }
 
@@ -228,6 +231,13 @@ impl UploadBuffers {
             .charge
             .as_ref()
             .map_or(0, MemoryReservation::bytes)
+    }
+}
+
+impl RoomListener for UploadBuffers {
+    fn room_freed(&self) {
+        // Wakes the uploads waiting now (none: nothing happens); each looks again for room.
+        self.returned.notify_waiters();
     }
 }
 

@@ -246,6 +246,50 @@ fn an_upload_waits_for_the_budget_and_proceeds_when_room_appears() {
     assert_eq!(env.memory().reserved_bytes(), 0);
 }
 
+/// A waker that counts its wakes.
+struct CountWakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountWakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_waiting_upload_is_woken_the_moment_room_is_given_back() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+    let env = env(32 << 20, 32 << 20);
+    let pool = Arc::clone(env.upload_buffers());
+    let filler = env.memory().reserve(32 << 20);
+    // Polled by hand in a runtime's context: no timer of the runtime runs in between.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _in_runtime = rt.enter();
+    let wakes = Arc::new(CountWakes(std::sync::atomic::AtomicUsize::new(0)));
+    let waker = std::task::Waker::from(Arc::clone(&wakes));
+    let mut cx = Context::from_waker(&waker);
+    let mut first = Box::pin(pool.acquire(GUARANTEED_BUFFERS));
+    let Poll::Ready(first) = first.as_mut().poll(&mut cx) else {
+        panic!("the guaranteed part waited");
+    };
+    let mut waiting = Box::pin(pool.acquire(2));
+    assert!(waiting.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    drop(filler);
+    assert!(
+        wakes.0.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "giving the reservation back did not wake the waiting upload"
+    );
+    let Poll::Ready(second) = waiting.as_mut().poll(&mut cx) else {
+        panic!("woken, the upload still found no room");
+    };
+    assert_eq!(second.len(), 2);
+    drop((first, second));
+}
+
 #[test]
 fn a_returned_buffer_goes_to_the_upload_that_waited_first() {
     let env = env(16 << 20, 32 << 20);

@@ -272,6 +272,42 @@ fn range_delete_hides_older_data_across_levels() {
 }
 
 #[test]
+fn a_compaction_reads_its_inputs_without_filling_the_block_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        auto_compaction: false,
+        sst: SstOptions {
+            block_size: 1024,
+            compression: Compression::Lz4,
+            ..SstOptions::default()
+        },
+        ..small_opts()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    // Compressible values: every block is LZ4, so every block read decompresses (and may be cached).
+    for round in 0..3u8 {
+        for i in 0..300u32 {
+            db.put(format!("k{i:04}").as_bytes(), &[b'a' + round; 100])
+                .unwrap();
+        }
+        db.flush().unwrap();
+    }
+    // An open iterator keeps the compaction's inputs (and any block of theirs in the cache) alive.
+    let it = db.iter(ReadOptions::default());
+    let before = db.stats().block_cache_usage;
+    db.compact_all().unwrap();
+    assert_eq!(
+        db.stats().block_cache_usage,
+        before,
+        "the compaction's reads put its inputs' blocks in the cache"
+    );
+    drop(it);
+    // A read still fills it.
+    assert_eq!(get(&db, b"k0007"), Some(vec![b'c'; 100]));
+    assert!(db.stats().block_cache_usage > before);
+}
+
+#[test]
 fn obsolete_files_kept_while_iterator_open() {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {

@@ -48,13 +48,15 @@ struct Chunk {
 /// The smallest chunk given a map of its own instead of heap memory: a memtable's chunks are freed together
 /// long after they were allocated, interleaved with other tables' chunks, and a heap allocator returns a page
 /// only when all of its objects are free; a map goes back to the system when the chunk is dropped.
-const MAP_MIN: usize = 64 << 10;
+pub(crate) const MAP_MIN: usize = 64 << 10;
 
-/// The environment variable that, set to `off`, keeps every arena chunk on the heap (to measure maps against
-/// the heap in one binary); read once.
+/// The environment variable that, set to `off`, keeps every arena chunk (and the arrays of `words`) on the
+/// heap (to measure maps against the heap in one binary); read once.
 pub const ARENA_MAP_SWITCH: &str = "KEYED_STATE_ARENA_MAP";
 
-fn maps_on() -> bool {
+/// Whether large buffers get maps of their own (arena chunks, `words::Words`): not under Miri, not with
+/// [`ARENA_MAP_SWITCH`] set to `off`.
+pub(crate) fn maps_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| !cfg!(miri) && std::env::var_os(ARENA_MAP_SWITCH).is_none_or(|v| v != "off"))
 }

@@ -7,8 +7,10 @@
 //! metadata take their bytes first, and the cache shrinks (evicting at once) when they grow. The memtables'
 //! own limit (the write-buffer share of the budget) stays with the write-buffer manager.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
 
 use crate::budget_pool::CachePool;
 
@@ -27,6 +29,15 @@ pub(crate) trait LeftoverCache: Send + Sync {
     fn fit(&self);
 }
 
+/// Told when memory charged outside the block cache is given back (a memtable freed, an SST reader closed,
+/// a reservation shrunk or dropped): room may have appeared for what waits to reserve
+/// ([`MemoryBudget::listen_for_room`]). Called on the thread that gave the memory back; keep it short and
+/// do not charge the budget from it.
+pub trait RoomListener: Send + Sync {
+    /// Memory outside the block cache was given back.
+    fn room_freed(&self);
+}
+
 /// The memory budget of an environment (see the module documentation). Shared through an `Arc`.
 pub struct MemoryBudget {
     /// None: no budget; charges are counted for the figures only.
@@ -40,6 +51,9 @@ pub struct MemoryBudget {
     cache: OnceLock<Weak<dyn LeftoverCache>>,
     /// The part for caches kept above the engines ([`MemoryBudget::user_caches`]).
     user_caches: Arc<CachePool>,
+    /// Told when room appears ([`MemoryBudget::listen_for_room`]); `listening` spares the lock when empty.
+    listeners: Mutex<Vec<Weak<dyn RoomListener>>>,
+    listening: AtomicBool,
 }
 
 impl std::fmt::Debug for MemoryBudget {
@@ -63,7 +77,35 @@ impl MemoryBudget {
             reserved: AtomicUsize::new(0),
             cache: OnceLock::new(),
             user_caches: Arc::default(),
+            listeners: Mutex::new(Vec::new()),
+            listening: AtomicBool::new(false),
         })
+    }
+
+    /// Calls `listener` whenever memory charged outside the block cache is given back, for as long as it
+    /// lives: what waits for room in the budget (e.g. the buffers of checkpoint uploads) is woken then
+    /// instead of polling.
+    pub fn listen_for_room(&self, listener: Weak<dyn RoomListener>) {
+        let mut ls = self.listeners.lock();
+        ls.retain(|l| l.strong_count() > 0);
+        ls.push(listener);
+        self.listening.store(true, Ordering::Release);
+    }
+
+    /// Memory outside the cache was given back: tells the listeners (outside the lock).
+    pub(crate) fn room_freed(&self) {
+        if !self.listening.load(Ordering::Acquire) {
+            return;
+        }
+        let live: Vec<Arc<dyn RoomListener>> = self
+            .listeners
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for l in live {
+            l.room_freed();
+        }
     }
 
     /// Connects the cache that takes what the others leave.
@@ -196,6 +238,7 @@ impl MemoryReservation {
         } else {
             counter.fetch_sub(self.bytes - bytes, Ordering::Relaxed);
             self.bytes = bytes;
+            self.budget.room_freed();
         }
     }
 }
@@ -205,5 +248,8 @@ impl Drop for MemoryReservation {
         self.budget
             .counter(self.metadata)
             .fetch_sub(self.bytes, Ordering::Relaxed);
+        if self.bytes > 0 {
+            self.budget.room_freed();
+        }
     }
 }

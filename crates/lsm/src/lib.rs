@@ -106,6 +106,7 @@ mod sync;
 pub mod util;
 mod version;
 mod wal;
+mod words;
 
 pub use adopt::{adopt_sst_files, summarize_sst, AdoptFile, SstSummary};
 pub use batch::WriteBatch;
@@ -115,7 +116,9 @@ pub use checkpoint::{
     CapturedCheckpoint, CapturedFile, CheckpointFile, CheckpointInfo, PendingCheckpoint,
 };
 pub use db::{Db, DbStats, DroppedWrites, Metric, RecoveryReport};
-pub use env::{EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, SharedEnv};
+pub use env::{
+    EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, RoomListener, SharedEnv,
+};
 pub use error::{ErrorKind, Location, LsmError};
 pub use filter::{
     CompactionFilter, CompactionFilterContext, CompactionFilterFactory, FilterDecision,

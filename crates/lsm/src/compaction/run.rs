@@ -8,7 +8,7 @@ use crate::filter::{CompactionFilter, CompactionFilterContext, FilterDecision, F
 use crate::flush::Outputs;
 use crate::ikey::{self, ValueKind};
 use crate::inner::DbInner;
-use crate::iter::{file_iter, InternalIterator, MergingIter, TombIter};
+use crate::iter::{compaction_file_iter, InternalIterator, MergingIter, TombIter};
 use crate::merge::full_merge;
 use crate::rangedel::RangeTombstone;
 use crate::version::{FileMeta, Version, VersionEdit};
@@ -127,7 +127,7 @@ pub(super) fn merge_into(
     // outside its bounds and need none.
     let mut children: Vec<Box<dyn InternalIterator>> = Vec::with_capacity(ordered.len());
     for (_, f) in &ordered {
-        children.push(file_iter(f));
+        children.push(compaction_file_iter(f));
         if f.info.bounds.is_some() && !f.range_dels.is_empty() {
             children.push(Box::new(TombIter::new(&f.range_dels)));
         }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use self::pool::{Pool, PoolConfig, PoolShared};
 use self::write_buffer::WriteBuffers;
-pub use crate::budget::{MemoryBudget, MemoryReservation};
+pub use crate::budget::{MemoryBudget, MemoryReservation, RoomListener};
 use crate::cache::BlockCache;
 use crate::LsmError;
 
@@ -365,6 +365,46 @@ mod budget_tests {
         assert_eq!(budget.reserved_bytes(), MIB);
         drop((mem, meta, r));
         assert_eq!(budget.charged_outside_cache(), 0);
+    }
+
+    /// Counts the times it was told that room appeared.
+    #[derive(Default)]
+    struct Told(std::sync::atomic::AtomicUsize);
+
+    impl crate::budget::RoomListener for Told {
+        fn room_freed(&self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn listeners_are_told_when_memtables_metadata_or_reservations_give_memory_back() {
+        let wb = WriteBuffers::new(Some(32 * MIB));
+        let budget = MemoryBudget::new(Some(64 * MIB), wb.clone());
+        wb.set_budget(&budget);
+        let told = Arc::new(Told::default());
+        let listener: std::sync::Weak<dyn crate::budget::RoomListener> =
+            Arc::downgrade(&told) as std::sync::Weak<dyn crate::budget::RoomListener>;
+        budget.listen_for_room(listener);
+        let count = || told.0.load(std::sync::atomic::Ordering::SeqCst);
+        let mem = MemCharge::new(&wb, 10 * MIB, MIB);
+        let meta = budget.charge_metadata(2 * MIB);
+        let mut r = budget.reserve(4 * MIB);
+        r.resize(8 * MIB);
+        assert_eq!(count(), 0, "growing charges make no room");
+        mem.switched();
+        mem.flushed();
+        assert_eq!(count(), 0, "a memtable moving between states frees nothing");
+        r.resize(MIB);
+        assert_eq!(count(), 1, "a reservation shrank");
+        drop(meta);
+        assert_eq!(count(), 2, "a reader's metadata was let go");
+        drop(mem);
+        assert_eq!(count(), 3, "a flushed memtable was freed");
+        drop(r);
+        assert_eq!(count(), 4, "a reservation was dropped");
+        drop(told);
+        drop(budget.reserve(MIB));
     }
 
     #[test]

@@ -83,6 +83,13 @@ impl WriteBuffers {
         }
     }
 
+    /// Memtable memory was given back: the budget tells whoever waits for room.
+    fn freed(&self) {
+        if let Some(b) = self.budget.get().and_then(Weak::upgrade) {
+            b.room_freed();
+        }
+    }
+
     /// The limit, if any.
     pub fn limit(&self) -> Option<usize> {
         self.limit
@@ -261,6 +268,7 @@ impl Drop for MemCharge {
         if state != RETIRED {
             self.wb.wake();
         }
+        self.wb.freed();
     }
 }
 

@@ -25,8 +25,13 @@ pub(crate) struct ClampedIter {
 impl ClampedIter {
     /// A cursor over `reader` limited to `bounds`.
     pub fn new(reader: &Arc<SstReader>, bounds: Option<&KeyBounds>) -> Self {
+        Self::over(reader.iter(), bounds)
+    }
+
+    /// A cursor over `inner` (a file's cursor, not positioned) within `bounds`.
+    pub fn over(inner: SstIter, bounds: Option<&KeyBounds>) -> Self {
         Self {
-            inner: reader.iter(),
+            inner,
             lo_key: bounds.map(|b| ikey::lookup_key(&b.lo)).unwrap_or_default(),
             bounds: bounds.cloned(),
             valid: false,

@@ -116,6 +116,17 @@ pub(crate) fn file_iter(f: &FileMeta) -> Box<dyn InternalIterator> {
     }
 }
 
+/// A compaction's cursor over one input file: [`file_iter`], with blocks read from the file kept out of the
+/// block cache ([`SstReader::iter_for_compaction`](crate::sst::SstReader::iter_for_compaction)).
+pub(crate) fn compaction_file_iter(f: &FileMeta) -> Box<dyn InternalIterator> {
+    let inner = f.reader.iter_for_compaction();
+    if f.info.bounds.is_some() {
+        Box::new(ClampedIter::over(inner, f.info.bounds.as_ref()))
+    } else {
+        Box::new(inner)
+    }
+}
+
 /// A cursor over the sorted, disjoint files of one deeper level.
 pub(crate) fn level_iter(files: Vec<Arc<FileMeta>>) -> Box<dyn InternalIterator> {
     if files.iter().any(|f| f.info.bounds.is_some()) {

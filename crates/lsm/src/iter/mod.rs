@@ -15,5 +15,5 @@ pub(crate) use clamped::TombIter;
 pub(crate) use db_iter::IterParts;
 pub use db_iter::{DbEntries, DbIter};
 pub(crate) use internal::InternalIterator;
-pub(crate) use level::file_iter;
+pub(crate) use level::compaction_file_iter;
 pub(crate) use merging::MergingIter;

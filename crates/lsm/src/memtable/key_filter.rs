@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
+use crate::words::Words;
+
 /// The writer's filter of the user keys that have a node in this table (a blocked Bloom filter, 3 bits of
 /// one 64-bit word per key, about 8 bits per key at a full table): "absent" lets a new key skip the point
 /// index's probe — one cache miss — before its skiplist search. Only a hint: a wrong "absent" would only make
@@ -10,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 /// stores, no read-modify-write).
 pub(super) struct KeyFilter {
     /// The filter's words (a power of two of them).
-    words: Box<[AtomicU64]>,
+    words: Words<AtomicU64>,
 }
 
 impl KeyFilter {
@@ -18,7 +20,7 @@ impl KeyFilter {
     pub(super) fn new(bytes: usize) -> Self {
         let n = (bytes / 8).max(1).next_power_of_two();
         KeyFilter {
-            words: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            words: Words::zeroed(n),
         }
     }
 

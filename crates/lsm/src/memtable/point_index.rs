@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering as AtomicOrdering;
 
 use crate::sync::AtomicU64;
+use crate::words::Words;
 
 use super::versions::Chain;
 use crate::prefetch::prefetch_read;
@@ -65,7 +66,7 @@ pub(super) enum Probe<'a> {
 /// know"). Written only by the table's writer, each slot once (0 -> value, Release); read with Acquire.
 pub(super) struct IndexTable {
     /// The slots (0: empty).
-    pub(super) slots: Box<[AtomicU64]>,
+    pub(super) slots: Words<AtomicU64>,
     /// Tests of `MemTable::drop`: which generation this is ([`LIVE_INDEX_TABLES`]).
     #[cfg(test)]
     id: u64,
@@ -90,7 +91,11 @@ impl IndexTable {
     /// An empty generation of `n` slots.
     pub(super) fn new(n: usize) -> Self {
         IndexTable {
-            slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            // Loom's atomics are not plain words: heap only there.
+            #[cfg(not(loom))]
+            slots: Words::zeroed(n),
+            #[cfg(loom)]
+            slots: Words::from_default(n),
             #[cfg(test)]
             id: live_index_tables::made(),
         }

@@ -24,7 +24,19 @@ impl SstReader {
             cursor: BlockCursor::default(),
             valid: false,
             readahead: Readahead::default(),
+            own_block: None,
         }
+    }
+
+    /// An iterator for a compaction: its block reads use cached blocks but do not insert the blocks they
+    /// decompress into the block cache (RocksDB reads compaction inputs with `fill_cache = false`). The
+    /// inputs are about to be deleted, so their blocks would only push out blocks that foreground reads use,
+    /// and be dropped with the file; the iterator decompresses into one buffer of its own instead, reused
+    /// from block to block when no value it handed out still holds it.
+    pub fn iter_for_compaction(self: &Arc<Self>) -> SstIter {
+        let mut it = self.iter();
+        it.own_block = Some(None);
+        it
     }
 
     /// The last internal key of a point entry (not a range tombstone) whose user key lies in `[lo, hi)`, if
@@ -88,6 +100,10 @@ pub struct SstIter {
     cursor: BlockCursor,
     valid: bool,
     readahead: Readahead,
+    /// For a compaction's iterator ([`SstReader::iter_for_compaction`]): the buffer its last block read from
+    /// the file was decompressed into (None: none yet), reused when only this field holds it. None for
+    /// other iterators, whose blocks go to the cache.
+    own_block: Option<Option<Arc<Vec<u8>>>>,
 }
 
 impl SstIter {
@@ -100,7 +116,11 @@ impl SstIter {
         let index = IndexView::new(&pinned);
         self.reader.read_ahead(&mut self.readahead, &index, idx);
         self.block_offset = index.handle(idx).map_or(0, |h| h.offset);
-        self.block = self.reader.data_block(&index, idx)?;
+        // The previous block's view goes first, so that its buffer can be reused.
+        self.block = ValueSlice::empty();
+        self.block = self
+            .reader
+            .data_block_into(&index, idx, self.own_block.as_mut())?;
         self.block_idx = idx;
         self.cursor
             .reset_versioned(&self.block, self.reader.hashed_blocks)

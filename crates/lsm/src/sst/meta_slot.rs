@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use super::format::BlockHandle;
 use crate::cache::BlockCache;
 use crate::env::MemoryReservation;
+use crate::words::Words;
 
 /// Where a reader's index or filter lies in the file, and the buffer the reader keeps of it (module
 /// [`meta`](super::meta) for the index; the filter's bloom bytes as they are in the file).
@@ -14,8 +15,8 @@ pub(super) struct MetaSlot {
     /// The block in the file (its offset is also the cache key's).
     pub(super) handle: BlockHandle,
     /// The buffer, when the reader keeps it ([`Resident`](super::meta::MetadataPlacement::Resident), or too
-    /// large for the cache).
-    pub(super) kept: OnceLock<Arc<Vec<u8>>>,
+    /// large for the cache): a copy, in a map of its own when large (`words`).
+    pub(super) kept: OnceLock<Words<u8>>,
     /// Its length.
     pub(super) len: usize,
     /// The budget's charge for a buffer kept after the file was opened.
@@ -26,7 +27,7 @@ impl MetaSlot {
     pub(super) fn new(handle: BlockHandle, buf: &Arc<Vec<u8>>, keep: bool) -> Self {
         let kept = OnceLock::new();
         if keep {
-            let _ = kept.set(Arc::clone(buf));
+            let _ = kept.set(Words::copy_of(buf));
         }
         MetaSlot {
             handle,
@@ -48,7 +49,7 @@ impl MetaSlot {
         cache.insert(file_number, self.handle.offset, Arc::clone(&buf));
         if buf.len().saturating_mul(16) >= cache.capacity()
             && !cache.contains(file_number, self.handle.offset)
-            && self.kept.set(Arc::clone(&buf)).is_ok()
+            && self.kept.set(Words::copy_of(&buf)).is_ok()
         {
             if let Some(b) = cache.budget() {
                 let _ = self.late_charge.set(b.charge_metadata(buf.len()));

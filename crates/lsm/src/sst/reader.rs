@@ -528,6 +528,18 @@ impl SstReader {
         index: &IndexView<'_>,
         idx: usize,
     ) -> Result<ValueSlice, LsmError> {
+        self.data_block_into(index, idx, None)
+    }
+
+    /// [`data_block`](Self::data_block), but with `own` a block read from the file is decompressed into the
+    /// buffer `own` holds (if no one else holds it; else a new one) and left there instead of entering the
+    /// cache.
+    pub(super) fn data_block_into(
+        &self,
+        index: &IndexView<'_>,
+        idx: usize,
+        mut own: Option<&mut Option<Arc<Vec<u8>>>>,
+    ) -> Result<ValueSlice, LsmError> {
         let handle = index
             .handle(idx)
             .ok_or_else(|| self.corruption(format!("data block {idx} is not in the index")))?;
@@ -569,17 +581,27 @@ impl SstReader {
                 p
             }
         };
-        let buf = self.cache.take_buffer(
-            self.file_number,
-            handle.offset,
-            lz4_uncompressed_len(payload),
-        );
+        let buf = match &mut own {
+            Some(own) => own
+                .take()
+                .and_then(|b| Arc::try_unwrap(b).ok())
+                .unwrap_or_default(),
+            None => self.cache.take_buffer(
+                self.file_number,
+                handle.offset,
+                lz4_uncompressed_len(payload),
+            ),
+        };
         let block = Arc::new(
             decompress_lz4(payload, handle.offset, buf)
                 .map_err(|e| self.corruption(format!("data {e}")))?,
         );
-        self.cache
-            .insert(self.file_number, handle.offset, Arc::clone(&block));
+        match own {
+            Some(own) => *own = Some(Arc::clone(&block)),
+            None => self
+                .cache
+                .insert(self.file_number, handle.offset, Arc::clone(&block)),
+        }
         let len = block.len();
         ValueSlice::from_shared_vec(block, 0..len)
             .ok_or_else(|| self.corruption("block view".into()))
