@@ -206,13 +206,13 @@ fn door_slots(capacity: usize) -> usize {
 impl RmwCache {
     /// A cache of `capacity` bytes; `admit_on_first_touch`: no doorkeeper.
     pub(crate) fn new(capacity: usize, admit_on_first_touch: bool) -> RmwCache {
-        // Room for as many entries as the capacity holds at 16 bytes of key and value: the slots' as
-        // virtual memory (touched as used, up to 4M), the table's buckets at once (8 bytes per bucket at
-        // most 5/8 full: about 13 bytes per entry, within the per-entry overhead counted), so that the
-        // table does not grow (a growth re-places every entry at once, in one operation).
+        // Room for as many entries as the capacity holds at 16 bytes of key and value for the slots and
+        // the dirty log, as virtual memory (touched as used, up to 4M). The table grows with the entries
+        // (its growth is spread over the operations after it), so that its buckets stay as dense as the
+        // entries allow.
         let expect = capacity / (ENTRY_OVERHEAD + 16);
         RmwCache {
-            table: SlotTable::with_capacity(expect),
+            table: SlotTable::new(capacity / ENTRY_OVERHEAD + 1),
             hasher: Hasher::default(),
             slots: Vec::with_capacity(expect.min(1 << 22)),
             free: Vec::new(),
@@ -278,8 +278,11 @@ impl RmwCache {
     }
 
     /// The bytes the cache may take: its capacity, the doorkeeper's table, and the hash table's buckets at
-    /// the most entries the capacity holds (every entry costs at least [`ENTRY_OVERHEAD`]; the table is
-    /// allocated for fewer and grows, and never shrinks when the capacity does).
+    /// the most entries the capacity holds (every entry costs at least [`ENTRY_OVERHEAD`]; the table grows
+    /// with the entries, and never shrinks when the capacity does). A growth keeps the old buckets (half
+    /// as many) beside the new ones while it moves their entries over, and zeroes the next ones ahead: that
+    /// stays within the charge below the buckets charged, while the last growth, to them, holds half their
+    /// bytes more until it has moved the old ones (at most one operation per 16 old buckets).
     pub(crate) fn footprint(&self) -> usize {
         let table =
             SlotTable::bytes_for(self.capacity / ENTRY_OVERHEAD + 1).max(self.table.bytes());
@@ -288,7 +291,7 @@ impl RmwCache {
             .saturating_add(table)
     }
 
-    /// Whether the hash table, sized for the most entries of a larger capacity, holds more than twice the
+    /// Whether the hash table, grown for the entries of a larger capacity, holds more than twice the
     /// buckets `capacity` needs (it never shrinks: such a cache is better made again).
     pub(crate) fn table_oversized_for(&self, capacity: usize) -> bool {
         self.table.bytes() > 2 * SlotTable::bytes_for(capacity / ENTRY_OVERHEAD + 1)
@@ -296,6 +299,7 @@ impl RmwCache {
 
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
+        self.table.set_limit(capacity / ENTRY_OVERHEAD + 1);
         if !self.door.is_empty() {
             self.door = vec![0; door_slots(capacity)];
         }
@@ -385,6 +389,7 @@ impl RmwCache {
     /// [`probe`](Self::probe) with the key's [`hash`](Self::hash).
     #[inline]
     pub(crate) fn probe_hashed(&mut self, key: &[u8], hash: u64) -> Found {
+        self.table.advance();
         let slots = &mut self.slots;
         let found = self.table.find(hash, |i| match slots.get(i as usize) {
             Some(Some(s)) => s.hash == hash && s.key.as_slice() == key,
