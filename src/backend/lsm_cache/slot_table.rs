@@ -9,9 +9,10 @@
 //! The table grows with its entries, doubling, and a growth is spread over the operations around it, so
 //! that no operation zeroes or re-places every bucket: from half its load limit on, each insertion zeroes a
 //! few buckets of the next table; at the limit the new buckets take every insertion, and each later
-//! insertion or probe moves a few whole clusters (runs of full buckets) of the old buckets over. Until the
-//! old buckets are empty, a key the new ones do not hold is looked up in the old ones too. Moving whole
-//! clusters keeps the old buckets a valid table: every entry of a cluster has its home bucket in it.
+//! insertion or probe moves a few whole clusters (runs of full buckets) of the old buckets over, from an
+//! empty bucket on. Moving whole clusters keeps the old buckets a valid table (every entry of a cluster has
+//! its home bucket in it), and tells where a key is: one whose home bucket the growth has passed is in the
+//! new buckets; any other is looked up in the old ones first, then (inserted since the growth) the new.
 
 /// An empty bucket.
 const EMPTY: u64 = 0;
@@ -37,6 +38,8 @@ pub(crate) struct SlotTable {
     old: Vec<u64>,
     /// Where the growth moves the next cluster from (an empty bucket, or the start of a cluster).
     cursor: usize,
+    /// Where the growth began (an empty bucket): the old buckets from here up to `cursor` are moved.
+    start: usize,
     /// Old buckets the growth has yet to visit.
     unvisited: usize,
     /// The next table's buckets, zeroed ahead of its growth (allocated for all of them, filled as far as
@@ -62,6 +65,7 @@ impl SlotTable {
             len: 0,
             old: Vec::new(),
             cursor: 0,
+            start: 0,
             unvisited: 0,
             next: Vec::new(),
             limit: Self::buckets_for(entries),
@@ -119,13 +123,20 @@ impl SlotTable {
     #[inline]
     pub(crate) fn find(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
         let tag = Self::tag(hash);
-        if let Some(i) = find_in(&self.buckets, tag, &mut eq) {
-            return Some(i);
+        if self.old.is_empty() || self.moved(tag) {
+            return find_in(&self.buckets, tag, &mut eq);
         }
-        if self.old.is_empty() {
-            return None;
-        }
-        find_in(&self.old, tag, &mut eq)
+        // Not moved yet: a key held before the growth is in the old buckets, one inserted since in the new.
+        find_in(&self.old, tag, &mut eq).or_else(|| find_in(&self.buckets, tag, &mut eq))
+    }
+
+    /// Whether the growth has moved the old cluster of a key of `tag`: every key held there is in the new
+    /// buckets (the growth moves whole clusters, from an empty bucket on).
+    #[inline]
+    fn moved(&self, tag: u64) -> bool {
+        let mask = self.old.len() - 1;
+        let home = tag as usize & mask;
+        home.wrapping_sub(self.start) & mask < self.old.len() - self.unvisited
     }
 
     /// Hints the CPU to load the home bucket of `hash`, the first one [`find`](Self::find) reads. Never
@@ -181,6 +192,7 @@ impl SlotTable {
         self.old = std::mem::replace(&mut self.buckets, next);
         // Start at an empty bucket (one exists: the table is at most 5/8 full), so no cluster is cut.
         self.cursor = self.old.iter().position(|&e| e == EMPTY).unwrap_or(0);
+        self.start = self.cursor;
         self.unvisited = self.old.len();
     }
 
