@@ -181,8 +181,8 @@ impl SlotTable {
 
     #[cold]
     fn grow(&mut self) {
-        // A growth begun before is finished first (only a table far below its load factor gets here
-        // before that: a growth starts at 5/8 full and moves at least two old buckets per insertion).
+        // A growth begun before is finished first (it normally is by now: the next one starts once the
+        // entries have doubled, and each insertion since moved at least 16 old buckets where two would do).
         while self.growing() {
             self.step();
         }
