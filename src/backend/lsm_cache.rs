@@ -206,13 +206,13 @@ fn door_slots(capacity: usize) -> usize {
 impl RmwCache {
     /// A cache of `capacity` bytes; `admit_on_first_touch`: no doorkeeper.
     pub(crate) fn new(capacity: usize, admit_on_first_touch: bool) -> RmwCache {
-        // Room for as many entries as the capacity holds at 16 bytes of key and value: the slots' as
-        // virtual memory (touched as used, up to 4M), the table's buckets at once (8 bytes per bucket at
-        // most 5/8 full: about 13 bytes per entry, within the per-entry overhead counted), so that the
-        // table does not grow (a growth re-places every entry at once, in one operation).
+        // Room for as many entries as the capacity holds at 16 bytes of key and value for the slots and
+        // the dirty log, as virtual memory (touched as used, up to 4M). The table grows with the entries
+        // (its growth is spread over the operations after it), so that its buckets stay as dense as the
+        // entries allow.
         let expect = capacity / (ENTRY_OVERHEAD + 16);
         RmwCache {
-            table: SlotTable::with_capacity(expect),
+            table: SlotTable::new(capacity / ENTRY_OVERHEAD + 1),
             hasher: Hasher::default(),
             slots: Vec::with_capacity(expect.min(1 << 22)),
             free: Vec::new(),
@@ -278,8 +278,11 @@ impl RmwCache {
     }
 
     /// The bytes the cache may take: its capacity, the doorkeeper's table, and the hash table's buckets at
-    /// the most entries the capacity holds (every entry costs at least [`ENTRY_OVERHEAD`]; the table is
-    /// allocated for fewer and grows, and never shrinks when the capacity does).
+    /// the most entries the capacity holds (every entry costs at least [`ENTRY_OVERHEAD`]; the table grows
+    /// with the entries, and never shrinks when the capacity does). A growth keeps the old buckets (half
+    /// as many) beside the new ones while it moves their entries over, and zeroes the next ones ahead: that
+    /// stays within the charge below the buckets charged, while the last growth, to them, holds half their
+    /// bytes more until it has moved the old ones (at most one operation per 16 old buckets).
     pub(crate) fn footprint(&self) -> usize {
         let table =
             SlotTable::bytes_for(self.capacity / ENTRY_OVERHEAD + 1).max(self.table.bytes());
@@ -288,7 +291,7 @@ impl RmwCache {
             .saturating_add(table)
     }
 
-    /// Whether the hash table, sized for the most entries of a larger capacity, holds more than twice the
+    /// Whether the hash table, grown for the entries of a larger capacity, holds more than twice the
     /// buckets `capacity` needs (it never shrinks: such a cache is better made again).
     pub(crate) fn table_oversized_for(&self, capacity: usize) -> bool {
         self.table.bytes() > 2 * SlotTable::bytes_for(capacity / ENTRY_OVERHEAD + 1)
@@ -296,6 +299,7 @@ impl RmwCache {
 
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
+        self.table.set_limit(capacity / ENTRY_OVERHEAD + 1);
         if !self.door.is_empty() {
             self.door = vec![0; door_slots(capacity)];
         }
@@ -385,6 +389,7 @@ impl RmwCache {
     /// [`probe`](Self::probe) with the key's [`hash`](Self::hash).
     #[inline]
     pub(crate) fn probe_hashed(&mut self, key: &[u8], hash: u64) -> Found {
+        self.table.advance();
         let slots = &mut self.slots;
         let found = self.table.find(hash, |i| match slots.get(i as usize) {
             Some(Some(s)) => s.hash == hash && s.key.as_slice() == key,
@@ -538,28 +543,35 @@ impl RmwCache {
             w if w != prefix.len() as u32 => return None,
             _ => {}
         }
-        let Some(list) = self.maps.maps.get_mut(prefix) else {
+        let key = self.maps.key(prefix);
+        let keys = self.maps.keys();
+        let Some(list) = self.maps.list_mut(key) else {
             return Some(Vec::new());
         };
         let slots = &self.slots;
         let before = list.len();
         list.sort_unstable();
         list.dedup();
-        list.retain(|&i| {
-            matches!(slots.get(i as usize), Some(Some(s)) if s.dirty
-                && usize::from(s.map_prefix) == prefix.len()
-                && s.key.as_slice().starts_with(prefix))
+        // Kept: dirty entries of this map, and of maps whose prefixes hash alike (their list too).
+        list.retain(|&i| match slots.get(i as usize) {
+            Some(Some(s)) if s.dirty => {
+                map_prefix_of(s).is_some_and(|p| p == prefix || keys.key(p) == key)
+            }
+            _ => false,
         });
-        self.maps.len -= before - list.len();
+        let (removed, empty) = (before - list.len(), list.is_empty());
         let mut out: MapDirty = list
             .iter()
             .filter_map(|&i| match slots.get(i as usize) {
-                Some(Some(s)) => Some((s.key.clone(), s.value.clone())),
-                None | Some(None) => None,
+                Some(Some(s)) if map_prefix_of(s) == Some(prefix) => {
+                    Some((s.key.clone(), s.value.clone()))
+                }
+                _ => None,
             })
             .collect();
-        if list.is_empty() {
-            self.maps.maps.remove(prefix);
+        self.maps.len -= removed;
+        if empty {
+            self.maps.remove(key);
         }
         out.sort_unstable_by(|a, b| a.0.as_slice().cmp(b.0.as_slice()));
         Some(out)
@@ -569,14 +581,13 @@ impl RmwCache {
     /// whatever the engine holds (`false` tells nothing). Reads the map's list of dirty entries only until
     /// the first such entry.
     pub(crate) fn map_has_live_dirty(&self, prefix: &[u8]) -> bool {
-        let Some(list) = self.maps.maps.get(prefix) else {
+        let Some(list) = self.maps.list(prefix) else {
             return false;
         };
         list.iter().any(|&i| {
             matches!(self.slots.get(i as usize), Some(Some(s)) if s.dirty
                 && s.value.is_some()
-                && usize::from(s.map_prefix) == prefix.len()
-                && s.key.as_slice().starts_with(prefix))
+                && map_prefix_of(s) == Some(prefix))
         })
     }
 
@@ -841,6 +852,15 @@ impl Drop for RmwCache {
     }
 }
 
+/// The map prefix of the key of a slot written as a map entry ([`RmwCache::write_map`]).
+#[inline]
+fn map_prefix_of(s: &Slot) -> Option<&[u8]> {
+    match s.map_prefix {
+        0 => None,
+        n => s.key.as_slice().get(..usize::from(n)),
+    }
+}
+
 /// The list delimiter of Flink's list state, which the engine's `ListAppendOperator` joins with.
 #[inline]
 fn keyed_state_lsm_list_delimiter() -> u8 {
@@ -999,5 +1019,35 @@ mod tests {
         assert_eq!(db.get(&long(0xAA))?.as_deref(), Some(&long(7)[..]));
         assert_eq!(db.get(b"short")?, None);
         Ok(())
+    }
+
+    #[test]
+    fn a_map_lists_only_its_own_dirty_entries_when_another_maps_share_its_list() {
+        let mut c = RmwCache::new(1 << 20, true);
+        // Every prefix hashes alike: `a`'s and `b`'s entries share one list.
+        c.maps.set_all_alike();
+        let (a, b) = (b"sidKGAAAA".as_slice(), b"sidKGBBBB".as_slice());
+        let key = |p: &[u8], uk: u8| [p, &[uk]].concat();
+        c.write_map(None, &key(a, 1), a.len(), Some(b"1"));
+        c.write_map(None, &key(a, 2), a.len(), None);
+        c.write_map(None, &key(b, 1), b.len(), Some(b"x"));
+        let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = c
+            .map_dirty(a)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k.as_slice().to_vec(), v.map(|v| v.as_slice().to_vec())))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(key(a, 1), Some(b"1".to_vec())), (key(a, 2), None)]
+        );
+        assert!(c.map_has_live_dirty(a));
+        // Reading `a` kept `b`'s entry listed.
+        let got = c.map_dirty(b).unwrap_or_default();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0.as_slice(), key(b, 1).as_slice());
+        let held = c.lookup(&key(a, 1));
+        c.write_map(held, &key(a, 1), a.len(), None);
+        assert!(!c.map_has_live_dirty(a), "only `b`'s entry has a value");
     }
 }

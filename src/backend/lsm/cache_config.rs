@@ -86,7 +86,7 @@ impl LsmBackend {
                 self.cache = None;
                 self.shared.unsynced.store(false, Ordering::Release);
             }
-            // Its hash table was sized for a larger capacity and does not shrink: written back and made
+            // Its hash table grew for a larger capacity and does not shrink: written back and made
             // again, so that the footprint follows the capacity (a share divided among more backends).
             (Some(c), n) if c.table_oversized_for(n) => {
                 c.clear(db)?;

@@ -1133,7 +1133,7 @@ mod tests {
             "{stats:?}"
         );
         // Resized with the capacity, kept across a change of admission, gone with the cache and the backend.
-        // 4 MiB: 131,072 buckets (the table made for 8 MiB has as many); 1 MiB: 32,768.
+        // 4 MiB: 131,072 buckets (the table, grown with its entries, has fewer); 1 MiB: 32,768.
         b.set_rmw_cache_capacity(4 << 20)?;
         assert_eq!(
             env.stats().memory.reserved,

@@ -1,48 +1,92 @@
 //! The read-modify-write cache's hash table: engine key hash → slot number, one `u64` per bucket.
 //!
-//! Open addressing with linear probing; a bucket holds `tag << 32 | slot`, where `tag` is the hash's high 32
-//! bits, whose low bits also choose the home bucket. A lookup reads one bucket (usually one cache line),
+//! Open addressing with linear probing; a bucket holds `tag << 32 | (slot + 1)`, where `tag` is the hash's
+//! high 32 bits, whose low bits also choose the home bucket, and 0 is an empty bucket (so fresh buckets are
+//! zeroed memory: no fill, and pages touched as used). A lookup reads one bucket (usually one cache line),
 //! compares tags, and only then the slot's key: one dependent load fewer than a table with separate control
-//! bytes and buckets. Growth re-places the buckets from their tags alone (no slot is read); removal shifts
-//! the following entries back (no tombstones).
+//! bytes and buckets. Removal shifts the following entries back (no tombstones).
+//!
+//! The table grows with its entries, doubling, and a growth is spread over the operations around it, so
+//! that no operation zeroes or re-places every bucket: from half its load limit on, each insertion zeroes a
+//! few buckets of the next table; at the limit the new buckets take every insertion, and each later
+//! insertion or probe moves a few whole clusters (runs of full buckets) of the old buckets over, from an
+//! empty bucket on. Moving whole clusters keeps the old buckets a valid table (every entry of a cluster has
+//! its home bucket in it), and tells where a key is: one whose home bucket the growth has passed is in the
+//! new buckets; any other is looked up in the old ones first, then (inserted since the growth) the new.
 
-/// An empty bucket (slot number `u32::MAX` is never used: the cache holds fewer than 2^32 slots).
-const EMPTY: u64 = u64::MAX;
+/// An empty bucket.
+const EMPTY: u64 = 0;
 
 /// Buckets at first.
 const MIN_BUCKETS: usize = 16;
 
+/// Old buckets a growth moves per insertion or probe, at least (whole clusters: it may move more). A
+/// growth starts at 5/8 of the old buckets full and the next at 5/8 of twice as many: two per insertion
+/// would finish in time; more keep the span in which misses probe twice short.
+const MOVE_STEP: usize = 16;
+
+/// Buckets of the next table zeroed per insertion from half the load limit on (one cache line). The next
+/// table has twice the buckets and 5/16 of the current ones are inserted meanwhile: 6.4 per insertion
+/// would finish in time.
+const ZERO_STEP: usize = 8;
+
 pub(crate) struct SlotTable {
     buckets: Vec<u64>,
+    /// Entries held, in `buckets` and `old` together.
     len: usize,
+    /// While a growth moves entries over: the buckets before it (else empty).
+    old: Vec<u64>,
+    /// Where the growth moves the next cluster from (an empty bucket, or the start of a cluster).
+    cursor: usize,
+    /// Where the growth began (an empty bucket): the old buckets from here up to `cursor` are moved.
+    start: usize,
+    /// Old buckets the growth has yet to visit.
+    unvisited: usize,
+    /// The next table's buckets, zeroed ahead of its growth (allocated for all of them, filled as far as
+    /// zeroed; empty until the table is half its load limit full).
+    next: Vec<u64>,
+    /// The most buckets the table is expected to need (for the most entries its cache holds): no next
+    /// table is zeroed beyond them.
+    limit: usize,
 }
 
 impl SlotTable {
-    /// The buckets a table needs to hold `entries` (at most 5/8 full), as `with_capacity` allocates them and
-    /// as growth reaches them.
+    /// The buckets a table needs to hold `entries` (at most 5/8 full), as growth reaches them.
     fn buckets_for(entries: usize) -> usize {
         (entries.saturating_mul(8) / 5 + 1)
             .next_power_of_two()
             .max(MIN_BUCKETS)
     }
 
-    /// A table that holds `entries` without growing.
-    pub(crate) fn with_capacity(entries: usize) -> SlotTable {
+    /// An empty table (it grows with its entries), expected to hold at most `entries`.
+    pub(crate) fn new(entries: usize) -> SlotTable {
         SlotTable {
-            buckets: vec![EMPTY; Self::buckets_for(entries)],
+            buckets: vec![EMPTY; MIN_BUCKETS],
             len: 0,
+            old: Vec::new(),
+            cursor: 0,
+            start: 0,
+            unvisited: 0,
+            next: Vec::new(),
+            limit: Self::buckets_for(entries),
         }
     }
 
+    /// Sets the most entries the table is expected to hold.
+    pub(crate) fn set_limit(&mut self, entries: usize) {
+        self.limit = Self::buckets_for(entries);
+    }
+
     /// The bytes of the buckets of a table holding `entries`: what the table grows to, at most, while it
-    /// holds no more.
+    /// holds no more (a growth keeps the old buckets, half as many, until it has moved their entries).
     pub(crate) fn bytes_for(entries: usize) -> usize {
         Self::buckets_for(entries).saturating_mul(std::mem::size_of::<u64>())
     }
 
-    /// The bytes of the buckets now.
+    /// The bytes of the buckets now (the old ones too while a growth moves them, and the next ones as far
+    /// as zeroed).
     pub(crate) fn bytes(&self) -> usize {
-        self.buckets.len() * std::mem::size_of::<u64>()
+        (self.buckets.len() + self.old.len() + self.next.len()) * std::mem::size_of::<u64>()
     }
 
     #[inline]
@@ -51,8 +95,13 @@ impl SlotTable {
     }
 
     #[inline]
-    fn mask(&self) -> usize {
-        self.buckets.len() - 1
+    fn entry(tag: u64, slot: u32) -> u64 {
+        (tag << 32) | (u64::from(slot) + 1)
+    }
+
+    #[inline]
+    fn slot_of(e: u64) -> u32 {
+        (e as u32).wrapping_sub(1)
     }
 
     /// Entries held.
@@ -64,29 +113,37 @@ impl SlotTable {
         self.len == 0
     }
 
+    /// Whether a growth is still moving entries over.
+    #[inline]
+    pub(crate) fn growing(&self) -> bool {
+        !self.old.is_empty()
+    }
+
     /// The slot of a key of `hash` for which `eq(slot)` holds.
     #[inline]
     pub(crate) fn find(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
         let tag = Self::tag(hash);
-        let mask = self.mask();
-        let mut pos = tag as usize & mask;
-        loop {
-            let e = *self.buckets.get(pos)?;
-            if e == EMPTY {
-                return None;
-            }
-            if e >> 32 == tag && eq(e as u32) {
-                return Some(e as u32);
-            }
-            pos = (pos + 1) & mask;
+        if self.old.is_empty() || self.moved(tag) {
+            return find_in(&self.buckets, tag, &mut eq);
         }
+        // Not moved yet: a key held before the growth is in the old buckets, one inserted since in the new.
+        find_in(&self.old, tag, &mut eq).or_else(|| find_in(&self.buckets, tag, &mut eq))
+    }
+
+    /// Whether the growth has moved the old cluster of a key of `tag`: every key held there is in the new
+    /// buckets (the growth moves whole clusters, from an empty bucket on).
+    #[inline]
+    fn moved(&self, tag: u64) -> bool {
+        let mask = self.old.len() - 1;
+        let home = tag as usize & mask;
+        home.wrapping_sub(self.start) & mask < self.old.len() - self.unvisited
     }
 
     /// Hints the CPU to load the home bucket of `hash`, the first one [`find`](Self::find) reads. Never
     /// faults.
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        let pos = Self::tag(hash) as usize & self.mask();
+        let pos = Self::tag(hash) as usize & (self.buckets.len() - 1);
         keyed_state_lsm::util::prefetch_read(self.buckets.as_ptr().wrapping_add(pos));
     }
 
@@ -95,85 +152,176 @@ impl SlotTable {
     #[inline]
     pub(crate) fn home(&self, hash: u64) -> Option<u32> {
         let tag = Self::tag(hash);
-        let e = *self.buckets.get(tag as usize & self.mask())?;
-        (e != EMPTY && e >> 32 == tag).then_some(e as u32)
+        let e = *self.buckets.get(tag as usize & (self.buckets.len() - 1))?;
+        (e != EMPTY && e >> 32 == tag).then_some(Self::slot_of(e))
     }
 
     /// Adds `slot` under `hash` (the caller knows no entry of the same key is held).
     pub(crate) fn insert(&mut self, hash: u64, slot: u32) {
+        if self.growing() {
+            self.step();
+        }
         // Load factor at most 5/8: probe sequences stay short.
         if (self.len + 1) * 8 > self.buckets.len() * 5 {
             self.grow();
+        } else if self.len * 16 > self.buckets.len() * 5 && self.buckets.len() < self.limit {
+            self.zero_ahead();
         }
-        self.place((Self::tag(hash) << 32) | u64::from(slot));
+        place(&mut self.buckets, Self::entry(Self::tag(hash), slot));
         self.len += 1;
     }
 
-    fn place(&mut self, e: u64) {
-        let mask = self.mask();
-        let mut pos = (e >> 32) as usize & mask;
-        while self.buckets[pos] != EMPTY {
-            pos = (pos + 1) & mask;
+    /// Moves some of a growth's old entries over (for probes, which do not insert).
+    #[inline]
+    pub(crate) fn advance(&mut self) {
+        if self.growing() {
+            self.step();
         }
-        self.buckets[pos] = e;
     }
 
     #[cold]
     fn grow(&mut self) {
+        // A growth begun before is finished first (it normally is by now: the next one starts once the
+        // entries have doubled, and each insertion since moved at least 16 old buckets where two would do).
+        while self.growing() {
+            self.step();
+        }
         let n = self.buckets.len() * 2;
-        let old = std::mem::replace(&mut self.buckets, vec![EMPTY; n]);
-        for e in old.into_iter().filter(|&e| e != EMPTY) {
-            self.place(e);
+        let mut next = std::mem::take(&mut self.next);
+        next.resize(n, EMPTY);
+        self.old = std::mem::replace(&mut self.buckets, next);
+        // Start at an empty bucket (one exists: the table is at most 5/8 full), so no cluster is cut.
+        self.cursor = self.old.iter().position(|&e| e == EMPTY).unwrap_or(0);
+        self.start = self.cursor;
+        self.unvisited = self.old.len();
+    }
+
+    /// Zeroes [`ZERO_STEP`] more buckets of the next table (allocated, not touched, at the first call).
+    #[inline]
+    fn zero_ahead(&mut self) {
+        let n = self.buckets.len() * 2;
+        if self.next.capacity() < n {
+            self.next = Vec::with_capacity(n);
+        }
+        let to = (self.next.len() + ZERO_STEP).min(n);
+        self.next.resize(to, EMPTY);
+    }
+
+    /// Moves whole clusters of old buckets over, at least [`MOVE_STEP`] buckets visited; drops the old
+    /// buckets once all are visited.
+    #[cold]
+    fn step(&mut self) {
+        let mask = self.old.len() - 1;
+        let mut visited = 0;
+        while self.unvisited > 0 {
+            let e = self.old[self.cursor];
+            if e == EMPTY {
+                if visited >= MOVE_STEP {
+                    break;
+                }
+            } else {
+                place(&mut self.buckets, e);
+                self.old[self.cursor] = EMPTY;
+            }
+            self.cursor = (self.cursor + 1) & mask;
+            self.unvisited -= 1;
+            visited += 1;
+        }
+        if self.unvisited == 0 {
+            self.old = Vec::new();
         }
     }
 
     /// Removes the entry of `slot` under `hash`, if held.
     pub(crate) fn remove(&mut self, hash: u64, slot: u32) {
-        let entry = (Self::tag(hash) << 32) | u64::from(slot);
-        let mask = self.mask();
-        let mut hole = (entry >> 32) as usize & mask;
-        loop {
-            match self.buckets[hole] {
-                EMPTY => return,
-                e if e == entry => break,
-                _ => hole = (hole + 1) & mask,
-            }
+        let entry = Self::entry(Self::tag(hash), slot);
+        if remove_from(&mut self.buckets, entry) || remove_from(&mut self.old, entry) {
+            self.len -= 1;
         }
-        // Backward shift: an entry after the hole moves into it when the hole lies on its probe sequence
-        // (between its home bucket and where it is).
-        let mut next = (hole + 1) & mask;
-        loop {
-            let e = self.buckets[next];
-            if e == EMPTY {
-                break;
-            }
-            let home = (e >> 32) as usize & mask;
-            if next.wrapping_sub(home) & mask >= next.wrapping_sub(hole) & mask {
-                self.buckets[hole] = e;
-                hole = next;
-            }
-            next = (next + 1) & mask;
-        }
-        self.buckets[hole] = EMPTY;
-        self.len -= 1;
     }
 
-    /// Removes every entry, keeping the buckets.
+    /// Removes every entry, keeping the (current) buckets.
     pub(crate) fn clear(&mut self) {
         self.buckets.fill(EMPTY);
+        self.old = Vec::new();
+        self.unvisited = 0;
+        self.next = Vec::new();
         self.len = 0;
     }
+}
+
+/// The slot of a key of tag `tag` in `buckets` (a power of two of them, or none) for which `eq` holds.
+#[inline]
+fn find_in(buckets: &[u64], tag: u64, eq: &mut impl FnMut(u32) -> bool) -> Option<u32> {
+    let mask = buckets.len().wrapping_sub(1);
+    let mut pos = tag as usize & mask;
+    loop {
+        let e = *buckets.get(pos)?;
+        if e == EMPTY {
+            return None;
+        }
+        if e >> 32 == tag && eq(SlotTable::slot_of(e)) {
+            return Some(SlotTable::slot_of(e));
+        }
+        pos = (pos + 1) & mask;
+    }
+}
+
+/// Puts entry `e` into the first empty bucket from its home.
+fn place(buckets: &mut [u64], e: u64) {
+    let mask = buckets.len() - 1;
+    let mut pos = (e >> 32) as usize & mask;
+    while buckets[pos] != EMPTY {
+        pos = (pos + 1) & mask;
+    }
+    buckets[pos] = e;
+}
+
+/// Removes `entry` from `buckets` (backward shift), if there; whether it was.
+fn remove_from(buckets: &mut [u64], entry: u64) -> bool {
+    if buckets.is_empty() {
+        return false;
+    }
+    let mask = buckets.len() - 1;
+    let mut hole = (entry >> 32) as usize & mask;
+    loop {
+        match buckets[hole] {
+            EMPTY => return false,
+            e if e == entry => break,
+            _ => hole = (hole + 1) & mask,
+        }
+    }
+    // Backward shift: an entry after the hole moves into it when the hole lies on its probe sequence
+    // (between its home bucket and where it is).
+    let mut next = (hole + 1) & mask;
+    loop {
+        let e = buckets[next];
+        if e == EMPTY {
+            break;
+        }
+        let home = (e >> 32) as usize & mask;
+        if next.wrapping_sub(home) & mask >= next.wrapping_sub(hole) & mask {
+            buckets[hole] = e;
+            hole = next;
+        }
+        next = (next + 1) & mask;
+    }
+    buckets[hole] = EMPTY;
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Hashes whose tags collide in their low bits, so that clusters form and removals shift entries back.
+    fn hash(k: u32) -> u64 {
+        (u64::from(k % 97) | u64::from(k) << 7) << 32
+    }
+
     #[test]
     fn the_table_matches_a_map_through_inserts_removals_and_growth() {
-        // Hashes whose tags collide in their low bits, so that removals shift entries back across clusters.
-        let hash = |k: u32| (u64::from(k % 97) | u64::from(k) << 7) << 32;
-        let mut t = SlotTable::with_capacity(0);
+        let mut t = SlotTable::new(0);
         let mut model = std::collections::HashSet::new();
         let mut x = 12345u64;
         for round in 0..20_000u32 {
@@ -199,5 +347,53 @@ mod tests {
         t.clear();
         assert!(t.is_empty());
         assert_eq!(t.find(hash(1), |_| true), None);
+    }
+
+    #[test]
+    fn every_entry_is_found_while_a_growth_moves_it_and_after() {
+        let mut t = SlotTable::new(1 << 20);
+        let mut model = std::collections::BTreeSet::new();
+        let mut saw_growth = false;
+        let mut x = 99u64;
+        for k in 0..5000u32 {
+            t.insert(hash(k), k);
+            model.insert(k);
+            // Removals and probes in the middle of growths too.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 4 == 0 {
+                let victim = (x % u64::from(k + 1)) as u32;
+                if model.remove(&victim) {
+                    t.remove(hash(victim), victim);
+                }
+            }
+            if x % 5 == 0 {
+                t.advance();
+            }
+            saw_growth |= t.growing();
+            if t.growing() || k % 512 == 0 {
+                for &m in &model {
+                    assert_eq!(t.find(hash(m), |s| s == m), Some(m), "key {m} after {k}");
+                }
+                assert_eq!(t.find(hash(k + 1), |s| s == k + 1), None);
+            }
+            assert_eq!(t.len(), model.len());
+        }
+        assert!(saw_growth, "the test ran through growths");
+        // A growth ends: its old buckets are given back.
+        while t.growing() {
+            t.advance();
+        }
+        assert!(t.old.is_empty());
+        // Past half its load limit, the next table's buckets are being zeroed ahead.
+        assert!(!t.next.is_empty());
+        assert_eq!(
+            t.bytes(),
+            (t.buckets.len() + t.next.len()) * std::mem::size_of::<u64>()
+        );
+        for &m in &model {
+            assert_eq!(t.find(hash(m), |s| s == m), Some(m));
+        }
     }
 }
