@@ -6,6 +6,8 @@ use std::ptr::NonNull;
 
 use parking_lot::Mutex;
 
+use crate::words::Words;
+
 /// Bytes copied into an [`Arena`]: valid, immutable and at a fixed address for as long as the arena lives.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ArenaBytes {
@@ -34,75 +36,13 @@ impl ArenaBytes {
     }
 }
 
-/// One buffer owned by the arena, held as a raw pointer from `Box::into_raw` (or into an anonymous map, for
-/// chunks of [`MAP_MIN`] bytes or more): bytes are written into its unused part and read from handed-out parts
-/// only through pointers derived from this one, so no `&mut` to the whole buffer ever exists while views into
-/// it are read.
-struct Chunk {
-    base: NonNull<u8>,
-    len: usize,
-    /// The map holding the bytes (None: a boxed slice).
-    map: Option<memmap2::MmapMut>,
-}
-
-/// The smallest chunk given a map of its own instead of heap memory: a memtable's chunks are freed together
-/// long after they were allocated, interleaved with other tables' chunks, and a heap allocator returns a page
-/// only when all of its objects are free; a map goes back to the system when the chunk is dropped.
-pub(crate) const MAP_MIN: usize = 64 << 10;
-
-/// The environment variable that, set to `off`, keeps every arena chunk (and the arrays of `words`) on the
-/// heap (to measure maps against the heap in one binary); read once.
-pub const ARENA_MAP_SWITCH: &str = "KEYED_STATE_ARENA_MAP";
-
-/// Whether large buffers get maps of their own (arena chunks, `words::Words`): not under Miri, not with
-/// [`ARENA_MAP_SWITCH`] set to `off`.
-pub(crate) fn maps_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !cfg!(miri) && std::env::var_os(ARENA_MAP_SWITCH).is_none_or(|v| v != "off"))
-}
-
-impl Chunk {
-    fn new(len: usize) -> Self {
-        if len >= MAP_MIN && maps_on() {
-            if let Ok(mut map) = memmap2::MmapMut::map_anon(len) {
-                // The map's address is fixed while it lives (moving the `MmapMut` does not move it).
-                if let Some(base) = NonNull::new(map.as_mut_ptr()) {
-                    return Chunk {
-                        base,
-                        len,
-                        map: Some(map),
-                    };
-                }
-            }
-        }
-        let boxed: Box<[u8]> = vec![0u8; len].into_boxed_slice();
-        let raw = Box::into_raw(boxed);
-        // `Box::into_raw` never returns null; a zero-length box gives a dangling, non-null pointer.
-        let base = NonNull::new(raw.cast::<u8>()).unwrap_or(NonNull::dangling());
-        Chunk {
-            base,
-            len,
-            map: None,
-        }
-    }
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        if self.map.take().is_some() {
-            return; // unmapped
-        }
-        let slice = std::ptr::slice_from_raw_parts_mut(self.base.as_ptr(), self.len);
-        // SAFETY: `base`/`len` came from `Box::into_raw` of a `Box<[u8]>` of this length in `Chunk::new` (the
-        // chunk has no map), and the box is rebuilt only here, once. The arena (and so every chunk) is dropped
-        // only after every entry viewing it (see `ArenaBytes`).
-        drop(unsafe { Box::from_raw(slice) });
-    }
-}
-
-// SAFETY: a chunk is a uniquely owned heap buffer (like `Box<[u8]>`); writes happen under the arena's mutex
-// into parts not yet handed out, reads only of parts handed out, which are never written again.
-unsafe impl Send for Chunk {}
+/// A chunk: a fixed-length zeroed byte array, in an anonymous map of its own from
+/// [`MAP_MIN`](crate::words::MAP_MIN) bytes (a memtable's chunks are freed together long after they were
+/// allocated, interleaved with other tables' chunks, and a heap allocator returns a page only when all of its
+/// objects are free; a map goes back to the system when the chunk is dropped), on the heap below. The arena
+/// writes into it only through [`Words::base`], under its mutex, into parts not yet handed out; parts handed
+/// out are never written again.
+type Chunk = Words<u8>;
 
 struct Chunks {
     /// The chunks that small copies fill, the last one current.
@@ -141,16 +81,16 @@ impl Arena {
     pub fn copy(&self, parts: &[&[u8]]) -> ArenaBytes {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut g = self.inner.lock();
-        let room = g.chunks.last().map_or(0, |c| c.len - g.used);
+        let room = g.chunks.last().map_or(0, |c| c.len() - g.used);
         if room < len && len > self.chunk_size / 4 {
             // A large copy gets a buffer of its own; the current chunk keeps filling.
-            let chunk = Chunk::new(len);
+            let chunk = Chunk::zeroed(len);
             let view = fill(&chunk, 0, parts, len);
             g.large.push(chunk);
             return view;
         }
         if room < len {
-            g.chunks.push(Chunk::new(self.chunk_size));
+            g.chunks.push(Chunk::zeroed(self.chunk_size));
             g.used = 0;
         }
         let start = g.used;
@@ -193,19 +133,22 @@ impl Arena {
         );
         let mut g = self.inner.lock();
         let at = |chunk: &Chunk, used: usize| {
-            let addr = chunk.base.as_ptr() as usize + used;
+            let addr = chunk.base().as_ptr() as usize + used;
             let pad = addr.next_multiple_of(align) - addr;
-            (used + pad + size <= chunk.len).then_some(used + pad)
+            (used + pad + size <= chunk.len()).then_some(used + pad)
         };
-        let fits = g.chunks.last().and_then(|c| Some((c.base, at(c, g.used)?)));
+        let fits = g
+            .chunks
+            .last()
+            .and_then(|c| Some((c.base(), at(c, g.used)?)));
         let (base, start) = match fits {
             Some(fits) => fits,
             None => {
                 // A fresh chunk holds `size + align` bytes at least: the padding (< align) and the bytes fit.
-                let chunk = Chunk::new(self.chunk_size.max(size + align));
-                let addr = chunk.base.as_ptr() as usize;
+                let chunk = Chunk::zeroed(self.chunk_size.max(size + align));
+                let addr = chunk.base().as_ptr() as usize;
                 let start = addr.next_multiple_of(align) - addr;
-                let base = chunk.base;
+                let base = chunk.base();
                 g.chunks.push(chunk);
                 (base, start)
             }
@@ -222,7 +165,7 @@ impl Arena {
 /// returns the view of those bytes.
 fn fill(chunk: &Chunk, start: usize, parts: &[&[u8]], len: usize) -> ArenaBytes {
     assert!(
-        start.checked_add(len).is_some_and(|end| end <= chunk.len),
+        start.checked_add(len).is_some_and(|end| end <= chunk.len()),
         "arena copy out of its chunk"
     );
     let mut at = start;
@@ -232,18 +175,19 @@ fn fill(chunk: &Chunk, start: usize, parts: &[&[u8]], len: usize) -> ArenaBytes 
         // mutex (held by the caller) excludes other writers, and `p` cannot overlap a region not yet handed
         // out.
         unsafe {
-            std::ptr::copy_nonoverlapping(p.as_ptr(), chunk.base.as_ptr().add(at), p.len());
+            std::ptr::copy_nonoverlapping(p.as_ptr(), chunk.base().as_ptr().add(at), p.len());
         }
         at += p.len();
     }
     // SAFETY: `start <= chunk.len`, so the pointer stays inside (or one past the end of) the allocation.
-    let ptr = unsafe { NonNull::new_unchecked(chunk.base.as_ptr().add(start)) };
+    let ptr = unsafe { NonNull::new_unchecked(chunk.base().as_ptr().add(start)) };
     ArenaBytes { ptr, len }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::words::{maps_on, MAP_MIN};
 
     #[test]
     fn copies_stay_valid_and_apart_across_chunks_and_large_requests() {
@@ -274,7 +218,7 @@ mod tests {
             .collect();
         assert!(a.inner.lock().chunks.len() > 1);
         assert_eq!(
-            a.inner.lock().chunks[0].map.is_some(),
+            a.inner.lock().chunks[0].is_mapped(),
             maps_on(),
             "chunks of MAP_MIN bytes are maps unless switched off"
         );

@@ -24,8 +24,20 @@ unsafe impl ZeroBytes for std::sync::atomic::AtomicU64 {}
 // SAFETY: 0 is a valid `u8` and its default; no drop glue.
 unsafe impl ZeroBytes for u8 {}
 
-/// Arrays of at least this many bytes get a map of their own (the arena chunks' threshold).
-pub(crate) use crate::arena::MAP_MIN;
+/// The smallest array given a map of its own instead of heap memory (arena chunks included): a heap
+/// allocator returns a page only when all of its objects are free; a map goes back to the system when the
+/// array is dropped.
+pub(crate) const MAP_MIN: usize = 64 << 10;
+
+/// The environment variable that, set to `off`, keeps every array (and so every arena chunk) on the heap (to
+/// measure maps against the heap in one binary); read once.
+pub const ARENA_MAP_SWITCH: &str = "KEYED_STATE_ARENA_MAP";
+
+/// Whether large arrays get maps of their own: not under Miri, not with [`ARENA_MAP_SWITCH`] set to `off`.
+pub(crate) fn maps_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !cfg!(miri) && std::env::var_os(ARENA_MAP_SWITCH).is_none_or(|v| v != "off"))
+}
 
 /// A fixed-length array of `T` (see the module documentation). Dereferences to `[T]`.
 pub(crate) struct Words<T> {
@@ -58,10 +70,10 @@ impl<T: Default> Words<T> {
 
 impl<T: ZeroBytes> Words<T> {
     /// `n` default values: in a map of their own from [`MAP_MIN`] bytes (unless maps are switched off, see
-    /// `arena::maps_on`), on the heap below.
+    /// [`maps_on`]), on the heap below.
     pub(crate) fn zeroed(n: usize) -> Self {
         let bytes = n.saturating_mul(std::mem::size_of::<T>());
-        if bytes >= MAP_MIN && std::mem::align_of::<T>() <= 4096 && crate::arena::maps_on() {
+        if bytes >= MAP_MIN && std::mem::align_of::<T>() <= 4096 && maps_on() {
             if let Ok(mut map) = memmap2::MmapMut::map_anon(bytes) {
                 if let Some(base) = NonNull::new(map.as_mut_ptr().cast::<T>()) {
                     return Words {
@@ -84,6 +96,21 @@ impl<T: ZeroBytes + Copy> Words<T> {
         // no reference to them exists yet, and `src` is another allocation.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), w.base.as_ptr(), src.len()) };
         w
+    }
+}
+
+impl<T> Words<T> {
+    /// The first element's address, for a caller that writes elements through raw pointers while no
+    /// reference into the array exists (the memtable arena's chunks); as valid as the array.
+    #[inline]
+    pub(crate) fn base(&self) -> NonNull<T> {
+        self.base
+    }
+
+    /// Whether the array is in a map of its own.
+    #[cfg(test)]
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.map.is_some()
     }
 }
 
@@ -138,14 +165,14 @@ mod tests {
             let src: Vec<u8> = (0..n).map(|i| (i * 7 + 1) as u8).collect();
             let w = Words::copy_of(&src);
             assert_eq!(&w[..], &src[..]);
-            assert_eq!(w.map.is_some(), n >= MAP_MIN && crate::arena::maps_on());
+            assert_eq!(w.map.is_some(), n >= MAP_MIN && maps_on());
         }
     }
 
     #[test]
     fn large_arrays_get_a_map_and_small_ones_the_heap() {
         let large: Words<AtomicU64> = Words::zeroed(MAP_MIN / 8);
-        assert_eq!(large.map.is_some(), crate::arena::maps_on());
+        assert_eq!(large.map.is_some(), maps_on());
         let small: Words<AtomicU64> = Words::zeroed(MAP_MIN / 8 - 1);
         assert!(small.map.is_none());
     }
