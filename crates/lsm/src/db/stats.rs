@@ -57,6 +57,11 @@ pub struct DbStats {
     pub last_seqno: u64,
     /// Sorted runs in L0 (what the L0 triggers count: one per flush or ingestion, however many files).
     pub l0_sorted_runs: usize,
+    /// Bytes of the checkpoint view's files that the version no longer holds: local disk the view alone
+    /// keeps ([`Options::checkpoint_view`](crate::options::Options::checkpoint_view); 0 without a view).
+    pub checkpoint_view_pinned_bytes: u64,
+    /// Sorted runs in the checkpoint view's L0 (0 without a view).
+    pub checkpoint_view_l0_runs: usize,
     /// Whether automatic compaction has work now (RocksDB's `rocksdb.compaction-pending`): false once
     /// [`Db::wait_for_background_work`](super::Db::wait_for_background_work) returned, until writes add
     /// work.
@@ -213,6 +218,11 @@ impl DbInner {
             immutable_memtables: st.imm.len(),
             last_seqno: self.last_seqno.load(Ordering::SeqCst),
             l0_sorted_runs: st.version.l0_runs,
+            checkpoint_view_pinned_bytes: st
+                .view
+                .as_ref()
+                .map_or(0, |v| crate::checkpoint_view::bytes_outside(v, &st.version)),
+            checkpoint_view_l0_runs: st.view.as_ref().map_or(0, |v| v.l0_runs),
             compaction_pending: compaction::needs_compaction(&st.version, &self.opts),
             estimated_sst_entries: st
                 .version
