@@ -213,7 +213,14 @@ impl Db {
         inner.make_room(&mut w, true)?;
         let mut st = inner.state.lock();
         let pending = match st.imm.front() {
-            None => Pending::Ready(super::checkpoint_view::capture(&mut st, &inner.opts)),
+            None => {
+                let st = &mut *st;
+                Pending::Ready(super::checkpoint_view::capture(
+                    &mut st.view,
+                    &st.version,
+                    &inner.opts,
+                ))
+            }
             Some(m) => {
                 let id = CAPTURE_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mem = Arc::clone(m);

@@ -6,7 +6,6 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::inner::State;
 use super::options::Options;
 use super::version::{FileMeta, Version};
 
@@ -38,44 +37,49 @@ pub(crate) enum ViewEdit {
     Append,
 }
 
-/// Updates the view for an installed edit (call with the state lock held, after installing the version).
+/// Updates `view` (the engine's, `None`: none) for an installed edit (call with the state lock held, after
+/// installing the version).
 pub(crate) fn on_install(
-    st: &mut State,
+    view: &mut Option<Arc<Version>>,
     how: ViewEdit,
     pop_imm: bool,
     deleted: &[(usize, Arc<FileMeta>)],
     added: &[(usize, Arc<FileMeta>)],
 ) {
-    let Some(view) = &st.view else {
+    let Some(v) = view else {
         return;
     };
     let append = how == ViewEdit::Append || pop_imm;
     if append {
         if !added.is_empty() {
-            st.view = Some(Arc::new(view.apply(&[], added)));
+            *view = Some(Arc::new(v.apply(&[], added)));
         }
     } else if deleted.is_empty() && !added.is_empty() {
-        st.view = None;
+        *view = None;
     }
 }
 
-/// The files of a checkpoint capture taken now (the writes up to the last flushed memtable), and what they
-/// are; the view becomes them (call with the state lock held).
-pub(crate) fn capture(st: &mut State, opts: &Options) -> (Arc<Version>, CaptureView) {
+/// The files of a checkpoint capture taken now, when the engine's installed `version` holds the writes up to
+/// the last flushed memtable, and what they are; `view` becomes them (call with the state lock held).
+pub(crate) fn capture(
+    view: &mut Option<Arc<Version>>,
+    version: &Arc<Version>,
+    opts: &Options,
+) -> (Arc<Version>, CaptureView) {
     if !opts.checkpoint_view {
-        return (Arc::clone(&st.version), CaptureView::Off);
+        return (Arc::clone(version), CaptureView::Off);
     }
-    if let Some(view) = &st.view {
-        if within_bounds(view, &st.version, opts) {
-            return (Arc::clone(view), CaptureView::Changes);
+    if let Some(v) = view {
+        if within_bounds(v, version, opts) {
+            return (Arc::clone(v), CaptureView::Changes);
         }
     }
-    let bytes = match &st.view {
-        Some(view) => bytes_outside(&st.version, view),
-        None => total_bytes(&st.version),
+    let bytes = match view {
+        Some(v) => bytes_outside(version, v),
+        None => total_bytes(version),
     };
-    st.view = Some(Arc::clone(&st.version));
-    (Arc::clone(&st.version), CaptureView::Materialized { bytes })
+    *view = Some(Arc::clone(version));
+    (Arc::clone(version), CaptureView::Materialized { bytes })
 }
 
 fn within_bounds(view: &Version, version: &Version, opts: &Options) -> bool {

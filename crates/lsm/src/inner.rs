@@ -465,11 +465,13 @@ impl DbInner {
         {
             let mut st = self.state.lock();
             st.version = Arc::new(newv);
-            checkpoint_view::on_install(&mut st, view, pop_imm, deleted, added);
+            checkpoint_view::on_install(&mut st.view, view, pop_imm, deleted, added);
             if pop_imm {
                 if let Some(m) = st.imm.pop_back() {
                     if st.captures.iter().any(|c| Arc::ptr_eq(&c.mem, &m)) {
-                        let (files, what) = checkpoint_view::capture(&mut st, &self.opts);
+                        let st = &mut *st;
+                        let (files, what) =
+                            checkpoint_view::capture(&mut st.view, &st.version, &self.opts);
                         for c in st.captures.iter_mut().filter(|c| Arc::ptr_eq(&c.mem, &m)) {
                             c.version = Some((Arc::clone(&files), what));
                         }
