@@ -274,6 +274,11 @@ fn the_view_keeps_compacted_files_until_a_bound_or_an_ingestion_makes_a_capture_
     db.compact_all().unwrap();
     let stats = db.stats();
     assert!(stats.checkpoint_view_pinned_bytes > 0, "{stats:?}");
+    let metric = |name: &str| stats.metrics().into_iter().find(|m| m.name == name);
+    assert_eq!(
+        metric("keyed-state.lsm.checkpoint-view-pinned-bytes").map(|m| m.value),
+        Some(stats.checkpoint_view_pinned_bytes)
+    );
     db.put(b"c", b"3").unwrap();
     let second = ck(&db);
     assert_eq!(second.view, CaptureView::Changes);

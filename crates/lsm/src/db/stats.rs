@@ -113,7 +113,8 @@ impl DbStats {
     /// `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
     /// `rocksdb.compact.write.bytes`, `rocksdb.bytes.written`, `rocksdb.estimate-table-readers-mem`: what
     /// open files keep in memory outside the block cache), and in their style where RocksDB has none
-    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`; the open files'
+    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`, the checkpoint view's
+    /// `.checkpoint-view-pinned-bytes` and `.checkpoint-view-l0-runs`; the open files'
     /// `.index-bytes`, `.index-key-bytes`, `.filter-bytes` and `.data-blocks`, wherever they are held).
     pub fn metrics(&self) -> Vec<Metric> {
         let mut m = vec![
@@ -137,6 +138,14 @@ impl DbStats {
             Metric::new("keyed-state.lsm.compactions", self.compactions),
             Metric::new("keyed-state.lsm.write-stalls", self.write_stalls),
             Metric::new("keyed-state.lsm.l0-sorted-runs", self.l0_sorted_runs),
+            Metric::new(
+                "keyed-state.lsm.checkpoint-view-pinned-bytes",
+                self.checkpoint_view_pinned_bytes,
+            ),
+            Metric::new(
+                "keyed-state.lsm.checkpoint-view-l0-runs",
+                self.checkpoint_view_l0_runs,
+            ),
             Metric::new(
                 "rocksdb.estimate-table-readers-mem",
                 self.table_readers.resident_bytes,
