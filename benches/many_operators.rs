@@ -8,6 +8,13 @@
 //! output is in the next checkpoint). Printed: write stall time of the load, L0 files, and per checkpoint
 //! the compactions so far, files new/reused, bytes written against the raw bytes of the changed entries and
 //! against the bytes of the engine's files new since the last checkpoint; the sum over checkpoints 2...
+//! `KS_MO_VIEW` (`off`, the default; `on`; `both`: off, then on, in one run) sets the engine's checkpoint
+//! view (`design/checkpoint-view.md`): each checkpoint row then says whether the view advanced to the
+//! engine's version (an in-band materialization) and the bytes that took beyond the flushes, and the local
+//! disk the view pins. After the rounds: median, p90 and max of bytes written / changed raw bytes over
+//! checkpoints 2.., the amortised ratio, the materialization bytes apart, and the time to restore the last
+//! checkpoint into a temporary directory. `KS_MO_VIEW_L0_RUNS` and `KS_MO_VIEW_PINNED_RATIO` set the view's
+//! bounds (default the engine's, `Options::checkpoint_view_max_l0_runs` and `_max_pinned_ratio`).
 //!
 //! Part 2, many instances: `KS_MO_INSTANCES` backends (default 16), each with 3 value states and its
 //! key-group range of max parallelism 128, loaded with `KS_MO_TOTAL_MB` MiB of raw entries in all (default
@@ -166,6 +173,28 @@ fn operator(
 }
 
 fn part1() {
+    let views: &[bool] = match std::env::var("KS_MO_VIEW").as_deref() {
+        Ok("on") => &[true],
+        Ok("both") => &[false, true],
+        _ => &[false],
+    };
+    for &view in views {
+        part1_run(view);
+    }
+}
+
+/// The `p`-quantile (0..=1) of `v` (nearest rank).
+fn quantile(v: &[f64], p: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return 0.0;
+    }
+    let i = ((p * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1;
+    s[i]
+}
+
+fn part1_run(view: bool) {
     let states = env_num("KS_MO_STATES", 24) as usize;
     let keys = env_num("KS_MO_KEYS_PER_STATE", 40_000) as i64;
     let rounds = env_num("KS_MO_ROUNDS", 5);
@@ -173,13 +202,35 @@ fn part1() {
     let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
     let root = tempfile::tempdir().expect("root");
     let storage = Arc::new(CheckpointStorage::local(root.path()).expect("storage"));
-    let backend = LsmBackend::temp_with(cfg.clone(), Options::default()).expect("backend");
+    let defaults = Options::default();
+    let engine_options = Options {
+        checkpoint_view: view,
+        checkpoint_view_max_l0_runs: env_num(
+            "KS_MO_VIEW_L0_RUNS",
+            defaults.checkpoint_view_max_l0_runs as u64,
+        ) as usize,
+        checkpoint_view_max_pinned_ratio: std::env::var("KS_MO_VIEW_PINNED_RATIO")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(defaults.checkpoint_view_max_pinned_ratio),
+        ..defaults
+    };
+    let backend = LsmBackend::temp_with(cfg.clone(), engine_options.clone()).expect("backend");
     let engine = backend.engine();
     let lsm = engine.clone();
     let mut op = operator(Box::new(backend), Box::new(engine), &cfg, &storage, states);
     let mut rng = StdRng::seed_from_u64(7);
     println!(
-        "## Part 1: {states} value states x {keys} keys, default options ({:.0} MiB of raw entries)\n",
+        "## Part 1: {states} value states x {keys} keys, default options, checkpoint view {} ({:.0} MiB of raw entries)\n",
+        if view {
+            format!(
+                "on (at most {} L0 runs, pinned ratio {})",
+                engine_options.checkpoint_view_max_l0_runs,
+                engine_options.checkpoint_view_max_pinned_ratio
+            )
+        } else {
+            "off".to_string()
+        },
         (states as u64 * keys as u64 * ENTRY_BYTES) as f64 / MIB
     );
     let t = Instant::now();
@@ -210,9 +261,11 @@ fn part1() {
             "while compactions may run"
         }
     );
-    println!("| checkpoint | changed entries | compactions before | files new | files reused | bytes written | written / changed raw | written / new file bytes | write stalls since load |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| checkpoint | changed entries | compactions before | files new | files reused | bytes written | written / changed raw | written / new file bytes | view | materialization | view pins | write stalls since load |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let (mut written_after_first, mut raw_after_first) = (0u64, 0u64);
+    let (mut ratios, mut materialization, mut materializations) = (Vec::new(), 0u64, 0usize);
+    let mut max_pinned = 0u64;
     for id in 1..=rounds + 1 {
         let changed = if id == 1 {
             keys as u64 * states as u64
@@ -239,24 +292,66 @@ fn part1() {
         let s = p.run().expect("async part");
         op.ck.notify_complete(id).expect("confirm");
         let raw = changed * ENTRY_BYTES;
-        written_after_first += if id > 1 { s.bytes_written } else { 0 };
-        raw_after_first += if id > 1 { raw } else { 0 };
+        let pinned = lsm.stats().checkpoint_view_pinned_bytes;
+        if id > 1 {
+            written_after_first += s.bytes_written;
+            raw_after_first += raw;
+            ratios.push(s.bytes_written as f64 / raw as f64);
+            materialization += s.bytes_materialization;
+            materializations += usize::from(s.view_materialized);
+            max_pinned = max_pinned.max(pinned);
+        }
         println!(
-            "| {id} | {changed} | {compactions} | {} | {} | {:.1} MiB | {:.2} | {:.2} | {:.0} ms |",
+            "| {id} | {changed} | {compactions} | {} | {} | {:.1} MiB | {:.2} | {:.2} | {} | {:.1} MiB | {:.1} MiB, {} L0 runs | {:.0} ms |",
             s.files_new,
             s.files_reused,
             s.bytes_written as f64 / MIB,
             s.bytes_written as f64 / raw as f64,
             s.bytes_written as f64 / s.bytes_new_files.max(1) as f64,
+            match (view, s.view_materialized) {
+                (false, _) => "off",
+                (true, true) => "materialized",
+                (true, false) => "changes",
+            },
+            s.bytes_materialization as f64 / MIB,
+            pinned as f64 / MIB,
+            lsm.stats().checkpoint_view_l0_runs,
             stall_ms(&lsm) - stalls_load
         );
     }
+    let last = rounds + 1;
+    let at_most = ratios.iter().filter(|r| **r <= 1.2).count();
     println!(
-        "\ncheckpoints 2..: {:.1} MiB written for {:.1} MiB of changed raw entries ({:.2})",
+        "\ncheckpoints 2..: {:.1} MiB written for {:.1} MiB of changed raw entries (amortised {:.2}); per checkpoint median {:.2}, p90 {:.2}, max {:.2}, {at_most} of {} at <= 1.2",
         written_after_first as f64 / MIB,
         raw_after_first as f64 / MIB,
-        written_after_first as f64 / raw_after_first.max(1) as f64
+        written_after_first as f64 / raw_after_first.max(1) as f64,
+        quantile(&ratios, 0.5),
+        quantile(&ratios, 0.9),
+        quantile(&ratios, 1.0),
+        ratios.len()
     );
+    println!(
+        "checkpoint view {}: {materializations} materializations, {:.1} MiB of their bytes beyond the flushes ({:.2} of the changed raw bytes; the rest {:.2}); at most {:.1} MiB of local files pinned by the view",
+        if view { "on" } else { "off" },
+        materialization as f64 / MIB,
+        materialization as f64 / raw_after_first.max(1) as f64,
+        (written_after_first - materialization.min(written_after_first)) as f64
+            / raw_after_first.max(1) as f64,
+        max_pinned as f64 / MIB
+    );
+    let t = Instant::now();
+    let (restored, info) =
+        keyed_state::checkpoint::restore_lsm_temp(&storage, last, cfg.clone(), engine_options)
+            .expect("restore");
+    let restore_s = t.elapsed().as_secs_f64();
+    let restored_engine = restored.engine();
+    println!(
+        "restore of checkpoint {last}: {restore_s:.2} s, {} files adopted; restored engine: {}",
+        info.files_adopted,
+        restored_engine.summary()
+    );
+    drop(restored);
     println!("\nengine after: {}\n", lsm.summary());
 }
 

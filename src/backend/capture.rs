@@ -89,6 +89,10 @@ pub struct CapturedFiles {
     pub storage: keyed_state_lsm::storage::StorageHandle,
     /// The engine sequence number of the checkpoint (0 where the backend has none).
     pub seqno: u64,
+    /// Whether the LSM engine's files are its whole version or its checkpoint view
+    /// (`design/checkpoint-view.md`; [`CaptureView::Off`](keyed_state_lsm::CaptureView::Off) for the other
+    /// backends).
+    pub view: keyed_state_lsm::CaptureView,
     /// The tables of [`FileSource::Table`] files.
     pub tables: Option<Box<dyn TableSource>>,
     /// Whatever keeps the files alive (a pinned version, the engine's directory).

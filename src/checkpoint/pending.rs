@@ -349,6 +349,12 @@ impl PendingCheckpoint {
             }
         }
         files.sort_by_key(|f| (f.level, f.number));
+        let (view_materialized, bytes_materialization) = match captured.view {
+            keyed_state_lsm::CaptureView::Materialized { bytes } => {
+                (true, bytes.min(bytes_new_files))
+            }
+            _ => (false, 0),
+        };
         let meta = CheckpointMetadata {
             checkpoint_id: id,
             backend: captured.backend,
@@ -419,6 +425,8 @@ impl PendingCheckpoint {
             bytes_written: bytes_written + meta_len,
             bytes_new_files,
             state_size: meta.state_size(),
+            view_materialized,
+            bytes_materialization,
             async_micros: u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
         })
     }

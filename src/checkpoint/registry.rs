@@ -73,6 +73,14 @@ pub struct CheckpointSummary {
     pub bytes_new_files: u64,
     /// Bytes of every file of the checkpoint.
     pub state_size: u64,
+    /// Whether the LSM engine's checkpoint view advanced to its whole version at this checkpoint (an
+    /// in-band materialization, `design/checkpoint-view.md`); false without a view.
+    pub view_materialized: bool,
+    /// Of [`bytes_new_files`](Self::bytes_new_files), the bytes of the engine's files the materialization
+    /// took beyond the view and its flushes: what this checkpoint uploaded beyond its changes (0 without a
+    /// materialization). Without a view, every checkpoint uploads the compactions since the last one and
+    /// this is 0.
+    pub bytes_materialization: u64,
     /// Microseconds of the asynchronous part.
     pub async_micros: u64,
 }

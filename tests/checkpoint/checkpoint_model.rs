@@ -31,6 +31,8 @@ enum Op {
     },
     /// Restore the last confirmed checkpoint at this parallelism; `true`: in claim mode.
     Rescale(u32, bool),
+    /// Flush and compact every instance's engine (what a checkpoint view keeps the inputs of).
+    Compact,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -39,10 +41,12 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0i64..400).prop_map(Op::Delete),
         2 => (any::<bool>(), any::<bool>()).prop_map(|(second, abort)| Op::Checkpoint { second, abort }),
         1 => (1u32..=3, any::<bool>()).prop_map(|(p, claim)| Op::Rescale(p, claim)),
+        1 => Just(Op::Compact),
     ]
 }
 
 struct Inst {
+    engine: keyed_state::backend::lsm::LsmEngine,
     store: KeyedStateStore<LongSerializer>,
     counter: ValueState<LongSerializer>,
     ck: Checkpointer,
@@ -50,6 +54,7 @@ struct Inst {
 
 fn wrap(backend: LsmBackend, storage: &Arc<CheckpointStorage>, retain: usize) -> Inst {
     let cfg = backend_config(&backend);
+    let engine = backend.engine();
     let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
     let counter = store
         .register_value(ValueStateDescriptor::new("counter", LongSerializer))
@@ -63,7 +68,12 @@ fn wrap(backend: LsmBackend, storage: &Arc<CheckpointStorage>, retain: usize) ->
         },
     )
     .unwrap();
-    Inst { store, counter, ck }
+    Inst {
+        engine,
+        store,
+        counter,
+        ck,
+    }
 }
 
 fn backend_config(b: &LsmBackend) -> keyed_state::backend::BackendConfig {
@@ -104,10 +114,14 @@ fn cached(b: LsmBackend, cache: usize) -> keyed_state::Result<LsmBackend> {
     Ok(b)
 }
 
-/// `cache`: the read-modify-write cache capacity of every instance in bytes (0: off).
-fn run_ops(ops: Vec<Op>, retain: usize, cache: usize) -> Result<(), TestCaseError> {
+/// `cache`: the read-modify-write cache capacity of every instance in bytes (0: off); `view`: the engines'
+/// checkpoint view (`design/checkpoint-view.md`).
+fn run_ops(ops: Vec<Op>, retain: usize, cache: usize, view: bool) -> Result<(), TestCaseError> {
     let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
-    let opts = LsmBackend::small_options();
+    let opts = keyed_state_lsm::Options {
+        checkpoint_view: view,
+        ..LsmBackend::small_options()
+    };
     let cfg = KeyedStateStore::config_for(
         &LongSerializer,
         MAX_P,
@@ -161,6 +175,12 @@ fn run_ops(ops: Vec<Op>, retain: usize, cache: usize) -> Result<(), TestCaseErro
                     confirmed.insert(last, model.clone());
                 }
             }
+            Op::Compact => {
+                for x in &insts {
+                    x.engine.flush().unwrap();
+                    x.engine.compact_all().unwrap();
+                }
+            }
             Op::Rescale(p, claim) => {
                 let Some((&id, m)) = confirmed.iter().next_back() else {
                     continue;
@@ -212,7 +232,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
     #[test]
     fn checkpoints_follow_the_model(ops in proptest::collection::vec(op(), 5..40), retain in 1usize..3) {
-        run_ops(ops, retain, 0)?;
+        run_ops(ops, retain, 0, false)?;
     }
 
     /// With the read-modify-write cache: one byte (every write evicted at once), a few entries, everything.
@@ -222,6 +242,17 @@ proptest! {
         retain in 1usize..3,
         cache in proptest::sample::select(vec![1usize, 1 << 10, 64 << 20]),
     ) {
-        run_ops(ops, retain, cache)?;
+        run_ops(ops, retain, cache, false)?;
+    }
+
+    /// With the engines' checkpoint view, the cache on or off: checkpoints hold compacted-away files and the
+    /// cache's adopted files, and restore (with rescales, bounded files) to the model.
+    #[test]
+    fn checkpoints_of_the_view_follow_the_model(
+        ops in proptest::collection::vec(op(), 5..40),
+        retain in 1usize..3,
+        cache in proptest::sample::select(vec![0usize, 1, 1 << 10, 64 << 20]),
+    ) {
+        run_ops(ops, retain, cache, true)?;
     }
 }

@@ -15,6 +15,7 @@ mod checkpoint_jobs;
 mod checkpoint_model;
 mod checkpoint_operands;
 mod checkpoint_spans;
+mod checkpoint_view;
 mod checkpoints;
 mod checkpoints_async;
 mod checkpoints_in_tokio;

@@ -5,6 +5,7 @@ use super::io::io_err;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::checkpoint_view::CaptureView;
 use super::db::Db;
 use super::io;
 use super::manifest::{manifest_path, ManifestWriter};
@@ -119,6 +120,9 @@ pub struct CapturedCheckpoint {
     pub files: Vec<CapturedFile>,
     /// Every write with a sequence number up to this one is in the files, and no other.
     pub seqno: u64,
+    /// Whether the files are the engine's whole version or its checkpoint view
+    /// ([`Options::checkpoint_view`](super::Options::checkpoint_view)).
+    pub view: CaptureView,
     _version: Arc<super::version::Version>,
     /// The files [`PendingCheckpoint::wait_with_overlay`] wrote: the capture's own (deleted with it) until
     /// [`adopt_overlay`](CapturedCheckpoint::adopt_overlay) makes them the engine's.
@@ -155,12 +159,13 @@ impl std::fmt::Debug for CapturedCheckpoint {
         f.debug_struct("CapturedCheckpoint")
             .field("files", &self.files)
             .field("seqno", &self.seqno)
+            .field("view", &self.view)
             .finish()
     }
 }
 
 enum Pending {
-    Ready(Arc<super::version::Version>),
+    Ready((Arc<super::version::Version>, CaptureView)),
     Waiting(u64),
 }
 
@@ -208,7 +213,14 @@ impl Db {
         inner.make_room(&mut w, true)?;
         let mut st = inner.state.lock();
         let pending = match st.imm.front() {
-            None => Pending::Ready(Arc::clone(&st.version)),
+            None => {
+                let st = &mut *st;
+                Pending::Ready(super::checkpoint_view::capture(
+                    &mut st.view,
+                    &st.version,
+                    &inner.opts,
+                ))
+            }
             Some(m) => {
                 let id = CAPTURE_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mem = Arc::clone(m);
@@ -264,7 +276,7 @@ impl PendingCheckpoint {
     where
         I: IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
     {
-        let version = match self.pending.take() {
+        let (version, view) = match self.pending.take() {
             Some(Pending::Ready(v)) => v,
             Some(Pending::Waiting(id)) => {
                 let r = self.wait_capture(id, cancelled);
@@ -302,6 +314,7 @@ impl PendingCheckpoint {
         Ok(CapturedCheckpoint {
             files,
             seqno,
+            view,
             _version: version,
             overlay: written,
         })
@@ -311,15 +324,15 @@ impl PendingCheckpoint {
         &self,
         id: u64,
         cancelled: &std::sync::atomic::AtomicBool,
-    ) -> Result<Arc<super::version::Version>, LsmError> {
+    ) -> Result<(Arc<super::version::Version>, CaptureView), LsmError> {
         let inner = &self.inner;
         let mut st = inner.state.lock();
         loop {
             let Some(c) = st.captures.iter().find(|c| c.id == id) else {
                 return Err(LsmError::Closed);
             };
-            if let Some(v) = &c.version {
-                return Ok(Arc::clone(v));
+            if let Some((v, what)) = &c.version {
+                return Ok((Arc::clone(v), *what));
             }
             if let Some(e) = &st.bg_error {
                 return Err(LsmError::Background(Arc::clone(e)));
@@ -454,7 +467,14 @@ impl CapturedCheckpoint {
         }
         let added: Vec<(usize, Arc<super::version::FileMeta>)> =
             o.files.iter().map(|f| (0, Arc::clone(f))).collect();
-        inner.log_and_apply(super::version::VersionEdit::default(), &[], &added, false)?;
+        // Writes newer than the view's files (at `S + 1`): the checkpoint view takes them as it takes a flush.
+        inner.log_and_apply_as(
+            super::version::VersionEdit::default(),
+            &[],
+            &added,
+            false,
+            super::checkpoint_view::ViewEdit::Append,
+        )?;
         {
             // Every write up to `S` was flushed before the overlay was written; with it, up to `S + 1`.
             let mut st = inner.state.lock();

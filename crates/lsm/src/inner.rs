@@ -13,6 +13,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::budget::MemoryReservation;
 use super::cache::BlockCache;
+use super::checkpoint_view::{self, ViewEdit};
 use super::env::pool::JobKind;
 use super::env::write_buffer::WriteBuffers;
 use super::env::SharedEnv;
@@ -96,6 +97,9 @@ pub(crate) struct State {
     /// Checkpoints waiting for the version installed by the flush of one memtable
     /// ([`Db::begin_checkpoint`](super::db::Db::begin_checkpoint)).
     pub captures: Vec<Capture>,
+    /// The checkpoint view ([`Options::checkpoint_view`](crate::Options::checkpoint_view)): the files the
+    /// last capture took plus those flushed since (`None`: the next capture takes the whole version).
+    pub view: Option<Arc<Version>>,
 }
 
 /// A checkpoint's request for the version installed by the flush of `mem` (filled in by `log_and_apply`).
@@ -104,8 +108,9 @@ pub(crate) struct Capture {
     pub id: u64,
     /// The memtable whose flush the checkpoint waits for.
     pub mem: Arc<MemTable>,
-    /// The version that flush installed.
-    pub version: Option<Arc<Version>>,
+    /// The files of the capture at that flush (the version it installed, or the checkpoint view), and what
+    /// they are.
+    pub version: Option<(Arc<Version>, crate::checkpoint_view::CaptureView)>,
 }
 
 impl State {
@@ -270,6 +275,7 @@ impl DbInner {
                 }),
                 changes: Arc::clone(&state_changes),
                 captures: Vec::new(),
+                view: None,
             }),
             cv: Condvar::new(),
             writer: Mutex::new(WriterState {
@@ -401,10 +407,22 @@ impl DbInner {
     /// obsolete only once the edit is durable.
     pub fn log_and_apply(
         &self,
+        edit: VersionEdit,
+        deleted: &[(usize, Arc<FileMeta>)],
+        added: &[(usize, Arc<FileMeta>)],
+        pop_imm: bool,
+    ) -> Result<()> {
+        self.log_and_apply_as(edit, deleted, added, pop_imm, ViewEdit::Infer)
+    }
+
+    /// [`log_and_apply`](Self::log_and_apply), changing the checkpoint view as `view` says.
+    pub fn log_and_apply_as(
+        &self,
         mut edit: VersionEdit,
         deleted: &[(usize, Arc<FileMeta>)],
         added: &[(usize, Arc<FileMeta>)],
         pop_imm: bool,
+        view: ViewEdit,
     ) -> Result<()> {
         // All version changes hold the manifest lock, so the version cannot change underneath.
         let mut man = self.manifest.lock();
@@ -447,11 +465,16 @@ impl DbInner {
         {
             let mut st = self.state.lock();
             st.version = Arc::new(newv);
+            checkpoint_view::on_install(&mut st.view, view, pop_imm, deleted, added);
             if pop_imm {
                 if let Some(m) = st.imm.pop_back() {
-                    let installed = Arc::clone(&st.version);
-                    for c in st.captures.iter_mut().filter(|c| Arc::ptr_eq(&c.mem, &m)) {
-                        c.version = Some(Arc::clone(&installed));
+                    if st.captures.iter().any(|c| Arc::ptr_eq(&c.mem, &m)) {
+                        let st = &mut *st;
+                        let (files, what) =
+                            checkpoint_view::capture(&mut st.view, &st.version, &self.opts);
+                        for c in st.captures.iter_mut().filter(|c| Arc::ptr_eq(&c.mem, &m)) {
+                            c.version = Some((Arc::clone(&files), what));
+                        }
                     }
                     st.flushed_seqno = st.flushed_seqno.max(m.max_seqno());
                     if let Some(c) = m.wb_charge() {

@@ -65,6 +65,9 @@ mod budget;
 mod budget_pool;
 mod cache;
 mod checkpoint;
+mod checkpoint_view;
+#[cfg(test)]
+mod checkpoint_view_tests;
 mod clock;
 mod coding;
 mod compaction;
@@ -115,6 +118,7 @@ pub use budget_pool::{CachePool, PoolMember};
 pub use checkpoint::{
     CapturedCheckpoint, CapturedFile, CheckpointFile, CheckpointInfo, PendingCheckpoint,
 };
+pub use checkpoint_view::CaptureView;
 pub use db::{Db, DbStats, DroppedWrites, Metric, RecoveryReport};
 pub use env::{
     EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, RoomListener, SharedEnv,

@@ -100,6 +100,19 @@ pub struct Options {
     /// merge within L0 writes one L0 run whatever it holds. The LSM state backend sets it to its state-id width, so no file below L0 spans
     /// two states (`design/checkpoints.md`, "Restore").
     pub partition_prefix_len: usize,
+    /// Whether checkpoints capture the *checkpoint view* (default false): the files the last checkpoint
+    /// captured plus the files flushed (and capture files adopted) since, instead of the whole version, so
+    /// that a checkpoint's new files are its flushes and not the compactions in between
+    /// (`design/checkpoint-view.md`). The view keeps its files on disk after compactions replace them; a
+    /// capture takes the whole version instead (and the view becomes it) when the view is past one of the
+    /// bounds below, after an ingestion, and at the first checkpoint after opening.
+    pub checkpoint_view: bool,
+    /// The view's bound on L0 sorted runs (default 10, half of `l0_stop_writes_trigger`'s default): a
+    /// restore adopts a checkpoint's L0 files as L0 runs.
+    pub checkpoint_view_max_l0_runs: usize,
+    /// The view's bound on the bytes of its files no longer in the engine's version (local disk the view
+    /// alone keeps), as a fraction of the version's bytes (default 1.0).
+    pub checkpoint_view_max_pinned_ratio: f64,
     /// Where the database's files live (default: the real file system, [`StorageHandle::os`]). Every
     /// durable byte goes through it: SST files, WAL, manifest, `CURRENT`, directory syncs, renames,
     /// deletes, listings and the directory lock. Tests pass a
@@ -143,6 +156,9 @@ impl Default for Options {
             auto_compaction: true,
             create_if_missing: true,
             partition_prefix_len: 0,
+            checkpoint_view: false,
+            checkpoint_view_max_l0_runs: 10,
+            checkpoint_view_max_pinned_ratio: 1.0,
             storage: StorageHandle::os(),
             env: None,
         }
@@ -171,6 +187,15 @@ impl fmt::Debug for Options {
             .field("wal", &self.wal)
             .field("wal_sync", &self.wal_sync)
             .field("wal_recovery", &self.wal_recovery)
+            .field("checkpoint_view", &self.checkpoint_view)
+            .field(
+                "checkpoint_view_max_l0_runs",
+                &self.checkpoint_view_max_l0_runs,
+            )
+            .field(
+                "checkpoint_view_max_pinned_ratio",
+                &self.checkpoint_view_max_pinned_ratio,
+            )
             .field("storage", &self.storage)
             .field("env", &self.env)
             .field(

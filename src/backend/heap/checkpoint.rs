@@ -170,6 +170,7 @@ impl CheckpointCapture for HeapCapture {
             files,
             storage: keyed_state_lsm::storage::StorageHandle::os(),
             seqno: 0,
+            view: keyed_state_lsm::CaptureView::Off,
             tables: Some(Box::new(HeapTables(snap))),
             keep_alive: Box::new(()),
         })

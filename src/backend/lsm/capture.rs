@@ -64,6 +64,7 @@ impl crate::backend::CheckpointCapture for LsmCapture {
             files,
             storage: shared.db.storage().clone(),
             seqno: captured.seqno,
+            view: captured.view,
             tables: None,
             keep_alive: Box::new((captured, shared)),
         })

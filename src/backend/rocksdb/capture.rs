@@ -92,6 +92,7 @@ impl CheckpointCapture for RocksCapture {
             files,
             storage: keyed_state_lsm::storage::StorageHandle::os(),
             seqno,
+            view: keyed_state_lsm::CaptureView::Off,
             tables: None,
             keep_alive: Box::new((tmp, _holder)),
         })

@@ -57,6 +57,11 @@ pub struct DbStats {
     pub last_seqno: u64,
     /// Sorted runs in L0 (what the L0 triggers count: one per flush or ingestion, however many files).
     pub l0_sorted_runs: usize,
+    /// Bytes of the checkpoint view's files that the version no longer holds: local disk the view alone
+    /// keeps ([`Options::checkpoint_view`](crate::options::Options::checkpoint_view); 0 without a view).
+    pub checkpoint_view_pinned_bytes: u64,
+    /// Sorted runs in the checkpoint view's L0 (0 without a view).
+    pub checkpoint_view_l0_runs: usize,
     /// Whether automatic compaction has work now (RocksDB's `rocksdb.compaction-pending`): false once
     /// [`Db::wait_for_background_work`](super::Db::wait_for_background_work) returned, until writes add
     /// work.
@@ -108,7 +113,8 @@ impl DbStats {
     /// `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
     /// `rocksdb.compact.write.bytes`, `rocksdb.bytes.written`, `rocksdb.estimate-table-readers-mem`: what
     /// open files keep in memory outside the block cache), and in their style where RocksDB has none
-    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`; the open files'
+    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`, the checkpoint view's
+    /// `.checkpoint-view-pinned-bytes` and `.checkpoint-view-l0-runs`; the open files'
     /// `.index-bytes`, `.index-key-bytes`, `.filter-bytes` and `.data-blocks`, wherever they are held).
     pub fn metrics(&self) -> Vec<Metric> {
         let mut m = vec![
@@ -132,6 +138,14 @@ impl DbStats {
             Metric::new("keyed-state.lsm.compactions", self.compactions),
             Metric::new("keyed-state.lsm.write-stalls", self.write_stalls),
             Metric::new("keyed-state.lsm.l0-sorted-runs", self.l0_sorted_runs),
+            Metric::new(
+                "keyed-state.lsm.checkpoint-view-pinned-bytes",
+                self.checkpoint_view_pinned_bytes,
+            ),
+            Metric::new(
+                "keyed-state.lsm.checkpoint-view-l0-runs",
+                self.checkpoint_view_l0_runs,
+            ),
             Metric::new(
                 "rocksdb.estimate-table-readers-mem",
                 self.table_readers.resident_bytes,
@@ -213,6 +227,11 @@ impl DbInner {
             immutable_memtables: st.imm.len(),
             last_seqno: self.last_seqno.load(Ordering::SeqCst),
             l0_sorted_runs: st.version.l0_runs,
+            checkpoint_view_pinned_bytes: st
+                .view
+                .as_ref()
+                .map_or(0, |v| crate::checkpoint_view::bytes_outside(v, &st.version)),
+            checkpoint_view_l0_runs: st.view.as_ref().map_or(0, |v| v.l0_runs),
             compaction_pending: compaction::needs_compaction(&st.version, &self.opts),
             estimated_sst_entries: st
                 .version

@@ -1,0 +1,102 @@
+//! The checkpoint view (`design/checkpoint-view.md`): the files the last checkpoint captured, plus the
+//! files flushed (and capture files adopted) since, kept as a version so that its files stay on disk after
+//! compactions replace them. A capture takes the view instead of the engine's whole version while the view
+//! is within its bounds, so a checkpoint's new files are its flushes.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::options::Options;
+use super::version::{FileMeta, Version};
+
+/// What a checkpoint capture took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureView {
+    /// The view is off ([`Options::checkpoint_view`]): the engine's whole version.
+    Off,
+    /// The view: the files the last capture took and the files installed by flushes (and adopted capture
+    /// files) since.
+    Changes,
+    /// The engine's whole version, which became the view (the first capture after opening or an
+    /// ingestion, or the view was past a bound).
+    Materialized {
+        /// Bytes of the files taken beyond the view (and the flushes it held): what the capture uploads
+        /// beyond its changes when the last checkpoint was confirmed (all of it after opening).
+        bytes: u64,
+    },
+}
+
+/// How an installed edit changes the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ViewEdit {
+    /// From what the edit does: a flush's files are added to the view; an edit that deletes files (a
+    /// compaction, a drop of covered or expired files) leaves it; any other that adds files (an ingestion)
+    /// discards it.
+    Infer,
+    /// The added files (L0 files holding writes newer than the view's) are added to the view.
+    Append,
+}
+
+/// Updates `view` (the engine's, `None`: none) for an installed edit (call with the state lock held, after
+/// installing the version).
+pub(crate) fn on_install(
+    view: &mut Option<Arc<Version>>,
+    how: ViewEdit,
+    pop_imm: bool,
+    deleted: &[(usize, Arc<FileMeta>)],
+    added: &[(usize, Arc<FileMeta>)],
+) {
+    let Some(v) = view else {
+        return;
+    };
+    let append = how == ViewEdit::Append || pop_imm;
+    if append {
+        if !added.is_empty() {
+            *view = Some(Arc::new(v.apply(&[], added)));
+        }
+    } else if deleted.is_empty() && !added.is_empty() {
+        *view = None;
+    }
+}
+
+/// The files of a checkpoint capture taken now, when the engine's installed `version` holds the writes up to
+/// the last flushed memtable, and what they are; `view` becomes them (call with the state lock held).
+pub(crate) fn capture(
+    view: &mut Option<Arc<Version>>,
+    version: &Arc<Version>,
+    opts: &Options,
+) -> (Arc<Version>, CaptureView) {
+    if !opts.checkpoint_view {
+        return (Arc::clone(version), CaptureView::Off);
+    }
+    if let Some(v) = view {
+        if within_bounds(v, version, opts) {
+            return (Arc::clone(v), CaptureView::Changes);
+        }
+    }
+    let bytes = match view {
+        Some(v) => bytes_outside(version, v),
+        None => total_bytes(version),
+    };
+    *view = Some(Arc::clone(version));
+    (Arc::clone(version), CaptureView::Materialized { bytes })
+}
+
+fn within_bounds(view: &Version, version: &Version, opts: &Options) -> bool {
+    view.l0_runs <= opts.checkpoint_view_max_l0_runs
+        && bytes_outside(view, version) as f64
+            <= opts.checkpoint_view_max_pinned_ratio * total_bytes(version) as f64
+}
+
+/// Bytes of `a`'s files that `b` does not hold.
+pub(crate) fn bytes_outside(a: &Version, b: &Version) -> u64 {
+    let in_b: HashSet<u64> = b.files().map(|(_, f)| f.info.number).collect();
+    a.files()
+        .filter(|(_, f)| !in_b.contains(&f.info.number))
+        .map(|(_, f)| f.info.size)
+        .sum()
+}
+
+fn total_bytes(v: &Version) -> u64 {
+    v.files().map(|(_, f)| f.info.size).sum()
+}
