@@ -239,6 +239,26 @@ impl SmallBytes {
         }
     }
 
+    /// What [`heap_bytes`](Self::heap_bytes) becomes after an [`extend`](Self::extend) by `add` bytes of a
+    /// handle that is the only one on its buffer (`None`: of absent bytes, which `add` bytes replace).
+    pub fn heap_bytes_extended(this: Option<&SmallBytes>, add: usize) -> usize {
+        let cap = match this {
+            None if add <= INLINE => return 0,
+            None => add,
+            Some(SmallBytes::Inline { len, .. }) if *len as usize + add <= INLINE => return 0,
+            Some(SmallBytes::Inline { len, .. }) => (*len as usize + add).next_power_of_two(),
+            Some(SmallBytes::Shared(v)) => {
+                let (len, cap) = (v.header().len, v.header().cap);
+                if len + add <= cap {
+                    cap
+                } else {
+                    (len + add).next_power_of_two()
+                }
+            }
+        };
+        (HEADER + cap).next_multiple_of(16)
+    }
+
     /// The first 8 bytes as a big-endian integer, zero padded ([`head_of`] of the bytes): comparing heads
     /// first, then the bytes, is byte order.
     #[inline]
