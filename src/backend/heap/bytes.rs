@@ -484,4 +484,19 @@ mod tests {
         });
         assert_eq!(shared.as_slice(), &long[..]);
     }
+
+    #[test]
+    fn heap_bytes_extended_predicts_the_heap_bytes_after_an_extend() {
+        assert_eq!(SmallBytes::heap_bytes_extended(None, 14), 0);
+        assert_eq!(
+            SmallBytes::heap_bytes_extended(None, 40),
+            SmallBytes::new(&[1u8; 40]).heap_bytes()
+        );
+        let mut b = SmallBytes::new(b"abc");
+        for add in [5usize, 7, 30, 1, 100, 3, 900, 900] {
+            let predicted = SmallBytes::heap_bytes_extended(Some(&b), add);
+            b.extend(&[&vec![9u8; add]]);
+            assert_eq!(b.heap_bytes(), predicted, "after adding {add}");
+        }
+    }
 }
