@@ -9,7 +9,8 @@
 //! backend decides which operations go through it.
 //!
 //! Submodules: `slot_table` (the hash table of slots), `map_index` (dirty map entries by map prefix),
-//! `ledger` (what the cache and the checkpoint captures of its layers agree on), `eviction` (CLOCK).
+//! `ledger` (what the cache and the checkpoint captures of its layers agree on), `eviction` (CLOCK),
+//! `growth` (list appends that would not fit, written to the engine with their entry).
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::backend::heap::bytes::SmallBytes;
 use crate::error::Result;
 
 mod eviction;
+mod growth;
 mod ledger;
 mod map_index;
 mod slot_table;

@@ -239,6 +239,26 @@ impl SmallBytes {
         }
     }
 
+    /// What [`heap_bytes`](Self::heap_bytes) becomes after an [`extend`](Self::extend) by `add` bytes of a
+    /// handle that is the only one on its buffer (`None`: of absent bytes, which `add` bytes replace).
+    pub fn heap_bytes_extended(this: Option<&SmallBytes>, add: usize) -> usize {
+        let cap = match this {
+            None if add <= INLINE => return 0,
+            None => add,
+            Some(SmallBytes::Inline { len, .. }) if *len as usize + add <= INLINE => return 0,
+            Some(SmallBytes::Inline { len, .. }) => (*len as usize + add).next_power_of_two(),
+            Some(SmallBytes::Shared(v)) => {
+                let (len, cap) = (v.header().len, v.header().cap);
+                if len + add <= cap {
+                    cap
+                } else {
+                    (len + add).next_power_of_two()
+                }
+            }
+        };
+        (HEADER + cap).next_multiple_of(16)
+    }
+
     /// The first 8 bytes as a big-endian integer, zero padded ([`head_of`] of the bytes): comparing heads
     /// first, then the bytes, is byte order.
     #[inline]
@@ -463,5 +483,20 @@ mod tests {
             }
         });
         assert_eq!(shared.as_slice(), &long[..]);
+    }
+
+    #[test]
+    fn heap_bytes_extended_predicts_the_heap_bytes_after_an_extend() {
+        assert_eq!(SmallBytes::heap_bytes_extended(None, 14), 0);
+        assert_eq!(
+            SmallBytes::heap_bytes_extended(None, 40),
+            SmallBytes::new(&[1u8; 40]).heap_bytes()
+        );
+        let mut b = SmallBytes::new(b"abc");
+        for add in [5usize, 7, 30, 1, 100, 3, 900, 900] {
+            let predicted = SmallBytes::heap_bytes_extended(Some(&b), add);
+            b.extend(&[&vec![9u8; add]]);
+            assert_eq!(b.heap_bytes(), predicted, "after adding {add}");
+        }
     }
 }

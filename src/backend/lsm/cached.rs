@@ -85,7 +85,8 @@ pub(super) fn cached_map_write(
 }
 
 /// A list append through the cache: a cached list gets `elements` appended in the cache (in place,
-/// amortised). An uncached one is read from the engine (its merge operands folded) and taken in with the
+/// amortised), unless that would grow it past the capacity: then it goes to the engine with them and
+/// leaves the cache ([`RmwCache::append_around`]). An uncached one is read from the engine (its merge operands folded) and taken in with the
 /// elements appended, dirty, while the cache has room for it, so that its next appends and reads are
 /// answered by the cache; without room it gets a merge operand, never a read (it is in no pending layer
 /// either: those hold only cached keys).
@@ -97,7 +98,12 @@ pub(super) fn cached_append(
     vbuf: &mut Vec<u8>,
 ) -> Result<()> {
     let i = match cache.probe(key) {
-        Found::Slot(i) => i,
+        Found::Slot(i) => {
+            if cache.append_around(i, key, elements, db, vbuf)? {
+                return settle(cache, db);
+            }
+            i
+        }
         Found::Missing(hash) => {
             if !cache.admit_write(key.len() + elements.len()) {
                 return Ok(db.merge(key, elements)?);

@@ -826,6 +826,46 @@ mod tests {
     }
 
     #[test]
+    fn a_list_grown_past_a_full_cache_goes_to_the_engine_itself_not_the_other_entries() -> Result<()>
+    {
+        use crate::backend::lsm_cache::ENTRY_OVERHEAD;
+        use crate::layout::LIST_DELIMITER;
+        use crate::serializer::VoidNamespaceSerializer;
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        let s = b.register_state(StateMetaInfo {
+            name: "l".into(),
+            kind: StateKind::List,
+            namespace_serializer: VoidNamespaceSerializer.snapshot(),
+            value_serializer: LongSerializer.snapshot(),
+            ttl: None,
+        })?;
+        // Room for four short lists, with the doorkeeper (a full cache writes around it).
+        b.set_rmw_cache_capacity(4 * ENTRY_OVERHEAD + 32)?;
+        b.set_rmw_cache_admission(false)?;
+        let kg = KeyGroup::from(0u8);
+        for k in 0..4u8 {
+            b.append(s, kg, &[k], &[k])?;
+        }
+        let in_engine = |b: &LsmBackend, k: u8| b.db().get(&[0, 0, k]);
+        let grown = |k: u8| [&[k, LIST_DELIMITER][..], &[7u8; 40]].concat();
+        // A dirty list that no longer fits: written whole with the elements, the others stay dirty.
+        b.append(s, kg, &[0], &[7u8; 40])?;
+        assert_eq!(in_engine(&b, 0)?.as_deref(), Some(&grown(0)[..]));
+        for k in 1..4 {
+            assert_eq!(in_engine(&b, k)?, None, "list {k} pushed out");
+        }
+        assert_eq!(b.get(s, kg, &[0])?, Some(&grown(0)[..]));
+        // A clean one (the cache full again): the elements become a merge operand in the engine.
+        b.append(s, kg, &[4], &[4])?;
+        b.write_back()?;
+        b.append(s, kg, &[1], &[7u8; 40])?;
+        assert_eq!(in_engine(&b, 1)?.as_deref(), Some(&grown(1)[..]));
+        assert_eq!(b.get(s, kg, &[1])?, Some(&grown(1)[..]));
+        assert_eq!(b.get(s, kg, &[2])?, Some(&[2u8][..]));
+        Ok(())
+    }
+
+    #[test]
     fn restore_hands_sorted_runs_to_the_loader_and_keeps_arrival_order() -> Result<()> {
         use crate::serializer::VoidNamespaceSerializer;
         let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
