@@ -52,6 +52,13 @@ pub(crate) struct Counters {
     pub stalls: AtomicU64,
     /// Microseconds writes spent stalled.
     pub stall_micros: AtomicU64,
+    /// Of those, microseconds waiting for compaction because L0 reached its stop trigger.
+    pub stall_l0_micros: AtomicU64,
+    /// Of those, microseconds waiting for a flush because the immutable memtables reached their count.
+    pub stall_memtables_micros: AtomicU64,
+    /// Of those, microseconds waiting for flushes because the environment's memtables reached their share of
+    /// the budget.
+    pub stall_memory_micros: AtomicU64,
     /// Index growths of the memtables flushed so far (a live table reports its own).
     pub index_growths: AtomicU64,
     /// Microseconds spent in the index growths of the memtables flushed so far.
