@@ -232,6 +232,9 @@ pub(crate) struct DbInner {
     /// Bytes of the active memtable another engine's writer asked this one to switch out for memory (0:
     /// no request); the writer's next write does it (`db/write.rs`).
     pub memory_switch_requested: AtomicUsize,
+    /// Whether the writer waits for a compaction because L0 reached its stop trigger: the pool then runs
+    /// this engine's compaction before those of engines whose writers still write.
+    pub writes_stopped_by_l0: std::sync::atomic::AtomicBool,
 }
 
 impl DbInner {
@@ -262,6 +265,7 @@ impl DbInner {
             pool_id: AtomicU64::new(0),
             cache_owner: cache.new_owner(),
             memory_switch_requested: AtomicUsize::new(0),
+            writes_stopped_by_l0: std::sync::atomic::AtomicBool::new(false),
             dir,
             cache,
             state: Mutex::new(State {

@@ -283,6 +283,8 @@ impl DbInner {
                 return Err(LsmError::Closed);
             }
             let l0_deep = self.writes_stopped_by_l0(&st);
+            self.writes_stopped_by_l0
+                .store(!force_switch && l0_deep, Ordering::Relaxed);
             let full = st.mem.approximate_bytes() >= self.opts.memtable_size;
             if !force_switch && l0_deep {
                 if stalled.is_none() {

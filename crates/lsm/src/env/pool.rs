@@ -4,7 +4,8 @@
 //! Scheduling: an engine asks for a job of a kind ([`JobKind`]) whenever it may have work of that kind; a
 //! request for a job already queued is a no-op, so requests coalesce. Workers take flushes before
 //! compactions, each kind in request order; an engine whose job finds more work is queued again at the back,
-//! so engines take turns: one busy engine gets one job per turn and cannot starve the others. At most one job
+//! so engines take turns: one busy engine gets one job per turn and cannot starve the others, except that a
+//! compaction whose engine's writes wait for it (L0 at its stop trigger) is taken first. At most one job
 //! of each kind runs per engine at a time (a flush installs memtables oldest first; compactions of one engine
 //! are serialized by its compaction lock anyway). With two threads or more, compactions occupy at most all
 //! threads but one, so a flush never waits for a compaction to end (RocksDB keeps flushes in a pool of their
@@ -44,6 +45,11 @@ pub(crate) trait BackgroundWork: Send + Sync {
     fn flush_job(&self) -> bool;
     /// Runs one automatic compaction, if one is due.
     fn compaction_job(&self) -> bool;
+    /// Whether the engine's writer waits for a compaction (L0 at its stop trigger): its compaction is then
+    /// taken before those of engines whose writers still write. Read under the pool's lock: no locking.
+    fn writes_wait_for_compaction(&self) -> bool {
+        false
+    }
     /// Bytes of the memtable taking writes (for the write-buffer manager's choice of the largest), or 0
     /// when switching it would not help (empty, or its engine's flushes are behind).
     fn active_memtable_bytes(&self) -> usize;
@@ -266,6 +272,25 @@ impl PoolShared {
             if kind == JobKind::Compaction && s.running_compactions >= self.max_compactions {
                 continue;
             }
+            // A compaction whose engine's writes wait for it goes first (then the queue's order). The
+            // engine reference taken here is never the last: a registered engine's handle lives until its
+            // `deregister`, which waits for this lock.
+            if kind == JobKind::Compaction {
+                let stopped = s.queues[k].iter().position(|id| {
+                    s.slots.get(id).is_some_and(|slot| {
+                        !slot.running[k]
+                            && slot
+                                .work
+                                .upgrade()
+                                .is_some_and(|w| w.writes_wait_for_compaction())
+                    })
+                });
+                if let Some(i) = stopped {
+                    if let Some(id) = s.queues[k].remove(i) {
+                        s.queues[k].push_front(id);
+                    }
+                }
+            }
             let mut i = 0;
             while i < s.queues[k].len() {
                 let id = s.queues[k][i];
@@ -453,6 +478,8 @@ mod tests {
     struct Fake {
         name: u8,
         busy: bool,
+        /// What `writes_wait_for_compaction` says.
+        stalled: std::sync::atomic::AtomicBool,
         flushes: AtomicUsize,
         compactions: AtomicUsize,
         log: Arc<Mutex<Vec<(u8, JobKind)>>>,
@@ -469,6 +496,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
             self.compactions.fetch_add(1, Ordering::SeqCst) < 50 && self.busy
         }
+        fn writes_wait_for_compaction(&self) -> bool {
+            self.stalled.load(Ordering::SeqCst)
+        }
         fn active_memtable_bytes(&self) -> usize {
             0
         }
@@ -479,6 +509,7 @@ mod tests {
         Arc::new(Fake {
             name,
             busy,
+            stalled: std::sync::atomic::AtomicBool::new(false),
             flushes: AtomicUsize::new(0),
             compactions: AtomicUsize::new(0),
             log: Arc::clone(log),
@@ -623,6 +654,58 @@ mod tests {
         long.stop.store(true, Ordering::SeqCst);
         pool.shared().deregister(c);
         pool.shared().deregister(o);
+    }
+
+    #[test]
+    fn the_compaction_of_an_engine_whose_writes_wait_for_it_goes_first() {
+        let pool = Pool::start(PoolConfig {
+            threads: 1,
+            nice: 0,
+            batch_policy: false,
+        })
+        .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let engines: Vec<_> = (0..4).map(|n| fake(n, false, &log)).collect();
+        let ids: Vec<u64> = engines.iter().map(|e| register(&pool, e)).collect();
+        // Hold the only thread with engine 0's flush while compactions of 1, 2 and 3 queue, in that order;
+        // engine 3's writes wait for its compaction.
+        let hold = Arc::new(Mutex::new(()));
+        let guard = hold.lock();
+        let blocker = Arc::new(Blocker(Arc::clone(&hold)));
+        let weak: Weak<Blocker> = Arc::downgrade(&blocker);
+        let work: Weak<dyn BackgroundWork> = weak;
+        let b = pool.shared().register(work);
+        pool.shared().request(b, JobKind::Flush);
+        wait_until(|| pool.shared().queued() == (0, 0));
+        engines[3].stalled.store(true, Ordering::SeqCst);
+        for id in &ids[1..] {
+            pool.shared().request(*id, JobKind::Compaction);
+        }
+        drop(guard);
+        wait_until(|| log.lock().len() == 3);
+        let order: Vec<u8> = log.lock().iter().map(|e| e.0).collect();
+        assert_eq!(order, vec![3, 1, 2]);
+        pool.shared().deregister(b);
+        for id in ids {
+            pool.shared().deregister(id);
+        }
+    }
+
+    /// A flush job that lasts until its lock is free.
+    struct Blocker(Arc<Mutex<()>>);
+
+    impl BackgroundWork for Blocker {
+        fn flush_job(&self) -> bool {
+            drop(self.0.lock());
+            false
+        }
+        fn compaction_job(&self) -> bool {
+            false
+        }
+        fn active_memtable_bytes(&self) -> usize {
+            0
+        }
+        fn switch_for_memory(&self) {}
     }
 
     #[test]
