@@ -25,7 +25,9 @@
 //! reads fill the block cache: see `value_pool`). Each
 //! variant runs in a child process of its own (this binary re-executed), so peak memory is its own:
 //! * `shared`: LSM backends and checkpoint storages on one `StateEnv` with `KS_MO_BUDGET_MB` (default 256)
-//!   MiB of memory budget, 4 background threads, 2 I/O threads, `KS_MO_RMW_CACHE_RATIO` of the budget for
+//!   MiB of memory budget, `KS_MO_BG_THREADS` background threads (default 4), `KS_MO_IO_THREADS` I/O
+//!   threads (default 2; the runtime also starts up to as many blocking threads for a local root's file
+//!   operations), `KS_MO_RMW_CACHE_RATIO` of the budget for
 //!   the backends' read-modify-write caches (default the environment's, 0.25);
 //! * `separate`: LSM backends each with its own engine defaults (64 MiB memtables, 64 MiB block cache, 2
 //!   threads) and each storage with its own runtime: no environment, no budget;
@@ -37,14 +39,16 @@
 //!
 //! `KS_MO_VARIANTS` picks and orders the variants (comma-separated); `KS_MO_VARIANT_ROUNDS` runs them that
 //! many times, the order reversed every other round. `KS_MO_CHECK=1` checks the targets at the end
-//! (`check_results`: `shared`'s peak over budget + baseline, its throughput against `separate`), prints
+//! (`check_results`: `shared`'s peak over budget + baseline, its throughput against `separate`, its threads
+//! of ours, background, I/O and sweeper, at most `KS_MO_MAX_THREADS`, default 8), prints
 //! `campaign` lines for `scripts/long-checks.sh` and exits non-zero when one is missed.
 //!
 //! Printed per variant: load and mix throughput and the process's CPU time (user + system, every thread)
 //! in each, peak `RssAnon` (sampled every 20 ms) after the load, the mix and the checkpoints, the baseline
 //! before loading and the peak over budget + baseline, `VmHWM`, threads at the end (names on stderr; the
 //! engines' background threads and the I/O runtime's counted apart), write stall time summed over the
-//! engines (RocksDB's is not reported: its statistics are off, as in Flink).
+//! engines (`rocksdb.stall.micros`; RocksDB's from its `rocksdb.dbstats` "Cumulative stall", as its
+//! statistics are off, as in Flink), and on stderr the load's stall time by cause.
 //!
 //! Times are wall-clock, one run each: the machine is shared, note its load beside the numbers.
 //!
@@ -123,6 +127,51 @@ fn stall_ms_of(engine: &dyn EngineHandle) -> Option<f64> {
         .iter()
         .find(|m| m.name == "rocksdb.stall.micros")
         .map(|m| m.value as f64 / 1000.0)
+}
+
+/// Write stall time summed over `engines` by cause, from their metrics (RocksDB's names where it has them).
+fn stalls_by_cause(engines: &[&dyn EngineHandle]) -> String {
+    [
+        "rocksdb.stall.micros",
+        "keyed-state.lsm.write-buffer-stall-micros",
+        "rocksdb.memtable.compaction.micros",
+        "rocksdb.l0.num.files.stall.micros",
+    ]
+    .iter()
+    .map(|name| {
+        let found: Option<u64> = engines
+            .iter()
+            .map(|e| {
+                e.metrics()
+                    .iter()
+                    .find(|m| m.name == *name)
+                    .map(|m| m.value)
+            })
+            .sum();
+        match found {
+            Some(us) => format!("{name} {:.1} s", us as f64 / 1e6),
+            None => format!("{name} not reported"),
+        }
+    })
+    .chain(
+        // RocksDB's counts by cause (`rocksdb.cf-write-stall-stats`), those above 0.
+        engines
+            .iter()
+            .flat_map(|e| e.metrics())
+            .filter(|m| m.name.starts_with("rocksdb.cf-write-stall-stats."))
+            .fold(Vec::<(String, u64)>::new(), |mut acc, m| {
+                match acc.iter_mut().find(|(n, _)| *n == m.name) {
+                    Some((_, v)) => *v += m.value,
+                    None => acc.push((m.name, m.value)),
+                }
+                acc
+            })
+            .into_iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(n, v)| format!("{n} {v}")),
+    )
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 /// User plus system CPU time of this process (every thread), in seconds.
@@ -503,15 +552,22 @@ fn breakdown_of(shared: &Shared) -> Breakdown {
             let env = env.clone();
             Box::new(move || {
                 let m = env.stats().memory;
+                let st = env.stats();
                 format!(
-                    "charged {:.1} MiB (memtables {:.1} mutable / {:.1} pending / {:.1} held, cache {:.1}, sst metadata {:.1}, reserved {:.1})",
+                    "charged {:.1} MiB (memtables {:.1} mutable / {:.1} pending / {:.1} held, cache {:.1}, sst metadata {:.1}, reserved {:.1}); jobs {} flushes / {} compactions, queued {} / {}, flush queue wait {:.1} s, write-buffer stalls {:.1} s",
                     m.total() as f64 / MIB,
                     m.memtables_mutable as f64 / MIB,
                     m.memtables_pending_flush as f64 / MIB,
                     m.memtables_flushed_held as f64 / MIB,
                     m.block_cache as f64 / MIB,
                     m.sst_metadata as f64 / MIB,
-                    m.reserved as f64 / MIB
+                    m.reserved as f64 / MIB,
+                    st.flush_jobs,
+                    st.compaction_jobs,
+                    st.flushes_queued,
+                    st.compactions_queued,
+                    st.flush_queue_micros as f64 / 1e6,
+                    st.write_buffer_stall_micros as f64 / 1e6,
                 )
             })
         }
@@ -598,8 +654,8 @@ fn part2_child(variant: &str) {
         "shared" | "shared-cached" => Shared::Env(
             StateEnv::new(StateEnvOptions {
                 memory_budget: Some(budget),
-                background_threads: 4,
-                io_threads: 2,
+                background_threads: env_num("KS_MO_BG_THREADS", 4) as usize,
+                io_threads: env_num("KS_MO_IO_THREADS", 2) as usize,
                 rmw_cache_ratio: std::env::var("KS_MO_RMW_CACHE_RATIO")
                     .ok()
                     .and_then(|v| v.parse().ok())
@@ -709,6 +765,10 @@ fn part2_child(variant: &str) {
         }
     }
     let (load, load_cpu) = (t.elapsed(), cpu_seconds() - cpu);
+    eprintln!(
+        "{variant}: write stalls of the load by cause: {}",
+        stalls_by_cause(&ops.iter().map(|o| o.engine.as_ref()).collect::<Vec<_>>())
+    );
     peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
     let peak_load = peak.load(Ordering::Relaxed);
     anon_maps::mimalloc_stats(&format!("{variant} after the load"));
@@ -803,7 +863,7 @@ fn part2_child(variant: &str) {
     );
     if let Ok(path) = std::env::var("KS_MO_RESULTS") {
         let line = format!(
-            "{variant} ratio={} load_kps={:.1} mix_kps={:.1} load_cpu={:.1} mix_cpu={:.1} stall_ms={}\n",
+            "{variant} ratio={} load_kps={:.1} mix_kps={:.1} load_cpu={:.1} mix_cpu={:.1} stall_ms={} threads_ours={}\n",
             if budgeted {
                 format!("{:.3}", peak as f64 / ((budget as u64 >> 10) + baseline) as f64)
             } else {
@@ -814,6 +874,7 @@ fn part2_child(variant: &str) {
             load_cpu,
             mix_cpu,
             stalls.map_or("-".into(), |ms| format!("{ms:.0}")),
+            ours + io + count("ckpt-sweep"),
         );
         use std::io::Write;
         let appended = std::fs::OpenOptions::new()
@@ -925,7 +986,8 @@ fn part2() {
 /// The memory and throughput targets over the rows the children appended (`KS_MO_CHECK=1`):
 /// every `shared` run's peak `RssAnon` ≤ `KS_MO_MAX_RATIO` (default 1.10) × budget + baseline, and the
 /// median over rounds of `shared`'s load and mix throughput ≥ `KS_MO_MIN_SPEED` (default 0.90) × that of
-/// `separate`. Prints `campaign` lines (`scripts/long-checks.sh` tabulates them); false if a target is missed
+/// `separate`, and every `shared` run's threads of ours (background, I/O runtime, sweeper) ≤ `KS_MO_MAX_THREADS`
+/// (default 8). Prints `campaign` lines (`scripts/long-checks.sh` tabulates them); false if a target is missed
 /// or a figure is missing.
 fn check_results(text: &str) -> bool {
     let max_ratio: f64 = std::env::var("KS_MO_MAX_RATIO")
@@ -959,7 +1021,19 @@ fn check_results(text: &str) -> bool {
         field("rocksdb-flink", "ratio"),
         u8::from(!memory_ok)
     );
-    let mut ok = memory_ok;
+    let max_threads: f64 = std::env::var("KS_MO_MAX_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8.0);
+    let threads = field("shared", "threads_ours");
+    let most = threads.iter().copied().fold(f64::NAN, f64::max);
+    let threads_ok = !threads.is_empty() && most <= max_threads;
+    println!(
+        "campaign many_operators_threads runs={} most_threads_of_ours={most} limit={max_threads} failures={}",
+        threads.len(),
+        u8::from(!threads_ok)
+    );
+    let mut ok = memory_ok && threads_ok;
     for phase in ["load_kps", "mix_kps"] {
         let (ours, theirs) = (
             median(field("shared", phase)),

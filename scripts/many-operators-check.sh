@@ -8,6 +8,9 @@
 # Checks (the bench's `check_results`, printed as `campaign many_operators_*` lines, exit 1 if missed):
 #   peak RssAnon of every `shared` run   <= 1.10 x (512 MiB + RssAnon before loading)
 #   shared load and mix throughput       >= 0.90 x separate's (median of the rounds)
+#   threads of ours in every `shared` run <= 8 (background, I/O runtime workers and blocking threads,
+#                                            checkpoint sweeper): 3 background threads and 2 I/O threads
+#                                            (which start up to 2 blocking threads) give 3 + 4 + 1 = 8
 # RocksDB's ratio is printed, not checked. Expected (design/bench-results/2026-12-05-memory-fill, at 1-2 GiB
 # on 128-256 MiB): 1.0-1.1 for ours with the allocator settings below.
 #
@@ -21,6 +24,9 @@ cd "$(dirname "$0")/.."
 export KS_MO_PARTS=2 KS_MO_CHECK=1 \
   KS_MO_TOTAL_MB="${KS_MO_TOTAL_MB:-10240}" \
   KS_MO_BUDGET_MB="${KS_MO_BUDGET_MB:-512}" \
+  KS_MO_BG_THREADS="${KS_MO_BG_THREADS:-3}" \
+  KS_MO_IO_THREADS="${KS_MO_IO_THREADS:-2}" \
+  KS_MO_MAX_THREADS="${KS_MO_MAX_THREADS:-8}" \
   KS_MO_MIX_KEYS="${KS_MO_MIX_KEYS:-2000000}" \
   KS_MO_VARIANTS="${KS_MO_VARIANTS:-shared,separate,rocksdb-flink}" \
   KS_MO_VARIANT_ROUNDS="${KS_MO_VARIANT_ROUNDS:-2}" \

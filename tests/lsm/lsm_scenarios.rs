@@ -457,6 +457,24 @@ fn write_stall_when_l0_deep() {
     assert!(s.write_stalls > 0, "{s:?}");
     // Each stall waits at least for one slow (30 ms) compaction to start and finish.
     assert!(s.write_stall_micros >= 10_000, "{s:?}");
+    // Reported by cause: waits for compaction on a deep L0, and for flushes of the immutable memtables.
+    assert!(s.write_stall_l0_micros > 0, "{s:?}");
+    assert!(
+        s.write_stall_l0_micros + s.write_stall_memtables_micros <= s.write_stall_micros,
+        "{s:?}"
+    );
+    assert_eq!(s.write_stall_memory_micros, 0, "no budget: {s:?}");
+    let metric = |name: &str| {
+        s.metrics()
+            .into_iter()
+            .find(|m| m.name == name)
+            .map(|m| m.value)
+    };
+    assert_eq!(
+        metric("rocksdb.l0.num.files.stall.micros"),
+        Some(s.write_stall_l0_micros)
+    );
+    assert_eq!(metric("rocksdb.stall.micros"), Some(s.write_stall_micros));
     // Writes stop at 3 L0 files; the (at most 2) memtables already queued may still land.
     assert!(s.level_files[0] <= 3 + 2, "{s:?}");
     assert_eq!(get(&db, b"k01499").as_deref(), Some(&[b'x'; 64][..]));

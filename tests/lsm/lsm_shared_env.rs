@@ -436,6 +436,68 @@ fn flushes_past_the_l0_trigger_are_compacted() {
 }
 
 #[test]
+fn a_flush_runs_inside_another_engines_compaction_on_the_only_background_thread() {
+    let env = SharedEnv::new(EnvOptions {
+        background_threads: 1,
+        ..EnvOptions::default()
+    })
+    .unwrap();
+    // Engine A: 8 L0 runs of 25,000 keys written with compaction off, then reopened with it on: one long
+    // merge into the base level takes the environment's only thread.
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    {
+        let a = Db::open(
+            dir_a.path(),
+            Options {
+                auto_compaction: false,
+                ..opts_on(&env)
+            },
+        )
+        .unwrap();
+        for run in 0..8u32 {
+            for i in 0..25_000u32 {
+                a.put(&key(i * 8 + run), &value(0, i)).unwrap();
+            }
+            a.flush().unwrap();
+        }
+        a.close().unwrap();
+    }
+    let a = Db::open(dir_a.path(), opts_on(&env)).unwrap();
+    // The only thread takes A's compaction (slowly on a busy machine: it runs at a lower priority).
+    for _ in 0..1000 {
+        if env.stats().compactions_queued == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(env.stats().compactions_queued, 0, "A's compaction started");
+    assert_eq!(a.stats().compactions, 0, "A's compaction still runs");
+    // Engine B's flush does not wait for A's compaction to end: the compaction runs it on its thread.
+    let b = Db::open(dir_b.path(), opts_on(&env)).unwrap();
+    for i in 0..2000u32 {
+        b.put(&key(i), &value(1, i)).unwrap();
+    }
+    b.flush().unwrap();
+    let (sa, se) = (a.stats(), env.stats());
+    assert_eq!(
+        sa.compactions, 0,
+        "B's flush waited for A's compaction: {se:?}"
+    );
+    assert!(se.flushes_in_compactions >= 1, "{se:?}");
+    a.wait_for_background_work().unwrap();
+    assert_eq!(a.stats().l0_sorted_runs, 0, "{:?}", a.stats());
+    for i in (0..200_000u32).step_by(997) {
+        assert_eq!(
+            a.get(&key(i)).unwrap().as_deref(),
+            Some(&value(0, i / 8)[..])
+        );
+    }
+    assert_eq!(b.get(&key(7)).unwrap().as_deref(), Some(&value(1, 7)[..]));
+    a.close().unwrap();
+    b.close().unwrap();
+}
+
+#[test]
 fn an_engine_opened_without_an_env_keeps_its_own_threads_cache_and_memtable_size() {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {

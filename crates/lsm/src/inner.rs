@@ -53,6 +53,13 @@ pub(crate) struct Counters {
     pub stalls: AtomicU64,
     /// Microseconds writes spent stalled.
     pub stall_micros: AtomicU64,
+    /// Of those, microseconds waiting for compaction because L0 reached its stop trigger.
+    pub stall_l0_micros: AtomicU64,
+    /// Of those, microseconds waiting for a flush because the immutable memtables reached their count.
+    pub stall_memtables_micros: AtomicU64,
+    /// Of those, microseconds waiting for flushes because the environment's memtables reached their share of
+    /// the budget.
+    pub stall_memory_micros: AtomicU64,
     /// Index growths of the memtables flushed so far (a live table reports its own).
     pub index_growths: AtomicU64,
     /// Microseconds spent in the index growths of the memtables flushed so far.
@@ -230,6 +237,9 @@ pub(crate) struct DbInner {
     /// Bytes of the active memtable another engine's writer asked this one to switch out for memory (0:
     /// no request); the writer's next write does it (`db/write.rs`).
     pub memory_switch_requested: AtomicUsize,
+    /// Whether the writer waits for a compaction because L0 reached its stop trigger: the pool then runs
+    /// this engine's compaction before those of engines whose writers still write.
+    pub writes_stopped_by_l0: std::sync::atomic::AtomicBool,
 }
 
 impl DbInner {
@@ -260,6 +270,7 @@ impl DbInner {
             pool_id: AtomicU64::new(0),
             cache_owner: cache.new_owner(),
             memory_switch_requested: AtomicUsize::new(0),
+            writes_stopped_by_l0: std::sync::atomic::AtomicBool::new(false),
             dir,
             cache,
             state: Mutex::new(State {

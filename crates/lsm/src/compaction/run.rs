@@ -68,6 +68,9 @@ fn stripe(snaps: &[u64], seq: u64) -> usize {
     snaps.partition_point(|s| *s < seq)
 }
 
+/// Entries a compaction merges between two looks at the environment's flush queue.
+const FLUSH_CHECK_ENTRIES: u32 = 2048;
+
 /// Merges `inputs` (level, file) into new files at `out_level` and installs the result.
 pub(super) fn merge_into(
     db: &DbInner,
@@ -156,7 +159,16 @@ pub(super) fn merge_into(
             && sv.mems.iter().all(|m| m.with_range_dels(|t| t.is_empty()))
     };
     let oldest_snapshot = snaps.first().copied();
+    let jobs = db.env.pool();
+    let mut merged: u32 = 0;
     loop {
+        // Queued flushes (of any engine of the environment) run here rather than wait for this compaction
+        // to end: they free the memory writers may be stalled on (`env::pool`, module documentation). Not
+        // in a manual compaction, which runs on the caller's thread.
+        merged = merged.wrapping_add(1);
+        if !manual && merged % FLUSH_CHECK_ENTRIES == 0 {
+            jobs.run_queued_flushes();
+        }
         let at_end = !it.valid();
         let same_key = !at_end && ikey::user_key(it.key()) == cur_key.as_slice();
         if !same_key && !entries.is_empty() {

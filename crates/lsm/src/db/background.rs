@@ -67,6 +67,10 @@ impl BackgroundWork for DbInner {
         }
     }
 
+    fn writes_wait_for_compaction(&self) -> bool {
+        self.writes_stopped_by_l0.load(Ordering::Relaxed)
+    }
+
     fn active_memtable_bytes(&self) -> usize {
         let st = self.state.lock();
         if st.shutting_down

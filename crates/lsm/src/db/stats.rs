@@ -28,6 +28,16 @@ pub struct DbStats {
     /// Microseconds writes spent stalled: from a write's first wait for flush or compaction until it
     /// proceeds (including the memtable switch that may end the wait).
     pub write_stall_micros: u64,
+    /// Of [`write_stall_micros`](Self::write_stall_micros), the waits for compaction while L0 held
+    /// `l0_stop_writes_trigger` sorted runs (RocksDB's `rocksdb.l0.num.files.stall.micros`).
+    pub write_stall_l0_micros: u64,
+    /// Of [`write_stall_micros`](Self::write_stall_micros), the waits for a flush while
+    /// `max_immutable_memtables` memtables waited for theirs (RocksDB's `rocksdb.memtable.compaction.micros`).
+    pub write_stall_memtables_micros: u64,
+    /// Of [`write_stall_micros`](Self::write_stall_micros), the waits for flushes while the environment's
+    /// memtables filled their share of the memory budget (`keyed-state.lsm.write-buffer-stall-micros`;
+    /// summed over engines in `EnvStats::write_buffer_stall_micros`).
+    pub write_stall_memory_micros: u64,
     /// Number of times a memtable's point index grew (each a rebuild by the writer, which waits for it).
     pub memtable_index_growths: u64,
     /// Microseconds writes spent growing memtable point indexes.
@@ -110,11 +120,13 @@ impl DbStats {
     /// `rocksdb.num-immutable-mem-table`, `rocksdb.estimate-num-keys`, `rocksdb.total-sst-files-size`,
     /// `rocksdb.num-files-at-level<N>`, `rocksdb.block-cache-usage`, `rocksdb.block-cache-capacity`,
     /// `rocksdb.compaction-pending`, `rocksdb.row.cache.hit`, `rocksdb.row.cache.miss`,
-    /// `rocksdb.stall.micros`, `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
+    /// `rocksdb.stall.micros` (and of it `rocksdb.l0.num.files.stall.micros`,
+    /// `rocksdb.memtable.compaction.micros`), `rocksdb.flush.write.bytes`, `rocksdb.compact.read.bytes`,
     /// `rocksdb.compact.write.bytes`, `rocksdb.bytes.written`, `rocksdb.estimate-table-readers-mem`: what
     /// open files keep in memory outside the block cache), and in their style where RocksDB has none
-    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.l0-sorted-runs`, the checkpoint view's
-    /// `.checkpoint-view-pinned-bytes` and `.checkpoint-view-l0-runs`; the open files'
+    /// (`keyed-state.lsm.flushes`, `.compactions`, `.write-stalls`, `.write-buffer-stall-micros`,
+    /// `.l0-sorted-runs`, the checkpoint view's `.checkpoint-view-pinned-bytes` and `.checkpoint-view-l0-runs`;
+    /// the open files'
     /// `.index-bytes`, `.index-key-bytes`, `.filter-bytes` and `.data-blocks`, wherever they are held).
     pub fn metrics(&self) -> Vec<Metric> {
         let mut m = vec![
@@ -130,6 +142,18 @@ impl DbStats {
             Metric::new("rocksdb.row.cache.hit", self.row_cache_hits),
             Metric::new("rocksdb.row.cache.miss", self.row_cache_misses),
             Metric::new("rocksdb.stall.micros", self.write_stall_micros),
+            Metric::new(
+                "rocksdb.l0.num.files.stall.micros",
+                self.write_stall_l0_micros,
+            ),
+            Metric::new(
+                "rocksdb.memtable.compaction.micros",
+                self.write_stall_memtables_micros,
+            ),
+            Metric::new(
+                "keyed-state.lsm.write-buffer-stall-micros",
+                self.write_stall_memory_micros,
+            ),
             Metric::new("rocksdb.bytes.written", self.user_bytes_written),
             Metric::new("rocksdb.flush.write.bytes", self.flush_bytes_written),
             Metric::new("rocksdb.compact.read.bytes", self.compaction_bytes_read),
@@ -213,6 +237,9 @@ impl DbInner {
             trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
             write_stalls: c.stalls.load(Ordering::Relaxed),
             write_stall_micros: c.stall_micros.load(Ordering::Relaxed),
+            write_stall_l0_micros: c.stall_l0_micros.load(Ordering::Relaxed),
+            write_stall_memtables_micros: c.stall_memtables_micros.load(Ordering::Relaxed),
+            write_stall_memory_micros: c.stall_memory_micros.load(Ordering::Relaxed),
             memtable_index_growths: c.index_growths.load(Ordering::Relaxed) + live_growths,
             memtable_index_growth_micros: c.index_growth_micros.load(Ordering::Relaxed)
                 + live_growth_micros,

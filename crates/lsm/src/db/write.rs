@@ -177,6 +177,9 @@ impl DbInner {
             let m = micros(t);
             self.wb.stall_micros.fetch_add(m, Ordering::Relaxed);
             self.counters.stall_micros.fetch_add(m, Ordering::Relaxed);
+            self.counters
+                .stall_memory_micros
+                .fetch_add(m, Ordering::Relaxed);
         }
         if let Some(t) = stalled {
             self.counters
@@ -280,13 +283,15 @@ impl DbInner {
                 return Err(LsmError::Closed);
             }
             let l0_deep = self.writes_stopped_by_l0(&st);
+            self.writes_stopped_by_l0
+                .store(!force_switch && l0_deep, Ordering::Relaxed);
             let full = st.mem.approximate_bytes() >= self.opts.memtable_size;
             if !force_switch && l0_deep {
                 if stalled.is_none() {
                     *stalled = Some(std::time::Instant::now());
                     self.counters.stalls.fetch_add(1, Ordering::Relaxed);
                 }
-                self.wait_for_change(&mut st);
+                self.timed_wait(&mut st, &self.counters.stall_l0_micros);
                 continue;
             }
             if !(full || force_switch) {
@@ -298,7 +303,7 @@ impl DbInner {
                     *stalled = Some(std::time::Instant::now());
                     self.counters.stalls.fetch_add(1, Ordering::Relaxed);
                 }
-                self.wait_for_change(&mut st);
+                self.timed_wait(&mut st, &self.counters.stall_memtables_micros);
                 continue;
             }
             if st.mem.is_empty() {
@@ -311,6 +316,18 @@ impl DbInner {
             self.wake();
             return Ok(());
         }
+    }
+
+    /// [`wait_for_change`](Self::wait_for_change), its time added to `cause` (a stall counter by cause).
+    fn timed_wait(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State>,
+        cause: &std::sync::atomic::AtomicU64,
+    ) {
+        let t = std::time::Instant::now();
+        self.wait_for_change(st);
+        let waited = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+        cause.fetch_add(waited, Ordering::Relaxed);
     }
 
     /// Switches to a new memtable, the old one joining the immutable ones, and (with the WAL) to a new log;

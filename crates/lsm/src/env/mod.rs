@@ -197,6 +197,7 @@ impl SharedEnv {
             compaction_jobs: c.compaction_jobs.load(Ordering::Relaxed),
             background_busy_micros: c.busy_micros.load(Ordering::Relaxed),
             flush_queue_micros: c.flush_queue_micros.load(Ordering::Relaxed),
+            flushes_in_compactions: c.flushes_in_compactions.load(Ordering::Relaxed),
             flushes_queued,
             compactions_queued,
             write_buffer_stalls: wb.stalls.load(Ordering::Relaxed),
@@ -245,7 +246,7 @@ impl EnvStats {
     /// `keyed-state.env.memory-charged`; jobs, queues and stalls of the pool and the write-buffer manager).
     pub fn metrics(&self) -> Vec<crate::Metric> {
         let m = &self.memory;
-        let pairs: [(&str, u64); 18] = [
+        let pairs: [(&str, u64); 19] = [
             ("rocksdb.size-all-mem-tables", m.memtables() as u64),
             ("rocksdb.block-cache-usage", m.block_cache as u64),
             (
@@ -281,6 +282,10 @@ impl EnvStats {
             ),
             ("keyed-state.env.flush-jobs", self.flush_jobs),
             ("keyed-state.env.compaction-jobs", self.compaction_jobs),
+            (
+                "keyed-state.env.flushes-in-compactions",
+                self.flushes_in_compactions,
+            ),
             ("keyed-state.env.flushes-queued", self.flushes_queued as u64),
             (
                 "keyed-state.env.compactions-queued",
@@ -327,6 +332,8 @@ pub struct EnvStats {
     pub background_busy_micros: u64,
     /// Microseconds flush requests waited for a thread, summed.
     pub flush_queue_micros: u64,
+    /// Flush jobs a thread ran in the middle of a compaction rather than let them wait for its end.
+    pub flushes_in_compactions: u64,
     /// Flush jobs waiting for a thread now.
     pub flushes_queued: usize,
     /// Compaction jobs waiting for a thread now.

@@ -4,23 +4,30 @@
 //! Scheduling: an engine asks for a job of a kind ([`JobKind`]) whenever it may have work of that kind; a
 //! request for a job already queued is a no-op, so requests coalesce. Workers take flushes before
 //! compactions, each kind in request order; an engine whose job finds more work is queued again at the back,
-//! so engines take turns: one busy engine gets one job per turn and cannot starve the others. At most one job
+//! so engines take turns: one busy engine gets one job per turn and cannot starve the others, except that a
+//! compaction whose engine's writes wait for it (L0 at its stop trigger) is taken first. At most one job
 //! of each kind runs per engine at a time (a flush installs memtables oldest first; compactions of one engine
 //! are serialized by its compaction lock anyway). With two threads or more, compactions occupy at most all
 //! threads but one, so a flush never waits for a compaction to end (RocksDB keeps flushes in a pool of their
-//! own, `Env::Priority::HIGH`, for the same reason).
+//! own, `Env::Priority::HIGH`, for the same reason). And a flush does not wait for that one thread either:
+//! a running compaction looks at the flush queue every few thousand entries it merges and, when a flush
+//! is queued, runs it there and then on its own thread ([`PoolShared::run_queued_flushes`]) before it goes
+//! on, so that flushes, which free memory writers may be waiting for, take every thread when they need it.
 //!
 //! A job runs [`BackgroundWork`], which the engine implements: the pool knows nothing of databases. The pool
 //! holds engines weakly; [`Pool::deregister`] removes one and waits for its running jobs.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use hashbrown::HashMap;
 use parking_lot::{Condvar, Mutex};
+
+/// A job taken from the queues: the engine's id, the kind and the engine.
+type Job = (u64, JobKind, Arc<dyn BackgroundWork>);
 
 /// The two kinds of background job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +45,11 @@ pub(crate) trait BackgroundWork: Send + Sync {
     fn flush_job(&self) -> bool;
     /// Runs one automatic compaction, if one is due.
     fn compaction_job(&self) -> bool;
+    /// Whether the engine's writer waits for a compaction (L0 at its stop trigger): its compaction is then
+    /// taken before those of engines whose writers still write. Read under the pool's lock: no locking.
+    fn writes_wait_for_compaction(&self) -> bool {
+        false
+    }
     /// Bytes of the memtable taking writes (for the write-buffer manager's choice of the largest), or 0
     /// when switching it would not help (empty, or its engine's flushes are behind).
     fn active_memtable_bytes(&self) -> usize;
@@ -75,6 +87,8 @@ pub(crate) struct PoolCounters {
     pub busy_micros: AtomicU64,
     /// Microseconds requests waited in the flush queue before a thread took them (summed).
     pub flush_queue_micros: AtomicU64,
+    /// Flush jobs run by a thread in the middle of a compaction ([`PoolShared::run_queued_flushes`]).
+    pub flushes_in_compactions: AtomicU64,
 }
 
 pub(crate) struct PoolShared {
@@ -87,6 +101,8 @@ pub(crate) struct PoolShared {
     pub counters: PoolCounters,
     /// When each queued flush was requested (for `flush_queue_micros`).
     flush_requested_at: Mutex<HashMap<u64, Instant>>,
+    /// Engines in the flush queue (its length, kept beside it so that compactions read it without the lock).
+    queued_flushes: AtomicUsize,
 }
 
 impl JobKind {
@@ -124,6 +140,7 @@ impl Pool {
             next_id: AtomicU64::new(1),
             counters: PoolCounters::default(),
             flush_requested_at: Mutex::new(HashMap::new()),
+            queued_flushes: AtomicUsize::new(0),
         });
         let mut pool = Pool {
             shared,
@@ -201,6 +218,7 @@ impl PoolShared {
             }
             slot.queued[k] = true;
             s.queues[k].push_back(id);
+            self.note_queues(&s);
         }
         if kind == JobKind::Flush {
             self.flush_requested_at
@@ -217,6 +235,7 @@ impl PoolShared {
         for q in s.queues.iter_mut() {
             q.retain(|x| *x != id);
         }
+        self.note_queues(&s);
         if let Some(slot) = s.slots.get_mut(&id) {
             slot.closing = true;
             slot.queued = [false; 2];
@@ -233,13 +252,44 @@ impl PoolShared {
         self.flush_requested_at.lock().remove(&id);
     }
 
-    /// Takes the next job: a flush of the first queued engine not flushing, else, below the compaction
-    /// limit, a compaction of the first queued engine not compacting. Marks it running.
-    fn next_job(&self, s: &mut Sched) -> Option<(u64, JobKind, Arc<dyn BackgroundWork>)> {
-        for kind in [JobKind::Flush, JobKind::Compaction] {
+    /// Records the flush queue's length for [`run_queued_flushes`](Self::run_queued_flushes).
+    fn note_queues(&self, s: &Sched) {
+        self.queued_flushes
+            .store(s.queues[JobKind::Flush.index()].len(), Ordering::Relaxed);
+    }
+
+    /// Takes the next job of `kinds`, in that order: a flush of the first queued engine not flushing, a
+    /// compaction (below the compaction limit) of the first queued engine not compacting. Marks it running.
+    fn next_job(&self, s: &mut Sched, kinds: &[JobKind]) -> Option<Job> {
+        let job = self.take_job(s, kinds);
+        self.note_queues(s);
+        job
+    }
+
+    fn take_job(&self, s: &mut Sched, kinds: &[JobKind]) -> Option<Job> {
+        for &kind in kinds {
             let k = kind.index();
             if kind == JobKind::Compaction && s.running_compactions >= self.max_compactions {
                 continue;
+            }
+            // A compaction whose engine's writes wait for it goes first (then the queue's order). The
+            // engine reference taken here is never the last: a registered engine's handle lives until its
+            // `deregister`, which waits for this lock.
+            if kind == JobKind::Compaction {
+                let stopped = s.queues[k].iter().position(|id| {
+                    s.slots.get(id).is_some_and(|slot| {
+                        !slot.running[k]
+                            && slot
+                                .work
+                                .upgrade()
+                                .is_some_and(|w| w.writes_wait_for_compaction())
+                    })
+                });
+                if let Some(i) = stopped {
+                    if let Some(id) = s.queues[k].remove(i) {
+                        s.queues[k].push_front(id);
+                    }
+                }
             }
             let mut i = 0;
             while i < s.queues[k].len() {
@@ -273,55 +323,98 @@ impl PoolShared {
             if s.shutdown {
                 return;
             }
-            let Some((id, kind, work)) = self.next_job(&mut s) else {
+            let Some(job) = self.next_job(&mut s, &[JobKind::Flush, JobKind::Compaction]) else {
                 self.cv.wait(&mut s);
                 continue;
             };
             drop(s);
-            if kind == JobKind::Flush {
-                if let Some(t) = self.flush_requested_at.lock().remove(&id) {
-                    let waited = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    self.counters
-                        .flush_queue_micros
-                        .fetch_add(waited, Ordering::Relaxed);
-                }
-            }
-            let start = Instant::now();
-            let more = match kind {
-                JobKind::Flush => work.flush_job(),
-                JobKind::Compaction => work.compaction_job(),
-            };
-            let busy = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
-            self.counters.busy_micros.fetch_add(busy, Ordering::Relaxed);
-            match kind {
-                JobKind::Flush => &self.counters.flush_jobs,
-                JobKind::Compaction => &self.counters.compaction_jobs,
-            }
-            .fetch_add(1, Ordering::Relaxed);
-            // The job's engine reference goes before the lock is taken again: it may be the last one.
-            drop(work);
-            s = self.sched.lock();
-            let k = kind.index();
-            if kind == JobKind::Compaction {
-                s.running_compactions -= 1;
-            }
-            let requeue = match s.slots.get_mut(&id) {
-                Some(slot) => {
-                    slot.running[k] = false;
-                    more && !slot.queued[k] && !slot.closing
-                }
-                None => false,
-            };
-            if requeue {
-                if let Some(slot) = s.slots.get_mut(&id) {
-                    slot.queued[k] = true;
-                }
-                s.queues[k].push_back(id);
-            }
-            // Wakes `deregister` waiting for this job, and a worker for the job requeued or left waiting
-            // behind the compaction limit.
-            self.cv.notify_all();
+            s = self.run_job(job);
         }
+    }
+
+    /// Runs the queued flushes that no thread runs yet, one after another, on the calling thread: what a
+    /// compaction job calls between the entries it merges, so that a flush never waits for a compaction to
+    /// end (see the module documentation). Cheap when none is queued (one atomic load). Returns how many ran.
+    pub fn run_queued_flushes(&self) -> usize {
+        if self.queued_flushes.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let mut ran = 0;
+        let start = Instant::now();
+        let mut s = self.sched.lock();
+        while !s.shutdown {
+            let Some(job) = self.next_job(&mut s, &[JobKind::Flush]) else {
+                break;
+            };
+            drop(s);
+            s = self.run_job(job);
+            ran += 1;
+        }
+        drop(s);
+        if ran > 0 {
+            self.counters
+                .flushes_in_compactions
+                .fetch_add(ran as u64, Ordering::Relaxed);
+            // The calling job counts this time as its own when it ends; the flushes counted it already.
+            let nested = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+            let _ =
+                self.counters
+                    .busy_micros
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                        Some(b.saturating_sub(nested))
+                    });
+        }
+        ran
+    }
+
+    /// Runs a job taken by [`next_job`](Self::next_job), then takes the lock again and records its end
+    /// (queueing its engine again when the job found more work); returns the lock.
+    fn run_job(&self, (id, kind, work): Job) -> parking_lot::MutexGuard<'_, Sched> {
+        if kind == JobKind::Flush {
+            if let Some(t) = self.flush_requested_at.lock().remove(&id) {
+                let waited = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+                self.counters
+                    .flush_queue_micros
+                    .fetch_add(waited, Ordering::Relaxed);
+            }
+        }
+        let start = Instant::now();
+        let more = match kind {
+            JobKind::Flush => work.flush_job(),
+            JobKind::Compaction => work.compaction_job(),
+        };
+        let busy = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.counters.busy_micros.fetch_add(busy, Ordering::Relaxed);
+        match kind {
+            JobKind::Flush => &self.counters.flush_jobs,
+            JobKind::Compaction => &self.counters.compaction_jobs,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+        // The job's engine reference goes before the lock is taken again: it may be the last one.
+        drop(work);
+        let mut s = self.sched.lock();
+        let k = kind.index();
+        if kind == JobKind::Compaction {
+            s.running_compactions -= 1;
+        }
+        let requeue = match s.slots.get_mut(&id) {
+            Some(slot) => {
+                slot.running[k] = false;
+                more && !slot.queued[k] && !slot.closing
+            }
+            None => false,
+        };
+        if requeue {
+            if let Some(slot) = s.slots.get_mut(&id) {
+                slot.queued[k] = true;
+            }
+            s.queues[k].push_back(id);
+            self.note_queues(&s);
+        }
+        // Wakes `deregister` waiting for this job, and a worker for the job requeued or left waiting
+        // behind the compaction limit.
+        self.cv.notify_all();
+        s
     }
 
     /// The engines registered and still alive, with their ids.
@@ -385,6 +478,8 @@ mod tests {
     struct Fake {
         name: u8,
         busy: bool,
+        /// What `writes_wait_for_compaction` says.
+        stalled: std::sync::atomic::AtomicBool,
         flushes: AtomicUsize,
         compactions: AtomicUsize,
         log: Arc<Mutex<Vec<(u8, JobKind)>>>,
@@ -401,6 +496,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
             self.compactions.fetch_add(1, Ordering::SeqCst) < 50 && self.busy
         }
+        fn writes_wait_for_compaction(&self) -> bool {
+            self.stalled.load(Ordering::SeqCst)
+        }
         fn active_memtable_bytes(&self) -> usize {
             0
         }
@@ -411,6 +509,7 @@ mod tests {
         Arc::new(Fake {
             name,
             busy,
+            stalled: std::sync::atomic::AtomicBool::new(false),
             flushes: AtomicUsize::new(0),
             compactions: AtomicUsize::new(0),
             log: Arc::clone(log),
@@ -489,6 +588,124 @@ mod tests {
         for id in ids {
             pool.shared().deregister(id);
         }
+    }
+
+    /// An engine whose compaction job lasts until `stop`, looking at the flush queue every millisecond as
+    /// the engine's compactions do.
+    struct LongCompaction {
+        pool: Arc<PoolShared>,
+        stop: std::sync::atomic::AtomicBool,
+        flushes_seen_inside: AtomicUsize,
+    }
+
+    impl BackgroundWork for LongCompaction {
+        fn flush_job(&self) -> bool {
+            false
+        }
+        fn compaction_job(&self) -> bool {
+            for _ in 0..10_000 {
+                if self.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let ran = self.pool.run_queued_flushes();
+                self.flushes_seen_inside.fetch_add(ran, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            false
+        }
+        fn active_memtable_bytes(&self) -> usize {
+            0
+        }
+        fn switch_for_memory(&self) {}
+    }
+
+    #[test]
+    fn a_flush_queued_behind_a_running_compaction_runs_on_the_compactions_thread() {
+        let pool = Pool::start(PoolConfig {
+            threads: 1,
+            nice: 0,
+            batch_policy: false,
+        })
+        .unwrap();
+        let long = Arc::new(LongCompaction {
+            pool: Arc::clone(pool.shared()),
+            stop: std::sync::atomic::AtomicBool::new(false),
+            flushes_seen_inside: AtomicUsize::new(0),
+        });
+        let weak: Weak<LongCompaction> = Arc::downgrade(&long);
+        let work: Weak<dyn BackgroundWork> = weak;
+        let c = pool.shared().register(work);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let other = fake(2, false, &log);
+        let o = register(&pool, &other);
+        pool.shared().request(c, JobKind::Compaction);
+        wait_until(|| pool.shared().queued() == (0, 0));
+        // The only thread is in the compaction; the flush runs there, before the compaction ends.
+        pool.shared().request(o, JobKind::Flush);
+        wait_until(|| other.flushes.load(Ordering::SeqCst) == 1);
+        wait_until(|| long.flushes_seen_inside.load(Ordering::SeqCst) == 1);
+        let counters = &pool.shared().counters;
+        wait_until(|| counters.flushes_in_compactions.load(Ordering::SeqCst) == 1);
+        assert_eq!(
+            counters.compaction_jobs.load(Ordering::SeqCst),
+            0,
+            "still compacting"
+        );
+        long.stop.store(true, Ordering::SeqCst);
+        pool.shared().deregister(c);
+        pool.shared().deregister(o);
+    }
+
+    #[test]
+    fn the_compaction_of_an_engine_whose_writes_wait_for_it_goes_first() {
+        let pool = Pool::start(PoolConfig {
+            threads: 1,
+            nice: 0,
+            batch_policy: false,
+        })
+        .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let engines: Vec<_> = (0..4).map(|n| fake(n, false, &log)).collect();
+        let ids: Vec<u64> = engines.iter().map(|e| register(&pool, e)).collect();
+        // Hold the only thread with engine 0's flush while compactions of 1, 2 and 3 queue, in that order;
+        // engine 3's writes wait for its compaction.
+        let hold = Arc::new(Mutex::new(()));
+        let guard = hold.lock();
+        let blocker = Arc::new(Blocker(Arc::clone(&hold)));
+        let weak: Weak<Blocker> = Arc::downgrade(&blocker);
+        let work: Weak<dyn BackgroundWork> = weak;
+        let b = pool.shared().register(work);
+        pool.shared().request(b, JobKind::Flush);
+        wait_until(|| pool.shared().queued() == (0, 0));
+        engines[3].stalled.store(true, Ordering::SeqCst);
+        for id in &ids[1..] {
+            pool.shared().request(*id, JobKind::Compaction);
+        }
+        drop(guard);
+        wait_until(|| log.lock().len() == 3);
+        let order: Vec<u8> = log.lock().iter().map(|e| e.0).collect();
+        assert_eq!(order, vec![3, 1, 2]);
+        pool.shared().deregister(b);
+        for id in ids {
+            pool.shared().deregister(id);
+        }
+    }
+
+    /// A flush job that lasts until its lock is free.
+    struct Blocker(Arc<Mutex<()>>);
+
+    impl BackgroundWork for Blocker {
+        fn flush_job(&self) -> bool {
+            drop(self.0.lock());
+            false
+        }
+        fn compaction_job(&self) -> bool {
+            false
+        }
+        fn active_memtable_bytes(&self) -> usize {
+            0
+        }
+        fn switch_for_memory(&self) {}
     }
 
     #[test]
