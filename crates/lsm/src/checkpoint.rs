@@ -429,19 +429,27 @@ impl CapturedCheckpoint {
         // No compaction runs (or is picked) until the files are in.
         let _c = inner.compaction_lock.lock();
         let join = {
-            let st = inner.state.lock();
+            let mut st = inner.state.lock();
             if st.bg_error.is_some() || st.shutting_down {
                 return Ok(None);
             }
-            let spans = st.version.levels.first().is_some_and(|l0| {
-                l0.iter().any(|f| {
-                    f.info.min_seqno < o.seqno
-                        && f.info.max_seqno > o.seqno
-                        && f.info.overlaps(&lo, &hi)
+            let spans = |v: &super::version::Version| {
+                v.levels.first().is_some_and(|l0| {
+                    l0.iter().any(|f| {
+                        f.info.min_seqno < o.seqno
+                            && f.info.max_seqno > o.seqno
+                            && f.info.overlaps(&lo, &hi)
+                    })
                 })
-            });
-            if spans {
+            };
+            if spans(&st.version) {
                 return Ok(None);
+            }
+            // The checkpoint view may keep in L0 a file the version has moved down: one spanning `S + 1`
+            // would sort above the files there and hide their newer values from a restore of the view.
+            // The view is given up instead (the next capture takes the whole version).
+            if st.view.as_deref().is_some_and(spans) {
+                st.view = None;
             }
             // Every write up to `S` is in L0 or below already (the checkpoint's flush came before the
             // overlay was written), and later flushes hold only writes above `S + 1`: the run below the

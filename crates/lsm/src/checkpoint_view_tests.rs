@@ -308,3 +308,67 @@ fn the_view_keeps_compacted_files_until_a_bound_or_an_ingestion_makes_a_capture_
     db.put(b"g", b"7").unwrap();
     assert!(matches!(ck(&db).view, CaptureView::Materialized { .. }));
 }
+
+#[test]
+fn an_adopted_capture_file_gives_up_a_view_whose_l0_keeps_a_file_spanning_its_seqno() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path().join("db"),
+        Options {
+            auto_compaction: false,
+            checkpoint_view: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let no = AtomicBool::new(false);
+    db.put(b"x", b"old").unwrap();
+    drop(db.begin_checkpoint().unwrap().wait(&no).unwrap());
+    // The cache's capture file holds x's newer value at its reserved seqno (`cap.seqno`), written, not adopted yet.
+    let pending = db.begin_checkpoint_for_overlay().unwrap();
+    let overlay: Vec<(&[u8], Option<&[u8]>)> = vec![(b"x", Some(b"new"))];
+    let mut cap = pending.wait_with_overlay(&no, overlay).unwrap();
+    // A merge of the old run with a later flush: one file whose seqnos span the capture file's (a snapshot older than
+    // the later write keeps its seqno), which the version holds below L0.
+    let snap = db.snapshot();
+    db.put(b"y", b"later").unwrap();
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    drop(snap);
+    let spanning = {
+        let st = db.inner().state.lock();
+        assert!(st.version.levels[0].is_empty());
+        let f = st
+            .version
+            .files()
+            .map(|(_, f)| Arc::clone(f))
+            .next()
+            .unwrap();
+        assert!(
+            f.info.min_seqno < cap.seqno && f.info.max_seqno > cap.seqno,
+            "{:?}",
+            (f.info.min_seqno, f.info.max_seqno, cap.seqno)
+        );
+        f
+    };
+    // The view as a materialization before that compaction leaves it: the merged file in its L0.
+    {
+        let mut st = db.inner().state.lock();
+        let mut levels = vec![Vec::new(); st.version.levels.len()];
+        levels[0].push(spanning);
+        st.view = Some(Arc::new(crate::version::Version::from_levels(levels)));
+    }
+    assert!(cap.adopt_overlay(|| Some(())).unwrap().is_some());
+    drop(cap);
+    assert!(
+        db.inner().state.lock().view.is_none(),
+        "the view kept a spanning L0 file"
+    );
+    let next = db.begin_checkpoint().unwrap().wait(&no).unwrap();
+    assert!(
+        matches!(next.view, CaptureView::Materialized { .. }),
+        "{next:?}"
+    );
+    let restored = restore(&next, &dir.path().join("r"), true);
+    assert_eq!(restored.get(b"x").unwrap().as_deref(), Some(&b"new"[..]));
+}
