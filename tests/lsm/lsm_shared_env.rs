@@ -437,6 +437,22 @@ fn flushes_past_the_l0_trigger_are_compacted() {
 
 #[test]
 fn a_flush_runs_inside_another_engines_compaction_on_the_only_background_thread() {
+    // Whether B's flush is queued while A's compaction is inside its merge loop depends on the scheduler:
+    // on a busy machine the compaction can end (or not have reached its loop) before B's flush is queued.
+    // An attempt where that happened shows nothing either way and is repeated; the mechanism must show in
+    // one of them (without it, no attempt ever runs a flush inside a compaction).
+    for attempt in 0..6 {
+        if flush_inside_compaction_attempt() {
+            return;
+        }
+        eprintln!("attempt {attempt}: A's compaction was not running when B's flush was queued");
+    }
+    panic!("no attempt ran B's flush inside A's compaction");
+}
+
+/// One attempt of the scenario above; whether B's flush ran inside A's compaction. Checks both engines'
+/// data either way.
+fn flush_inside_compaction_attempt() -> bool {
     let env = SharedEnv::new(EnvOptions {
         background_threads: 1,
         ..EnvOptions::default()
@@ -470,20 +486,14 @@ fn a_flush_runs_inside_another_engines_compaction_on_the_only_background_thread(
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert_eq!(env.stats().compactions_queued, 0, "A's compaction started");
-    assert_eq!(a.stats().compactions, 0, "A's compaction still runs");
-    // Engine B's flush does not wait for A's compaction to end: the compaction runs it on its thread.
     let b = Db::open(dir_b.path(), opts_on(&env)).unwrap();
     for i in 0..2000u32 {
         b.put(&key(i), &value(1, i)).unwrap();
     }
+    // B's flush does not wait for A's compaction to end: the compaction runs it on its thread.
     b.flush().unwrap();
     let (sa, se) = (a.stats(), env.stats());
-    assert_eq!(
-        sa.compactions, 0,
-        "B's flush waited for A's compaction: {se:?}"
-    );
-    assert!(se.flushes_in_compactions >= 1, "{se:?}");
+    let inside = sa.compactions == 0 && se.flushes_in_compactions >= 1;
     a.wait_for_background_work().unwrap();
     assert_eq!(a.stats().l0_sorted_runs, 0, "{:?}", a.stats());
     for i in (0..200_000u32).step_by(997) {
@@ -495,6 +505,7 @@ fn a_flush_runs_inside_another_engines_compaction_on_the_only_background_thread(
     assert_eq!(b.get(&key(7)).unwrap().as_deref(), Some(&value(1, 7)[..]));
     a.close().unwrap();
     b.close().unwrap();
+    inside
 }
 
 #[test]
