@@ -35,6 +35,25 @@ impl StepStats {
         self.step_asides.load(Ordering::Relaxed)
     }
 
+    /// `, rmw cache in use (estimate 0.812, 0 step-asides)` or `aside`; empty before any figure.
+    pub(super) fn summary(&self) -> String {
+        let estimate = self.estimate.load(Ordering::Relaxed);
+        let asides = self.step_asides();
+        if estimate == u64::MAX && asides == 0 && !self.active.load(Ordering::Relaxed) {
+            return String::new();
+        }
+        let state = if self.active.load(Ordering::Relaxed) {
+            "in use"
+        } else {
+            "aside"
+        };
+        let estimate = match estimate {
+            u64::MAX => "none".to_string(),
+            e => format!("{:.3}", e as f64 / 1000.0),
+        };
+        format!(", rmw cache {state} (estimate {estimate}, {asides} step-asides)")
+    }
+
     pub(super) fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
         let mut m = vec![
             keyed_state_lsm::Metric {

@@ -99,10 +99,11 @@ impl EngineHandle for LsmEngine {
         m
     }
 
+    /// The engine's shape, and the read-modify-write cache's figures (`cache_stats`).
     fn summary(&self) -> String {
         let s = self.0.db.stats();
         format!(
-            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms), memtable index growths {} ({} ms)",
+            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms), memtable index growths {} ({} ms){}",
             s.level_files,
             s.memtable_bytes >> 10,
             s.immutable_memtables,
@@ -110,7 +111,8 @@ impl EngineHandle for LsmEngine {
             s.write_stalls,
             s.write_stall_micros / 1000,
             s.memtable_index_growths,
-            s.memtable_index_growth_micros / 1000
+            s.memtable_index_growth_micros / 1000,
+            self.0.step.summary()
         )
     }
 }
