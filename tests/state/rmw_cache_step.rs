@@ -300,3 +300,43 @@ fn stepping_aside_with_dirty_entries_a_pending_checkpoint_and_an_open_snapshot_l
 fn store_plain() -> (Store, LsmEngine) {
     store(0, false, RmwCacheStepping::NEVER)
 }
+
+#[test]
+fn a_cache_aside_gives_its_budget_charge_back_and_takes_it_again_when_back_in() {
+    let env = keyed_state::env::StateEnv::new(keyed_state::env::StateEnvOptions {
+        memory_budget: Some(64 << 20),
+        background_threads: 2,
+        ..keyed_state::env::StateEnvOptions::default()
+    })
+    .unwrap();
+    let mut b = env
+        .temp_lsm(config(), LsmBackend::small_options())
+        .and_then(|b| b.with_rmw_cache(1 << 20))
+        .unwrap();
+    b.set_rmw_cache_stepping(SMALL_WINDOW);
+    let engine = b.engine();
+    let mut store = Store::new(Box::new(b), LongSerializer).unwrap();
+    let v = store
+        .register_value(ValueStateDescriptor::new("v", LongSerializer))
+        .unwrap();
+    let charged = env.memory_usage().rmw_caches;
+    assert!(charged >= 1 << 20, "{charged}");
+    let (mut model, mut rng) = (BTreeMap::new(), Rng(3));
+    // About 9,400 entries; 94,000 keys.
+    run(&mut store, &v, &mut model, 60_000, || {
+        rng.below(94_000) as i64
+    });
+    assert_eq!(active(&engine), Some(0));
+    // Aside: only the estimate's shadow (a quarter of the cache's entries here) is charged.
+    let aside = env.memory_usage().rmw_caches;
+    assert!(
+        aside < charged / 8,
+        "{aside} charged aside, {charged} in use"
+    );
+    run(&mut store, &v, &mut model, 40_000, || {
+        rng.below(2_000) as i64
+    });
+    assert_eq!(active(&engine), Some(1));
+    assert_eq!(env.memory_usage().rmw_caches, charged);
+    check_all(&mut store, &v, &model);
+}
