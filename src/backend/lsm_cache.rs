@@ -10,7 +10,8 @@
 //!
 //! Submodules: `slot_table` (the hash table of slots), `map_index` (dirty map entries by map prefix),
 //! `ledger` (what the cache and the checkpoint captures of its layers agree on), `eviction` (CLOCK),
-//! `growth` (list appends that would not fit, written to the engine with their entry).
+//! `growth` (list appends that would not fit, written to the engine with their entry), `step_aside` (whether
+//! the cache pays) and `stepping` (stepping aside and back in).
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -25,9 +26,13 @@ mod growth;
 mod ledger;
 mod map_index;
 mod slot_table;
+mod step_aside;
+mod stepping;
 pub(crate) use ledger::LayerLedger;
 use map_index::{Hasher, MapIndex, WIDTH_NONE};
 use slot_table::SlotTable;
+pub use step_aside::RmwCacheStepping;
+use step_aside::StepAside;
 
 /// A key or value held by a slot and by the dirty log at once: short bytes are copied, longer ones share
 /// one buffer, which is written in place only while nothing else holds it.
@@ -190,6 +195,8 @@ pub(crate) struct RmwCache {
     /// there; the first goes straight to the engine. Empty: every key is taken in at once.
     door: Vec<u32>,
     maps: MapIndex,
+    /// Whether the cache pays, and whether it is in use or aside (empty, every operation to the engine).
+    step: StepAside,
 }
 
 /// Doorkeeper slots per byte of capacity: one per 256 bytes (an entry costs at least `ENTRY_OVERHEAD`), so
@@ -234,6 +241,7 @@ impl RmwCache {
                 vec![0; door_slots(capacity)]
             },
             maps: MapIndex::default(),
+            step: StepAside::new(capacity),
         }
     }
 
@@ -286,6 +294,10 @@ impl RmwCache {
     /// stays within the charge below the buckets charged, while the last growth, to them, holds half their
     /// bytes more until it has moved the old ones (at most one operation per 16 old buckets).
     pub(crate) fn footprint(&self) -> usize {
+        if !self.step.is_active() {
+            // Aside: empty, its memory given back (`stepping`), the doorkeeper untouched.
+            return self.step.bytes();
+        }
         let table =
             SlotTable::bytes_for(self.capacity / ENTRY_OVERHEAD + 1).max(self.table.bytes());
         self.capacity
@@ -301,6 +313,7 @@ impl RmwCache {
 
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
+        self.step.set_capacity(capacity);
         self.table.set_limit(capacity / ENTRY_OVERHEAD + 1);
         if !self.door.is_empty() {
             self.door = vec![0; door_slots(capacity)];
@@ -391,6 +404,7 @@ impl RmwCache {
     /// [`probe`](Self::probe) with the key's [`hash`](Self::hash).
     #[inline]
     pub(crate) fn probe_hashed(&mut self, key: &[u8], hash: u64) -> Found {
+        self.step.observe(hash);
         self.table.advance();
         let slots = &mut self.slots;
         let found = self.table.find(hash, |i| match slots.get(i as usize) {

@@ -76,3 +76,22 @@ conformance_suite!(lsm_cache_doorkeeper_tiny, |cfg| lsm_cached(
     1 << 10,
     false
 ));
+// Stepping aside and back in every few operations, with a few entries (evicting) and with everything fitting.
+conformance_suite!(lsm_cache_stepping_tiny, |cfg| lsm_stepping(cfg, 1 << 10));
+conformance_suite!(lsm_cache_stepping_large, |cfg| lsm_stepping(cfg, 64 << 20));
+
+/// [`lsm_cached`] (every key taken in on its first miss) stepping aside and back in every few operations.
+fn lsm_stepping(
+    cfg: keyed_state::backend::BackendConfig,
+    capacity: usize,
+) -> Box<dyn keyed_state::backend::StateBackend> {
+    let mut b = keyed_state::backend::lsm::LsmBackend::temp_with(
+        cfg,
+        keyed_state::backend::lsm::LsmBackend::small_options(),
+    )
+    .and_then(|b| b.with_rmw_cache(capacity))
+    .expect("lsm backend with a cache");
+    b.set_rmw_cache_admission(true).expect("cache admission");
+    b.set_rmw_cache_stepping(crate::conformance::STEP_EVERY_FEW_OPS);
+    Box::new(b)
+}

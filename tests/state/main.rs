@@ -13,6 +13,7 @@ mod model;
 mod operands_model;
 mod rescale;
 mod rmw_cache_default;
+mod rmw_cache_step;
 mod savepoint_format;
 mod serializers;
 mod timers;

@@ -87,10 +87,14 @@ struct Instance {
     ck: Checkpointer,
 }
 
-/// `b` with a read-modify-write cache of `capacity` bytes (`first_touch`: no doorkeeper).
-fn cached(b: LsmBackend, capacity: usize, first_touch: bool) -> LsmBackend {
+/// `b` with a read-modify-write cache of `capacity` bytes (`first_touch`: no doorkeeper; `stepping`: it
+/// steps aside and back in every few operations, entries dirty or not).
+fn cached(b: LsmBackend, capacity: usize, first_touch: bool, stepping: bool) -> LsmBackend {
     let mut b = b.with_rmw_cache(capacity).unwrap();
     b.set_rmw_cache_admission(first_touch).unwrap();
+    if stepping {
+        b.set_rmw_cache_stepping(conformance::STEP_EVERY_FEW_OPS);
+    }
     b
 }
 
@@ -100,8 +104,8 @@ enum Kind {
     Heap,
     Lsm,
     /// The LSM backend with a read-modify-write cache of this many bytes; `true`: every key taken in on its
-    /// first miss (no doorkeeper).
-    LsmCached(usize, bool),
+    /// first miss (no doorkeeper); `true`: the cache steps aside and back in every few operations.
+    LsmCached(usize, bool, bool),
     #[cfg(feature = "rocksdb")]
     RocksDb,
 }
@@ -110,8 +114,9 @@ enum Kind {
 const KINDS: &[Kind] = &[
     Kind::Heap,
     Kind::Lsm,
-    Kind::LsmCached(1, true),
-    Kind::LsmCached(2 << 10, false),
+    Kind::LsmCached(1, true, false),
+    Kind::LsmCached(2 << 10, false, false),
+    Kind::LsmCached(2 << 10, true, true),
     #[cfg(feature = "rocksdb")]
     Kind::RocksDb,
 ];
@@ -150,10 +155,11 @@ impl Job {
                             .and_then(|b| b.with_rmw_cache(0))
                             .unwrap(),
                     ),
-                    Kind::LsmCached(cache, first_touch) => Box::new(cached(
+                    Kind::LsmCached(cache, first_touch, stepping) => Box::new(cached(
                         LsmBackend::temp_with(cfg, LsmBackend::small_options()).unwrap(),
                         cache,
                         first_touch,
+                        stepping,
                     )),
                     #[cfg(feature = "rocksdb")]
                     Kind::RocksDb => {
@@ -173,9 +179,9 @@ impl Job {
         id: u64,
         storage: Arc<CheckpointStorage>,
     ) -> Job {
-        let (cache, first_touch) = match kind {
-            Kind::LsmCached(c, f) => (c, f),
-            _ => (0, false),
+        let (cache, first_touch, stepping) = match kind {
+            Kind::LsmCached(c, f, s) => (c, f, s),
+            _ => (0, false, false),
         };
         let backends = (0..parallelism)
             .map(|i| {
@@ -183,7 +189,7 @@ impl Job {
                 let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, range);
                 let (b, _) =
                     restore_lsm_temp(&storage, id, cfg, LsmBackend::small_options()).unwrap();
-                Box::new(cached(b, cache, first_touch)) as Box<dyn StateBackend>
+                Box::new(cached(b, cache, first_touch, stepping)) as Box<dyn StateBackend>
             })
             .collect();
         Job::with_backends(kind, backends, &[], storage)
@@ -471,14 +477,16 @@ proptest! {
         run(&ops, Kind::Lsm);
     }
 
-    /// With the read-modify-write cache, from one byte (every write evicted at once) to everything fitting.
+    /// With the read-modify-write cache, from one byte (every write evicted at once) to everything fitting;
+    /// stepping aside and back in every few operations or not.
     #[test]
     fn lsm_with_a_cache_matches_model(
         ops in proptest::collection::vec(op(), 1..80),
         cache in proptest::sample::select(vec![1usize, 300, 2 << 10, 64 << 20]),
         first_touch in any::<bool>(),
+        stepping in any::<bool>(),
     ) {
-        run(&ops, Kind::LsmCached(cache, first_touch));
+        run(&ops, Kind::LsmCached(cache, first_touch, stepping));
     }
 }
 

@@ -79,7 +79,12 @@ impl LsmBackend {
 
     fn resize_cache_uncharged(&mut self, capacity: usize) -> Result<()> {
         let db = &self.shared.db;
-        let first_touch = self.cache_first_touch;
+        let (first_touch, stepping) = (self.cache_first_touch, self.cache_stepping);
+        let make = |n| {
+            let mut c = RmwCache::new(n, first_touch);
+            c.set_stepping(stepping);
+            c
+        };
         match (&mut self.cache, capacity) {
             (Some(c), 0) => {
                 c.clear(db)?;
@@ -90,20 +95,21 @@ impl LsmBackend {
             // again, so that the footprint follows the capacity (a share divided among more backends).
             (Some(c), n) if c.table_oversized_for(n) => {
                 c.clear(db)?;
-                self.cache = Some(RmwCache::new(n, first_touch));
+                self.cache = Some(make(n));
             }
             (Some(c), n) => {
                 c.set_capacity(n);
                 c.evict(None, db)?;
             }
             (None, 0) => {}
-            (None, n) => self.cache = Some(RmwCache::new(n, first_touch)),
+            (None, n) => self.cache = Some(make(n)),
         }
         Ok(())
     }
 
     /// Makes the cache's charge on the memory budget its footprint (none without a cache).
     pub(super) fn charge_cache(&mut self) {
+        self.shared.step.record(self.cache.as_ref(), false);
         match (&self.cache, &mut self.cache_charge) {
             (None, charge) => *charge = None,
             (Some(c), Some(r)) => r.resize(c.footprint()),
@@ -125,7 +131,9 @@ impl LsmBackend {
         if let Some(c) = &mut self.cache {
             if c.admits_on_first_touch() != first_touch {
                 c.clear(&self.shared.db)?;
-                self.cache = Some(RmwCache::new(c.capacity(), first_touch));
+                let mut fresh = RmwCache::new(c.capacity(), first_touch);
+                fresh.set_stepping(self.cache_stepping);
+                self.cache = Some(fresh);
             }
         }
         self.charge_cache();

@@ -24,6 +24,8 @@ pub(super) struct Shared {
     /// Set by every write the read-modify-write cache takes, cleared when the backend writes everything
     /// back: while set, the cache (or a pending layer of it) may hold writes the engine has not seen.
     pub(super) unsynced: AtomicBool,
+    /// The read-modify-write cache's figures (`cache_stats`).
+    pub(super) step: super::cache_stats::StepStats,
     pub(super) _tmp: Option<tempfile::TempDir>,
 }
 
@@ -90,14 +92,18 @@ impl EngineHandle for LsmEngine {
         Ok(self.0.db.wait_for_background_work()?)
     }
 
+    /// The engine's metrics and the read-modify-write cache's (`keyed-state.rmw-cache.*`).
     fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
-        self.0.db.stats().metrics()
+        let mut m = self.0.db.stats().metrics();
+        m.extend(self.0.step.metrics());
+        m
     }
 
+    /// The engine's shape, and the read-modify-write cache's figures (`cache_stats`).
     fn summary(&self) -> String {
         let s = self.0.db.stats();
         format!(
-            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms), memtable index growths {} ({} ms)",
+            "files per level {:?}, memtable {} KiB + {} immutable, base level {}, write stalls {} ({} ms), memtable index growths {} ({} ms){}",
             s.level_files,
             s.memtable_bytes >> 10,
             s.immutable_memtables,
@@ -105,7 +111,8 @@ impl EngineHandle for LsmEngine {
             s.write_stalls,
             s.write_stall_micros / 1000,
             s.memtable_index_growths,
-            s.memtable_index_growth_micros / 1000
+            s.memtable_index_growth_micros / 1000,
+            self.0.step.summary()
         )
     }
 }

@@ -29,6 +29,8 @@ use parking_lot::Mutex;
 
 mod cache_config;
 mod cache_share;
+mod cache_stats;
+mod cache_step;
 mod cached;
 mod capture;
 mod clip;
@@ -38,6 +40,7 @@ mod map_scan;
 mod open;
 mod snapshot;
 
+pub use crate::backend::lsm_cache::RmwCacheStepping;
 pub(crate) use cache_share::{
     charged_on as rmw_caches_charged_on, set_ratio as set_rmw_cache_ratio,
 };
@@ -96,6 +99,8 @@ pub struct LsmBackend {
     /// Whether a cache made for this backend takes keys in on their first miss
     /// ([`set_rmw_cache_admission`](Self::set_rmw_cache_admission)).
     cache_first_touch: bool,
+    /// When a cache made for this backend steps aside ([`set_rmw_cache_stepping`](Self::set_rmw_cache_stepping)).
+    cache_stepping: RmwCacheStepping,
 }
 
 impl LsmBackend {
@@ -219,7 +224,7 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, false, "get")?;
         self.follow_share()?;
         self.build_key(state, &[key]);
-        let cached = self.cached_kind(state);
+        let cached = self.through_cache(state)?;
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             return cached_read(cache, &self.shared.db, &self.kbuf, &mut self.vbuf);
         }
@@ -243,7 +248,8 @@ impl StateBackend for LsmBackend {
             self.kbuf.extend_from_slice(key);
             ends.push(self.kbuf.len());
         }
-        let cached = self.cached_kind(state);
+        // Not counted in the cache's window; aside, the cache is empty and the engine answers.
+        let cached = self.cached_kind(state) && self.rmw_cache_active();
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             let mut start = 0;
             let mut hits = Vec::with_capacity(keys.len());
@@ -292,7 +298,7 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, false, "put")?;
         self.follow_share()?;
         self.build_key(state, &[key]);
-        let cached = self.cached_kind(state);
+        let cached = self.through_cache(state)?;
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             self.shared.unsynced.store(true, Ordering::Relaxed);
             return cached_write(cache, &self.shared.db, &self.kbuf, Some(value));
@@ -305,7 +311,7 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, false, "delete")?;
         self.follow_share()?;
         self.build_key(state, &[key]);
-        let cached = self.cached_kind(state);
+        let cached = self.through_cache(state)?;
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             self.shared.unsynced.store(true, Ordering::Relaxed);
             return cached_write(cache, &self.shared.db, &self.kbuf, None);
@@ -320,7 +326,7 @@ impl StateBackend for LsmBackend {
             return Ok(());
         }
         self.build_key(state, &[key]);
-        let cached = self.cached_kind(state);
+        let cached = self.through_cache(state)?;
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             self.shared.unsynced.store(true, Ordering::Relaxed);
             return cached_append(cache, &self.shared.db, &self.kbuf, elements, &mut self.vbuf);
@@ -379,8 +385,8 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_get")?;
         self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
-        let timers = self.states[state].kind == StateKind::Timers;
-        if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+        let cached = self.through_cache(state)?;
+        if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             return cached_read(cache, &self.shared.db, &self.kbuf, &mut self.vbuf);
         }
         let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
@@ -398,8 +404,8 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_put")?;
         self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
-        let timers = self.states[state].kind == StateKind::Timers;
-        if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+        let cached = self.through_cache(state)?;
+        if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             self.shared.unsynced.store(true, Ordering::Relaxed);
             let prefix_len = STATE_PREFIX_LEN + key_ns.len();
             return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, Some(value));
@@ -417,8 +423,8 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_remove")?;
         self.follow_share()?;
         self.build_key(state, &[key_ns, user_key]);
-        let timers = self.states[state].kind == StateKind::Timers;
-        if let Some(cache) = self.cache.as_mut().filter(|_| !timers) {
+        let cached = self.through_cache(state)?;
+        if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
             self.shared.unsynced.store(true, Ordering::Relaxed);
             let prefix_len = STATE_PREFIX_LEN + key_ns.len();
             return cached_map_write(cache, &self.shared.db, &self.kbuf, prefix_len, None);
@@ -435,8 +441,8 @@ impl StateBackend for LsmBackend {
     ) -> Result<()> {
         self.check(state, kg, true, "map_put")?;
         self.follow_share()?;
-        let timers = self.states[state].kind == StateKind::Timers;
-        if self.cache.is_none() || timers {
+        // Aside, each entry goes to the engine as a `map_put` (counted in the cache's window, sampled).
+        if !(self.cached_kind(state) && self.rmw_cache_active()) {
             return super::map_put_each(self, state, kg, key_ns, entries);
         }
         self.build_key(state, &[key_ns]);

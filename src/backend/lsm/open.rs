@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::engine::Shared;
 use super::keys::STATE_PREFIX_LEN;
-use super::{LsmBackend, LOAD_BUFFER_BYTES};
+use super::{LsmBackend, RmwCacheStepping, LOAD_BUFFER_BYTES};
 use crate::backend::lsm_load::{LoadRun, Loader};
 use crate::backend::lsm_merge::{StateMergeOperator, ValueMerges};
 use crate::backend::lsm_ttl::{TtlFilterFactory, TtlFilters};
@@ -164,6 +164,7 @@ impl LsmBackend {
                 ttl: parts.ttl,
                 merges: parts.merges,
                 unsynced: std::sync::atomic::AtomicBool::new(false),
+                step: Default::default(),
                 _tmp: tmp,
             }),
             kbuf: Vec::with_capacity(64),
@@ -176,6 +177,7 @@ impl LsmBackend {
             cache_charge: None,
             share: None,
             cache_first_touch: false,
+            cache_stepping: RmwCacheStepping::DEFAULT,
         };
         b.use_default_cache()?;
         Ok(b)

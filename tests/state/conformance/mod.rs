@@ -21,6 +21,16 @@ pub use ttl::*;
 /// Creates a backend for a configuration.
 pub type Factory = dyn Fn(BackendConfig) -> Box<dyn StateBackend>;
 
+/// A read-modify-write cache that steps aside at the end of every window of three operations (whatever its
+/// estimate: writing everything back, pending layers first) and back in at the next: consistency across
+/// stepping, with entries dirty and layers pending.
+pub const STEP_EVERY_FEW_OPS: keyed_state::backend::lsm::RmwCacheStepping =
+    keyed_state::backend::lsm::RmwCacheStepping {
+        window_ops: 3,
+        aside_below: 2.0,
+        back_above: -1.0,
+    };
+
 pub fn store_long(
     f: &Factory,
     max_p: u32,
