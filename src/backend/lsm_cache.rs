@@ -28,6 +28,7 @@ mod map_index;
 mod slot_table;
 mod step_aside;
 mod stepping;
+mod storage;
 pub(crate) use ledger::LayerLedger;
 use map_index::{Hasher, MapIndex, WIDTH_NONE};
 use slot_table::SlotTable;
@@ -220,7 +221,7 @@ impl RmwCache {
         // (its growth is spread over the operations after it), so that its buckets stay as dense as the
         // entries allow.
         let expect = capacity / (ENTRY_OVERHEAD + 16);
-        RmwCache {
+        let c = RmwCache {
             table: SlotTable::new(capacity / ENTRY_OVERHEAD + 1),
             hasher: Hasher::default(),
             slots: Vec::with_capacity(expect.min(1 << 22)),
@@ -242,7 +243,10 @@ impl RmwCache {
             },
             maps: MapIndex::default(),
             step: StepAside::new(capacity),
-        }
+        };
+        storage::use_small_pages(&c.slots);
+        storage::use_small_pages(&c.log);
+        c
     }
 
     /// Whether a key of hash `h` that missed on a read is taken into the cache with `bytes` of key and
@@ -682,6 +686,7 @@ impl RmwCache {
     pub(crate) fn hand_off(&mut self) -> Vec<Arc<Layer>> {
         if self.log_valid > 0 {
             let entries = std::mem::replace(&mut self.log, Vec::with_capacity(self.log_reserve));
+            storage::use_small_pages(&self.log);
             self.pending.push(Arc::new(Layer {
                 epoch: self.epoch,
                 entries,

@@ -85,8 +85,9 @@ pub(super) fn cached_map_write(
 }
 
 /// A list append through the cache: a cached list gets `elements` appended in the cache (in place,
-/// amortised), unless that would grow it past the capacity: then it goes to the engine with them and
-/// leaves the cache ([`RmwCache::append_around`]). An uncached one is read from the engine (its merge
+/// amortised), unless that would grow it past the capacity, or the append is large and would move a
+/// shorter list into a new buffer: then it goes to the engine with them and leaves the cache
+/// ([`RmwCache::append_around`]). An uncached one is read from the engine (its merge
 /// operands folded) and taken in with the elements appended, dirty, while the cache has room for it, so
 /// that its next appends and reads are answered by the cache; without room it gets a merge operand, never
 /// a read (it is in no pending layer either: those hold only cached keys).

@@ -7,8 +7,9 @@
 //! bytes and buckets. Removal shifts the following entries back (no tombstones).
 //!
 //! The table grows with its entries, doubling, and a growth is spread over the operations around it, so
-//! that no operation zeroes or re-places every bucket: from half its load limit on, each insertion zeroes a
-//! few buckets of the next table; at the limit the new buckets take every insertion, and each later
+//! that no operation zeroes or re-places every bucket: from three quarters of its load limit on, each
+//! insertion zeroes a few buckets of the next table (later, a table whose entries stop short of the limit
+//! would zero a next one it never uses); at the limit the new buckets take every insertion, and each later
 //! insertion or probe moves a few whole clusters (runs of full buckets) of the old buckets over, from an
 //! empty bucket on. Moving whole clusters keeps the old buckets a valid table (every entry of a cluster has
 //! its home bucket in it), and tells where a key is: one whose home bucket the growth has passed is in the
@@ -25,10 +26,10 @@ const MIN_BUCKETS: usize = 16;
 /// would finish in time; more keep the span in which misses probe twice short.
 const MOVE_STEP: usize = 16;
 
-/// Buckets of the next table zeroed per insertion from half the load limit on (one cache line). The next
-/// table has twice the buckets and 5/16 of the current ones are inserted meanwhile: 6.4 per insertion
-/// would finish in time.
-const ZERO_STEP: usize = 8;
+/// Buckets of the next table zeroed per insertion from three quarters of the load limit on (two cache
+/// lines). The next table has twice the buckets and 5/32 of the current ones are inserted meanwhile: 12.8
+/// per insertion would finish in time.
+const ZERO_STEP: usize = 16;
 
 pub(crate) struct SlotTable {
     buckets: Vec<u64>,
@@ -43,7 +44,7 @@ pub(crate) struct SlotTable {
     /// Old buckets the growth has yet to visit.
     unvisited: usize,
     /// The next table's buckets, zeroed ahead of its growth (allocated for all of them, filled as far as
-    /// zeroed; empty until the table is half its load limit full).
+    /// zeroed; empty until the table is three quarters of its load limit full).
     next: Vec<u64>,
     /// The most buckets the table is expected to need (for the most entries its cache holds): no next
     /// table is zeroed beyond them.
@@ -164,7 +165,7 @@ impl SlotTable {
         // Load factor at most 5/8: probe sequences stay short.
         if (self.len + 1) * 8 > self.buckets.len() * 5 {
             self.grow();
-        } else if self.len * 16 > self.buckets.len() * 5 && self.buckets.len() < self.limit {
+        } else if self.len * 32 > self.buckets.len() * 15 && self.buckets.len() < self.limit {
             self.zero_ahead();
         }
         place(&mut self.buckets, Self::entry(Self::tag(hash), slot));
@@ -386,7 +387,7 @@ mod tests {
             t.advance();
         }
         assert!(t.old.is_empty());
-        // Past half its load limit, the next table's buckets are being zeroed ahead.
+        // Past three quarters of its load limit, the next table's buckets are being zeroed ahead.
         assert!(!t.next.is_empty());
         assert_eq!(
             t.bytes(),
