@@ -113,6 +113,14 @@ pub struct Options {
     /// The view's bound on the bytes of its files no longer in the engine's version (local disk the view
     /// alone keeps), as a fraction of the version's bytes (default 1.0).
     pub checkpoint_view_max_pinned_ratio: f64,
+    /// The view's trigger, in L0 sorted runs, for a *background* materialization (default 5, half of
+    /// `checkpoint_view_max_l0_runs`): [`Db::checkpoint_view_due`](crate::Db::checkpoint_view_due) says so,
+    /// and a host that uploads in the background takes [`Db::begin_view_materialization`](crate::Db::begin_view_materialization)
+    /// (`design/checkpoint-view.md`, "In the background"). `usize::MAX`: never.
+    pub checkpoint_view_background_l0_runs: usize,
+    /// The view's trigger, in pinned bytes against the version's, for a background materialization
+    /// (default 0.5).
+    pub checkpoint_view_background_pinned_ratio: f64,
     /// Where the database's files live (default: the real file system, [`StorageHandle::os`]). Every
     /// durable byte goes through it: SST files, WAL, manifest, `CURRENT`, directory syncs, renames,
     /// deletes, listings and the directory lock. Tests pass a
@@ -159,6 +167,8 @@ impl Default for Options {
             checkpoint_view: false,
             checkpoint_view_max_l0_runs: 10,
             checkpoint_view_max_pinned_ratio: 1.0,
+            checkpoint_view_background_l0_runs: 5,
+            checkpoint_view_background_pinned_ratio: 0.5,
             storage: StorageHandle::os(),
             env: None,
         }
@@ -195,6 +205,14 @@ impl fmt::Debug for Options {
             .field(
                 "checkpoint_view_max_pinned_ratio",
                 &self.checkpoint_view_max_pinned_ratio,
+            )
+            .field(
+                "checkpoint_view_background_l0_runs",
+                &self.checkpoint_view_background_l0_runs,
+            )
+            .field(
+                "checkpoint_view_background_pinned_ratio",
+                &self.checkpoint_view_background_pinned_ratio,
             )
             .field("storage", &self.storage)
             .field("env", &self.env)
