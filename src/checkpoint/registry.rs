@@ -81,6 +81,12 @@ pub struct CheckpointSummary {
     /// materialization). Without a view, every checkpoint uploads the compactions since the last one and
     /// this is 0.
     pub bytes_materialization: u64,
+    /// Files referenced from the objects a background materialization uploaded (outside any checkpoint's
+    /// path, `design/checkpoint-view.md`, "In the background"): counted in
+    /// [`files_reused`](Self::files_reused), not uploaded by this checkpoint.
+    pub files_from_materialization: usize,
+    /// Bytes of those files.
+    pub bytes_from_materialization: u64,
     /// Microseconds of the asynchronous part.
     pub async_micros: u64,
 }
@@ -91,6 +97,8 @@ pub(super) struct InFlight {
     pub(super) protect: BTreeSet<String>,
     /// The metadata once written (complete on storage, not yet confirmed by the host).
     pub(super) written: Option<CheckpointMetadata>,
+    /// Its capture was an in-band materialization of the checkpoint view (set with `written`).
+    pub(super) materialized: bool,
 }
 
 /// A confirmed checkpoint while retained.
@@ -119,6 +127,11 @@ pub(super) struct Registry {
     pub(super) retire: Vec<String>,
     /// Old runs (`<instance>/<run>`) the retired metadata referenced: the next sweep looks at them.
     pub(super) sweep_runs: BTreeSet<String>,
+    /// The background materialization in flight or uploaded, until a checkpoint that began after its
+    /// uploads ended is confirmed (`design/checkpoint-view.md`, "In the background").
+    pub(super) mat: Option<super::materialize::Materializing>,
+    /// What the background materializations did.
+    pub(super) mat_status: super::materialize::MaterializationStatus,
 }
 
 pub(super) struct Inner {
@@ -136,6 +149,8 @@ pub(super) struct Inner {
     pub(super) sweep: Mutex<SweepState>,
     /// Held by a running sweep: one sweep of the instance at a time.
     pub(super) sweep_lock: Mutex<()>,
+    /// Notified when a background materialization's uploads end.
+    pub(super) mat_idle: parking_lot::Condvar,
 }
 
 impl Inner {

@@ -43,22 +43,7 @@ impl crate::backend::CheckpointCapture for LsmCapture {
                 adopt(&mut captured, ledger, first.epoch(), last.epoch());
             }
         }
-        let files = captured
-            .files
-            .iter()
-            .map(|f| crate::backend::CapturedFile {
-                number: f.number,
-                level: f.level,
-                size: f.size,
-                source: match &f.bounds {
-                    None => crate::backend::FileSource::Sst(f.path.clone()),
-                    Some(b) => crate::backend::FileSource::BoundedSst {
-                        path: f.path.clone(),
-                        bounds: b.clone(),
-                    },
-                },
-            })
-            .collect();
+        let files = captured.files.iter().map(captured_file).collect();
         Ok(crate::backend::CapturedFiles {
             backend: crate::backend::BackendKind::Lsm,
             files,
@@ -86,5 +71,58 @@ fn adopt(
         Ok(None) => {}
         // The checkpoint's files are whole either way; the engine reports its failure to the next write.
         Err(e) => tracing::warn!(error = %e, "checkpoint files not adopted by the engine"),
+    }
+}
+
+fn captured_file(f: &keyed_state_lsm::CapturedFile) -> crate::backend::CapturedFile {
+    crate::backend::CapturedFile {
+        number: f.number,
+        level: f.level,
+        size: f.size,
+        source: match &f.bounds {
+            None => crate::backend::FileSource::Sst(f.path.clone()),
+            Some(b) => crate::backend::FileSource::BoundedSst {
+                path: f.path.clone(),
+                bounds: b.clone(),
+            },
+        },
+    }
+}
+
+/// A background materialization of the engine's checkpoint view: its version's files, pinned.
+struct LsmMaterialization {
+    m: keyed_state_lsm::ViewMaterialization,
+    files: Vec<crate::backend::CapturedFile>,
+    shared: Arc<Shared>,
+}
+
+/// The engine's version for a background materialization, when its checkpoint view is past a background
+/// trigger (`design/checkpoint-view.md`, "In the background").
+pub(super) fn view_materialization(
+    shared: &Arc<Shared>,
+) -> Option<Box<dyn crate::backend::MaterializationCapture>> {
+    if !shared.db.checkpoint_view_due() {
+        return None;
+    }
+    let m = shared.db.begin_view_materialization()?;
+    let files = m.files.iter().map(captured_file).collect();
+    Some(Box::new(LsmMaterialization {
+        m,
+        files,
+        shared: Arc::clone(shared),
+    }))
+}
+
+impl crate::backend::MaterializationCapture for LsmMaterialization {
+    fn files(&self) -> &[crate::backend::CapturedFile] {
+        &self.files
+    }
+
+    fn storage(&self) -> keyed_state_lsm::storage::StorageHandle {
+        self.shared.db.storage().clone()
+    }
+
+    fn advance(self: Box<Self>) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused> {
+        self.m.advance()
     }
 }
