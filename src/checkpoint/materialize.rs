@@ -11,56 +11,19 @@
 //! closed, or a confirmed in-band materialization made it moot): its objects are deleted then, and
 //! whatever is left (a crash) is unreferenced, for the next sweep.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::format::{CheckpointMetadata, FileRef, ObjectRef};
-use super::pending::{file_kind, reuse_key, ReuseKey};
-use super::registry::{Inner, Registry};
+use super::format::{FileRef, ObjectRef};
+use super::registry::{Inner, Materializing, Refs, Registry};
+use super::reuse::{file_kind, reuse_key, ReuseKey};
 use super::storage::{Upload, UploadPart};
 use crate::backend::{CapturedFile, FileSource, MaterializationCapture};
 use crate::error::{CheckpointError, Error, Result};
 
 /// Bytes of new files uploaded in one batch.
 const BATCH_BYTES: u64 = 64 << 20;
-
-/// What the background materializations of one [`Checkpointer`](super::Checkpointer) did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MaterializationStatus {
-    /// Materializations started.
-    pub started: u64,
-    /// Uploaded, and the engine's view advanced to them.
-    pub advanced: u64,
-    /// Uploaded, and the engine left its view as it was (replaced since; a spanning L0 file).
-    pub refused: u64,
-    /// Abandoned before their uploads ended (failure, close, made moot): their objects deleted.
-    pub abandoned: u64,
-    /// Objects uploaded by the materializations that ended their uploads.
-    pub objects_written: u64,
-    /// Bytes of those objects: written outside every checkpoint's path.
-    pub bytes_written: u64,
-    /// Whether one is uploading now.
-    pub in_flight: bool,
-}
-
-/// The uploaded files of a materialization, as a checkpoint references them.
-pub(super) struct Refs {
-    pub(super) objects: Vec<ObjectRef>,
-    pub(super) files: Vec<FileRef>,
-}
-
-/// A materialization in the registry (not a checkpoint: no id, no metadata).
-pub(super) struct Materializing {
-    seq: u64,
-    pub(super) cancel: Arc<AtomicBool>,
-    /// Objects it uploads or uploaded: live for the sweep while it is in the registry.
-    pub(super) protect: BTreeSet<String>,
-    /// Set once the uploads ended (after the engine's answer to the advance).
-    pub(super) refs: Option<Arc<Refs>>,
-    /// The first checkpoint that began after `refs` was set: its confirmation ends the protection.
-    pub(super) first_after: Option<u64>,
-}
 
 /// At the synchronous part of checkpoint `id` (the registry locked): notes `id` as the first checkpoint after
 /// an uploaded materialization, or starts one when none is in the registry and `backend` has one due.
@@ -119,17 +82,6 @@ pub(super) fn at_confirm(reg: &mut Registry, id: u64, moot: bool) {
     } else if moot && m.refs.is_none() {
         m.cancel.store(true, Ordering::Release);
     }
-}
-
-/// The uploaded materialization's files for a checkpoint's reuse, protected as the checkpoint's own from now
-/// on (the registry's `mat`, locked; `protect`: the checkpoint's protect set).
-pub(super) fn refs_for(
-    mat: &Option<Materializing>,
-    protect: &mut BTreeSet<String>,
-) -> Option<Arc<Refs>> {
-    let refs = mat.as_ref()?.refs.clone()?;
-    protect.extend(refs.objects.iter().map(|o| o.path.clone()));
-    Some(refs)
 }
 
 async fn run(
@@ -316,27 +268,4 @@ fn part(f: &CapturedFile) -> Result<UploadPart> {
         )
         .into()),
     }
-}
-
-/// The reuse table of a checkpoint: the base's files, and the uploaded materialization's not in it, each
-/// with its object and whether it came from the materialization.
-pub(super) fn reuse_table<'a>(
-    base: Option<&'a CheckpointMetadata>,
-    mat: Option<&'a Refs>,
-) -> HashMap<ReuseKey, (&'a FileRef, &'a ObjectRef, bool)> {
-    let mut out = HashMap::new();
-    let sources = mat
-        .map(|m| (&m.files, &m.objects, true))
-        .into_iter()
-        .chain(base.map(|b| (&b.files, &b.objects, false)));
-    for (files, objects, from_mat) in sources {
-        for r in files {
-            if let (Some(k), Some(o)) =
-                (reuse_key(r.number, &r.kind), objects.get(r.object as usize))
-            {
-                out.insert(k, (r, o, from_mat));
-            }
-        }
-    }
-    out
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 use super::metadata_path;
 use super::registry::{CheckpointSummary, Inner};
+use super::reuse::{file_kind, reuse_key};
 use super::storage::{Upload, UploadPart};
 use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource};
 use crate::error::{CheckpointError, Error, Result};
@@ -40,35 +41,6 @@ impl<'a> Batch<'a> {
     fn push(&mut self, g: Group<'a>) {
         self.bytes += g.bytes;
         self.groups.push(g);
-    }
-}
-
-/// What identifies a file of the backend across its checkpoints: an SST by its number alone (a number
-/// names one file with fixed bytes for the engine's life; the bounds a restore listed may be dropped by the
-/// engine when they cover the whole file), a heap table by number, state and key group; a named file is
-/// never reused.
-pub(super) type ReuseKey = (u64, Option<(u32, u32)>);
-
-pub(super) fn reuse_key(number: u64, kind: &FileKind) -> Option<ReuseKey> {
-    match kind {
-        FileKind::Sst | FileKind::BoundedSst(_) => Some((number, None)),
-        FileKind::Table { state, key_group } => {
-            Some((number, Some((*state, u32::from(*key_group)))))
-        }
-        FileKind::Named(_) => None,
-    }
-}
-
-/// The metadata's kind of a captured file.
-pub(super) fn file_kind(s: &FileSource) -> FileKind {
-    match s {
-        FileSource::Sst(_) => FileKind::Sst,
-        FileSource::BoundedSst { bounds, .. } => FileKind::BoundedSst(bounds.clone()),
-        FileSource::Table { state, key_group } => FileKind::Table {
-            state: *state,
-            key_group: *key_group,
-        },
-        FileSource::Named { name, .. } => FileKind::Named(name.clone()),
     }
 }
 
@@ -227,11 +199,11 @@ impl PendingCheckpoint {
             let mut reg = inner.reg.lock();
             let reg = &mut *reg;
             match reg.in_flight.get_mut(&id) {
-                Some(f) => super::materialize::refs_for(&reg.mat, &mut f.protect),
+                Some(f) => super::reuse::refs_for(&reg.mat, &mut f.protect),
                 None => return Err(CheckpointError::Cancelled { id }.into()),
             }
         };
-        let base_files = super::materialize::reuse_table(self.base.as_ref(), mat.as_deref());
+        let base_files = super::reuse::reuse_table(self.base.as_ref(), mat.as_deref());
         let mut files_from_materialization = 0usize;
         let mut bytes_from_materialization = 0u64;
         for f in &captured.files {

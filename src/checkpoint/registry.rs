@@ -10,7 +10,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::fence::newest_attempt_async;
-use super::format::CheckpointMetadata;
+use super::format::{CheckpointMetadata, FileRef, ObjectRef};
 use super::storage::CheckpointStorage;
 use crate::error::{CheckpointError, Error, Result};
 
@@ -129,9 +129,9 @@ pub(super) struct Registry {
     pub(super) sweep_runs: BTreeSet<String>,
     /// The background materialization in flight or uploaded, until a checkpoint that began after its
     /// uploads ended is confirmed (`design/checkpoint-view.md`, "In the background").
-    pub(super) mat: Option<super::materialize::Materializing>,
+    pub(super) mat: Option<Materializing>,
     /// What the background materializations did.
-    pub(super) mat_status: super::materialize::MaterializationStatus,
+    pub(super) mat_status: MaterializationStatus,
 }
 
 pub(super) struct Inner {
@@ -228,4 +228,41 @@ impl SweepState {
 
 pub(super) fn is_fenced(e: &Error) -> bool {
     matches!(e, Error::Checkpoint(CheckpointError::Fenced { .. }))
+}
+
+/// What the background materializations of one [`Checkpointer`](super::Checkpointer) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaterializationStatus {
+    /// Materializations started.
+    pub started: u64,
+    /// Uploaded, and the engine's view advanced to them.
+    pub advanced: u64,
+    /// Uploaded, and the engine left its view as it was (replaced since; a spanning L0 file).
+    pub refused: u64,
+    /// Abandoned before their uploads ended (failure, close, made moot): their objects deleted.
+    pub abandoned: u64,
+    /// Objects uploaded by the materializations that ended their uploads.
+    pub objects_written: u64,
+    /// Bytes of those objects: written outside every checkpoint's path.
+    pub bytes_written: u64,
+    /// Whether one is uploading now.
+    pub in_flight: bool,
+}
+
+/// The uploaded files of a materialization, as a checkpoint references them.
+pub(super) struct Refs {
+    pub(super) objects: Vec<ObjectRef>,
+    pub(super) files: Vec<FileRef>,
+}
+
+/// A materialization in the registry (not a checkpoint: no id, no metadata).
+pub(super) struct Materializing {
+    pub(super) seq: u64,
+    pub(super) cancel: Arc<AtomicBool>,
+    /// Objects it uploads or uploaded: live for the sweep while it is in the registry.
+    pub(super) protect: BTreeSet<String>,
+    /// Set once the uploads ended (after the engine's answer to the advance).
+    pub(super) refs: Option<Arc<Refs>>,
+    /// The first checkpoint that began after `refs` was set: its confirmation ends the protection.
+    pub(super) first_after: Option<u64>,
 }
