@@ -113,11 +113,15 @@ pub(crate) fn capture(
 }
 
 /// Whether a background materialization is due: the view is past one of its background triggers
-/// ([`Options::checkpoint_view_background_l0_runs`], [`Options::checkpoint_view_background_pinned_ratio`]).
+/// ([`Options::checkpoint_view_background_l0_runs`], [`Options::checkpoint_view_background_pinned_ratio`])
+/// and still within its bounds (past them, the next capture materializes in band anyway).
 pub(crate) fn background_due(view: Option<&Version>, version: &Version, opts: &Options) -> bool {
     let Some(v) = view.filter(|_| opts.checkpoint_view) else {
         return false;
     };
+    if !within_bounds(v, version, opts) {
+        return false;
+    }
     v.l0_runs >= opts.checkpoint_view_background_l0_runs
         || bytes_outside(v, version) as f64
             > opts.checkpoint_view_background_pinned_ratio * total_bytes(version) as f64

@@ -111,7 +111,9 @@ pub struct Options {
     /// restore adopts a checkpoint's L0 files as L0 runs.
     pub checkpoint_view_max_l0_runs: usize,
     /// The view's bound on the bytes of its files no longer in the engine's version (local disk the view
-    /// alone keeps), as a fraction of the version's bytes (default 1.0).
+    /// alone keeps), as a fraction of the version's bytes (default 2.0: above 1.0, so that after a merge into
+    /// the base level, which pins the old base level, a background materialization takes the view forward
+    /// instead of the next capture).
     pub checkpoint_view_max_pinned_ratio: f64,
     /// The view's trigger, in L0 sorted runs, for a *background* materialization (default 5, half of
     /// `checkpoint_view_max_l0_runs`): [`Db::checkpoint_view_due`](crate::Db::checkpoint_view_due) says so,
@@ -166,7 +168,7 @@ impl Default for Options {
             partition_prefix_len: 0,
             checkpoint_view: false,
             checkpoint_view_max_l0_runs: 10,
-            checkpoint_view_max_pinned_ratio: 1.0,
+            checkpoint_view_max_pinned_ratio: 2.0,
             checkpoint_view_background_l0_runs: 5,
             checkpoint_view_background_pinned_ratio: 0.5,
             storage: StorageHandle::os(),

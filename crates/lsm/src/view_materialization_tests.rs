@@ -145,3 +145,32 @@ fn an_advance_is_refused_when_the_version_keeps_a_file_spanning_an_adopted_captu
     assert_eq!(r.get(b"x").unwrap().as_deref(), Some(&b"new"[..]));
     assert_eq!(r.get(b"y").unwrap().as_deref(), Some(&b"later"[..]));
 }
+
+#[test]
+fn a_background_materialization_is_due_between_its_trigger_and_the_in_band_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path().join("db"),
+        Options {
+            checkpoint_view_background_l0_runs: 2,
+            checkpoint_view_max_l0_runs: 4,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let no = AtomicBool::new(false);
+    assert!(!db.checkpoint_view_due(), "no view yet");
+    db.put(b"a", b"1").unwrap();
+    drop(db.begin_checkpoint().unwrap().wait(&no).unwrap());
+    let mut due = Vec::new();
+    for i in 0..5u8 {
+        due.push((db.stats().checkpoint_view_l0_runs, db.checkpoint_view_due()));
+        db.put(&[b'k', i], b"v").unwrap();
+        db.flush().unwrap();
+    }
+    // Past the in-band bound the next capture materializes anyway: not due in the background.
+    assert_eq!(
+        due,
+        vec![(1, false), (2, true), (3, true), (4, true), (5, false)]
+    );
+}
