@@ -113,7 +113,8 @@ pub trait MaterializationCapture: Send + Sync {
     fn files(&self) -> &[CapturedFile];
     /// The storage the files' paths are on.
     fn storage(&self) -> keyed_state_lsm::storage::StorageHandle;
-    /// Advances the engine's view to the files (call once every file is uploaded); an error says why the
-    /// view stayed as it was.
-    fn advance(self: Box<Self>) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused>;
+    /// Advances the engine's view to the files (call once every file is uploaded; once): an error says why
+    /// the view stayed as it was. Takes only the engine's state lock, briefly; the files are released when
+    /// this is dropped.
+    fn advance(&mut self) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused>;
 }

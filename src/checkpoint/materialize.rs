@@ -20,7 +20,7 @@ use super::registry::{Inner, Materializing, Refs, Registry};
 use super::reuse::{file_kind, reuse_key, ReuseKey};
 use super::storage::{Upload, UploadPart};
 use crate::backend::{CapturedFile, FileSource, MaterializationCapture};
-use crate::error::{CheckpointError, Error, Result};
+use crate::error::{CheckpointError, Result};
 
 /// Bytes of new files uploaded in one batch.
 const BATCH_BYTES: u64 = 64 << 20;
@@ -104,26 +104,21 @@ async fn run(
     )
     .await;
     let stopped = || cancel.load(Ordering::Acquire) || inner.closed.load(Ordering::Acquire);
-    let r = match r {
-        Ok(refs) if !stopped() => {
-            // The view advances before the references are published: a checkpoint that begins after they
-            // are captures the advanced view.
-            let advanced = cap.advance();
-            if let Err(why) = &advanced {
-                tracing::debug!(instance = %inner.instance, "the checkpoint view did not advance: {why:?}");
-            }
-            Ok((refs, advanced.is_ok()))
-        }
-        Ok(_) => Err(Error::from(CheckpointError::Cancelled { id: uploaded_by })),
-        Err(e) => Err(e),
-    };
+    let mut cap = cap;
     let abandoned = {
+        // The view advances and the references are published under the registry's lock (the engine's
+        // state lock inside it, as at `begin`): a checkpoint whose capture took the advanced view finds the
+        // references (it looks under this lock), and one that begins after them captures the advanced view.
         let mut reg = inner.reg.lock();
         let mine = reg.mat.as_ref().is_some_and(|m| m.seq == seq);
         let abandoned = match r {
-            Ok((refs, advanced)) if mine => {
+            Ok(refs) if mine && !stopped() => {
+                let advanced = cap.advance();
+                if let Err(why) = &advanced {
+                    tracing::debug!(instance = %inner.instance, "the checkpoint view did not advance: {why:?}");
+                }
                 let s = &mut reg.mat_status;
-                if advanced {
+                if advanced.is_ok() {
                     s.advanced += 1;
                 } else {
                     s.refused += 1;
@@ -146,6 +141,8 @@ async fn run(
         reg.mat_status.in_flight = false;
         abandoned
     };
+    // The engine's files are released outside the lock.
+    drop(cap);
     if abandoned {
         for p in &uploaded {
             let _ = inner.storage.delete_async(p).await;

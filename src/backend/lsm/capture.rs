@@ -91,7 +91,8 @@ fn captured_file(f: &keyed_state_lsm::CapturedFile) -> crate::backend::CapturedF
 
 /// A background materialization of the engine's checkpoint view: its version's files, pinned.
 struct LsmMaterialization {
-    m: keyed_state_lsm::ViewMaterialization,
+    /// `None` once advanced.
+    m: Option<keyed_state_lsm::ViewMaterialization>,
     files: Vec<crate::backend::CapturedFile>,
     shared: Arc<Shared>,
 }
@@ -107,7 +108,7 @@ pub(super) fn view_materialization(
     let m = shared.db.begin_view_materialization()?;
     let files = m.files.iter().map(captured_file).collect();
     Some(Box::new(LsmMaterialization {
-        m,
+        m: Some(m),
         files,
         shared: Arc::clone(shared),
     }))
@@ -122,7 +123,10 @@ impl crate::backend::MaterializationCapture for LsmMaterialization {
         self.shared.db.storage().clone()
     }
 
-    fn advance(self: Box<Self>) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused> {
-        self.m.advance()
+    fn advance(&mut self) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused> {
+        match self.m.take() {
+            Some(m) => m.advance(),
+            None => Err(keyed_state_lsm::AdvanceRefused::ViewReplaced),
+        }
     }
 }
