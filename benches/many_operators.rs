@@ -424,8 +424,7 @@ fn part1_run(mode: View) {
         ratios.len()
     );
     println!(
-        "checkpoint view {}: {materializations} in-band materializations, {:.1} MiB of their bytes beyond the flushes ({:.2} of the changed raw bytes; the rest {:.2}); at most {:.1} MiB of local files pinned by the view",
-        format!("{mode:?}"),
+        "checkpoint view {mode:?}: {materializations} in-band materializations, {:.1} MiB of their bytes beyond the flushes ({:.2} of the changed raw bytes; the rest {:.2}); at most {:.1} MiB of local files pinned by the view",
         materialization as f64 / MIB,
         materialization as f64 / raw_after_first.max(1) as f64,
         (written_after_first - materialization.min(written_after_first)) as f64
