@@ -127,8 +127,10 @@ pub(crate) fn background_due(view: Option<&Version>, version: &Version, opts: &O
             > opts.checkpoint_view_background_pinned_ratio * total_bytes(version) as f64
 }
 
+/// The L0 bound holds while the view has no more runs than the bound or than the version itself (when the
+/// engine's own L0 is past the bound, taking the version would not give a restore fewer runs).
 fn within_bounds(view: &Version, version: &Version, opts: &Options) -> bool {
-    view.l0_runs <= opts.checkpoint_view_max_l0_runs
+    view.l0_runs <= opts.checkpoint_view_max_l0_runs.max(version.l0_runs)
         && bytes_outside(view, version) as f64
             <= opts.checkpoint_view_max_pinned_ratio * total_bytes(version) as f64
 }

@@ -107,8 +107,8 @@ pub struct Options {
     /// capture takes the whole version instead (and the view becomes it) when the view is past one of the
     /// bounds below, after an ingestion, and at the first checkpoint after opening.
     pub checkpoint_view: bool,
-    /// The view's bound on L0 sorted runs (default 10, half of `l0_stop_writes_trigger`'s default): a
-    /// restore adopts a checkpoint's L0 files as L0 runs.
+    /// The view's bound on L0 sorted runs (default 10, half of `l0_stop_writes_trigger`'s default), unless
+    /// the version itself holds more: a restore adopts a checkpoint's L0 files as L0 runs.
     pub checkpoint_view_max_l0_runs: usize,
     /// The view's bound on the bytes of its files no longer in the engine's version (local disk the view
     /// alone keeps), as a fraction of the version's bytes (default 2.0: above 1.0, so that after a merge into
