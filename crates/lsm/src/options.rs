@@ -166,7 +166,7 @@ impl Default for Options {
             auto_compaction: true,
             create_if_missing: true,
             partition_prefix_len: 0,
-            checkpoint_view: false,
+            checkpoint_view: true,
             checkpoint_view_max_l0_runs: 10,
             checkpoint_view_max_pinned_ratio: 2.0,
             checkpoint_view_background_l0_runs: 5,
