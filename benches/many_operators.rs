@@ -8,8 +8,8 @@
 //! output is in the next checkpoint). Printed: write stall time of the load, L0 files, and per checkpoint
 //! the compactions so far, files new/reused, bytes written against the raw bytes of the changed entries and
 //! against the bytes of the engine's files new since the last checkpoint; the sum over checkpoints 2...
-//! `KS_MO_VIEW` (`off`, the default; `on`: the view materialized in band only; `bg`: with background
-//! materializations; `both`: off, then on; `all`: off, on, bg, in one run) sets the engine's checkpoint
+//! `KS_MO_VIEW` (`off`; `on`: the view materialized in band only; `bg`, the default (the engine's
+//! defaults): with background materializations; `both`: off, then on; `all`: off, on, bg, in one run) sets the engine's checkpoint
 //! view (`design/checkpoint-view.md`): each checkpoint row then says whether the view advanced to the
 //! engine's version (an in-band materialization) and the bytes that took beyond the flushes, the files and
 //! bytes it referenced from a background materialization's uploads, and the local disk the view pins; with
@@ -242,7 +242,8 @@ fn part1() {
         Ok("bg") => &[View::Background],
         Ok("both") => &[View::Off, View::InBand],
         Ok("all") => &[View::Off, View::InBand, View::Background],
-        _ => &[View::Off],
+        Ok("off") => &[View::Off],
+        _ => &[View::Background],
     };
     for &view in views {
         part1_run(view);

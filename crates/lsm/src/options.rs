@@ -100,12 +100,13 @@ pub struct Options {
     /// merge within L0 writes one L0 run whatever it holds. The LSM state backend sets it to its state-id width, so no file below L0 spans
     /// two states (`design/checkpoints.md`, "Restore").
     pub partition_prefix_len: usize,
-    /// Whether checkpoints capture the *checkpoint view* (default false): the files the last checkpoint
+    /// Whether checkpoints capture the *checkpoint view* (default true): the files the last checkpoint
     /// captured plus the files flushed (and capture files adopted) since, instead of the whole version, so
     /// that a checkpoint's new files are its flushes and not the compactions in between
     /// (`design/checkpoint-view.md`). The view keeps its files on disk after compactions replace them; a
     /// capture takes the whole version instead (and the view becomes it) when the view is past one of the
-    /// bounds below, after an ingestion, and at the first checkpoint after opening.
+    /// bounds below, after an ingestion, and at the first checkpoint after opening. The view exists from the
+    /// first capture on: an engine never checkpointed keeps nothing for it.
     pub checkpoint_view: bool,
     /// The view's bound on L0 sorted runs (default 10, half of `l0_stop_writes_trigger`'s default), unless
     /// the version itself holds more: a restore adopts a checkpoint's L0 files as L0 runs.
