@@ -39,6 +39,10 @@ pub(super) fn at_begin(
         }
         return;
     }
+    // One at a time: an abandoned one is in flight until its objects are deleted.
+    if reg.mat_status.in_flight {
+        return;
+    }
     let (Some(confirmed), Some(base)) = (reg.last_confirmed, reg.base.as_ref()) else {
         return;
     };
@@ -138,7 +142,6 @@ async fn run(
                 true
             }
         };
-        reg.mat_status.in_flight = false;
         abandoned
     };
     // The engine's files are released outside the lock.
@@ -149,6 +152,8 @@ async fn run(
         }
         super::sweeper::request(&inner);
     }
+    // Done once an abandoned one's objects are deleted (`wait_for_materialization` returns after that).
+    inner.reg.lock().mat_status.in_flight = false;
     inner.mat_idle.notify_all();
 }
 

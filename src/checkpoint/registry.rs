@@ -249,6 +249,28 @@ pub struct MaterializationStatus {
     pub in_flight: bool,
 }
 
+impl MaterializationStatus {
+    /// The figures as metrics (publish them with [`publish_metrics`](crate::env::publish_metrics)):
+    /// `keyed-state.checkpoint.materializations-{started,advanced,refused,abandoned}`,
+    /// `keyed-state.checkpoint.materialization-objects` and `-bytes` (written outside every checkpoint's
+    /// path), `keyed-state.checkpoint.materialization-in-flight` (0 or 1).
+    pub fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
+        let m = |name: &str, value: u64| keyed_state_lsm::Metric {
+            name: format!("keyed-state.checkpoint.{name}"),
+            value,
+        };
+        vec![
+            m("materializations-started", self.started),
+            m("materializations-advanced", self.advanced),
+            m("materializations-refused", self.refused),
+            m("materializations-abandoned", self.abandoned),
+            m("materialization-objects", self.objects_written),
+            m("materialization-bytes", self.bytes_written),
+            m("materialization-in-flight", u64::from(self.in_flight)),
+        ]
+    }
+}
+
 /// The uploaded files of a materialization, as a checkpoint references them.
 pub(super) struct Refs {
     pub(super) objects: Vec<ObjectRef>,

@@ -105,6 +105,11 @@ fn a_background_materialization_uploads_outside_the_path_and_the_next_checkpoint
     let status = a.ck.wait_for_materialization();
     assert_eq!((status.started, status.advanced), (1, 1), "{status:?}");
     assert!(status.bytes_written > 0);
+    let bytes = status
+        .metrics()
+        .into_iter()
+        .find(|m| m.name == "keyed-state.checkpoint.materialization-bytes");
+    assert_eq!(bytes.map(|m| m.value), Some(status.bytes_written));
     assert!(!a.ck.materialization_objects().is_empty());
     write(&mut a, &mut model, 400, 50, 4);
     let third = confirm(&mut a, 3);
