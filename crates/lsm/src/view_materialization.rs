@@ -19,6 +19,8 @@ pub struct ViewMaterialization {
     inner: Arc<super::inner::DbInner>,
     id: u64,
     version: Arc<Version>,
+    /// What the advance replaced (the old view, the tail): released with this, outside the engine's lock.
+    replaced: Option<(Option<Arc<Version>>, Tail)>,
     /// The files of the version, in level order.
     pub files: Vec<CapturedFile>,
 }
@@ -86,6 +88,7 @@ impl Db {
             inner: Arc::clone(inner),
             id,
             version,
+            replaced: None,
             files,
         })
     }
@@ -96,8 +99,10 @@ impl ViewMaterialization {
     /// the next capture takes them (call once the host holds every file of [`files`](Self::files)). Refused
     /// when the view was replaced since, or when the version keeps in L0 a file spanning the sequence
     /// number of a capture file adopted since (it would sort above that file and hide its newer values:
-    /// the hazard of `adopt_overlay`); the view then stays as it is.
-    pub fn advance(self) -> Result<(), AdvanceRefused> {
+    /// the hazard of `adopt_overlay`); the view then stays as it is. Once called, the next calls are refused.
+    /// What it replaces is released when this is dropped (files whose last reference goes are deleted
+    /// then): drop it outside the caller's locks.
+    pub fn advance(&mut self) -> Result<(), AdvanceRefused> {
         let mut st = self.inner.state.lock();
         if st.bg_error.is_some() || st.shutting_down {
             return Err(AdvanceRefused::Closed);
@@ -109,14 +114,20 @@ impl ViewMaterialization {
                 return Err(AdvanceRefused::ViewReplaced);
             }
         };
-        if !tail.valid || st.view.is_none() {
-            return Err(AdvanceRefused::ViewReplaced);
-        }
-        if tail.files.iter().any(|(_, f)| spanned(&self.version, f)) {
-            return Err(AdvanceRefused::SpanningL0File);
-        }
-        st.view = Some(Arc::new(self.version.apply(&[], &tail.files)));
-        Ok(())
+        let r = if !tail.valid || st.view.is_none() {
+            Err(AdvanceRefused::ViewReplaced)
+        } else if tail.files.iter().any(|(_, f)| spanned(&self.version, f)) {
+            Err(AdvanceRefused::SpanningL0File)
+        } else {
+            Ok(Arc::new(self.version.apply(&[], &tail.files)))
+        };
+        let old = match &r {
+            Ok(v) => st.view.replace(Arc::clone(v)),
+            Err(_) => None,
+        };
+        drop(st);
+        self.replaced = Some((old, tail));
+        r.map(|_| ())
     }
 }
 
@@ -135,9 +146,14 @@ fn spanned(v: &Version, f: &Arc<FileMeta>) -> bool {
 impl Drop for ViewMaterialization {
     fn drop(&mut self) {
         let mut st = self.inner.state.lock();
-        if st.view_tail.as_ref().is_some_and(|t| t.id == self.id) {
-            st.view_tail = None;
-        }
+        let tail = if st.view_tail.as_ref().is_some_and(|t| t.id == self.id) {
+            st.view_tail.take()
+        } else {
+            None
+        };
+        drop(st);
+        // The tail's files (and the version, the replaced view, after this) are released outside the lock.
+        drop(tail);
     }
 }
 

@@ -57,7 +57,7 @@ fn an_advance_makes_the_view_the_materialized_version_and_the_flushes_since() {
     db.flush().unwrap();
     db.compact_all().unwrap();
     assert!(db.stats().checkpoint_view_pinned_bytes > 0);
-    let m = db.begin_view_materialization().unwrap();
+    let mut m = db.begin_view_materialization().unwrap();
     assert!(db.begin_view_materialization().is_none(), "one at a time");
     let m_files = numbers(m.files.iter().map(|f| f.number));
     db.put(b"c", b"3").unwrap();
@@ -85,14 +85,14 @@ fn an_advance_is_refused_once_the_view_was_replaced_and_a_dropped_one_frees_the_
     let no = AtomicBool::new(false);
     db.put(b"a", b"1").unwrap();
     drop(db.begin_checkpoint().unwrap().wait(&no).unwrap());
-    let m = db.begin_view_materialization().unwrap();
+    let mut m = db.begin_view_materialization().unwrap();
     db.ingest_sorted([(b"f", b"6")]).unwrap();
     assert_eq!(m.advance(), Err(AdvanceRefused::ViewReplaced));
     db.put(b"g", b"7").unwrap();
     drop(db.begin_checkpoint().unwrap().wait(&no).unwrap());
     let m = db.begin_view_materialization().unwrap();
     drop(m);
-    let m = db.begin_view_materialization().unwrap();
+    let mut m = db.begin_view_materialization().unwrap();
     // An in-band materialization (the view past its bound) replaces the view too.
     let db_opts_runs = Options::default().checkpoint_view_max_l0_runs;
     for i in 0..=db_opts_runs {

@@ -91,8 +91,8 @@ fn captured_file(f: &keyed_state_lsm::CapturedFile) -> crate::backend::CapturedF
 
 /// A background materialization of the engine's checkpoint view: its version's files, pinned.
 struct LsmMaterialization {
-    /// `None` once advanced.
-    m: Option<keyed_state_lsm::ViewMaterialization>,
+    /// Holds what its advance replaced until this is dropped (outside the registry's lock).
+    m: keyed_state_lsm::ViewMaterialization,
     files: Vec<crate::backend::CapturedFile>,
     shared: Arc<Shared>,
 }
@@ -108,7 +108,7 @@ pub(super) fn view_materialization(
     let m = shared.db.begin_view_materialization()?;
     let files = m.files.iter().map(captured_file).collect();
     Some(Box::new(LsmMaterialization {
-        m: Some(m),
+        m,
         files,
         shared: Arc::clone(shared),
     }))
@@ -124,9 +124,6 @@ impl crate::backend::MaterializationCapture for LsmMaterialization {
     }
 
     fn advance(&mut self) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused> {
-        match self.m.take() {
-            Some(m) => m.advance(),
-            None => Err(keyed_state_lsm::AdvanceRefused::ViewReplaced),
-        }
+        self.m.advance()
     }
 }
