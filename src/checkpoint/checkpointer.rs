@@ -524,6 +524,11 @@ impl Checkpointer {
         self.inner.reg.lock().mat_status.clone()
     }
 
+    #[cfg(test)]
+    pub(super) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
     /// Waits until no background materialization is uploading; then
     /// [`materialization_status`](Self::materialization_status). Blocks the calling thread (the uploads
     /// run on the storage's I/O runtime).

@@ -96,6 +96,11 @@ async fn run(
     uploaded_by: u64,
     cancel: Arc<AtomicBool>,
 ) {
+    let mut guard = InFlight {
+        inner: Arc::clone(&inner),
+        seq,
+        ended: false,
+    };
     let mut uploaded: Vec<String> = Vec::new();
     let r = upload(
         &inner,
@@ -142,6 +147,7 @@ async fn run(
                 true
             }
         };
+        guard.ended = true;
         abandoned
     };
     // The engine's files are released outside the lock.
@@ -153,8 +159,34 @@ async fn run(
         super::sweeper::request(&inner);
     }
     // Done once an abandoned one's objects are deleted (`wait_for_materialization` returns after that).
-    inner.reg.lock().mat_status.in_flight = false;
-    inner.mat_idle.notify_all();
+    drop(guard);
+}
+
+/// The materialization `seq` in flight: when dropped, it is no longer in flight (and, dropped before it
+/// `ended` — a panic in the task, or the runtime dropping it — it is abandoned: its objects are left to the
+/// next sweep, which it requests).
+struct InFlight {
+    inner: Arc<Inner>,
+    seq: u64,
+    ended: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut reg = self.inner.reg.lock();
+        if !self.ended {
+            if reg.mat.as_ref().is_some_and(|m| m.seq == self.seq) {
+                reg.mat = None;
+            }
+            reg.mat_status.abandoned += 1;
+        }
+        reg.mat_status.in_flight = false;
+        drop(reg);
+        if !self.ended {
+            super::sweeper::request(&self.inner);
+        }
+        self.inner.mat_idle.notify_all();
+    }
 }
 
 /// Uploads `cap`'s files not in the base, packed as a checkpoint packs them; returns their references.
@@ -271,3 +303,7 @@ fn part(f: &CapturedFile) -> Result<UploadPart> {
         .into()),
     }
 }
+
+#[cfg(test)]
+#[path = "materialize_tests.rs"]
+mod tests;
