@@ -213,3 +213,34 @@ fn an_abandoned_or_crashed_materialization_leaves_only_objects_the_next_sweep_de
         check_restores(&storage, 2, &model);
     }
 }
+
+#[test]
+fn a_backend_dropped_while_materializing_closes_its_engine_at_once() {
+    use keyed_state::internals::FaultStore;
+    let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
+    let storage =
+        Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let b = LsmBackend::open(dir.path(), cfg.clone(), view_options()).unwrap();
+    let engine = Some(b.engine());
+    let mut a = inst_on(Box::new(b), engine, &storage, &cfg, 2);
+    let mut model = BTreeMap::new();
+    to_a_due_materialization(&mut a, &mut model);
+    fault.gather_puts("/m1-", usize::MAX);
+    confirm(&mut a, 2);
+    assert!(a.ck.materialization_status().in_flight);
+    let Inst {
+        store,
+        counter,
+        ck,
+        engine,
+    } = a;
+    drop((store, counter, engine));
+    // The engine closed with its backend: its directory opens again while the uploads are held.
+    let reopened = LsmBackend::open(dir.path(), cfg, view_options());
+    fault.gather_puts("no such object", 1);
+    let status = ck.wait_for_materialization();
+    assert!(reopened.is_ok(), "{:?}", reopened.err());
+    assert_eq!(status.advanced, 0, "{status:?}");
+}

@@ -4,7 +4,7 @@
 //! first (`design/rmw-cache.md`, "Adoption of a capture's files").
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::backend::lsm_cache::{Layer, LayerLedger, Overlay};
 use crate::error::Result;
@@ -89,12 +89,15 @@ fn captured_file(f: &keyed_state_lsm::CapturedFile) -> crate::backend::CapturedF
     }
 }
 
-/// A background materialization of the engine's checkpoint view: its version's files, pinned.
+/// A background materialization of the engine's checkpoint view: its version's files, pinned. It does not
+/// keep the backend open: a backend dropped meanwhile closes its engine (releasing its directory) on its own
+/// thread, and the advance is refused.
 struct LsmMaterialization {
     /// Holds what its advance replaced until this is dropped (outside the registry's lock).
     m: keyed_state_lsm::ViewMaterialization,
     files: Vec<crate::backend::CapturedFile>,
-    shared: Arc<Shared>,
+    storage: keyed_state_lsm::storage::StorageHandle,
+    shared: Weak<Shared>,
 }
 
 /// The engine's version for a background materialization, when its checkpoint view is past a background
@@ -110,7 +113,8 @@ pub(super) fn view_materialization(
     Some(Box::new(LsmMaterialization {
         m,
         files,
-        shared: Arc::clone(shared),
+        storage: shared.db.storage().clone(),
+        shared: Arc::downgrade(shared),
     }))
 }
 
@@ -120,10 +124,14 @@ impl crate::backend::MaterializationCapture for LsmMaterialization {
     }
 
     fn storage(&self) -> keyed_state_lsm::storage::StorageHandle {
-        self.shared.db.storage().clone()
+        self.storage.clone()
     }
 
     fn advance(&mut self) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused> {
+        // Not upgraded: the last reference to the backend is never dropped here.
+        if self.shared.strong_count() == 0 {
+            return Err(keyed_state_lsm::AdvanceRefused::Closed);
+        }
         self.m.advance()
     }
 }
