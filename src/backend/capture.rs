@@ -117,4 +117,7 @@ pub trait MaterializationCapture: Send + Sync {
     /// the view stayed as it was. Takes only the engine's state lock, briefly; the files are released when
     /// this is dropped.
     fn advance(&mut self) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused>;
+    /// Whether the advance can still be made (the engine's view was not replaced since): polled between
+    /// upload batches, to stop early.
+    fn is_current(&self) -> bool;
 }

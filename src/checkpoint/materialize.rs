@@ -8,8 +8,8 @@
 //! protect set under the registry's lock before their upload, so a sweep's snapshot keeps them. The
 //! protection ends when a checkpoint that began after the uploads ended is confirmed (its metadata holds
 //! what it referenced), or when the materialization is abandoned (its uploads failed, the checkpointer
-//! closed, or a confirmed in-band materialization made it moot): its objects are deleted then, and
-//! whatever is left (a crash) is unreferenced, for the next sweep.
+//! closed, a confirmed in-band materialization made it moot, or the engine's view was replaced): its
+//! objects are deleted then, and whatever is left (a crash) is unreferenced, for the next sweep.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -231,6 +231,10 @@ async fn upload(
     };
     let mut rest = groups.into_iter().peekable();
     while rest.peek().is_some() {
+        if !cap.is_current() {
+            // The view was replaced since `M`'s moment: the advance would be refused.
+            return Err(CheckpointError::Cancelled { id: uploaded_by }.into());
+        }
         let mut batch: Vec<Vec<&CapturedFile>> = Vec::new();
         let mut bytes = 0u64;
         while let Some(g) = rest.next_if(|_| bytes < BATCH_BYTES) {

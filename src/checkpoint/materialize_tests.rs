@@ -27,6 +27,10 @@ impl MaterializationCapture for Panics {
     fn advance(&mut self) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused> {
         Ok(())
     }
+
+    fn is_current(&self) -> bool {
+        true
+    }
 }
 
 #[test]

@@ -60,6 +60,7 @@ impl ViewState<'_> {
         *self.view = to;
         if let Some(t) = self.tail.as_mut() {
             t.valid = false;
+            t.files.clear();
         }
     }
 }
@@ -80,7 +81,8 @@ pub(crate) fn on_install(
     if append {
         if !added.is_empty() {
             *vs.view = Some(Arc::new(v.apply(&[], added)));
-            if let Some(t) = vs.tail.as_mut() {
+            // A tail no longer valid takes no more files (it would keep them on disk for nothing).
+            if let Some(t) = vs.tail.as_mut().filter(|t| t.valid) {
                 t.files.extend(added.iter().cloned());
             }
         }
@@ -100,7 +102,7 @@ pub(crate) fn capture(
         return (Arc::clone(version), CaptureView::Off);
     }
     if let Some(v) = vs.view.as_ref() {
-        if within_bounds(v, version, opts) {
+        if within_bounds(v, version, 0, opts) {
             return (Arc::clone(v), CaptureView::Changes);
         }
     }
@@ -114,12 +116,18 @@ pub(crate) fn capture(
 
 /// Whether a background materialization is due: the view is past one of its background triggers
 /// ([`Options::checkpoint_view_background_l0_runs`], [`Options::checkpoint_view_background_pinned_ratio`])
-/// and still within its bounds (past them, the next capture materializes in band anyway).
-pub(crate) fn background_due(view: Option<&Version>, version: &Version, opts: &Options) -> bool {
+/// and stays within its bounds once the `pending` memtables (sealed, or written and to be sealed by the next
+/// checkpoint) are flushed: past them, the next capture materializes in band anyway.
+pub(crate) fn background_due(
+    view: Option<&Version>,
+    version: &Version,
+    pending: usize,
+    opts: &Options,
+) -> bool {
     let Some(v) = view.filter(|_| opts.checkpoint_view) else {
         return false;
     };
-    if !within_bounds(v, version, opts) {
+    if !within_bounds(v, version, pending, opts) {
         return false;
     }
     v.l0_runs >= opts.checkpoint_view_background_l0_runs
@@ -128,9 +136,13 @@ pub(crate) fn background_due(view: Option<&Version>, version: &Version, opts: &O
 }
 
 /// The L0 bound holds while the view has no more runs than the bound or than the version itself (when the
-/// engine's own L0 is past the bound, taking the version would not give a restore fewer runs).
-fn within_bounds(view: &Version, version: &Version, opts: &Options) -> bool {
-    view.l0_runs <= opts.checkpoint_view_max_l0_runs.max(version.l0_runs)
+/// engine's own L0 is past the bound, taking the version would not give a restore fewer runs); `pending`:
+/// runs flushes will add to both.
+fn within_bounds(view: &Version, version: &Version, pending: usize, opts: &Options) -> bool {
+    view.l0_runs + pending
+        <= opts
+            .checkpoint_view_max_l0_runs
+            .max(version.l0_runs + pending)
         && bytes_outside(view, version) as f64
             <= opts.checkpoint_view_max_pinned_ratio * total_bytes(version) as f64
 }

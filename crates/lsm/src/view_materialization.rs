@@ -48,10 +48,17 @@ pub enum AdvanceRefused {
 impl Db {
     /// Whether the checkpoint view is past a background trigger
     /// ([`Options::checkpoint_view_background_l0_runs`](crate::Options::checkpoint_view_background_l0_runs)
-    /// or its pinned ratio); false without a view.
+    /// or its pinned ratio) and stays within its in-band bounds once the memtables written are flushed (the
+    /// next checkpoint would materialize in band otherwise); false without a view.
     pub fn checkpoint_view_due(&self) -> bool {
         let st = self.inner().state.lock();
-        checkpoint_view::background_due(st.view.as_deref(), &st.version, &self.inner().opts)
+        let pending = st.imm.len() + usize::from(!st.mem.is_empty());
+        checkpoint_view::background_due(
+            st.view.as_deref(),
+            &st.version,
+            pending,
+            &self.inner().opts,
+        )
     }
 
     /// Takes the engine's current version for a background materialization of the checkpoint view:
@@ -128,6 +135,16 @@ impl ViewMaterialization {
         drop(st);
         self.replaced = Some((old, tail));
         r.map(|_| ())
+    }
+
+    /// Whether the advance can still be made: the view was not replaced since the moment (polled between
+    /// uploads, to stop early).
+    pub fn is_current(&self) -> bool {
+        let st = self.inner.state.lock();
+        st.view_tail
+            .as_ref()
+            .is_some_and(|t| t.id == self.id && t.valid)
+            && st.view.is_some()
     }
 }
 

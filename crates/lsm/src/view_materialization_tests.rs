@@ -180,3 +180,84 @@ fn a_background_materialization_is_due_between_its_trigger_and_the_in_band_bound
     assert_eq!(db.stats().checkpoint_view_l0_runs, 6);
     assert!(!db.checkpoint_view_due());
 }
+
+#[test]
+fn a_background_materialization_is_not_due_when_the_pending_flushes_take_the_view_past_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path().join("db"),
+        Options {
+            checkpoint_view_background_l0_runs: 2,
+            checkpoint_view_max_l0_runs: 4,
+            // The L0 bound alone.
+            checkpoint_view_max_pinned_ratio: 100.0,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let no = AtomicBool::new(false);
+    db.put(b"a", b"1").unwrap();
+    drop(db.begin_checkpoint().unwrap().wait(&no).unwrap());
+    for i in 0..3u8 {
+        db.put(&[b'k', i], b"v").unwrap();
+        db.flush().unwrap();
+    }
+    // The view at its bound of 4 runs, the version's L0 merged away: due while nothing is to be flushed.
+    db.compact_all().unwrap();
+    assert_eq!(db.stats().checkpoint_view_l0_runs, 4);
+    assert!(db.checkpoint_view_due());
+    // A write the next checkpoint flushes: that checkpoint takes the view past its bound, in band.
+    db.put(b"z", b"1").unwrap();
+    assert!(!db.checkpoint_view_due());
+    let pending = db.begin_checkpoint().unwrap();
+    assert!(!db.checkpoint_view_due(), "the sealed memtable counts");
+    let cap = pending.wait(&no).unwrap();
+    assert!(
+        matches!(cap.view, CaptureView::Materialized { .. }),
+        "{cap:?}"
+    );
+}
+
+#[test]
+fn a_replaced_view_stops_the_materializations_tail_and_it_is_no_longer_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path().join("db"),
+        Options {
+            checkpoint_view_max_l0_runs: 1,
+            checkpoint_view_max_pinned_ratio: 100.0,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let no = AtomicBool::new(false);
+    db.put(b"a", b"1").unwrap();
+    drop(db.begin_checkpoint().unwrap().wait(&no).unwrap());
+    let m = db.begin_view_materialization().unwrap();
+    let tail_files = || {
+        let st = db.inner().state.lock();
+        st.view_tail.as_ref().map(|t| t.files.len())
+    };
+    db.put(b"b", b"2").unwrap();
+    db.flush().unwrap();
+    assert!(m.is_current());
+    assert_eq!(tail_files(), Some(1));
+    // An in-band materialization (the view past its L0 bound) replaces the view: the tail keeps no files,
+    // and takes none of the flushes the new view takes.
+    db.compact_all().unwrap();
+    let cap = db.begin_checkpoint().unwrap().wait(&no).unwrap();
+    assert!(
+        matches!(cap.view, CaptureView::Materialized { .. }),
+        "{cap:?}"
+    );
+    assert!(!m.is_current());
+    assert_eq!(tail_files(), Some(0));
+    db.put(b"c", b"3").unwrap();
+    db.flush().unwrap();
+    assert_eq!(
+        db.stats().checkpoint_view_l0_runs,
+        1,
+        "the new view took the flush"
+    );
+    assert_eq!(tail_files(), Some(0));
+}

@@ -134,4 +134,8 @@ impl crate::backend::MaterializationCapture for LsmMaterialization {
         }
         self.m.advance()
     }
+
+    fn is_current(&self) -> bool {
+        self.shared.strong_count() > 0 && self.m.is_current()
+    }
 }
