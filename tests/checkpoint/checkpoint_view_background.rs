@@ -140,26 +140,76 @@ fn a_background_materialization_uploads_outside_the_path_and_the_next_checkpoint
 
 #[test]
 fn a_sweep_while_materializing_keeps_its_objects() {
+    use keyed_state::checkpoint::{CheckpointOptions, Checkpointer};
     use keyed_state::internals::FaultStore;
     let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
     let storage =
         Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap());
-    let mut a = instance(&storage);
+    let cfg = KeyedStateStore::config_for(&LongSerializer, MAX_P, all());
+    let b = LsmBackend::temp_with(cfg.clone(), view_options()).unwrap();
+    let engine = Some(b.engine());
+    let (store, counter) = store_on(Box::new(b));
+    // Every file its own object: the materialization uploads several.
+    let ck = Checkpointer::open(
+        Arc::clone(&storage),
+        &cfg,
+        CheckpointOptions {
+            retain: 2,
+            pack_threshold: 0,
+            ..CheckpointOptions::default()
+        },
+    )
+    .unwrap();
+    let mut a = Inst {
+        store,
+        counter,
+        ck,
+        engine,
+    };
     let mut model = BTreeMap::new();
     to_a_due_materialization(&mut a, &mut model);
-    // The materialization's puts wait until released: it is in flight across the sweep.
-    fault.gather_puts("/m1-", usize::MAX);
+    // The engine's version: the compaction's output and a flush.
+    a.engine.clone().unwrap().flush().unwrap();
+    // The materialization's first object is stored, the others wait until released: it is in flight
+    // across the sweep, with objects on storage that no metadata references.
+    fault.gather_puts_after("/m1-", 1, usize::MAX);
     confirm(&mut a, 2);
     assert!(a.ck.materialization_status().in_flight);
-    let protected = a.ck.materialization_objects();
-    assert!(!protected.is_empty());
+    // Its objects are numbered and protected before their upload, by its task: wait for the first stored.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (protected, stored) = loop {
+        let protected = a.ck.materialization_objects();
+        let stored: Vec<String> = objects(&storage)
+            .into_iter()
+            .filter(|o| protected.contains(o))
+            .collect();
+        if !stored.is_empty() {
+            break (protected, stored);
+        }
+        // (Without the protection, the sweep queued by the confirmation deletes it as it lands.)
+        assert!(
+            std::time::Instant::now() < deadline,
+            "none of {protected:?} on storage"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(stored.len() < protected.len());
     a.ck.sweep().unwrap();
+    let held = objects(&storage);
+    assert!(
+        stored.iter().all(|o| held.contains(o)),
+        "{stored:?} {held:?}"
+    );
     fault.gather_puts("no such object", 1);
-    a.ck.wait_for_materialization();
+    let status = a.ck.wait_for_materialization();
+    assert_eq!(status.advanced, 1, "{status:?}");
     // Uploaded, referenced by no metadata yet: a sweep keeps them too.
     a.ck.sweep().unwrap();
     let held = objects(&storage);
-    assert!(protected.iter().all(|o| held.contains(o)), "{protected:?}");
+    assert!(
+        protected.iter().all(|o| held.contains(o)),
+        "{protected:?} {held:?}"
+    );
     write(&mut a, &mut model, 400, 50, 4);
     let third = confirm(&mut a, 3);
     assert!(third.files_from_materialization > 0, "{third:?}");
