@@ -150,8 +150,16 @@ async fn run(
         guard.ended = true;
         abandoned
     };
-    // The engine's files are released outside the lock.
-    drop(cap);
+    // The engine's files are released outside the lock, on a blocking thread: file deletions, and the
+    // engine's last parts when its backend was dropped meanwhile (its private pool's threads are joined).
+    match inner.storage.io().spawn_blocking(move || drop(cap)) {
+        Ok(released) => {
+            let _ = released.await;
+        }
+        Err(e) => {
+            tracing::warn!(instance = %inner.instance, "materialization released in place: {e}")
+        }
+    }
     if abandoned {
         for p in &uploaded {
             let _ = inner.storage.delete_async(p).await;
