@@ -8,10 +8,15 @@
 //! output is in the next checkpoint). Printed: write stall time of the load, L0 files, and per checkpoint
 //! the compactions so far, files new/reused, bytes written against the raw bytes of the changed entries and
 //! against the bytes of the engine's files new since the last checkpoint; the sum over checkpoints 2...
-//! `KS_MO_VIEW` (`off`, the default; `on`; `both`: off, then on, in one run) sets the engine's checkpoint
+//! `KS_MO_VIEW` (`off`; `on`: the view materialized in band only; `bg`, the default (the engine's
+//! defaults): with background materializations; `both`: off, then on; `all`: off, on, bg, in one run) sets the engine's checkpoint
 //! view (`design/checkpoint-view.md`): each checkpoint row then says whether the view advanced to the
-//! engine's version (an in-band materialization) and the bytes that took beyond the flushes, and the local
-//! disk the view pins. After the rounds: median, p90 and max of bytes written / changed raw bytes over
+//! engine's version (an in-band materialization) and the bytes that took beyond the flushes, the files and
+//! bytes it referenced from a background materialization's uploads, and the local disk the view pins; with
+//! `KS_MO_SETTLE=1` a background materialization's uploads end before the next checkpoint too. After the
+//! rounds, the background materializations' objects and bytes (written outside every checkpoint's path)
+//! and the amortised ratio with them. `KS_MO_VIEW_BG_L0_RUNS` and `KS_MO_VIEW_BG_PINNED_RATIO` set the
+//! background triggers (default the engine's). After the rounds: median, p90 and max of bytes written / changed raw bytes over
 //! checkpoints 2.., the amortised ratio, the materialization bytes apart, and the time to restore the last
 //! checkpoint into a temporary directory. `KS_MO_VIEW_L0_RUNS` and `KS_MO_VIEW_PINNED_RATIO` set the view's
 //! bounds (default the engine's, `Options::checkpoint_view_max_l0_runs` and `_max_pinned_ratio`).
@@ -221,11 +226,24 @@ fn operator(
     }
 }
 
+/// The checkpoint view of a part-1 run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum View {
+    Off,
+    /// Materialized in band only (no background trigger).
+    InBand,
+    /// With background materializations.
+    Background,
+}
+
 fn part1() {
-    let views: &[bool] = match std::env::var("KS_MO_VIEW").as_deref() {
-        Ok("on") => &[true],
-        Ok("both") => &[false, true],
-        _ => &[false],
+    let views: &[View] = match std::env::var("KS_MO_VIEW").as_deref() {
+        Ok("on") => &[View::InBand],
+        Ok("bg") => &[View::Background],
+        Ok("both") => &[View::Off, View::InBand],
+        Ok("all") => &[View::Off, View::InBand, View::Background],
+        Ok("off") => &[View::Off],
+        _ => &[View::Background],
     };
     for &view in views {
         part1_run(view);
@@ -243,7 +261,8 @@ fn quantile(v: &[f64], p: f64) -> f64 {
     s[i]
 }
 
-fn part1_run(view: bool) {
+fn part1_run(mode: View) {
+    let view = mode != View::Off;
     let states = env_num("KS_MO_STATES", 24) as usize;
     let keys = env_num("KS_MO_KEYS_PER_STATE", 40_000) as i64;
     let rounds = env_num("KS_MO_ROUNDS", 5);
@@ -262,6 +281,22 @@ fn part1_run(view: bool) {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(defaults.checkpoint_view_max_pinned_ratio),
+        checkpoint_view_background_l0_runs: if mode == View::Background {
+            env_num(
+                "KS_MO_VIEW_BG_L0_RUNS",
+                defaults.checkpoint_view_background_l0_runs as u64,
+            ) as usize
+        } else {
+            usize::MAX
+        },
+        checkpoint_view_background_pinned_ratio: if mode == View::Background {
+            std::env::var("KS_MO_VIEW_BG_PINNED_RATIO")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(defaults.checkpoint_view_background_pinned_ratio)
+        } else {
+            f64::INFINITY
+        },
         ..defaults
     };
     let backend = LsmBackend::temp_with(cfg.clone(), engine_options.clone()).expect("backend");
@@ -271,14 +306,20 @@ fn part1_run(view: bool) {
     let mut rng = StdRng::seed_from_u64(7);
     println!(
         "## Part 1: {states} value states x {keys} keys, default options, checkpoint view {} ({:.0} MiB of raw entries)\n",
-        if view {
-            format!(
-                "on (at most {} L0 runs, pinned ratio {})",
+        match mode {
+            View::Off => "off".to_string(),
+            View::InBand => format!(
+                "on, in band only (at most {} L0 runs, pinned ratio {})",
                 engine_options.checkpoint_view_max_l0_runs,
                 engine_options.checkpoint_view_max_pinned_ratio
-            )
-        } else {
-            "off".to_string()
+            ),
+            View::Background => format!(
+                "on, in the background from {} L0 runs or pinned ratio {} (in band at {} L0 runs, pinned ratio {})",
+                engine_options.checkpoint_view_background_l0_runs,
+                engine_options.checkpoint_view_background_pinned_ratio,
+                engine_options.checkpoint_view_max_l0_runs,
+                engine_options.checkpoint_view_max_pinned_ratio
+            ),
         },
         (states as u64 * keys as u64 * ENTRY_BYTES) as f64 / MIB
     );
@@ -310,8 +351,8 @@ fn part1_run(view: bool) {
             "while compactions may run"
         }
     );
-    println!("| checkpoint | changed entries | compactions before | files new | files reused | bytes written | written / changed raw | written / new file bytes | view | materialization | view pins | write stalls since load |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| checkpoint | changed entries | compactions before | files new | files reused | bytes written | written / changed raw | written / new file bytes | view | materialization | from background | view pins | write stalls since load |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let (mut written_after_first, mut raw_after_first) = (0u64, 0u64);
     let (mut ratios, mut materialization, mut materializations) = (Vec::new(), 0u64, 0usize);
     let mut max_pinned = 0u64;
@@ -334,6 +375,7 @@ fn part1_run(view: bool) {
             n as u64 * states as u64
         };
         if settle {
+            op.ck.wait_for_materialization();
             lsm.wait_for_background_work().expect("settle");
         }
         let compactions = lsm.stats().compactions;
@@ -351,7 +393,7 @@ fn part1_run(view: bool) {
             max_pinned = max_pinned.max(pinned);
         }
         println!(
-            "| {id} | {changed} | {compactions} | {} | {} | {:.1} MiB | {:.2} | {:.2} | {} | {:.1} MiB | {:.1} MiB, {} L0 runs | {:.0} ms |",
+            "| {id} | {changed} | {compactions} | {} | {} | {:.1} MiB | {:.2} | {:.2} | {} | {:.1} MiB | {} files, {:.1} MiB | {:.1} MiB, {} L0 runs | {:.0} ms |",
             s.files_new,
             s.files_reused,
             s.bytes_written as f64 / MIB,
@@ -363,6 +405,8 @@ fn part1_run(view: bool) {
                 (true, false) => "changes",
             },
             s.bytes_materialization as f64 / MIB,
+            s.files_from_materialization,
+            s.bytes_from_materialization as f64 / MIB,
             pinned as f64 / MIB,
             lsm.stats().checkpoint_view_l0_runs,
             stall_ms(&lsm) - stalls_load
@@ -381,13 +425,24 @@ fn part1_run(view: bool) {
         ratios.len()
     );
     println!(
-        "checkpoint view {}: {materializations} materializations, {:.1} MiB of their bytes beyond the flushes ({:.2} of the changed raw bytes; the rest {:.2}); at most {:.1} MiB of local files pinned by the view",
-        if view { "on" } else { "off" },
+        "checkpoint view {mode:?}: {materializations} in-band materializations, {:.1} MiB of their bytes beyond the flushes ({:.2} of the changed raw bytes; the rest {:.2}); at most {:.1} MiB of local files pinned by the view",
         materialization as f64 / MIB,
         materialization as f64 / raw_after_first.max(1) as f64,
         (written_after_first - materialization.min(written_after_first)) as f64
             / raw_after_first.max(1) as f64,
         max_pinned as f64 / MIB
+    );
+    let bg = op.ck.wait_for_materialization();
+    println!(
+        "background materializations: {} started, {} advanced the view, {} refused, {} abandoned; {} objects, {:.1} MiB ({:.2} of the changed raw bytes); amortised with them {:.2}",
+        bg.started,
+        bg.advanced,
+        bg.refused,
+        bg.abandoned,
+        bg.objects_written,
+        bg.bytes_written as f64 / MIB,
+        bg.bytes_written as f64 / raw_after_first.max(1) as f64,
+        (written_after_first + bg.bytes_written) as f64 / raw_after_first.max(1) as f64
     );
     let t = Instant::now();
     let (restored, info) =

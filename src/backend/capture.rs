@@ -104,3 +104,20 @@ pub trait CheckpointCapture: Send {
     /// The asynchronous part: waits (on any thread) until the files are there. Fails once `cancelled` is set.
     fn wait(self: Box<Self>, cancelled: &AtomicBool) -> Result<CapturedFiles>;
 }
+
+/// A background materialization of the LSM engine's checkpoint view (`design/checkpoint-view.md`, "In the
+/// background"): the engine's files of one moment, kept on disk while this lives, which the checkpointer
+/// uploads outside any checkpoint's path before [`advance`](Self::advance) makes the view take them.
+pub trait MaterializationCapture: Send + Sync {
+    /// The files (SSTs, as a capture lists them).
+    fn files(&self) -> &[CapturedFile];
+    /// The storage the files' paths are on.
+    fn storage(&self) -> keyed_state_lsm::storage::StorageHandle;
+    /// Advances the engine's view to the files (call once every file is uploaded; once): an error says why
+    /// the view stayed as it was. Takes only the engine's state lock, briefly; the files are released when
+    /// this is dropped.
+    fn advance(&mut self) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused>;
+    /// Whether the advance can still be made (the engine's view was not replaced since): polled between
+    /// upload batches, to stop early.
+    fn is_current(&self) -> bool;
+}

@@ -26,7 +26,8 @@ use crate::keygroup::{KeyGroup, KeyGroupRange};
 use crate::meta::StateMetaInfo;
 use crate::serializer::SerializerSnapshot;
 pub use capture::{
-    BackendKind, CapturedFile, CapturedFiles, CheckpointCapture, FileSource, TableSource,
+    BackendKind, CapturedFile, CapturedFiles, CheckpointCapture, FileSource,
+    MaterializationCapture, TableSource,
 };
 pub use value_merge::ValueMerge;
 
@@ -346,6 +347,13 @@ pub trait StateBackend: Send {
             backend: self.backend_name(),
             what: "incremental checkpoints",
         })
+    }
+
+    /// A background materialization of the checkpoint view, when the backend's engine says one is due
+    /// (`design/checkpoint-view.md`, "In the background"); the checkpointer asks at each
+    /// [`begin`](crate::checkpoint::Checkpointer::begin). The default: none.
+    fn view_materialization(&mut self) -> Option<Box<dyn MaterializationCapture>> {
+        None
     }
 
     /// Tells the backend how values of a TTL state expire (`None`: the state has no TTL), for cleanup inside

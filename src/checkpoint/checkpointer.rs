@@ -104,11 +104,14 @@ impl Checkpointer {
                     floor,
                     retire: Vec::new(),
                     sweep_runs: BTreeSet::new(),
+                    mat: None,
+                    mat_status: Default::default(),
                 }),
                 closed: AtomicBool::new(false),
                 next_object: AtomicU64::new(0),
                 sweep: Mutex::new(SweepState::default()),
                 sweep_lock: Mutex::new(()),
+                mat_idle: parking_lot::Condvar::new(),
             }),
         };
         c.sweep()?;
@@ -311,8 +314,10 @@ impl Checkpointer {
                 cancel: Arc::clone(&cancel),
                 protect,
                 written: None,
+                materialized: false,
             },
         );
+        super::materialize::at_begin(&self.inner, &mut reg, id, backend);
         Ok(PendingCheckpoint {
             inner: Arc::clone(&self.inner),
             id,
@@ -362,7 +367,8 @@ impl Checkpointer {
                     .into())
                 }
             };
-            reg.in_flight.remove(&id);
+            let moot = reg.in_flight.remove(&id).is_some_and(|f| f.materialized);
+            super::materialize::at_confirm(&mut reg, id, moot);
             let mut runs = BTreeSet::new();
             let mut retire = Vec::new();
             let older: Vec<u64> = reg.in_flight.range(..id).map(|(k, _)| *k).collect();
@@ -478,12 +484,60 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// Cancels every checkpoint in flight; later [`begin`](Self::begin)s fail.
+    /// Cancels every checkpoint in flight and a background materialization (whose objects no metadata
+    /// references go with the sweep it queues); later [`begin`](Self::begin)s fail.
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
-        for f in self.inner.reg.lock().in_flight.values() {
-            f.cancel.store(true, Ordering::Release);
+        let had_mat = {
+            let mut reg = self.inner.reg.lock();
+            for f in reg.in_flight.values() {
+                f.cancel.store(true, Ordering::Release);
+            }
+            // A materialization's protection ends (a checkpoint still running protects what it
+            // references itself); its objects no metadata references go with the sweep.
+            let mat = reg.mat.take();
+            if let Some(m) = &mat {
+                m.cancel.store(true, Ordering::Release);
+            }
+            mat.is_some()
+        };
+        if had_mat {
+            super::sweeper::request(&self.inner);
         }
+    }
+
+    /// The objects a background materialization keeps from the sweep now (uploading or uploaded, not yet
+    /// in a confirmed checkpoint).
+    pub fn materialization_objects(&self) -> BTreeSet<String> {
+        self.inner
+            .reg
+            .lock()
+            .mat
+            .as_ref()
+            .map(|m| m.protect.clone())
+            .unwrap_or_default()
+    }
+
+    /// What the background materializations of the checkpoint view did (`design/checkpoint-view.md`, "In
+    /// the background"): their objects and bytes are written outside every checkpoint's path.
+    pub fn materialization_status(&self) -> super::MaterializationStatus {
+        self.inner.reg.lock().mat_status.clone()
+    }
+
+    #[cfg(test)]
+    pub(super) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// Waits until no background materialization is uploading; then
+    /// [`materialization_status`](Self::materialization_status). Blocks the calling thread (the uploads
+    /// run on the storage's I/O runtime).
+    pub fn wait_for_materialization(&self) -> super::MaterializationStatus {
+        let mut reg = self.inner.reg.lock();
+        while reg.mat_status.in_flight {
+            self.inner.mat_idle.wait(&mut reg);
+        }
+        reg.mat_status.clone()
     }
 
     /// Confirmed checkpoints still retained, oldest first.

@@ -40,6 +40,8 @@ struct Plan {
 #[derive(Debug)]
 struct Gather {
     contains: String,
+    /// Puts that go through before the gathering starts.
+    pass: usize,
     parties: usize,
     waiting: Vec<futures::channel::oneshot::Sender<()>>,
 }
@@ -165,8 +167,15 @@ impl FaultStore {
     /// made until all of them have arrived, and they wait without blocking a thread (an awaited channel).
     /// Requests made one at a time never get through; requests awaited at once all do.
     pub fn gather_puts(&self, s: &str, parties: usize) {
+        self.gather_puts_after(s, 0, parties);
+    }
+
+    /// As [`gather_puts`](Self::gather_puts), after the first `pass` puts of paths containing `s` went
+    /// through: some of a writer's objects are stored while the others wait.
+    pub fn gather_puts_after(&self, s: &str, pass: usize, parties: usize) {
         self.plan.lock().gather = Some(Gather {
             contains: s.to_string(),
+            pass,
             parties,
             waiting: Vec::new(),
         });
@@ -177,6 +186,10 @@ impl FaultStore {
         let wait = {
             let mut plan = self.plan.lock();
             match plan.gather.as_mut() {
+                Some(g) if path.as_ref().contains(&g.contains) && g.pass > 0 => {
+                    g.pass -= 1;
+                    None
+                }
                 Some(g) if path.as_ref().contains(&g.contains) => {
                     if g.waiting.len() + 1 >= g.parties {
                         // The last one: every put goes through, and the gathering is over.

@@ -108,6 +108,16 @@ impl IoRuntime {
         }))
     }
 
+    /// Runs `fut` as a task of the runtime, detached (a background materialization): never in place, also
+    /// inside [`block_on`](Self::block_on).
+    pub(crate) fn spawn_detached<F>(&self, fut: F) -> Result<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        drop(self.runtime()?.spawn(fut));
+        Ok(())
+    }
+
     /// Runs the blocking `work` (the wait for a backend's files, serializing its tables) on the runtime's
     /// blocking threads and returns what awaits its result. Inside this runtime's
     /// [`block_on`](Self::block_on) (a synchronous call, whose thread waits anyway) it runs in place when

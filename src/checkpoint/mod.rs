@@ -26,7 +26,8 @@
 //! [`CheckpointError`] inside [`Error::Checkpoint`](crate::Error::Checkpoint).
 //!
 //! Modules: `format` (the metadata file), `storage`, `upload` (the upload path of `storage`), `checkpointer`,
-//! `pending` (the asynchronous part), `sweeper` (the sweep and the process's background sweeper), `async_api` (the
+//! `pending` (the asynchronous part), `reuse` (what a checkpoint references instead of uploading), `materialize`
+//! (the background materialization of the LSM checkpoint view), `sweeper` (the sweep and the process's background sweeper), `async_api` (the
 //! async forms), `fence` (attempts and claims in the root), `jobs` (a job's part of the root), `scan` (reading a
 //! root as a whole), `restore` (one module per backend, and what they share), `fault_store` (feature `test-util`,
 //! reached through `keyed_state::internals`), and, hidden from the docs, `tools` (verify and gc for the command
@@ -42,9 +43,11 @@ mod format;
 mod io;
 mod job_name;
 mod jobs;
+mod materialize;
 mod pending;
 mod registry;
 mod restore;
+mod reuse;
 mod scan;
 mod storage;
 mod sweeper;
@@ -64,7 +67,7 @@ pub use io::{IoRuntime, DEFAULT_IO_THREADS};
 pub use job_name::DEFAULT_JOB;
 pub use jobs::{generate_job_name, list_jobs, newest_checkpoint, resolve_job};
 pub use pending::PendingCheckpoint;
-pub use registry::{CheckpointOptions, CheckpointSummary, RestoreMode};
+pub use registry::{CheckpointOptions, CheckpointSummary, MaterializationStatus, RestoreMode};
 pub use registry::{SweepStatus, SWEEP_RETRY_FIRST, SWEEP_RETRY_MAX};
 #[cfg(feature = "rocksdb")]
 pub use restore::restore_rocksdb;

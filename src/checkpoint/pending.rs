@@ -1,7 +1,7 @@
 //! The asynchronous part of a checkpoint: [`PendingCheckpoint`] waits for the backend's files, uploads
 //! those the incremental base lacks in batches, and writes the metadata last.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 use super::metadata_path;
 use super::registry::{CheckpointSummary, Inner};
+use super::reuse::{file_kind, reuse_key};
 use super::storage::{Upload, UploadPart};
 use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource};
 use crate::error::{CheckpointError, Error, Result};
@@ -40,35 +41,6 @@ impl<'a> Batch<'a> {
     fn push(&mut self, g: Group<'a>) {
         self.bytes += g.bytes;
         self.groups.push(g);
-    }
-}
-
-/// What identifies a file of the backend across its checkpoints: an SST by its number alone (a number
-/// names one file with fixed bytes for the engine's life; the bounds a restore listed may be dropped by the
-/// engine when they cover the whole file), a heap table by number, state and key group; a named file is
-/// never reused.
-type ReuseKey = (u64, Option<(u32, u32)>);
-
-fn reuse_key(number: u64, kind: &FileKind) -> Option<ReuseKey> {
-    match kind {
-        FileKind::Sst | FileKind::BoundedSst(_) => Some((number, None)),
-        FileKind::Table { state, key_group } => {
-            Some((number, Some((*state, u32::from(*key_group)))))
-        }
-        FileKind::Named(_) => None,
-    }
-}
-
-/// The metadata's kind of a captured file.
-fn file_kind(s: &FileSource) -> FileKind {
-    match s {
-        FileSource::Sst(_) => FileKind::Sst,
-        FileSource::BoundedSst { bounds, .. } => FileKind::BoundedSst(bounds.clone()),
-        FileSource::Table { state, key_group } => FileKind::Table {
-            state: *state,
-            key_group: *key_group,
-        },
-        FileSource::Named { name, .. } => FileKind::Named(name.clone()),
     }
 }
 
@@ -221,23 +193,30 @@ impl PendingCheckpoint {
         let mut object_index: BTreeMap<String, u32> = BTreeMap::new();
         let mut files: Vec<FileRef> = Vec::new();
         let mut new_files: Vec<&CapturedFile> = Vec::new();
-        let base_files: HashMap<ReuseKey, &FileRef> = self
-            .base
-            .iter()
-            .flat_map(|b| b.files.iter())
-            .filter_map(|r| Some((reuse_key(r.number, &r.kind)?, r)))
-            .collect();
+        // The files a background materialization uploaded are referenced as the base's are, protected as
+        // this checkpoint's from here on.
+        let mat = {
+            let mut reg = inner.reg.lock();
+            let reg = &mut *reg;
+            match reg.in_flight.get_mut(&id) {
+                Some(f) => super::reuse::refs_for(&reg.mat, &mut f.protect),
+                None => return Err(CheckpointError::Cancelled { id }.into()),
+            }
+        };
+        let base_files = super::reuse::reuse_table(self.base.as_ref(), mat.as_deref());
+        let mut files_from_materialization = 0usize;
+        let mut bytes_from_materialization = 0u64;
         for f in &captured.files {
             let kind = file_kind(&f.source);
             let reused = reuse_key(f.number, &kind)
                 .and_then(|key| base_files.get(&key))
-                .filter(|r| matches!(kind, FileKind::Table { .. }) || r.length == f.size)
-                .and_then(|r| {
-                    let o = self.base.as_ref()?.objects.get(r.object as usize)?;
-                    Some((*r, o))
-                });
+                .filter(|(r, _, _)| matches!(kind, FileKind::Table { .. }) || r.length == f.size);
             match reused {
-                Some((r, o)) => {
+                Some(&(r, o, from_mat)) => {
+                    if from_mat {
+                        files_from_materialization += 1;
+                        bytes_from_materialization += r.length;
+                    }
                     let idx = match object_index.get(&o.path) {
                         Some(i) => *i,
                         None => {
@@ -401,6 +380,7 @@ impl PendingCheckpoint {
                 match reg.in_flight.get_mut(&id).filter(|_| !cancelled) {
                     Some(f) => {
                         f.written = Some(meta.clone());
+                        f.materialized = view_materialized;
                         f.protect.clear();
                         None
                     }
@@ -427,6 +407,8 @@ impl PendingCheckpoint {
             state_size: meta.state_size(),
             view_materialized,
             bytes_materialization,
+            files_from_materialization,
+            bytes_from_materialization,
             async_micros: u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
         })
     }

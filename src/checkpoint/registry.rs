@@ -10,7 +10,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::fence::newest_attempt_async;
-use super::format::CheckpointMetadata;
+use super::format::{CheckpointMetadata, FileRef, ObjectRef};
 use super::storage::CheckpointStorage;
 use crate::error::{CheckpointError, Error, Result};
 
@@ -81,6 +81,12 @@ pub struct CheckpointSummary {
     /// materialization). Without a view, every checkpoint uploads the compactions since the last one and
     /// this is 0.
     pub bytes_materialization: u64,
+    /// Files referenced from the objects a background materialization uploaded (outside any checkpoint's
+    /// path, `design/checkpoint-view.md`, "In the background"): counted in
+    /// [`files_reused`](Self::files_reused), not uploaded by this checkpoint.
+    pub files_from_materialization: usize,
+    /// Bytes of those files.
+    pub bytes_from_materialization: u64,
     /// Microseconds of the asynchronous part.
     pub async_micros: u64,
 }
@@ -91,6 +97,8 @@ pub(super) struct InFlight {
     pub(super) protect: BTreeSet<String>,
     /// The metadata once written (complete on storage, not yet confirmed by the host).
     pub(super) written: Option<CheckpointMetadata>,
+    /// Its capture was an in-band materialization of the checkpoint view (set with `written`).
+    pub(super) materialized: bool,
 }
 
 /// A confirmed checkpoint while retained.
@@ -119,6 +127,11 @@ pub(super) struct Registry {
     pub(super) retire: Vec<String>,
     /// Old runs (`<instance>/<run>`) the retired metadata referenced: the next sweep looks at them.
     pub(super) sweep_runs: BTreeSet<String>,
+    /// The background materialization in flight or uploaded, until a checkpoint that began after its
+    /// uploads ended is confirmed (`design/checkpoint-view.md`, "In the background").
+    pub(super) mat: Option<Materializing>,
+    /// What the background materializations did.
+    pub(super) mat_status: MaterializationStatus,
 }
 
 pub(super) struct Inner {
@@ -136,6 +149,8 @@ pub(super) struct Inner {
     pub(super) sweep: Mutex<SweepState>,
     /// Held by a running sweep: one sweep of the instance at a time.
     pub(super) sweep_lock: Mutex<()>,
+    /// Notified when a background materialization's uploads end.
+    pub(super) mat_idle: parking_lot::Condvar,
 }
 
 impl Inner {
@@ -213,4 +228,63 @@ impl SweepState {
 
 pub(super) fn is_fenced(e: &Error) -> bool {
     matches!(e, Error::Checkpoint(CheckpointError::Fenced { .. }))
+}
+
+/// What the background materializations of one [`Checkpointer`](super::Checkpointer) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaterializationStatus {
+    /// Materializations started.
+    pub started: u64,
+    /// Uploaded, and the engine's view advanced to them.
+    pub advanced: u64,
+    /// Uploaded, and the engine left its view as it was (replaced since; a spanning L0 file).
+    pub refused: u64,
+    /// Abandoned before their uploads ended (failure, close, made moot): their objects deleted.
+    pub abandoned: u64,
+    /// Objects uploaded by the materializations that ended their uploads.
+    pub objects_written: u64,
+    /// Bytes of those objects: written outside every checkpoint's path.
+    pub bytes_written: u64,
+    /// Whether one is uploading now.
+    pub in_flight: bool,
+}
+
+impl MaterializationStatus {
+    /// The figures as metrics (publish them with [`publish_metrics`](crate::env::publish_metrics)):
+    /// `keyed-state.checkpoint.materializations-{started,advanced,refused,abandoned}`,
+    /// `keyed-state.checkpoint.materialization-objects` and `-bytes` (written outside every checkpoint's
+    /// path), `keyed-state.checkpoint.materialization-in-flight` (0 or 1).
+    pub fn metrics(&self) -> Vec<keyed_state_lsm::Metric> {
+        let m = |name: &str, value: u64| keyed_state_lsm::Metric {
+            name: format!("keyed-state.checkpoint.{name}"),
+            value,
+        };
+        vec![
+            m("materializations-started", self.started),
+            m("materializations-advanced", self.advanced),
+            m("materializations-refused", self.refused),
+            m("materializations-abandoned", self.abandoned),
+            m("materialization-objects", self.objects_written),
+            m("materialization-bytes", self.bytes_written),
+            m("materialization-in-flight", u64::from(self.in_flight)),
+        ]
+    }
+}
+
+/// The uploaded files of a materialization, as a checkpoint references them.
+pub(super) struct Refs {
+    pub(super) objects: Vec<ObjectRef>,
+    pub(super) files: Vec<FileRef>,
+}
+
+/// A materialization in the registry (not a checkpoint: no id, no metadata).
+pub(super) struct Materializing {
+    pub(super) seq: u64,
+    pub(super) cancel: Arc<AtomicBool>,
+    /// Objects it uploads or uploaded: live for the sweep while it is in the registry.
+    pub(super) protect: BTreeSet<String>,
+    /// Set once the uploads ended (after the engine's answer to the advance).
+    pub(super) refs: Option<Arc<Refs>>,
+    /// The first checkpoint that began after `refs` was set: its confirmation ends the protection.
+    pub(super) first_after: Option<u64>,
 }

@@ -58,6 +58,7 @@ fn prepare(inner: &Inner) -> Result<Prepared<'_>> {
         .in_flight
         .values()
         .flat_map(|f| f.protect.iter().cloned())
+        .chain(reg.mat.iter().flat_map(|m| m.protect.iter().cloned()))
         .collect();
     Ok(Prepared {
         inner,

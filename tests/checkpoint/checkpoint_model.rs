@@ -1,8 +1,8 @@
 //! Proptest model of checkpoints against a `BTreeMap`: random writes, checkpoints (some aborted, some two
 //! at once), confirmations, retention, and restores with rescales P -> P' over several steps, in no-claim
 //! and in claim mode. After every step storage holds exactly the objects that the metadata in the root
-//! references (none missing, none left over), and every restore equals the model as of the restored
-//! checkpoint.
+//! references and those a background materialization of the checkpoint view keeps (none missing, none left
+//! over), and every restore equals the model as of the restored checkpoint.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -92,7 +92,14 @@ fn owner(insts: &mut [Inst], k: i64) -> &mut Inst {
     &mut insts[i]
 }
 
-fn check_storage(storage: &CheckpointStorage) -> Result<(), TestCaseError> {
+/// Storage holds exactly the objects some metadata references and those the instances' background
+/// materializations keep (after their uploads ended).
+fn check_storage(storage: &CheckpointStorage, insts: &[Inst]) -> Result<(), TestCaseError> {
+    let mut kept = BTreeSet::new();
+    for x in insts {
+        x.ck.wait_for_materialization();
+        kept.extend(x.ck.materialization_objects());
+    }
     keyed_state::checkpoint::wait_for_sweeps(storage);
     let objects: BTreeSet<String> = storage
         .list("shared/")
@@ -100,7 +107,8 @@ fn check_storage(storage: &CheckpointStorage) -> Result<(), TestCaseError> {
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    let refs = referenced_objects(storage).unwrap().unwrap();
+    let mut refs = referenced_objects(storage).unwrap().unwrap();
+    refs.extend(kept);
     prop_assert_eq!(objects, refs);
     prop_assert!(verify(storage, None).unwrap().problems.is_empty());
     Ok(())
@@ -120,6 +128,10 @@ fn run_ops(ops: Vec<Op>, retain: usize, cache: usize, view: bool) -> Result<(), 
     let storage = Arc::new(CheckpointStorage::in_memory().unwrap());
     let opts = keyed_state_lsm::Options {
         checkpoint_view: view,
+        // Background materializations at most checkpoints after a compaction, running beside the
+        // checkpoint whose synchronous part started them.
+        checkpoint_view_background_l0_runs: 2,
+        checkpoint_view_background_pinned_ratio: 0.0,
         ..LsmBackend::small_options()
     };
     let cfg = KeyedStateStore::config_for(
@@ -223,7 +235,7 @@ fn run_ops(ops: Vec<Op>, retain: usize, cache: usize, view: bool) -> Result<(), 
                 prop_assert_eq!(n, model.len() as u64);
             }
         }
-        check_storage(&storage)?;
+        check_storage(&storage, &insts)?;
     }
     Ok(())
 }
@@ -254,5 +266,17 @@ proptest! {
         cache in proptest::sample::select(vec![0usize, 1, 1 << 10, 64 << 20]),
     ) {
         run_ops(ops, retain, cache, true)?;
+    }
+
+    /// The same, every call made from inside a current-thread tokio runtime (the background
+    /// materializations run on the storage's I/O runtime).
+    #[test]
+    fn checkpoints_of_the_view_follow_the_model_inside_tokio(
+        ops in proptest::collection::vec(op(), 5..40),
+        retain in 1usize..3,
+        cache in proptest::sample::select(vec![0usize, 1 << 10]),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async { run_ops(ops, retain, cache, true) })?;
     }
 }

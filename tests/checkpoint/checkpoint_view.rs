@@ -20,6 +20,9 @@ fn instance(storage: &Arc<CheckpointStorage>, view: bool) -> Inst {
             checkpoint_view: view,
             // The compaction below replaces every file: the view pins more than the version holds.
             checkpoint_view_max_pinned_ratio: 10.0,
+            // In band only: the materializations of this test are the captures' own.
+            checkpoint_view_background_l0_runs: usize::MAX,
+            checkpoint_view_background_pinned_ratio: f64::INFINITY,
             auto_compaction: false,
             ..options()
         },

@@ -16,6 +16,7 @@ mod checkpoint_model;
 mod checkpoint_operands;
 mod checkpoint_spans;
 mod checkpoint_view;
+mod checkpoint_view_background;
 mod checkpoints;
 mod checkpoints_async;
 mod checkpoints_in_tokio;

@@ -214,10 +214,10 @@ impl Db {
         let mut st = inner.state.lock();
         let pending = match st.imm.front() {
             None => {
-                let st = &mut *st;
+                let version = Arc::clone(&st.version);
                 Pending::Ready(super::checkpoint_view::capture(
-                    &mut st.view,
-                    &st.version,
+                    st.view_state(),
+                    &version,
                     &inner.opts,
                 ))
             }
@@ -449,7 +449,7 @@ impl CapturedCheckpoint {
             // would sort above the files there and hide their newer values from a restore of the view.
             // The view is given up instead (the next capture takes the whole version).
             if st.view.as_deref().is_some_and(spans) {
-                st.view = None;
+                st.view_state().reset(None);
             }
             // Every write up to `S` is in L0 or below already (the checkpoint's flush came before the
             // overlay was written), and later flushes hold only writes above `S + 1`: the run below the
@@ -578,7 +578,12 @@ mod tests {
     #[test]
     fn an_adopted_overlay_is_the_engines_own_and_the_next_checkpoint_reuses_it() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path().join("db"), Options::default()).unwrap();
+        // Without the checkpoint view, which would keep the compacted-away file for the next checkpoint.
+        let opts = Options {
+            checkpoint_view: false,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path().join("db"), opts.clone()).unwrap();
         for k in [&b"a"[..], b"b", b"c"] {
             db.put(k, b"engine").unwrap();
         }

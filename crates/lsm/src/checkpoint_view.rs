@@ -37,53 +37,112 @@ pub(crate) enum ViewEdit {
     Append,
 }
 
-/// Updates `view` (the engine's, `None`: none) for an installed edit (call with the state lock held, after
+/// The files appended to the view since a background materialization took its version
+/// ([`ViewMaterialization`](crate::ViewMaterialization)): what the view becomes on top of that version
+/// when it advances. `valid` is false once the view was replaced or given up since (the advance is refused).
+pub(crate) struct Tail {
+    /// The materialization it belongs to.
+    pub id: u64,
+    /// The L0 files flushed (and capture files adopted) since its moment, in install order.
+    pub files: Vec<(usize, Arc<FileMeta>)>,
+    pub valid: bool,
+}
+
+/// The view and the tail of a background materialization in flight (the engine's, under the state lock).
+pub(crate) struct ViewState<'a> {
+    pub view: &'a mut Option<Arc<Version>>,
+    pub tail: &'a mut Option<Tail>,
+}
+
+impl ViewState<'_> {
+    /// The view is given up or replaced: a materialization in flight can no longer advance it.
+    pub(crate) fn reset(&mut self, to: Option<Arc<Version>>) {
+        *self.view = to;
+        if let Some(t) = self.tail.as_mut() {
+            t.valid = false;
+            t.files.clear();
+        }
+    }
+}
+
+/// Updates the view (the engine's, `None`: none) for an installed edit (call with the state lock held, after
 /// installing the version).
 pub(crate) fn on_install(
-    view: &mut Option<Arc<Version>>,
+    mut vs: ViewState<'_>,
     how: ViewEdit,
     pop_imm: bool,
     deleted: &[(usize, Arc<FileMeta>)],
     added: &[(usize, Arc<FileMeta>)],
 ) {
-    let Some(v) = view else {
+    let Some(v) = vs.view.as_ref() else {
         return;
     };
     let append = how == ViewEdit::Append || pop_imm;
     if append {
         if !added.is_empty() {
-            *view = Some(Arc::new(v.apply(&[], added)));
+            *vs.view = Some(Arc::new(v.apply(&[], added)));
+            // A tail no longer valid takes no more files (it would keep them on disk for nothing).
+            if let Some(t) = vs.tail.as_mut().filter(|t| t.valid) {
+                t.files.extend(added.iter().cloned());
+            }
         }
     } else if deleted.is_empty() && !added.is_empty() {
-        *view = None;
+        vs.reset(None);
     }
 }
 
 /// The files of a checkpoint capture taken now, when the engine's installed `version` holds the writes up to
 /// the last flushed memtable, and what they are; `view` becomes them (call with the state lock held).
 pub(crate) fn capture(
-    view: &mut Option<Arc<Version>>,
+    mut vs: ViewState<'_>,
     version: &Arc<Version>,
     opts: &Options,
 ) -> (Arc<Version>, CaptureView) {
     if !opts.checkpoint_view {
         return (Arc::clone(version), CaptureView::Off);
     }
-    if let Some(v) = view {
-        if within_bounds(v, version, opts) {
+    if let Some(v) = vs.view.as_ref() {
+        if within_bounds(v, version, 0, opts) {
             return (Arc::clone(v), CaptureView::Changes);
         }
     }
-    let bytes = match view {
+    let bytes = match vs.view.as_ref() {
         Some(v) => bytes_outside(version, v),
         None => total_bytes(version),
     };
-    *view = Some(Arc::clone(version));
+    vs.reset(Some(Arc::clone(version)));
     (Arc::clone(version), CaptureView::Materialized { bytes })
 }
 
-fn within_bounds(view: &Version, version: &Version, opts: &Options) -> bool {
-    view.l0_runs <= opts.checkpoint_view_max_l0_runs
+/// Whether a background materialization is due: the view is past one of its background triggers
+/// ([`Options::checkpoint_view_background_l0_runs`], [`Options::checkpoint_view_background_pinned_ratio`])
+/// and stays within its bounds once the `pending` memtables (sealed, or written and to be sealed by the next
+/// checkpoint) are flushed: past them, the next capture materializes in band anyway.
+pub(crate) fn background_due(
+    view: Option<&Version>,
+    version: &Version,
+    pending: usize,
+    opts: &Options,
+) -> bool {
+    let Some(v) = view.filter(|_| opts.checkpoint_view) else {
+        return false;
+    };
+    if !within_bounds(v, version, pending, opts) {
+        return false;
+    }
+    v.l0_runs >= opts.checkpoint_view_background_l0_runs
+        || bytes_outside(v, version) as f64
+            > opts.checkpoint_view_background_pinned_ratio * total_bytes(version) as f64
+}
+
+/// The L0 bound holds while the view has no more runs than the bound or than the version itself (when the
+/// engine's own L0 is past the bound, taking the version would not give a restore fewer runs); `pending`:
+/// runs flushes will add to both.
+fn within_bounds(view: &Version, version: &Version, pending: usize, opts: &Options) -> bool {
+    view.l0_runs + pending
+        <= opts
+            .checkpoint_view_max_l0_runs
+            .max(version.l0_runs + pending)
         && bytes_outside(view, version) as f64
             <= opts.checkpoint_view_max_pinned_ratio * total_bytes(version) as f64
 }

@@ -107,6 +107,18 @@ pub(crate) struct State {
     /// The checkpoint view ([`Options::checkpoint_view`](crate::Options::checkpoint_view)): the files the
     /// last capture took plus those flushed since (`None`: the next capture takes the whole version).
     pub view: Option<Arc<Version>>,
+    /// The files appended to the view since a background materialization in flight took its version.
+    pub view_tail: Option<checkpoint_view::Tail>,
+}
+
+impl State {
+    /// The view and the tail, borrowed together.
+    pub(crate) fn view_state(&mut self) -> checkpoint_view::ViewState<'_> {
+        checkpoint_view::ViewState {
+            view: &mut self.view,
+            tail: &mut self.view_tail,
+        }
+    }
 }
 
 /// A checkpoint's request for the version installed by the flush of `mem` (filled in by `log_and_apply`).
@@ -287,6 +299,7 @@ impl DbInner {
                 changes: Arc::clone(&state_changes),
                 captures: Vec::new(),
                 view: None,
+                view_tail: None,
             }),
             cv: Condvar::new(),
             writer: Mutex::new(WriterState {
@@ -476,13 +489,14 @@ impl DbInner {
         {
             let mut st = self.state.lock();
             st.version = Arc::new(newv);
-            checkpoint_view::on_install(&mut st.view, view, pop_imm, deleted, added);
+            checkpoint_view::on_install(st.view_state(), view, pop_imm, deleted, added);
             if pop_imm {
                 if let Some(m) = st.imm.pop_back() {
                     if st.captures.iter().any(|c| Arc::ptr_eq(&c.mem, &m)) {
                         let st = &mut *st;
+                        let version = Arc::clone(&st.version);
                         let (files, what) =
-                            checkpoint_view::capture(&mut st.view, &st.version, &self.opts);
+                            checkpoint_view::capture(st.view_state(), &version, &self.opts);
                         for c in st.captures.iter_mut().filter(|c| Arc::ptr_eq(&c.mem, &m)) {
                             c.version = Some((Arc::clone(&files), what));
                         }

@@ -108,6 +108,7 @@ pub mod storage;
 mod sync;
 pub mod util;
 mod version;
+mod view_materialization;
 mod wal;
 mod words;
 
@@ -138,3 +139,4 @@ pub use prefix::{prefix_successor, FixedPrefix, PrefixExtractor};
 pub use slice::ValueSlice;
 pub use snapshot::Snapshot;
 pub use sst::{Compression, PropertiesCollector, ReaderMetadata, SstOptions, SstProperties};
+pub use view_materialization::{AdvanceRefused, ViewMaterialization};

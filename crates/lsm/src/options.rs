@@ -100,19 +100,30 @@ pub struct Options {
     /// merge within L0 writes one L0 run whatever it holds. The LSM state backend sets it to its state-id width, so no file below L0 spans
     /// two states (`design/checkpoints.md`, "Restore").
     pub partition_prefix_len: usize,
-    /// Whether checkpoints capture the *checkpoint view* (default false): the files the last checkpoint
+    /// Whether checkpoints capture the *checkpoint view* (default true): the files the last checkpoint
     /// captured plus the files flushed (and capture files adopted) since, instead of the whole version, so
     /// that a checkpoint's new files are its flushes and not the compactions in between
     /// (`design/checkpoint-view.md`). The view keeps its files on disk after compactions replace them; a
     /// capture takes the whole version instead (and the view becomes it) when the view is past one of the
-    /// bounds below, after an ingestion, and at the first checkpoint after opening.
+    /// bounds below, after an ingestion, and at the first checkpoint after opening. The view exists from the
+    /// first capture on: an engine never checkpointed keeps nothing for it.
     pub checkpoint_view: bool,
-    /// The view's bound on L0 sorted runs (default 10, half of `l0_stop_writes_trigger`'s default): a
-    /// restore adopts a checkpoint's L0 files as L0 runs.
+    /// The view's bound on L0 sorted runs (default 10, half of `l0_stop_writes_trigger`'s default), unless
+    /// the version itself holds more: a restore adopts a checkpoint's L0 files as L0 runs.
     pub checkpoint_view_max_l0_runs: usize,
     /// The view's bound on the bytes of its files no longer in the engine's version (local disk the view
-    /// alone keeps), as a fraction of the version's bytes (default 1.0).
+    /// alone keeps), as a fraction of the version's bytes (default 2.0: above 1.0, so that after a merge into
+    /// the base level, which pins the old base level, a background materialization takes the view forward
+    /// instead of the next capture).
     pub checkpoint_view_max_pinned_ratio: f64,
+    /// The view's trigger, in L0 sorted runs, for a *background* materialization (default 5, half of
+    /// `checkpoint_view_max_l0_runs`): [`Db::checkpoint_view_due`](crate::Db::checkpoint_view_due) says so,
+    /// and a host that uploads in the background takes [`Db::begin_view_materialization`](crate::Db::begin_view_materialization)
+    /// (`design/checkpoint-view.md`, "In the background"). `usize::MAX`: never.
+    pub checkpoint_view_background_l0_runs: usize,
+    /// The view's trigger, in pinned bytes against the version's, for a background materialization
+    /// (default 0.5).
+    pub checkpoint_view_background_pinned_ratio: f64,
     /// Where the database's files live (default: the real file system, [`StorageHandle::os`]). Every
     /// durable byte goes through it: SST files, WAL, manifest, `CURRENT`, directory syncs, renames,
     /// deletes, listings and the directory lock. Tests pass a
@@ -156,9 +167,11 @@ impl Default for Options {
             auto_compaction: true,
             create_if_missing: true,
             partition_prefix_len: 0,
-            checkpoint_view: false,
+            checkpoint_view: true,
             checkpoint_view_max_l0_runs: 10,
-            checkpoint_view_max_pinned_ratio: 1.0,
+            checkpoint_view_max_pinned_ratio: 2.0,
+            checkpoint_view_background_l0_runs: 5,
+            checkpoint_view_background_pinned_ratio: 0.5,
             storage: StorageHandle::os(),
             env: None,
         }
@@ -195,6 +208,14 @@ impl fmt::Debug for Options {
             .field(
                 "checkpoint_view_max_pinned_ratio",
                 &self.checkpoint_view_max_pinned_ratio,
+            )
+            .field(
+                "checkpoint_view_background_l0_runs",
+                &self.checkpoint_view_background_l0_runs,
+            )
+            .field(
+                "checkpoint_view_background_pinned_ratio",
+                &self.checkpoint_view_background_pinned_ratio,
             )
             .field("storage", &self.storage)
             .field("env", &self.env)

@@ -4,7 +4,7 @@
 //! first (`design/rmw-cache.md`, "Adoption of a capture's files").
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::backend::lsm_cache::{Layer, LayerLedger, Overlay};
 use crate::error::Result;
@@ -43,22 +43,7 @@ impl crate::backend::CheckpointCapture for LsmCapture {
                 adopt(&mut captured, ledger, first.epoch(), last.epoch());
             }
         }
-        let files = captured
-            .files
-            .iter()
-            .map(|f| crate::backend::CapturedFile {
-                number: f.number,
-                level: f.level,
-                size: f.size,
-                source: match &f.bounds {
-                    None => crate::backend::FileSource::Sst(f.path.clone()),
-                    Some(b) => crate::backend::FileSource::BoundedSst {
-                        path: f.path.clone(),
-                        bounds: b.clone(),
-                    },
-                },
-            })
-            .collect();
+        let files = captured.files.iter().map(captured_file).collect();
         Ok(crate::backend::CapturedFiles {
             backend: crate::backend::BackendKind::Lsm,
             files,
@@ -86,5 +71,71 @@ fn adopt(
         Ok(None) => {}
         // The checkpoint's files are whole either way; the engine reports its failure to the next write.
         Err(e) => tracing::warn!(error = %e, "checkpoint files not adopted by the engine"),
+    }
+}
+
+fn captured_file(f: &keyed_state_lsm::CapturedFile) -> crate::backend::CapturedFile {
+    crate::backend::CapturedFile {
+        number: f.number,
+        level: f.level,
+        size: f.size,
+        source: match &f.bounds {
+            None => crate::backend::FileSource::Sst(f.path.clone()),
+            Some(b) => crate::backend::FileSource::BoundedSst {
+                path: f.path.clone(),
+                bounds: b.clone(),
+            },
+        },
+    }
+}
+
+/// A background materialization of the engine's checkpoint view: its version's files, pinned. It does not
+/// keep the backend open: a backend dropped meanwhile closes its engine (releasing its directory) on its own
+/// thread, and the advance is refused.
+struct LsmMaterialization {
+    /// Holds what its advance replaced until this is dropped (outside the registry's lock).
+    m: keyed_state_lsm::ViewMaterialization,
+    files: Vec<crate::backend::CapturedFile>,
+    storage: keyed_state_lsm::storage::StorageHandle,
+    shared: Weak<Shared>,
+}
+
+/// The engine's version for a background materialization, when its checkpoint view is past a background
+/// trigger (`design/checkpoint-view.md`, "In the background").
+pub(super) fn view_materialization(
+    shared: &Arc<Shared>,
+) -> Option<Box<dyn crate::backend::MaterializationCapture>> {
+    if !shared.db.checkpoint_view_due() {
+        return None;
+    }
+    let m = shared.db.begin_view_materialization()?;
+    let files = m.files.iter().map(captured_file).collect();
+    Some(Box::new(LsmMaterialization {
+        m,
+        files,
+        storage: shared.db.storage().clone(),
+        shared: Arc::downgrade(shared),
+    }))
+}
+
+impl crate::backend::MaterializationCapture for LsmMaterialization {
+    fn files(&self) -> &[crate::backend::CapturedFile] {
+        &self.files
+    }
+
+    fn storage(&self) -> keyed_state_lsm::storage::StorageHandle {
+        self.storage.clone()
+    }
+
+    fn advance(&mut self) -> std::result::Result<(), keyed_state_lsm::AdvanceRefused> {
+        // Not upgraded: the last reference to the backend is never dropped here.
+        if self.shared.strong_count() == 0 {
+            return Err(keyed_state_lsm::AdvanceRefused::Closed);
+        }
+        self.m.advance()
+    }
+
+    fn is_current(&self) -> bool {
+        self.shared.strong_count() > 0 && self.m.is_current()
     }
 }

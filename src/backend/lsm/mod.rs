@@ -734,6 +734,10 @@ impl StateBackend for LsmBackend {
         Ok(n)
     }
 
+    fn view_materialization(&mut self) -> Option<Box<dyn super::MaterializationCapture>> {
+        capture::view_materialization(&self.shared)
+    }
+
     fn checkpoint_capture(&mut self) -> Result<Box<dyn super::CheckpointCapture>> {
         self.loader.drain()?;
         // Synchronous part: the cache's dirty log becomes an immutable layer (O(1), as for a snapshot), then

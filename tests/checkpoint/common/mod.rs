@@ -28,8 +28,16 @@ pub struct Inst {
     pub engine: Option<keyed_state::backend::lsm::LsmEngine>,
 }
 
+/// Small engines with the checkpoint view as by default, materialized in band only: the scenarios here check
+/// that storage holds exactly what metadata references, and a background materialization's objects are held
+/// beside them until a later checkpoint references them (its own tests: `checkpoint_view_background.rs`,
+/// and the view's model test).
 pub fn options() -> Options {
-    LsmBackend::small_options()
+    Options {
+        checkpoint_view_background_l0_runs: usize::MAX,
+        checkpoint_view_background_pinned_ratio: f64::INFINITY,
+        ..LsmBackend::small_options()
+    }
 }
 
 pub fn store_on(

@@ -1,0 +1,72 @@
+//! What a checkpoint may reference instead of uploading: the files of its incremental base and of an
+//! uploaded background materialization, identified across checkpoints by [`ReuseKey`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
+use super::registry::{Materializing, Refs};
+use crate::backend::FileSource;
+
+/// What identifies a file of the backend across its checkpoints: an SST by its number alone (a number
+/// names one file with fixed bytes for the engine's life; the bounds a restore listed may be dropped by the
+/// engine when they cover the whole file), a heap table by number, state and key group; a named file is
+/// never reused.
+pub(super) type ReuseKey = (u64, Option<(u32, u32)>);
+
+pub(super) fn reuse_key(number: u64, kind: &FileKind) -> Option<ReuseKey> {
+    match kind {
+        FileKind::Sst | FileKind::BoundedSst(_) => Some((number, None)),
+        FileKind::Table { state, key_group } => {
+            Some((number, Some((*state, u32::from(*key_group)))))
+        }
+        FileKind::Named(_) => None,
+    }
+}
+
+/// The metadata's kind of a captured file.
+pub(super) fn file_kind(s: &FileSource) -> FileKind {
+    match s {
+        FileSource::Sst(_) => FileKind::Sst,
+        FileSource::BoundedSst { bounds, .. } => FileKind::BoundedSst(bounds.clone()),
+        FileSource::Table { state, key_group } => FileKind::Table {
+            state: *state,
+            key_group: *key_group,
+        },
+        FileSource::Named { name, .. } => FileKind::Named(name.clone()),
+    }
+}
+
+/// The uploaded materialization's files for a checkpoint's reuse, protected as the checkpoint's own from now
+/// on (the registry's `mat`, locked; `protect`: the checkpoint's protect set).
+pub(super) fn refs_for(
+    mat: &Option<Materializing>,
+    protect: &mut BTreeSet<String>,
+) -> Option<Arc<Refs>> {
+    let refs = mat.as_ref()?.refs.clone()?;
+    protect.extend(refs.objects.iter().map(|o| o.path.clone()));
+    Some(refs)
+}
+
+/// The reuse table of a checkpoint: the base's files, and the uploaded materialization's not in it, each
+/// with its object and whether it came from the materialization.
+pub(super) fn reuse_table<'a>(
+    base: Option<&'a CheckpointMetadata>,
+    mat: Option<&'a Refs>,
+) -> HashMap<ReuseKey, (&'a FileRef, &'a ObjectRef, bool)> {
+    let mut out = HashMap::new();
+    let sources = mat
+        .map(|m| (&m.files, &m.objects, true))
+        .into_iter()
+        .chain(base.map(|b| (&b.files, &b.objects, false)));
+    for (files, objects, from_mat) in sources {
+        for r in files {
+            if let (Some(k), Some(o)) =
+                (reuse_key(r.number, &r.kind), objects.get(r.object as usize))
+            {
+                out.insert(k, (r, o, from_mat));
+            }
+        }
+    }
+    out
+}
