@@ -198,6 +198,9 @@ pub(crate) struct RmwCache {
     maps: MapIndex,
     /// Whether the cache pays, and whether it is in use or aside (empty, every operation to the engine).
     step: StepAside,
+    /// The next probe samples its key for the estimate (set by [`route`](Self::route) for an operation
+    /// through the cache).
+    sample_next: bool,
 }
 
 /// Doorkeeper slots per byte of capacity: one per 256 bytes (an entry costs at least `ENTRY_OVERHEAD`), so
@@ -243,6 +246,7 @@ impl RmwCache {
             },
             maps: MapIndex::default(),
             step: StepAside::new(capacity),
+            sample_next: false,
         };
         storage::use_small_pages(&c.slots);
         storage::use_small_pages(&c.log);
@@ -408,7 +412,10 @@ impl RmwCache {
     /// [`probe`](Self::probe) with the key's [`hash`](Self::hash).
     #[inline]
     pub(crate) fn probe_hashed(&mut self, key: &[u8], hash: u64) -> Found {
-        self.step.observe(hash);
+        if self.sample_next {
+            self.sample_next = false;
+            self.step.observe(hash);
+        }
         self.table.advance();
         let slots = &mut self.slots;
         let found = self.table.find(hash, |i| match slots.get(i as usize) {
@@ -457,7 +464,7 @@ impl RmwCache {
                 i
             }
             None => {
-                self.slots.push(Some(slot));
+                storage::push(&mut self.slots, Some(slot));
                 (self.slots.len() - 1) as u32
             }
         };
@@ -658,12 +665,15 @@ impl RmwCache {
             return;
         }
         s.log = self.log.len() as u32;
-        self.log.push(LogEntry {
-            key: s.key.clone(),
-            value: s.value.clone(),
-            valid: true,
-            slot: i,
-        });
+        storage::push(
+            &mut self.log,
+            LogEntry {
+                key: s.key.clone(),
+                value: s.value.clone(),
+                valid: true,
+                slot: i,
+            },
+        );
         self.log_valid += 1;
         if self.log.len() > 2 * self.log_valid + 1024 {
             self.compact_log();

@@ -279,6 +279,11 @@ fn stepping_aside_with_dirty_entries_a_pending_checkpoint_and_an_open_snapshot_l
     check_rounds(&mut store, &s, N, 5);
     pending.run().unwrap();
     ck.notify_complete(1).unwrap();
+    // The live store still reads its last round: the capture whose layers were written back on stepping
+    // aside was not adopted as well (its older values above the newer writes).
+    check_rounds(&mut store, &s, N, 5);
+    engine.flush().unwrap();
+    check_rounds(&mut store, &s, N, 5);
     // The snapshot reads its moment.
     let mut bytes = Vec::new();
     keyed_state::savepoint::encode(&*snap, &Default::default(), &mut bytes).unwrap();

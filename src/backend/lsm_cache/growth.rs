@@ -106,4 +106,43 @@ mod tests {
         assert!(!c.append_around(i, b"long", &[4u8; LARGE_APPEND], &db, &mut buf)?);
         Ok(())
     }
+
+    #[test]
+    fn a_large_append_to_a_clean_list_is_a_merge_operand_and_one_held_by_a_pending_layer_stays(
+    ) -> Result<()> {
+        let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
+        let db = Db::open(
+            dir.path(),
+            keyed_state_lsm::Options {
+                merge_operator: Some(std::sync::Arc::new(keyed_state_lsm::ListAppendOperator)),
+                ..keyed_state_lsm::Options::default()
+            },
+        )?;
+        let mut c = RmwCache::new(64 << 20, false);
+        let mut buf = Vec::new();
+        let delim = keyed_state_lsm_list_delimiter();
+        // A clean entry: the engine holds its value; the append joins it there as an operand.
+        db.put(b"clean", &[1u8; 8])?;
+        let h = c.hash(b"clean");
+        let i = c.insert_clean(h, b"clean", Some(&[1u8; 8]));
+        assert!(c.append_around(i, b"clean", &[2u8; LARGE_APPEND], &db, &mut buf)?);
+        assert!(c.lookup(b"clean").is_none());
+        let joined = [&[1u8; 8][..], &[delim], &[2u8; LARGE_APPEND]].concat();
+        assert_eq!(db.get(b"clean")?.as_deref(), Some(&joined[..]));
+        // A cleared list (a dirty deletion): the elements alone.
+        let i = c.write(None, b"cleared", None);
+        db.put(b"cleared", &[9u8; 8])?;
+        assert!(c.append_around(i, b"cleared", &[3u8; LARGE_APPEND], &db, &mut buf)?);
+        assert_eq!(
+            db.get(b"cleared")?.as_deref(),
+            Some(&[3u8; LARGE_APPEND][..])
+        );
+        // With a layer pending (a snapshot's or checkpoint's hand-off) the append stays in the cache.
+        let i = c.write(None, b"held", Some(&[5u8; 8]));
+        let layers = c.hand_off();
+        assert!(!layers.is_empty());
+        assert!(!c.append_around(i, b"held", &[6u8; LARGE_APPEND], &db, &mut buf)?);
+        assert_eq!(db.get(b"held")?, None);
+        Ok(())
+    }
 }

@@ -279,13 +279,14 @@ impl StepAside {
             self.estimate = Some(self.hits as f64 / self.samples as f64);
         }
         let warm = self.windows > 0;
+        // A policy whose threshold every ratio passes (above 1 to step aside, below 0 to come back) steps
+        // whatever the estimate, also before any key was sampled (a large cache samples 1 key in hundreds).
+        let (forced_aside, forced_back) =
+            (self.policy.aside_below > 1.0, self.policy.back_above < 0.0);
         let verdict = match self.estimate {
-            Some(e)
-                if warm
-                    && self.active
-                    && (self.full_at_start || self.policy.aside_below > 1.0)
-                    && e < self.policy.aside_below =>
-            {
+            _ if warm && self.active && forced_aside => Verdict::StepAside,
+            _ if warm && !self.active && forced_back => Verdict::StepBackIn,
+            Some(e) if warm && self.active && self.full_at_start && e < self.policy.aside_below => {
                 Verdict::StepAside
             }
             Some(e) if warm && !self.active && e > self.policy.back_above => Verdict::StepBackIn,
@@ -357,6 +358,28 @@ mod tests {
         );
         assert!(v.contains(&Verdict::StepBackIn), "{v:?}");
         assert!(s.is_active());
+    }
+
+    #[test]
+    fn a_policy_that_steps_whatever_the_estimate_steps_a_large_cache_before_any_sample() {
+        // 64 MiB: one key in hundreds is sampled; three operations per window sample none.
+        let mut s = StepAside::new(64 << 20);
+        s.set_policy(RmwCacheStepping {
+            window_ops: 3,
+            aside_below: 2.0,
+            back_above: -1.0,
+        });
+        let v = run(&mut s, 12, |_| 0x1234_5678_9ABC_DEF1);
+        assert_eq!(s.estimate(), None);
+        assert_eq!(
+            v,
+            [
+                Verdict::Stay,
+                Verdict::StepAside,
+                Verdict::StepBackIn,
+                Verdict::StepAside
+            ]
+        );
     }
 
     #[test]

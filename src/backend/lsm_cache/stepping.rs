@@ -28,18 +28,24 @@ impl RmwCache {
     /// when it is over, which may step aside (writing everything back into `db`) or back in.
     #[inline]
     pub(crate) fn route(&mut self, key: &[u8], db: &Db) -> Result<Route> {
-        if !self.step.is_active() {
+        let sampled = !self.step.is_active();
+        if sampled {
             let hash = self.hash(key);
             self.step.observe(hash);
         }
-        if self.step.tick() {
-            return self.end_window(db);
-        }
-        Ok(Route {
-            through: self.step.is_active(),
-            stepped: false,
-            ended: false,
-        })
+        let route = if self.step.tick() {
+            self.end_window(db)?
+        } else {
+            Route {
+                through: self.step.is_active(),
+                stepped: false,
+                ended: false,
+            }
+        };
+        // In use, the operation's first probe samples its key; the other probes (a map's entries looked up
+        // while it is cleared, a merge's lookup) are not operations and do not.
+        self.sample_next = route.through && !sampled;
+        Ok(route)
     }
 
     /// Whether the cache is in use (else aside: empty, every operation goes to the engine).

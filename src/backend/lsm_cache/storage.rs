@@ -31,3 +31,15 @@ pub(super) fn use_small_pages<T>(v: &Vec<T>) {
         }
     }
 }
+
+/// Pushes `item` onto `v`, advising its new allocation as [`use_small_pages`] does when the push had to
+/// move it (more entries than the reservation: short keys and values, or a capacity past the reservation's
+/// cap).
+#[inline]
+pub(super) fn push<T>(v: &mut Vec<T>, item: T) {
+    let reserved = v.capacity();
+    v.push(item);
+    if v.capacity() != reserved {
+        use_small_pages(v);
+    }
+}
