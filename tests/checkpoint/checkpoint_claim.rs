@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::common as checkpoint_common;
+#[cfg(feature = "s3")]
 use crate::s3 as common_s3;
 
 use checkpoint_common::*;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common as checkpoint_common;
+#[cfg(feature = "s3")]
 use crate::s3 as common_s3;
 
 use checkpoint_common::*;

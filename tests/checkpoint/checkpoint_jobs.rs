@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use crate::root_before_jobs_fixture::root_before_jobs_model;
+#[cfg(feature = "s3")]
 use crate::s3 as common_s3;
 
 use keyed_state::checkpoint::{
