@@ -18,7 +18,8 @@
 //! and the amortised ratio with them. `KS_MO_VIEW_BG_L0_RUNS` and `KS_MO_VIEW_BG_PINNED_RATIO` set the
 //! background triggers (default the engine's). After the rounds: median, p90 and max of bytes written / changed raw bytes over
 //! checkpoints 2.., the amortised ratio, the materialization bytes apart, and the time to restore the last
-//! checkpoint into a temporary directory. `KS_MO_VIEW_L0_RUNS` and `KS_MO_VIEW_PINNED_RATIO` set the view's
+//! checkpoint into a temporary directory and the time its compactions then take (writes stall while its L0
+//! is at the stop trigger). `KS_MO_VIEW_L0_RUNS` and `KS_MO_VIEW_PINNED_RATIO` set the view's
 //! bounds (default the engine's, `Options::checkpoint_view_max_l0_runs` and `_max_pinned_ratio`);
 //! `KS_MO_VIEW_HARD_L0_RUNS` the L0 bound once background materializations are taken
 //! (`Options::checkpoint_view_hard_l0_runs`).
@@ -460,6 +461,16 @@ fn part1_run(mode: View) {
     println!(
         "restore of checkpoint {last}: {restore_s:.2} s, {} files adopted; restored engine: {}",
         info.files_adopted,
+        restored_engine.summary()
+    );
+    // Until the restored engine's compactions catch up, an L0 at the stop trigger stalls its writes.
+    let t = Instant::now();
+    restored_engine
+        .wait_for_background_work()
+        .expect("restored engine's compactions");
+    println!(
+        "restored engine's compactions after the restore: {:.2} s; then: {}",
+        t.elapsed().as_secs_f64(),
         restored_engine.summary()
     );
     drop(restored);
