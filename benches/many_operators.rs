@@ -18,8 +18,11 @@
 //! and the amortised ratio with them. `KS_MO_VIEW_BG_L0_RUNS` and `KS_MO_VIEW_BG_PINNED_RATIO` set the
 //! background triggers (default the engine's). After the rounds: median, p90 and max of bytes written / changed raw bytes over
 //! checkpoints 2.., the amortised ratio, the materialization bytes apart, and the time to restore the last
-//! checkpoint into a temporary directory. `KS_MO_VIEW_L0_RUNS` and `KS_MO_VIEW_PINNED_RATIO` set the view's
-//! bounds (default the engine's, `Options::checkpoint_view_max_l0_runs` and `_max_pinned_ratio`).
+//! checkpoint into a temporary directory and the time its compactions then take (writes stall while its L0
+//! is at the stop trigger). `KS_MO_VIEW_L0_RUNS` and `KS_MO_VIEW_PINNED_RATIO` set the view's
+//! bounds (default the engine's, `Options::checkpoint_view_max_l0_runs` and `_max_pinned_ratio`);
+//! `KS_MO_VIEW_HARD_L0_RUNS` the L0 bound once background materializations are taken
+//! (`Options::checkpoint_view_hard_l0_runs`).
 //!
 //! Part 2, many instances: `KS_MO_INSTANCES` backends (default 16), each with 3 value states and its
 //! key-group range of max parallelism 128, loaded with `KS_MO_TOTAL_MB` MiB of raw entries in all (default
@@ -277,6 +280,10 @@ fn part1_run(mode: View) {
             "KS_MO_VIEW_L0_RUNS",
             defaults.checkpoint_view_max_l0_runs as u64,
         ) as usize,
+        checkpoint_view_hard_l0_runs: env_num(
+            "KS_MO_VIEW_HARD_L0_RUNS",
+            defaults.checkpoint_view_hard_l0_runs as u64,
+        ) as usize,
         checkpoint_view_max_pinned_ratio: std::env::var("KS_MO_VIEW_PINNED_RATIO")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -314,10 +321,11 @@ fn part1_run(mode: View) {
                 engine_options.checkpoint_view_max_pinned_ratio
             ),
             View::Background => format!(
-                "on, in the background from {} L0 runs or pinned ratio {} (in band at {} L0 runs, pinned ratio {})",
+                "on, in the background from {} L0 runs or pinned ratio {} (in band at {} L0 runs, {} once taken in the background, pinned ratio {})",
                 engine_options.checkpoint_view_background_l0_runs,
                 engine_options.checkpoint_view_background_pinned_ratio,
                 engine_options.checkpoint_view_max_l0_runs,
+                engine_options.checkpoint_view_hard_l0_runs,
                 engine_options.checkpoint_view_max_pinned_ratio
             ),
         },
@@ -453,6 +461,16 @@ fn part1_run(mode: View) {
     println!(
         "restore of checkpoint {last}: {restore_s:.2} s, {} files adopted; restored engine: {}",
         info.files_adopted,
+        restored_engine.summary()
+    );
+    // Until the restored engine's compactions catch up, an L0 at the stop trigger stalls its writes.
+    let t = Instant::now();
+    restored_engine
+        .wait_for_background_work()
+        .expect("restored engine's compactions");
+    println!(
+        "restored engine's compactions after the restore: {:.2} s; then: {}",
+        t.elapsed().as_secs_f64(),
         restored_engine.summary()
     );
     drop(restored);

@@ -194,16 +194,32 @@ impl PendingCheckpoint {
         let mut files: Vec<FileRef> = Vec::new();
         let mut new_files: Vec<&CapturedFile> = Vec::new();
         // The files a background materialization uploaded are referenced as the base's are, protected as
-        // this checkpoint's from here on.
-        let mat = {
+        // this checkpoint's from here on; once its protection ended (a checkpoint begun after it was
+        // confirmed), the confirmed checkpoint newer than this one's base references them.
+        let (mat, newer_base) = {
             let mut reg = inner.reg.lock();
             let reg = &mut *reg;
             match reg.in_flight.get_mut(&id) {
-                Some(f) => super::reuse::refs_for(&reg.mat, &mut f.protect),
+                Some(f) => match super::reuse::refs_for(&reg.mat, &mut f.protect) {
+                    Some(m) => (Some(m), None),
+                    None => (
+                        None,
+                        super::reuse::newer_base_refs(
+                            self.base.as_ref(),
+                            reg.base.as_ref(),
+                            &mut f.protect,
+                        ),
+                    ),
+                },
                 None => return Err(CheckpointError::Cancelled { id }.into()),
             }
         };
-        let base_files = super::reuse::reuse_table(self.base.as_ref(), mat.as_deref());
+        let base_files = super::reuse::reuse_table(
+            self.base.as_ref(),
+            mat.as_deref()
+                .map(|m| (m, true))
+                .or(newer_base.as_ref().map(|m| (m, false))),
+        );
         let mut files_from_materialization = 0usize;
         let mut bytes_from_materialization = 0u64;
         for f in &captured.files {

@@ -48,15 +48,36 @@ pub(super) fn refs_for(
     Some(refs)
 }
 
-/// The reuse table of a checkpoint: the base's files, and the uploaded materialization's not in it, each
-/// with its object and whether it came from the materialization.
+/// The references of the last confirmed checkpoint (`current`) when it is newer than a checkpoint's `base`
+/// (confirmed after that checkpoint began), its objects added to the checkpoint's `protect` (call with the
+/// registry locked: the last confirmed checkpoint's objects are live for every sweep until then). `None`
+/// for a checkpoint without a base (a full one).
+pub(super) fn newer_base_refs(
+    base: Option<&CheckpointMetadata>,
+    current: Option<&CheckpointMetadata>,
+    protect: &mut BTreeSet<String>,
+) -> Option<Refs> {
+    let (base, current) = (base?, current?);
+    if current.checkpoint_id <= base.checkpoint_id || current.run != base.run {
+        return None;
+    }
+    protect.extend(current.objects.iter().map(|o| o.path.clone()));
+    Some(Refs {
+        objects: current.objects.clone(),
+        files: current.files.clone(),
+    })
+}
+
+/// The reuse table of a checkpoint: the base's files, and those of `more` (an uploaded materialization's,
+/// flagged `true`, or a newer confirmed checkpoint's) not in it, each with its object and whether it came
+/// from a materialization.
 pub(super) fn reuse_table<'a>(
     base: Option<&'a CheckpointMetadata>,
-    mat: Option<&'a Refs>,
+    more: Option<(&'a Refs, bool)>,
 ) -> HashMap<ReuseKey, (&'a FileRef, &'a ObjectRef, bool)> {
     let mut out = HashMap::new();
-    let sources = mat
-        .map(|m| (&m.files, &m.objects, true))
+    let sources = more
+        .map(|(m, from_mat)| (&m.files, &m.objects, from_mat))
         .into_iter()
         .chain(base.map(|b| (&b.files, &b.objects, false)));
     for (files, objects, from_mat) in sources {

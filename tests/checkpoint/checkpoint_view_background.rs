@@ -294,3 +294,46 @@ fn a_backend_dropped_while_materializing_closes_its_engine_at_once() {
     assert!(reopened.is_ok(), "{:?}", reopened.err());
     assert_eq!(status.advanced, 0, "{status:?}");
 }
+
+#[test]
+fn a_checkpoint_begun_before_the_materializations_protection_ended_references_its_uploads_from_the_newer_base(
+) {
+    use keyed_state::internals::FaultStore;
+    let fault = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
+    let storage =
+        Arc::new(CheckpointStorage::from_store(Arc::new(fault.clone()), "", "fault").unwrap());
+    let mut a = instance(&storage);
+    let mut model = BTreeMap::new();
+    to_a_due_materialization(&mut a, &mut model);
+    // The uploads end after checkpoint 2 ran: it does not reference them.
+    fault.gather_puts("/m1-", usize::MAX);
+    let second = confirm(&mut a, 2);
+    assert_eq!(second.files_from_materialization, 0, "{second:?}");
+    fault.gather_puts("no such object", 1);
+    let status = a.ck.wait_for_materialization();
+    assert_eq!(status.advanced, 1, "{status:?}");
+    // Checkpoint 3 is the first after the uploads; 4 begins (its base checkpoint 2) before 3 is confirmed,
+    // which ends the materialization's protection: 4's asynchronous part no longer finds its references.
+    write(&mut a, &mut model, 400, 50, 4);
+    let p3 = a.ck.begin(3, a.store.backend_mut()).unwrap();
+    let third = p3.run().unwrap();
+    assert!(third.files_from_materialization > 0, "{third:?}");
+    write(&mut a, &mut model, 500, 50, 5);
+    let p4 = a.ck.begin(4, a.store.backend_mut()).unwrap();
+    a.ck.notify_complete(3).unwrap();
+    assert!(a.ck.materialization_objects().is_empty());
+    let fourth = p4.run().unwrap();
+    a.ck.notify_complete(4).unwrap();
+    // Its flush (and checkpoint 3's, which its base lacks), not the materialization's files again.
+    assert!(
+        fourth.bytes_written * 4 < status.bytes_written,
+        "{fourth:?} {status:?}"
+    );
+    assert!(!fourth.view_materialized, "{fourth:?}");
+    a.ck.wait_for_sweeps();
+    assert_eq!(
+        objects(&storage),
+        referenced_objects(&storage).unwrap().unwrap()
+    );
+    check_restores(&storage, 4, &model);
+}

@@ -52,6 +52,8 @@ pub(crate) struct Tail {
 pub(crate) struct ViewState<'a> {
     pub view: &'a mut Option<Arc<Version>>,
     pub tail: &'a mut Option<Tail>,
+    /// Whether a host took a background materialization: the hard L0 bound applies ([`l0_bound`]).
+    pub background: bool,
 }
 
 impl ViewState<'_> {
@@ -102,7 +104,7 @@ pub(crate) fn capture(
         return (Arc::clone(version), CaptureView::Off);
     }
     if let Some(v) = vs.view.as_ref() {
-        if within_bounds(v, version, 0, opts) {
+        if within_bounds(v, version, 0, l0_bound(opts, vs.background), opts) {
             return (Arc::clone(v), CaptureView::Changes);
         }
     }
@@ -122,12 +124,13 @@ pub(crate) fn background_due(
     view: Option<&Version>,
     version: &Version,
     pending: usize,
+    background: bool,
     opts: &Options,
 ) -> bool {
     let Some(v) = view.filter(|_| opts.checkpoint_view) else {
         return false;
     };
-    if !within_bounds(v, version, pending, opts) {
+    if !within_bounds(v, version, pending, l0_bound(opts, background), opts) {
         return false;
     }
     v.l0_runs >= opts.checkpoint_view_background_l0_runs
@@ -135,14 +138,29 @@ pub(crate) fn background_due(
             > opts.checkpoint_view_background_pinned_ratio * total_bytes(version) as f64
 }
 
-/// The L0 bound holds while the view has no more runs than the bound or than the version itself (when the
+/// The view's bound on L0 runs: [`Options::checkpoint_view_max_l0_runs`], or once a host takes background
+/// materializations (`background`) [`Options::checkpoint_view_hard_l0_runs`] (at least the former): a view
+/// past the first is taken forward in the background instead of in the checkpoint's path.
+pub(crate) fn l0_bound(opts: &Options, background: bool) -> usize {
+    if background {
+        opts.checkpoint_view_hard_l0_runs
+            .max(opts.checkpoint_view_max_l0_runs)
+    } else {
+        opts.checkpoint_view_max_l0_runs
+    }
+}
+
+/// The L0 bound holds while the view has no more runs than `l0_bound` or than the version itself (when the
 /// engine's own L0 is past the bound, taking the version would not give a restore fewer runs); `pending`:
 /// runs flushes will add to both.
-fn within_bounds(view: &Version, version: &Version, pending: usize, opts: &Options) -> bool {
-    view.l0_runs + pending
-        <= opts
-            .checkpoint_view_max_l0_runs
-            .max(version.l0_runs + pending)
+fn within_bounds(
+    view: &Version,
+    version: &Version,
+    pending: usize,
+    l0_bound: usize,
+    opts: &Options,
+) -> bool {
+    view.l0_runs + pending <= l0_bound.max(version.l0_runs + pending)
         && bytes_outside(view, version) as f64
             <= opts.checkpoint_view_max_pinned_ratio * total_bytes(version) as f64
 }

@@ -109,6 +109,9 @@ pub(crate) struct State {
     pub view: Option<Arc<Version>>,
     /// The files appended to the view since a background materialization in flight took its version.
     pub view_tail: Option<checkpoint_view::Tail>,
+    /// Whether a host took a background materialization of the view (since opening): from then on the
+    /// view's L0 bound is the hard one ([`Options::checkpoint_view_hard_l0_runs`](crate::Options::checkpoint_view_hard_l0_runs)).
+    pub view_background: bool,
 }
 
 impl State {
@@ -117,6 +120,7 @@ impl State {
         checkpoint_view::ViewState {
             view: &mut self.view,
             tail: &mut self.view_tail,
+            background: self.view_background,
         }
     }
 }
@@ -300,6 +304,7 @@ impl DbInner {
                 captures: Vec::new(),
                 view: None,
                 view_tail: None,
+                view_background: false,
             }),
             cv: Condvar::new(),
             writer: Mutex::new(WriterState {

@@ -111,6 +111,14 @@ pub struct Options {
     /// The view's bound on L0 sorted runs (default 10, half of `l0_stop_writes_trigger`'s default), unless
     /// the version itself holds more: a restore adopts a checkpoint's L0 files as L0 runs.
     pub checkpoint_view_max_l0_runs: usize,
+    /// The view's bound on L0 sorted runs once a host takes background materializations (default 24, four
+    /// above `l0_stop_writes_trigger`'s default), unless the version itself holds more: past
+    /// `checkpoint_view_max_l0_runs`, the capture keeps the view while a background materialization takes
+    /// it forward (one in flight, or one the checkpoint starts), so that a merge into the base level while
+    /// the engine's compactions lag (its own L0 up to the stop trigger) is uploaded in the background, not
+    /// in the checkpoint's path. A restore of a checkpoint taken then starts with as many L0 runs: past the
+    /// stop trigger, its writes wait for its first merge into the base level (`design/checkpoint-view.md`).
+    pub checkpoint_view_hard_l0_runs: usize,
     /// The view's bound on the bytes of its files no longer in the engine's version (local disk the view
     /// alone keeps), as a fraction of the version's bytes (default 2.0: above 1.0, so that after a merge into
     /// the base level, which pins the old base level, a background materialization takes the view forward
@@ -169,6 +177,7 @@ impl Default for Options {
             partition_prefix_len: 0,
             checkpoint_view: true,
             checkpoint_view_max_l0_runs: 10,
+            checkpoint_view_hard_l0_runs: 24,
             checkpoint_view_max_pinned_ratio: 2.0,
             checkpoint_view_background_l0_runs: 5,
             checkpoint_view_background_pinned_ratio: 0.5,
@@ -204,6 +213,10 @@ impl fmt::Debug for Options {
             .field(
                 "checkpoint_view_max_l0_runs",
                 &self.checkpoint_view_max_l0_runs,
+            )
+            .field(
+                "checkpoint_view_hard_l0_runs",
+                &self.checkpoint_view_hard_l0_runs,
             )
             .field(
                 "checkpoint_view_max_pinned_ratio",

@@ -57,6 +57,7 @@ impl Db {
             st.view.as_deref(),
             &st.version,
             pending,
+            st.view_background,
             &self.inner().opts,
         )
     }
@@ -74,6 +75,7 @@ impl Db {
             return None;
         }
         let id = IDS.fetch_add(1, Ordering::Relaxed);
+        st.view_background = true;
         st.view_tail = Some(Tail {
             id,
             files: Vec::new(),

@@ -93,8 +93,9 @@ fn an_advance_is_refused_once_the_view_was_replaced_and_a_dropped_one_frees_the_
     let m = db.begin_view_materialization().unwrap();
     drop(m);
     let mut m = db.begin_view_materialization().unwrap();
-    // An in-band materialization (the view past its bound) replaces the view too.
-    let db_opts_runs = Options::default().checkpoint_view_max_l0_runs;
+    // An in-band materialization (the view past its bound: the hard one, materializations having been
+    // taken in the background) replaces the view too.
+    let db_opts_runs = Options::default().checkpoint_view_hard_l0_runs;
     for i in 0..=db_opts_runs {
         db.put(&[b'k', i as u8], b"v").unwrap();
         db.flush().unwrap();
@@ -225,6 +226,7 @@ fn a_replaced_view_stops_the_materializations_tail_and_it_is_no_longer_current()
         dir.path().join("db"),
         Options {
             checkpoint_view_max_l0_runs: 1,
+            checkpoint_view_hard_l0_runs: 1,
             checkpoint_view_max_pinned_ratio: 100.0,
             ..opts()
         },
@@ -260,4 +262,51 @@ fn a_replaced_view_stops_the_materializations_tail_and_it_is_no_longer_current()
         "the new view took the flush"
     );
     assert_eq!(tail_files(), Some(0));
+}
+
+#[test]
+fn once_materializations_are_taken_in_the_background_the_view_keeps_past_its_in_band_bound_up_to_the_hard_one(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path().join("db"),
+        Options {
+            checkpoint_view_background_l0_runs: 2,
+            checkpoint_view_max_l0_runs: 2,
+            checkpoint_view_hard_l0_runs: 4,
+            // The L0 bound alone.
+            checkpoint_view_max_pinned_ratio: 100.0,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let no = AtomicBool::new(false);
+    db.put(b"a", b"1").unwrap();
+    drop(db.begin_checkpoint().unwrap().wait(&no).unwrap());
+    // A host takes (and here drops) a background materialization: the hard bound applies from then on.
+    drop(db.begin_view_materialization().unwrap());
+    for i in 0..2u8 {
+        db.put(&[b'k', i], b"v").unwrap();
+        db.flush().unwrap();
+    }
+    // The view at 3 runs, past its in-band bound of 2, the version's L0 merged into the base level (the
+    // engine's compactions caught up): due in the background, and the capture keeps the view.
+    db.compact_all().unwrap();
+    assert_eq!(db.stats().checkpoint_view_l0_runs, 3);
+    assert!(db.checkpoint_view_due());
+    db.put(b"z", b"1").unwrap();
+    let cap = db.begin_checkpoint().unwrap().wait(&no).unwrap();
+    assert_eq!(cap.view, CaptureView::Changes, "{cap:?}");
+    assert_eq!(db.stats().checkpoint_view_l0_runs, 4);
+    // Past the hard bound, in band.
+    db.put(b"y", b"1").unwrap();
+    assert!(
+        !db.checkpoint_view_due(),
+        "the next flush takes it past the hard bound"
+    );
+    let cap = db.begin_checkpoint().unwrap().wait(&no).unwrap();
+    assert!(
+        matches!(cap.view, CaptureView::Materialized { .. }),
+        "{cap:?}"
+    );
 }
