@@ -50,7 +50,8 @@ pub(super) fn refs_for(
 
 /// The references of the last confirmed checkpoint (`current`) when it is newer than a checkpoint's `base`
 /// (confirmed after that checkpoint began), its objects added to the checkpoint's `protect` (call with the
-/// registry locked: the last confirmed checkpoint's objects are live for every sweep until then). `None`
+/// registry locked: every sweep's snapshot keeps the last confirmed checkpoint's objects, `sweeper.rs`
+/// `prepare`, whether or not its metadata is still there when the sweep lists the root). `None`
 /// for a checkpoint without a base (a full one).
 pub(super) fn newer_base_refs(
     base: Option<&CheckpointMetadata>,

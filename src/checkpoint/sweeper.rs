@@ -8,10 +8,12 @@
 //!
 //! The sweep never holds the registry's lock while it waits on storage, so [`Checkpointer::begin`] never
 //! waits on it. What it must keep alive it learns under the lock, *before* it scans the root: the objects
-//! of every checkpoint in flight, and the number of the next object the run will upload (objects of this
-//! run numbered from there on are newer than the snapshot and kept). A checkpoint whose metadata is written
-//! after the snapshot was in flight when it was taken, so its objects are in the snapshot; one whose
-//! metadata was written before is in the scan.
+//! of every checkpoint in flight (and of a background materialization), the objects of the last confirmed
+//! checkpoint, and the number of the next object the run will upload (objects of this run numbered from
+//! there on are newer than the snapshot and kept). A checkpoint in flight at the snapshot has its objects
+//! in it; one begun after it holds newer objects and objects reused from the last confirmed checkpoint
+//! (the snapshot's, whose metadata a confirmation may delete before the scan, or a later one, kept by the
+//! same argument); one whose metadata was written before the scan is in the scan.
 //!
 //! [`Checkpointer::begin`]: super::Checkpointer::begin
 
@@ -31,7 +33,8 @@ struct Prepared<'a> {
     inner: &'a Inner,
     /// Old runs to sweep besides the claimed ones.
     runs: BTreeSet<String>,
-    /// Objects of checkpoints in flight when the snapshot was taken.
+    /// Objects of checkpoints in flight (and of a materialization) and of the last confirmed checkpoint
+    /// when the snapshot was taken.
     protect: BTreeSet<String>,
     /// This run's objects numbered from here on were uploaded after the snapshot.
     next_object: u64,
@@ -59,6 +62,15 @@ fn prepare(inner: &Inner) -> Result<Prepared<'_>> {
         .values()
         .flat_map(|f| f.protect.iter().cloned())
         .chain(reg.mat.iter().flat_map(|m| m.protect.iter().cloned()))
+        // The last confirmed checkpoint's objects: a checkpoint may take them into its protection after
+        // this snapshot (its references, or the fallback of `reuse.rs`), while a confirmation retires and
+        // deletes that metadata before the listing below reads the root; kept here, they outlive this
+        // sweep. What a later base references is, by the same rule, in this snapshot or numbered after it.
+        .chain(
+            reg.base
+                .iter()
+                .flat_map(|m| m.objects.iter().map(|o| o.path.clone())),
+        )
         .collect();
     Ok(Prepared {
         inner,
