@@ -15,6 +15,7 @@ mod checkpoint_jobs;
 mod checkpoint_model;
 mod checkpoint_operands;
 mod checkpoint_spans;
+mod checkpoint_sweep_race;
 mod checkpoint_view;
 mod checkpoint_view_background;
 mod checkpoints;
