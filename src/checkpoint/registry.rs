@@ -250,7 +250,7 @@ pub struct MaterializationStatus {
 }
 
 impl MaterializationStatus {
-    /// The figures as metrics (publish them with [`publish_metrics`](crate::env::publish_metrics)):
+    /// The figures as metrics (the `metrics` feature's `env::publish_metrics` publishes them):
     /// `keyed-state.checkpoint.materializations-{started,advanced,refused,abandoned}`,
     /// `keyed-state.checkpoint.materialization-objects` and `-bytes` (written outside every checkpoint's
     /// path), `keyed-state.checkpoint.materialization-in-flight` (0 or 1).
