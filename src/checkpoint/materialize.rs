@@ -15,9 +15,9 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::format::{FileRef, ObjectRef};
+use super::format::ObjectRef;
 use super::registry::{Inner, Materializing, Refs, Registry};
-use super::reuse::{file_kind, reuse_key, ReuseKey};
+use super::reuse::{file_kind, packed_file_refs, reuse_key, ReuseKey};
 use super::storage::{Upload, UploadPart};
 use crate::backend::{CapturedFile, FileSource, MaterializationCapture};
 use crate::error::{CheckpointError, Result};
@@ -286,19 +286,7 @@ async fn upload(
                 checksum: r.checksum,
                 uploaded_by,
             });
-            let mut offset = 0u64;
-            for (f, (len, sum)) in g.iter().zip(&r.files) {
-                refs.files.push(FileRef {
-                    number: f.number,
-                    level: f.level as u8,
-                    object: idx,
-                    offset,
-                    length: *len,
-                    checksum: *sum,
-                    kind: file_kind(&f.source),
-                });
-                offset += len;
-            }
+            refs.files.extend(packed_file_refs(g, &r.files, idx));
         }
     }
     Ok(refs)

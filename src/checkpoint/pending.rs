@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 use super::metadata_path;
 use super::registry::{CheckpointSummary, Inner};
-use super::reuse::{file_kind, reuse_key};
+use super::reuse::{file_kind, packed_file_refs, reuse_key};
 use super::storage::{Upload, UploadPart};
 use crate::backend::{BackendConfig, CapturedFile, CheckpointCapture, FileSource};
 use crate::error::{CheckpointError, Error, Result};
@@ -328,20 +328,9 @@ impl PendingCheckpoint {
             });
             uploads += 1;
             bytes_written += r.size;
-            let mut offset = 0u64;
-            for (f, (len, sum)) in g.iter().zip(&r.files) {
-                files.push(FileRef {
-                    number: f.number,
-                    level: f.level as u8,
-                    object: idx,
-                    offset,
-                    length: *len,
-                    checksum: *sum,
-                    kind: file_kind(&f.source),
-                });
-                bytes_new_files += len;
-                offset += len;
-            }
+            let packed = packed_file_refs(g, &r.files, idx);
+            bytes_new_files += packed.iter().map(|f| f.length).sum::<u64>();
+            files.extend(packed);
         }
         files.sort_by_key(|f| (f.level, f.number));
         let (view_materialized, bytes_materialization) = match captured.view {

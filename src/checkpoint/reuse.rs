@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::format::{CheckpointMetadata, FileKind, FileRef, ObjectRef};
 use super::registry::{Materializing, Refs};
-use crate::backend::FileSource;
+use crate::backend::{CapturedFile, FileSource};
 
 /// What identifies a file of the backend across its checkpoints: an SST by its number alone (a number
 /// names one file with fixed bytes for the engine's life; the bounds a restore listed may be dropped by the
@@ -35,6 +35,33 @@ pub(super) fn file_kind(s: &FileSource) -> FileKind {
         },
         FileSource::Named { name, .. } => FileKind::Named(name.clone()),
     }
+}
+
+/// The references of the files packed, in order, into object `object` (`uploaded`: each file's length and
+/// checksum as the upload read it), at their offsets in it.
+pub(super) fn packed_file_refs(
+    group: &[&CapturedFile],
+    uploaded: &[(u64, u64)],
+    object: u32,
+) -> Vec<FileRef> {
+    let mut offset = 0u64;
+    group
+        .iter()
+        .zip(uploaded)
+        .map(|(f, &(length, checksum))| {
+            let r = FileRef {
+                number: f.number,
+                level: f.level as u8,
+                object,
+                offset,
+                length,
+                checksum,
+                kind: file_kind(&f.source),
+            };
+            offset += length;
+            r
+        })
+        .collect()
 }
 
 /// The uploaded materialization's files for a checkpoint's reuse, protected as the checkpoint's own from now
