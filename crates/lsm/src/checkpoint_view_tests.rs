@@ -62,6 +62,11 @@ fn contents(db: &Db) -> Model {
 
 /// Copies the capture's files into `dst` and opens them there as a database.
 fn restore(cap: &CapturedCheckpoint, dst: &Path, view: bool) -> Db {
+    restore_with(cap, dst, opts(view))
+}
+
+/// [`restore`] with the restored database's options.
+pub(crate) fn restore_with(cap: &CapturedCheckpoint, dst: &Path, opts: Options) -> Db {
     std::fs::create_dir_all(dst).unwrap();
     let adopt: Vec<AdoptFile> = cap
         .files
@@ -76,7 +81,7 @@ fn restore(cap: &CapturedCheckpoint, dst: &Path, view: bool) -> Db {
         })
         .collect();
     adopt_sst_files(&OsStorage, dst, &adopt, cap.seqno, 7).unwrap();
-    Db::open(dst, opts(view)).unwrap()
+    Db::open(dst, opts).unwrap()
 }
 
 /// What one run saw: checkpoints by kind, and view checkpoints holding files compacted away.

@@ -6,9 +6,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use super::{AdvanceRefused, ViewMaterialization};
-use crate::storage::OsStorage;
-use crate::version::{sst_path, Version};
-use crate::{adopt_sst_files, AdoptFile, CaptureView, CapturedCheckpoint, Db, Options};
+use crate::version::Version;
+use crate::{CaptureView, CapturedCheckpoint, Db, Options};
 
 fn opts() -> Options {
     Options {
@@ -19,21 +18,7 @@ fn opts() -> Options {
 }
 
 fn restore(cap: &CapturedCheckpoint, dst: &Path) -> Db {
-    std::fs::create_dir_all(dst).unwrap();
-    let adopt: Vec<AdoptFile> = cap
-        .files
-        .iter()
-        .map(|f| {
-            std::fs::copy(&f.path, sst_path(dst, f.number)).unwrap();
-            AdoptFile {
-                level: f.level,
-                number: f.number,
-                bounds: f.bounds.clone(),
-            }
-        })
-        .collect();
-    adopt_sst_files(&OsStorage, dst, &adopt, cap.seqno, 7).unwrap();
-    Db::open(dst, opts()).unwrap()
+    crate::checkpoint_view_tests::restore_with(cap, dst, opts())
 }
 
 fn numbers(files: impl IntoIterator<Item = u64>) -> Vec<u64> {
