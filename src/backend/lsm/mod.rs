@@ -926,9 +926,13 @@ mod tests {
 
     #[test]
     fn map_reads_skip_files_without_the_map() -> Result<()> {
-        // The engine's filters, without the read-modify-write cache answering first.
-        let mut b =
-            LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?.with_rmw_cache(0)?;
+        // The engine's filters, without the read-modify-write cache answering first, and with the four
+        // flushes below the L0 trigger, so that no background compaction merges the files under the reads.
+        let options = keyed_state_lsm::Options {
+            l0_compaction_trigger: 8,
+            ..LsmBackend::small_options()
+        };
+        let mut b = LsmBackend::temp_with(long_keys(), options)?.with_rmw_cache(0)?;
         let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
         let key_ns = |k: i64| [&[1u8][..], &k.to_be_bytes(), &0i32.to_be_bytes()].concat();
         // Four files, each holding the maps of every fourth key.
