@@ -721,6 +721,9 @@ fn run_child(
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.first() {
             Some(&"PHASE") if f.len() == 7 => {
+                // Raw: phase, ops, wall s, CPU s, read bytes, major faults (a run of one engine prints no
+                // table).
+                println!("  {engine} {line}");
                 let nums = f[2..].iter().filter_map(|x| x.parse().ok()).collect();
                 run.phases.insert(f[1].to_string(), nums);
             }

@@ -101,7 +101,8 @@ impl DbInner {
     /// The keys are looked up in sorted order. When this thread's recent block reads went to the disk
     /// (`sst::cold`), the blocks the batch will read first (one per key and candidate file the filters
     /// admit, unless a memtable already holds a value or deletion of the key) are asked for before any is
-    /// read, so that the disk serves them concurrently.
+    /// read, so that the disk serves them concurrently; whether they were in memory before is what the
+    /// thread records, not how fast the lookups touched them.
     pub(super) fn multi_get_at_seqno(
         &self,
         keys: &[&[u8]],
@@ -111,22 +112,32 @@ impl DbInner {
         let guard = epoch::pin();
         let mut order: Vec<usize> = (0..keys.len()).collect();
         order.sort_unstable_by(|&a, &b| keys.get(a).cmp(&keys.get(b)));
-        if crate::sst::cold::pre_read() {
+        let pre_read = crate::sst::cold::pre_read();
+        if pre_read {
             for key in order.iter().filter_map(|&i| keys.get(i)) {
                 self.pre_read(&sv, &guard, key, seqno);
             }
         }
         let mut out: Vec<Option<ValueSlice>> = vec![None; keys.len()];
-        for &i in &order {
-            let (Some(key), Some(slot)) = (keys.get(i), out.get_mut(i)) else {
-                continue;
-            };
-            *slot = match self.lookup(&sv, &guard, key, seqno)? {
-                Got::Missing => None,
-                Got::Mem(v) => Some(ValueSlice::from_vec(v.to_vec())),
-                Got::Slice(v) => Some(v),
-                Got::Owned(v) => Some(ValueSlice::from_vec(v)),
-            };
+        let mut look_up = || -> Result<()> {
+            for &i in &order {
+                let (Some(key), Some(slot)) = (keys.get(i), out.get_mut(i)) else {
+                    continue;
+                };
+                *slot = match self.lookup(&sv, &guard, key, seqno)? {
+                    Got::Missing => None,
+                    Got::Mem(v) => Some(ValueSlice::from_vec(v.to_vec())),
+                    Got::Slice(v) => Some(v),
+                    Got::Owned(v) => Some(ValueSlice::from_vec(v)),
+                };
+            }
+            Ok(())
+        };
+        // The touches of blocks just asked for say nothing of where the state is (`sst::cold`).
+        if pre_read {
+            crate::sst::cold::unrecorded(look_up)?;
+        } else {
+            look_up()?;
         }
         Ok(out)
     }

@@ -39,6 +39,37 @@ impl Backing {
         }
     }
 
+    /// Whether every page of `[start, end)` of a mapped file is in memory (`mincore`); `None` for bytes
+    /// in memory, an empty or out-of-bounds range, or an error (none is expected for a range of a live
+    /// map).
+    pub(super) fn resident(&self, start: usize, end: usize) -> Option<bool> {
+        let Backing::Map(m) = self else {
+            return None;
+        };
+        if start >= end || end > m.len() {
+            return None;
+        }
+        let page = page_size();
+        let first = start / page;
+        let pages = (end - 1) / page - first + 1;
+        let mut small = [0u8; 8];
+        let mut big = Vec::new();
+        let vec: &mut [u8] = if pages <= small.len() {
+            &mut small[..pages]
+        } else {
+            big.resize(pages, 0);
+            &mut big
+        };
+        let addr = m.as_ptr().wrapping_add(first * page);
+        // SAFETY: `addr` is page-aligned (a map starts on a page boundary; `first * page` is a multiple
+        // of the page size) and `[addr, addr + pages * page)` lies within the mapping: its last page holds
+        // byte `end - 1 < m.len()`, and the kernel maps whole pages. `vec` has one writable byte per page,
+        // the only memory `mincore` writes. The map is borrowed for the call.
+        let rc =
+            unsafe { libc::mincore(addr as *mut libc::c_void, pages * page, vec.as_mut_ptr()) };
+        (rc == 0).then(|| vec.iter().all(|v| v & 1 != 0))
+    }
+
     /// Asks the kernel to read `[start, end)` of a mapped file into memory without waiting for it
     /// (`MADV_WILLNEED`, which starts the reads and returns). Only a hint: a failure changes no result, so
     /// it is ignored; bytes in memory do nothing.
@@ -49,5 +80,59 @@ impl Backing {
                 let _ = m.advise_range(Advice::WillNeed, start, end - start);
             }
         }
+    }
+}
+
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: `sysconf` reads a constant of the system; no memory is passed.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn resident_tells_pages_in_memory_from_pages_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![7u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's file is not modified while mapped.
+        let map = unsafe { Mmap::map(&f) }.unwrap();
+        // Faults read their own page only, as on an SST map.
+        map.advise(Advice::Random).unwrap();
+        let b = Backing::Map(Arc::new(map));
+        // SAFETY: advice on a descriptor the test owns; no memory is passed.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // A file system that keeps every page in memory (tmpfs) cannot show the difference.
+        if b.resident(4000, 8105) == Some(false) {
+            // Read two pages (a block spanning them) and forty (past `mincore`'s small vector).
+            std::hint::black_box(
+                b.bytes()
+                    .get(4000..8105)
+                    .map(|s| s.iter().map(|&x| x as u64).sum::<u64>()),
+            );
+            assert_eq!(b.resident(4000, 8105), Some(true));
+            assert_eq!(b.resident(1 << 19, (1 << 19) + 40 * 4096), Some(false));
+            std::hint::black_box(
+                b.bytes()
+                    .get(1 << 19..(1 << 19) + 40 * 4096)
+                    .map(|s| s.iter().map(|&x| x as u64).sum::<u64>()),
+            );
+            assert_eq!(b.resident(1 << 19, (1 << 19) + 40 * 4096), Some(true));
+        }
+        assert_eq!(b.resident(10, 10), None, "an empty range");
+        assert_eq!(b.resident(0, (1 << 20) + 1), None, "past the end");
+        assert_eq!(Backing::Mem(Arc::from(&[1u8, 2][..])).resident(0, 1), None);
     }
 }

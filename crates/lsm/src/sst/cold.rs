@@ -10,7 +10,12 @@
 //!   per block. Asking for the block's whole byte range first (`MADV_WILLNEED`) makes it one request. That
 //!   is a system call, too dear to pay on every read of a resident block, so each thread measures how often
 //!   touching a block was slow (a major fault) over its last [`WINDOW`] block reads, and pre-reads while
-//!   that fraction is at least [`COLD_TOUCHES`] in [`WINDOW`].
+//!   that fraction is at least [`COLD_TOUCHES`] in [`WINDOW`]. A batched read (`Db::multi_get`) that
+//!   pre-reads asks for all its blocks before its lookups touch any, so those touches are fast whether the
+//!   blocks came from the disk or not: they are not recorded ([`unrecorded`]); what is recorded for each
+//!   block asked for is whether its pages were in memory before the request (`mincore`,
+//!   [`record_residency`]). Counting the touches turned the pre-read off after every window of
+//!   successful batches, and the next window's blocks were then read one fault per page.
 //! - **Iterator read-ahead** ([`Readahead`]): a cursor that reads consecutive blocks of a file (scans,
 //!   compaction inputs) asks for the bytes ahead of it, from 64 KiB doubling up to 2 MiB, as RocksDB's
 //!   iterator auto-readahead and `compaction_readahead_size` do.
@@ -72,6 +77,8 @@ thread_local! {
         Cell::new(ColdTracker { touches: 0, slow: 0, pre_read: false })
     };
     static FORCED: Cell<Option<bool>> = const { Cell::new(None) };
+    /// Touches are not recorded (the lookups of a batch whose blocks were asked for: see [`unrecorded`]).
+    static UNRECORDED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether this thread's block reads currently pre-read.
@@ -93,11 +100,42 @@ pub fn force_pre_read(mode: Option<bool>) {
 /// Records how long touching one block took on this thread.
 #[inline]
 pub(crate) fn record_touch(took: Duration) {
+    if UNRECORDED.with(|u| u.get()) {
+        return;
+    }
+    record(took >= SLOW_TOUCH);
+}
+
+/// Records whether a block asked for before its lookup was in memory already (found by `mincore` before
+/// the request): a block that was not counts as a slow touch.
+#[inline]
+pub(crate) fn record_residency(resident: bool) {
+    record(!resident);
+}
+
+fn record(slow: bool) {
     TRACKER.with(|t| {
         let mut v = t.get();
-        v.record(took >= SLOW_TOUCH);
+        v.record(slow);
         t.set(v);
     });
+}
+
+/// Runs `f` without recording its block touches. The lookups of a batch whose blocks were asked for
+/// first run so: their touches find the blocks read (or being read) by that request, fast, which says
+/// nothing of where the state is; counted, they would turn the pre-read off after a window of batches
+/// whose blocks all came from the disk. Whether those blocks were in memory before the request is
+/// recorded instead ([`record_residency`]).
+pub(crate) fn unrecorded<R>(f: impl FnOnce() -> R) -> R {
+    /// Restores the flag however `f` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            UNRECORDED.with(|u| u.set(self.0));
+        }
+    }
+    let _restore = Restore(UNRECORDED.with(|u| u.replace(true)));
+    f()
 }
 
 /// Times `touch` and records it.
@@ -188,6 +226,45 @@ mod tests {
             t.record(false);
         }
         assert!(!t.pre_read());
+    }
+
+    /// Batches of cold blocks keep the pre-read on: their lookups' touches (fast, since the blocks were
+    /// asked for first) are not recorded, the blocks' residency before the request is. A batch of blocks
+    /// already in memory turns it off.
+    #[test]
+    fn batches_of_blocks_asked_for_first_keep_the_pre_read_on_while_their_blocks_were_cold() {
+        force_free_tracker();
+        for _ in 0..WINDOW {
+            record_touch(SLOW_TOUCH);
+        }
+        assert!(pre_read());
+        // The lookups' touches of blocks asked for first are fast and are not recorded ...
+        for _ in 0..4 * WINDOW {
+            unrecorded(|| record_touch(Duration::ZERO));
+        }
+        assert!(
+            pre_read(),
+            "touches of blocks asked for first do not turn it off"
+        );
+        // ... their residency before the request is.
+        for _ in 0..WINDOW {
+            record_residency(false);
+        }
+        assert!(pre_read(), "cold batches keep it on");
+        for _ in 0..WINDOW {
+            record_residency(true);
+        }
+        assert!(!pre_read(), "a window of resident blocks turns it off");
+        record_touch(SLOW_TOUCH);
+        assert!(
+            !UNRECORDED.with(|u| u.get()),
+            "recording resumes after the batch"
+        );
+    }
+
+    fn force_free_tracker() {
+        FORCED.with(|f| f.set(None));
+        TRACKER.with(|t| t.set(ColdTracker::default()));
     }
 
     #[test]

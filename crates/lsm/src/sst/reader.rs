@@ -637,7 +637,8 @@ impl SstReader {
     }
 
     /// Asks the kernel, without waiting, for the block a point lookup of `lookup_ikey` reads first (see
-    /// [`SstReader::get`]), unless it is a cached decompressed block. The batched read
+    /// [`SstReader::get`]), unless it is a cached decompressed block or its pages are in memory (`mincore`),
+    /// and records for this thread whether they were (module `cold`). The batched read
     /// ([`Db::multi_get`](crate::Db::multi_get)) calls it for every key of a batch before looking any up,
     /// so the disk serves the batch's blocks concurrently instead of one fault at a time.
     pub(crate) fn pre_read_point(&self, lookup_ikey: &[u8]) {
@@ -658,7 +659,17 @@ impl SstReader {
         let end = start
             .saturating_add(h.size as usize)
             .saturating_add(BLOCK_TRAILER_LEN);
-        self.backing.will_need(start, end);
+        // Whether the block was in memory is what tells this thread where its reads go (module `cold`):
+        // the lookup's touch, after the request, finds it read either way. A resident block needs no
+        // request.
+        match self.backing.resident(start, end) {
+            Some(true) => cold::record_residency(true),
+            Some(false) => {
+                cold::record_residency(false);
+                self.backing.will_need(start, end);
+            }
+            None => self.backing.will_need(start, end),
+        }
     }
 
     /// Read-ahead for a cursor loading data block `idx` (module `cold`).
