@@ -21,6 +21,7 @@ use keyed_state_lsm::{Db, WriteBatch};
 use crate::backend::heap::bytes::SmallBytes;
 use crate::error::Result;
 
+mod buckets;
 mod eviction;
 mod growth;
 mod ledger;
@@ -225,7 +226,7 @@ impl RmwCache {
         // entries allow.
         let expect = capacity / (ENTRY_OVERHEAD + 16);
         let c = RmwCache {
-            table: SlotTable::new(capacity / ENTRY_OVERHEAD + 1),
+            table: SlotTable::new(),
             hasher: Hasher::default(),
             slots: Vec::with_capacity(expect.min(1 << 22)),
             free: Vec::new(),
@@ -298,9 +299,9 @@ impl RmwCache {
     /// The bytes the cache may take: its capacity, the doorkeeper's table, and the hash table's buckets at
     /// the most entries the capacity holds (every entry costs at least [`ENTRY_OVERHEAD`]; the table grows
     /// with the entries, and never shrinks when the capacity does). A growth keeps the old buckets (half
-    /// as many) beside the new ones while it moves their entries over, and zeroes the next ones ahead: that
-    /// stays within the charge below the buckets charged, while the last growth, to them, holds half their
-    /// bytes more until it has moved the old ones (at most one operation per 16 old buckets).
+    /// as many) beside the new ones while it moves their entries over: that stays within the charge below
+    /// the buckets charged, while the last growth, to them, holds half their bytes more until it has moved
+    /// the old ones (at most one operation per 16 old buckets).
     pub(crate) fn footprint(&self) -> usize {
         if !self.step.is_active() {
             // Aside: empty, its memory given back (`stepping`), the doorkeeper untouched.
@@ -322,7 +323,6 @@ impl RmwCache {
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
         self.step.set_capacity(capacity);
-        self.table.set_limit(capacity / ENTRY_OVERHEAD + 1);
         if !self.door.is_empty() {
             self.door = vec![0; door_slots(capacity)];
         }

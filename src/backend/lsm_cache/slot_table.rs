@@ -6,14 +6,15 @@
 //! compares tags, and only then the slot's key: one dependent load fewer than a table with separate control
 //! bytes and buckets. Removal shifts the following entries back (no tombstones).
 //!
-//! The table grows with its entries, doubling, and a growth is spread over the operations around it, so
-//! that no operation zeroes or re-places every bucket: from three quarters of its load limit on, each
-//! insertion zeroes a few buckets of the next table (later, a table whose entries stop short of the limit
-//! would zero a next one it never uses); at the limit the new buckets take every insertion, and each later
-//! insertion or probe moves a few whole clusters (runs of full buckets) of the old buckets over, from an
-//! empty bucket on. Moving whole clusters keeps the old buckets a valid table (every entry of a cluster has
+//! The table grows with its entries, doubling, and a growth is spread over the operations after it, so
+//! that no operation zeroes or re-places every bucket: at the load limit the new buckets (fresh memory that
+//! reads as zero, `buckets`: nothing zeroes them ahead) take every insertion, and each later insertion or
+//! probe moves a few whole clusters (runs of full buckets) of the old buckets over, from an empty bucket
+//! on. Moving whole clusters keeps the old buckets a valid table (every entry of a cluster has
 //! its home bucket in it), and tells where a key is: one whose home bucket the growth has passed is in the
 //! new buckets; any other is looked up in the old ones first, then (inserted since the growth) the new.
+
+use super::buckets::Buckets;
 
 /// An empty bucket.
 const EMPTY: u64 = 0;
@@ -26,29 +27,18 @@ const MIN_BUCKETS: usize = 16;
 /// would finish in time; more keep the span in which misses probe twice short.
 const MOVE_STEP: usize = 16;
 
-/// Buckets of the next table zeroed per insertion from three quarters of the load limit on (two cache
-/// lines). The next table has twice the buckets and 5/32 of the current ones are inserted meanwhile: 12.8
-/// per insertion would finish in time.
-const ZERO_STEP: usize = 16;
-
 pub(crate) struct SlotTable {
-    buckets: Vec<u64>,
+    buckets: Buckets,
     /// Entries held, in `buckets` and `old` together.
     len: usize,
     /// While a growth moves entries over: the buckets before it (else empty).
-    old: Vec<u64>,
+    old: Buckets,
     /// Where the growth moves the next cluster from (an empty bucket, or the start of a cluster).
     cursor: usize,
     /// Where the growth began (an empty bucket): the old buckets from here up to `cursor` are moved.
     start: usize,
     /// Old buckets the growth has yet to visit.
     unvisited: usize,
-    /// The next table's buckets, zeroed ahead of its growth (allocated for all of them, filled as far as
-    /// zeroed; empty until the table is three quarters of its load limit full).
-    next: Vec<u64>,
-    /// The most buckets the table is expected to need (for the most entries its cache holds): no next
-    /// table is zeroed beyond them.
-    limit: usize,
 }
 
 impl SlotTable {
@@ -59,23 +49,16 @@ impl SlotTable {
             .max(MIN_BUCKETS)
     }
 
-    /// An empty table (it grows with its entries), expected to hold at most `entries`.
-    pub(crate) fn new(entries: usize) -> SlotTable {
+    /// An empty table (it grows with its entries).
+    pub(crate) fn new() -> SlotTable {
         SlotTable {
-            buckets: vec![EMPTY; MIN_BUCKETS],
+            buckets: Buckets::zeroed(MIN_BUCKETS),
             len: 0,
-            old: Vec::new(),
+            old: Buckets::default(),
             cursor: 0,
             start: 0,
             unvisited: 0,
-            next: Vec::new(),
-            limit: Self::buckets_for(entries),
         }
-    }
-
-    /// Sets the most entries the table is expected to hold.
-    pub(crate) fn set_limit(&mut self, entries: usize) {
-        self.limit = Self::buckets_for(entries);
     }
 
     /// The bytes of the buckets of a table holding `entries`: what the table grows to, at most, while it
@@ -84,10 +67,9 @@ impl SlotTable {
         Self::buckets_for(entries).saturating_mul(std::mem::size_of::<u64>())
     }
 
-    /// The bytes of the buckets now (the old ones too while a growth moves them, and the next ones as far
-    /// as zeroed).
+    /// The bytes of the buckets now (the old ones too while a growth moves them).
     pub(crate) fn bytes(&self) -> usize {
-        (self.buckets.len() + self.old.len() + self.next.len()) * std::mem::size_of::<u64>()
+        (self.buckets.len() + self.old.len()) * std::mem::size_of::<u64>()
     }
 
     #[inline]
@@ -165,8 +147,6 @@ impl SlotTable {
         // Load factor at most 5/8: probe sequences stay short.
         if (self.len + 1) * 8 > self.buckets.len() * 5 {
             self.grow();
-        } else if self.len * 32 > self.buckets.len() * 15 && self.buckets.len() < self.limit {
-            self.zero_ahead();
         }
         place(&mut self.buckets, Self::entry(Self::tag(hash), slot));
         self.len += 1;
@@ -187,25 +167,12 @@ impl SlotTable {
         while self.growing() {
             self.step();
         }
-        let n = self.buckets.len() * 2;
-        let mut next = std::mem::take(&mut self.next);
-        next.resize(n, EMPTY);
+        let next = Buckets::zeroed(self.buckets.len() * 2);
         self.old = std::mem::replace(&mut self.buckets, next);
         // Start at an empty bucket (one exists: the table is at most 5/8 full), so no cluster is cut.
         self.cursor = self.old.iter().position(|&e| e == EMPTY).unwrap_or(0);
         self.start = self.cursor;
         self.unvisited = self.old.len();
-    }
-
-    /// Zeroes [`ZERO_STEP`] more buckets of the next table (allocated, not touched, at the first call).
-    #[inline]
-    fn zero_ahead(&mut self) {
-        let n = self.buckets.len() * 2;
-        if self.next.capacity() < n {
-            self.next = Vec::with_capacity(n);
-        }
-        let to = (self.next.len() + ZERO_STEP).min(n);
-        self.next.resize(to, EMPTY);
     }
 
     /// Moves whole clusters of old buckets over, at least [`MOVE_STEP`] buckets visited; drops the old
@@ -229,7 +196,7 @@ impl SlotTable {
             visited += 1;
         }
         if self.unvisited == 0 {
-            self.old = Vec::new();
+            self.old = Buckets::default();
         }
     }
 
@@ -244,9 +211,8 @@ impl SlotTable {
     /// Removes every entry, keeping the (current) buckets.
     pub(crate) fn clear(&mut self) {
         self.buckets.fill(EMPTY);
-        self.old = Vec::new();
+        self.old = Buckets::default();
         self.unvisited = 0;
-        self.next = Vec::new();
         self.len = 0;
     }
 }
@@ -322,7 +288,7 @@ mod tests {
 
     #[test]
     fn the_table_matches_a_map_through_inserts_removals_and_growth() {
-        let mut t = SlotTable::new(0);
+        let mut t = SlotTable::new();
         let mut model = std::collections::HashSet::new();
         let mut x = 12345u64;
         for round in 0..20_000u32 {
@@ -352,7 +318,7 @@ mod tests {
 
     #[test]
     fn every_entry_is_found_while_a_growth_moves_it_and_after() {
-        let mut t = SlotTable::new(1 << 20);
+        let mut t = SlotTable::new();
         let mut model = std::collections::BTreeSet::new();
         let mut saw_growth = false;
         let mut x = 99u64;
@@ -387,13 +353,31 @@ mod tests {
             t.advance();
         }
         assert!(t.old.is_empty());
-        // Past three quarters of its load limit, the next table's buckets are being zeroed ahead.
-        assert!(!t.next.is_empty());
-        assert_eq!(
-            t.bytes(),
-            (t.buckets.len() + t.next.len()) * std::mem::size_of::<u64>()
-        );
+        assert_eq!(t.bytes(), t.buckets.len() * std::mem::size_of::<u64>());
         for &m in &model {
+            assert_eq!(t.find(hash(m), |s| s == m), Some(m));
+        }
+    }
+
+    #[test]
+    fn a_large_table_grows_into_fresh_mapped_buckets_and_zeroes_none_ahead() {
+        let mut t = SlotTable::new();
+        let mut k = 0u32;
+        // Up to the last entry before the growth to 256K buckets (2 MiB): nothing beyond the buckets in use.
+        while (k as usize + 1) * 8 <= (128 << 10) * 5 {
+            t.insert(hash(k), k);
+            k += 1;
+        }
+        while t.growing() {
+            t.advance();
+        }
+        assert_eq!(t.buckets.len(), 128 << 10);
+        assert_eq!(t.bytes(), (128 << 10) * std::mem::size_of::<u64>());
+        t.insert(hash(k), k);
+        assert_eq!(t.buckets.len(), 256 << 10);
+        #[cfg(target_os = "linux")]
+        assert!(matches!(t.buckets, Buckets::Mapped(_)));
+        for m in (0..=k).step_by(101) {
             assert_eq!(t.find(hash(m), |s| s == m), Some(m));
         }
     }
