@@ -991,6 +991,52 @@ mod tests {
     }
 
     #[test]
+    fn a_hand_off_during_a_growth_of_mapped_buckets_keeps_its_values_and_deletes_after_it_stick(
+    ) -> Result<()> {
+        use super::slot_table::tests::mapped;
+        let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
+        let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
+        let mut c = RmwCache::new(64 << 20, true);
+        let key = |k: u32| k.to_be_bytes();
+        let mut k = 0u32;
+        // Insert until a growth from mapped old buckets is under way.
+        while !(c.table.growing() && mapped(&c.table) == (true, true)) {
+            c.write(None, &key(k), Some(&key(k)));
+            k += 1;
+            assert!(
+                k < 100_000,
+                "no growth of mapped buckets (Miri or not Linux?)"
+            );
+        }
+        let n = k;
+        let layers = c.hand_off();
+        assert!(
+            c.table.growing(),
+            "the hand-off came in the middle of the growth"
+        );
+        // Deletes of every other key, while the growth moves on.
+        for k in (0..n).step_by(2) {
+            let s = c.lookup(&key(k));
+            assert!(s.is_some(), "key {k}");
+            c.write(s, &key(k), None);
+        }
+        assert!(!c.table.growing(), "the growth finished among the deletes");
+        let o = Overlay::build(&layers);
+        assert_eq!(
+            o.range(b"", None).filter(|(_, v)| v.is_some()).count(),
+            n as usize
+        );
+        for k in 0..n {
+            let held = c.lookup(&key(k)).and_then(|i| c.value(i));
+            assert_eq!(held, (k % 2 == 1).then_some(&key(k)[..]), "key {k}");
+        }
+        c.write_back_all(&db)?;
+        assert_eq!(db.get(&key(1))?.as_deref(), Some(&key(1)[..]));
+        assert_eq!(db.get(&key(0))?, None);
+        Ok(())
+    }
+
+    #[test]
     fn admission_is_at_once_with_room_then_reads_on_a_second_miss_and_writes_never() {
         let mut c = RmwCache::new(1 << 20, false);
         assert!(!c.admits_on_first_touch());

@@ -8,8 +8,9 @@
 
 use std::ops::{Deref, DerefMut};
 
-/// Tables of at least this many bytes are mapped (smaller ones come from the heap).
-const MAP_BYTES: usize = 1 << 20;
+/// Tables of at least this many bytes are mapped (smaller ones come from the heap). 4 KiB (512 buckets)
+/// under the crate's unit tests, so that the slot table's tests and the cache's run on mapped buckets.
+const MAP_BYTES: usize = if cfg!(test) { 4 << 10 } else { 1 << 20 };
 
 /// A table's buckets, all 0 when made.
 pub(super) enum Buckets {
@@ -141,12 +142,12 @@ impl Drop for Mapped {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
     fn large_and_small_buckets_start_empty_and_hold_what_is_written() {
-        for n in [16, MAP_BYTES / 8, 4 * MAP_BYTES / 8] {
+        for n in [16, MAP_BYTES / 8, 4 * MAP_BYTES / 8, (1 << 20) / 8] {
             let mut b = Buckets::zeroed(n);
             assert_eq!(b.len(), n);
             assert!(b.iter().all(|&e| e == 0));
@@ -156,5 +157,21 @@ mod tests {
         }
         #[cfg(all(target_os = "linux", not(miri)))]
         assert!(matches!(Buckets::zeroed(MAP_BYTES / 8), Buckets::Mapped(_)));
+        assert!(matches!(
+            Buckets::zeroed(MAP_BYTES / 8 - 1),
+            Buckets::Heap(_)
+        ));
     }
+
+    /// Whether `b` is mapped (always false where buckets are never mapped).
+    pub(in crate::backend::lsm_cache) fn is_mapped(b: &Buckets) -> bool {
+        match b {
+            Buckets::Heap(_) => false,
+            #[cfg(target_os = "linux")]
+            Buckets::Mapped(_) => true,
+        }
+    }
+
+    /// Whether these tests' tables are mapped where they can be (Linux, not under Miri).
+    pub(in crate::backend::lsm_cache) const MAPS: bool = cfg!(all(target_os = "linux", not(miri)));
 }

@@ -215,7 +215,7 @@ impl SlotTable {
 
     /// Removes every entry, keeping the (current) buckets.
     pub(crate) fn clear(&mut self) {
-        self.buckets.fill(EMPTY);
+        self.buckets = Buckets::zeroed(self.buckets.len());
         self.old = Buckets::default();
         self.unvisited = 0;
         self.len = 0;
@@ -283,8 +283,14 @@ fn remove_from(buckets: &mut [u64], entry: u64) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use super::super::buckets::tests::{is_mapped, MAPS};
     use super::*;
+
+    /// Whether the table's buckets (and, during a growth, its old ones) are mapped.
+    pub(in crate::backend::lsm_cache) fn mapped(t: &SlotTable) -> (bool, bool) {
+        (is_mapped(&t.buckets), is_mapped(&t.old))
+    }
 
     /// Hashes whose tags collide in their low bits, so that clusters form and removals shift entries back.
     fn hash(k: u32) -> u64 {
@@ -296,6 +302,7 @@ mod tests {
         let mut t = SlotTable::new();
         let mut model = std::collections::HashSet::new();
         let mut x = 12345u64;
+        let mut on_map = false;
         for round in 0..20_000u32 {
             x ^= x << 13;
             x ^= x >> 7;
@@ -308,7 +315,9 @@ mod tests {
                 t.insert(hash(k), k);
             }
             assert_eq!(t.len(), model.len());
+            on_map |= mapped(&t).0;
         }
+        assert_eq!(on_map, MAPS, "the model ran on mapped buckets");
         for k in 0..3000u32 {
             assert_eq!(
                 t.find(hash(k), |s| s == k),
@@ -326,6 +335,7 @@ mod tests {
         let mut t = SlotTable::new();
         let mut model = std::collections::BTreeSet::new();
         let mut saw_growth = false;
+        let mut mapped_growth = false;
         let mut x = 99u64;
         for k in 0..5000u32 {
             t.insert(hash(k), k);
@@ -344,6 +354,7 @@ mod tests {
                 t.advance();
             }
             saw_growth |= t.growing();
+            mapped_growth |= t.growing() && mapped(&t) == (true, true);
             if t.growing() || k % 512 == 0 {
                 for &m in &model {
                     assert_eq!(t.find(hash(m), |s| s == m), Some(m), "key {m} after {k}");
@@ -353,6 +364,10 @@ mod tests {
             assert_eq!(t.len(), model.len());
         }
         assert!(saw_growth, "the test ran through growths");
+        assert_eq!(
+            mapped_growth, MAPS,
+            "from mapped old buckets to mapped new ones"
+        );
         // A growth ends: its old buckets are given back.
         while t.growing() {
             t.advance();
