@@ -256,22 +256,21 @@ impl RmwCache {
 
     /// Whether a key of hash `h` that missed on a read is taken into the cache with `bytes` of key and
     /// value: at once while the cache has room for it (or without a doorkeeper), else on its second miss
-    /// while the doorkeeper remembers the first.
+    /// while the doorkeeper remembers the first; never when the hash table's growth for it is refused.
     #[inline]
     pub(crate) fn admit(&mut self, h: u64, bytes: usize) -> bool {
-        if self.admit_write(bytes) {
-            return true;
-        }
-        self.admit_slow(h)
+        let room = self.door.is_empty() || self.used + bytes + ENTRY_OVERHEAD <= self.capacity;
+        (room || self.admit_slow(h)) && self.table.make_room()
     }
 
     /// Whether a key that missed on a blind write (a put or delete that read nothing) is taken into the
     /// cache with `bytes` of key and value: while the cache has room for it (or without a doorkeeper).
     /// Into a full cache it would only push another entry out to the engine, so the write goes there
-    /// itself; a key read again is taken in by [`admit`](Self::admit).
+    /// itself; a key read again is taken in by [`admit`](Self::admit). Never when the table cannot grow.
     #[inline]
-    pub(crate) fn admit_write(&self, bytes: usize) -> bool {
-        self.door.is_empty() || self.used + bytes + ENTRY_OVERHEAD <= self.capacity
+    pub(crate) fn admit_write(&mut self, bytes: usize) -> bool {
+        let room = self.door.is_empty() || self.used + bytes + ENTRY_OVERHEAD <= self.capacity;
+        room && self.table.make_room()
     }
 
     #[cold]
@@ -1034,6 +1033,29 @@ mod tests {
         assert_eq!(db.get(&key(1))?.as_deref(), Some(&key(1)[..]));
         assert_eq!(db.get(&key(0))?, None);
         Ok(())
+    }
+
+    #[test]
+    fn a_refused_growth_of_the_table_declines_new_keys_and_keeps_the_held_ones() {
+        use super::buckets::tests::REFUSE;
+        let mut c = RmwCache::new(1 << 20, true);
+        let key = |k: u32| k.to_be_bytes();
+        for k in 0..13u32 {
+            assert!(c.admit_write(4));
+            c.write(None, &key(k), Some(b"v"));
+        }
+        // A 14th entry would fill more than 13/16 of the 16 buckets: the growth's memory is refused.
+        REFUSE.set(true);
+        assert!(!c.admit_write(4), "a blind write goes to the engine");
+        assert!(
+            !c.admit(c.hasher.hash_one(key(13)), 4),
+            "a read is not kept"
+        );
+        assert!((0..13).all(|k| c.lookup(&key(k)).is_some()));
+        REFUSE.set(false);
+        assert!(c.admit_write(4));
+        c.write(None, &key(13), Some(b"v"));
+        assert!((0..14).all(|k| c.lookup(&key(k)).is_some()));
     }
 
     #[test]

@@ -1,10 +1,17 @@
 //! The slot table's bucket storage: a heap vector for small tables, and for large ones a fresh anonymous
-//! mapping, whose pages the kernel zeroes on their first touch (`design/rmw-cache.md`, "Entries").
+//! map of their own (`memmap2`), whose pages the kernel zeroes on their first touch
+//! (`design/rmw-cache.md`, "Entries").
 //!
 //! A growth's new buckets must read as empty (0). From the heap they are zeroed by a write of every bucket
-//! (and, when the allocator's memory is fresh, by the kernel again on first touch). A fresh mapping needs
-//! neither: its pages are zero when first touched, one page at a time, as the growth's moves and the
-//! insertions after it reach them, so no operation zeroes the table and nothing is zeroed ahead.
+//! (and, when the allocator's memory is fresh, by the kernel again on first touch). A fresh map needs
+//! neither: its pages are zero when first touched, as the growth's moves and the insertions after it reach
+//! them, so nothing is zeroed ahead.
+//! The map is advised to huge pages: where the kernel gives them on advice (transparent huge pages
+//! `enabled=madvise` or `always`), a 2 MiB page is zeroed whole by the operation that first touches it, so
+//! after a growth the first operations each zero up to 2 MiB until the table's pages are all touched.
+//!
+//! Memory for new buckets may be refused (the map and the heap both): [`Buckets::zeroed`] then returns
+//! `None` and the table does not grow, so that the cache declines the entry instead of aborting.
 
 use std::ops::{Deref, DerefMut};
 
@@ -15,7 +22,7 @@ const MAP_BYTES: usize = if cfg!(test) { 4 << 10 } else { 1 << 20 };
 /// A table's buckets, all 0 when made.
 pub(super) enum Buckets {
     Heap(Vec<u64>),
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     Mapped(Mapped),
 }
 
@@ -26,16 +33,23 @@ impl Default for Buckets {
 }
 
 impl Buckets {
-    /// `n` empty buckets: mapped when large (falling back to the heap if the mapping fails; always the heap
-    /// under Miri, as the engine's maps of their own).
-    pub(super) fn zeroed(n: usize) -> Buckets {
-        #[cfg(target_os = "linux")]
+    /// `n` empty buckets: mapped when large (from the heap if the map fails; always the heap under Miri,
+    /// as the engine's maps of their own), or `None` when the memory is refused.
+    pub(super) fn zeroed(n: usize) -> Option<Buckets> {
+        #[cfg(test)]
+        if tests::REFUSE.get() {
+            return None;
+        }
+        #[cfg(unix)]
         if !cfg!(miri) && n.saturating_mul(std::mem::size_of::<u64>()) >= MAP_BYTES {
             if let Some(m) = Mapped::zeroed(n) {
-                return Buckets::Mapped(m);
+                return Some(Buckets::Mapped(m));
             }
         }
-        Buckets::Heap(vec![0; n])
+        let mut v = Vec::new();
+        v.try_reserve_exact(n).ok()?;
+        v.resize(n, 0);
+        Some(Buckets::Heap(v))
     }
 }
 
@@ -46,7 +60,7 @@ impl Deref for Buckets {
     fn deref(&self) -> &[u64] {
         match self {
             Buckets::Heap(v) => v,
-            #[cfg(target_os = "linux")]
+            #[cfg(unix)]
             Buckets::Mapped(m) => m,
         }
     }
@@ -57,121 +71,89 @@ impl DerefMut for Buckets {
     fn deref_mut(&mut self) -> &mut [u64] {
         match self {
             Buckets::Heap(v) => v,
-            #[cfg(target_os = "linux")]
+            #[cfg(unix)]
             Buckets::Mapped(m) => m,
         }
     }
 }
 
-/// `len` buckets in a private anonymous mapping of their own, unmapped on drop.
-#[cfg(target_os = "linux")]
+/// `len` buckets in a private anonymous map of their own, unmapped when dropped.
+#[cfg(unix)]
 pub(super) struct Mapped {
-    ptr: std::ptr::NonNull<u64>,
+    map: memmap2::MmapMut,
     len: usize,
 }
 
-// SAFETY: `Mapped` owns its mapping exclusively, as a `Vec<u64>` owns its allocation.
-#[cfg(target_os = "linux")]
-unsafe impl Send for Mapped {}
-// SAFETY: shared references only read, as for `[u64]`.
-#[cfg(target_os = "linux")]
-unsafe impl Sync for Mapped {}
-
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 impl Mapped {
     fn zeroed(len: usize) -> Option<Mapped> {
         let bytes = len.checked_mul(std::mem::size_of::<u64>())?;
-        // SAFETY: a new private anonymous mapping, at an address the kernel chooses: it aliases nothing.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        // Read at random on every probe: huge pages where the kernel has them (as the allocator's large
-        // allocations). A refused advice leaves small pages.
-        // SAFETY: the range is the mapping just made; the advice changes its backing, never its contents.
-        unsafe {
-            libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
-        }
-        let ptr = std::ptr::NonNull::new(p.cast::<u64>())?;
-        Some(Mapped { ptr, len })
+        let map = memmap2::MmapMut::map_anon(bytes).ok()?;
+        // Read at random on every probe. A refused advice leaves small pages.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        Some(Mapped { map, len })
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 impl Deref for Mapped {
     type Target = [u64];
 
     #[inline]
     fn deref(&self) -> &[u64] {
-        // SAFETY: the mapping holds `len` zero-initialised `u64`s (page aligned), readable and writable, for
-        // as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        // SAFETY: the map holds `len` `u64`s (its `len * 8` bytes, page aligned, zero-filled by the kernel,
+        // readable and writable; every bit pattern is a valid `u64`) for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<u64>(), self.len) }
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 impl DerefMut for Mapped {
     #[inline]
     fn deref_mut(&mut self) -> &mut [u64] {
         // SAFETY: as for `deref`, and `&mut self` makes the borrow exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `zeroed`, of this length, unmapped once; no slice of it outlives
-        // `self`.
-        unsafe {
-            libc::munmap(
-                self.ptr.as_ptr().cast(),
-                self.len * std::mem::size_of::<u64>(),
-            );
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().cast::<u64>(), self.len) }
     }
 }
 
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// While set, [`Buckets::zeroed`] refuses (on this thread): memory the system denies.
+        pub(in crate::backend::lsm_cache) static REFUSE: Cell<bool> = const { Cell::new(false) };
+    }
 
     #[test]
     fn large_and_small_buckets_start_empty_and_hold_what_is_written() {
         for n in [16, MAP_BYTES / 8, 4 * MAP_BYTES / 8, (1 << 20) / 8] {
-            let mut b = Buckets::zeroed(n);
+            let Some(mut b) = Buckets::zeroed(n) else {
+                panic!("{n} buckets refused");
+            };
             assert_eq!(b.len(), n);
             assert!(b.iter().all(|&e| e == 0));
             b[n - 1] = 7;
             b[0] = 3;
             assert_eq!((b[0], b[n - 1]), (3, 7));
+            assert_eq!(is_mapped(&b), MAPS && n >= MAP_BYTES / 8, "{n} buckets");
         }
-        #[cfg(all(target_os = "linux", not(miri)))]
-        assert!(matches!(Buckets::zeroed(MAP_BYTES / 8), Buckets::Mapped(_)));
-        assert!(matches!(
-            Buckets::zeroed(MAP_BYTES / 8 - 1),
-            Buckets::Heap(_)
-        ));
+        REFUSE.set(true);
+        assert!(Buckets::zeroed(16).is_none());
+        REFUSE.set(false);
     }
 
     /// Whether `b` is mapped (always false where buckets are never mapped).
     pub(in crate::backend::lsm_cache) fn is_mapped(b: &Buckets) -> bool {
         match b {
             Buckets::Heap(_) => false,
-            #[cfg(target_os = "linux")]
+            #[cfg(unix)]
             Buckets::Mapped(_) => true,
         }
     }
 
-    /// Whether these tests' tables are mapped where they can be (Linux, not under Miri).
-    pub(in crate::backend::lsm_cache) const MAPS: bool = cfg!(all(target_os = "linux", not(miri)));
+    /// Whether these tests' tables are mapped where they can be (Unix, not under Miri).
+    pub(in crate::backend::lsm_cache) const MAPS: bool = cfg!(all(unix, not(miri)));
 }

@@ -58,7 +58,7 @@ impl SlotTable {
     /// An empty table (it grows with its entries).
     pub(crate) fn new() -> SlotTable {
         SlotTable {
-            buckets: Buckets::zeroed(MIN_BUCKETS),
+            buckets: Buckets::Heap(vec![EMPTY; MIN_BUCKETS]),
             len: 0,
             old: Buckets::default(),
             cursor: 0,
@@ -145,13 +145,21 @@ impl SlotTable {
         (e != EMPTY && e >> 32 == tag).then_some(Self::slot_of(e))
     }
 
-    /// Adds `slot` under `hash` (the caller knows no entry of the same key is held).
+    /// Whether one more entry fits: grows the table when the next insertion would pass the load limit;
+    /// false when the memory for that growth is refused (the table unchanged, at its limit).
+    pub(crate) fn make_room(&mut self) -> bool {
+        (self.len + 1) * 16 <= self.buckets.len() * LOAD_16THS || self.grow()
+    }
+
+    /// Adds `slot` under `hash` (the caller knows no entry of the same key is held, and has made room for
+    /// it, [`make_room`](Self::make_room)). Without room it still fills the buckets past the load limit,
+    /// and with one empty bucket left aborts as for any refused allocation.
     pub(crate) fn insert(&mut self, hash: u64, slot: u32) {
         if self.growing() {
             self.step();
         }
-        if (self.len + 1) * 16 > self.buckets.len() * LOAD_16THS {
-            self.grow();
+        if !self.make_room() && self.len + 2 > self.buckets.len() {
+            std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u64; 2]>());
         }
         place(&mut self.buckets, Self::entry(Self::tag(hash), slot));
         self.len += 1;
@@ -165,19 +173,23 @@ impl SlotTable {
         }
     }
 
+    /// Starts a growth; false when its buckets are refused.
     #[cold]
-    fn grow(&mut self) {
+    fn grow(&mut self) -> bool {
         // A growth begun before is finished first (it normally is by now: the next one starts once the
         // entries have doubled, and each insertion since moved at least 16 old buckets where two would do).
         while self.growing() {
             self.step();
         }
-        let next = Buckets::zeroed(self.buckets.len() * 2);
+        let Some(next) = Buckets::zeroed(self.buckets.len() * 2) else {
+            return false;
+        };
         self.old = std::mem::replace(&mut self.buckets, next);
         // Start at an empty bucket (one exists: the table is at most 13/16 full), so no cluster is cut.
         self.cursor = self.old.iter().position(|&e| e == EMPTY).unwrap_or(0);
         self.start = self.cursor;
         self.unvisited = self.old.len();
+        true
     }
 
     /// Moves whole clusters of old buckets over, at least [`MOVE_STEP`] buckets visited; drops the old
@@ -213,9 +225,12 @@ impl SlotTable {
         }
     }
 
-    /// Removes every entry, keeping the (current) buckets.
+    /// Removes every entry, keeping as many buckets (fresh ones; the old ones zeroed if refused).
     pub(crate) fn clear(&mut self) {
-        self.buckets = Buckets::zeroed(self.buckets.len());
+        match Buckets::zeroed(self.buckets.len()) {
+            Some(b) => self.buckets = b,
+            None => self.buckets.fill(EMPTY),
+        }
         self.old = Buckets::default();
         self.unvisited = 0;
         self.len = 0;
@@ -400,6 +415,25 @@ pub(super) mod tests {
         for m in (0..=k).step_by(101) {
             assert_eq!(t.find(hash(m), |s| s == m), Some(m));
         }
+    }
+
+    #[test]
+    fn a_refused_growth_leaves_the_table_whole_at_its_limit_until_memory_is_given() {
+        use super::super::buckets::tests::REFUSE;
+        let mut t = SlotTable::new();
+        for k in 0..13u32 {
+            assert!(t.make_room());
+            t.insert(hash(k), k);
+        }
+        REFUSE.set(true);
+        assert!(!t.make_room());
+        assert_eq!((t.buckets.len(), t.growing()), (16, false));
+        // An insertion without room still fits while a bucket stays empty.
+        t.insert(hash(13), 13);
+        REFUSE.set(false);
+        assert!(t.make_room());
+        assert_eq!(t.buckets.len(), 32);
+        assert!((0..14).all(|k| t.find(hash(k), |s| s == k) == Some(k)));
     }
 
     #[test]
