@@ -8,7 +8,8 @@
 //! them, so nothing is zeroed ahead.
 //! The map is advised to huge pages: where the kernel gives them on advice (transparent huge pages
 //! `enabled=madvise` or `always`), a 2 MiB page is zeroed whole by the operation that first touches it, so
-//! after a growth the first operations each zero up to 2 MiB until the table's pages are all touched.
+//! after a growth the first operations that reach a page each zero 2 MiB, until the table's pages are all
+//! touched (the advice measured in `design/rmw-cache.md`, "Entries": it paid for the map ops).
 //!
 //! Memory for new buckets may be refused (the map and the heap both): [`Buckets::zeroed`] then returns
 //! `None` and the table does not grow, so that the cache declines the entry instead of aborting.
@@ -89,7 +90,8 @@ impl Mapped {
     fn zeroed(len: usize) -> Option<Mapped> {
         let bytes = len.checked_mul(std::mem::size_of::<u64>())?;
         let map = memmap2::MmapMut::map_anon(bytes).ok()?;
-        // Read at random on every probe. A refused advice leaves small pages.
+        // Read at random on every probe (the advice measured: module documentation). A refused advice
+        // leaves small pages.
         #[cfg(target_os = "linux")]
         let _ = map.advise(memmap2::Advice::HugePage);
         Some(Mapped { map, len })
