@@ -21,6 +21,7 @@ use keyed_state_lsm::{Db, WriteBatch};
 use crate::backend::heap::bytes::SmallBytes;
 use crate::error::Result;
 
+mod buckets;
 mod eviction;
 mod growth;
 mod ledger;
@@ -225,7 +226,7 @@ impl RmwCache {
         // entries allow.
         let expect = capacity / (ENTRY_OVERHEAD + 16);
         let c = RmwCache {
-            table: SlotTable::new(capacity / ENTRY_OVERHEAD + 1),
+            table: SlotTable::new(),
             hasher: Hasher::default(),
             slots: Vec::with_capacity(expect.min(1 << 22)),
             free: Vec::new(),
@@ -255,22 +256,21 @@ impl RmwCache {
 
     /// Whether a key of hash `h` that missed on a read is taken into the cache with `bytes` of key and
     /// value: at once while the cache has room for it (or without a doorkeeper), else on its second miss
-    /// while the doorkeeper remembers the first.
+    /// while the doorkeeper remembers the first; never when the hash table's growth for it is refused.
     #[inline]
     pub(crate) fn admit(&mut self, h: u64, bytes: usize) -> bool {
-        if self.admit_write(bytes) {
-            return true;
-        }
-        self.admit_slow(h)
+        let room = self.door.is_empty() || self.used + bytes + ENTRY_OVERHEAD <= self.capacity;
+        (room || self.admit_slow(h)) && self.table.make_room()
     }
 
     /// Whether a key that missed on a blind write (a put or delete that read nothing) is taken into the
     /// cache with `bytes` of key and value: while the cache has room for it (or without a doorkeeper).
     /// Into a full cache it would only push another entry out to the engine, so the write goes there
-    /// itself; a key read again is taken in by [`admit`](Self::admit).
+    /// itself; a key read again is taken in by [`admit`](Self::admit). Never when the table cannot grow.
     #[inline]
-    pub(crate) fn admit_write(&self, bytes: usize) -> bool {
-        self.door.is_empty() || self.used + bytes + ENTRY_OVERHEAD <= self.capacity
+    pub(crate) fn admit_write(&mut self, bytes: usize) -> bool {
+        let room = self.door.is_empty() || self.used + bytes + ENTRY_OVERHEAD <= self.capacity;
+        room && self.table.make_room()
     }
 
     #[cold]
@@ -298,9 +298,9 @@ impl RmwCache {
     /// The bytes the cache may take: its capacity, the doorkeeper's table, and the hash table's buckets at
     /// the most entries the capacity holds (every entry costs at least [`ENTRY_OVERHEAD`]; the table grows
     /// with the entries, and never shrinks when the capacity does). A growth keeps the old buckets (half
-    /// as many) beside the new ones while it moves their entries over, and zeroes the next ones ahead: that
-    /// stays within the charge below the buckets charged, while the last growth, to them, holds half their
-    /// bytes more until it has moved the old ones (at most one operation per 16 old buckets).
+    /// as many) beside the new ones while it moves their entries over: that stays within the charge below
+    /// the buckets charged, while the last growth, to them, holds half their bytes more until it has moved
+    /// the old ones (at most one operation per 16 old buckets).
     pub(crate) fn footprint(&self) -> usize {
         if !self.step.is_active() {
             // Aside: empty, its memory given back (`stepping`), the doorkeeper untouched.
@@ -322,7 +322,6 @@ impl RmwCache {
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
         self.step.set_capacity(capacity);
-        self.table.set_limit(capacity / ENTRY_OVERHEAD + 1);
         if !self.door.is_empty() {
             self.door = vec![0; door_slots(capacity)];
         }
@@ -988,6 +987,75 @@ mod tests {
         assert_eq!(db.get(b"a")?.as_deref(), Some(&b"2"[..]));
         assert_eq!(db.get(b"b")?, None);
         Ok(())
+    }
+
+    #[test]
+    fn a_hand_off_during_a_growth_of_mapped_buckets_keeps_its_values_and_deletes_after_it_stick(
+    ) -> Result<()> {
+        use super::slot_table::tests::mapped;
+        let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
+        let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
+        let mut c = RmwCache::new(64 << 20, true);
+        let key = |k: u32| k.to_be_bytes();
+        let mut k = 0u32;
+        // Insert until a growth from mapped old buckets is under way.
+        while !(c.table.growing() && mapped(&c.table) == (true, true)) {
+            c.write(None, &key(k), Some(&key(k)));
+            k += 1;
+            assert!(
+                k < 100_000,
+                "no growth of mapped buckets (Miri or not Linux?)"
+            );
+        }
+        let n = k;
+        let layers = c.hand_off();
+        assert!(
+            c.table.growing(),
+            "the hand-off came in the middle of the growth"
+        );
+        // Deletes of every other key, while the growth moves on.
+        for k in (0..n).step_by(2) {
+            let s = c.lookup(&key(k));
+            assert!(s.is_some(), "key {k}");
+            c.write(s, &key(k), None);
+        }
+        assert!(!c.table.growing(), "the growth finished among the deletes");
+        let o = Overlay::build(&layers);
+        assert_eq!(
+            o.range(b"", None).filter(|(_, v)| v.is_some()).count(),
+            n as usize
+        );
+        for k in 0..n {
+            let held = c.lookup(&key(k)).and_then(|i| c.value(i));
+            assert_eq!(held, (k % 2 == 1).then_some(&key(k)[..]), "key {k}");
+        }
+        c.write_back_all(&db)?;
+        assert_eq!(db.get(&key(1))?.as_deref(), Some(&key(1)[..]));
+        assert_eq!(db.get(&key(0))?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_refused_growth_of_the_table_declines_new_keys_and_keeps_the_held_ones() {
+        use super::buckets::tests::REFUSE;
+        let mut c = RmwCache::new(1 << 20, true);
+        let key = |k: u32| k.to_be_bytes();
+        for k in 0..13u32 {
+            assert!(c.admit_write(4));
+            c.write(None, &key(k), Some(b"v"));
+        }
+        // A 14th entry would fill more than 13/16 of the 16 buckets: the growth's memory is refused.
+        REFUSE.set(true);
+        assert!(!c.admit_write(4), "a blind write goes to the engine");
+        assert!(
+            !c.admit(c.hasher.hash_one(key(13)), 4),
+            "a read is not kept"
+        );
+        assert!((0..13).all(|k| c.lookup(&key(k)).is_some()));
+        REFUSE.set(false);
+        assert!(c.admit_write(4));
+        c.write(None, &key(13), Some(b"v"));
+        assert!((0..14).all(|k| c.lookup(&key(k)).is_some()));
     }
 
     #[test]

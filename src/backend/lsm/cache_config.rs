@@ -12,7 +12,7 @@ impl LsmBackend {
     /// Sets the capacity of the read-modify-write cache in bytes (`design/rmw-cache.md`): the allocations of
     /// keys and values too long to sit in an entry's slot, and a fixed per-entry overhead. 0 turns the cache off (its dirty entries are written back first); a
     /// smaller capacity evicts at once. The capacity (with the doorkeeper's table, 1/64 of it, and the hash table's buckets for the most entries
-    /// the capacity holds, 1/8 to 1/4 of it) is reserved
+    /// the capacity holds, 1/10 to 1/5 of it) is reserved
     /// from the engine environment's memory budget ([`MemoryBudget::reserve`](keyed_state_lsm::MemoryBudget::reserve)):
     /// with a [`StateEnv`](crate::env::StateEnv) budget the cache lives inside it, shrinking the shared block
     /// cache, and the budget's breakdown counts it under `reserved`. A key the cache does not hold is taken

@@ -18,7 +18,7 @@ pub const DEFAULT_RMW_CACHE_RATIO: f64 = 0.0;
 pub const SUGGESTED_RMW_CACHE_RATIO: f64 = 0.25;
 
 /// A cache's footprint (what it charges the budget: capacity, doorkeeper, hash-table buckets) is at most
-/// about 1.29 times its capacity; a member's capacity is this fraction of its part of the pool, so that its
+/// about 1.22 times its capacity; a member's capacity is this fraction of its part of the pool, so that its
 /// footprint stays within that part.
 const CAPACITY_PER_FOOTPRINT: (usize, usize) = (3, 4);
 

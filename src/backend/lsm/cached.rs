@@ -27,11 +27,12 @@ pub(super) fn cached_read<'a>(
     Ok(cache.value(i))
 }
 
-/// A write of a key the cache does not hold and has no room for goes to the engine (it is in no pending
+/// A write of a key the cache does not hold and has no room for (or whose hash table cannot grow) goes to
+/// the engine (it is in no pending
 /// layer: those hold only cached keys); `true` when it went there.
 #[inline]
 fn written_around(
-    cache: &RmwCache,
+    cache: &mut RmwCache,
     db: &Db,
     found: &Found,
     key: &[u8],

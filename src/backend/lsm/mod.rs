@@ -1175,8 +1175,9 @@ mod tests {
         let b = env.temp_lsm(long_keys(), LsmBackend::small_options())?;
         let mut b = b.with_rmw_cache(8 << 20)?;
         // The capacity, the doorkeeper (one u32 per 256 bytes of capacity) and the hash table's buckets for
-        // the most entries the capacity holds (8 MiB / 96 bytes: 87,382 entries, 262,144 buckets of 8 bytes).
-        let footprint = (8 << 20) + (8 << 20) / 256 * 4 + (2 << 20);
+        // the most entries the capacity holds (8 MiB / 96 bytes: 87,382 entries, at most 13/16 of 131,072
+        // buckets of 8 bytes).
+        let footprint = (8 << 20) + (8 << 20) / 256 * 4 + (1 << 20);
         let stats = env.stats();
         assert_eq!(stats.memory.reserved, footprint, "{stats:?}");
         assert!(stats.memory.total() >= footprint);
@@ -1187,19 +1188,19 @@ mod tests {
             "{stats:?}"
         );
         // Resized with the capacity, kept across a change of admission, gone with the cache and the backend.
-        // 4 MiB: 131,072 buckets (the table, grown with its entries, has fewer); 1 MiB: 32,768.
+        // 4 MiB: 65,536 buckets (the table, grown with its entries, has fewer); 1 MiB: 16,384.
         b.set_rmw_cache_capacity(4 << 20)?;
         assert_eq!(
             env.stats().memory.reserved,
-            (4 << 20) + (4 << 20) / 256 * 4 + (1 << 20)
+            (4 << 20) + (4 << 20) / 256 * 4 + (512 << 10)
         );
         b.set_rmw_cache_admission(true)?;
-        assert_eq!(env.stats().memory.reserved, (4 << 20) + (1 << 20));
+        assert_eq!(env.stats().memory.reserved, (4 << 20) + (512 << 10));
         b.set_rmw_cache_capacity(0)?;
         assert_eq!(env.stats().memory.reserved, 0);
         // A cache made later keeps the admission chosen before (first touch: no doorkeeper).
         b.set_rmw_cache_capacity(1 << 20)?;
-        assert_eq!(env.stats().memory.reserved, (1 << 20) + (256 << 10));
+        assert_eq!(env.stats().memory.reserved, (1 << 20) + (128 << 10));
         drop(b);
         assert_eq!(env.stats().memory.reserved, 0);
         Ok(())

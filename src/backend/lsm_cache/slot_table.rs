@@ -6,76 +6,65 @@
 //! compares tags, and only then the slot's key: one dependent load fewer than a table with separate control
 //! bytes and buckets. Removal shifts the following entries back (no tombstones).
 //!
-//! The table grows with its entries, doubling, and a growth is spread over the operations around it, so
-//! that no operation zeroes or re-places every bucket: from three quarters of its load limit on, each
-//! insertion zeroes a few buckets of the next table (later, a table whose entries stop short of the limit
-//! would zero a next one it never uses); at the limit the new buckets take every insertion, and each later
-//! insertion or probe moves a few whole clusters (runs of full buckets) of the old buckets over, from an
-//! empty bucket on. Moving whole clusters keeps the old buckets a valid table (every entry of a cluster has
+//! The table grows with its entries, doubling, and a growth is spread over the operations after it, so
+//! that no operation zeroes or re-places every bucket: at the load limit the new buckets (fresh memory that
+//! reads as zero, `buckets`: nothing zeroes them ahead) take every insertion, and each later insertion or
+//! probe moves a few whole clusters (runs of full buckets) of the old buckets over, from an empty bucket
+//! on. Moving whole clusters keeps the old buckets a valid table (every entry of a cluster has
 //! its home bucket in it), and tells where a key is: one whose home bucket the growth has passed is in the
 //! new buckets; any other is looked up in the old ones first, then (inserted since the growth) the new.
 
+use super::buckets::Buckets;
+
 /// An empty bucket.
 const EMPTY: u64 = 0;
+
+/// The most entries per 16 buckets: a table grows when an insertion would fill more than 13/16 of them.
+/// A lookup of a key the table does not hold reads about 15 buckets at that load (two cache lines), one
+/// that it holds about 3; after a growth the load is half that. 1M buckets hold 851,968 entries (at 5/8,
+/// measured before, 655,360; a `hashbrown` table of 1M buckets, at 7/8, holds 917,504).
+const LOAD_16THS: usize = 13;
 
 /// Buckets at first.
 const MIN_BUCKETS: usize = 16;
 
 /// Old buckets a growth moves per insertion or probe, at least (whole clusters: it may move more). A
-/// growth starts at 5/8 of the old buckets full and the next at 5/8 of twice as many: two per insertion
+/// growth starts at 13/16 of the old buckets full and the next at 13/16 of twice as many: two per insertion
 /// would finish in time; more keep the span in which misses probe twice short.
 const MOVE_STEP: usize = 16;
 
-/// Buckets of the next table zeroed per insertion from three quarters of the load limit on (two cache
-/// lines). The next table has twice the buckets and 5/32 of the current ones are inserted meanwhile: 12.8
-/// per insertion would finish in time.
-const ZERO_STEP: usize = 16;
-
 pub(crate) struct SlotTable {
-    buckets: Vec<u64>,
+    buckets: Buckets,
     /// Entries held, in `buckets` and `old` together.
     len: usize,
     /// While a growth moves entries over: the buckets before it (else empty).
-    old: Vec<u64>,
+    old: Buckets,
     /// Where the growth moves the next cluster from (an empty bucket, or the start of a cluster).
     cursor: usize,
     /// Where the growth began (an empty bucket): the old buckets from here up to `cursor` are moved.
     start: usize,
     /// Old buckets the growth has yet to visit.
     unvisited: usize,
-    /// The next table's buckets, zeroed ahead of its growth (allocated for all of them, filled as far as
-    /// zeroed; empty until the table is three quarters of its load limit full).
-    next: Vec<u64>,
-    /// The most buckets the table is expected to need (for the most entries its cache holds): no next
-    /// table is zeroed beyond them.
-    limit: usize,
 }
 
 impl SlotTable {
-    /// The buckets a table needs to hold `entries` (at most 5/8 full), as growth reaches them.
+    /// The buckets a table needs to hold `entries` (at most 13/16 full), as growth reaches them.
     fn buckets_for(entries: usize) -> usize {
-        (entries.saturating_mul(8) / 5 + 1)
+        (entries.saturating_mul(16) / LOAD_16THS + 1)
             .next_power_of_two()
             .max(MIN_BUCKETS)
     }
 
-    /// An empty table (it grows with its entries), expected to hold at most `entries`.
-    pub(crate) fn new(entries: usize) -> SlotTable {
+    /// An empty table (it grows with its entries).
+    pub(crate) fn new() -> SlotTable {
         SlotTable {
-            buckets: vec![EMPTY; MIN_BUCKETS],
+            buckets: Buckets::Heap(vec![EMPTY; MIN_BUCKETS]),
             len: 0,
-            old: Vec::new(),
+            old: Buckets::default(),
             cursor: 0,
             start: 0,
             unvisited: 0,
-            next: Vec::new(),
-            limit: Self::buckets_for(entries),
         }
-    }
-
-    /// Sets the most entries the table is expected to hold.
-    pub(crate) fn set_limit(&mut self, entries: usize) {
-        self.limit = Self::buckets_for(entries);
     }
 
     /// The bytes of the buckets of a table holding `entries`: what the table grows to, at most, while it
@@ -84,10 +73,9 @@ impl SlotTable {
         Self::buckets_for(entries).saturating_mul(std::mem::size_of::<u64>())
     }
 
-    /// The bytes of the buckets now (the old ones too while a growth moves them, and the next ones as far
-    /// as zeroed).
+    /// The bytes of the buckets now (the old ones too while a growth moves them).
     pub(crate) fn bytes(&self) -> usize {
-        (self.buckets.len() + self.old.len() + self.next.len()) * std::mem::size_of::<u64>()
+        (self.buckets.len() + self.old.len()) * std::mem::size_of::<u64>()
     }
 
     #[inline]
@@ -157,16 +145,21 @@ impl SlotTable {
         (e != EMPTY && e >> 32 == tag).then_some(Self::slot_of(e))
     }
 
-    /// Adds `slot` under `hash` (the caller knows no entry of the same key is held).
+    /// Whether one more entry fits: grows the table when the next insertion would pass the load limit;
+    /// false when the memory for that growth is refused (the table unchanged, at its limit).
+    pub(crate) fn make_room(&mut self) -> bool {
+        (self.len + 1) * 16 <= self.buckets.len() * LOAD_16THS || self.grow()
+    }
+
+    /// Adds `slot` under `hash` (the caller knows no entry of the same key is held, and has made room for
+    /// it, [`make_room`](Self::make_room)). Without room it still fills the buckets past the load limit,
+    /// and with one empty bucket left aborts as for any refused allocation.
     pub(crate) fn insert(&mut self, hash: u64, slot: u32) {
         if self.growing() {
             self.step();
         }
-        // Load factor at most 5/8: probe sequences stay short.
-        if (self.len + 1) * 8 > self.buckets.len() * 5 {
-            self.grow();
-        } else if self.len * 32 > self.buckets.len() * 15 && self.buckets.len() < self.limit {
-            self.zero_ahead();
+        if !self.make_room() && self.len + 2 > self.buckets.len() {
+            std::alloc::handle_alloc_error(std::alloc::Layout::new::<[u64; 2]>());
         }
         place(&mut self.buckets, Self::entry(Self::tag(hash), slot));
         self.len += 1;
@@ -180,32 +173,23 @@ impl SlotTable {
         }
     }
 
+    /// Starts a growth; false when its buckets are refused.
     #[cold]
-    fn grow(&mut self) {
+    fn grow(&mut self) -> bool {
         // A growth begun before is finished first (it normally is by now: the next one starts once the
         // entries have doubled, and each insertion since moved at least 16 old buckets where two would do).
         while self.growing() {
             self.step();
         }
-        let n = self.buckets.len() * 2;
-        let mut next = std::mem::take(&mut self.next);
-        next.resize(n, EMPTY);
+        let Some(next) = Buckets::zeroed(self.buckets.len() * 2) else {
+            return false;
+        };
         self.old = std::mem::replace(&mut self.buckets, next);
-        // Start at an empty bucket (one exists: the table is at most 5/8 full), so no cluster is cut.
+        // Start at an empty bucket (one exists: the table is at most 13/16 full), so no cluster is cut.
         self.cursor = self.old.iter().position(|&e| e == EMPTY).unwrap_or(0);
         self.start = self.cursor;
         self.unvisited = self.old.len();
-    }
-
-    /// Zeroes [`ZERO_STEP`] more buckets of the next table (allocated, not touched, at the first call).
-    #[inline]
-    fn zero_ahead(&mut self) {
-        let n = self.buckets.len() * 2;
-        if self.next.capacity() < n {
-            self.next = Vec::with_capacity(n);
-        }
-        let to = (self.next.len() + ZERO_STEP).min(n);
-        self.next.resize(to, EMPTY);
+        true
     }
 
     /// Moves whole clusters of old buckets over, at least [`MOVE_STEP`] buckets visited; drops the old
@@ -229,7 +213,7 @@ impl SlotTable {
             visited += 1;
         }
         if self.unvisited == 0 {
-            self.old = Vec::new();
+            self.old = Buckets::default();
         }
     }
 
@@ -241,12 +225,14 @@ impl SlotTable {
         }
     }
 
-    /// Removes every entry, keeping the (current) buckets.
+    /// Removes every entry, keeping as many buckets (fresh ones; the old ones zeroed if refused).
     pub(crate) fn clear(&mut self) {
-        self.buckets.fill(EMPTY);
-        self.old = Vec::new();
+        match Buckets::zeroed(self.buckets.len()) {
+            Some(b) => self.buckets = b,
+            None => self.buckets.fill(EMPTY),
+        }
+        self.old = Buckets::default();
         self.unvisited = 0;
-        self.next = Vec::new();
         self.len = 0;
     }
 }
@@ -312,8 +298,14 @@ fn remove_from(buckets: &mut [u64], entry: u64) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use super::super::buckets::tests::{is_mapped, MAPS};
     use super::*;
+
+    /// Whether the table's buckets (and, during a growth, its old ones) are mapped.
+    pub(in crate::backend::lsm_cache) fn mapped(t: &SlotTable) -> (bool, bool) {
+        (is_mapped(&t.buckets), is_mapped(&t.old))
+    }
 
     /// Hashes whose tags collide in their low bits, so that clusters form and removals shift entries back.
     fn hash(k: u32) -> u64 {
@@ -322,9 +314,10 @@ mod tests {
 
     #[test]
     fn the_table_matches_a_map_through_inserts_removals_and_growth() {
-        let mut t = SlotTable::new(0);
+        let mut t = SlotTable::new();
         let mut model = std::collections::HashSet::new();
         let mut x = 12345u64;
+        let mut on_map = false;
         for round in 0..20_000u32 {
             x ^= x << 13;
             x ^= x >> 7;
@@ -337,7 +330,9 @@ mod tests {
                 t.insert(hash(k), k);
             }
             assert_eq!(t.len(), model.len());
+            on_map |= mapped(&t).0;
         }
+        assert_eq!(on_map, MAPS, "the model ran on mapped buckets");
         for k in 0..3000u32 {
             assert_eq!(
                 t.find(hash(k), |s| s == k),
@@ -352,9 +347,10 @@ mod tests {
 
     #[test]
     fn every_entry_is_found_while_a_growth_moves_it_and_after() {
-        let mut t = SlotTable::new(1 << 20);
+        let mut t = SlotTable::new();
         let mut model = std::collections::BTreeSet::new();
         let mut saw_growth = false;
+        let mut mapped_growth = false;
         let mut x = 99u64;
         for k in 0..5000u32 {
             t.insert(hash(k), k);
@@ -373,6 +369,7 @@ mod tests {
                 t.advance();
             }
             saw_growth |= t.growing();
+            mapped_growth |= t.growing() && mapped(&t) == (true, true);
             if t.growing() || k % 512 == 0 {
                 for &m in &model {
                     assert_eq!(t.find(hash(m), |s| s == m), Some(m), "key {m} after {k}");
@@ -382,19 +379,73 @@ mod tests {
             assert_eq!(t.len(), model.len());
         }
         assert!(saw_growth, "the test ran through growths");
+        assert_eq!(
+            mapped_growth, MAPS,
+            "from mapped old buckets to mapped new ones"
+        );
         // A growth ends: its old buckets are given back.
         while t.growing() {
             t.advance();
         }
         assert!(t.old.is_empty());
-        // Past three quarters of its load limit, the next table's buckets are being zeroed ahead.
-        assert!(!t.next.is_empty());
-        assert_eq!(
-            t.bytes(),
-            (t.buckets.len() + t.next.len()) * std::mem::size_of::<u64>()
-        );
+        assert_eq!(t.bytes(), t.buckets.len() * std::mem::size_of::<u64>());
         for &m in &model {
             assert_eq!(t.find(hash(m), |s| s == m), Some(m));
         }
+    }
+
+    #[test]
+    fn a_large_table_grows_into_fresh_mapped_buckets_and_zeroes_none_ahead() {
+        let mut t = SlotTable::new();
+        let mut k = 0u32;
+        // Up to the last entry before the growth to 256K buckets (2 MiB): nothing beyond the buckets in use.
+        while (k as usize + 1) * 16 <= (128 << 10) * LOAD_16THS {
+            t.insert(hash(k), k);
+            k += 1;
+        }
+        while t.growing() {
+            t.advance();
+        }
+        assert_eq!(t.buckets.len(), 128 << 10);
+        assert_eq!(t.bytes(), (128 << 10) * std::mem::size_of::<u64>());
+        t.insert(hash(k), k);
+        assert_eq!(t.buckets.len(), 256 << 10);
+        #[cfg(all(target_os = "linux", not(miri)))]
+        assert!(matches!(t.buckets, Buckets::Mapped(_)));
+        for m in (0..=k).step_by(101) {
+            assert_eq!(t.find(hash(m), |s| s == m), Some(m));
+        }
+    }
+
+    #[test]
+    fn a_refused_growth_leaves_the_table_whole_at_its_limit_until_memory_is_given() {
+        use super::super::buckets::tests::REFUSE;
+        let mut t = SlotTable::new();
+        for k in 0..13u32 {
+            assert!(t.make_room());
+            t.insert(hash(k), k);
+        }
+        REFUSE.set(true);
+        assert!(!t.make_room());
+        assert_eq!((t.buckets.len(), t.growing()), (16, false));
+        // An insertion without room still fits while a bucket stays empty.
+        t.insert(hash(13), 13);
+        REFUSE.set(false);
+        assert!(t.make_room());
+        assert_eq!(t.buckets.len(), 32);
+        assert!((0..14).all(|k| t.find(hash(k), |s| s == k) == Some(k)));
+    }
+
+    #[test]
+    fn a_table_fills_thirteen_of_sixteen_buckets_before_it_grows() {
+        let mut t = SlotTable::new();
+        for k in 0..13u32 {
+            t.insert(hash(k), k);
+        }
+        assert_eq!((t.buckets.len(), t.growing()), (16, false));
+        t.insert(hash(13), 13);
+        assert_eq!(t.buckets.len(), 32);
+        assert_eq!(SlotTable::bytes_for(12), 16 * 8);
+        assert_eq!(SlotTable::bytes_for(14), 32 * 8);
     }
 }
