@@ -395,6 +395,7 @@ mod tests {
     use crate::db::Db;
     use crate::merge::ListAppendOperator;
     use crate::options::Options;
+    use crate::sst::{cold, Compression};
 
     /// A latest-value read preempted between taking its view and looking up, while a memtable is switched
     /// and flushed, still sees every operand up to its seqno, although the flush's partial merge moves older
@@ -430,6 +431,44 @@ mod tests {
         assert_eq!(
             db.get(b"k").unwrap().map(|v| v.to_vec()),
             Some(b"x,y".to_vec())
+        );
+    }
+
+    /// A batch that pre-reads records one entry per block it asks for (whether it was in memory before the
+    /// request), not its lookups' touches of those blocks: `n` keys in `n` blocks add `n` to the thread's
+    /// window (recording the touches too would add `2n`; recording only them, whose speed says nothing
+    /// after the request, would add none from the pre-read).
+    #[test]
+    fn a_pre_reading_batch_records_each_blocks_residency_and_not_its_lookups_touches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.block_size = 256;
+        opts.sst.compression = Compression::None;
+        let keys: Vec<Vec<u8>> = (0..20u32)
+            .map(|i| format!("key{i:04}").into_bytes())
+            .collect();
+        {
+            let db = Db::open(dir.path(), opts.clone()).unwrap();
+            for k in &keys {
+                db.put(k, &[7u8; 300]).unwrap();
+            }
+            db.flush().unwrap();
+        }
+        // Reopened: no block is in the block cache, so each lookup touches its block in the map.
+        let db = Db::open(dir.path(), opts).unwrap();
+        // A window of slow touches switches the thread's pre-read on and starts a new window.
+        for _ in 0..cold::WINDOW {
+            cold::record_touch(cold::SLOW_TOUCH);
+        }
+        assert!(cold::pre_read());
+        assert_eq!(cold::touches_in_window(), 0);
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let got = db.multi_get(&refs).unwrap();
+        assert!(got.iter().all(|v| v.as_deref() == Some(&[7u8; 300][..])));
+        assert_eq!(
+            cold::touches_in_window(),
+            u32::try_from(keys.len()).unwrap(),
+            "one record per block asked for, none per lookup"
         );
     }
 }

@@ -138,6 +138,12 @@ pub(crate) fn unrecorded<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Block reads this thread recorded in its current window (tests of what a read records).
+#[cfg(test)]
+pub(crate) fn touches_in_window() -> u32 {
+    TRACKER.with(|t| t.get().touches)
+}
+
 /// Times `touch` and records it.
 #[inline]
 pub(crate) fn timed_touch(touch: impl FnOnce()) {
