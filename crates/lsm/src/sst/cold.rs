@@ -268,6 +268,24 @@ mod tests {
         );
     }
 
+    /// `unrecorded` restores the thread's flag however its closure ends: an `Err` returned, a panic
+    /// caught above it, and an inner call inside an outer one (which leaves the outer's `true`).
+    #[test]
+    fn unrecorded_restores_recording_after_errors_panics_and_nested_batches() {
+        let recording = || !UNRECORDED.with(|u| u.get());
+        let r: Result<(), &str> = unrecorded(|| Err("an I/O error of the batch"));
+        assert!(r.is_err());
+        assert!(recording(), "after an error");
+        let caught = std::panic::catch_unwind(|| unrecorded(|| panic!("a lookup panicked")));
+        assert!(caught.is_err());
+        assert!(recording(), "after a panic");
+        unrecorded(|| {
+            unrecorded(|| assert!(!recording()));
+            assert!(!recording(), "the outer batch still does not record");
+        });
+        assert!(recording(), "after nested batches");
+    }
+
     fn force_free_tracker() {
         FORCED.with(|f| f.set(None));
         TRACKER.with(|t| t.set(ColdTracker::default()));
