@@ -660,8 +660,9 @@ impl SstReader {
             .saturating_add(h.size as usize)
             .saturating_add(BLOCK_TRAILER_LEN);
         // Whether the block was in memory is what tells this thread where its reads go (module `cold`):
-        // the lookup's touch, after the request, finds it read either way. A resident block needs no
-        // request.
+        // the lookup's touch, after the request, finds it read either way. The batch does not ask for a
+        // resident block here; the lookup's `touch` still asks for every block it reads (`MADV_WILLNEED`)
+        // while this thread pre-reads, as for any read.
         match self.backing.resident(start, end) {
             Some(true) => cold::record_residency(true),
             Some(false) => {
