@@ -61,10 +61,16 @@ impl Backing {
             &mut big
         };
         let addr = m.as_ptr().wrapping_add(first * page);
-        // SAFETY: `addr` is page-aligned (a map starts on a page boundary; `first * page` is a multiple
-        // of the page size) and `[addr, addr + pages * page)` lies within the mapping: its last page holds
-        // byte `end - 1 < m.len()`, and the kernel maps whole pages. `vec` has one writable byte per page,
-        // the only memory `mincore` writes. The map is borrowed for the call.
+        debug_assert_eq!(
+            addr as usize % page,
+            0,
+            "mincore needs a page-aligned address"
+        );
+        // SAFETY: `addr` is page-aligned (the map is of the whole file from offset 0, so it starts on a
+        // page boundary; `first * page` is a multiple of the page size) and `[addr, addr + pages * page)`
+        // lies within the mapping: its last page holds byte `end - 1 < m.len()`, and the kernel maps whole
+        // pages. `vec` has one writable byte per page, the only memory `mincore` writes. The map is
+        // borrowed for the call.
         let rc =
             unsafe { libc::mincore(addr as *mut libc::c_void, pages * page, vec.as_mut_ptr()) };
         (rc == 0).then(|| vec.iter().all(|v| v & 1 != 0))
@@ -99,6 +105,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // `mincore`, `posix_fadvise` and `statfs` are foreign calls Miri cannot run
     fn resident_tells_pages_in_memory_from_pages_on_disk() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
