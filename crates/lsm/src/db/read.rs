@@ -114,8 +114,10 @@ impl DbInner {
         order.sort_unstable_by(|&a, &b| keys.get(a).cmp(&keys.get(b)));
         let pre_read = crate::sst::cold::pre_read();
         if pre_read {
+            // Per file, the block the previous key asked about.
+            let mut asked: Vec<(u64, Option<u64>)> = Vec::new();
             for key in order.iter().filter_map(|&i| keys.get(i)) {
-                self.pre_read(&sv, &guard, key, seqno);
+                self.pre_read(&sv, &guard, key, seqno, &mut asked);
             }
         }
         let mut out: Vec<Option<ValueSlice>> = vec![None; keys.len()];
@@ -142,8 +144,16 @@ impl DbInner {
         Ok(out)
     }
 
-    /// Asks for the first block of every file a lookup of `key` would read (see `multi_get_at_seqno`).
-    fn pre_read(&self, sv: &SuperVersion, guard: &epoch::Guard, key: &[u8], seqno: u64) {
+    /// Asks for the first block of every file a lookup of `key` would read (see `multi_get_at_seqno`),
+    /// unless it is the block the batch's previous key asked about in that file (`asked`: per file number).
+    fn pre_read(
+        &self,
+        sv: &SuperVersion,
+        guard: &epoch::Guard,
+        key: &[u8],
+        seqno: u64,
+        asked: &mut Vec<(u64, Option<u64>)>,
+    ) {
         let hash = key_hash(key);
         for m in &sv.mems {
             if let Some((_, kind, _)) = m
@@ -173,7 +183,11 @@ impl DbInner {
                         && probe.is_none_or(|p| f.reader.may_contain_prefix(&p))
                         && !self.row_cached(f, key, seqno)
                     {
-                        f.reader.pre_read_point(lk);
+                        let n = f.info.number;
+                        match asked.iter_mut().find(|a| a.0 == n) {
+                            Some(a) => a.1 = f.reader.pre_read_point(lk, a.1),
+                            None => asked.push((n, f.reader.pre_read_point(lk, None))),
+                        }
                     }
                 }
             }
@@ -395,6 +409,7 @@ mod tests {
     use crate::db::Db;
     use crate::merge::ListAppendOperator;
     use crate::options::Options;
+    use crate::sst::{cold, Compression};
 
     /// A latest-value read preempted between taking its view and looking up, while a memtable is switched
     /// and flushed, still sees every operand up to its seqno, although the flush's partial merge moves older
@@ -431,5 +446,65 @@ mod tests {
             db.get(b"k").unwrap().map(|v| v.to_vec()),
             Some(b"x,y".to_vec())
         );
+    }
+
+    /// A batch that pre-reads records one entry per block it asks for (whether it was in memory before the
+    /// request), not its lookups' touches of those blocks: `n` keys in `n` blocks add `n` to the thread's
+    /// window (recording the touches too would add `2n`; recording only them, whose speed says nothing
+    /// after the request, would add none from the pre-read).
+    #[test]
+    fn a_pre_reading_batch_records_each_blocks_residency_and_not_its_lookups_touches() {
+        let (_dir, db, keys) = one_key_per_block_on_a_cold_thread();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let got = db.multi_get(&refs).unwrap();
+        assert!(got.iter().all(|v| v.as_deref() == Some(&[7u8; 300][..])));
+        assert_eq!(
+            cold::touches_in_window(),
+            u32::try_from(keys.len()).unwrap(),
+            "one record per block asked for, none per lookup"
+        );
+    }
+
+    /// Keys of a batch in a block the previous key of the same file asked about (here: each key twice) ask
+    /// and record nothing again: `n` blocks add `n` to the window, not one per key.
+    #[test]
+    fn a_pre_reading_batch_asks_about_a_block_once_for_consecutive_keys_in_it() {
+        let (_dir, db, keys) = one_key_per_block_on_a_cold_thread();
+        let refs: Vec<&[u8]> = keys.iter().flat_map(|k| [k.as_slice(), k]).collect();
+        let got = db.multi_get(&refs).unwrap();
+        assert_eq!(got.len(), 2 * keys.len());
+        assert!(got.iter().all(|v| v.as_deref() == Some(&[7u8; 300][..])));
+        assert_eq!(
+            cold::touches_in_window(),
+            u32::try_from(keys.len()).unwrap(),
+            "one record per distinct block"
+        );
+    }
+
+    /// A flushed file of 20 keys, one per block, reopened (no block in the block cache, so each lookup
+    /// touches its block in the map), and this thread's pre-read switched on by a window of slow touches,
+    /// which starts a new window.
+    fn one_key_per_block_on_a_cold_thread() -> (tempfile::TempDir, Db, Vec<Vec<u8>>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.block_size = 256;
+        opts.sst.compression = Compression::None;
+        let keys: Vec<Vec<u8>> = (0..20u32)
+            .map(|i| format!("key{i:04}").into_bytes())
+            .collect();
+        {
+            let db = Db::open(dir.path(), opts.clone()).unwrap();
+            for k in &keys {
+                db.put(k, &[7u8; 300]).unwrap();
+            }
+            db.flush().unwrap();
+        }
+        let db = Db::open(dir.path(), opts).unwrap();
+        for _ in 0..cold::WINDOW {
+            cold::record_touch(cold::SLOW_TOUCH);
+        }
+        assert!(cold::pre_read());
+        assert_eq!(cold::touches_in_window(), 0);
+        (dir, db, keys)
     }
 }

@@ -138,6 +138,12 @@ pub(crate) fn unrecorded<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Block reads this thread recorded in its current window (tests of what a read records).
+#[cfg(test)]
+pub(crate) fn touches_in_window() -> u32 {
+    TRACKER.with(|t| t.get().touches)
+}
+
 /// Times `touch` and records it.
 #[inline]
 pub(crate) fn timed_touch(touch: impl FnOnce()) {
@@ -260,6 +266,24 @@ mod tests {
             !UNRECORDED.with(|u| u.get()),
             "recording resumes after the batch"
         );
+    }
+
+    /// `unrecorded` restores the thread's flag however its closure ends: an `Err` returned, a panic
+    /// caught above it, and an inner call inside an outer one (which leaves the outer's `true`).
+    #[test]
+    fn unrecorded_restores_recording_after_errors_panics_and_nested_batches() {
+        let recording = || !UNRECORDED.with(|u| u.get());
+        let r: Result<(), &str> = unrecorded(|| Err("an I/O error of the batch"));
+        assert!(r.is_err());
+        assert!(recording(), "after an error");
+        let caught = std::panic::catch_unwind(|| unrecorded(|| panic!("a lookup panicked")));
+        assert!(caught.is_err());
+        assert!(recording(), "after a panic");
+        unrecorded(|| {
+            unrecorded(|| assert!(!recording()));
+            assert!(!recording(), "the outer batch still does not record");
+        });
+        assert!(recording(), "after nested batches");
     }
 
     fn force_free_tracker() {

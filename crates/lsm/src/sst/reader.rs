@@ -640,28 +640,29 @@ impl SstReader {
     /// [`SstReader::get`]), unless it is a cached decompressed block or its pages are in memory (`mincore`),
     /// and records for this thread whether they were (module `cold`). The batched read
     /// ([`Db::multi_get`](crate::Db::multi_get)) calls it for every key of a batch before looking any up,
-    /// so the disk serves the batch's blocks concurrently instead of one fault at a time.
-    pub(crate) fn pre_read_point(&self, lookup_ikey: &[u8]) {
+    /// so the disk serves the batch's blocks concurrently instead of one fault at a time. `previous` is the
+    /// offset this file's previous call of the batch returned: a key in the same block (keys are sorted)
+    /// neither asks nor records again. Returns the offset of the block, if the index names one.
+    pub(crate) fn pre_read_point(&self, lookup_ikey: &[u8], previous: Option<u64>) -> Option<u64> {
         if !matches!(self.backing, Backing::Map(_)) {
-            return;
+            return None;
         }
         let Ok(pinned) = self.index() else {
-            return; // a hint only: the read that follows reports the error
+            return None; // a hint only: the read that follows reports the error
         };
         let index = IndexView::new(&pinned);
-        let Some(h) = index.handle(index.find_block(lookup_ikey)) else {
-            return;
-        };
-        if self.cache.contains(self.file_number, h.offset) {
-            return;
+        let h = index.handle(index.find_block(lookup_ikey))?;
+        if previous == Some(h.offset) || self.cache.contains(self.file_number, h.offset) {
+            return Some(h.offset);
         }
         let start = h.offset as usize;
         let end = start
             .saturating_add(h.size as usize)
             .saturating_add(BLOCK_TRAILER_LEN);
         // Whether the block was in memory is what tells this thread where its reads go (module `cold`):
-        // the lookup's touch, after the request, finds it read either way. A resident block needs no
-        // request.
+        // the lookup's touch, after the request, finds it read either way. The batch does not ask for a
+        // resident block here; the lookup's `touch` still asks for every block it reads (`MADV_WILLNEED`)
+        // while this thread pre-reads, as for any read.
         match self.backing.resident(start, end) {
             Some(true) => cold::record_residency(true),
             Some(false) => {
@@ -670,6 +671,7 @@ impl SstReader {
             }
             None => self.backing.will_need(start, end),
         }
+        Some(h.offset)
     }
 
     /// Read-ahead for a cursor loading data block `idx` (module `cold`).
