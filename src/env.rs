@@ -2,7 +2,7 @@
 //! storage opened with it shares (`design/shared-env.md`).
 //!
 //! * the LSM engines' [`SharedEnv`]: one pool of background threads for every flush and compaction, and one
-//!   memory budget for every memtable, the one block cache and SST metadata;
+//!   memory budget for every memtable, the one row cache, the one block cache and SST metadata;
 //! * the budget's reservations ([`StateEnv::memory`]): memory held above the engines (a cache, a heap
 //!   backend's state) is charged to the same capacity with [`MemoryBudget::reserve`]; heap backends opened
 //!   with [`StateEnv::heap`] charge their estimated state size by themselves, without a cap;
@@ -25,8 +25,8 @@ use crate::error::{Error, Result};
 /// How a [`StateEnv`] is sized.
 #[derive(Debug, Clone)]
 pub struct StateEnvOptions {
-    /// Bytes every LSM backend of the environment shares: memtables, block cache, SST metadata and
-    /// reservations (default `None`: no budget; each engine bounded by its own options).
+    /// Bytes every LSM backend of the environment shares: memtables, row cache, block cache, SST metadata
+    /// and reservations (default `None`: no budget; each engine bounded by its own options).
     pub memory_budget: Option<usize>,
     /// The share of the budget memtables may take, in `(0, 1]` (default 0.5, as Flink's
     /// `state.backend.rocksdb.memory.write-buffer-ratio`).
@@ -81,7 +81,7 @@ pub struct StateEnv {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StateEnvMemory {
-    /// Memtables, block cache, SST metadata and reservations (heap state included).
+    /// Memtables, block cache, SST metadata, reservations (heap state included) and the row cache.
     pub engines: MemoryUsage,
     /// Estimated state bytes of the heap backends opened with [`StateEnv::heap`] (included in
     /// `engines.reserved`).
