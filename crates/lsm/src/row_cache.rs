@@ -87,6 +87,16 @@ impl CachedRows {
     }
 }
 
+/// What [`RowCache::lookup`] found for one file and key.
+pub(crate) enum Lookup {
+    /// The cached rows.
+    Hit(CachedRows),
+    /// A miss whose rows are to be recorded and cached (the key's second miss).
+    Admit,
+    /// A miss to read as without a cache.
+    Pass,
+}
+
 /// Rows recorded while a lookup reads a file, for [`RowCache::insert`].
 pub(crate) struct RowRecorder {
     /// The key, then the rows.
@@ -185,8 +195,17 @@ impl RowCache {
     }
 
     /// The rows cached for `key` in file `file`, if any (a hit marks the entry recently used).
+    #[cfg(test)]
     pub(crate) fn get(&self, file: u64, key: &[u8]) -> Option<CachedRows> {
-        let h = hash(file, key);
+        self.get_hashed(hash(file, key), file, key)
+    }
+
+    /// [`get`](Self::get) with the hash of (`file`, `key`). An empty cache answers without a lock (the
+    /// miss path of every file lookup while no row was admitted).
+    fn get_hashed(&self, h: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
+        if self.usage.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         self.shard(h).and_then(|s| {
             let mut s = s.lock();
             let e = s.get(&h)?;
@@ -194,8 +213,22 @@ impl RowCache {
         })
     }
 
+    /// One file's lookup of `key`: the cached rows, or whether the rows the file shows are to be cached
+    /// ([`admit`](Self::admit)); one hash for both.
+    pub(crate) fn lookup(&self, file: u64, key: &[u8]) -> Lookup {
+        let h = hash(file, key);
+        match self.get_hashed(h, file, key) {
+            Some(rows) => Lookup::Hit(rows),
+            None if self.admit_hashed(h) => Lookup::Admit,
+            None => Lookup::Pass,
+        }
+    }
+
     /// Whether `key` of file `file` is cached (counts nothing, marks nothing).
     pub(crate) fn contains(&self, file: u64, key: &[u8]) -> bool {
+        if self.usage.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
         let h = hash(file, key);
         self.shard(h).is_some_and(|s| {
             s.lock()
@@ -207,8 +240,13 @@ impl RowCache {
     /// Whether the rows of `key` in file `file`, which just missed, are to be recorded and cached: true on
     /// the second miss while the doorkeeper still remembers the first (which it then forgets), false on a
     /// first miss (which it remembers, in place of whatever missed before in that slot).
+    #[cfg(test)]
     pub(crate) fn admit(&self, file: u64, key: &[u8]) -> bool {
-        let h = hash(file, key);
+        self.admit_hashed(hash(file, key))
+    }
+
+    /// [`admit`](Self::admit) with the hash of (file, key).
+    fn admit_hashed(&self, h: u64) -> bool {
         let Some(slot) = self.door.get(h as usize & (self.door.len() - 1)) else {
             return false;
         };
@@ -314,11 +352,10 @@ impl EngineRows {
         file_key(self.owner, number)
     }
 
-    /// The rows cached for `key` in the engine's file `number`, if any ([`RowCache::get`]), counted as a
-    /// hit or a miss.
-    pub(crate) fn get(&self, number: u64, key: &[u8]) -> Option<CachedRows> {
-        let found = self.cache.get(self.file(number), key);
-        let counter = if found.is_some() {
+    /// [`RowCache::lookup`] of `key` in the engine's file `number`, counted as a hit or a miss.
+    pub(crate) fn lookup(&self, number: u64, key: &[u8]) -> Lookup {
+        let found = self.cache.lookup(self.file(number), key);
+        let counter = if matches!(found, Lookup::Hit(_)) {
             &self.hits
         } else {
             &self.misses
@@ -330,11 +367,6 @@ impl EngineRows {
     /// [`RowCache::contains`] for the engine's file `number`.
     pub(crate) fn contains(&self, number: u64, key: &[u8]) -> bool {
         self.cache.contains(self.file(number), key)
-    }
-
-    /// [`RowCache::admit`] for the engine's file `number`.
-    pub(crate) fn admit(&self, number: u64, key: &[u8]) -> bool {
-        self.cache.admit(self.file(number), key)
     }
 
     /// [`RowCache::insert`] for the engine's file `number`.
