@@ -38,6 +38,10 @@ pub struct StateEnvOptions {
     /// unless they set a capacity themselves;
     /// [`SUGGESTED_RMW_CACHE_RATIO`](crate::backend::lsm::SUGGESTED_RMW_CACHE_RATIO) (a quarter) turns them on.
     pub rmw_cache_ratio: f64,
+    /// The share of the budget the engines' one row cache may hold, in `[0, 1)` (default
+    /// [`DEFAULT_ROW_CACHE_RATIO`](keyed_state_lsm::DEFAULT_ROW_CACHE_RATIO), 1/16; 0: none;
+    /// [`EnvOptions::row_cache_ratio`]).
+    pub row_cache_ratio: f64,
     /// Threads running every engine's flushes and compactions (default: the machine's cores, 2 to 4).
     pub background_threads: usize,
     /// Worker threads of the checkpoint storages' I/O runtime (default 2).
@@ -55,6 +59,7 @@ impl Default for StateEnvOptions {
             memory_budget: lsm.memory_budget,
             write_buffer_ratio: lsm.write_buffer_ratio,
             rmw_cache_ratio: crate::backend::lsm::DEFAULT_RMW_CACHE_RATIO,
+            row_cache_ratio: lsm.row_cache_ratio,
             background_threads: lsm.background_threads,
             io_threads: 2,
             upload_buffer_bytes: 32 << 20,
@@ -118,6 +123,7 @@ impl StateEnv {
         let lsm = SharedEnv::new(EnvOptions {
             memory_budget: options.memory_budget,
             write_buffer_ratio: options.write_buffer_ratio,
+            row_cache_ratio: options.row_cache_ratio,
             background_threads: options.background_threads,
             ..EnvOptions::default()
         })?;
