@@ -12,18 +12,20 @@
 //! Keys are 10 bytes (a 2-byte key-group prefix and an 8-byte big-endian index), loaded in key order with
 //! the WAL off; both engines then finish their background work. Both use 4 KiB blocks, LZ4 (the values do
 //! not compress, so blocks are stored raw), 10 bits/key bloom filters, a 64 MiB memtable and an equal
-//! block cache (`KS_LTM_CACHE_MB`, default 64). Each engine also runs with a row cache of
-//! `KS_LTM_ROW_CACHE_MB` (default 32) on top of that (`KS_LTM_ROW_CHARGED=1`: taken from the block cache, so
-//! that every engine has the same cache memory) (`ours+row`: `Options::row_cache_size`; `rocksdb+row`:
-//! RocksDB's `row_cache`, off in Flink's configuration), reading the state its base engine loaded; tables
-//! compare ours/RocksDB without row caches, ours with one against RocksDB without (Flink's setting), both
-//! with one, and each with against without.
+//! block cache (`KS_LTM_CACHE_MB`, default 64). `ours` keeps the engine's default row cache (an engine
+//! without an environment: half its block cache, 32 MiB, on top of it; `Options::row_cache_size` `None`),
+//! `ours-row` turns it off (`Some(0)`); RocksDB has none by default, nor in Flink's configuration. Each
+//! engine also runs with a row cache of `KS_LTM_ROW_CACHE_MB` (default 32) on top of its block cache
+//! (`KS_LTM_ROW_CHARGED=1`: taken from the block cache, so that every engine has the same cache memory)
+//! (`ours+row`: `Options::row_cache_size`; `rocksdb+row`: RocksDB's `row_cache`), reading the state its
+//! base engine loaded; tables compare ours (defaults) against RocksDB, ours without a row cache against
+//! RocksDB, ours against ours without, both with an explicit row cache, and each with against without.
 //!
 //! How it runs: the bench creates the cgroup `/sys/fs/cgroup/memory/ks-larger-than-memory-<pid>` (cgroup v1;
 //! `memory.max` under a v2 child of the root otherwise), sets the limit, and runs every engine phase in a
 //! child process that moves itself into the cgroup before it opens anything. First one child per engine
 //! loads the state (timed). Then `KS_LTM_REPS` rounds (default 3) alternate the engines (`ours, rocksdb,
-//! ours+row, rocksdb+row, ours, ...`): each
+//! ours-row, ours+row, rocksdb+row, ours, ...`): each
 //! child starts after `sync; echo 3 > /proc/sys/vm/drop_caches` (pages charged by the previous child do not
 //! stay in the limit), reopens the database, warms up with uniform reads until the cgroup holds 90 % of its
 //! limit (or 20 s), then runs the phases for `KS_LTM_SECS` seconds each (default 8):
@@ -37,7 +39,7 @@
 //!
 //! Data lives under `KS_LTM_DIR` (default `/tmp/ks-larger-than-memory`), deleted at the end
 //! (`KS_LTM_KEEP=1` keeps it for another run, which then skips the load).
-//! `KS_LTM_ENGINES=ours,rocksdb` (any of `ours`, `rocksdb`, `ours+row`, `rocksdb+row`, `ours+meta`) runs
+//! `KS_LTM_ENGINES=ours,rocksdb` (any of `ours`, `rocksdb`, `ours-row`, `ours+row`, `rocksdb+row`, `ours+meta`) runs
 //! those only; `ours+meta` is `ours` with its files' indexes and filters in the block cache
 //! (`MetadataPlacement::Cached`), reading `ours`'s state (not run unless named).
 
@@ -299,10 +301,11 @@ mod ours {
     pub struct Ours(Db);
 
     impl Ours {
+        /// `row_cache_bytes`: `Options::row_cache_size` (`None`: the engine's default).
         pub fn open(
             dir: &Path,
             cache_bytes: usize,
-            row_cache_bytes: usize,
+            row_cache_bytes: Option<usize>,
             cached_metadata: bool,
         ) -> Self {
             let opts = Options {
@@ -447,17 +450,26 @@ mod rocks {
     }
 }
 
-/// The engines: `ours` and `rocksdb`, and each with a row cache (`ours+row`, `rocksdb+row`) of
-/// `KS_LTM_ROW_CACHE_MB` (default 32) on top of its block cache (`KS_LTM_ROW_CHARGED=1`: taken from it). An engine with a row cache reads the
-/// state its base engine loaded.
+/// The engines: `ours` (the engine's default row cache) and `rocksdb` (none, as Flink configures it),
+/// `ours-row` (no row cache), and each with a row cache (`ours+row`, `rocksdb+row`) of
+/// `KS_LTM_ROW_CACHE_MB` (default 32) on top of its block cache (`KS_LTM_ROW_CHARGED=1`: taken from it).
+/// A variant reads the state its base engine loaded.
 /// `ours+meta` is `ours` with its files' indexes and filters in the block cache
 /// (`Options::sst_metadata = MetadataPlacement::Cached`), reading `ours`'s state.
-const ENGINES: [&str; 5] = ["ours", "rocksdb", "ours+row", "rocksdb+row", "ours+meta"];
+const ENGINES: [&str; 6] = [
+    "ours",
+    "rocksdb",
+    "ours-row",
+    "ours+row",
+    "rocksdb+row",
+    "ours+meta",
+];
 
-/// The engine whose files `engine` reads (`ours+row` reads `ours`'s state).
+/// The engine whose files `engine` reads (`ours+row` and `ours-row` read `ours`'s state).
 fn base_engine(engine: &str) -> &str {
     engine
         .strip_suffix("+row")
+        .or_else(|| engine.strip_suffix("-row"))
         .or_else(|| engine.strip_suffix("+meta"))
         .unwrap_or(engine)
 }
@@ -478,7 +490,13 @@ fn open_engine(engine: &str, dir: &Path, cache: usize) -> Box<dyn Engine> {
         "ours" => Box::new(ours::Ours::open(
             dir,
             cache,
-            row_cache,
+            if engine.ends_with("+row") {
+                Some(row_cache)
+            } else if engine.ends_with("-row") {
+                Some(0)
+            } else {
+                None
+            },
             engine.ends_with("+meta"),
         )),
         _ => Box::new(rocks::Rocks::open(dir, cache, row_cache)),
@@ -848,6 +866,8 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
     }
     for (a, b) in [
         ("ours", "rocksdb"),
+        ("ours-row", "rocksdb"),
+        ("ours", "ours-row"),
         ("ours+row", "rocksdb"),
         ("ours+row", "rocksdb+row"),
         ("ours+row", "ours"),

@@ -36,7 +36,8 @@
 //!   MiB of memory budget, `KS_MO_BG_THREADS` background threads (default 4), `KS_MO_IO_THREADS` I/O
 //!   threads (default 2; the runtime also starts up to as many blocking threads for a local root's file
 //!   operations), `KS_MO_RMW_CACHE_RATIO` of the budget for
-//!   the backends' read-modify-write caches (default the environment's, 0.25);
+//!   the backends' read-modify-write caches (default the environment's, 0.25), `KS_MO_ROW_CACHE_RATIO` of it
+//!   for the engines' row cache (default the environment's, 1/16; 0: none);
 //! * `separate`: LSM backends each with its own engine defaults (64 MiB memtables, 64 MiB block cache, 2
 //!   threads) and each storage with its own runtime: no environment, no budget;
 //! * `rocksdb-flink` (feature `rocksdb`): RocksDB backends on one `RocksDbShared` of the same budget, as
@@ -733,6 +734,10 @@ fn part2_child(variant: &str) {
                     .ok()
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(keyed_state::backend::lsm::DEFAULT_RMW_CACHE_RATIO),
+                row_cache_ratio: std::env::var("KS_MO_ROW_CACHE_RATIO")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(keyed_state_lsm::DEFAULT_ROW_CACHE_RATIO),
                 ..StateEnvOptions::default()
             })
             .expect("env"),

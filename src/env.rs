@@ -2,7 +2,7 @@
 //! storage opened with it shares (`design/shared-env.md`).
 //!
 //! * the LSM engines' [`SharedEnv`]: one pool of background threads for every flush and compaction, and one
-//!   memory budget for every memtable, the one block cache and SST metadata;
+//!   memory budget for every memtable, the one row cache, the one block cache and SST metadata;
 //! * the budget's reservations ([`StateEnv::memory`]): memory held above the engines (a cache, a heap
 //!   backend's state) is charged to the same capacity with [`MemoryBudget::reserve`]; heap backends opened
 //!   with [`StateEnv::heap`] charge their estimated state size by themselves, without a cap;
@@ -25,8 +25,8 @@ use crate::error::{Error, Result};
 /// How a [`StateEnv`] is sized.
 #[derive(Debug, Clone)]
 pub struct StateEnvOptions {
-    /// Bytes every LSM backend of the environment shares: memtables, block cache, SST metadata and
-    /// reservations (default `None`: no budget; each engine bounded by its own options).
+    /// Bytes every LSM backend of the environment shares: memtables, row cache, block cache, SST metadata
+    /// and reservations (default `None`: no budget; each engine bounded by its own options).
     pub memory_budget: Option<usize>,
     /// The share of the budget memtables may take, in `(0, 1]` (default 0.5, as Flink's
     /// `state.backend.rocksdb.memory.write-buffer-ratio`).
@@ -38,6 +38,10 @@ pub struct StateEnvOptions {
     /// unless they set a capacity themselves;
     /// [`SUGGESTED_RMW_CACHE_RATIO`](crate::backend::lsm::SUGGESTED_RMW_CACHE_RATIO) (a quarter) turns them on.
     pub rmw_cache_ratio: f64,
+    /// The share of the budget the engines' one row cache may hold, in `[0, 1)` (default
+    /// [`DEFAULT_ROW_CACHE_RATIO`](keyed_state_lsm::DEFAULT_ROW_CACHE_RATIO), 1/16; 0: none;
+    /// [`EnvOptions::row_cache_ratio`]).
+    pub row_cache_ratio: f64,
     /// Threads running every engine's flushes and compactions (default: the machine's cores, 2 to 4).
     pub background_threads: usize,
     /// Worker threads of the checkpoint storages' I/O runtime (default 2).
@@ -55,6 +59,7 @@ impl Default for StateEnvOptions {
             memory_budget: lsm.memory_budget,
             write_buffer_ratio: lsm.write_buffer_ratio,
             rmw_cache_ratio: crate::backend::lsm::DEFAULT_RMW_CACHE_RATIO,
+            row_cache_ratio: lsm.row_cache_ratio,
             background_threads: lsm.background_threads,
             io_threads: 2,
             upload_buffer_bytes: 32 << 20,
@@ -81,7 +86,7 @@ pub struct StateEnv {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StateEnvMemory {
-    /// Memtables, block cache, SST metadata and reservations (heap state included).
+    /// Memtables, block cache, SST metadata, reservations (heap state included) and the row cache.
     pub engines: MemoryUsage,
     /// Estimated state bytes of the heap backends opened with [`StateEnv::heap`] (included in
     /// `engines.reserved`).
@@ -118,6 +123,7 @@ impl StateEnv {
         let lsm = SharedEnv::new(EnvOptions {
             memory_budget: options.memory_budget,
             write_buffer_ratio: options.write_buffer_ratio,
+            row_cache_ratio: options.row_cache_ratio,
             background_threads: options.background_threads,
             ..EnvOptions::default()
         })?;

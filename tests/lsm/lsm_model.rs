@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use keyed_state_lsm::{
-    Compression, Db, ListAppendOperator, Options, PrefixExtractor, ReadOptions, Snapshot,
-    SstOptions, WriteBatch,
+    Compression, Db, EnvOptions, ListAppendOperator, Options, PrefixExtractor, ReadOptions,
+    SharedEnv, Snapshot, SstOptions, WriteBatch,
 };
 use proptest::prelude::*;
 
@@ -60,6 +60,26 @@ fn value(v: u8) -> Vec<u8> {
     format!("v{v:03}-{}", "x".repeat(40)).into_bytes()
 }
 
+/// The twin's value for `v` (see [`Rows::Shared`]): as long as [`value`]'s, never equal to one.
+fn twin_value(v: u8) -> Vec<u8> {
+    format!("w{v:03}-{}", "y".repeat(40)).into_bytes()
+}
+
+/// The row cache a model run uses.
+#[derive(Debug, Clone, Copy)]
+enum Rows {
+    /// `Some(0)`: none.
+    Off,
+    /// The engine's default.
+    Default,
+    /// A row cache of the engine's own of this many bytes.
+    Own(usize),
+    /// The row cache of an environment with a memory budget of this many bytes, shared with a twin engine
+    /// that takes the same writes with other values and reads the same keys: same keys, file numbers
+    /// counting from the same start, different rows.
+    Shared(usize),
+}
+
 /// Two-byte prefixes (`k0`, `k1`, `k2`: the model's scan prefixes) of the keys `k0*` and `k1*`, and of
 /// `k2*` once `grown` (an extractor's domain may grow: files written before must still read whole).
 struct ModelPrefix {
@@ -82,10 +102,21 @@ impl PrefixExtractor for ModelPrefix {
 
 /// `grown`: the prefix extractor maps `k2*` keys too (set from the first reopen on). With the WAL off,
 /// files have no whole-key filter, so only prefixes rule files out.
-/// `row_cache`: the row cache's size (0: off).
-fn opts(wal: bool, dynamic_level_bytes: bool, grown: bool, row_cache: usize) -> Options {
+/// `rows`: the row cache (an environment's for [`Rows::Shared`], given as `env`).
+fn opts(
+    wal: bool,
+    dynamic_level_bytes: bool,
+    grown: bool,
+    rows: Rows,
+    env: Option<&SharedEnv>,
+) -> Options {
     Options {
-        row_cache_size: row_cache,
+        row_cache_size: match rows {
+            Rows::Off => Some(0),
+            Rows::Own(bytes) => Some(bytes),
+            Rows::Default | Rows::Shared(_) => None,
+        },
+        env: env.cloned(),
         wal,
         dynamic_level_bytes,
         memtable_size: 2 << 10,
@@ -133,7 +164,7 @@ fn scan(db: &Db, snapshot: Option<&Snapshot>, prefix: Option<Vec<u8>>) -> Vec<(V
     out
 }
 
-fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool, row_cache: usize) {
+fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool, rows: Rows) {
     // tmpfs when available: the test exercises logic, not the disk's fsync latency.
     let shm = std::path::Path::new("/dev/shm");
     let dir = if shm.is_dir() {
@@ -143,10 +174,28 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool, row_cache: usize) {
     }
     .unwrap();
     let mut grown = false;
-    let mut db = Some(Db::open(dir.path(), opts(wal, dynamic, grown, row_cache)).unwrap());
+    let env = match rows {
+        Rows::Shared(budget) => Some(
+            SharedEnv::new(EnvOptions {
+                memory_budget: Some(budget),
+                ..EnvOptions::default()
+            })
+            .unwrap(),
+        ),
+        _ => None,
+    };
+    let open = |dir: &std::path::Path, dynamic: bool, grown: bool| {
+        Db::open(dir, opts(wal, dynamic, grown, rows, env.as_ref())).unwrap()
+    };
+    let mut db = Some(open(dir.path(), dynamic, grown));
+    let twin_dir = tempfile::tempdir().unwrap();
+    let mut twin = env.as_ref().map(|_| open(twin_dir.path(), dynamic, grown));
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
     for op in ops {
+        if let Some(t) = &twin {
+            twin_apply(t, &op);
+        }
         let d = db.as_ref().unwrap();
         match op {
             Op::Put(k, v) => {
@@ -241,7 +290,11 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool, row_cache: usize) {
                     db.take().unwrap().close().unwrap();
                 }
                 grown = true;
-                db = Some(Db::open(dir.path(), opts(wal, dynamic, grown, row_cache)).unwrap());
+                db = Some(open(dir.path(), dynamic, grown));
+                if let Some(t) = twin.take() {
+                    t.close().unwrap();
+                    twin = Some(open(twin_dir.path(), dynamic, grown));
+                }
             }
             Op::Get(k) => {
                 // Twice: the row cache admits a row on its second miss, so the next reads can hit it.
@@ -280,15 +333,65 @@ fn run(ops: Vec<Op>, wal: bool, mut dynamic: bool, row_cache: usize) {
     );
     snaps.clear();
     db.take().unwrap().close().unwrap();
-    let d = Db::open(dir.path(), opts(wal, dynamic, true, row_cache)).unwrap();
+    let d = open(dir.path(), dynamic, true);
     assert_eq!(scan(&d, None, None), model.into_iter().collect::<Vec<_>>());
+}
+
+/// The twin of [`Rows::Shared`] takes `op`'s writes with [`twin_value`]s, its flushes and compactions, and
+/// reads its keys twice (so that their rows are admitted into the shared cache); it is not checked.
+fn twin_apply(t: &Db, op: &Op) {
+    match op {
+        Op::Put(k, v) => t.put(&key(*k), &twin_value(*v)).unwrap(),
+        Op::Delete(k) => t.delete(&key(*k)).unwrap(),
+        Op::Merge(k, v) => t.merge(&key(*k), format!("n{v}").as_bytes()).unwrap(),
+        Op::Batch(items) => {
+            let mut b = WriteBatch::new();
+            for (k, v) in items {
+                b.put(&key(*k), &twin_value(*v));
+            }
+            t.write(&b).unwrap();
+        }
+        Op::Flush => t.flush().unwrap(),
+        Op::CompactAll => t.compact_all().unwrap(),
+        Op::Get(k) => {
+            for _ in 0..2 {
+                t.get(&key(*k)).unwrap();
+            }
+        }
+        Op::Scan(_) => {
+            for k in 0..KEYS {
+                for _ in 0..2 {
+                    t.get(&key(k)).unwrap();
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 proptest! {
     /// `dynamic`: the level sizing the database is opened with (dynamic or static targets).
     #[test]
     fn engine_matches_btreemap_model(ops in prop::collection::vec(op(), 1..80), dynamic in any::<bool>()) {
-        run(ops, false, dynamic, 0);
+        run(ops, false, dynamic, Rows::Default);
+    }
+
+    /// Without a row cache (`row_cache_size` `Some(0)`).
+    #[test]
+    fn engine_matches_btreemap_model_without_a_row_cache(ops in prop::collection::vec(op(), 1..80), dynamic in any::<bool>()) {
+        run(ops, false, dynamic, Rows::Off);
+    }
+
+    /// On an environment's shared row cache, beside a twin engine that writes other values under the same
+    /// keys into files numbered from the same start and reads them: 1 MiB of budget gives a 64 KiB row
+    /// cache (evicts constantly), 16 MiB a 1 MiB one. Fails if an engine can read the twin's rows.
+    #[test]
+    fn engine_matches_btreemap_model_on_a_shared_row_cache(
+        ops in prop::collection::vec(op(), 1..80),
+        dynamic in any::<bool>(),
+        budget in prop_oneof![Just(1usize << 20), Just(16usize << 20)],
+    ) {
+        run(ops, false, dynamic, Rows::Shared(budget));
     }
 
     /// With a row cache: 1 KiB caches nothing (every entry is larger than an eighth of a shard), 48 KiB
@@ -300,12 +403,12 @@ proptest! {
         dynamic in any::<bool>(),
         row_cache in prop_oneof![Just(1usize << 10), Just(48usize << 10), Just(1usize << 20)],
     ) {
-        run(ops, false, dynamic, row_cache);
+        run(ops, false, dynamic, Rows::Own(row_cache));
     }
 
     /// With the WAL on, `Reopen` is a crash (no flush) and every write must come back.
     #[test]
     fn engine_with_wal_survives_crashes(ops in prop::collection::vec(op(), 1..80), dynamic in any::<bool>()) {
-        run(ops, true, dynamic, 0);
+        run(ops, true, dynamic, Rows::Default);
     }
 }

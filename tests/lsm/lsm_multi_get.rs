@@ -48,7 +48,7 @@ fn value(k: u16, v: u8) -> Vec<u8> {
 
 fn options(compression: Compression, row_cache: usize) -> Options {
     Options {
-        row_cache_size: row_cache,
+        row_cache_size: Some(row_cache),
         memtable_size: 16 << 10,
         target_file_size: 8 << 10,
         level_base_size: 32 << 10,

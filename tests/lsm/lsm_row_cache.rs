@@ -8,7 +8,7 @@ use keyed_state_lsm::{Db, ListAppendOperator, Options, SstOptions};
 
 fn options(row_cache: usize) -> Options {
     Options {
-        row_cache_size: row_cache,
+        row_cache_size: Some(row_cache),
         sst: SstOptions {
             block_size: 256,
             ..SstOptions::default()

@@ -400,6 +400,7 @@ fn metrics_carry_rocksdb_names_and_the_memory_breakdown_adds_up() {
         "rocksdb.block-cache-usage",
         "keyed-state.env.sst-metadata",
         "keyed-state.env.reserved",
+        "keyed-state.env.row-cache",
     ];
     let sum: u64 = parts.iter().map(|p| get(&em, p)).sum();
     assert_eq!(sum, get(&em, "keyed-state.env.memory-charged"));

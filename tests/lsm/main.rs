@@ -8,6 +8,7 @@ mod lsm_model;
 mod lsm_multi_get;
 mod lsm_recovery;
 mod lsm_row_cache;
+mod lsm_row_cache_shared;
 mod lsm_scenarios;
 mod lsm_shared_env;
 mod lsm_sst;

@@ -160,7 +160,8 @@ fn the_memory_breakdown_adds_up_to_what_the_budget_charges() {
                 + e.memtables_flushed_held
                 + e.block_cache
                 + e.sst_metadata
-                + e.reserved,
+                + e.reserved
+                + e.row_cache,
             mem.total(),
             "{when}: {mem:?}"
         );
@@ -186,6 +187,7 @@ fn the_memory_breakdown_adds_up_to_what_the_budget_charges() {
             "rocksdb.block-cache-usage",
             "keyed-state.env.sst-metadata",
             "keyed-state.env.reserved",
+            "keyed-state.env.row-cache",
         ]
         .iter()
         .map(|n| metric(&m, n))

@@ -1,7 +1,7 @@
 //! The memory budget: one capacity shared by the memtables of every engine of an environment (through the
 //! write-buffer manager, `write_buffer`), SST metadata held outside the block cache (indexes and filters
-//! copied to the heap at open), reservations made by the engines' users ([`MemoryReservation`]), and the
-//! block cache, whose capacity is what the others leave.
+//! copied to the heap at open), reservations made by the engines' users ([`MemoryReservation`]), the row
+//! caches (what they hold: `row_cache`), and the block cache, whose capacity is what the others leave.
 //!
 //! This is RocksDB's `WriteBufferManager` with `cost_to_cache` and Flink's managed memory: memtables and
 //! metadata take their bytes first, and the cache shrinks (evicting at once) when they grow. The memtables'
@@ -47,6 +47,8 @@ pub struct MemoryBudget {
     metadata: AtomicUsize,
     /// Bytes reserved by the engines' users ([`MemoryBudget::reserve`]).
     reserved: AtomicUsize,
+    /// Bytes the row caches hold (doorkeeper and entries; `row_cache`).
+    row_caches: AtomicUsize,
     /// The shared block cache, told to shrink when the others grow.
     cache: OnceLock<Weak<dyn LeftoverCache>>,
     /// The part for caches kept above the engines ([`MemoryBudget::user_caches`]).
@@ -75,6 +77,7 @@ impl MemoryBudget {
             write_buffers,
             metadata: AtomicUsize::new(0),
             reserved: AtomicUsize::new(0),
+            row_caches: AtomicUsize::new(0),
             cache: OnceLock::new(),
             user_caches: Arc::default(),
             listeners: Mutex::new(Vec::new()),
@@ -124,7 +127,7 @@ impl MemoryBudget {
         self.capacity
     }
 
-    /// Bytes taken by everything but the block cache: memtables, SST metadata and reservations.
+    /// Bytes taken by everything but the block cache: memtables, SST metadata, reservations and row caches.
     pub fn charged_outside_cache(&self) -> usize {
         let (mutable, pending, retired) = self.write_buffers.usage();
         mutable
@@ -132,6 +135,7 @@ impl MemoryBudget {
             + retired
             + self.metadata.load(Ordering::Relaxed)
             + self.reserved.load(Ordering::Relaxed)
+            + self.row_caches.load(Ordering::Relaxed)
     }
 
     /// What the shared block cache may hold now: the capacity less what the others take (0 when they take it
@@ -163,6 +167,30 @@ impl MemoryBudget {
     /// Bytes reserved through [`MemoryBudget::reserve`].
     pub fn reserved_bytes(&self) -> usize {
         self.reserved.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the engines' row caches hold: the environment's shared one and any private ones (their
+    /// doorkeeper tables and entries; `design/decisions/0008-row-cache.md`).
+    pub fn row_cache_bytes(&self) -> usize {
+        self.row_caches.load(Ordering::Relaxed)
+    }
+
+    /// A row cache grew by `bytes`: charged at once, and the block cache is made to fit each time the row
+    /// caches' total crosses a MiB (between those, a block cache shard evicts at its next insert).
+    pub(crate) fn row_cache_grew(&self, bytes: usize) {
+        let before = self.row_caches.fetch_add(bytes, Ordering::Relaxed);
+        if before >> 20 != (before + bytes) >> 20 {
+            self.fit_cache();
+        }
+    }
+
+    /// A row cache shrank by `bytes` (an entry replaced by a smaller one, or the cache dropped). Only a
+    /// cache dropped tells the room listeners (`freed_room`): entries come and go all the time.
+    pub(crate) fn row_cache_shrank(&self, bytes: usize, freed_room: bool) {
+        self.row_caches.fetch_sub(bytes, Ordering::Relaxed);
+        if freed_room && bytes > 0 {
+            self.room_freed();
+        }
     }
 
     /// Reserves `bytes` of the budget for the caller (a cache above the engine, a restore buffer, a heap

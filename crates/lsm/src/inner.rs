@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::budget::MemoryReservation;
 use super::cache::BlockCache;
 use super::checkpoint_view::{self, ViewEdit};
 use super::env::pool::JobKind;
@@ -21,7 +20,7 @@ use super::fast_path::{self, FastPathEntry};
 use super::manifest::{self, ManifestWriter};
 use super::memtable::{MemTable, SpareIndex};
 use super::options::Options;
-use super::row_cache::RowCache;
+use super::row_cache::{self, EngineRows, RowCache};
 use super::snapshot::SnapshotList;
 use super::version::{FileMeta, Version, VersionEdit};
 use super::wal::WalWriter;
@@ -244,10 +243,9 @@ pub(crate) struct DbInner {
     pub wb: Arc<WriteBuffers>,
     /// This engine's tag in the block cache (`crate::cache::file_key`): the cache may be shared.
     pub cache_owner: u64,
-    /// The row cache of point lookups ([`Options::row_cache_size`]; `None`: off).
-    pub row_cache: Option<RowCache>,
-    /// The row cache's capacity, charged to the environment's memory budget while the engine is open.
-    _row_cache_charge: Option<MemoryReservation>,
+    /// The row cache of point lookups ([`Options::row_cache_size`]; `None`: off): the engine's own or the
+    /// environment's.
+    pub row_cache: Option<EngineRows>,
     /// This engine's id in the environment's pool (0 until registered).
     pub pool_id: AtomicU64,
     /// Bytes of the active memtable another engine's writer asked this one to switch out for memory (0:
@@ -256,6 +254,21 @@ pub(crate) struct DbInner {
     /// Whether the writer waits for a compaction because L0 reached its stop trigger: the pool then runs
     /// this engine's compaction before those of engines whose writers still write.
     pub writes_stopped_by_l0: std::sync::atomic::AtomicBool,
+}
+
+/// The row cache an engine opened with `opts` on `env` uses ([`Options::row_cache_size`]): none, one of its
+/// own (of the size asked, or by default half its block cache's when it has a block cache of its own), or
+/// the environment's.
+fn engine_row_cache(opts: &Options, env: &SharedEnv) -> Option<Arc<RowCache>> {
+    let own = |bytes: usize| Arc::new(RowCache::new(bytes, Some(Arc::clone(env.memory()))));
+    match opts.row_cache_size {
+        Some(0) => None,
+        Some(bytes) => Some(own(bytes)),
+        None if env.block_cache().is_some() => env.row_cache().cloned(),
+        None => Some(row_cache::private_default_size(opts.block_cache_size))
+            .filter(|&bytes| bytes > 0)
+            .map(own),
+    }
 }
 
 impl DbInner {
@@ -274,17 +287,14 @@ impl DbInner {
         let mut opts = opts;
         opts.memtable_size = env.write_buffers().memtable_size_for(opts.memtable_size);
         let state_changes = fast_path::new_counter();
-        let row_cache = (opts.row_cache_size > 0).then(|| RowCache::new(opts.row_cache_size));
-        let row_cache_charge = row_cache
-            .as_ref()
-            .map(|rc| env.memory().reserve(rc.capacity()));
+        let cache_owner = cache.new_owner();
+        let row_cache = engine_row_cache(&opts, &env).map(|rc| EngineRows::new(rc, cache_owner));
         DbInner {
             row_cache,
-            _row_cache_charge: row_cache_charge,
             wb: Arc::clone(env.write_buffers()),
             env,
             pool_id: AtomicU64::new(0),
-            cache_owner: cache.new_owner(),
+            cache_owner,
             memory_switch_requested: AtomicUsize::new(0),
             writes_stopped_by_l0: std::sync::atomic::AtomicBool::new(false),
             dir,

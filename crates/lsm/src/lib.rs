@@ -123,6 +123,7 @@ pub use checkpoint_view::CaptureView;
 pub use db::{Db, DbStats, DroppedWrites, Metric, RecoveryReport};
 pub use env::{
     EnvOptions, EnvStats, MemoryBudget, MemoryReservation, MemoryUsage, RoomListener, SharedEnv,
+    DEFAULT_ROW_CACHE_RATIO,
 };
 pub use error::{ErrorKind, Location, LsmError};
 pub use filter::{

@@ -57,14 +57,23 @@ pub struct Options {
     pub sst: SstOptions,
     /// Block cache capacity in bytes (default 64 MiB).
     pub block_cache_size: usize,
-    /// Row cache capacity in bytes (default 0: off). The row cache keeps what point lookups found per
+    /// The row cache (default `None`: on, see below). The row cache keeps what point lookups found per
     /// file and key (an entry of about 100 bytes plus its key and ~110 bytes of bookkeeping) rather than
     /// whole blocks, so hot keys scattered over more blocks than the block cache holds are still read from
     /// memory; RocksDB's `row_cache`. A key's rows are cached on its second miss within a while (a
     /// doorkeeper of 1/32 of the capacity remembers the first), so keys read once do not fill it. Reads at
-    /// an older snapshot bypass it for files newer than the snapshot. With an environment, its capacity is
-    /// reserved from the memory budget while the engine is open (`design/decisions/0008-row-cache.md`).
-    pub row_cache_size: usize,
+    /// an older snapshot bypass it for files newer than the snapshot.
+    ///
+    /// - `None`: on an environment with a memory budget, the environment's one row cache, shared with its
+    ///   other engines as the block cache is ([`EnvOptions::row_cache_ratio`](crate::EnvOptions::row_cache_ratio));
+    ///   otherwise (no environment, or one without a budget: the engine has its own block cache) a row cache
+    ///   of its own of `block_cache_size / 2`, on top of the block cache;
+    /// - `Some(0)`: no row cache;
+    /// - `Some(bytes)`: a row cache of its own of `bytes`.
+    ///
+    /// Every row cache charges the environment's budget what it holds, at most its capacity
+    /// (`design/decisions/0008-row-cache.md`).
+    pub row_cache_size: Option<usize>,
     /// Where open SST files keep their decoded index and bloom filter (default
     /// [`MetadataPlacement::Resident`]; `design/lsm-engine.md`, "Table readers").
     pub sst_metadata: MetadataPlacement,
@@ -163,7 +172,7 @@ impl Default for Options {
             target_file_size: 64 << 20,
             sst: SstOptions::default(),
             block_cache_size: 64 << 20,
-            row_cache_size: 0,
+            row_cache_size: None,
             sst_metadata: MetadataPlacement::Resident,
             wal: false,
             wal_sync: false,

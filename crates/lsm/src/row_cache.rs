@@ -25,12 +25,21 @@
 //! The structure is the block cache's: shards behind mutexes, each a [`ClockShard`] bounded by its share
 //! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (file, key) and
 //! keeps its file and key, so a hash collision is a miss, never a wrong answer.
+//!
+//! **Sharing**: by default the engines of an environment with a memory budget share its one row cache, as
+//! they share its block cache ([`EngineRows`]): an engine's rows are keyed by its owner tag above the file
+//! number ([`file_key`]), so engines (whose file numbers are their own) never see each other's rows, and a
+//! closed engine's tag is never given again. A cache charges its memory budget what it holds (doorkeeper
+//! and entries, at most its capacity), once however many engines use it; the block cache gets what is
+//! left (`design/decisions/0008-row-cache.md`).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::budget::MemoryBudget;
+use crate::cache::file_key;
 use crate::clock::ClockShard;
 use crate::ikey::ValueKind;
 use crate::slice::ValueSlice;
@@ -48,6 +57,15 @@ const ROW_HEADER: usize = 13;
 const DOOR_BYTES_PER_SLOT: usize = 128;
 /// The most doorkeeper slots (16 MiB of fingerprints).
 const DOOR_MAX: usize = 1 << 22;
+/// An engine with a block cache of its own gets by default a row cache of its block cache's size divided
+/// by this (32 MiB for the default 64 MiB), on top of it.
+const PRIVATE_DEFAULT_DIVISOR: usize = 2;
+
+/// The default capacity of the row cache of an engine with a block cache of its own of `block_cache_size`
+/// bytes.
+pub(crate) fn private_default_size(block_cache_size: usize) -> usize {
+    block_cache_size / PRIVATE_DEFAULT_DIVISOR
+}
 
 struct Entry {
     file: u64,
@@ -67,6 +85,16 @@ impl CachedRows {
     fn key(&self) -> &[u8] {
         self.data.get(..self.start).unwrap_or_default()
     }
+}
+
+/// What [`RowCache::lookup`] found for one file and key.
+pub(crate) enum Lookup {
+    /// The cached rows.
+    Hit(CachedRows),
+    /// A miss whose rows are to be recorded and cached (the key's second miss).
+    Admit,
+    /// A miss to read as without a cache.
+    Pass,
 }
 
 /// Rows recorded while a lookup reads a file, for [`RowCache::insert`].
@@ -119,8 +147,10 @@ pub(crate) struct RowCache {
     shard_capacity: usize,
     /// The doorkeeper: fingerprints of hashes that missed once, direct-mapped (a power of two of slots).
     door: Box<[AtomicU32]>,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    /// Bytes charged by the entries of every shard.
+    usage: AtomicUsize,
+    /// The budget charged what the cache holds (doorkeeper and entries), if any.
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 fn hash(file: u64, key: &[u8]) -> u64 {
@@ -136,18 +166,27 @@ fn door_slots(capacity_bytes: usize) -> usize {
 
 impl RowCache {
     /// A cache holding at most `capacity_bytes`: its doorkeeper, and keys, rows and a per-entry overhead.
-    pub(crate) fn new(capacity_bytes: usize) -> Self {
+    /// It charges `budget` (if any) what it holds: the doorkeeper from now on, entries as they come and go.
+    pub(crate) fn new(capacity_bytes: usize, budget: Option<Arc<MemoryBudget>>) -> Self {
         let slots = door_slots(capacity_bytes);
         let door_bytes = slots * std::mem::size_of::<AtomicU32>();
+        if let Some(b) = &budget {
+            b.row_cache_grew(door_bytes);
+        }
         RowCache {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(ClockShard::default()))
                 .collect(),
             shard_capacity: capacity_bytes.saturating_sub(door_bytes) / SHARDS,
             door: (0..slots).map(|_| AtomicU32::new(0)).collect(),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            usage: AtomicUsize::new(0),
+            budget,
         }
+    }
+
+    /// Bytes of the doorkeeper's table.
+    fn door_bytes(&self) -> usize {
+        self.door.len() * std::mem::size_of::<AtomicU32>()
     }
 
     #[inline]
@@ -156,24 +195,40 @@ impl RowCache {
     }
 
     /// The rows cached for `key` in file `file`, if any (a hit marks the entry recently used).
+    #[cfg(test)]
     pub(crate) fn get(&self, file: u64, key: &[u8]) -> Option<CachedRows> {
-        let h = hash(file, key);
-        let found = self.shard(h).and_then(|s| {
+        self.get_hashed(hash(file, key), file, key)
+    }
+
+    /// [`get`](Self::get) with the hash of (`file`, `key`). An empty cache answers without a lock (the
+    /// miss path of every file lookup while no row was admitted).
+    fn get_hashed(&self, h: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
+        if self.usage.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.shard(h).and_then(|s| {
             let mut s = s.lock();
             let e = s.get(&h)?;
             (e.file == file && e.data.key() == key).then(|| e.data.clone())
-        });
-        let counter = if found.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        found
+        })
+    }
+
+    /// One file's lookup of `key`: the cached rows, or whether the rows the file shows are to be cached
+    /// ([`admit`](Self::admit)); one hash for both.
+    pub(crate) fn lookup(&self, file: u64, key: &[u8]) -> Lookup {
+        let h = hash(file, key);
+        match self.get_hashed(h, file, key) {
+            Some(rows) => Lookup::Hit(rows),
+            None if self.admit_hashed(h) => Lookup::Admit,
+            None => Lookup::Pass,
+        }
     }
 
     /// Whether `key` of file `file` is cached (counts nothing, marks nothing).
     pub(crate) fn contains(&self, file: u64, key: &[u8]) -> bool {
+        if self.usage.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
         let h = hash(file, key);
         self.shard(h).is_some_and(|s| {
             s.lock()
@@ -185,8 +240,13 @@ impl RowCache {
     /// Whether the rows of `key` in file `file`, which just missed, are to be recorded and cached: true on
     /// the second miss while the doorkeeper still remembers the first (which it then forgets), false on a
     /// first miss (which it remembers, in place of whatever missed before in that slot).
+    #[cfg(test)]
     pub(crate) fn admit(&self, file: u64, key: &[u8]) -> bool {
-        let h = hash(file, key);
+        self.admit_hashed(hash(file, key))
+    }
+
+    /// [`admit`](Self::admit) with the hash of (file, key).
+    fn admit_hashed(&self, h: u64) -> bool {
         let Some(slot) = self.door.get(h as usize & (self.door.len() - 1)) else {
             return false;
         };
@@ -211,8 +271,13 @@ impl RowCache {
         let start = rec.key_len;
         let data: Arc<[u8]> = Arc::from(rec.rows);
         let h = hash(file, data.get(..start).unwrap_or_default());
-        if let Some(s) = self.shard(h) {
-            s.lock().insert(
+        let Some(s) = self.shard(h) else {
+            return;
+        };
+        let (before, after) = {
+            let mut s = s.lock();
+            let before = s.usage();
+            s.insert(
                 h,
                 Entry {
                     file,
@@ -222,20 +287,99 @@ impl RowCache {
                 self.shard_capacity,
                 &mut drop,
             );
+            (before, s.usage())
+        };
+        if after >= before {
+            self.usage.fetch_add(after - before, Ordering::Relaxed);
+            if let Some(b) = &self.budget {
+                b.row_cache_grew(after - before);
+            }
+        } else {
+            self.usage.fetch_sub(before - after, Ordering::Relaxed);
+            if let Some(b) = &self.budget {
+                b.row_cache_shrank(before - after, false);
+            }
         }
     }
 
     /// Bytes charged by the cached entries.
     pub(crate) fn usage(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().usage()).sum()
+        self.usage.load(Ordering::Relaxed)
+    }
+
+    /// What the cache holds and charges its budget: the doorkeeper and the entries.
+    pub(crate) fn held(&self) -> usize {
+        self.door_bytes() + self.usage()
     }
 
     /// The capacity in bytes: the entries' bound and the doorkeeper's table.
     pub(crate) fn capacity(&self) -> usize {
-        self.shard_capacity * SHARDS + self.door.len() * std::mem::size_of::<AtomicU32>()
+        self.shard_capacity * SHARDS + self.door_bytes()
+    }
+}
+
+impl Drop for RowCache {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.row_cache_shrank(self.held(), true);
+        }
+    }
+}
+
+/// An engine's row cache: one of its own, or its environment's shared one. The engine's rows are keyed by
+/// its owner tag above the file number ([`file_key`], as in the shared block cache), so that engines never
+/// see each other's rows; hits and misses are counted per engine.
+pub(crate) struct EngineRows {
+    cache: Arc<RowCache>,
+    owner: u64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl EngineRows {
+    /// The rows of the engine tagged `owner` in `cache`.
+    pub(crate) fn new(cache: Arc<RowCache>, owner: u64) -> Self {
+        EngineRows {
+            cache,
+            owner,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
     }
 
-    /// Lookups answered by the cache, and lookups it could not answer.
+    #[inline]
+    fn file(&self, number: u64) -> u64 {
+        file_key(self.owner, number)
+    }
+
+    /// [`RowCache::lookup`] of `key` in the engine's file `number`, counted as a hit or a miss.
+    pub(crate) fn lookup(&self, number: u64, key: &[u8]) -> Lookup {
+        let found = self.cache.lookup(self.file(number), key);
+        let counter = if matches!(found, Lookup::Hit(_)) {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// [`RowCache::contains`] for the engine's file `number`.
+    pub(crate) fn contains(&self, number: u64, key: &[u8]) -> bool {
+        self.cache.contains(self.file(number), key)
+    }
+
+    /// [`RowCache::insert`] for the engine's file `number`.
+    pub(crate) fn insert(&self, number: u64, rec: RowRecorder) {
+        self.cache.insert(self.file(number), rec);
+    }
+
+    /// Bytes charged by the entries of the cache (of every engine sharing it).
+    pub(crate) fn usage(&self) -> usize {
+        self.cache.usage()
+    }
+
+    /// This engine's lookups answered by the cache, and those it could not answer.
     pub(crate) fn hits_and_misses(&self) -> (u64, u64) {
         (
             self.hits.load(Ordering::Relaxed),
@@ -298,7 +442,7 @@ mod tests {
 
     #[test]
     fn rows_replay_as_recorded_and_a_hit_needs_the_same_file_and_key() {
-        let c = RowCache::new(1 << 20);
+        let c = RowCache::new(1 << 20, None);
         let rows: &[(u64, ValueKind, &[u8])] = &[
             (9, ValueKind::Merge, b"b"),
             (7, ValueKind::Merge, b""),
@@ -320,7 +464,6 @@ mod tests {
         // An empty recording (the file has no version: a filter false positive) replays nothing.
         c.insert(4, record(b"absent", &[]));
         assert_eq!(replayed(&c.get(4, b"absent").unwrap()), vec![]);
-        assert_eq!(c.hits_and_misses(), (2, 2));
     }
 
     #[test]
@@ -333,7 +476,7 @@ mod tests {
 
     #[test]
     fn replay_stops_where_the_visitor_stops() {
-        let c = RowCache::new(1 << 20);
+        let c = RowCache::new(1 << 20, None);
         c.insert(
             1,
             record(
@@ -352,7 +495,7 @@ mod tests {
 
     #[test]
     fn the_cache_stays_within_its_capacity() {
-        let c = RowCache::new(64 << 10);
+        let c = RowCache::new(64 << 10, None);
         for i in 0u64..10_000 {
             c.insert(
                 1,
@@ -377,7 +520,7 @@ mod tests {
 
     #[test]
     fn a_row_is_admitted_on_its_second_miss_and_the_doorkeeper_then_forgets_it() {
-        let c = RowCache::new(1 << 20);
+        let c = RowCache::new(1 << 20, None);
         assert!(!c.admit(1, b"k"));
         assert!(c.admit(1, b"k"));
         // Admitted once: the next miss of the same key starts over.
@@ -388,7 +531,7 @@ mod tests {
 
     #[test]
     fn a_first_miss_is_forgotten_when_another_key_takes_its_slot() {
-        let c = RowCache::new(64 << 10);
+        let c = RowCache::new(64 << 10, None);
         let slots = c.door.len() as u64;
         let slot = |i: u64| hash(1, &i.to_be_bytes()) % slots;
         let other = (1..10_000u64)
@@ -402,7 +545,7 @@ mod tests {
 
     #[test]
     fn keys_missed_once_are_not_admitted_and_keys_missed_twice_are() {
-        let c = RowCache::new(1 << 20);
+        let c = RowCache::new(1 << 20, None);
         let once = (0u64..20_000)
             .filter(|i| c.admit(1, &(i * 2 + 1).to_be_bytes()))
             .count();
@@ -418,9 +561,30 @@ mod tests {
     }
 
     #[test]
+    fn the_budget_is_charged_what_the_cache_holds() {
+        let wb = crate::env::write_buffer::WriteBuffers::new(None);
+        let budget = MemoryBudget::new(Some(64 << 20), wb);
+        let c = RowCache::new(1 << 20, Some(Arc::clone(&budget)));
+        let door = (1 << 20) / 32;
+        assert_eq!(budget.row_cache_bytes(), door);
+        assert_eq!(budget.cache_capacity(), (64 << 20) - door);
+        for i in 0u64..100 {
+            c.insert(
+                1,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        assert!(c.usage() > 100 * 100);
+        assert_eq!(budget.row_cache_bytes(), door + c.usage());
+        assert_eq!(c.held(), door + c.usage());
+        drop(c);
+        assert_eq!(budget.row_cache_bytes(), 0);
+    }
+
+    #[test]
     fn the_doorkeeper_is_part_of_the_capacity() {
         for capacity in [0usize, 100, 1 << 10, 48 << 10, 1 << 20, 32 << 20] {
-            let c = RowCache::new(capacity);
+            let c = RowCache::new(capacity, None);
             assert!(
                 c.capacity() <= capacity.max(4),
                 "{capacity}: {}",
@@ -428,6 +592,6 @@ mod tests {
             );
             assert!(c.door.len().is_power_of_two());
         }
-        assert_eq!(RowCache::new(32 << 20).door.len(), 1 << 18);
+        assert_eq!(RowCache::new(32 << 20, None).door.len(), 1 << 18);
     }
 }

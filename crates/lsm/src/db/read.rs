@@ -10,7 +10,7 @@ use crate::memtable::{epoch, key_hash, with_lookup_key};
 use crate::merge::full_merge;
 use crate::options::ReadOptions;
 use crate::rangedel::max_covering;
-use crate::row_cache::{self, RowRecorder};
+use crate::row_cache::{self, Lookup, RowRecorder};
 use crate::slice::ValueSlice;
 use crate::sst::PrefixProbe;
 use crate::version::FileMeta;
@@ -325,11 +325,10 @@ impl DbInner {
         else {
             return f.reader.get(key, lk, seqno, visit);
         };
-        if let Some(rows) = rc.get(f.info.number, key) {
-            return Ok(row_cache::replay(&rows, visit));
-        }
-        if !rc.admit(f.info.number, key) {
-            return f.reader.get(key, lk, seqno, visit);
+        match rc.lookup(f.info.number, key) {
+            Lookup::Hit(rows) => return Ok(row_cache::replay(&rows, visit)),
+            Lookup::Pass => return f.reader.get(key, lk, seqno, visit),
+            Lookup::Admit => {}
         }
         let mut rec = RowRecorder::new(key);
         let exhausted = f.reader.get(key, lk, seqno, &mut |s, kind, value| {

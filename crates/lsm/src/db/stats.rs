@@ -83,13 +83,15 @@ pub struct DbStats {
     pub block_cache_usage: usize,
     /// What the engine's block cache may hold now.
     pub block_cache_capacity: usize,
-    /// Bytes in the engine's row cache ([`Options::row_cache_size`]; 0 when it is off).
+    /// Bytes of entries in the engine's row cache ([`Options::row_cache_size`]; 0 when it is off); for
+    /// the environment's shared row cache, its entries of every engine.
     ///
     /// [`Options::row_cache_size`]: crate::options::Options::row_cache_size
     pub row_cache_usage: usize,
-    /// File lookups the row cache answered.
+    /// The engine's file lookups the row cache answered.
     pub row_cache_hits: u64,
-    /// File lookups the row cache could not answer (the file was read, and its answer cached).
+    /// The engine's file lookups the row cache could not answer (the file was read, and its answer cached
+    /// if the key was admitted).
     pub row_cache_misses: u64,
     /// The open SST files' indexes and filters, summed: what they hold and what the readers keep in memory
     /// outside the block cache ([`Options::sst_metadata`](crate::options::Options::sst_metadata)).

@@ -7,7 +7,9 @@
 //!   (`write_buffer`) whose limit is a share of the budget; when they reach 7/8 of it the largest memtable of
 //!   any engine is switched out and flushed, and writers stall only when flushes cannot keep up. SST metadata
 //!   held outside the cache and reservations of the engines' users ([`MemoryBudget::reserve`]) are charged
-//!   too, and one block cache shared by the engines holds what all of these leave;
+//!   too, and so is the environment's one row cache (what it holds, at most [`EnvOptions::row_cache_ratio`]
+//!   of the budget; its engines' rows keyed by their owner tags); one block cache shared by the engines
+//!   holds what all of these leave;
 //! * the **background pool** (`pool`): a fixed number of threads running every engine's flushes and
 //!   compactions, flushes first, engines taking turns.
 //!
@@ -26,7 +28,12 @@ use self::pool::{Pool, PoolConfig, PoolShared};
 use self::write_buffer::WriteBuffers;
 pub use crate::budget::{MemoryBudget, MemoryReservation, RoomListener};
 use crate::cache::BlockCache;
+use crate::row_cache::RowCache;
 use crate::LsmError;
+
+/// The default share of a memory budget the environment's row cache may hold ([`EnvOptions::row_cache_ratio`]):
+/// 1/16, 32 MiB of 512 MiB (`design/decisions/0008-row-cache.md`).
+pub const DEFAULT_ROW_CACHE_RATIO: f64 = 1.0 / 16.0;
 
 /// How a [`SharedEnv`] is sized.
 #[derive(Debug, Clone)]
@@ -38,6 +45,12 @@ pub struct EnvOptions {
     /// The share of the budget memtables may take, in `(0, 1]` (default 0.5, as Flink's
     /// `state.backend.rocksdb.memory.write-buffer-ratio`).
     pub write_buffer_ratio: f64,
+    /// The share of the budget the environment's row cache may hold, in `[0, 1)` (default
+    /// [`DEFAULT_ROW_CACHE_RATIO`]; 0: none). With a budget, the engines that keep the default
+    /// [`Options::row_cache_size`](crate::Options::row_cache_size) share this one row cache, which charges
+    /// the budget what it holds (its doorkeeper and entries; the block cache gets what is left). Without a
+    /// budget each engine has its own block cache and its own row cache.
+    pub row_cache_ratio: f64,
     /// Threads running the flushes and compactions of every engine (default: the machine's cores, at least 2
     /// and at most 4). With two or more, one is always free for a flush.
     pub background_threads: usize,
@@ -54,6 +67,7 @@ impl Default for EnvOptions {
         EnvOptions {
             memory_budget: None,
             write_buffer_ratio: 0.5,
+            row_cache_ratio: DEFAULT_ROW_CACHE_RATIO,
             background_threads: std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .clamp(2, 4),
@@ -70,6 +84,8 @@ pub(crate) struct EnvInner {
     pub budget: Arc<MemoryBudget>,
     /// The block cache of the engines, with a budget (without one each engine has its own).
     pub cache: Option<Arc<BlockCache>>,
+    /// The row cache of the engines, with a budget and a row cache ratio above 0.
+    pub row_cache: Option<Arc<RowCache>>,
     pub pool: Pool,
 }
 
@@ -98,6 +114,12 @@ impl SharedEnv {
                 options.write_buffer_ratio
             )));
         }
+        if !(0.0..1.0).contains(&options.row_cache_ratio) {
+            return Err(LsmError::InvalidArgument(format!(
+                "row_cache_ratio {} is not in [0, 1)",
+                options.row_cache_ratio
+            )));
+        }
         if options.memory_budget == Some(0) {
             return Err(LsmError::InvalidArgument(
                 "a memory budget of 0 bytes".into(),
@@ -124,12 +146,18 @@ impl SharedEnv {
             write_buffers.set_budget(&budget);
             BlockCache::with_budget(Arc::clone(&budget))
         });
+        let row_cache = options
+            .memory_budget
+            .map(|b| (b as f64 * options.row_cache_ratio) as usize)
+            .filter(|&bytes| bytes > 0)
+            .map(|bytes| Arc::new(RowCache::new(bytes, Some(Arc::clone(&budget)))));
         Ok(SharedEnv {
             inner: Arc::new(EnvInner {
                 options,
                 write_buffers,
                 budget,
                 cache,
+                row_cache,
                 pool,
             }),
         })
@@ -163,6 +191,11 @@ impl SharedEnv {
         self.inner.cache.as_ref()
     }
 
+    /// The row cache the engines share (with a budget and a row cache ratio above 0).
+    pub(crate) fn row_cache(&self) -> Option<&Arc<RowCache>> {
+        self.inner.row_cache.as_ref()
+    }
+
     /// The write-buffer manager.
     pub(crate) fn write_buffers(&self) -> &Arc<WriteBuffers> {
         &self.inner.write_buffers
@@ -190,8 +223,11 @@ impl SharedEnv {
                 block_cache: self.inner.budget.cache_bytes(),
                 sst_metadata: self.inner.budget.metadata_bytes(),
                 reserved: self.inner.budget.reserved_bytes(),
+                row_cache: self.inner.budget.row_cache_bytes(),
             },
             block_cache_capacity: self.inner.cache.as_ref().map(|c| c.capacity()),
+            row_cache_capacity: self.inner.row_cache.as_ref().map(|c| c.capacity()),
+            row_cache_entries: self.inner.row_cache.as_ref().map_or(0, |c| c.usage()),
             background_threads: self.inner.pool.config().threads,
             flush_jobs: c.flush_jobs.load(Ordering::Relaxed),
             compaction_jobs: c.compaction_jobs.load(Ordering::Relaxed),
@@ -225,12 +261,15 @@ pub struct MemoryUsage {
     pub sst_metadata: usize,
     /// Reservations of the engines' users ([`MemoryBudget::reserve`]).
     pub reserved: usize,
+    /// What the row caches hold: the environment's shared one and the engines' own, doorkeeper tables and
+    /// entries ([`MemoryBudget::row_cache_bytes`]).
+    pub row_cache: usize,
 }
 
 impl MemoryUsage {
     /// Every component together: what the budget charges.
     pub fn total(&self) -> usize {
-        self.memtables() + self.block_cache + self.sst_metadata + self.reserved
+        self.memtables() + self.block_cache + self.sst_metadata + self.reserved + self.row_cache
     }
 
     /// All memtables (RocksDB's `rocksdb.size-all-mem-tables`).
@@ -246,7 +285,7 @@ impl EnvStats {
     /// `keyed-state.env.memory-charged`; jobs, queues and stalls of the pool and the write-buffer manager).
     pub fn metrics(&self) -> Vec<crate::Metric> {
         let m = &self.memory;
-        let pairs: [(&str, u64); 19] = [
+        let pairs: [(&str, u64); 22] = [
             ("rocksdb.size-all-mem-tables", m.memtables() as u64),
             ("rocksdb.block-cache-usage", m.block_cache as u64),
             (
@@ -276,6 +315,15 @@ impl EnvStats {
             ),
             ("keyed-state.env.sst-metadata", m.sst_metadata as u64),
             ("keyed-state.env.reserved", m.reserved as u64),
+            ("keyed-state.env.row-cache", m.row_cache as u64),
+            (
+                "keyed-state.env.row-cache-capacity",
+                self.row_cache_capacity.unwrap_or(0) as u64,
+            ),
+            (
+                "keyed-state.env.row-cache-entries",
+                self.row_cache_entries as u64,
+            ),
             (
                 "keyed-state.env.background-threads",
                 self.background_threads as u64,
@@ -320,6 +368,10 @@ pub struct EnvStats {
     pub write_buffer_limit: Option<usize>,
     /// What the shared block cache may hold now (what the rest leaves of the budget).
     pub block_cache_capacity: Option<usize>,
+    /// The capacity of the environment's shared row cache, if it has one.
+    pub row_cache_capacity: Option<usize>,
+    /// Bytes of entries in the environment's shared row cache (its doorkeeper apart).
+    pub row_cache_entries: usize,
     /// Where the memory goes.
     pub memory: MemoryUsage,
     /// Background threads.

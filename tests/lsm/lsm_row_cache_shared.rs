@@ -1,0 +1,244 @@
+//! The row cache by default: one per environment with a memory budget, shared by its engines (their rows
+//! keyed by owner tag, file number and key) and charged to the budget once for what it holds; one of its
+//! own for an engine with a block cache of its own; none when `row_cache_size` is `Some(0)`.
+
+use keyed_state_lsm::{Db, EnvOptions, Options, SharedEnv, SstOptions};
+
+const MIB: usize = 1 << 20;
+
+fn env(budget: usize) -> SharedEnv {
+    SharedEnv::new(EnvOptions {
+        memory_budget: Some(budget),
+        ..EnvOptions::default()
+    })
+    .unwrap()
+}
+
+fn opts_on(env: &SharedEnv) -> Options {
+    Options {
+        sst: SstOptions {
+            block_size: 256,
+            ..SstOptions::default()
+        },
+        auto_compaction: false,
+        env: Some(env.clone()),
+        ..Options::default()
+    }
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:05}").into_bytes()
+}
+
+fn value(engine: &str, i: u32) -> Vec<u8> {
+    format!("{engine}-{i:05}-{}", "v".repeat(60)).into_bytes()
+}
+
+/// Writes `n` keys with `engine`'s values and flushes them into one file.
+fn load(db: &Db, engine: &str, n: u32) {
+    for i in 0..n {
+        db.put(&key(i), &value(engine, i)).unwrap();
+    }
+    db.flush().unwrap();
+}
+
+/// Reads every key `times` times, checking `engine`'s values.
+fn read(db: &Db, engine: &str, n: u32, times: usize) {
+    for i in 0..n {
+        for _ in 0..times {
+            assert_eq!(
+                db.get(&key(i)).unwrap().map(|v| v.to_vec()),
+                Some(value(engine, i)),
+                "key {i} of {engine}"
+            );
+        }
+    }
+}
+
+fn sst_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sst"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn two_engines_on_one_environment_do_not_see_each_others_rows() {
+    let env = env(64 * MIB);
+    let (da, db_) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Db::open(da.path(), opts_on(&env)).unwrap();
+    let b = Db::open(db_.path(), opts_on(&env)).unwrap();
+    load(&a, "a", 200);
+    load(&b, "b", 200);
+    // Same keys in files of the same numbers: only the owner tag tells their rows apart.
+    assert_eq!(sst_names(da.path()), sst_names(db_.path()));
+    assert!(!sst_names(da.path()).is_empty());
+    // A's rows admitted (second miss) and hit (third read).
+    read(&a, "a", 200, 3);
+    assert_eq!(a.stats().row_cache_hits, 200, "{:?}", a.stats());
+    assert!(env.stats().row_cache_entries > 0);
+    // B reads its own values: every first read misses, whatever A cached.
+    read(&b, "b", 200, 1);
+    assert_eq!(b.stats().row_cache_hits, 0, "{:?}", b.stats());
+    read(&b, "b", 200, 2);
+    assert_eq!(b.stats().row_cache_hits, 200);
+    // Both engines' rows now live side by side; each reads its own.
+    read(&a, "a", 200, 1);
+    read(&b, "b", 200, 1);
+    assert_eq!(a.stats().row_cache_hits, 400);
+    assert_eq!(b.stats().row_cache_hits, 400);
+}
+
+#[test]
+fn the_row_cache_is_charged_once_however_many_engines_open() {
+    let budget = 64 * MIB;
+    let env = env(budget);
+    let s = env.stats();
+    assert_eq!(s.row_cache_capacity, Some(budget / 16));
+    // Before any engine opens, the charge is the doorkeeper's table (1/32 of the capacity).
+    let door = s.memory.row_cache;
+    assert_eq!(door, budget / 16 / 32);
+    let dirs: Vec<_> = (0..8).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dbs: Vec<Db> = dirs
+        .iter()
+        .map(|d| Db::open(d.path(), opts_on(&env)).unwrap())
+        .collect();
+    let s = env.stats();
+    assert_eq!(s.memory.row_cache, door, "opening engines charges nothing");
+    assert_eq!(s.memory.reserved, 0);
+    for (e, db) in dbs.iter().enumerate() {
+        load(db, &format!("e{e}"), 100);
+        read(db, &format!("e{e}"), 100, 3);
+    }
+    // The entries are charged as they come, once, within the capacity; the block cache gets what is left.
+    let s = env.stats();
+    assert_eq!(s.memory.row_cache, door + s.row_cache_entries);
+    assert!(s.row_cache_entries > 8 * 100 * 100, "{s:?}");
+    assert!(s.memory.row_cache <= budget / 16);
+    let others = s.memory.memtables() + s.memory.sst_metadata + s.memory.reserved;
+    let cache = s.block_cache_capacity.unwrap();
+    assert!(
+        cache + s.memory.row_cache + others <= budget
+            && cache + s.memory.row_cache + others + 16 > budget,
+        "{s:?}"
+    );
+    assert_eq!(s.memory.total(), env.memory().usage());
+    drop(dbs);
+    // The cache is the environment's: closing its engines does not give its memory back.
+    assert_eq!(env.stats().memory.row_cache, s.memory.row_cache);
+}
+
+#[test]
+fn closing_an_engine_does_not_leave_its_rows_serving_another() {
+    let env = env(64 * MIB);
+    let da = tempfile::tempdir().unwrap();
+    let a = Db::open(da.path(), opts_on(&env)).unwrap();
+    load(&a, "a", 100);
+    read(&a, "a", 100, 3);
+    assert_eq!(a.stats().row_cache_hits, 100);
+    let a_files = sst_names(da.path());
+    a.close().unwrap();
+    // A new engine whose files have the numbers A's had, with other values under the same keys.
+    let db_ = tempfile::tempdir().unwrap();
+    let b = Db::open(db_.path(), opts_on(&env)).unwrap();
+    load(&b, "b", 100);
+    assert_eq!(sst_names(db_.path()), a_files);
+    read(&b, "b", 100, 1);
+    assert_eq!(b.stats().row_cache_hits, 0, "{:?}", b.stats());
+    // A reopened reads its own files again, under a new tag: misses first, then its own rows.
+    let a = Db::open(da.path(), opts_on(&env)).unwrap();
+    read(&a, "a", 100, 1);
+    assert_eq!(a.stats().row_cache_hits, 0);
+    read(&a, "a", 100, 2);
+    assert_eq!(a.stats().row_cache_hits, 100);
+    read(&b, "b", 100, 2);
+}
+
+#[test]
+fn an_engine_can_turn_the_row_cache_off_or_keep_one_of_its_own() {
+    let env = env(64 * MIB);
+    let door = env.stats().memory.row_cache;
+    let (d0, d1) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let off = Db::open(
+        d0.path(),
+        Options {
+            row_cache_size: Some(0),
+            ..opts_on(&env)
+        },
+    )
+    .unwrap();
+    let own = Db::open(
+        d1.path(),
+        Options {
+            row_cache_size: Some(MIB),
+            ..opts_on(&env)
+        },
+    )
+    .unwrap();
+    load(&off, "off", 100);
+    load(&own, "own", 100);
+    read(&off, "off", 100, 3);
+    read(&own, "own", 100, 3);
+    let (so, sw) = (off.stats(), own.stats());
+    assert_eq!(
+        (so.row_cache_hits, so.row_cache_misses, so.row_cache_usage),
+        (0, 0, 0)
+    );
+    assert_eq!(sw.row_cache_hits, 100);
+    // The private cache's rows are not in the environment's, and it charges the budget what it holds.
+    let s = env.stats();
+    assert_eq!(s.row_cache_entries, 0);
+    assert_eq!(
+        s.memory.row_cache,
+        door + MIB / 32 + sw.row_cache_usage,
+        "{s:?}"
+    );
+    drop(own);
+    assert_eq!(env.stats().memory.row_cache, door);
+}
+
+#[test]
+fn an_environment_without_a_row_cache_share_gives_its_engines_none() {
+    let env = SharedEnv::new(EnvOptions {
+        memory_budget: Some(64 * MIB),
+        row_cache_ratio: 0.0,
+        ..EnvOptions::default()
+    })
+    .unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let db = Db::open(d.path(), opts_on(&env)).unwrap();
+    load(&db, "x", 50);
+    read(&db, "x", 50, 3);
+    assert_eq!(db.stats().row_cache_hits, 0);
+    assert_eq!(env.stats().memory.row_cache, 0);
+    assert!(SharedEnv::new(EnvOptions {
+        row_cache_ratio: 1.0,
+        ..EnvOptions::default()
+    })
+    .is_err());
+}
+
+#[test]
+fn an_engine_on_its_own_has_a_row_cache_by_default() {
+    let d = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        d.path(),
+        Options {
+            sst: SstOptions {
+                block_size: 256,
+                ..SstOptions::default()
+            },
+            auto_compaction: false,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    load(&db, "x", 100);
+    read(&db, "x", 100, 3);
+    let s = db.stats();
+    assert_eq!((s.row_cache_hits, s.row_cache_misses), (100, 200), "{s:?}");
+    assert!(s.row_cache_usage > 100 * 60);
+}
