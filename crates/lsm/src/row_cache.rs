@@ -23,13 +23,14 @@
 //! capacity.
 //!
 //! The structure is the block cache's: shards behind mutexes, each a [`ClockShard`] bounded by its share
-//! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (file, key) and
-//! keeps its file and key, so a hash collision is a miss, never a wrong answer.
+//! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (owner, file,
+//! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer.
 //!
 //! **Sharing**: by default the engines of an environment with a memory budget share its one row cache, as
-//! they share its block cache ([`EngineRows`]): an engine's rows are keyed by its owner tag above the file
-//! number ([`file_key`]), so engines (whose file numbers are their own) never see each other's rows, and a
-//! closed engine's tag is never given again. A cache charges its memory budget what it holds (doorkeeper
+//! they share its block cache ([`EngineRows`]): an engine's rows are keyed by its owner tag
+//! ([`BlockCache::new_owner`](crate::cache::BlockCache::new_owner)), its file number and the key, all three
+//! kept in the entry and compared on a lookup, so engines (whose file numbers are their own) never see each
+//! other's rows. A closed engine's rows are erased ([`RowCache::erase_owner`]). A cache charges its memory budget what it holds (doorkeeper
 //! and entries, at most its capacity), once however many engines use it; the block cache gets what is
 //! left (`design/decisions/0008-row-cache.md`).
 
@@ -39,7 +40,6 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::budget::MemoryBudget;
-use crate::cache::file_key;
 use crate::clock::ClockShard;
 use crate::ikey::ValueKind;
 use crate::slice::ValueSlice;
@@ -68,10 +68,18 @@ pub(crate) fn private_default_size(block_cache_size: usize) -> usize {
 }
 
 struct Entry {
+    owner: u64,
     file: u64,
     /// The user key, then the encoded rows (`seqno u64 LE | kind u8 | len u32 LE | value`, newest first):
     /// one allocation per entry.
     data: CachedRows,
+}
+
+impl Entry {
+    /// Whether this is the entry of `key` in file `file` of the engine tagged `owner`.
+    fn is(&self, owner: u64, file: u64, key: &[u8]) -> bool {
+        self.owner == owner && self.file == file && self.data.key() == key
+    }
 }
 
 /// A cached entry's bytes: the user key (`..start`), then its encoded rows.
@@ -153,8 +161,11 @@ pub(crate) struct RowCache {
     budget: Option<Arc<MemoryBudget>>,
 }
 
-fn hash(file: u64, key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(key, file)
+fn hash(owner: u64, file: u64, key: &[u8]) -> u64 {
+    // The owner is spread over the seed's bits (an odd multiplier: distinct owners, distinct products), so
+    // that one file number of two engines makes two seeds; a collision would only be a miss (the entry is
+    // compared).
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, owner.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ file)
 }
 
 /// The doorkeeper's slot count for a cache of `capacity_bytes`: a power of two, at most one per
@@ -194,58 +205,56 @@ impl RowCache {
         self.shards.get((h >> 58) as usize % SHARDS)
     }
 
-    /// The rows cached for `key` in file `file`, if any (a hit marks the entry recently used).
+    /// The rows cached for `key` in file `file` of the engine tagged `owner`, if any (a hit marks the entry
+    /// recently used).
     #[cfg(test)]
-    pub(crate) fn get(&self, file: u64, key: &[u8]) -> Option<CachedRows> {
-        self.get_hashed(hash(file, key), file, key)
+    pub(crate) fn get(&self, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
+        self.get_hashed(hash(owner, file, key), owner, file, key)
     }
 
-    /// [`get`](Self::get) with the hash of (`file`, `key`). An empty cache answers without a lock (the
-    /// miss path of every file lookup while no row was admitted).
-    fn get_hashed(&self, h: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
+    /// [`get`](Self::get) with the hash of (`owner`, `file`, `key`). An empty cache answers without a lock
+    /// (the miss path of every file lookup while no row was admitted).
+    fn get_hashed(&self, h: u64, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
         if self.usage.load(Ordering::Relaxed) == 0 {
             return None;
         }
         self.shard(h).and_then(|s| {
             let mut s = s.lock();
             let e = s.get(&h)?;
-            (e.file == file && e.data.key() == key).then(|| e.data.clone())
+            e.is(owner, file, key).then(|| e.data.clone())
         })
     }
 
-    /// One file's lookup of `key`: the cached rows, or whether the rows the file shows are to be cached
-    /// ([`admit`](Self::admit)); one hash for both.
-    pub(crate) fn lookup(&self, file: u64, key: &[u8]) -> Lookup {
-        let h = hash(file, key);
-        match self.get_hashed(h, file, key) {
+    /// One file's lookup of `key` (file `file` of the engine tagged `owner`): the cached rows, or whether
+    /// the rows the file shows are to be cached ([`admit`](Self::admit)); one hash for both.
+    pub(crate) fn lookup(&self, owner: u64, file: u64, key: &[u8]) -> Lookup {
+        let h = hash(owner, file, key);
+        match self.get_hashed(h, owner, file, key) {
             Some(rows) => Lookup::Hit(rows),
             None if self.admit_hashed(h) => Lookup::Admit,
             None => Lookup::Pass,
         }
     }
 
-    /// Whether `key` of file `file` is cached (counts nothing, marks nothing).
-    pub(crate) fn contains(&self, file: u64, key: &[u8]) -> bool {
+    /// Whether `key` of file `file` of the engine tagged `owner` is cached (counts nothing, marks nothing).
+    pub(crate) fn contains(&self, owner: u64, file: u64, key: &[u8]) -> bool {
         if self.usage.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        let h = hash(file, key);
-        self.shard(h).is_some_and(|s| {
-            s.lock()
-                .peek(&h)
-                .is_some_and(|e| e.file == file && e.data.key() == key)
-        })
+        let h = hash(owner, file, key);
+        self.shard(h)
+            .is_some_and(|s| s.lock().peek(&h).is_some_and(|e| e.is(owner, file, key)))
     }
 
     /// Whether the rows of `key` in file `file`, which just missed, are to be recorded and cached: true on
     /// the second miss while the doorkeeper still remembers the first (which it then forgets), false on a
     /// first miss (which it remembers, in place of whatever missed before in that slot).
     #[cfg(test)]
-    pub(crate) fn admit(&self, file: u64, key: &[u8]) -> bool {
-        self.admit_hashed(hash(file, key))
+    pub(crate) fn admit(&self, owner: u64, file: u64, key: &[u8]) -> bool {
+        self.admit_hashed(hash(owner, file, key))
     }
 
-    /// [`admit`](Self::admit) with the hash of (file, key).
+    /// [`admit`](Self::admit) with the hash of (owner, file, key).
     fn admit_hashed(&self, h: u64) -> bool {
         let Some(slot) = self.door.get(h as usize & (self.door.len() - 1)) else {
             return false;
@@ -260,17 +269,17 @@ impl RowCache {
         }
     }
 
-    /// Caches what `rec` recorded in file `file` (a recording that is not complete must not be passed),
+    /// Caches what `rec` recorded in file `file` of the engine tagged `owner` (a recording that is not complete must not be passed),
     /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
     /// than an eighth of a shard is not cached.
-    pub(crate) fn insert(&self, file: u64, rec: RowRecorder) {
+    pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) {
         let charge = rec.rows.len() + ENTRY_OVERHEAD;
         if charge > self.shard_capacity / 8 {
             return;
         }
         let start = rec.key_len;
         let data: Arc<[u8]> = Arc::from(rec.rows);
-        let h = hash(file, data.get(..start).unwrap_or_default());
+        let h = hash(owner, file, data.get(..start).unwrap_or_default());
         let Some(s) = self.shard(h) else {
             return;
         };
@@ -280,6 +289,7 @@ impl RowCache {
             s.insert(
                 h,
                 Entry {
+                    owner,
                     file,
                     data: CachedRows { data, start },
                 },
@@ -327,8 +337,8 @@ impl Drop for RowCache {
 }
 
 /// An engine's row cache: one of its own, or its environment's shared one. The engine's rows are keyed by
-/// its owner tag above the file number ([`file_key`], as in the shared block cache), so that engines never
-/// see each other's rows; hits and misses are counted per engine.
+/// its owner tag (the one it has in the shared block cache), its file number and the key, so that engines
+/// never see each other's rows; hits and misses are counted per engine.
 pub(crate) struct EngineRows {
     cache: Arc<RowCache>,
     owner: u64,
@@ -347,14 +357,9 @@ impl EngineRows {
         }
     }
 
-    #[inline]
-    fn file(&self, number: u64) -> u64 {
-        file_key(self.owner, number)
-    }
-
     /// [`RowCache::lookup`] of `key` in the engine's file `number`, counted as a hit or a miss.
     pub(crate) fn lookup(&self, number: u64, key: &[u8]) -> Lookup {
-        let found = self.cache.lookup(self.file(number), key);
+        let found = self.cache.lookup(self.owner, number, key);
         let counter = if matches!(found, Lookup::Hit(_)) {
             &self.hits
         } else {
@@ -366,12 +371,12 @@ impl EngineRows {
 
     /// [`RowCache::contains`] for the engine's file `number`.
     pub(crate) fn contains(&self, number: u64, key: &[u8]) -> bool {
-        self.cache.contains(self.file(number), key)
+        self.cache.contains(self.owner, number, key)
     }
 
     /// [`RowCache::insert`] for the engine's file `number`.
     pub(crate) fn insert(&self, number: u64, rec: RowRecorder) {
-        self.cache.insert(self.file(number), rec);
+        self.cache.insert(self.owner, number, rec);
     }
 
     /// Bytes charged by the entries of the cache (of every engine sharing it).
@@ -450,20 +455,33 @@ mod tests {
         ];
         let rec = record(b"key", rows);
         assert!(rec.complete(false));
-        c.insert(3, rec);
-        let got = c.get(3, b"key").unwrap();
+        c.insert(0, 3, rec);
+        let got = c.get(0, 3, b"key").unwrap();
         assert_eq!(
             replayed(&got),
             rows.iter()
                 .map(|(s, k, v)| (*s, *k, v.to_vec()))
                 .collect::<Vec<_>>()
         );
-        assert!(c.get(4, b"key").is_none());
-        assert!(c.get(3, b"kex").is_none());
-        assert!(c.contains(3, b"key") && !c.contains(3, b"ke"));
+        assert!(c.get(0, 4, b"key").is_none());
+        assert!(c.get(0, 3, b"kex").is_none());
+        assert!(c.contains(0, 3, b"key") && !c.contains(0, 3, b"ke"));
         // An empty recording (the file has no version: a filter false positive) replays nothing.
-        c.insert(4, record(b"absent", &[]));
-        assert_eq!(replayed(&c.get(4, b"absent").unwrap()), vec![]);
+        c.insert(0, 4, record(b"absent", &[]));
+        assert_eq!(replayed(&c.get(0, 4, b"absent").unwrap()), vec![]);
+    }
+
+    #[test]
+    fn rows_of_another_owner_are_never_seen_whatever_the_tag_or_file_number() {
+        let c = RowCache::new(1 << 20, None);
+        let put = || record(b"key", &[(5, ValueKind::Put, b"v")]);
+        c.insert(0, 1 << 40, put());
+        c.insert(0, 3, put());
+        // A tag above 2^24 or a file number of 2^40 or more once shared a packed key with these.
+        assert!(c.get(1, 0, b"key").is_none());
+        assert!(c.get(1 << 24, 3, b"key").is_none());
+        assert!(!c.contains(1, 0, b"key") && !c.contains(1 << 24, 3, b"key"));
+        assert!(c.get(0, 1 << 40, b"key").is_some() && c.get(0, 3, b"key").is_some());
     }
 
     #[test]
@@ -478,13 +496,14 @@ mod tests {
     fn replay_stops_where_the_visitor_stops() {
         let c = RowCache::new(1 << 20, None);
         c.insert(
+            0,
             1,
             record(
                 b"k",
                 &[(9, ValueKind::Merge, b"b"), (5, ValueKind::Put, b"base")],
             ),
         );
-        let rows = c.get(1, b"k").unwrap();
+        let rows = c.get(0, 1, b"k").unwrap();
         let mut seen = 0;
         assert!(!replay(&rows, &mut |_, _, _| {
             seen += 1;
@@ -498,22 +517,23 @@ mod tests {
         let c = RowCache::new(64 << 10, None);
         for i in 0u64..10_000 {
             c.insert(
+                0,
                 1,
                 record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
             );
             assert!(c.usage() <= c.capacity());
         }
         let cached = (0u64..10_000)
-            .filter(|i| c.contains(1, &i.to_be_bytes()))
+            .filter(|i| c.contains(0, 1, &i.to_be_bytes()))
             .count();
         assert!(cached > 100 && cached < 10_000, "{cached}");
         // Re-inserting a cached key replaces it without growing the usage.
         let before = c.usage();
         let last = 9_999u64.to_be_bytes();
-        if c.contains(1, &last) {
-            c.insert(1, record(&last, &[(2, ValueKind::Put, &[8u8; 100])]));
+        if c.contains(0, 1, &last) {
+            c.insert(0, 1, record(&last, &[(2, ValueKind::Put, &[8u8; 100])]));
             assert_eq!(c.usage(), before);
-            let rows = c.get(1, &last).unwrap();
+            let rows = c.get(0, 1, &last).unwrap();
             assert_eq!(replayed(&rows)[0].0, 2);
         }
     }
@@ -521,40 +541,40 @@ mod tests {
     #[test]
     fn a_row_is_admitted_on_its_second_miss_and_the_doorkeeper_then_forgets_it() {
         let c = RowCache::new(1 << 20, None);
-        assert!(!c.admit(1, b"k"));
-        assert!(c.admit(1, b"k"));
+        assert!(!c.admit(0, 1, b"k"));
+        assert!(c.admit(0, 1, b"k"));
         // Admitted once: the next miss of the same key starts over.
-        assert!(!c.admit(1, b"k"));
+        assert!(!c.admit(0, 1, b"k"));
         // The same key in another file is another row.
-        assert!(!c.admit(2, b"k"));
+        assert!(!c.admit(0, 2, b"k"));
     }
 
     #[test]
     fn a_first_miss_is_forgotten_when_another_key_takes_its_slot() {
         let c = RowCache::new(64 << 10, None);
         let slots = c.door.len() as u64;
-        let slot = |i: u64| hash(1, &i.to_be_bytes()) % slots;
+        let slot = |i: u64| hash(0, 1, &i.to_be_bytes()) % slots;
         let other = (1..10_000u64)
             .find(|&i| slot(i) == slot(0))
             .expect("a key in the same slot");
-        assert!(!c.admit(1, &0u64.to_be_bytes()));
-        assert!(!c.admit(1, &other.to_be_bytes()));
-        assert!(!c.admit(1, &0u64.to_be_bytes()));
-        assert!(c.admit(1, &0u64.to_be_bytes()));
+        assert!(!c.admit(0, 1, &0u64.to_be_bytes()));
+        assert!(!c.admit(0, 1, &other.to_be_bytes()));
+        assert!(!c.admit(0, 1, &0u64.to_be_bytes()));
+        assert!(c.admit(0, 1, &0u64.to_be_bytes()));
     }
 
     #[test]
     fn keys_missed_once_are_not_admitted_and_keys_missed_twice_are() {
         let c = RowCache::new(1 << 20, None);
         let once = (0u64..20_000)
-            .filter(|i| c.admit(1, &(i * 2 + 1).to_be_bytes()))
+            .filter(|i| c.admit(0, 1, &(i * 2 + 1).to_be_bytes()))
             .count();
         assert_eq!(once, 0);
         // A small set read twice in a row is admitted (its doorkeeper slots were just written).
         let twice = (0u64..1_000)
             .filter(|i| {
                 let k = (i * 2).to_be_bytes();
-                !c.admit(1, &k) && c.admit(1, &k)
+                !c.admit(0, 1, &k) && c.admit(0, 1, &k)
             })
             .count();
         assert_eq!(twice, 1_000);
@@ -570,6 +590,7 @@ mod tests {
         assert_eq!(budget.cache_capacity(), (64 << 20) - door);
         for i in 0u64..100 {
             c.insert(
+                0,
                 1,
                 record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
             );
