@@ -205,7 +205,7 @@ impl BlockCache {
     /// Drops every cached block of `file_number` (e.g. after the file is deleted).
     pub fn erase_file(&self, file_number: u64) {
         for shard in self.shards.iter() {
-            shard.lock().clock.retain(|k| k.0 != file_number);
+            shard.lock().clock.retain(|k, _| k.0 != file_number);
         }
     }
 }

@@ -131,11 +131,11 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
         }
     }
 
-    /// Drops every entry whose key fails `keep`, and the ring's stale keys.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+    /// Drops every entry whose key and value fail `keep`, and the ring's stale keys.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
         let usage = &mut self.usage;
         self.map.retain(|k, slot| {
-            let kept = keep(k);
+            let kept = keep(k, &slot.value);
             if !kept {
                 *usage -= slot.charge;
             }
@@ -182,7 +182,7 @@ mod tests {
         for k in 0..10 {
             s.insert(k, k, 5, 1000, &mut |_| {});
         }
-        s.retain(|k| k % 2 == 0);
+        s.retain(|k, _| k % 2 == 0);
         assert_eq!(s.usage(), 25);
         let mut evicted = 0;
         s.fit(10, &mut |_| evicted += 1);

@@ -312,6 +312,23 @@ impl RowCache {
         }
     }
 
+    /// Drops every entry of the engine tagged `owner` (it closed), giving their charge back.
+    pub(crate) fn erase_owner(&self, owner: u64) {
+        let mut freed = 0;
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            let before = s.usage();
+            s.retain(|_, e| e.owner != owner);
+            freed += before - s.usage();
+        }
+        if freed > 0 {
+            self.usage.fetch_sub(freed, Ordering::Relaxed);
+            if let Some(b) = &self.budget {
+                b.row_cache_shrank(freed, true);
+            }
+        }
+    }
+
     /// Bytes charged by the cached entries.
     pub(crate) fn usage(&self) -> usize {
         self.usage.load(Ordering::Relaxed)
@@ -390,6 +407,16 @@ impl EngineRows {
             self.hits.load(Ordering::Relaxed),
             self.misses.load(Ordering::Relaxed),
         )
+    }
+}
+
+impl Drop for EngineRows {
+    /// The engine closed: its rows can never be read again, so they are dropped and their charge given back
+    /// at once (a cache of the engine's own goes with it).
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.cache) > 1 {
+            self.cache.erase_owner(self.owner);
+        }
     }
 }
 
@@ -482,6 +509,29 @@ mod tests {
         assert!(c.get(1 << 24, 3, b"key").is_none());
         assert!(!c.contains(1, 0, b"key") && !c.contains(1 << 24, 3, b"key"));
         assert!(c.get(0, 1 << 40, b"key").is_some() && c.get(0, 3, b"key").is_some());
+    }
+
+    #[test]
+    fn erasing_an_owner_drops_its_rows_only_and_gives_their_charge_back() {
+        let wb = crate::env::write_buffer::WriteBuffers::new(None);
+        let budget = MemoryBudget::new(Some(64 << 20), wb);
+        let c = RowCache::new(1 << 20, Some(Arc::clone(&budget)));
+        let door = budget.row_cache_bytes();
+        for owner in [1, 2] {
+            for i in 0u64..50 {
+                c.insert(
+                    owner,
+                    1,
+                    record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+                );
+            }
+        }
+        let both = c.usage();
+        c.erase_owner(1);
+        assert_eq!(c.usage(), both / 2);
+        assert_eq!(budget.row_cache_bytes(), door + c.usage());
+        assert!((0u64..50)
+            .all(|i| !c.contains(1, 1, &i.to_be_bytes()) && c.contains(2, 1, &i.to_be_bytes())));
     }
 
     #[test]
