@@ -55,7 +55,12 @@ pub struct Options {
     pub target_file_size: u64,
     /// SST writer options.
     pub sst: SstOptions,
-    /// Block cache capacity in bytes (default 64 MiB).
+    /// Block cache capacity in bytes (default 64 MiB) of an engine with a block cache of its own (no
+    /// environment, or one without a memory budget; with a budget the environment's shared block cache is
+    /// used and this is ignored). Such an engine also has by default a row cache of its own of half this
+    /// size (32 MiB for the default) on top of it ([`row_cache_size`](Self::row_cache_size): `Some(0)` turns
+    /// it off), so it may hold 1.5 times this in caches; the row cache's doorkeeper table (1/32 of the row
+    /// cache, 1 MiB for the default) is allocated at its first miss.
     pub block_cache_size: usize,
     /// The row cache (default `None`: on, see below). The row cache keeps what point lookups found per
     /// file and key (an entry of about 100 bytes plus its key and ~110 bytes of bookkeeping) rather than

@@ -20,7 +20,7 @@
 //! second miss while it is there admits the row. Keys read once (uniform reads over state larger than
 //! memory, `multi_get` batches of them, read-modify-write of cold keys) then cost the cache one store of
 //! four bytes and neither copy their rows nor push out rows that are read again. The table is part of the
-//! capacity.
+//! capacity; it is allocated (and charged) at the first miss, so a cache never read costs nothing.
 //!
 //! The structure is the block cache's: shards behind mutexes, each a [`ClockShard`] bounded by its share
 //! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (owner, file,
@@ -30,12 +30,12 @@
 //! they share its block cache ([`EngineRows`]): an engine's rows are keyed by its owner tag
 //! ([`BlockCache::new_owner`](crate::cache::BlockCache::new_owner)), its file number and the key, all three
 //! kept in the entry and compared on a lookup, so engines (whose file numbers are their own) never see each
-//! other's rows. A closed engine's rows are erased ([`RowCache::erase_owner`]). A cache charges its memory budget what it holds (doorkeeper
-//! and entries, at most its capacity), once however many engines use it; the block cache gets what is
-//! left (`design/decisions/0008-row-cache.md`).
+//! other's rows. A closed engine's rows are erased ([`RowCache::erase_owner`]). A cache charges its memory
+//! budget what it holds (doorkeeper, once allocated, and entries; at most its capacity), once however many
+//! engines use it; the block cache gets what is left (`design/decisions/0008-row-cache.md`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
@@ -153,8 +153,11 @@ impl RowRecorder {
 pub(crate) struct RowCache {
     shards: Box<[Mutex<ClockShard<u64, Entry>>]>,
     shard_capacity: usize,
-    /// The doorkeeper: fingerprints of hashes that missed once, direct-mapped (a power of two of slots).
-    door: Box<[AtomicU32]>,
+    /// The doorkeeper: fingerprints of hashes that missed once, direct-mapped ([`door_slots`], a power of
+    /// two of slots); allocated at the first miss.
+    door: OnceLock<Box<[AtomicU32]>>,
+    /// The doorkeeper's slot count.
+    door_slots: usize,
     /// Bytes charged by the entries of every shard.
     usage: AtomicUsize,
     /// The budget charged what the cache holds (doorkeeper and entries), if any.
@@ -177,27 +180,36 @@ fn door_slots(capacity_bytes: usize) -> usize {
 
 impl RowCache {
     /// A cache holding at most `capacity_bytes`: its doorkeeper, and keys, rows and a per-entry overhead.
-    /// It charges `budget` (if any) what it holds: the doorkeeper from now on, entries as they come and go.
+    /// It charges `budget` (if any) what it holds: the doorkeeper from its first miss on, entries as they
+    /// come and go.
     pub(crate) fn new(capacity_bytes: usize, budget: Option<Arc<MemoryBudget>>) -> Self {
         let slots = door_slots(capacity_bytes);
         let door_bytes = slots * std::mem::size_of::<AtomicU32>();
-        if let Some(b) = &budget {
-            b.row_cache_grew(door_bytes);
-        }
         RowCache {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(ClockShard::default()))
                 .collect(),
             shard_capacity: capacity_bytes.saturating_sub(door_bytes) / SHARDS,
-            door: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            door: OnceLock::new(),
+            door_slots: slots,
             usage: AtomicUsize::new(0),
             budget,
         }
     }
 
-    /// Bytes of the doorkeeper's table.
+    /// Bytes of the doorkeeper's table (allocated or not).
     fn door_bytes(&self) -> usize {
-        self.door.len() * std::mem::size_of::<AtomicU32>()
+        self.door_slots * std::mem::size_of::<AtomicU32>()
+    }
+
+    /// The doorkeeper's table, allocated and charged on the first call.
+    fn door(&self) -> &[AtomicU32] {
+        self.door.get_or_init(|| {
+            if let Some(b) = &self.budget {
+                b.row_cache_grew(self.door_bytes());
+            }
+            (0..self.door_slots).map(|_| AtomicU32::new(0)).collect()
+        })
     }
 
     #[inline]
@@ -256,7 +268,8 @@ impl RowCache {
 
     /// [`admit`](Self::admit) with the hash of (owner, file, key).
     fn admit_hashed(&self, h: u64) -> bool {
-        let Some(slot) = self.door.get(h as usize & (self.door.len() - 1)) else {
+        let door = self.door();
+        let Some(slot) = door.get(h as usize & (door.len() - 1)) else {
             return false;
         };
         let fingerprint = ((h >> 32) as u32) | 1;
@@ -334,9 +347,9 @@ impl RowCache {
         self.usage.load(Ordering::Relaxed)
     }
 
-    /// What the cache holds and charges its budget: the doorkeeper and the entries.
+    /// What the cache holds and charges its budget: the doorkeeper (once allocated) and the entries.
     pub(crate) fn held(&self) -> usize {
-        self.door_bytes() + self.usage()
+        self.door.get().map_or(0, |_| self.door_bytes()) + self.usage()
     }
 
     /// The capacity in bytes: the entries' bound and the doorkeeper's table.
@@ -602,7 +615,7 @@ mod tests {
     #[test]
     fn a_first_miss_is_forgotten_when_another_key_takes_its_slot() {
         let c = RowCache::new(64 << 10, None);
-        let slots = c.door.len() as u64;
+        let slots = c.door_slots as u64;
         let slot = |i: u64| hash(0, 1, &i.to_be_bytes()) % slots;
         let other = (1..10_000u64)
             .find(|&i| slot(i) == slot(0))
@@ -636,6 +649,9 @@ mod tests {
         let budget = MemoryBudget::new(Some(64 << 20), wb);
         let c = RowCache::new(1 << 20, Some(Arc::clone(&budget)));
         let door = (1 << 20) / 32;
+        // The doorkeeper is allocated and charged at the first miss.
+        assert_eq!(budget.row_cache_bytes(), 0);
+        assert!(!c.admit(0, 1, b"missed"));
         assert_eq!(budget.row_cache_bytes(), door);
         assert_eq!(budget.cache_capacity(), (64 << 20) - door);
         for i in 0u64..100 {
@@ -661,8 +677,8 @@ mod tests {
                 "{capacity}: {}",
                 c.capacity()
             );
-            assert!(c.door.len().is_power_of_two());
+            assert!(c.door_slots.is_power_of_two());
         }
-        assert_eq!(RowCache::new(32 << 20, None).door.len(), 1 << 18);
+        assert_eq!(RowCache::new(32 << 20, None).door_slots, 1 << 18);
     }
 }
