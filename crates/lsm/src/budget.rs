@@ -154,7 +154,7 @@ impl MemoryBudget {
             .map_or(0, |c| c.usage())
     }
 
-    /// Everything charged: memtables, SST metadata, reservations and the shared block cache.
+    /// Everything charged: memtables, SST metadata, reservations, row caches and the shared block cache.
     pub fn usage(&self) -> usize {
         self.charged_outside_cache() + self.cache_bytes()
     }

@@ -13,8 +13,8 @@
 //! [`BlockCache::erase_file`]).
 //!
 //! A cache made for an environment's memory budget ([`BlockCache::with_budget`]) is shared by its engines:
-//! its capacity is what memtables, SST metadata and reservations leave of the budget, read at every insert,
-//! and [`BlockCache::fit`] evicts down to it when they grow. Its engines' file numbers are told apart by an
+//! its capacity is what memtables, SST metadata, reservations and row caches leave of the budget, read at
+//! every insert, and [`BlockCache::fit`] evicts down to it when they grow. Its engines' file numbers are told apart by an
 //! owner tag ([`BlockCache::new_owner`], [`file_key`]).
 
 use std::sync::Arc;

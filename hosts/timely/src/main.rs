@@ -101,8 +101,8 @@ struct JobArgs {
     /// Key groups of the job (fixed for its lifetime).
     #[arg(long, default_value_t = 128)]
     max_parallelism: u32,
-    /// Memory each process's state stores share: memtables, block cache and SST metadata of every LSM
-    /// backend, and the heap backends' state (e.g. 512MiB, 2GiB; default 256MiB).
+    /// Memory each process's state stores share: memtables, block cache, row cache and SST metadata of
+    /// every LSM backend, and the heap backends' state (e.g. 512MiB, 2GiB; default 256MiB).
     #[arg(long, value_name = "SIZE", value_parser = keyed_state::env::parse_size)]
     memory_budget: Option<usize>,
 }
