@@ -245,3 +245,67 @@ fn an_engine_on_its_own_has_a_row_cache_by_default() {
     assert_eq!((s.row_cache_hits, s.row_cache_misses), (100, 200), "{s:?}");
     assert!(s.row_cache_usage > 100 * 60);
 }
+
+/// A value of `engine` for key `i` whose length varies with `i` (20 to 219 bytes).
+fn varied_value(engine: usize, i: u32) -> Vec<u8> {
+    format!("e{engine}-{i:05}-{}", "v".repeat(10 + (i % 200) as usize)).into_bytes()
+}
+
+#[test]
+fn engines_admitting_rows_from_threads_at_once_leave_the_charge_equal_to_what_the_cache_holds() {
+    // More rows than the 4 MiB cache holds, of varied sizes: an admission may evict more than it adds.
+    const N: u32 = 15_000;
+    let env = env(64 * MIB);
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dbs: Vec<Db> = dirs
+        .iter()
+        .map(|d| Db::open(d.path(), opts_on(&env)).unwrap())
+        .collect();
+    for (e, db) in dbs.iter().enumerate() {
+        for i in 0..N {
+            db.put(&key(i), &varied_value(e, i)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    // Two threads per engine read its keys at once, in opposite orders: rows of both engines are admitted,
+    // replaced and evicted in the same shards concurrently.
+    std::thread::scope(|s| {
+        for (e, db) in dbs.iter().enumerate() {
+            for reverse in [false, true] {
+                s.spawn(move || {
+                    for round in 0..3 {
+                        for j in 0..N {
+                            let i = if reverse { N - 1 - j } else { j };
+                            let got = db.get(&key(i)).unwrap().map(|v| v.to_vec());
+                            assert_eq!(got, Some(varied_value(e, i)), "key {i} round {round}");
+                        }
+                    }
+                });
+            }
+        }
+    });
+    let s = env.stats();
+    let door = 64 * MIB / 16 / 32;
+    assert!(s.row_cache_entries > 3 * MIB, "{s:?}");
+    assert_eq!(s.memory.row_cache, door + s.row_cache_entries, "{s:?}");
+    assert!(dbs.iter().all(|db| db.stats().row_cache_hits > 0));
+}
+
+#[test]
+fn a_budget_handle_kept_after_the_environment_and_its_engines_are_dropped_reads_no_row_cache() {
+    let env = env(64 * MIB);
+    let budget = std::sync::Arc::clone(env.memory());
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dbs: Vec<Db> = dirs
+        .iter()
+        .map(|d| Db::open(d.path(), opts_on(&env)).unwrap())
+        .collect();
+    for (e, db) in dbs.iter().enumerate() {
+        load(db, &format!("e{e}"), 200);
+        read(db, &format!("e{e}"), 200, 3);
+    }
+    assert!(budget.row_cache_bytes() > 64 * MIB / 16 / 32);
+    drop(dbs);
+    drop(env);
+    assert_eq!(budget.row_cache_bytes(), 0);
+}
