@@ -26,6 +26,16 @@ fn opts_on(env: &SharedEnv) -> Options {
     }
 }
 
+/// `n` engines opened on `env`, each in a temporary directory (returned with them: keep it while they live).
+fn engines_on(env: &SharedEnv, n: usize) -> (Vec<tempfile::TempDir>, Vec<Db>) {
+    let dirs: Vec<_> = (0..n).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dbs = dirs
+        .iter()
+        .map(|d| Db::open(d.path(), opts_on(env)).unwrap())
+        .collect();
+    (dirs, dbs)
+}
+
 fn key(i: u32) -> Vec<u8> {
     format!("key{i:05}").into_bytes()
 }
@@ -102,11 +112,7 @@ fn the_row_cache_is_charged_once_however_many_engines_open() {
     // allocated and charged at the first miss.
     assert_eq!(s.memory.row_cache, 0);
     let door = budget / 16 / 32;
-    let dirs: Vec<_> = (0..8).map(|_| tempfile::tempdir().unwrap()).collect();
-    let dbs: Vec<Db> = dirs
-        .iter()
-        .map(|d| Db::open(d.path(), opts_on(&env)).unwrap())
-        .collect();
+    let (_dirs, dbs) = engines_on(&env, 8);
     let s = env.stats();
     assert_eq!(s.memory.row_cache, 0, "opening engines charges nothing");
     assert_eq!(s.memory.reserved, 0);
@@ -256,11 +262,7 @@ fn engines_admitting_rows_from_threads_at_once_leave_the_charge_equal_to_what_th
     // More rows than the 4 MiB cache holds, of varied sizes: an admission may evict more than it adds.
     const N: u32 = 15_000;
     let env = env(64 * MIB);
-    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let dbs: Vec<Db> = dirs
-        .iter()
-        .map(|d| Db::open(d.path(), opts_on(&env)).unwrap())
-        .collect();
+    let (_dirs, dbs) = engines_on(&env, 2);
     for (e, db) in dbs.iter().enumerate() {
         for i in 0..N {
             db.put(&key(i), &varied_value(e, i)).unwrap();
@@ -295,11 +297,7 @@ fn engines_admitting_rows_from_threads_at_once_leave_the_charge_equal_to_what_th
 fn a_budget_handle_kept_after_the_environment_and_its_engines_are_dropped_reads_no_row_cache() {
     let env = env(64 * MIB);
     let budget = std::sync::Arc::clone(env.memory());
-    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let dbs: Vec<Db> = dirs
-        .iter()
-        .map(|d| Db::open(d.path(), opts_on(&env)).unwrap())
-        .collect();
+    let (_dirs, dbs) = engines_on(&env, 2);
     for (e, db) in dbs.iter().enumerate() {
         load(db, &format!("e{e}"), 200);
         read(db, &format!("e{e}"), 200, 3);
