@@ -44,6 +44,7 @@ fn write_root(storage: &Arc<CheckpointStorage>) {
         let range = key_group_range_for_operator(16, 2, i).unwrap();
         let cfg = KeyedStateStore::config_for(&LongSerializer, 16, range);
         let backend = LsmBackend::temp_with(cfg.clone(), LsmBackend::small_options()).unwrap();
+        let engine = backend.engine();
         let mut store = KeyedStateStore::new(Box::new(backend), LongSerializer).unwrap();
         let c = store
             .register_value(ValueStateDescriptor::new("counter", LongSerializer))
@@ -56,6 +57,11 @@ fn write_root(storage: &Arc<CheckpointStorage>) {
                     store.set_current_key(&k).unwrap();
                     store.value(&c).unwrap().update(&(k + id as i64)).unwrap();
                 }
+            }
+            if id == 3 {
+                // Checkpoint 3 references none of the files of 1 and 2, whatever the background
+                // compactions did: `gc --retain 1` then has unreferenced objects of the live attempt.
+                engine.compact_all().unwrap();
             }
             ck.begin(id, store.backend_mut()).unwrap().run().unwrap();
             ck.notify_complete(id).unwrap();
