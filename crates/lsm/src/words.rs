@@ -33,10 +33,11 @@ pub(crate) const MAP_MIN: usize = 64 << 10;
 /// measure maps against the heap in one binary); read once.
 pub const ARENA_MAP_SWITCH: &str = "KEYED_STATE_ARENA_MAP";
 
-/// Whether large arrays get maps of their own: not under Miri, not with [`ARENA_MAP_SWITCH`] set to `off`.
+/// Whether large arrays get maps of their own: not with [`ARENA_MAP_SWITCH`] set to `off` (Miri maps them
+/// too: it runs anonymous maps, not advice).
 pub(crate) fn maps_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !cfg!(miri) && std::env::var_os(ARENA_MAP_SWITCH).is_none_or(|v| v != "off"))
+    *ON.get_or_init(|| std::env::var_os(ARENA_MAP_SWITCH).is_none_or(|v| v != "off"))
 }
 
 /// A fixed-length array of `T` (see the module documentation). Dereferences to `[T]`.
