@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Long-running checks that stay out of `cargo test` and CI: fuzz every decoder of bytes from disk, model-check
-# the memtable's atomics, run the stress, crash and model tests with many more iterations, and check the memory
-# and throughput targets of many operators in one process at 10 GiB (scripts/many-operators-check.sh). Ends
-# with a table of the campaigns it ran, built from the `campaign NAME key=value ...` lines the tests print.
+# the memtable's atomics, run Miri on the unit tests of the unsafe code (scripts/miri-checks.sh), run the
+# stress, crash and model tests with many more iterations, and check the memory and throughput targets of many
+# operators in one process at 10 GiB (scripts/many-operators-check.sh). Ends with a table of the campaigns it
+# ran, built from the `campaign NAME key=value ...` lines the tests print.
 #
 #   scripts/long-checks.sh [SECONDS_PER_FUZZ_TARGET]     (default 300)
 #
-# Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz --locked`, done here if missing).
+# Needs the nightly toolchain with Miri (`rustup +nightly component add miri`) and cargo-fuzz
+# (`cargo install cargo-fuzz --locked`, done here if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-300}"
@@ -49,6 +51,9 @@ campaign nice -n 19 cargo test --release --test checkpoint checkpoints_on_fault_
 echo "== loom model checks of the memtable (skiplist, version chains, point index, its growth) and the writer fast path"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
   campaign nice -n 19 cargo test --release -p keyed-state-lsm --lib loom_ -- --nocapture --test-threads=1
+
+echo "== Miri on the unit tests of the unsafe code (UNSAFE.md): Stacked Borrows, Tree Borrows where an engine is opened"
+campaign scripts/miri-checks.sh
 
 echo "== stress: concurrent writers, readers, snapshots, flushes, compactions for 120 s"
 KEYED_STATE_STRESS_SECS=120 campaign nice -n 19 cargo test --release --test lsm lsm_stress -- --nocapture
