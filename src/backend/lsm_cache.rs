@@ -1005,10 +1005,7 @@ mod tests {
         while !(c.table.growing() && mapped(&c.table) == (true, true)) {
             c.write(None, &key(k), Some(&key(k)));
             k += 1;
-            assert!(
-                k < 100_000,
-                "no growth of mapped buckets (not Unix?)"
-            );
+            assert!(k < 100_000, "no growth of mapped buckets (not Unix?)");
         }
         let n = k;
         let layers = c.hand_off();

@@ -319,7 +319,11 @@ pub(super) mod tests {
         let mut x = 12345u64;
         let mut on_map = false;
         // Fewer under Miri: still hundreds of entries, so the buckets grow into maps (`MAP_BYTES`).
-        let (rounds, keys) = if cfg!(miri) { (4000, 800) } else { (20_000, 3000) };
+        let (rounds, keys) = if cfg!(miri) {
+            (4000, 800)
+        } else {
+            (20_000, 3000)
+        };
         for round in 0..rounds {
             x ^= x << 13;
             x ^= x >> 7;
