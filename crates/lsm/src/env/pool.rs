@@ -438,8 +438,7 @@ impl PoolShared {
 /// refuses, the thread keeps its policy: this only affects scheduling, never correctness). The scheduler
 /// does not let a waking batch thread preempt the running one.
 fn use_batch_policy() {
-    // Not under Miri, which cannot make these system calls.
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(target_os = "linux")]
     {
         let param = libc::sched_param { sched_priority: 0 };
         // SAFETY: `param` is a valid sched_param for the duration of the call; pid 0 is the calling thread.
@@ -452,8 +451,7 @@ fn use_batch_policy() {
 /// Raises the calling thread's nice value by `increment` (Linux; elsewhere, or if the kernel refuses, the
 /// thread keeps its priority: this only affects scheduling, never correctness).
 fn lower_thread_priority(increment: i32) {
-    // Not under Miri, as above.
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(target_os = "linux")]
     if increment > 0 {
         // SAFETY: plain system calls on the calling thread, with no pointers.
         unsafe {
@@ -466,7 +464,7 @@ fn lower_thread_priority(increment: i32) {
             );
         }
     }
-    #[cfg(any(not(target_os = "linux"), miri))]
+    #[cfg(not(target_os = "linux"))]
     let _ = increment;
 }
 
