@@ -11,8 +11,8 @@
 # Stacked Borrows (SB), with the flags of the engine's earlier runs. The memtable's tests run under Tree
 # Borrows (TB): its point index pins crossbeam-epoch, which trips Stacked Borrows inside crossbeam-epoch
 # (`design/lsm-engine.md`, "The skiplist"); `-Zmiri-ignore-leaks` because epoch-deferred frees never run at
-# exit. Calls Miri cannot run (madvise, mincore, sched_setscheduler, mallinfo2, file-backed maps) are left out
-# under `cfg(miri)` or their tests are `#[cfg_attr(miri, ignore)]`; anonymous maps run under Miri.
+# exit. Calls Miri cannot run (madvise, mincore, mallinfo2, file-backed maps) are left out under `cfg(miri)`
+# or their tests are `#[cfg_attr(miri, ignore)]`; anonymous maps run under Miri.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
