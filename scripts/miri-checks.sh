@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Miri on the unit tests that cover the workspace's `unsafe` (UNSAFE.md names the tests of each file). Too slow
-# for CI (tens of minutes on 2 cores); scripts/long-checks.sh runs it. Prints each set's libtest output and one
-# `campaign miri-NAME model=SB|TB tests=N ignored=I failures=F` line per set (a set that aborts, on undefined
+# Miri on the unit tests that cover the workspace's `unsafe` (UNSAFE.md names the tests of each file). Too
+# slow for CI (about 9 minutes on 2 cores); scripts/long-checks.sh runs it. Prints each set's libtest output and
+# one `campaign miri-NAME model=SB|TB tests=N ignored=I failures=F` line per set (a set that aborts, on undefined
 # behaviour or an operation Miri does not support, counts one failure).
 #
 #   scripts/miri-checks.sh [SET...]      (the sets below: keyed-state, lsm, memtable; default all)
@@ -49,7 +49,7 @@ miri_set() {
 
 # keyed-state: `SmallBytes`' shared buffers (heap/bytes.rs), the RMW cache's slot table on mapped buckets
 # (lsm_cache/buckets.rs, storage.rs) and the cache's own tests; those that open an engine are ignored under
-# Miri (its flushes map SST files, and Miri runs no file-backed maps).
+# Miri (its background threads' scheduling calls and its SST file maps: Miri runs neither).
 miri_set keyed-state "$SB" keyed-state \
   backend::heap::bytes:: backend::lsm_cache::buckets:: backend::lsm_cache::slot_table:: \
   backend::lsm_cache::tests:: backend::lsm_cache::growth::
@@ -59,8 +59,8 @@ miri_set keyed-state "$SB" keyed-state \
 miri_set lsm "$SB" keyed-state-lsm words::tests arena::tests skiplist::tests sst::backing::
 
 # keyed-state-lsm: the memtable's entries, version chains, cursor and point index, under Tree Borrows. Not in
-# the set: the tests that grow the point index (too slow under Miri), the key filter's two tests (not done in 3
-# minutes each), `lookups_and_cursor_mix_inline_and_heap_entries` and
+# the set: the tests that grow the point index (too slow under Miri), the key filter's two tests (not done
+# in 3 minutes each), `lookups_and_cursor_mix_inline_and_heap_entries` and
 # `concurrent_reader_sees_a_sorted_consistent_view_while_the_writer_pushes` (not done in 4 minutes each).
 miri_set memtable "$TB" keyed-state-lsm --exact \
   memtable::entry::tests::entry_stays_small_and_long_entries_go_to_the_arena \

@@ -902,7 +902,7 @@ mod tests {
     use super::*;
 
     #[test]
-    #[cfg_attr(miri, ignore)] // opens an engine, whose flushes map SST files: Miri runs no file-backed maps
+    #[cfg_attr(miri, ignore)] // opens an engine: scheduling calls, SST file maps (Miri runs neither)
     fn clock_evicts_unreferenced_entries_and_writes_back_dirty_ones() -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
         let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
@@ -952,7 +952,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore)] // opens an engine, whose flushes map SST files: Miri runs no file-backed maps
+    #[cfg_attr(miri, ignore)] // opens an engine: scheduling calls, SST file maps (Miri runs neither)
     fn a_hand_off_keeps_the_values_of_its_moment_and_drains_in_order() -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
         let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
@@ -992,7 +992,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore)] // opens an engine, whose flushes map SST files: Miri runs no file-backed maps
+    #[cfg_attr(miri, ignore)] // opens an engine: scheduling calls, SST file maps (Miri runs neither)
     fn a_hand_off_during_a_growth_of_mapped_buckets_keeps_its_values_and_deletes_after_it_stick(
     ) -> Result<()> {
         use super::slot_table::tests::mapped;
@@ -1080,7 +1080,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore)] // opens an engine, whose flushes map SST files: Miri runs no file-backed maps
+    #[cfg_attr(miri, ignore)] // opens an engine: scheduling calls, SST file maps (Miri runs neither)
     fn a_rewrite_updates_its_epochs_log_entry_and_a_hand_off_keeps_its_values() -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
         let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;

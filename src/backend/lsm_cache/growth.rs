@@ -74,7 +74,7 @@ mod tests {
     use super::*;
 
     #[test]
-    #[cfg_attr(miri, ignore)] // opens an engine, whose flushes map SST files: Miri runs no file-backed maps
+    #[cfg_attr(miri, ignore)] // opens an engine: scheduling calls, SST file maps (Miri runs neither)
     fn a_large_append_to_a_short_list_goes_to_the_engine_and_a_small_one_stays() -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
         let db = Db::open(dir.path(), keyed_state_lsm::Options::default())?;
@@ -109,7 +109,7 @@ mod tests {
     }
 
     #[test]
-    #[cfg_attr(miri, ignore)] // opens an engine, whose flushes map SST files: Miri runs no file-backed maps
+    #[cfg_attr(miri, ignore)] // opens an engine: scheduling calls, SST file maps (Miri runs neither)
     fn a_large_append_to_a_clean_list_is_a_merge_operand_and_one_held_by_a_pending_layer_stays(
     ) -> Result<()> {
         let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
