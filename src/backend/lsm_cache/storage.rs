@@ -22,8 +22,8 @@ pub(super) fn use_small_pages<T>(v: &Vec<T>) {
     let start = v.as_ptr() as usize;
     let end = start.saturating_add(v.capacity().saturating_mul(size_of::<T>()));
     let (from, to) = (start.next_multiple_of(PAGE), end & !(PAGE - 1));
-    // Not under Miri, which cannot call `madvise` (the range is still computed).
-    #[cfg(miri)]
+    // Not under Miri, which cannot call `madvise` (the range is still computed), nor off Linux.
+    #[cfg(any(miri, not(target_os = "linux")))]
     let _ = (from, to);
     #[cfg(all(target_os = "linux", not(miri)))]
     if to > from {
