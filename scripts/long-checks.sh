@@ -7,7 +7,7 @@
 #
 #   scripts/long-checks.sh [SECONDS_PER_FUZZ_TARGET]     (default 300)
 #
-# Needs the nightly toolchain with Miri (`rustup +nightly component add miri`) and cargo-fuzz
+# Needs the nightly toolchain with Miri (`rustup +nightly component add miri rust-src`) and cargo-fuzz
 # (`cargo install cargo-fuzz --locked`, done here if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +52,7 @@ echo "== loom model checks of the memtable (skiplist, version chains, point inde
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
   campaign nice -n 19 cargo test --release -p keyed-state-lsm --lib loom_ -- --nocapture --test-threads=1
 
-echo "== Miri on the unit tests of the unsafe code (UNSAFE.md): Stacked Borrows, Tree Borrows where an engine is opened"
+echo "== Miri on the unit tests of the unsafe code (UNSAFE.md): Stacked Borrows, Tree Borrows for the memtable (crossbeam-epoch)"
 campaign scripts/miri-checks.sh
 
 echo "== stress: concurrent writers, readers, snapshots, flushes, compactions for 120 s"
