@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Miri on the unit tests that cover the workspace's `unsafe` (UNSAFE.md names the tests of each file). Too
-# slow for CI (about 9 minutes on 2 cores); scripts/long-checks.sh runs it. Prints each set's libtest output
+# slow for CI (about 11 minutes on 2 cores); scripts/long-checks.sh runs it. Prints each set's libtest output
 # and one `campaign miri-NAME model=SB|TB tests=N ignored=I failures=F` line per set (a set that aborts, on
 # undefined behaviour or an operation Miri does not support, counts one failure; so does a set whose count of
 # passed tests is not the one it expects, e.g. after a test was renamed or removed).
