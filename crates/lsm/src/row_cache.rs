@@ -24,7 +24,10 @@
 //!
 //! The structure is the block cache's: shards behind mutexes, each a [`ClockShard`] bounded by its share
 //! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (owner, file,
-//! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer.
+//! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer. An entry
+//! is one allocation (`varint owner | varint file | varint key length | key | rows`, each row
+//! `kind u8 | varint seqno | varint length | value`) behind a 16-byte pointer, so that the map's slot is
+//! 32 bytes (`ENTRY_OVERHEAD`: about 193 bytes charged for a 10-byte key and a 100-byte value).
 //!
 //! **Sharing**: by default the engines of an environment with a memory budget share its one row cache, as
 //! they share its block cache ([`EngineRows`]): an engine's rows are keyed by its owner tag
@@ -32,67 +35,76 @@
 //! kept in the entry and compared on a lookup, so engines (whose file numbers are their own) never see each
 //! other's rows. A closed engine's rows are erased ([`RowCache::erase_owner`]). A cache charges its memory
 //! budget what it holds (doorkeeper, once allocated, and entries; at most its capacity), once however many
-//! engines use it; the block cache gets what is left (`design/decisions/0008-row-cache.md`).
+//! engines use it; the block cache gets what is left (`design/decisions/0008-row-cache.md`). An engine with
+//! a block cache of its own shares that cache's capacity with its default row cache
+//! ([`RowCache::pooled`], `crate::cache_pool`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use crate::budget::MemoryBudget;
-use crate::clock::ClockShard;
+use crate::budget::{LeftoverCache, MemoryBudget};
+use crate::cache_pool::{CachePool, Part};
+use crate::clock::{self, ClockShard};
+use crate::coding::{get_varint64, put_varint64};
 use crate::ikey::ValueKind;
 use crate::slice::ValueSlice;
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
-/// Bookkeeping bytes charged per entry on top of its key and rows: the map's slot (hash and entry, 56
-/// bytes), the ring's (8), the allocation's reference counts (16) and its rounding.
-const ENTRY_OVERHEAD: usize = 96;
-/// Bytes of a row's header in the encoded rows: seqno (8), kind (1), value length (4).
-const ROW_HEADER: usize = 13;
-/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 220
-/// bytes, so the doorkeeper has about twice as many slots as the cache holds entries (and takes 1/32 of
-/// the capacity).
+/// Bookkeeping bytes charged per entry on top of its encoded bytes: the map's slot (the hash and the
+/// entry's pointer, charge and reference bit: 32 bytes), the ring's key (8), the allocation's reference
+/// counts (16) and its rounding (16).
+const ENTRY_OVERHEAD: usize = clock::slot_bytes::<u64, Entry>() + 8 + 16 + 16;
+/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 193
+/// bytes, so the doorkeeper has about 1.5 times as many slots as the cache holds entries (and takes 1/32
+/// of the capacity).
 const DOOR_BYTES_PER_SLOT: usize = 128;
 /// The most doorkeeper slots (16 MiB of fingerprints).
 const DOOR_MAX: usize = 1 << 22;
-/// An engine with a block cache of its own gets by default a row cache of its block cache's size divided
-/// by this (32 MiB for the default 64 MiB), on top of it.
-const PRIVATE_DEFAULT_DIVISOR: usize = 2;
 
-/// The default capacity of the row cache of an engine with a block cache of its own of `block_cache_size`
-/// bytes.
-pub(crate) fn private_default_size(block_cache_size: usize) -> usize {
-    block_cache_size / PRIVATE_DEFAULT_DIVISOR
+/// One cached entry: `varint owner | varint file | varint key length | key | rows` (rows newest first,
+/// each `kind u8 | varint seqno | varint value length | value`), one allocation.
+struct Entry {
+    data: Arc<[u8]>,
 }
 
-struct Entry {
-    owner: u64,
-    file: u64,
-    /// The user key, then the encoded rows (`seqno u64 LE | kind u8 | len u32 LE | value`, newest first):
-    /// one allocation per entry.
-    data: CachedRows,
+/// The owner, file number and key range encoded at the head of an entry's bytes.
+fn head(data: &[u8]) -> Option<(u64, u64, std::ops::Range<usize>)> {
+    let (owner, at) = get_varint64(data, 0)?;
+    let (file, at) = get_varint64(data, at)?;
+    let (len, at) = get_varint64(data, at)?;
+    let end = at.checked_add(usize::try_from(len).ok()?)?;
+    (end <= data.len()).then_some((owner, file, at..end))
 }
 
 impl Entry {
     /// Whether this is the entry of `key` in file `file` of the engine tagged `owner`.
     fn is(&self, owner: u64, file: u64, key: &[u8]) -> bool {
-        self.owner == owner && self.file == file && self.data.key() == key
+        head(&self.data)
+            .is_some_and(|(o, f, k)| o == owner && f == file && self.data.get(k) == Some(key))
+    }
+
+    /// The engine tag the entry was cached for.
+    fn owner(&self) -> Option<u64> {
+        head(&self.data).map(|(o, _, _)| o)
+    }
+
+    /// The entry's rows.
+    fn rows(&self) -> CachedRows {
+        CachedRows {
+            data: Arc::clone(&self.data),
+            start: head(&self.data).map_or(self.data.len(), |(_, _, k)| k.end),
+        }
     }
 }
 
-/// A cached entry's bytes: the user key (`..start`), then its encoded rows.
+/// A cached entry's bytes and where its encoded rows start.
 #[derive(Clone)]
 pub(crate) struct CachedRows {
     data: Arc<[u8]>,
     start: usize,
-}
-
-impl CachedRows {
-    fn key(&self) -> &[u8] {
-        self.data.get(..self.start).unwrap_or_default()
-    }
 }
 
 /// What [`RowCache::lookup`] found for one file and key.
@@ -111,8 +123,6 @@ pub(crate) struct RowRecorder {
     rows: Vec<u8>,
     key_len: usize,
     last_kind: Option<ValueKind>,
-    /// A value of 4 GiB or more was met: never cached.
-    oversize: bool,
 }
 
 impl RowRecorder {
@@ -122,19 +132,14 @@ impl RowRecorder {
             rows: key.to_vec(),
             key_len: key.len(),
             last_kind: None,
-            oversize: false,
         }
     }
 
     /// Records one version the file showed.
     pub(crate) fn push(&mut self, seqno: u64, kind: ValueKind, value: &[u8]) {
-        let Ok(len) = u32::try_from(value.len()) else {
-            self.oversize = true;
-            return;
-        };
-        self.rows.extend_from_slice(&seqno.to_le_bytes());
         self.rows.push(kind as u8);
-        self.rows.extend_from_slice(&len.to_le_bytes());
+        put_varint64(&mut self.rows, seqno);
+        put_varint64(&mut self.rows, value.len() as u64);
         self.rows.extend_from_slice(value);
         self.last_kind = Some(kind);
     }
@@ -143,16 +148,38 @@ impl RowRecorder {
     /// versions of the key (`file_exhausted`), or the last one recorded is a put or a deletion (every lookup
     /// stops there). A lookup stopped early on a merge operand (below a range tombstone) is not.
     pub(crate) fn complete(&self, file_exhausted: bool) -> bool {
-        !self.oversize
-            && (file_exhausted
-                || matches!(self.last_kind, Some(ValueKind::Put | ValueKind::Delete)))
+        file_exhausted || matches!(self.last_kind, Some(ValueKind::Put | ValueKind::Delete))
+    }
+
+    /// The entry of these rows for file `file` of the engine tagged `owner` (see [`Entry`]).
+    fn encode(self, owner: u64, file: u64) -> Vec<u8> {
+        let mut data = Vec::with_capacity(self.rows.len() + 3 * 10);
+        put_varint64(&mut data, owner);
+        put_varint64(&mut data, file);
+        put_varint64(&mut data, self.key_len as u64);
+        data.extend_from_slice(&self.rows);
+        data
+    }
+
+    /// The bytes an entry of these rows charges its cache ([`ENTRY_OVERHEAD`] and its encoding).
+    fn charge(&self, owner: u64, file: u64) -> usize {
+        let varint = |v: u64| (v.max(1).ilog2() as usize) / 7 + 1;
+        ENTRY_OVERHEAD
+            + varint(owner)
+            + varint(file)
+            + varint(self.key_len as u64)
+            + self.rows.len()
     }
 }
 
 /// A sharded, byte-bounded cache of lookup results per (file, user key).
 pub(crate) struct RowCache {
     shards: Box<[Mutex<ClockShard<u64, Entry>>]>,
+    /// Each shard's bound (a cache of a fixed capacity).
     shard_capacity: usize,
+    /// The capacity shared with the engine's block cache, if any ([`RowCache::pooled`]): the shards'
+    /// bound is then what it leaves the rows.
+    pool: Option<Arc<CachePool>>,
     /// The doorkeeper: fingerprints of hashes that missed once, direct-mapped ([`door_slots`], a power of
     /// two of slots); allocated at the first miss.
     door: OnceLock<Box<[AtomicU32]>>,
@@ -190,10 +217,52 @@ impl RowCache {
                 .map(|_| Mutex::new(ClockShard::default()))
                 .collect(),
             shard_capacity: capacity_bytes.saturating_sub(door_bytes) / SHARDS,
+            pool: None,
             door: OnceLock::new(),
             door_slots: slots,
             usage: AtomicUsize::new(0),
             budget,
+        }
+    }
+
+    /// A row cache of an engine's own sharing `pool` with its block cache (`crate::cache_pool`): its
+    /// doorkeeper is sized for the pool's capacity, its entries hold at most what the pool leaves the rows
+    /// less the doorkeeper, and it evicts when the block cache needs the room. It charges `budget` (if any)
+    /// what it holds, as [`new`](Self::new).
+    pub(crate) fn pooled(pool: Arc<CachePool>, budget: Option<Arc<MemoryBudget>>) -> Arc<Self> {
+        let mut cache = RowCache::new(pool.capacity(), budget);
+        cache.pool = Some(Arc::clone(&pool));
+        let cache = Arc::new(cache);
+        let weak: std::sync::Weak<dyn LeftoverCache> = Arc::downgrade(&cache) as _;
+        pool.connect(Part::Rows, weak);
+        cache
+    }
+
+    /// Each shard's bound on its entries now.
+    fn shard_capacity(&self) -> usize {
+        match &self.pool {
+            None => self.shard_capacity,
+            Some(p) => p.bound(Part::Rows).saturating_sub(self.door_bytes()) / SHARDS,
+        }
+    }
+
+    /// The cache holds `bytes` more: its budget and pool are told.
+    fn grew(&self, bytes: usize) {
+        if let Some(b) = &self.budget {
+            b.row_cache_grew(bytes);
+        }
+        if let Some(p) = &self.pool {
+            p.grew(Part::Rows, bytes);
+        }
+    }
+
+    /// The cache holds `bytes` less (`freed_room`: see [`MemoryBudget::row_cache_shrank`]).
+    fn shrank(&self, bytes: usize, freed_room: bool) {
+        if let Some(b) = &self.budget {
+            b.row_cache_shrank(bytes, freed_room);
+        }
+        if let Some(p) = &self.pool {
+            p.shrank(Part::Rows, bytes);
         }
     }
 
@@ -204,12 +273,15 @@ impl RowCache {
 
     /// The doorkeeper's table, allocated and charged on the first call.
     fn door(&self) -> &[AtomicU32] {
-        self.door.get_or_init(|| {
-            if let Some(b) = &self.budget {
-                b.row_cache_grew(self.door_bytes());
-            }
+        let mut allocated = false;
+        let door = self.door.get_or_init(|| {
+            allocated = true;
             (0..self.door_slots).map(|_| AtomicU32::new(0)).collect()
-        })
+        });
+        if allocated {
+            self.grew(self.door_bytes());
+        }
+        door
     }
 
     #[inline]
@@ -233,7 +305,7 @@ impl RowCache {
         self.shard(h).and_then(|s| {
             let mut s = s.lock();
             let e = s.get(&h)?;
-            e.is(owner, file, key).then(|| e.data.clone())
+            e.is(owner, file, key).then(|| e.rows())
         })
     }
 
@@ -286,42 +358,45 @@ impl RowCache {
     /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
     /// than an eighth of a shard is not cached.
     pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) {
-        let charge = rec.rows.len() + ENTRY_OVERHEAD;
-        if charge > self.shard_capacity / 8 {
+        let charge = rec.charge(owner, file);
+        let capacity = self.shard_capacity();
+        if charge > capacity / 8 {
             return;
         }
-        let start = rec.key_len;
-        let data: Arc<[u8]> = Arc::from(rec.rows);
-        let h = hash(owner, file, data.get(..start).unwrap_or_default());
+        let h = hash(owner, file, rec.rows.get(..rec.key_len).unwrap_or_default());
+        let data: Arc<[u8]> = Arc::from(rec.encode(owner, file));
+        debug_assert_eq!(data.len() + ENTRY_OVERHEAD, charge);
         let Some(s) = self.shard(h) else {
             return;
         };
         let (before, after) = {
             let mut s = s.lock();
             let before = s.usage();
-            s.insert(
-                h,
-                Entry {
-                    owner,
-                    file,
-                    data: CachedRows { data, start },
-                },
-                charge,
-                self.shard_capacity,
-                &mut drop,
-            );
+            s.insert(h, Entry { data }, charge, capacity, &mut drop);
             (before, s.usage())
         };
         if after >= before {
             self.usage.fetch_add(after - before, Ordering::Relaxed);
-            if let Some(b) = &self.budget {
-                b.row_cache_grew(after - before);
-            }
+            self.grew(after - before);
         } else {
             self.usage.fetch_sub(before - after, Ordering::Relaxed);
-            if let Some(b) = &self.budget {
-                b.row_cache_shrank(before - after, false);
-            }
+            self.shrank(before - after, false);
+        }
+    }
+
+    /// Evicts until every shard is within its bound (the pool's block cache grew).
+    pub(crate) fn fit(&self) {
+        let capacity = self.shard_capacity();
+        let mut freed = 0;
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            let before = s.usage();
+            s.fit(capacity, &mut drop);
+            freed += before - s.usage();
+        }
+        if freed > 0 {
+            self.usage.fetch_sub(freed, Ordering::Relaxed);
+            self.shrank(freed, false);
         }
     }
 
@@ -331,14 +406,12 @@ impl RowCache {
         for s in self.shards.iter() {
             let mut s = s.lock();
             let before = s.usage();
-            s.retain(|_, e| e.owner != owner);
+            s.retain(|_, e| e.owner() != Some(owner));
             freed += before - s.usage();
         }
         if freed > 0 {
             self.usage.fetch_sub(freed, Ordering::Relaxed);
-            if let Some(b) = &self.budget {
-                b.row_cache_shrank(freed, true);
-            }
+            self.shrank(freed, true);
         }
     }
 
@@ -347,22 +420,39 @@ impl RowCache {
         self.usage.load(Ordering::Relaxed)
     }
 
+    /// The number of cached entries (of every owner).
+    pub(crate) fn rows(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
     /// What the cache holds and charges its budget: the doorkeeper (once allocated) and the entries.
     pub(crate) fn held(&self) -> usize {
         self.door.get().map_or(0, |_| self.door_bytes()) + self.usage()
     }
 
-    /// The capacity in bytes: the entries' bound and the doorkeeper's table.
+    /// The capacity in bytes: the entries' bound and the doorkeeper's table (in a pool, the pool's: the
+    /// most the rows may hold when the block cache holds nothing).
     pub(crate) fn capacity(&self) -> usize {
-        self.shard_capacity * SHARDS + self.door_bytes()
+        match &self.pool {
+            None => self.shard_capacity * SHARDS + self.door_bytes(),
+            Some(p) => p.capacity(),
+        }
+    }
+}
+
+impl LeftoverCache for RowCache {
+    fn usage(&self) -> usize {
+        self.held()
+    }
+
+    fn fit(&self) {
+        RowCache::fit(self)
     }
 }
 
 impl Drop for RowCache {
     fn drop(&mut self) {
-        if let Some(b) = &self.budget {
-            b.row_cache_shrank(self.held(), true);
-        }
+        self.shrank(self.held(), true);
     }
 }
 
@@ -414,6 +504,11 @@ impl EngineRows {
         self.cache.usage()
     }
 
+    /// Entries in the cache (of every engine sharing it).
+    pub(crate) fn rows(&self) -> usize {
+        self.cache.rows()
+    }
+
     /// This engine's lookups answered by the cache, and those it could not answer.
     pub(crate) fn hits_and_misses(&self) -> (u64, u64) {
         (
@@ -455,12 +550,12 @@ pub(crate) fn replay(
 
 /// The row encoded at `at`: its seqno, kind and the range of its value (`None` at the end).
 fn row_at(rows: &[u8], at: usize) -> Option<(u64, ValueKind, std::ops::Range<usize>)> {
-    let header = rows.get(at..at.checked_add(ROW_HEADER)?)?;
-    let seqno = u64::from_le_bytes(header.get(..8)?.try_into().ok()?);
-    let kind = ValueKind::from_u8(*header.get(8)?)?;
-    let len = u32::from_le_bytes(header.get(9..13)?.try_into().ok()?) as usize;
-    let start = at + ROW_HEADER;
-    let end = start.checked_add(len).filter(|&e| e <= rows.len())?;
+    let kind = ValueKind::from_u8(*rows.get(at)?)?;
+    let (seqno, at) = get_varint64(rows, at + 1)?;
+    let (len, start) = get_varint64(rows, at)?;
+    let end = start
+        .checked_add(usize::try_from(len).ok()?)
+        .filter(|&e| e <= rows.len())?;
     Some((seqno, kind, start..end))
 }
 
@@ -666,6 +761,69 @@ mod tests {
         assert_eq!(c.held(), door + c.usage());
         drop(c);
         assert_eq!(budget.row_cache_bytes(), 0);
+    }
+
+    #[test]
+    fn an_entry_of_a_10_byte_key_and_a_100_byte_value_is_charged_its_encoding_and_72_bytes() {
+        // The map's slot: the hash, the entry's pointer, its charge and reference bit.
+        assert_eq!(clock::slot_bytes::<u64, Entry>(), 32);
+        assert_eq!(ENTRY_OVERHEAD, 72);
+        let c = RowCache::new(1 << 20, None);
+        // Owner 1 and file 5 (a byte each), the key's length (1), the key (10); the row: kind (1), a
+        // seqno of 70 million (4), the value's length (1), the value (100).
+        c.insert(
+            1,
+            5,
+            record(b"0123456789", &[(70_000_000, ValueKind::Put, &[7u8; 100])]),
+        );
+        assert_eq!(c.usage(), 72 + 3 + 10 + 6 + 100);
+        // Rows held per MiB of entries: 5,489 (4,788 at the 219 bytes of a 96-byte overhead and a
+        // 13-byte row header).
+        assert_eq!((1 << 20) / c.usage(), 5_489);
+    }
+
+    #[test]
+    fn pooled_rows_take_what_blocks_leave_and_blocks_take_back_the_rows_room_above_half() {
+        use crate::cache::BlockCache;
+        let wb = crate::env::write_buffer::WriteBuffers::new(None);
+        let budget = MemoryBudget::new(None, wb);
+        let pool = CachePool::new(4 << 20);
+        let blocks = BlockCache::pooled(Arc::clone(&pool));
+        let rows = RowCache::pooled(Arc::clone(&pool), Some(Arc::clone(&budget)));
+        assert!(!rows.admit(0, 1, b"first miss"));
+        let door = rows.door_bytes();
+        for i in 0u64..40_000 {
+            rows.insert(
+                0,
+                1,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        // No blocks: the rows use the whole pool (less the doorkeeper and a shard's last entry each).
+        assert!(rows.held() > (4 << 20) - door - 16 * 200, "{}", rows.held());
+        assert!(rows.held() <= 4 << 20);
+        assert_eq!(budget.row_cache_bytes(), rows.held());
+        assert_eq!(pool.held(Part::Rows), rows.held());
+        // Blocks take the rows' room back, down to the rows' half.
+        for i in 0..2_000u64 {
+            blocks.insert(9, i * 4096, Arc::new(vec![1u8; 4000]));
+            assert!(blocks.usage() + rows.held() <= (4 << 20) + 4064, "{i}");
+        }
+        assert!(rows.held() >= 2 << 20, "{}", rows.held());
+        assert!(blocks.usage() > (2 << 20) - 16 * 4064, "{}", blocks.usage());
+        assert_eq!(pool.held(Part::Blocks), blocks.usage());
+        assert_eq!(pool.held(Part::Rows), rows.held());
+        // Rows that grow again take no more than what the blocks leave.
+        for i in 40_000u64..80_000 {
+            rows.insert(
+                0,
+                1,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        assert!(blocks.usage() + rows.held() <= (4 << 20) + 4064);
+        drop(rows);
+        assert_eq!((budget.row_cache_bytes(), pool.held(Part::Rows)), (0, 0));
     }
 
     #[test]
