@@ -26,8 +26,9 @@
 //! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (owner, file,
 //! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer. An entry
 //! is one allocation (`varint owner | varint file | varint key length | key | rows`, each row
-//! `kind u8 | varint seqno | varint length | value`) behind a 16-byte pointer, so that the map's slot is
-//! 32 bytes (`ENTRY_OVERHEAD`: about 193 bytes charged for a 10-byte key and a 100-byte value).
+//! `kind u8 | varint seqno | varint length | value`) behind a 16-byte pointer and without reference
+//! counts, so that the map's slot is 32 bytes (`ENTRY_OVERHEAD`: about 177 bytes charged for a 10-byte key
+//! and a 100-byte value); a hit copies the rows out under the shard's lock.
 //!
 //! **Sharing**: by default the engines of an environment with a memory budget share its one row cache, as
 //! they share its block cache ([`EngineRows`]): an engine's rows are keyed by its owner tag
@@ -54,20 +55,21 @@ use crate::slice::ValueSlice;
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
 /// Bookkeeping bytes charged per entry on top of its encoded bytes: the map's slot (the hash and the
-/// entry's pointer, charge and reference bit: 32 bytes), the ring's key (8), the allocation's reference
-/// counts (16) and its rounding (16).
-const ENTRY_OVERHEAD: usize = clock::slot_bytes::<u64, Entry>() + 8 + 16 + 16;
-/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 193
-/// bytes, so the doorkeeper has about 1.5 times as many slots as the cache holds entries (and takes 1/32
+/// entry's pointer, charge and reference bit: 32 bytes), the ring's key (8) and the allocation's rounding
+/// (16).
+const ENTRY_OVERHEAD: usize = clock::slot_bytes::<u64, Entry>() + 8 + 16;
+/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 177
+/// bytes, so the doorkeeper has about 1.4 times as many slots as the cache holds entries (and takes 1/32
 /// of the capacity).
 const DOOR_BYTES_PER_SLOT: usize = 128;
 /// The most doorkeeper slots (16 MiB of fingerprints).
 const DOOR_MAX: usize = 1 << 22;
 
 /// One cached entry: `varint owner | varint file | varint key length | key | rows` (rows newest first,
-/// each `kind u8 | varint seqno | varint value length | value`), one allocation.
+/// each `kind u8 | varint seqno | varint value length | value`), one allocation without reference counts:
+/// a hit copies the rows out ([`Entry::rows`]).
 struct Entry {
-    data: Arc<[u8]>,
+    data: Box<[u8]>,
 }
 
 /// The owner, file number and key range encoded at the head of an entry's bytes.
@@ -91,20 +93,19 @@ impl Entry {
         head(&self.data).map(|(o, _, _)| o)
     }
 
-    /// The entry's rows.
+    /// A copy of the entry's rows (one allocation, which the values read from them share).
     fn rows(&self) -> CachedRows {
+        let start = head(&self.data).map_or(self.data.len(), |(_, _, k)| k.end);
         CachedRows {
-            data: Arc::clone(&self.data),
-            start: head(&self.data).map_or(self.data.len(), |(_, _, k)| k.end),
+            data: Arc::from(self.data.get(start..).unwrap_or_default()),
         }
     }
 }
 
-/// A cached entry's bytes and where its encoded rows start.
+/// The encoded rows of a cached entry, copied out of the cache.
 #[derive(Clone)]
 pub(crate) struct CachedRows {
     data: Arc<[u8]>,
-    start: usize,
 }
 
 /// What [`RowCache::lookup`] found for one file and key.
@@ -364,7 +365,7 @@ impl RowCache {
             return;
         }
         let h = hash(owner, file, rec.rows.get(..rec.key_len).unwrap_or_default());
-        let data: Arc<[u8]> = Arc::from(rec.encode(owner, file));
+        let data = rec.encode(owner, file).into_boxed_slice();
         debug_assert_eq!(data.len() + ENTRY_OVERHEAD, charge);
         let Some(s) = self.shard(h) else {
             return;
@@ -534,7 +535,7 @@ pub(crate) fn replay(
     rows: &CachedRows,
     visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
 ) -> bool {
-    let mut at = rows.start;
+    let mut at = 0;
     while let Some((seqno, kind, range)) = row_at(&rows.data, at) {
         at = range.end;
         let value = || {
@@ -764,10 +765,10 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_of_a_10_byte_key_and_a_100_byte_value_is_charged_its_encoding_and_72_bytes() {
+    fn an_entry_of_a_10_byte_key_and_a_100_byte_value_is_charged_its_encoding_and_56_bytes() {
         // The map's slot: the hash, the entry's pointer, its charge and reference bit.
         assert_eq!(clock::slot_bytes::<u64, Entry>(), 32);
-        assert_eq!(ENTRY_OVERHEAD, 72);
+        assert_eq!(ENTRY_OVERHEAD, 56);
         let c = RowCache::new(1 << 20, None);
         // Owner 1 and file 5 (a byte each), the key's length (1), the key (10); the row: kind (1), a
         // seqno of 70 million (4), the value's length (1), the value (100).
@@ -776,10 +777,10 @@ mod tests {
             5,
             record(b"0123456789", &[(70_000_000, ValueKind::Put, &[7u8; 100])]),
         );
-        assert_eq!(c.usage(), 72 + 3 + 10 + 6 + 100);
-        // Rows held per MiB of entries: 5,489 (4,788 at the 219 bytes of a 96-byte overhead and a
+        assert_eq!(c.usage(), 56 + 3 + 10 + 6 + 100);
+        // Rows held per MiB of entries: 5,991 (4,788 at the 219 bytes of a 96-byte overhead and a
         // 13-byte row header).
-        assert_eq!((1 << 20) / c.usage(), 5_489);
+        assert_eq!((1 << 20) / c.usage(), 5_991);
     }
 
     #[test]
