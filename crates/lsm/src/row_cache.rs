@@ -93,12 +93,16 @@ impl Entry {
         head(&self.data).map(|(o, _, _)| o)
     }
 
-    /// A copy of the entry's rows (one allocation, which the values read from them share).
-    fn rows(&self) -> CachedRows {
-        let start = head(&self.data).map_or(self.data.len(), |(_, _, k)| k.end);
-        CachedRows {
-            data: Arc::from(self.data.get(start..).unwrap_or_default()),
+    /// A copy of the rows, if this is the entry of `key` in file `file` of the engine tagged `owner` (one
+    /// allocation, which the values read from them share; the head is parsed once).
+    fn rows_of(&self, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
+        let (o, f, k) = head(&self.data)?;
+        if o != owner || f != file || self.data.get(k.clone()) != Some(key) {
+            return None;
         }
+        Some(CachedRows {
+            data: Arc::from(self.data.get(k.end..).unwrap_or_default()),
+        })
     }
 }
 
@@ -305,8 +309,7 @@ impl RowCache {
         }
         self.shard(h).and_then(|s| {
             let mut s = s.lock();
-            let e = s.get(&h)?;
-            e.is(owner, file, key).then(|| e.rows())
+            s.get(&h)?.rows_of(owner, file, key)
         })
     }
 
