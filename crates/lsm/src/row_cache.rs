@@ -156,24 +156,17 @@ impl RowRecorder {
         file_exhausted || matches!(self.last_kind, Some(ValueKind::Put | ValueKind::Delete))
     }
 
-    /// The entry of these rows for file `file` of the engine tagged `owner` (see [`Entry`]).
+    /// The entry of these rows for file `file` of the engine tagged `owner` (see [`Entry`]), allocated at
+    /// its exact length (so that it needs no reallocation to become the entry's box).
     fn encode(self, owner: u64, file: u64) -> Vec<u8> {
-        let mut data = Vec::with_capacity(self.rows.len() + 3 * 10);
+        let varint = |v: u64| (v.max(1).ilog2() as usize) / 7 + 1;
+        let len = varint(owner) + varint(file) + varint(self.key_len as u64) + self.rows.len();
+        let mut data = Vec::with_capacity(len);
         put_varint64(&mut data, owner);
         put_varint64(&mut data, file);
         put_varint64(&mut data, self.key_len as u64);
         data.extend_from_slice(&self.rows);
         data
-    }
-
-    /// The bytes an entry of these rows charges its cache ([`ENTRY_OVERHEAD`] and its encoding).
-    fn charge(&self, owner: u64, file: u64) -> usize {
-        let varint = |v: u64| (v.max(1).ilog2() as usize) / 7 + 1;
-        ENTRY_OVERHEAD
-            + varint(owner)
-            + varint(file)
-            + varint(self.key_len as u64)
-            + self.rows.len()
     }
 }
 
@@ -362,14 +355,13 @@ impl RowCache {
     /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
     /// than an eighth of a shard is not cached.
     pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) {
-        let charge = rec.charge(owner, file);
+        let h = hash(owner, file, rec.rows.get(..rec.key_len).unwrap_or_default());
+        let data = rec.encode(owner, file).into_boxed_slice();
+        let charge = data.len() + ENTRY_OVERHEAD;
         let capacity = self.shard_capacity();
         if charge > capacity / 8 {
             return;
         }
-        let h = hash(owner, file, rec.rows.get(..rec.key_len).unwrap_or_default());
-        let data = rec.encode(owner, file).into_boxed_slice();
-        debug_assert_eq!(data.len() + ENTRY_OVERHEAD, charge);
         let Some(s) = self.shard(h) else {
             return;
         };
@@ -784,6 +776,26 @@ mod tests {
         // Rows held per MiB of entries: 5,991 (4,788 at the 219 bytes of a 96-byte overhead and a
         // 13-byte row header).
         assert_eq!((1 << 20) / c.usage(), 5_991);
+    }
+
+    #[test]
+    fn an_entry_is_encoded_at_its_exact_length_and_charged_it() {
+        for (owner, file) in [(0, 0), (127, 128), (1 << 24, 1 << 40), (u64::MAX, u64::MAX)] {
+            let data =
+                record(b"key", &[(u64::MAX, ValueKind::Put, &[7u8; 200])]).encode(owner, file);
+            assert_eq!(data.capacity(), data.len(), "{owner} {file}");
+            let c = RowCache::new(1 << 20, None);
+            c.insert(
+                owner,
+                file,
+                record(b"key", &[(u64::MAX, ValueKind::Put, &[7u8; 200])]),
+            );
+            assert_eq!(c.usage(), data.len() + ENTRY_OVERHEAD);
+            assert_eq!(
+                replayed(&c.get(owner, file, b"key").unwrap())[0].2,
+                [7u8; 200]
+            );
+        }
     }
 
     #[test]
