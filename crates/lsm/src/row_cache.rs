@@ -112,6 +112,18 @@ pub(crate) struct CachedRows {
     data: Arc<[u8]>,
 }
 
+impl CachedRows {
+    /// Whether the rows decode one after another to their last byte (an entry that does not, which only
+    /// a corruption of memory could make, is a miss: replaying it would show fewer versions than the file).
+    fn is_whole(&self) -> bool {
+        let mut at = 0;
+        while let Some((_, _, range)) = row_at(&self.data, at) {
+            at = range.end;
+        }
+        at == self.data.len()
+    }
+}
+
 /// What [`RowCache::lookup`] found for one file and key.
 pub(crate) enum Lookup {
     /// The cached rows.
@@ -295,15 +307,18 @@ impl RowCache {
     }
 
     /// [`get`](Self::get) with the hash of (`owner`, `file`, `key`). An empty cache answers without a lock
-    /// (the miss path of every file lookup while no row was admitted).
+    /// (the miss path of every file lookup while no row was admitted); rows that do not decode to their
+    /// end are a miss ([`CachedRows::is_whole`]).
     fn get_hashed(&self, h: u64, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
         if self.usage.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        self.shard(h).and_then(|s| {
-            let mut s = s.lock();
-            s.get(&h)?.rows_of(owner, file, key)
-        })
+        self.shard(h)
+            .and_then(|s| {
+                let mut s = s.lock();
+                s.get(&h)?.rows_of(owner, file, key)
+            })
+            .filter(CachedRows::is_whole)
     }
 
     /// One file's lookup of `key` (file `file` of the engine tagged `owner`): the cached rows, or whether
@@ -644,6 +659,24 @@ mod tests {
         assert!(record(b"k", &[(4, ValueKind::Merge, b"x")]).complete(true));
         assert!(record(b"k", &[(4, ValueKind::Delete, b"")]).complete(false));
         assert!(record(b"k", &[]).complete(true));
+    }
+
+    #[test]
+    fn an_entry_whose_rows_do_not_decode_to_their_end_is_a_miss() {
+        let c = RowCache::new(1 << 20, None);
+        let mut rec = record(
+            b"k",
+            &[
+                (9, ValueKind::Merge, b"newer"),
+                (5, ValueKind::Put, b"base"),
+            ],
+        );
+        // The second row's value cut short: replaying would show the merge operand alone.
+        rec.rows.truncate(rec.rows.len() - 2);
+        c.insert(0, 1, rec);
+        assert!(c.contains(0, 1, b"k"));
+        assert!(c.get(0, 1, b"k").is_none());
+        assert!(matches!(c.lookup(0, 1, b"k"), Lookup::Pass | Lookup::Admit));
     }
 
     #[test]
