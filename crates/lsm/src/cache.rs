@@ -90,6 +90,8 @@ pub(crate) fn file_key(owner: u64, number: u64) -> u64 {
 /// A sharded, byte-bounded cache of decompressed blocks.
 pub struct BlockCache {
     shards: Box<[Mutex<Shard>]>,
+    /// Each shard's bound in a cache of a fixed capacity (read only without a budget and a pool; 0 in a
+    /// pooled cache).
     shard_capacity: usize,
     /// The budget whose leftover is the capacity (None: the fixed `shard_capacity`, or the pool's).
     budget: Option<Arc<MemoryBudget>>,
@@ -118,7 +120,7 @@ impl BlockCache {
         let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
         let cache = Arc::new(BlockCache {
             shards,
-            shard_capacity: pool.capacity() / SHARDS,
+            shard_capacity: 0,
             budget: None,
             pool: Some(Arc::clone(&pool)),
             owners: std::sync::atomic::AtomicU64::new(0),
