@@ -64,7 +64,7 @@ pub struct Options {
     /// first miss). With `row_cache_size` `Some(_)` the block cache has this alone.
     pub block_cache_size: usize,
     /// The row cache (default `None`: on, see below). The row cache keeps what point lookups found per
-    /// file and key (an entry of about 100 bytes plus its key and about 83 bytes of bookkeeping) rather than
+    /// file and key (an entry of about 100 bytes plus its key and about 65 bytes of bookkeeping) rather than
     /// whole blocks, so hot keys scattered over more blocks than the block cache holds are still read from
     /// memory; RocksDB's `row_cache`. A key's rows are cached on its second miss within a while (a
     /// doorkeeper of 1/32 of the capacity remembers the first), so keys read once do not fill it. Reads at

@@ -27,7 +27,7 @@
 //! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer. An entry
 //! is one allocation (`varint owner | varint file | varint key length | key | rows`, each row
 //! `kind u8 | varint seqno | varint length | value`) behind a 16-byte pointer and without reference
-//! counts, so that the map's slot is 32 bytes (`ENTRY_OVERHEAD`: about 177 bytes charged for a 10-byte key
+//! counts, so that the map's slot is 32 bytes (`ENTRY_OVERHEAD`: about 175 bytes charged for a 10-byte key
 //! and a 100-byte value); a hit copies the rows out under the shard's lock.
 //!
 //! **Sharing**: by default the engines of an environment with a memory budget share its one row cache, as
@@ -58,7 +58,7 @@ const SHARDS: usize = 16;
 /// entry's pointer, charge and reference bit: 32 bytes), the ring's key (8) and the allocation's rounding
 /// (16).
 const ENTRY_OVERHEAD: usize = clock::slot_bytes::<u64, Entry>() + 8 + 16;
-/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 177
+/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 175
 /// bytes, so the doorkeeper has about 1.4 times as many slots as the cache holds entries (and takes 1/32
 /// of the capacity).
 const DOOR_BYTES_PER_SLOT: usize = 128;
