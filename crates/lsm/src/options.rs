@@ -76,7 +76,9 @@ pub struct Options {
     ///   of its own sharing [`block_cache_size`](Self::block_cache_size) with the block cache (no memory on
     ///   top of it);
     /// - `Some(0)`: no row cache;
-    /// - `Some(bytes)`: a row cache of its own of `bytes` (on top of a block cache of its own).
+    /// - `Some(bytes)`: a row cache of its own of `bytes`, on top of the engine's block cache (on an
+    ///   environment with a memory budget, charged to the budget: the shared block cache holds that much
+    ///   less).
     ///
     /// Every row cache charges the environment's budget what it holds, at most its capacity
     /// (`design/decisions/0008-row-cache.md`).
