@@ -806,8 +806,7 @@ mod tests {
             record(b"0123456789", &[(70_000_000, ValueKind::Put, &[7u8; 100])]),
         );
         assert_eq!(c.usage(), 56 + 3 + 10 + 6 + 100);
-        // Rows held per MiB of entries: 5,991 (4,788 at the 219 bytes of a 96-byte overhead and a
-        // 13-byte row header).
+        // Rows held per MiB of entries: 5,991.
         assert_eq!((1 << 20) / c.usage(), 5_991);
     }
 
