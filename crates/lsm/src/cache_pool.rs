@@ -6,8 +6,8 @@
 //! to the rest, but never below its half. So rows take the block cache's unused room when blocks are stored
 //! raw and read from the map (incompressible values: the block cache then holds next to nothing), blocks
 //! take the rows' unused room when no key is read twice, and together they never hold more than the
-//! capacity (`Options::block_cache_size`; between an insert and the evictions it starts, by at most that
-//! one entry). Why: `design/decisions/0008-row-cache.md`, "One capacity for an engine's own caches".
+//! capacity (`Options::block_cache_size`; between an insert and the evictions it starts, by at most one
+//! entry per concurrent insert). Why: `design/decisions/0008-row-cache.md`, "One capacity for an engine's own caches".
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
