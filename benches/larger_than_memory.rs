@@ -13,7 +13,8 @@
 //! the WAL off; both engines then finish their background work. Both use 4 KiB blocks, LZ4 (the values do
 //! not compress, so blocks are stored raw), 10 bits/key bloom filters, a 64 MiB memtable and an equal
 //! block cache (`KS_LTM_CACHE_MB`, default 64). `ours` keeps the engine's default row cache (an engine
-//! without an environment: half its block cache, 32 MiB, on top of it; `Options::row_cache_size` `None`),
+//! without an environment: one sharing the block cache's capacity, so that the two hold at most
+//! `KS_LTM_CACHE_MB` together, as RocksDB's block cache alone; `Options::row_cache_size` `None`),
 //! `ours-row` turns it off (`Some(0)`); RocksDB has none by default, nor in Flink's configuration. Each
 //! engine also runs with a row cache of `KS_LTM_ROW_CACHE_MB` (default 32) on top of its block cache
 //! (`KS_LTM_ROW_CHARGED=1`: taken from the block cache, so that every engine has the same cache memory)
@@ -33,7 +34,8 @@
 //! of the keys, after two untimed reads in a row of each hot key, reported as `hot_fill`), batched reads (`multi_get` of 32 uniform keys), read-modify-write updates (get, then put
 //! of a new value, uniform keys) and list appends (merge operands, 8-byte elements on 1 % of the keys).
 //! Per phase: ops/s, ops per CPU-second of the process (background threads included), `read_bytes` of
-//! `/proc/self/io` per op, major faults per op; per child: the cgroup's peak usage
+//! `/proc/self/io` per op, major faults per op, and what the block cache and the row cache hold after it
+//! (`STAT cache_after_<phase>`, echoed; rows held for ours); per child: the cgroup's peak usage
 //! (`memory.max_usage_in_bytes`, page cache included), the process's peak RSS and peak anonymous memory,
 //! and whether the cgroup OOM-killed anything.
 //!
@@ -289,6 +291,20 @@ trait Engine {
     fn settle(&self);
     /// Bytes in the row cache (0 without one).
     fn row_cache_usage(&self) -> usize;
+    /// Entries in the row cache (`None`: not known).
+    fn row_cache_rows(&self) -> Option<usize>;
+    /// Bytes in the block cache.
+    fn block_cache_usage(&self) -> usize;
+}
+
+/// Prints what the engine's caches hold after phase `name` (`STAT cache_after_<name>`, echoed by the parent).
+fn print_caches(e: &dyn Engine, name: &str) {
+    println!(
+        "STAT cache_after_{name} block cache {:.1} MiB, row cache {:.1} MiB, {} rows",
+        e.block_cache_usage() as f64 / (1 << 20) as f64,
+        e.row_cache_usage() as f64 / (1 << 20) as f64,
+        e.row_cache_rows().map_or("?".into(), |r| r.to_string())
+    );
 }
 
 mod ours {
@@ -359,6 +375,12 @@ mod ours {
         }
         fn row_cache_usage(&self) -> usize {
             self.0.stats().row_cache_usage
+        }
+        fn row_cache_rows(&self) -> Option<usize> {
+            Some(self.0.stats().row_cache_rows)
+        }
+        fn block_cache_usage(&self) -> usize {
+            self.0.stats().block_cache_usage
         }
     }
 }
@@ -446,6 +468,12 @@ mod rocks {
         }
         fn row_cache_usage(&self) -> usize {
             self._row_cache.as_ref().map_or(0, |c| c.get_usage())
+        }
+        fn row_cache_rows(&self) -> Option<usize> {
+            None
+        }
+        fn block_cache_usage(&self) -> usize {
+            self._cache.get_usage()
         }
     }
 }
@@ -604,6 +632,7 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
         1
     });
     m.stop("get_uniform", ops);
+    print_caches(e.as_ref(), "get_uniform");
 
     let zipf = Zipf::new(n, 0.99);
     let m = Meter::start();
@@ -613,6 +642,7 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
         1
     });
     m.stop("get_zipf", ops);
+    print_caches(e.as_ref(), "get_zipf");
 
     let hot = (n / 100).max(1);
     // Every hot key read twice in a row first (not timed, but reported): the phase measures hot reads once
@@ -624,6 +654,7 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
         e.get(&key(mix(h) % n, n));
     }
     m.stop("hot_fill", hot);
+    print_caches(e.as_ref(), "hot_fill");
     let m = Meter::start();
     let ops = timed(secs, || {
         let i = mix(rng.next() % hot) % n;
@@ -631,9 +662,11 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
         1
     });
     m.stop("get_hot", ops);
+    print_caches(e.as_ref(), "get_hot");
     println!(
-        "STAT row_cache_mib_after_hot {:.1}",
-        e.row_cache_usage() as f64 / (1 << 20) as f64
+        "STAT row_cache_mib_after_hot {:.1} MiB, {} rows",
+        e.row_cache_usage() as f64 / (1 << 20) as f64,
+        e.row_cache_rows().map_or("?".into(), |r| r.to_string())
     );
 
     let mut batch = [[0u8; KEY_LEN]; BATCH];
@@ -647,6 +680,7 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
         BATCH as u64
     });
     m.stop("multi_get32", ops);
+    print_caches(e.as_ref(), "multi_get32");
 
     let mut v = [0u8; VALUE_LEN];
     let m = Meter::start();
@@ -659,6 +693,7 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
         1
     });
     m.stop("rmw", ops);
+    print_caches(e.as_ref(), "rmw");
 
     // Lists of their own keys (after every loaded key), 1 % as many as the loaded keys.
     let lists = (n / 100).max(1);
@@ -669,6 +704,7 @@ fn child_measure(engine: &str, n: u64, dir: &Path, cache: usize, cg: Option<&Cgr
         1
     });
     m.stop("append", ops);
+    print_caches(e.as_ref(), "append");
     // Flush and compact what the writes left (not timed), so that the next round does not read while
     // compacting them.
     let t = Instant::now();
@@ -746,6 +782,9 @@ fn run_child(
                 run.phases.insert(f[1].to_string(), nums);
             }
             Some(&"STAT") if f.len() >= 3 => {
+                if f[1].starts_with("cache_after_") {
+                    println!("  {engine} {line}");
+                }
                 run.stats.insert(f[1].to_string(), f[2..].join(" "));
             }
             _ => {}
@@ -836,7 +875,7 @@ fn run_case(exe: &Path, case: &Case, engines: &[&str], base: &Path, reps: u64) {
             let t = Instant::now();
             let r = run_child(exe, "measure", e, case, &dir, cg.as_ref());
             println!(
-                "round {round} {e}: {:.0} s, {}; hot keys read twice in {:.1} s; row cache after the hot reads {} MiB, cgroup peak {} MiB, OOM kills {}; {}",
+                "round {round} {e}: {:.0} s, {}; hot keys read twice in {:.1} s; row cache after the hot reads {}, cgroup peak {} MiB, OOM kills {}; {}",
                 t.elapsed().as_secs_f64(),
                 r.stats.get("warmup").cloned().unwrap_or_default(),
                 r.phases.get("hot_fill").map_or(f64::NAN, |p| p[1]),

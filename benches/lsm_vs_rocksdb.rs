@@ -22,7 +22,9 @@
 //! background threads, default 5 as `Options::default()`), `KS_BENCH_L0_BASE_RATIO_PCT` (our
 //! `l0_base_ratio` in percent, default 25 as `Options::default()`; 0: L0 into the base level at the trigger),
 //! `KS_BENCH_SST_METADATA` (`cached`: our files' indexes and filters in the block cache,
-//! `MetadataPlacement::Cached`; default `resident`).
+//! `MetadataPlacement::Cached`; default `resident`), `KS_BENCH_ROW_CACHE_MB` (our `row_cache_size`:
+//! `Some` of that many MiB, a row cache on top of the block cache, 0 none; unset: the default, which shares
+//! the block cache's capacity).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -223,6 +225,11 @@ mod ours {
                     Ok("cached") => MetadataPlacement::Cached,
                     _ => MetadataPlacement::Resident,
                 },
+                // `KS_BENCH_ROW_CACHE_MB`: a row cache of that size on top of the block cache (0: none).
+                row_cache_size: std::env::var("KS_BENCH_ROW_CACHE_MB")
+                    .ok()
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .map(|mb| mb << 20),
                 ..Options::default()
             };
             let desc = format!("{opts:?} sst={:?} block_cache={}", opts.sst, cache_bytes);

@@ -2,7 +2,7 @@
 //! keyed by owner tag, file number and key) and charged to the budget once for what it holds; one of its
 //! own for an engine with a block cache of its own; none when `row_cache_size` is `Some(0)`.
 
-use keyed_state_lsm::{Db, EnvOptions, Options, SharedEnv, SstOptions};
+use keyed_state_lsm::{Compression, Db, EnvOptions, Options, SharedEnv, SstOptions};
 
 const MIB: usize = 1 << 20;
 
@@ -250,6 +250,49 @@ fn an_engine_on_its_own_has_a_row_cache_by_default() {
     let s = db.stats();
     assert_eq!((s.row_cache_hits, s.row_cache_misses), (100, 200), "{s:?}");
     assert!(s.row_cache_usage > 100 * 60);
+}
+
+#[test]
+fn an_engine_on_its_own_shares_its_block_cache_capacity_with_its_row_cache() {
+    for compression in [Compression::None, Compression::Lz4] {
+        let d = tempfile::tempdir().unwrap();
+        let db = Db::open(
+            d.path(),
+            Options {
+                block_cache_size: MIB,
+                sst: SstOptions {
+                    block_size: 256,
+                    compression,
+                    ..SstOptions::default()
+                },
+                auto_compaction: false,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        // 20,000 rows of about 160 bytes each: three times the capacity.
+        load(&db, "x", 20_000);
+        read(&db, "x", 20_000, 2);
+        let s = db.stats();
+        let door = MIB / 32;
+        // Together within the capacity, the doorkeeper included (one thread: the other cache evicts
+        // before an insert returns).
+        assert!(
+            s.block_cache_usage + s.row_cache_usage + door <= MIB,
+            "{compression:?}: {s:?}"
+        );
+        if compression == Compression::None {
+            // Raw blocks are read from the map, never cached: the rows have the whole capacity, more
+            // than the half of it they always get.
+            assert_eq!(s.block_cache_usage, 0, "{s:?}");
+            assert!(s.row_cache_usage > MIB * 7 / 8, "{s:?}");
+        } else {
+            // Both want more than they hold: each keeps its half, less a shard's last entry (rows of
+            // about 200 bytes charged, blocks of about 4,400).
+            assert!(s.row_cache_usage + door >= MIB / 2 - 16 * 200, "{s:?}");
+            assert!(s.block_cache_usage >= MIB / 2 - 16 * 4400, "{s:?}");
+        }
+    }
 }
 
 /// A value of `engine` for key `i` whose length varies with `i` (20 to 219 bytes).

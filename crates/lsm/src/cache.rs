@@ -22,6 +22,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::budget::{LeftoverCache, MemoryBudget};
+use crate::cache_pool::{CachePool, Part};
 use crate::clock::ClockShard;
 
 /// Number of shards (a power of two).
@@ -52,10 +53,19 @@ impl Shard {
         self.clock.fit(capacity, &mut |b| recycle(spare, b));
     }
 
-    fn insert(&mut self, key: Key, block: Arc<Vec<u8>>, charge: usize, capacity: usize) {
+    /// Caches `block`; returns the shard's usage before and after.
+    fn insert(
+        &mut self,
+        key: Key,
+        block: Arc<Vec<u8>>,
+        charge: usize,
+        capacity: usize,
+    ) -> (usize, usize) {
+        let before = self.clock.usage();
         let spare = &mut self.spare;
         self.clock
             .insert(key, block, charge, capacity, &mut |b| recycle(spare, b));
+        (before, self.clock.usage())
     }
 }
 
@@ -80,9 +90,13 @@ pub(crate) fn file_key(owner: u64, number: u64) -> u64 {
 /// A sharded, byte-bounded cache of decompressed blocks.
 pub struct BlockCache {
     shards: Box<[Mutex<Shard>]>,
+    /// Each shard's bound in a cache of a fixed capacity (read only without a budget and a pool; 0 in a
+    /// pooled cache).
     shard_capacity: usize,
-    /// The budget whose leftover is the capacity (None: the fixed `shard_capacity`).
+    /// The budget whose leftover is the capacity (None: the fixed `shard_capacity`, or the pool's).
     budget: Option<Arc<MemoryBudget>>,
+    /// The capacity shared with the engine's row cache, if any ([`BlockCache::pooled`]).
+    pool: Option<Arc<CachePool>>,
     /// The next owner tag.
     owners: std::sync::atomic::AtomicU64,
 }
@@ -95,8 +109,41 @@ impl BlockCache {
             shards,
             shard_capacity: capacity_bytes / SHARDS,
             budget: None,
+            pool: None,
             owners: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// A cache of an engine's own sharing `pool` with its row cache (`crate::cache_pool`): it holds at most
+    /// what the pool leaves it, and evicts when the row cache needs the room.
+    pub(crate) fn pooled(pool: Arc<CachePool>) -> Arc<Self> {
+        let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
+        let cache = Arc::new(BlockCache {
+            shards,
+            shard_capacity: 0,
+            budget: None,
+            pool: Some(Arc::clone(&pool)),
+            owners: std::sync::atomic::AtomicU64::new(0),
+        });
+        let weak: std::sync::Weak<dyn LeftoverCache> = Arc::downgrade(&cache) as _;
+        pool.connect(Part::Blocks, weak);
+        cache
+    }
+
+    /// The capacity the cache shares with its engine's row cache, if it is [`pooled`](Self::pooled).
+    pub(crate) fn pool(&self) -> Option<&Arc<CachePool>> {
+        self.pool.as_ref()
+    }
+
+    /// Tells the pool (if any) the shard's usage went from `before` to `after`.
+    fn pool_changed(&self, before: usize, after: usize) {
+        if let Some(p) = &self.pool {
+            if after > before {
+                p.grew(Part::Blocks, after - before);
+            } else if before > after {
+                p.shrank(Part::Blocks, before - after);
+            }
+        }
     }
 
     /// A cache holding what `budget` leaves (see the module documentation), connected to it.
@@ -106,6 +153,7 @@ impl BlockCache {
             shards,
             shard_capacity: budget.capacity().unwrap_or(0) / SHARDS,
             budget: Some(Arc::clone(&budget)),
+            pool: None,
             owners: std::sync::atomic::AtomicU64::new(0),
         });
         let leftover: Arc<dyn LeftoverCache> = Arc::clone(&cache) as Arc<dyn LeftoverCache>;
@@ -127,14 +175,18 @@ impl BlockCache {
     /// The bound of one shard now.
     #[inline]
     fn shard_capacity(&self) -> usize {
-        match &self.budget {
-            None => self.shard_capacity,
-            Some(b) => b.cache_capacity().min(usize::MAX / 2) / SHARDS,
+        match (&self.budget, &self.pool) {
+            (Some(b), _) => b.cache_capacity().min(usize::MAX / 2) / SHARDS,
+            (None, Some(p)) => p.bound(Part::Blocks) / SHARDS,
+            (None, None) => self.shard_capacity,
         }
     }
 
     /// The byte bound now (rounded down to a multiple of the shard count): the one the cache was created
-    /// with, or what its budget leaves.
+    /// with, what its budget leaves, or in a pooled cache (`BlockCache::pooled`) what the pool leaves the
+    /// blocks (at least half the pool's capacity). A metadata buffer too large for a shard of this bound
+    /// is kept in its file's slot instead (`MetadataPlacement::Cached`), and stays there when the bound
+    /// grows again; in a pooled cache, which has no budget, such a buffer is charged to neither cache.
     pub fn capacity(&self) -> usize {
         self.shard_capacity() * SHARDS
     }
@@ -143,7 +195,13 @@ impl BlockCache {
     pub fn fit(&self) {
         let cap = self.shard_capacity();
         for shard in self.shards.iter() {
-            shard.lock().fit(cap);
+            let (before, after) = {
+                let mut s = shard.lock();
+                let before = s.clock.usage();
+                s.fit(cap);
+                (before, s.clock.usage())
+            };
+            self.pool_changed(before, after);
         }
     }
 
@@ -199,13 +257,20 @@ impl BlockCache {
             return;
         }
         let key = (file_number, offset);
-        self.shard(&key).lock().insert(key, block, charge, cap);
+        let (before, after) = self.shard(&key).lock().insert(key, block, charge, cap);
+        self.pool_changed(before, after);
     }
 
     /// Drops every cached block of `file_number` (e.g. after the file is deleted).
     pub fn erase_file(&self, file_number: u64) {
         for shard in self.shards.iter() {
-            shard.lock().clock.retain(|k, _| k.0 != file_number);
+            let (before, after) = {
+                let mut s = shard.lock();
+                let before = s.clock.usage();
+                s.clock.retain(|k, _| k.0 != file_number);
+                (before, s.clock.usage())
+            };
+            self.pool_changed(before, after);
         }
     }
 }

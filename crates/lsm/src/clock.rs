@@ -14,8 +14,15 @@ use hashbrown::HashMap;
 
 struct Slot<V> {
     value: V,
-    charge: usize,
+    /// At most 4 GiB: a larger value is not cached (a `u32` keeps a row cache's slot at 24 bytes).
+    charge: u32,
     referenced: bool,
+}
+
+/// Bytes of one slot of a shard's map of values `V` keyed by `K` (the key and the slot, as the map stores
+/// them; its control byte and empty slots are not counted).
+pub(crate) const fn slot_bytes<K, V>() -> usize {
+    std::mem::size_of::<(K, Slot<V>)>()
 }
 
 /// A CLOCK shard of values `V` keyed by `K`, bounded by the capacity its caller passes to
@@ -57,6 +64,11 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
         self.usage
     }
 
+    /// The number of cached entries.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
     /// Evicts one unreferenced entry, handing its value to `evicted`; false if the shard is empty.
     pub(crate) fn evict_one(&mut self, evicted: &mut impl FnMut(V)) -> bool {
         // Two sweeps always find a victim: the first clears every reference bit.
@@ -75,7 +87,7 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
                 continue;
             }
             if let Some(slot) = self.map.remove(&key) {
-                self.usage -= slot.charge;
+                self.usage -= slot.charge as usize;
                 evicted(slot.value);
             }
             return true;
@@ -94,7 +106,7 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
 
     /// Inserts `value` under `key` charging `charge` bytes, or replaces the value cached there (keeping
     /// its place in the clock), evicting others to stay within `capacity`. A new entry that cannot fit
-    /// (the shard emptied) is dropped. Evicted values go to `evicted`.
+    /// (the shard emptied), or whose charge is 4 GiB or more, is dropped. Evicted values go to `evicted`.
     pub(crate) fn insert(
         &mut self,
         key: K,
@@ -103,10 +115,17 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
         capacity: usize,
         evicted: &mut impl FnMut(V),
     ) {
+        let Ok(charge32) = u32::try_from(charge) else {
+            if let Some(slot) = self.map.remove(&key) {
+                self.usage -= slot.charge as usize;
+                evicted(slot.value);
+            }
+            return;
+        };
         if let Some(slot) = self.map.get_mut(&key) {
-            self.usage = self.usage - slot.charge + charge;
+            self.usage = self.usage - slot.charge as usize + charge;
             slot.value = value;
-            slot.charge = charge;
+            slot.charge = charge32;
         } else {
             while self.usage + charge > capacity {
                 if !self.evict_one(evicted) {
@@ -117,7 +136,7 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
                 key,
                 Slot {
                     value,
-                    charge,
+                    charge: charge32,
                     referenced: false,
                 },
             );
@@ -137,7 +156,7 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
         self.map.retain(|k, slot| {
             let kept = keep(k, &slot.value);
             if !kept {
-                *usage -= slot.charge;
+                *usage -= slot.charge as usize;
             }
             kept
         });

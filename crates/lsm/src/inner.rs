@@ -20,7 +20,7 @@ use super::fast_path::{self, FastPathEntry};
 use super::manifest::{self, ManifestWriter};
 use super::memtable::{MemTable, SpareIndex};
 use super::options::Options;
-use super::row_cache::{self, EngineRows, RowCache};
+use super::row_cache::{EngineRows, RowCache};
 use super::snapshot::SnapshotList;
 use super::version::{FileMeta, Version, VersionEdit};
 use super::wal::WalWriter;
@@ -256,18 +256,19 @@ pub(crate) struct DbInner {
     pub writes_stopped_by_l0: std::sync::atomic::AtomicBool,
 }
 
-/// The row cache an engine opened with `opts` on `env` uses ([`Options::row_cache_size`]): none, one of its
-/// own (of the size asked, or by default half its block cache's when it has a block cache of its own), or
-/// the environment's.
-fn engine_row_cache(opts: &Options, env: &SharedEnv) -> Option<Arc<RowCache>> {
-    let own = |bytes: usize| Arc::new(RowCache::new(bytes, Some(Arc::clone(env.memory()))));
+/// The row cache an engine opened with `opts` on `env` with the block cache `cache` uses
+/// ([`Options::row_cache_size`]): none, one of its own (of the size asked, or by default one sharing the
+/// capacity of its block cache when that is its own: [`BlockCache::pooled`]), or the environment's.
+fn engine_row_cache(opts: &Options, env: &SharedEnv, cache: &BlockCache) -> Option<Arc<RowCache>> {
+    let budget = || Some(Arc::clone(env.memory()));
     match opts.row_cache_size {
         Some(0) => None,
-        Some(bytes) => Some(own(bytes)),
+        Some(bytes) => Some(Arc::new(RowCache::new(bytes, budget()))),
         None if env.block_cache().is_some() => env.row_cache().cloned(),
-        None => Some(row_cache::private_default_size(opts.block_cache_size))
-            .filter(|&bytes| bytes > 0)
-            .map(own),
+        None => cache
+            .pool()
+            .filter(|p| p.capacity() > 0)
+            .map(|p| RowCache::pooled(Arc::clone(p), budget())),
     }
 }
 
@@ -288,7 +289,8 @@ impl DbInner {
         opts.memtable_size = env.write_buffers().memtable_size_for(opts.memtable_size);
         let state_changes = fast_path::new_counter();
         let cache_owner = cache.new_owner();
-        let row_cache = engine_row_cache(&opts, &env).map(|rc| EngineRows::new(rc, cache_owner));
+        let row_cache =
+            engine_row_cache(&opts, &env, &cache).map(|rc| EngineRows::new(rc, cache_owner));
         DbInner {
             row_cache,
             wb: Arc::clone(env.write_buffers()),

@@ -64,6 +64,7 @@ mod bounds;
 mod budget;
 mod budget_pool;
 mod cache;
+mod cache_pool;
 mod checkpoint;
 mod checkpoint_view;
 #[cfg(test)]

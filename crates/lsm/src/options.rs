@@ -57,13 +57,14 @@ pub struct Options {
     pub sst: SstOptions,
     /// Block cache capacity in bytes (default 64 MiB) of an engine with a block cache of its own (no
     /// environment, or one without a memory budget; with a budget the environment's shared block cache is
-    /// used and this is ignored). Such an engine also has by default a row cache of its own of half this
-    /// size (32 MiB for the default) on top of it ([`row_cache_size`](Self::row_cache_size): `Some(0)` turns
-    /// it off), so it may hold 1.5 times this in caches; the row cache's doorkeeper table (1/32 of the row
-    /// cache, 1 MiB for the default) is allocated at its first miss.
+    /// used and this is ignored). Such an engine's default row cache shares this capacity with the block
+    /// cache ([`row_cache_size`](Self::row_cache_size) `None`): each is charged what it holds, each may hold
+    /// what the other leaves and at least half of it when it wants it, and together they hold at most this
+    /// (the row cache's doorkeeper table, 1/32 of it, 2 MiB for the default, included from the row cache's
+    /// first miss). With `row_cache_size` `Some(_)` the block cache has this alone.
     pub block_cache_size: usize,
     /// The row cache (default `None`: on, see below). The row cache keeps what point lookups found per
-    /// file and key (an entry of about 100 bytes plus its key and ~110 bytes of bookkeeping) rather than
+    /// file and key (an entry of about 100 bytes plus its key and about 65 bytes of bookkeeping) rather than
     /// whole blocks, so hot keys scattered over more blocks than the block cache holds are still read from
     /// memory; RocksDB's `row_cache`. A key's rows are cached on its second miss within a while (a
     /// doorkeeper of 1/32 of the capacity remembers the first), so keys read once do not fill it. Reads at
@@ -72,9 +73,12 @@ pub struct Options {
     /// - `None`: on an environment with a memory budget, the environment's one row cache, shared with its
     ///   other engines as the block cache is ([`EnvOptions::row_cache_ratio`](crate::EnvOptions::row_cache_ratio));
     ///   otherwise (no environment, or one without a budget: the engine has its own block cache) a row cache
-    ///   of its own of `block_cache_size / 2`, on top of the block cache;
+    ///   of its own sharing [`block_cache_size`](Self::block_cache_size) with the block cache (no memory on
+    ///   top of it);
     /// - `Some(0)`: no row cache;
-    /// - `Some(bytes)`: a row cache of its own of `bytes`.
+    /// - `Some(bytes)`: a row cache of its own of `bytes`, on top of the engine's block cache (on an
+    ///   environment with a memory budget, charged to the budget: the shared block cache holds that much
+    ///   less).
     ///
     /// Every row cache charges the environment's budget what it holds, at most its capacity
     /// (`design/decisions/0008-row-cache.md`).

@@ -24,7 +24,11 @@
 //!
 //! The structure is the block cache's: shards behind mutexes, each a [`ClockShard`] bounded by its share
 //! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (owner, file,
-//! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer.
+//! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer. An entry
+//! is one allocation (`varint owner | varint file | varint key length | key | rows`, each row
+//! `kind u8 | varint seqno | varint length | value`) behind a 16-byte pointer and without reference
+//! counts, so that the map's slot is 32 bytes (`ENTRY_OVERHEAD`: about 175 bytes charged for a 10-byte key
+//! and a 100-byte value); a hit copies the rows out under the shard's lock.
 //!
 //! **Sharing**: by default the engines of an environment with a memory budget share its one row cache, as
 //! they share its block cache ([`EngineRows`]): an engine's rows are keyed by its owner tag
@@ -32,66 +36,91 @@
 //! kept in the entry and compared on a lookup, so engines (whose file numbers are their own) never see each
 //! other's rows. A closed engine's rows are erased ([`RowCache::erase_owner`]). A cache charges its memory
 //! budget what it holds (doorkeeper, once allocated, and entries; at most its capacity), once however many
-//! engines use it; the block cache gets what is left (`design/decisions/0008-row-cache.md`).
+//! engines use it; the block cache gets what is left (`design/decisions/0008-row-cache.md`). An engine with
+//! a block cache of its own shares that cache's capacity with its default row cache
+//! ([`RowCache::pooled`], `crate::cache_pool`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use crate::budget::MemoryBudget;
-use crate::clock::ClockShard;
+use crate::budget::{LeftoverCache, MemoryBudget};
+use crate::cache_pool::{CachePool, Part};
+use crate::clock::{self, ClockShard};
+use crate::coding::{get_varint64, put_varint64};
 use crate::ikey::ValueKind;
 use crate::slice::ValueSlice;
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
-/// Bookkeeping bytes charged per entry on top of its key and rows: the map's slot (hash and entry, 56
-/// bytes), the ring's (8), the allocation's reference counts (16) and its rounding.
-const ENTRY_OVERHEAD: usize = 96;
-/// Bytes of a row's header in the encoded rows: seqno (8), kind (1), value length (4).
-const ROW_HEADER: usize = 13;
-/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 220
-/// bytes, so the doorkeeper has about twice as many slots as the cache holds entries (and takes 1/32 of
-/// the capacity).
+/// Bookkeeping bytes charged per entry on top of its encoded bytes: the map's slot (the hash and the
+/// entry's pointer, charge and reference bit: 32 bytes), the ring's key (8) and the allocation's rounding
+/// (16).
+const ENTRY_OVERHEAD: usize = clock::slot_bytes::<u64, Entry>() + 8 + 16;
+/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 175
+/// bytes, so the doorkeeper has about 1.4 times as many slots as the cache holds entries (and takes 1/32
+/// of the capacity).
 const DOOR_BYTES_PER_SLOT: usize = 128;
 /// The most doorkeeper slots (16 MiB of fingerprints).
 const DOOR_MAX: usize = 1 << 22;
-/// An engine with a block cache of its own gets by default a row cache of its block cache's size divided
-/// by this (32 MiB for the default 64 MiB), on top of it.
-const PRIVATE_DEFAULT_DIVISOR: usize = 2;
 
-/// The default capacity of the row cache of an engine with a block cache of its own of `block_cache_size`
-/// bytes.
-pub(crate) fn private_default_size(block_cache_size: usize) -> usize {
-    block_cache_size / PRIVATE_DEFAULT_DIVISOR
+/// One cached entry: `varint owner | varint file | varint key length | key | rows` (rows newest first,
+/// each `kind u8 | varint seqno | varint value length | value`), one allocation without reference counts:
+/// a hit copies the rows out ([`Entry::rows`]).
+struct Entry {
+    data: Box<[u8]>,
 }
 
-struct Entry {
-    owner: u64,
-    file: u64,
-    /// The user key, then the encoded rows (`seqno u64 LE | kind u8 | len u32 LE | value`, newest first):
-    /// one allocation per entry.
-    data: CachedRows,
+/// The owner, file number and key range encoded at the head of an entry's bytes.
+fn head(data: &[u8]) -> Option<(u64, u64, std::ops::Range<usize>)> {
+    let (owner, at) = get_varint64(data, 0)?;
+    let (file, at) = get_varint64(data, at)?;
+    let (len, at) = get_varint64(data, at)?;
+    let end = at.checked_add(usize::try_from(len).ok()?)?;
+    (end <= data.len()).then_some((owner, file, at..end))
 }
 
 impl Entry {
     /// Whether this is the entry of `key` in file `file` of the engine tagged `owner`.
     fn is(&self, owner: u64, file: u64, key: &[u8]) -> bool {
-        self.owner == owner && self.file == file && self.data.key() == key
+        head(&self.data)
+            .is_some_and(|(o, f, k)| o == owner && f == file && self.data.get(k) == Some(key))
+    }
+
+    /// The engine tag the entry was cached for.
+    fn owner(&self) -> Option<u64> {
+        head(&self.data).map(|(o, _, _)| o)
+    }
+
+    /// A copy of the rows, if this is the entry of `key` in file `file` of the engine tagged `owner` (one
+    /// allocation, which the values read from them share; the head is parsed once).
+    fn rows_of(&self, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
+        let (o, f, k) = head(&self.data)?;
+        if o != owner || f != file || self.data.get(k.clone()) != Some(key) {
+            return None;
+        }
+        Some(CachedRows {
+            data: Arc::from(self.data.get(k.end..).unwrap_or_default()),
+        })
     }
 }
 
-/// A cached entry's bytes: the user key (`..start`), then its encoded rows.
+/// The encoded rows of a cached entry, copied out of the cache.
 #[derive(Clone)]
 pub(crate) struct CachedRows {
     data: Arc<[u8]>,
-    start: usize,
 }
 
 impl CachedRows {
-    fn key(&self) -> &[u8] {
-        self.data.get(..self.start).unwrap_or_default()
+    /// Whether the rows decode one after another to their last byte (an entry that does not, which only
+    /// a corruption of memory could make, is a miss: replaying it would show fewer versions than the file).
+    fn is_whole(&self) -> bool {
+        let mut at = 0;
+        while let Some((_, _, range)) = row_at(&self.data, at) {
+            at = range.end;
+        }
+        at == self.data.len()
     }
 }
 
@@ -111,8 +140,6 @@ pub(crate) struct RowRecorder {
     rows: Vec<u8>,
     key_len: usize,
     last_kind: Option<ValueKind>,
-    /// A value of 4 GiB or more was met: never cached.
-    oversize: bool,
 }
 
 impl RowRecorder {
@@ -122,19 +149,14 @@ impl RowRecorder {
             rows: key.to_vec(),
             key_len: key.len(),
             last_kind: None,
-            oversize: false,
         }
     }
 
     /// Records one version the file showed.
     pub(crate) fn push(&mut self, seqno: u64, kind: ValueKind, value: &[u8]) {
-        let Ok(len) = u32::try_from(value.len()) else {
-            self.oversize = true;
-            return;
-        };
-        self.rows.extend_from_slice(&seqno.to_le_bytes());
         self.rows.push(kind as u8);
-        self.rows.extend_from_slice(&len.to_le_bytes());
+        put_varint64(&mut self.rows, seqno);
+        put_varint64(&mut self.rows, value.len() as u64);
         self.rows.extend_from_slice(value);
         self.last_kind = Some(kind);
     }
@@ -143,16 +165,31 @@ impl RowRecorder {
     /// versions of the key (`file_exhausted`), or the last one recorded is a put or a deletion (every lookup
     /// stops there). A lookup stopped early on a merge operand (below a range tombstone) is not.
     pub(crate) fn complete(&self, file_exhausted: bool) -> bool {
-        !self.oversize
-            && (file_exhausted
-                || matches!(self.last_kind, Some(ValueKind::Put | ValueKind::Delete)))
+        file_exhausted || matches!(self.last_kind, Some(ValueKind::Put | ValueKind::Delete))
+    }
+
+    /// The entry of these rows for file `file` of the engine tagged `owner` (see [`Entry`]), allocated at
+    /// its exact length (so that it needs no reallocation to become the entry's box).
+    fn encode(self, owner: u64, file: u64) -> Vec<u8> {
+        let varint = |v: u64| (v.max(1).ilog2() as usize) / 7 + 1;
+        let len = varint(owner) + varint(file) + varint(self.key_len as u64) + self.rows.len();
+        let mut data = Vec::with_capacity(len);
+        put_varint64(&mut data, owner);
+        put_varint64(&mut data, file);
+        put_varint64(&mut data, self.key_len as u64);
+        data.extend_from_slice(&self.rows);
+        data
     }
 }
 
 /// A sharded, byte-bounded cache of lookup results per (file, user key).
 pub(crate) struct RowCache {
     shards: Box<[Mutex<ClockShard<u64, Entry>>]>,
+    /// Each shard's bound (a cache of a fixed capacity).
     shard_capacity: usize,
+    /// The capacity shared with the engine's block cache, if any ([`RowCache::pooled`]): the shards'
+    /// bound is then what it leaves the rows.
+    pool: Option<Arc<CachePool>>,
     /// The doorkeeper: fingerprints of hashes that missed once, direct-mapped ([`door_slots`], a power of
     /// two of slots); allocated at the first miss.
     door: OnceLock<Box<[AtomicU32]>>,
@@ -190,10 +227,52 @@ impl RowCache {
                 .map(|_| Mutex::new(ClockShard::default()))
                 .collect(),
             shard_capacity: capacity_bytes.saturating_sub(door_bytes) / SHARDS,
+            pool: None,
             door: OnceLock::new(),
             door_slots: slots,
             usage: AtomicUsize::new(0),
             budget,
+        }
+    }
+
+    /// A row cache of an engine's own sharing `pool` with its block cache (`crate::cache_pool`): its
+    /// doorkeeper is sized for the pool's capacity, its entries hold at most what the pool leaves the rows
+    /// less the doorkeeper, and it evicts when the block cache needs the room. It charges `budget` (if any)
+    /// what it holds, as [`new`](Self::new).
+    pub(crate) fn pooled(pool: Arc<CachePool>, budget: Option<Arc<MemoryBudget>>) -> Arc<Self> {
+        let mut cache = RowCache::new(pool.capacity(), budget);
+        cache.pool = Some(Arc::clone(&pool));
+        let cache = Arc::new(cache);
+        let weak: std::sync::Weak<dyn LeftoverCache> = Arc::downgrade(&cache) as _;
+        pool.connect(Part::Rows, weak);
+        cache
+    }
+
+    /// Each shard's bound on its entries now.
+    fn shard_capacity(&self) -> usize {
+        match &self.pool {
+            None => self.shard_capacity,
+            Some(p) => p.bound(Part::Rows).saturating_sub(self.door_bytes()) / SHARDS,
+        }
+    }
+
+    /// The cache holds `bytes` more: its budget and pool are told.
+    fn grew(&self, bytes: usize) {
+        if let Some(b) = &self.budget {
+            b.row_cache_grew(bytes);
+        }
+        if let Some(p) = &self.pool {
+            p.grew(Part::Rows, bytes);
+        }
+    }
+
+    /// The cache holds `bytes` less (`freed_room`: see [`MemoryBudget::row_cache_shrank`]).
+    fn shrank(&self, bytes: usize, freed_room: bool) {
+        if let Some(b) = &self.budget {
+            b.row_cache_shrank(bytes, freed_room);
+        }
+        if let Some(p) = &self.pool {
+            p.shrank(Part::Rows, bytes);
         }
     }
 
@@ -204,12 +283,15 @@ impl RowCache {
 
     /// The doorkeeper's table, allocated and charged on the first call.
     fn door(&self) -> &[AtomicU32] {
-        self.door.get_or_init(|| {
-            if let Some(b) = &self.budget {
-                b.row_cache_grew(self.door_bytes());
-            }
+        let mut allocated = false;
+        let door = self.door.get_or_init(|| {
+            allocated = true;
             (0..self.door_slots).map(|_| AtomicU32::new(0)).collect()
-        })
+        });
+        if allocated {
+            self.grew(self.door_bytes());
+        }
+        door
     }
 
     #[inline]
@@ -225,16 +307,18 @@ impl RowCache {
     }
 
     /// [`get`](Self::get) with the hash of (`owner`, `file`, `key`). An empty cache answers without a lock
-    /// (the miss path of every file lookup while no row was admitted).
+    /// (the miss path of every file lookup while no row was admitted); rows that do not decode to their
+    /// end are a miss ([`CachedRows::is_whole`]).
     fn get_hashed(&self, h: u64, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
         if self.usage.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        self.shard(h).and_then(|s| {
-            let mut s = s.lock();
-            let e = s.get(&h)?;
-            e.is(owner, file, key).then(|| e.data.clone())
-        })
+        self.shard(h)
+            .and_then(|s| {
+                let mut s = s.lock();
+                s.get(&h)?.rows_of(owner, file, key)
+            })
+            .filter(CachedRows::is_whole)
     }
 
     /// One file's lookup of `key` (file `file` of the engine tagged `owner`): the cached rows, or whether
@@ -286,42 +370,44 @@ impl RowCache {
     /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
     /// than an eighth of a shard is not cached.
     pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) {
-        let charge = rec.rows.len() + ENTRY_OVERHEAD;
-        if charge > self.shard_capacity / 8 {
+        let h = hash(owner, file, rec.rows.get(..rec.key_len).unwrap_or_default());
+        let data = rec.encode(owner, file).into_boxed_slice();
+        let charge = data.len() + ENTRY_OVERHEAD;
+        let capacity = self.shard_capacity();
+        if charge > capacity / 8 {
             return;
         }
-        let start = rec.key_len;
-        let data: Arc<[u8]> = Arc::from(rec.rows);
-        let h = hash(owner, file, data.get(..start).unwrap_or_default());
         let Some(s) = self.shard(h) else {
             return;
         };
         let (before, after) = {
             let mut s = s.lock();
             let before = s.usage();
-            s.insert(
-                h,
-                Entry {
-                    owner,
-                    file,
-                    data: CachedRows { data, start },
-                },
-                charge,
-                self.shard_capacity,
-                &mut drop,
-            );
+            s.insert(h, Entry { data }, charge, capacity, &mut drop);
             (before, s.usage())
         };
         if after >= before {
             self.usage.fetch_add(after - before, Ordering::Relaxed);
-            if let Some(b) = &self.budget {
-                b.row_cache_grew(after - before);
-            }
+            self.grew(after - before);
         } else {
             self.usage.fetch_sub(before - after, Ordering::Relaxed);
-            if let Some(b) = &self.budget {
-                b.row_cache_shrank(before - after, false);
-            }
+            self.shrank(before - after, false);
+        }
+    }
+
+    /// Evicts until every shard is within its bound (the pool's block cache grew).
+    pub(crate) fn fit(&self) {
+        let capacity = self.shard_capacity();
+        let mut freed = 0;
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            let before = s.usage();
+            s.fit(capacity, &mut drop);
+            freed += before - s.usage();
+        }
+        if freed > 0 {
+            self.usage.fetch_sub(freed, Ordering::Relaxed);
+            self.shrank(freed, false);
         }
     }
 
@@ -331,14 +417,12 @@ impl RowCache {
         for s in self.shards.iter() {
             let mut s = s.lock();
             let before = s.usage();
-            s.retain(|_, e| e.owner != owner);
+            s.retain(|_, e| e.owner() != Some(owner));
             freed += before - s.usage();
         }
         if freed > 0 {
             self.usage.fetch_sub(freed, Ordering::Relaxed);
-            if let Some(b) = &self.budget {
-                b.row_cache_shrank(freed, true);
-            }
+            self.shrank(freed, true);
         }
     }
 
@@ -347,22 +431,39 @@ impl RowCache {
         self.usage.load(Ordering::Relaxed)
     }
 
+    /// The number of cached entries (of every owner).
+    pub(crate) fn rows(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
     /// What the cache holds and charges its budget: the doorkeeper (once allocated) and the entries.
     pub(crate) fn held(&self) -> usize {
         self.door.get().map_or(0, |_| self.door_bytes()) + self.usage()
     }
 
-    /// The capacity in bytes: the entries' bound and the doorkeeper's table.
+    /// The capacity in bytes: the entries' bound and the doorkeeper's table (in a pool, the pool's: the
+    /// most the rows may hold when the block cache holds nothing).
     pub(crate) fn capacity(&self) -> usize {
-        self.shard_capacity * SHARDS + self.door_bytes()
+        match &self.pool {
+            None => self.shard_capacity * SHARDS + self.door_bytes(),
+            Some(p) => p.capacity(),
+        }
+    }
+}
+
+impl LeftoverCache for RowCache {
+    fn usage(&self) -> usize {
+        self.held()
+    }
+
+    fn fit(&self) {
+        RowCache::fit(self)
     }
 }
 
 impl Drop for RowCache {
     fn drop(&mut self) {
-        if let Some(b) = &self.budget {
-            b.row_cache_shrank(self.held(), true);
-        }
+        self.shrank(self.held(), true);
     }
 }
 
@@ -414,6 +515,11 @@ impl EngineRows {
         self.cache.usage()
     }
 
+    /// Entries in the cache (of every engine sharing it).
+    pub(crate) fn rows(&self) -> usize {
+        self.cache.rows()
+    }
+
     /// This engine's lookups answered by the cache, and those it could not answer.
     pub(crate) fn hits_and_misses(&self) -> (u64, u64) {
         (
@@ -439,7 +545,7 @@ pub(crate) fn replay(
     rows: &CachedRows,
     visit: &mut dyn FnMut(u64, ValueKind, &dyn Fn() -> ValueSlice) -> bool,
 ) -> bool {
-    let mut at = rows.start;
+    let mut at = 0;
     while let Some((seqno, kind, range)) = row_at(&rows.data, at) {
         at = range.end;
         let value = || {
@@ -455,12 +561,12 @@ pub(crate) fn replay(
 
 /// The row encoded at `at`: its seqno, kind and the range of its value (`None` at the end).
 fn row_at(rows: &[u8], at: usize) -> Option<(u64, ValueKind, std::ops::Range<usize>)> {
-    let header = rows.get(at..at.checked_add(ROW_HEADER)?)?;
-    let seqno = u64::from_le_bytes(header.get(..8)?.try_into().ok()?);
-    let kind = ValueKind::from_u8(*header.get(8)?)?;
-    let len = u32::from_le_bytes(header.get(9..13)?.try_into().ok()?) as usize;
-    let start = at + ROW_HEADER;
-    let end = start.checked_add(len).filter(|&e| e <= rows.len())?;
+    let kind = ValueKind::from_u8(*rows.get(at)?)?;
+    let (seqno, at) = get_varint64(rows, at + 1)?;
+    let (len, start) = get_varint64(rows, at)?;
+    let end = start
+        .checked_add(usize::try_from(len).ok()?)
+        .filter(|&e| e <= rows.len())?;
     Some((seqno, kind, start..end))
 }
 
@@ -553,6 +659,24 @@ mod tests {
         assert!(record(b"k", &[(4, ValueKind::Merge, b"x")]).complete(true));
         assert!(record(b"k", &[(4, ValueKind::Delete, b"")]).complete(false));
         assert!(record(b"k", &[]).complete(true));
+    }
+
+    #[test]
+    fn an_entry_whose_rows_do_not_decode_to_their_end_is_a_miss() {
+        let c = RowCache::new(1 << 20, None);
+        let mut rec = record(
+            b"k",
+            &[
+                (9, ValueKind::Merge, b"newer"),
+                (5, ValueKind::Put, b"base"),
+            ],
+        );
+        // The second row's value cut short: replaying would show the merge operand alone.
+        rec.rows.truncate(rec.rows.len() - 2);
+        c.insert(0, 1, rec);
+        assert!(c.contains(0, 1, b"k"));
+        assert!(c.get(0, 1, b"k").is_none());
+        assert!(matches!(c.lookup(0, 1, b"k"), Lookup::Pass | Lookup::Admit));
     }
 
     #[test]
@@ -666,6 +790,88 @@ mod tests {
         assert_eq!(c.held(), door + c.usage());
         drop(c);
         assert_eq!(budget.row_cache_bytes(), 0);
+    }
+
+    #[test]
+    fn an_entry_of_a_10_byte_key_and_a_100_byte_value_is_charged_its_encoding_and_56_bytes() {
+        // The map's slot: the hash, the entry's pointer, its charge and reference bit.
+        assert_eq!(clock::slot_bytes::<u64, Entry>(), 32);
+        assert_eq!(ENTRY_OVERHEAD, 56);
+        let c = RowCache::new(1 << 20, None);
+        // Owner 1 and file 5 (a byte each), the key's length (1), the key (10); the row: kind (1), a
+        // seqno of 70 million (4), the value's length (1), the value (100).
+        c.insert(
+            1,
+            5,
+            record(b"0123456789", &[(70_000_000, ValueKind::Put, &[7u8; 100])]),
+        );
+        assert_eq!(c.usage(), 56 + 3 + 10 + 6 + 100);
+        // Rows held per MiB of entries: 5,991.
+        assert_eq!((1 << 20) / c.usage(), 5_991);
+    }
+
+    #[test]
+    fn an_entry_is_encoded_at_its_exact_length_and_charged_it() {
+        for (owner, file) in [(0, 0), (127, 128), (1 << 24, 1 << 40), (u64::MAX, u64::MAX)] {
+            let data =
+                record(b"key", &[(u64::MAX, ValueKind::Put, &[7u8; 200])]).encode(owner, file);
+            assert_eq!(data.capacity(), data.len(), "{owner} {file}");
+            let c = RowCache::new(1 << 20, None);
+            c.insert(
+                owner,
+                file,
+                record(b"key", &[(u64::MAX, ValueKind::Put, &[7u8; 200])]),
+            );
+            assert_eq!(c.usage(), data.len() + ENTRY_OVERHEAD);
+            assert_eq!(
+                replayed(&c.get(owner, file, b"key").unwrap())[0].2,
+                [7u8; 200]
+            );
+        }
+    }
+
+    #[test]
+    fn pooled_rows_take_what_blocks_leave_and_blocks_take_back_the_rows_room_above_half() {
+        use crate::cache::BlockCache;
+        let wb = crate::env::write_buffer::WriteBuffers::new(None);
+        let budget = MemoryBudget::new(None, wb);
+        let pool = CachePool::new(4 << 20);
+        let blocks = BlockCache::pooled(Arc::clone(&pool));
+        let rows = RowCache::pooled(Arc::clone(&pool), Some(Arc::clone(&budget)));
+        assert!(!rows.admit(0, 1, b"first miss"));
+        let door = rows.door_bytes();
+        for i in 0u64..40_000 {
+            rows.insert(
+                0,
+                1,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        // No blocks: the rows use the whole pool (less the doorkeeper and a shard's last entry each).
+        assert!(rows.held() > (4 << 20) - door - 16 * 200, "{}", rows.held());
+        assert!(rows.held() <= 4 << 20);
+        assert_eq!(budget.row_cache_bytes(), rows.held());
+        assert_eq!(pool.held(Part::Rows), rows.held());
+        // Blocks take the rows' room back, down to the rows' half.
+        for i in 0..2_000u64 {
+            blocks.insert(9, i * 4096, Arc::new(vec![1u8; 4000]));
+            assert!(blocks.usage() + rows.held() <= 4 << 20, "{i}");
+        }
+        assert!(rows.held() >= 2 << 20, "{}", rows.held());
+        assert!(blocks.usage() > (2 << 20) - 16 * 4064, "{}", blocks.usage());
+        assert_eq!(pool.held(Part::Blocks), blocks.usage());
+        assert_eq!(pool.held(Part::Rows), rows.held());
+        // Rows that grow again take no more than what the blocks leave.
+        for i in 40_000u64..80_000 {
+            rows.insert(
+                0,
+                1,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        assert!(blocks.usage() + rows.held() <= 4 << 20);
+        drop(rows);
+        assert_eq!((budget.row_cache_bytes(), pool.held(Part::Rows)), (0, 0));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::cache::BlockCache;
+use crate::cache_pool::CachePool;
 use crate::env::SharedEnv;
 use crate::flush;
 use crate::inner::DbInner;
@@ -108,10 +109,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
         Some(env) => env.clone(),
         None => SharedEnv::private(&opts)?,
     };
-    let cache = env
-        .block_cache()
-        .cloned()
-        .unwrap_or_else(|| BlockCache::new(opts.block_cache_size));
+    // A block cache of the engine's own shares its capacity with the engine's default row cache.
+    let cache = env.block_cache().cloned().unwrap_or_else(|| {
+        if opts.row_cache_size.is_none() {
+            BlockCache::pooled(CachePool::new(opts.block_cache_size))
+        } else {
+            BlockCache::new(opts.block_cache_size)
+        }
+    });
     let entries = storage.list(&dir).map_err(|e| io_err(&dir, e))?;
     // Replay the manifest.
     let current = manifest::read_current(&*storage, &dir)?;

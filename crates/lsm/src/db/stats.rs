@@ -88,6 +88,9 @@ pub struct DbStats {
     ///
     /// [`Options::row_cache_size`]: crate::options::Options::row_cache_size
     pub row_cache_usage: usize,
+    /// Entries (one per file and key) in the engine's row cache; for the environment's shared row cache,
+    /// those of every engine.
+    pub row_cache_rows: usize,
     /// The engine's file lookups the row cache answered.
     pub row_cache_hits: u64,
     /// The engine's file lookups the row cache could not answer (the file was read, and its answer cached
@@ -272,6 +275,7 @@ impl DbInner {
             block_cache_usage: self.cache.usage(),
             block_cache_capacity: self.cache.capacity(),
             row_cache_usage: self.row_cache.as_ref().map_or(0, |rc| rc.usage()),
+            row_cache_rows: self.row_cache.as_ref().map_or(0, |rc| rc.rows()),
             row_cache_hits: rc_hits,
             row_cache_misses: rc_misses,
             table_readers: st.version.levels.iter().flatten().fold(
