@@ -142,15 +142,22 @@ fn the_memory_breakdown_adds_up_to_what_the_budget_charges() {
         })
         .collect();
     let check = |when: &str| {
-        // A background job may still let go of a flushed memtable between two reads: take the figures once
-        // the budget's count stops moving.
-        let mut mem = env.memory_usage();
+        // A background job (or a deferred free) may let go of a flushed memtable between two reads: take
+        // the breakdown, the budget's count and what it has available between two equal counts, and compare
+        // those figures, not a later read.
+        let sample = || {
+            let before = env.memory().usage();
+            let mem = env.memory_usage();
+            let available = env.memory().available();
+            (before, mem, available, env.memory().usage())
+        };
+        let (mut usage, mut mem, mut available, mut after) = sample();
         for _ in 0..200 {
-            if mem.total() == env.memory().usage() {
+            if usage == after && mem.total() == usage {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
-            mem = env.memory_usage();
+            (usage, mem, available, after) = sample();
         }
         let e = &mem.engines;
         // Every part, and their sum against the budget's own count.
@@ -165,9 +172,9 @@ fn the_memory_breakdown_adds_up_to_what_the_budget_charges() {
             mem.total(),
             "{when}: {mem:?}"
         );
-        assert_eq!(mem.total(), env.memory().usage(), "{when}: {mem:?}");
+        assert_eq!(mem.total(), usage, "{when}: {mem:?}");
         assert_eq!(
-            env.memory().available(),
+            available,
             budget.saturating_sub(mem.total()),
             "{when}: {mem:?}"
         );
