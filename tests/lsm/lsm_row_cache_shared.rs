@@ -14,15 +14,22 @@ fn env(budget: usize) -> SharedEnv {
     .unwrap()
 }
 
-fn opts_on(env: &SharedEnv) -> Options {
+/// Engine options of these tests: 256-byte blocks (many blocks from few rows), no compaction.
+fn small_blocks() -> Options {
     Options {
         sst: SstOptions {
             block_size: 256,
             ..SstOptions::default()
         },
         auto_compaction: false,
-        env: Some(env.clone()),
         ..Options::default()
+    }
+}
+
+fn opts_on(env: &SharedEnv) -> Options {
+    Options {
+        env: Some(env.clone()),
+        ..small_blocks()
     }
 }
 
@@ -233,18 +240,7 @@ fn an_environment_without_a_row_cache_share_gives_its_engines_none() {
 #[test]
 fn an_engine_on_its_own_has_a_row_cache_by_default() {
     let d = tempfile::tempdir().unwrap();
-    let db = Db::open(
-        d.path(),
-        Options {
-            sst: SstOptions {
-                block_size: 256,
-                ..SstOptions::default()
-            },
-            auto_compaction: false,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let db = Db::open(d.path(), small_blocks()).unwrap();
     load(&db, "x", 100);
     read(&db, "x", 100, 3);
     let s = db.stats();
@@ -256,17 +252,16 @@ fn an_engine_on_its_own_has_a_row_cache_by_default() {
 fn an_engine_on_its_own_shares_its_block_cache_capacity_with_its_row_cache() {
     for compression in [Compression::None, Compression::Lz4] {
         let d = tempfile::tempdir().unwrap();
+        let base = small_blocks();
         let db = Db::open(
             d.path(),
             Options {
                 block_cache_size: MIB,
                 sst: SstOptions {
-                    block_size: 256,
                     compression,
-                    ..SstOptions::default()
+                    ..base.sst.clone()
                 },
-                auto_compaction: false,
-                ..Options::default()
+                ..base
             },
         )
         .unwrap();

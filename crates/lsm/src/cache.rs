@@ -53,19 +53,10 @@ impl Shard {
         self.clock.fit(capacity, &mut |b| recycle(spare, b));
     }
 
-    /// Caches `block`; returns the shard's usage before and after.
-    fn insert(
-        &mut self,
-        key: Key,
-        block: Arc<Vec<u8>>,
-        charge: usize,
-        capacity: usize,
-    ) -> (usize, usize) {
-        let before = self.clock.usage();
+    fn insert(&mut self, key: Key, block: Arc<Vec<u8>>, charge: usize, capacity: usize) {
         let spare = &mut self.spare;
         self.clock
             .insert(key, block, charge, capacity, &mut |b| recycle(spare, b));
-        (before, self.clock.usage())
     }
 }
 
@@ -135,8 +126,15 @@ impl BlockCache {
         self.pool.as_ref()
     }
 
-    /// Tells the pool (if any) the shard's usage went from `before` to `after`.
-    fn pool_changed(&self, before: usize, after: usize) {
+    /// Runs `change` on `shard` under its lock, then tells the pool (if any) how the shard's usage moved
+    /// (with no lock held: a growth may make the row cache evict).
+    fn change_shard(&self, shard: &Mutex<Shard>, change: impl FnOnce(&mut Shard)) {
+        let (before, after) = {
+            let mut s = shard.lock();
+            let before = s.clock.usage();
+            change(&mut s);
+            (before, s.clock.usage())
+        };
         if let Some(p) = &self.pool {
             if after > before {
                 p.grew(Part::Blocks, after - before);
@@ -195,13 +193,7 @@ impl BlockCache {
     pub fn fit(&self) {
         let cap = self.shard_capacity();
         for shard in self.shards.iter() {
-            let (before, after) = {
-                let mut s = shard.lock();
-                let before = s.clock.usage();
-                s.fit(cap);
-                (before, s.clock.usage())
-            };
-            self.pool_changed(before, after);
+            self.change_shard(shard, |s| s.fit(cap));
         }
     }
 
@@ -257,20 +249,13 @@ impl BlockCache {
             return;
         }
         let key = (file_number, offset);
-        let (before, after) = self.shard(&key).lock().insert(key, block, charge, cap);
-        self.pool_changed(before, after);
+        self.change_shard(self.shard(&key), |s| s.insert(key, block, charge, cap));
     }
 
     /// Drops every cached block of `file_number` (e.g. after the file is deleted).
     pub fn erase_file(&self, file_number: u64) {
         for shard in self.shards.iter() {
-            let (before, after) = {
-                let mut s = shard.lock();
-                let before = s.clock.usage();
-                s.clock.retain(|k, _| k.0 != file_number);
-                (before, s.clock.usage())
-            };
-            self.pool_changed(before, after);
+            self.change_shard(shard, |s| s.clock.retain(|k, _| k.0 != file_number));
         }
     }
 }
