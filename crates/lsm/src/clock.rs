@@ -1,5 +1,5 @@
-//! One shard of a byte-bounded CLOCK cache: the structure the block cache ([`crate::cache`]) and the row
-//! cache ([`crate::row_cache`]) share.
+//! One shard of a byte-bounded CLOCK cache: the block cache's ([`crate::cache`]; the row cache packs its
+//! entries into segments instead, `crate::row_slab`).
 //!
 //! Entries live in a hash map; a hit sets the entry's reference bit in place (one probe, no second
 //! indirection). The clock hand walks a ring of keys in insertion order: a referenced entry loses its bit
@@ -14,15 +14,9 @@ use hashbrown::HashMap;
 
 struct Slot<V> {
     value: V,
-    /// At most 4 GiB: a larger value is not cached (a `u32` keeps a row cache's slot at 24 bytes).
+    /// At most 4 GiB: a larger value is not cached.
     charge: u32,
     referenced: bool,
-}
-
-/// Bytes of one slot of a shard's map of values `V` keyed by `K` (the key and the slot, as the map stores
-/// them; its control byte and empty slots are not counted).
-pub(crate) const fn slot_bytes<K, V>() -> usize {
-    std::mem::size_of::<(K, Slot<V>)>()
 }
 
 /// A CLOCK shard of values `V` keyed by `K`, bounded by the capacity its caller passes to
@@ -62,11 +56,6 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
     /// Bytes charged by the cached entries.
     pub(crate) fn usage(&self) -> usize {
         self.usage
-    }
-
-    /// The number of cached entries.
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
     }
 
     /// Evicts one unreferenced entry, handing its value to `evicted`; false if the shard is empty.

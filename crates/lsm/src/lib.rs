@@ -101,6 +101,7 @@ mod prefix;
 mod rangedel;
 mod record_log;
 mod row_cache;
+mod row_slab;
 mod skiplist;
 mod slice;
 mod snapshot;

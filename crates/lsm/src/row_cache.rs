@@ -22,13 +22,14 @@
 //! four bytes and neither copy their rows nor push out rows that are read again. The table is part of the
 //! capacity; it is allocated (and charged) at the first miss, so a cache never read costs nothing.
 //!
-//! The structure is the block cache's: shards behind mutexes, each a [`ClockShard`] bounded by its share
-//! of the capacity (a hit sets a reference bit). An entry is looked up by a 64-bit hash of (owner, file,
+//! The structure: shards behind mutexes, each a [`SlabShard`] bounded by its share of the capacity: entries
+//! packed into segments of up to 32 KiB, an index of 8-byte slots, CLOCK eviction one segment at a time (a
+//! hit sets a reference bit; `crate::row_slab`). An entry is looked up by a 64-bit hash of (owner, file,
 //! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer. An entry
-//! is one allocation (`varint owner | varint file | varint key length | key | rows`, each row
-//! `kind u8 | varint seqno | varint length | value`) behind a 16-byte pointer and without reference
-//! counts, so that the map's slot is 32 bytes (`ENTRY_OVERHEAD`: about 175 bytes charged for a 10-byte key
-//! and a 100-byte value); a hit copies the rows out under the shard's lock.
+//! is `varint owner | varint file | varint key length | key | rows`, each row
+//! `kind u8 | varint seqno | varint length | value`, behind a 2-byte head in its segment; a shard is charged
+//! its segments and its index, what it allocated (about 135 bytes per entry of a 10-byte key and a 100-byte
+//! value); a hit copies the rows out under the shard's lock.
 //!
 //! **Sharing**: by default the engines of an environment with a memory budget share its one row cache, as
 //! they share its block cache ([`EngineRows`]): an engine's rows are keyed by its owner tag
@@ -47,30 +48,22 @@ use parking_lot::Mutex;
 
 use crate::budget::{LeftoverCache, MemoryBudget};
 use crate::cache_pool::{CachePool, Part};
-use crate::clock::{self, ClockShard};
 use crate::coding::{get_varint64, put_varint64};
 use crate::ikey::ValueKind;
+use crate::row_slab::{self, SlabShard};
 use crate::slice::ValueSlice;
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
-/// Bookkeeping bytes charged per entry on top of its encoded bytes: the map's slot (the hash and the
-/// entry's pointer, charge and reference bit: 32 bytes), the ring's key (8) and the allocation's rounding
-/// (16).
-const ENTRY_OVERHEAD: usize = clock::slot_bytes::<u64, Entry>() + 8 + 16;
-/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 175
-/// bytes, so the doorkeeper has about 1.4 times as many slots as the cache holds entries (and takes 1/32
-/// of the capacity).
+/// A shard's segments are a sixteenth of its largest bound, within `row_slab`'s limits (32 KiB for a
+/// shard of 512 KiB or more).
+const SEGMENTS_PER_SHARD: usize = 16;
+/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 135
+/// bytes, so the doorkeeper has about as many slots as the cache holds entries (and takes 1/32 of the
+/// capacity).
 const DOOR_BYTES_PER_SLOT: usize = 128;
 /// The most doorkeeper slots (16 MiB of fingerprints).
 const DOOR_MAX: usize = 1 << 22;
-
-/// One cached entry: `varint owner | varint file | varint key length | key | rows` (rows newest first,
-/// each `kind u8 | varint seqno | varint value length | value`), one allocation without reference counts:
-/// a hit copies the rows out ([`Entry::rows`]).
-struct Entry {
-    data: Box<[u8]>,
-}
 
 /// The owner, file number and key range encoded at the head of an entry's bytes.
 fn head(data: &[u8]) -> Option<(u64, u64, std::ops::Range<usize>)> {
@@ -81,29 +74,25 @@ fn head(data: &[u8]) -> Option<(u64, u64, std::ops::Range<usize>)> {
     (end <= data.len()).then_some((owner, file, at..end))
 }
 
-impl Entry {
-    /// Whether this is the entry of `key` in file `file` of the engine tagged `owner`.
-    fn is(&self, owner: u64, file: u64, key: &[u8]) -> bool {
-        head(&self.data)
-            .is_some_and(|(o, f, k)| o == owner && f == file && self.data.get(k) == Some(key))
-    }
+/// Whether `entry` (the bytes of a cached entry: `varint owner | varint file | varint key length | key |
+/// rows`, rows newest first, each `kind u8 | varint seqno | varint value length | value`) is the entry of
+/// `key` in file `file` of the engine tagged `owner`.
+fn is_entry(entry: &[u8], owner: u64, file: u64, key: &[u8]) -> bool {
+    head(entry).is_some_and(|(o, f, k)| o == owner && f == file && entry.get(k) == Some(key))
+}
 
-    /// The engine tag the entry was cached for.
-    fn owner(&self) -> Option<u64> {
-        head(&self.data).map(|(o, _, _)| o)
-    }
+/// The hash an entry is cached under, from its bytes ([`hash`] of its owner, file and key).
+fn entry_hash(entry: &[u8]) -> Option<u64> {
+    let (owner, file, k) = head(entry)?;
+    Some(hash(owner, file, entry.get(k)?))
+}
 
-    /// A copy of the rows, if this is the entry of `key` in file `file` of the engine tagged `owner` (one
-    /// allocation, which the values read from them share; the head is parsed once).
-    fn rows_of(&self, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
-        let (o, f, k) = head(&self.data)?;
-        if o != owner || f != file || self.data.get(k.clone()) != Some(key) {
-            return None;
-        }
-        Some(CachedRows {
-            data: Arc::from(self.data.get(k.end..).unwrap_or_default()),
-        })
-    }
+/// A copy of the rows of `entry` (one allocation, which the values read from them share).
+fn rows_of(entry: &[u8]) -> Option<CachedRows> {
+    let (_, _, k) = head(entry)?;
+    Some(CachedRows {
+        data: Arc::from(entry.get(k.end..)?),
+    })
 }
 
 /// The encoded rows of a cached entry, copied out of the cache.
@@ -168,9 +157,9 @@ impl RowRecorder {
         file_exhausted || matches!(self.last_kind, Some(ValueKind::Put | ValueKind::Delete))
     }
 
-    /// The entry of these rows for file `file` of the engine tagged `owner` (see [`Entry`]), allocated at
-    /// its exact length (so that it needs no reallocation to become the entry's box).
-    fn encode(self, owner: u64, file: u64) -> Vec<u8> {
+    /// The entry of these rows for file `file` of the engine tagged `owner` (see [`is_entry`]), allocated at
+    /// its exact length.
+    fn encode(&self, owner: u64, file: u64) -> Vec<u8> {
         let varint = |v: u64| (v.max(1).ilog2() as usize) / 7 + 1;
         let len = varint(owner) + varint(file) + varint(self.key_len as u64) + self.rows.len();
         let mut data = Vec::with_capacity(len);
@@ -184,7 +173,7 @@ impl RowRecorder {
 
 /// A sharded, byte-bounded cache of lookup results per (file, user key).
 pub(crate) struct RowCache {
-    shards: Box<[Mutex<ClockShard<u64, Entry>>]>,
+    shards: Box<[Mutex<SlabShard>]>,
     /// Each shard's bound (a cache of a fixed capacity).
     shard_capacity: usize,
     /// The capacity shared with the engine's block cache, if any ([`RowCache::pooled`]): the shards'
@@ -222,11 +211,13 @@ impl RowCache {
     pub(crate) fn new(capacity_bytes: usize, budget: Option<Arc<MemoryBudget>>) -> Self {
         let slots = door_slots(capacity_bytes);
         let door_bytes = slots * std::mem::size_of::<AtomicU32>();
+        let shard_capacity = capacity_bytes.saturating_sub(door_bytes) / SHARDS;
+        let segment = shard_capacity / SEGMENTS_PER_SHARD;
         RowCache {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(ClockShard::default()))
+                .map(|_| Mutex::new(SlabShard::new(segment, entry_hash)))
                 .collect(),
-            shard_capacity: capacity_bytes.saturating_sub(door_bytes) / SHARDS,
+            shard_capacity,
             pool: None,
             door: OnceLock::new(),
             door_slots: slots,
@@ -295,7 +286,7 @@ impl RowCache {
     }
 
     #[inline]
-    fn shard(&self, h: u64) -> Option<&Mutex<ClockShard<u64, Entry>>> {
+    fn shard(&self, h: u64) -> Option<&Mutex<SlabShard>> {
         self.shards.get((h >> 58) as usize % SHARDS)
     }
 
@@ -316,7 +307,7 @@ impl RowCache {
         self.shard(h)
             .and_then(|s| {
                 let mut s = s.lock();
-                s.get(&h)?.rows_of(owner, file, key)
+                rows_of(s.get(h, &|e| is_entry(e, owner, file, key))?)
             })
             .filter(CachedRows::is_whole)
     }
@@ -338,8 +329,11 @@ impl RowCache {
             return false;
         }
         let h = hash(owner, file, key);
-        self.shard(h)
-            .is_some_and(|s| s.lock().peek(&h).is_some_and(|e| e.is(owner, file, key)))
+        self.shard(h).is_some_and(|s| {
+            s.lock()
+                .peek(h, &|e| is_entry(e, owner, file, key))
+                .is_some()
+        })
     }
 
     /// Whether the rows of `key` in file `file`, which just missed, are to be recorded and cached: true on
@@ -368,22 +362,25 @@ impl RowCache {
 
     /// Caches what `rec` recorded in file `file` of the engine tagged `owner` (a recording that is not complete must not be passed),
     /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
-    /// than an eighth of a shard is not cached.
+    /// than an eighth of a shard, or than a segment, is not cached.
     pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) {
-        let h = hash(owner, file, rec.rows.get(..rec.key_len).unwrap_or_default());
-        let data = rec.encode(owner, file).into_boxed_slice();
-        let charge = data.len() + ENTRY_OVERHEAD;
+        let key = rec.rows.get(..rec.key_len).unwrap_or_default();
+        let h = hash(owner, file, key);
         let capacity = self.shard_capacity();
-        if charge > capacity / 8 {
-            return;
-        }
         let Some(s) = self.shard(h) else {
             return;
         };
+        let matches = |e: &[u8]| is_entry(e, owner, file, key);
+        let data = rec.encode(owner, file);
         let (before, after) = {
             let mut s = s.lock();
             let before = s.usage();
-            s.insert(h, Entry { data }, charge, capacity, &mut drop);
+            if data.len() + row_slab::HEAD <= capacity / 8 {
+                s.insert(h, &data, &matches, capacity);
+            } else {
+                // Too large: whatever was cached under the key goes.
+                s.remove(h, &matches);
+            }
             (before, s.usage())
         };
         if after >= before {
@@ -402,8 +399,8 @@ impl RowCache {
         for s in self.shards.iter() {
             let mut s = s.lock();
             let before = s.usage();
-            s.fit(capacity, &mut drop);
-            freed += before - s.usage();
+            s.fit(capacity);
+            freed += before.saturating_sub(s.usage());
         }
         if freed > 0 {
             self.usage.fetch_sub(freed, Ordering::Relaxed);
@@ -417,8 +414,8 @@ impl RowCache {
         for s in self.shards.iter() {
             let mut s = s.lock();
             let before = s.usage();
-            s.retain(|_, e| e.owner() != Some(owner));
-            freed += before - s.usage();
+            s.retain(|e| head(e).map(|(o, _, _)| o) != Some(owner));
+            freed += before.saturating_sub(s.usage());
         }
         if freed > 0 {
             self.usage.fetch_sub(freed, Ordering::Relaxed);
@@ -647,10 +644,19 @@ mod tests {
         }
         let both = c.usage();
         c.erase_owner(1);
-        assert_eq!(c.usage(), both / 2);
+        // Owner 2's rows, packed into as few segments as they need (one per shard at most here).
+        assert!(c.usage() < both, "{} {both}", c.usage());
+        let shard = c
+            .shards
+            .first()
+            .map(|s| s.lock().segment_bytes())
+            .unwrap_or(0);
+        assert!(c.usage() <= 16 * (shard + 32 * 8), "{}", c.usage());
         assert_eq!(budget.row_cache_bytes(), door + c.usage());
         assert!((0u64..50)
             .all(|i| !c.contains(1, 1, &i.to_be_bytes()) && c.contains(2, 1, &i.to_be_bytes())));
+        c.erase_owner(2);
+        assert_eq!((c.usage(), budget.row_cache_bytes()), (0, door));
     }
 
     #[test]
@@ -793,21 +799,28 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_of_a_10_byte_key_and_a_100_byte_value_is_charged_its_encoding_and_56_bytes() {
-        // The map's slot: the hash, the entry's pointer, its charge and reference bit.
-        assert_eq!(clock::slot_bytes::<u64, Entry>(), 32);
-        assert_eq!(ENTRY_OVERHEAD, 56);
-        let c = RowCache::new(1 << 20, None);
-        // Owner 1 and file 5 (a byte each), the key's length (1), the key (10); the row: kind (1), a
-        // seqno of 70 million (4), the value's length (1), the value (100).
-        c.insert(
-            1,
-            5,
-            record(b"0123456789", &[(70_000_000, ValueKind::Put, &[7u8; 100])]),
+    fn a_full_cache_holds_over_7_300_rows_of_a_10_byte_key_and_a_100_byte_value_per_mib() {
+        // Entries of owner 1, file 5, a 10-byte key and one row (a seqno of 70 million, a 100-byte value):
+        // 3 + 10 + 6 + 100 = 119 bytes, 121 with their head in a segment.
+        let c = RowCache::new(16 << 20, None);
+        for i in 0u64..200_000 {
+            let key = format!("{i:010}");
+            c.insert(
+                1,
+                5,
+                record(key.as_bytes(), &[(70_000_000, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        let rows = c.rows();
+        let per_mib = rows * (1 << 20) / c.usage();
+        // With 175 bytes charged per row (a map slot, a ring key and an allocation each) it was 5,991.
+        eprintln!("{rows} rows in {} bytes: {per_mib}", c.usage());
+        assert!(
+            per_mib > 7_300,
+            "{rows} rows in {} bytes: {per_mib}",
+            c.usage()
         );
-        assert_eq!(c.usage(), 56 + 3 + 10 + 6 + 100);
-        // Rows held per MiB of entries: 5,991.
-        assert_eq!((1 << 20) / c.usage(), 5_991);
+        assert!(c.usage() <= c.capacity());
     }
 
     #[test]
@@ -822,7 +835,13 @@ mod tests {
                 file,
                 record(b"key", &[(u64::MAX, ValueKind::Put, &[7u8; 200])]),
             );
-            assert_eq!(c.usage(), data.len() + ENTRY_OVERHEAD);
+            // Charged what its shard allocated: one segment and the smallest index.
+            let segment = c
+                .shards
+                .first()
+                .map(|s| s.lock().segment_bytes())
+                .unwrap_or(0);
+            assert_eq!(c.usage(), segment + 32 * 8);
             assert_eq!(
                 replayed(&c.get(owner, file, b"key").unwrap())[0].2,
                 [7u8; 200]
@@ -839,7 +858,6 @@ mod tests {
         let blocks = BlockCache::pooled(Arc::clone(&pool));
         let rows = RowCache::pooled(Arc::clone(&pool), Some(Arc::clone(&budget)));
         assert!(!rows.admit(0, 1, b"first miss"));
-        let door = rows.door_bytes();
         for i in 0u64..40_000 {
             rows.insert(
                 0,
@@ -847,8 +865,14 @@ mod tests {
                 record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
             );
         }
-        // No blocks: the rows use the whole pool (less the doorkeeper and a shard's last entry each).
-        assert!(rows.held() > (4 << 20) - door - 16 * 200, "{}", rows.held());
+        // No blocks: the rows use the whole pool (less the doorkeeper and a segment and the index's growth
+        // room per shard).
+        let segment = rows
+            .shards
+            .first()
+            .map(|s| s.lock().segment_bytes())
+            .unwrap_or(0);
+        assert!(rows.held() > (4 << 20) * 9 / 10, "{}", rows.held());
         assert!(rows.held() <= 4 << 20);
         assert_eq!(budget.row_cache_bytes(), rows.held());
         assert_eq!(pool.held(Part::Rows), rows.held());
@@ -857,7 +881,8 @@ mod tests {
             blocks.insert(9, i * 4096, Arc::new(vec![1u8; 4000]));
             assert!(blocks.usage() + rows.held() <= 4 << 20, "{i}");
         }
-        assert!(rows.held() >= 2 << 20, "{}", rows.held());
+        // Down to the rows' half, less at most a segment per shard (they go whole).
+        assert!(rows.held() >= (2 << 20) - 16 * segment, "{}", rows.held());
         assert!(blocks.usage() > (2 << 20) - 16 * 4064, "{}", blocks.usage());
         assert_eq!(pool.held(Part::Blocks), blocks.usage());
         assert_eq!(pool.held(Part::Rows), rows.held());
