@@ -1,10 +1,10 @@
 //! The block cache: decompressed SST blocks keyed by `(file_number, block_offset)`, bounded in bytes.
 //!
 //! The cache is split into shards, each behind its own mutex, each bounded by `capacity / SHARDS` bytes, so
-//! the total never exceeds the capacity. Eviction is CLOCK (second chance, [`ClockShard`], shared with the
-//! row cache): a hit only sets a reference bit in the map entry that holds the block, so the hot path is
-//! one hash probe (no second indirection) and one reference-count increment under a short lock. The clock
-//! hand walks a ring of keys in insertion order.
+//! the total never exceeds the capacity. Eviction is CLOCK (second chance, [`ClockShard`]): a hit only sets
+//! a reference bit in the map entry that holds the block, so the hot path is one hash probe (no second
+//! indirection) and one reference-count increment under a short lock. The clock hand walks a ring of keys in
+//! insertion order.
 //! A block larger than a shard is returned to the caller but not cached. Blocks are `Arc<Vec<u8>>`: an evicted
 //! block nobody else holds goes to its shard's small spare list, and the next decompression into that shard
 //! reuses it ([`BlockCache::take_buffer`]), so steady-state misses neither allocate nor free 4 KiB buffers

@@ -28,7 +28,7 @@
 //! key) and keeps its owner, file and key, so a hash collision is a miss, never a wrong answer. An entry
 //! is `varint owner | varint file | varint key length | key | rows`, each row
 //! `kind u8 | varint seqno | varint length | value`, behind a 2-byte head in its segment; a shard is charged
-//! its segments and its index, what it allocated (about 135 bytes per entry of a 10-byte key and a 100-byte
+//! its segments and its index, what it allocated (about 131–140 bytes per entry of a 10-byte key and a 100-byte
 //! value); a hit copies the rows out under the shard's lock.
 //!
 //! **Sharing**: by default the engines of an environment with a memory budget share its one row cache, as
@@ -58,7 +58,7 @@ const SHARDS: usize = 16;
 /// A shard's segments are a sixteenth of its largest bound, within `row_slab`'s limits (32 KiB for a
 /// shard of 512 KiB or more).
 const SEGMENTS_PER_SHARD: usize = 16;
-/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs about 135
+/// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs 131–140
 /// bytes, so the doorkeeper has about as many slots as the cache holds entries (and takes 1/32 of the
 /// capacity).
 const DOOR_BYTES_PER_SLOT: usize = 128;
