@@ -36,7 +36,8 @@ pub(crate) const HEAD: usize = 2;
 const REFERENCED: u16 = 1 << 15;
 /// Bytes of one index slot.
 const SLOT: usize = 8;
-/// The most segments of a shard (a slot's segment id is 16 bits).
+/// The most segments of a shard (a slot's segment id is 16 bits): 2 GiB of 32 KiB segments, so a row cache
+/// of 16 shards holds at most 32 GiB whatever its capacity.
 const MAX_SEGMENTS: usize = 1 << 16;
 
 /// A segment: `filled` bytes of entries, each `u16 head (length | reference bit) | bytes`.
