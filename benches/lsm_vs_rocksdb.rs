@@ -24,7 +24,8 @@
 //! `KS_BENCH_SST_METADATA` (`cached`: our files' indexes and filters in the block cache,
 //! `MetadataPlacement::Cached`; default `resident`), `KS_BENCH_ROW_CACHE_MB` (our `row_cache_size`:
 //! `Some` of that many MiB, a row cache on top of the block cache, 0 none; unset: the default, which shares
-//! the block cache's capacity).
+//! the block cache's capacity), `KS_BENCH_ROW_MIN_SHARE` (our `row_cache_min_share`, e.g. `0.125`; unset:
+//! the default).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -230,6 +231,11 @@ mod ours {
                     .ok()
                     .and_then(|v| v.parse::<usize>().ok())
                     .map(|mb| mb << 20),
+                // `KS_BENCH_ROW_MIN_SHARE`: the rows' guaranteed share of the one capacity.
+                row_cache_min_share: std::env::var("KS_BENCH_ROW_MIN_SHARE")
+                    .ok()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(Options::default().row_cache_min_share),
                 ..Options::default()
             };
             let desc = format!("{opts:?} sst={:?} block_cache={}", opts.sst, cache_bytes);

@@ -835,7 +835,7 @@ mod tests {
         use crate::cache::BlockCache;
         let wb = crate::env::write_buffer::WriteBuffers::new(None);
         let budget = MemoryBudget::new(None, wb);
-        let pool = CachePool::new(4 << 20);
+        let pool = CachePool::new(4 << 20, 0.5);
         let blocks = BlockCache::pooled(Arc::clone(&pool));
         let rows = RowCache::pooled(Arc::clone(&pool), Some(Arc::clone(&budget)));
         assert!(!rows.admit(0, 1, b"first miss"));

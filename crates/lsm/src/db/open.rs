@@ -112,7 +112,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     // A block cache of the engine's own shares its capacity with the engine's default row cache.
     let cache = env.block_cache().cloned().unwrap_or_else(|| {
         if opts.row_cache_size.is_none() {
-            BlockCache::pooled(CachePool::new(opts.block_cache_size))
+            BlockCache::pooled(CachePool::new(
+                opts.block_cache_size,
+                opts.row_cache_min_share,
+            ))
         } else {
             BlockCache::new(opts.block_cache_size)
         }
