@@ -110,6 +110,33 @@ fn two_engines_on_one_environment_do_not_see_each_others_rows() {
 }
 
 #[test]
+fn a_compaction_erases_its_engines_rows_of_the_deleted_files_only() {
+    let env = env(64 * MIB);
+    let (da, db_) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Db::open(da.path(), opts_on(&env)).unwrap();
+    let b = Db::open(db_.path(), opts_on(&env)).unwrap();
+    load(&a, "a", 200);
+    load(&b, "b", 200);
+    // Same keys in files of the same numbers: only the owner tag tells their rows apart.
+    assert_eq!(sst_names(da.path()), sst_names(db_.path()));
+    read(&a, "a", 200, 2);
+    let rows_a = env.stats().row_cache_entries;
+    read(&b, "b", 200, 2);
+    let rows_both = env.stats().row_cache_entries;
+    assert_eq!(rows_both, 2 * rows_a);
+    // A compacts its file into a new one (with one more key): A's rows of the deleted file go, B's rows
+    // of its file of the same number stay and still answer B.
+    a.put(b"zz", b"v").unwrap();
+    a.flush().unwrap();
+    a.compact_all().unwrap();
+    assert_eq!(env.stats().row_cache_entries, rows_a);
+    let hits = b.stats().row_cache_hits;
+    read(&b, "b", 200, 1);
+    assert_eq!(b.stats().row_cache_hits, hits + 200);
+    read(&a, "a", 200, 1);
+}
+
+#[test]
 fn the_row_cache_is_charged_once_however_many_engines_open() {
     let budget = 64 * MIB;
     let env = env(budget);

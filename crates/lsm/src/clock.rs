@@ -144,13 +144,12 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
             self.ring.push_back(key);
         }
         self.fit(capacity, evicted);
-        if self.ring.len() > 2 * self.map.len() + 64 {
-            let map = &self.map;
-            self.ring.retain(|k| map.contains_key(k));
-        }
+        self.drop_stale_keys();
     }
 
-    /// Drops every entry whose key and value fail `keep`, and the ring's stale keys.
+    /// Drops every entry whose key and value fail `keep`. The ring's keys of dropped entries stay until
+    /// the hand passes them or they pile up (then the ring is rebuilt, as after an insert): a pass that
+    /// drops nothing costs one walk over the map's slots.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
         let usage = &mut self.usage;
         self.map.retain(|k, slot| {
@@ -160,8 +159,15 @@ impl<K: Copy + Eq + Hash, V> ClockShard<K, V> {
             }
             kept
         });
-        let map = &self.map;
-        self.ring.retain(|k| map.contains_key(k));
+        self.drop_stale_keys();
+    }
+
+    /// Rebuilds the ring without the keys no longer cached once they outnumber the cached ones (plus 64).
+    fn drop_stale_keys(&mut self) {
+        if self.ring.len() > 2 * self.map.len() + 64 {
+            let map = &self.map;
+            self.ring.retain(|k| map.contains_key(k));
+        }
     }
 }
 

@@ -88,6 +88,11 @@ impl Entry {
             .is_some_and(|(o, f, k)| o == owner && f == file && self.data.get(k) == Some(key))
     }
 
+    /// Whether this is an entry of file `file` of the engine tagged `owner`.
+    fn of_file(&self, owner: u64, file: u64) -> bool {
+        head(&self.data).is_some_and(|(o, f, _)| o == owner && f == file)
+    }
+
     /// The engine tag the entry was cached for.
     fn owner(&self) -> Option<u64> {
         head(&self.data).map(|(o, _, _)| o)
@@ -201,11 +206,35 @@ pub(crate) struct RowCache {
     budget: Option<Arc<MemoryBudget>>,
 }
 
+/// Bits of an entry's map key that hold its file's tag ([`file_tag`]); the key's hash is below them.
+const TAG_BITS: u32 = 16;
+
+/// The seed of the hashes of file `file` of the engine tagged `owner`: the owner is spread over the seed's
+/// bits (an odd multiplier: distinct owners, distinct products), so that one file number of two engines
+/// makes two seeds.
+fn seed(owner: u64, file: u64) -> u64 {
+    owner.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ file
+}
+
+/// A 16-bit tag of file `file` of the engine tagged `owner`, the top bits of its entries' map keys: erasing
+/// a deleted file's rows ([`RowCache::erase_file`]) compares it in the map's slots and reads only the
+/// entries whose tag matches (the file's, and about 1 in 65,536 of the others').
+fn file_tag(owner: u64, file: u64) -> u64 {
+    // MurmurHash3's 64-bit finaliser.
+    let mut x = seed(owner, file);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    x ^= x >> 33;
+    x >> (64 - TAG_BITS)
+}
+
+/// The map key of `key` in file `file` of the engine tagged `owner`: the file's tag, then the low 48 bits
+/// of the key's hash. A collision is only a miss (the entry is compared).
 fn hash(owner: u64, file: u64, key: &[u8]) -> u64 {
-    // The owner is spread over the seed's bits (an odd multiplier: distinct owners, distinct products), so
-    // that one file number of two engines makes two seeds; a collision would only be a miss (the entry is
-    // compared).
-    xxhash_rust::xxh3::xxh3_64_with_seed(key, owner.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ file)
+    let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, seed(owner, file));
+    (file_tag(owner, file) << (64 - TAG_BITS)) | (h & (u64::MAX >> TAG_BITS))
 }
 
 /// The doorkeeper's slot count for a cache of `capacity_bytes`: a power of two, at most one per
@@ -294,9 +323,11 @@ impl RowCache {
         door
     }
 
+    /// The shard of map key `h`, by bits of the key's hash (not the file's tag: a file's rows spread over
+    /// every shard).
     #[inline]
     fn shard(&self, h: u64) -> Option<&Mutex<ClockShard<u64, Entry>>> {
-        self.shards.get((h >> 58) as usize % SHARDS)
+        self.shards.get((h >> 40) as usize % SHARDS)
     }
 
     /// The rows cached for `key` in file `file` of the engine tagged `owner`, if any (a hit marks the entry
@@ -356,7 +387,9 @@ impl RowCache {
         let Some(slot) = door.get(h as usize & (door.len() - 1)) else {
             return false;
         };
-        let fingerprint = ((h >> 32) as u32) | 1;
+        // Bits 16 to 47: the key's hash (the file's tag above is the same for every key of a file; a bit
+        // shared with the slot's index tells nothing within a slot, so 48 bits of the hash tell keys apart).
+        let fingerprint = ((h >> 16) as u32) | 1;
         if slot.load(Ordering::Relaxed) == fingerprint {
             slot.store(0, Ordering::Relaxed);
             true
@@ -418,6 +451,27 @@ impl RowCache {
             let mut s = s.lock();
             let before = s.usage();
             s.retain(|_, e| e.owner() != Some(owner));
+            freed += before - s.usage();
+        }
+        if freed > 0 {
+            self.usage.fetch_sub(freed, Ordering::Relaxed);
+            self.shrank(freed, true);
+        }
+    }
+
+    /// Drops every entry of file `file` of the engine tagged `owner` (the file was deleted: no lookup can
+    /// ask for it again), giving their charge back. One pass over each shard's map slots comparing the
+    /// file's tag; only entries whose tag matches are read.
+    pub(crate) fn erase_file(&self, owner: u64, file: u64) {
+        if self.usage.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let tag = file_tag(owner, file);
+        let mut freed = 0;
+        for s in self.shards.iter() {
+            let mut s = s.lock();
+            let before = s.usage();
+            s.retain(|h, e| h >> (64 - TAG_BITS) != tag || !e.of_file(owner, file));
             freed += before - s.usage();
         }
         if freed > 0 {
@@ -510,6 +564,14 @@ impl EngineRows {
         self.cache.insert(self.owner, number, rec);
     }
 
+    /// What the engine's files need to erase their rows when they are deleted.
+    pub(crate) fn file_rows(&self) -> FileRows {
+        FileRows {
+            cache: Arc::downgrade(&self.cache),
+            owner: self.owner,
+        }
+    }
+
     /// Bytes charged by the entries of the cache (of every engine sharing it).
     pub(crate) fn usage(&self) -> usize {
         self.cache.usage()
@@ -535,6 +597,23 @@ impl Drop for EngineRows {
     fn drop(&mut self) {
         if Arc::strong_count(&self.cache) > 1 {
             self.cache.erase_owner(self.owner);
+        }
+    }
+}
+
+/// An engine's rows as its files see them: a deleted file erases its rows ([`RowCache::erase_file`]). The
+/// cache is held weakly: a file outliving its engine (in an iterator's version) has no rows left to erase
+/// once the cache is gone, and does not keep it.
+pub(crate) struct FileRows {
+    cache: std::sync::Weak<RowCache>,
+    owner: u64,
+}
+
+impl FileRows {
+    /// Drops the rows of the engine's file `number`, which was deleted.
+    pub(crate) fn erase(&self, number: u64) {
+        if let Some(c) = self.cache.upgrade() {
+            c.erase_file(self.owner, number);
         }
     }
 }

@@ -14,6 +14,7 @@ use super::cache::BlockCache;
 use super::coding::{put_len_prefixed_u32, put_u32, put_u64, ByteReader, DecodeError};
 use super::ikey;
 use super::rangedel::RangeTombstone;
+use super::row_cache::FileRows;
 use super::sst::SstReader;
 use super::storage::StorageHandle;
 
@@ -69,6 +70,8 @@ pub(crate) struct FileMeta {
     pub path: PathBuf,
     obsolete: AtomicBool,
     cache: Arc<BlockCache>,
+    /// The engine's rows in its row cache, if it has one: erased with the file.
+    rows: Option<FileRows>,
     storage: StorageHandle,
 }
 
@@ -80,6 +83,7 @@ impl FileMeta {
         range_dels: Vec<RangeTombstone>,
         path: PathBuf,
         cache: Arc<BlockCache>,
+        rows: Option<FileRows>,
         storage: StorageHandle,
     ) -> Self {
         // A bounded file's tombstones reach no key outside its bounds.
@@ -94,6 +98,7 @@ impl FileMeta {
             path,
             obsolete: AtomicBool::new(false),
             cache,
+            rows,
             storage,
         }
     }
@@ -115,6 +120,9 @@ impl Drop for FileMeta {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
             self.cache.erase_file(self.reader.file_number());
+            if let Some(rows) = &self.rows {
+                rows.erase(self.info.number);
+            }
             // Best effort: a leftover file is not named by the manifest and is removed at the next open.
             let _ = self.storage.remove(&self.path);
         }
