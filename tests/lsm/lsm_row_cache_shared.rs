@@ -277,13 +277,19 @@ fn an_engine_on_its_own_has_a_row_cache_by_default() {
 
 #[test]
 fn an_engine_on_its_own_shares_its_block_cache_capacity_with_its_row_cache() {
-    for compression in [Compression::None, Compression::Lz4] {
+    let default_share = Options::default().row_cache_min_share;
+    for (compression, share) in [
+        (Compression::None, default_share),
+        (Compression::Lz4, default_share),
+        (Compression::Lz4, 0.5),
+    ] {
         let d = tempfile::tempdir().unwrap();
         let base = small_blocks();
         let db = Db::open(
             d.path(),
             Options {
                 block_cache_size: MIB,
+                row_cache_min_share: share,
                 sst: SstOptions {
                     compression,
                     ..base.sst.clone()
@@ -305,14 +311,21 @@ fn an_engine_on_its_own_shares_its_block_cache_capacity_with_its_row_cache() {
         );
         if compression == Compression::None {
             // Raw blocks are read from the map, never cached: the rows have the whole capacity, more
-            // than the half of it they always get.
+            // than the share of it they always get.
             assert_eq!(s.block_cache_usage, 0, "{s:?}");
             assert!(s.row_cache_usage > MIB * 7 / 8, "{s:?}");
         } else {
-            // Both want more than they hold: each keeps its half, less a shard's last entry (rows of
+            // Both want more than they hold: each keeps its share, less a shard's last entry (rows of
             // about 200 bytes charged, blocks of about 4,400).
-            assert!(s.row_cache_usage + door >= MIB / 2 - 16 * 200, "{s:?}");
-            assert!(s.block_cache_usage >= MIB / 2 - 16 * 4400, "{s:?}");
+            let rows_min = (MIB as f64 * share) as usize;
+            assert!(
+                s.row_cache_usage + door >= rows_min - 16 * 200,
+                "{share}: {s:?}"
+            );
+            assert!(
+                s.block_cache_usage >= MIB - rows_min - 16 * 4400,
+                "{share}: {s:?}"
+            );
         }
     }
 }

@@ -85,9 +85,12 @@ pub struct Options {
     /// (`design/decisions/0008-row-cache.md`).
     pub row_cache_size: Option<usize>,
     /// The share of [`block_cache_size`](Self::block_cache_size) the default row cache of an engine with a
-    /// block cache of its own keeps when it wants it (default 0.5), 0 to 1: rows take what the block cache
-    /// leaves, and when the block cache grows they are evicted down to this share, never below it. Used only
-    /// when the two share one capacity ([`row_cache_size`](Self::row_cache_size) `None`, no memory budget).
+    /// block cache of its own keeps when it wants it (default 1/8: 8 MiB of the default 64 MiB, its
+    /// doorkeeper's 2 MiB included), 0 to 1: rows take what the block cache leaves (all of it where blocks
+    /// are stored raw and read from the map), and when the block cache grows they are evicted down to this
+    /// share, never below it. Used only when the two share one capacity
+    /// ([`row_cache_size`](Self::row_cache_size) `None`, no memory budget). Why 1/8:
+    /// `design/decisions/0008-row-cache.md`, "One capacity for an engine's own caches".
     pub row_cache_min_share: f64,
     /// Where open SST files keep their decoded index and bloom filter (default
     /// [`MetadataPlacement::Resident`]; `design/lsm-engine.md`, "Table readers").
@@ -188,7 +191,7 @@ impl Default for Options {
             sst: SstOptions::default(),
             block_cache_size: 64 << 20,
             row_cache_size: None,
-            row_cache_min_share: 0.5,
+            row_cache_min_share: 0.125,
             sst_metadata: MetadataPlacement::Resident,
             wal: false,
             wal_sync: false,
