@@ -9,8 +9,9 @@
 //!
 //! Entries are keyed by file number, and files never change: an entry can never hold a stale value, so
 //! writes, deletions, range deletions, ingestion and compaction need nothing from the cache (newer versions
-//! are in memtables or newer files, which a lookup reads first; entries of deleted files are evicted as
-//! they go cold). A lookup at a sequence number below a file's largest one must not see the file's newer
+//! are in memtables or newer files, which a lookup reads first). A file's rows are erased when the engine
+//! deletes the file ([`RowCache::erase_file`], with its blocks), so that they give their memory back at
+//! once instead of when they age out. A lookup at a sequence number below a file's largest one must not see the file's newer
 //! versions, so such reads (at an older snapshot) bypass the cache for that file; a read at or above it sees
 //! every version in the file, which is what the cache holds.
 //!
