@@ -7,7 +7,9 @@
 //! put, then as many puts of random held keys (updates in place: the steady state). Prints per-put
 //! latency percentiles (ns, wall, `Instant` around each put) for the puts made while a growth was moving
 //! entries (or that started one), the other puts of the fill, and the steady state; then one line per
-//! growth of at least 64k buckets; and the timer's own cost. `KS_RMW_ROUNDS` (default 1) repeats it.
+//! growth of at least 64k buckets (with the minor page faults of its first put and of the whole growth,
+//! `getrusage`: the table's fresh pages, and the slots' and dirty log's 4 KiB pages the growth's puts
+//! reach, as any put's); and the timer's own cost. `KS_RMW_ROUNDS` (default 1) repeats it.
 
 use std::time::Instant;
 
@@ -54,10 +56,22 @@ fn elapsed_ns(t: Instant) -> u32 {
     u32::try_from(t.elapsed().as_nanos()).unwrap_or(u32::MAX)
 }
 
-/// One growth: the table's bytes after it started, and the latencies of its puts (the first started it).
+/// Minor page faults of this thread so far.
+fn minor_faults() -> i64 {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct `getrusage` fills.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage; RUSAGE_THREAD is supported on Linux.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    ru.ru_minflt
+}
+
+/// One growth: the table's bytes after it started, the latencies of its puts (the first started it), and
+/// the minor page faults of its first put and of the whole growth.
 struct Growth {
     bytes: usize,
     puts: Vec<u32>,
+    first_faults: i64,
+    faults: i64,
 }
 
 fn round(keys: u64) {
@@ -66,20 +80,37 @@ fn round(keys: u64) {
     let value = 7u64.to_le_bytes();
     let (mut growing, mut quiet) = (Vec::new(), Vec::with_capacity(keys as usize));
     let mut growths: Vec<Growth> = Vec::new();
+    let mut was_growing = false;
     for i in 0..keys {
         let k = key(i);
         let bytes = c.table_bytes();
+        // This put will start a growth (the table is at 13/16 full): its page faults are counted.
+        let starts = !c.table_growing() && (c.entries() + 1) * 16 > bytes / 8 * 13;
+        let faults_before = if starts { minor_faults() } else { 0 };
         let t = Instant::now();
         let taken = c.put(&k, &value);
         let ns = elapsed_ns(t);
+        let first_faults = if starts {
+            minor_faults() - faults_before
+        } else {
+            0
+        };
         assert!(taken, "key {i} not taken in");
         let started = c.table_bytes() > bytes && c.table_growing();
         if started {
             growths.push(Growth {
                 bytes: c.table_bytes(),
                 puts: Vec::new(),
+                first_faults,
+                faults: faults_before,
             });
+        } else if was_growing && !c.table_growing() {
+            // The growth just ended: its faults, from before its first put to after its last.
+            if let Some(g) = growths.last_mut() {
+                g.faults = minor_faults() - g.faults;
+            }
         }
+        was_growing = c.table_growing();
         if started || c.table_growing() {
             growing.push(ns);
             if let Some(g) = growths.last_mut() {
@@ -87,6 +118,12 @@ fn round(keys: u64) {
             }
         } else {
             quiet.push(ns);
+        }
+    }
+    if was_growing {
+        // The last growth is still under way: its faults so far.
+        if let Some(g) = growths.last_mut() {
+            g.faults = minor_faults() - g.faults;
         }
     }
     assert_eq!(c.entries() as u64, keys);
@@ -106,15 +143,17 @@ fn round(keys: u64) {
     row("steady: updates of held keys", &mut steady);
     row("(the timer alone)", &mut timer);
     println!(
-        "\n| growth: table after (old + new buckets) | puts it spanned | first put ns | p50 ns | p99 ns | max ns |\n|---|---:|---:|---:|---:|---:|"
+        "\n| growth: table after (old + new buckets) | puts it spanned | first put ns | first put's minor faults | the growth's minor faults | p50 ns | p99 ns | max ns |\n|---|---:|---:|---:|---:|---:|---:|---:|"
     );
     for g in growths.iter_mut().filter(|g| g.bytes >= 3 * 8 * 65_536) {
         let first = g.puts.first().copied().unwrap_or(0);
         let n = g.puts.len();
         let (p50, p99, _, max) = percentiles(&mut g.puts);
         println!(
-            "| {:.1} MiB | {n} | {first} | {p50} | {p99} | {max} |",
-            g.bytes as f64 / (1 << 20) as f64
+            "| {:.1} MiB | {n} | {first} | {} | {} | {p50} | {p99} | {max} |",
+            g.bytes as f64 / (1 << 20) as f64,
+            g.first_faults,
+            g.faults
         );
     }
 }
