@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Ratios per round of compressible-shares-9afaa4c.txt: each share's ops/s against share 1/2 in the same round,
-median (min-max). `summarize.py` by wall time, `summarize.py cpu` by the client thread's CPU time."""
+"""Ratios per round of compressible-shares-9afaa4c.txt (or the file named after the mode): each share's ops/s
+against share 1/2 in the same round, median (min-max). `summarize.py` by wall time, `summarize.py cpu` by the
+client thread's CPU time; `summarize.py cpu occupancy-0541e8a.txt` for that file's runs."""
 import os, re, statistics as st, sys
 from collections import defaultdict
 
 CPU = len(sys.argv) > 1 and sys.argv[1] == "cpu"
+NAME = sys.argv[2] if len(sys.argv) > 2 else "compressible-shares-9afaa4c.txt"
 runs = defaultdict(dict)  # (keys, round, share) -> phase -> ops/s (flush_compact: seconds)
 cur = None
-for line in open(os.path.join(os.path.dirname(__file__), "compressible-shares-9afaa4c.txt")):
+for line in open(os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME)):
     m = re.match(r"######## (\d+) keys, round (\d+), share ([0-9.]+)", line)
     if m:
         cur = m.groups()
