@@ -24,7 +24,9 @@
 //! `KS_BENCH_SST_METADATA` (`cached`: our files' indexes and filters in the block cache,
 //! `MetadataPlacement::Cached`; default `resident`), `KS_BENCH_ROW_CACHE_MB` (our `row_cache_size`:
 //! `Some` of that many MiB, a row cache on top of the block cache, 0 none; unset: the default, which shares
-//! the block cache's capacity).
+//! the block cache's capacity), `KS_BENCH_ROW_MIN_SHARE` (our `row_cache_min_share`, e.g. `0.125`; unset:
+//! the default). Our child also prints what its block cache and row cache hold after the gets
+//! (`STAT cache_after_<phase>`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -173,6 +175,22 @@ trait Engine {
     /// Seconds writes have waited for flushes and compactions so far (write stalls), as the engine reports.
     fn write_stall_secs(&self) -> Option<f64>;
     fn describe(&self) -> String;
+    /// (block cache bytes, row cache bytes, rows held), if the engine reports them.
+    fn caches(&self) -> Option<(usize, usize, usize)> {
+        None
+    }
+}
+
+/// Prints what the engine's caches hold after `phase` (`STAT cache_after_<phase>`), if it reports it.
+fn print_caches(e: &dyn Engine, phase: &str) {
+    if let Some((blocks, rows, n)) = e.caches() {
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        println!(
+            "STAT cache_after_{phase} block_mib={:.1} row_mib={:.1} rows={n}",
+            mib(blocks),
+            mib(rows)
+        );
+    }
 }
 
 mod ours {
@@ -230,6 +248,11 @@ mod ours {
                     .ok()
                     .and_then(|v| v.parse::<usize>().ok())
                     .map(|mb| mb << 20),
+                // `KS_BENCH_ROW_MIN_SHARE`: the rows' guaranteed share of the one capacity.
+                row_cache_min_share: std::env::var("KS_BENCH_ROW_MIN_SHARE")
+                    .ok()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(Options::default().row_cache_min_share),
                 ..Options::default()
             };
             let desc = format!("{opts:?} sst={:?} block_cache={}", opts.sst, cache_bytes);
@@ -278,6 +301,10 @@ mod ours {
         }
         fn describe(&self) -> String {
             self.opts.clone()
+        }
+        fn caches(&self) -> Option<(usize, usize, usize)> {
+            let s = self.db.stats();
+            Some((s.block_cache_usage, s.row_cache_usage, s.row_cache_rows))
         }
     }
 }
@@ -596,6 +623,7 @@ fn run_child(engine: &str, n: u64, cache_bytes: usize, base: &Path) {
     }
     assert_eq!(found, gets, "{engine}: uniform get found {found} of {gets}");
     m.stop("get_uniform", gets, 0);
+    print_caches(&*e, "get_uniform");
 
     // 4. Hot get: uniform over 1 % of the keys (their blocks stay cached).
     let hot = (n / 100).max(1);
@@ -609,6 +637,7 @@ fn run_child(engine: &str, n: u64, cache_bytes: usize, base: &Path) {
     }
     assert_eq!(found, gets, "{engine}: hot get");
     m.stop("get_hot", gets, 0);
+    print_caches(&*e, "get_hot");
 
     // 5. Full scan.
     let m = Meter::start();
@@ -644,6 +673,7 @@ fn run_child(engine: &str, n: u64, cache_bytes: usize, base: &Path) {
         }
     }
     m.stop("get_merged", lists, elems);
+    print_caches(&*e, "get_merged");
     let user = n * (KEY_LEN + VALUE_LEN) as u64 + n * (KEY_LEN + ELEM_LEN) as u64;
     // The checkpoint hard-links files: it adds no data bytes.
     println!(
@@ -798,10 +828,9 @@ fn main() {
                 "round {round} {engine}: {:.1} s wall",
                 t.elapsed().as_secs_f64()
             );
-            for line in text
-                .lines()
-                .filter(|l| l.starts_with("PHASE") || l.starts_with("MEM"))
-            {
+            for line in text.lines().filter(|l| {
+                l.starts_with("PHASE") || l.starts_with("MEM") || l.starts_with("STAT cache_after")
+            }) {
                 println!("  {line}");
             }
             results.entry(engine).or_default().push(parse_child(&text));

@@ -26,6 +26,7 @@ mod eviction;
 mod growth;
 mod ledger;
 mod map_index;
+pub(crate) mod probe;
 mod slot_table;
 mod step_aside;
 mod stepping;

@@ -12,7 +12,7 @@
 mod capture;
 pub mod heap;
 pub mod lsm;
-mod lsm_cache;
+pub(crate) mod lsm_cache;
 mod lsm_load;
 mod lsm_merge;
 mod lsm_ttl;

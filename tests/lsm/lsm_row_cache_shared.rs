@@ -110,6 +110,41 @@ fn two_engines_on_one_environment_do_not_see_each_others_rows() {
 }
 
 #[test]
+fn a_compaction_erases_its_engines_rows_of_the_deleted_files_only() {
+    let env = env(64 * MIB);
+    let (da, db_) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Db::open(da.path(), opts_on(&env)).unwrap();
+    let b = Db::open(db_.path(), opts_on(&env)).unwrap();
+    // Enough rows for several segments per shard, so that A's own segments are freed.
+    let n = 8_000;
+    load(&a, "a", n);
+    load(&b, "b", n);
+    // Same keys in files of the same numbers: only the owner tag tells their rows apart.
+    assert_eq!(sst_names(da.path()), sst_names(db_.path()));
+    read(&a, "a", n, 2);
+    let rows_a = a.stats().row_cache_rows;
+    read(&b, "b", n, 2);
+    assert_eq!(b.stats().row_cache_rows, 2 * rows_a);
+    let held = env.stats().memory.row_cache;
+    // A compacts its file into a new one (with one more key): A's rows of the deleted file go, and their
+    // memory is given back to the budget; B's rows of its file of the same number stay and still answer B.
+    a.put(b"zz", b"v").unwrap();
+    a.flush().unwrap();
+    a.compact_all().unwrap();
+    assert_eq!(a.stats().row_cache_rows, rows_a);
+    let s = env.stats();
+    assert!(s.memory.row_cache < held, "{held} {s:?}");
+    assert_eq!(
+        s.memory.row_cache,
+        s.row_cache_capacity.unwrap_or(0) / 32 + s.row_cache_entries
+    );
+    let hits = b.stats().row_cache_hits;
+    read(&b, "b", n, 1);
+    assert_eq!(b.stats().row_cache_hits, hits + u64::from(n));
+    read(&a, "a", n, 1);
+}
+
+#[test]
 fn the_row_cache_is_charged_once_however_many_engines_open() {
     let budget = 64 * MIB;
     let env = env(budget);
@@ -249,14 +284,48 @@ fn an_engine_on_its_own_has_a_row_cache_by_default() {
 }
 
 #[test]
+fn a_row_cache_share_below_the_doorkeeper_or_above_the_whole_capacity_is_refused_at_open() {
+    for share in [0.0, 0.01, -0.5, 1.5, f64::NAN] {
+        let d = tempfile::tempdir().unwrap();
+        let err = Db::open(
+            d.path(),
+            Options {
+                row_cache_min_share: share,
+                ..small_blocks()
+            },
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{share} accepted"));
+        assert!(
+            matches!(err, keyed_state_lsm::LsmError::InvalidArgument(_)),
+            "{share}: {err:?}"
+        );
+    }
+    for share in [1.0 / 32.0, 0.125, 1.0] {
+        let d = tempfile::tempdir().unwrap();
+        let opts = Options {
+            row_cache_min_share: share,
+            ..small_blocks()
+        };
+        assert!(Db::open(d.path(), opts).is_ok(), "{share}");
+    }
+}
+
+#[test]
 fn an_engine_on_its_own_shares_its_block_cache_capacity_with_its_row_cache() {
-    for compression in [Compression::None, Compression::Lz4] {
+    let default_share = Options::default().row_cache_min_share;
+    for (compression, share) in [
+        (Compression::None, default_share),
+        (Compression::Lz4, default_share),
+        (Compression::Lz4, 0.5),
+    ] {
         let d = tempfile::tempdir().unwrap();
         let base = small_blocks();
         let db = Db::open(
             d.path(),
             Options {
                 block_cache_size: MIB,
+                row_cache_min_share: share,
                 sst: SstOptions {
                     compression,
                     ..base.sst.clone()
@@ -278,15 +347,22 @@ fn an_engine_on_its_own_shares_its_block_cache_capacity_with_its_row_cache() {
         );
         if compression == Compression::None {
             // Raw blocks are read from the map, never cached: the rows have the whole capacity, more
-            // than the half of it they always get.
+            // than the share of it they always get.
             assert_eq!(s.block_cache_usage, 0, "{s:?}");
             assert!(s.row_cache_usage > MIB * 7 / 8, "{s:?}");
         } else {
-            // Both want more than they hold: each keeps its half, less what one eviction frees per shard
-            // (rows go a segment at a time, a sixteenth of a shard: a sixteenth of the capacity in all;
-            // blocks one of about 4,400 bytes).
-            assert!(s.row_cache_usage + door >= MIB / 2 - MIB / 16, "{s:?}");
-            assert!(s.block_cache_usage >= MIB / 2 - 16 * 4400, "{s:?}");
+            // Both want more than they hold: each keeps its share, less what one eviction frees per
+            // shard (rows go a segment at a time, a sixteenth of a shard: a sixteenth of the capacity in
+            // all; blocks one of about 4,400 bytes).
+            let rows_min = (MIB as f64 * share) as usize;
+            assert!(
+                s.row_cache_usage + door >= rows_min.saturating_sub(MIB / 16),
+                "{share}: {s:?}"
+            );
+            assert!(
+                s.block_cache_usage >= MIB - rows_min - 16 * 4400,
+                "{share}: {s:?}"
+            );
         }
     }
 }

@@ -182,7 +182,7 @@ impl BlockCache {
 
     /// The byte bound now (rounded down to a multiple of the shard count): the one the cache was created
     /// with, what its budget leaves, or in a pooled cache (`BlockCache::pooled`) what the pool leaves the
-    /// blocks (at least half the pool's capacity). A metadata buffer too large for a shard of this bound
+    /// blocks (at least the pool's capacity less the rows' guaranteed share). A metadata buffer too large for a shard of this bound
     /// is kept in its file's slot instead (`MetadataPlacement::Cached`), and stays there when the bound
     /// grows again; in a pooled cache, which has no budget, such a buffer is charged to neither cache.
     pub fn capacity(&self) -> usize {

@@ -1,9 +1,10 @@
 //! One capacity shared by an engine's block cache and its default row cache (an engine with a block cache
 //! of its own: no environment, or one without a memory budget).
 //!
-//! Each cache is charged what it holds. Each may hold what the other leaves, and at least half the
-//! capacity when it wants it: a cache that grows past what the other leaves makes the other evict down
-//! to the rest, but never below its half. So rows take the block cache's unused room when blocks are stored
+//! Each cache is charged what it holds. Each may hold what the other leaves, and at least its guaranteed
+//! share of the capacity when it wants it (the rows [`Options::row_cache_min_share`](crate::Options::row_cache_min_share),
+//! the blocks the rest): a cache that grows past what the other leaves makes the other evict down to the
+//! rest, but never below its share. So rows take the block cache's unused room when blocks are stored
 //! raw and read from the map (incompressible values: the block cache then holds next to nothing), blocks
 //! take the rows' unused room when no key is read twice, and together they never hold more than the
 //! capacity (`Options::block_cache_size`; between an insert and the evictions it starts, by at most one
@@ -50,15 +51,20 @@ pub(crate) enum Part {
 /// The capacity a block cache and a row cache share.
 pub(crate) struct CachePool {
     capacity: usize,
+    /// The bytes the rows keep when they want them (the blocks keep the rest).
+    rows_min: usize,
     blocks: Side,
     rows: Side,
 }
 
 impl CachePool {
-    /// A pool of `capacity` bytes.
-    pub(crate) fn new(capacity: usize) -> Arc<Self> {
+    /// A pool of `capacity` bytes whose rows keep `rows_share` of it when they want it (the engine checks
+    /// it is in [1/32, 1]; here it is clamped to [0, 1]).
+    pub(crate) fn new(capacity: usize, rows_share: f64) -> Arc<Self> {
+        let rows_min = (capacity as f64 * rows_share.clamp(0.0, 1.0)) as usize;
         Arc::new(CachePool {
             capacity,
+            rows_min: rows_min.min(capacity),
             blocks: Side::new(),
             rows: Side::new(),
         })
@@ -82,13 +88,13 @@ impl CachePool {
         let _ = self.side(part).0.cache.set(cache);
     }
 
-    /// The most `part` may hold now: what the other part leaves, and at least half the capacity.
+    /// The most `part` may hold now: what the other part leaves, and at least its guaranteed share.
     pub(crate) fn bound(&self, part: Part) -> usize {
-        let half = match part {
-            Part::Blocks => self.capacity - self.capacity / 2,
-            Part::Rows => self.capacity / 2,
+        let share = match part {
+            Part::Blocks => self.capacity - self.rows_min,
+            Part::Rows => self.rows_min,
         };
-        half.max(self.capacity.saturating_sub(self.side(part).1.held()))
+        share.max(self.capacity.saturating_sub(self.side(part).1.held()))
     }
 
     /// What `part` holds.
@@ -138,7 +144,7 @@ mod tests {
 
     #[test]
     fn each_part_holds_what_the_other_leaves_and_at_least_half_when_it_wants_it() {
-        let pool = CachePool::new(100);
+        let pool = CachePool::new(100, 0.5);
         let caches: Vec<Arc<dyn LeftoverCache>> = [Part::Blocks, Part::Rows]
             .into_iter()
             .map(|part| {

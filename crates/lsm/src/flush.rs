@@ -7,6 +7,7 @@ use super::ikey;
 use super::inner::DbInner;
 use super::memtable::MemTable;
 use super::rangedel::{self, RangeDelCollector, PROP_RANGE_DELS};
+use super::row_cache::EngineRows;
 use super::sst::PropertiesCollector;
 use super::sst::{SstReader, SstWriter};
 use super::version::{sst_path, FileInfo, FileMeta};
@@ -210,6 +211,7 @@ pub(crate) fn open_recorded(
         range_dels,
         path,
         Arc::clone(&db.cache),
+        db.row_cache.as_ref().map(EngineRows::file_rows),
         db.opts.storage.clone(),
     )))
 }

@@ -42,3 +42,36 @@ pub fn encode_write_batch(batch: &WriteBatch, seqno: u64) -> Vec<u8> {
 pub fn decode_write_batch(bytes: &[u8]) -> Result<(u64, WriteBatch), DecodeError> {
     WriteBatch::decode(bytes)
 }
+
+/// A row cache filled and erased directly, for the bench of the cost of erasing a deleted file's rows
+/// (`benches/row_cache_erase.rs`).
+pub struct RowCacheProbe(crate::row_cache::RowCache);
+
+impl RowCacheProbe {
+    /// A row cache of `capacity_bytes` without a budget.
+    pub fn new(capacity_bytes: usize) -> Self {
+        RowCacheProbe(crate::row_cache::RowCache::new(capacity_bytes, None))
+    }
+
+    /// Caches one put of `value` at `seqno` for `key` in file `file` of the engine tagged `owner`.
+    pub fn insert(&self, owner: u64, file: u64, key: &[u8], seqno: u64, value: &[u8]) {
+        let mut rec = crate::row_cache::RowRecorder::new(key);
+        rec.push(seqno, crate::ikey::ValueKind::Put, value);
+        self.0.insert(owner, file, rec);
+    }
+
+    /// [`RowCache::erase_files`](crate::row_cache::RowCache::erase_files): one pass for all of `files`.
+    pub fn erase_files(&self, owner: u64, files: &[u64]) {
+        self.0.erase_files(owner, files);
+    }
+
+    /// [`RowCache::erase_owner`](crate::row_cache::RowCache::erase_owner).
+    pub fn erase_owner(&self, owner: u64) {
+        self.0.erase_owner(owner);
+    }
+
+    /// Bytes charged by the entries, and their count.
+    pub fn usage_and_rows(&self) -> (usize, usize) {
+        (self.0.usage(), self.0.rows())
+    }
+}

@@ -59,7 +59,8 @@ pub struct Options {
     /// environment, or one without a memory budget; with a budget the environment's shared block cache is
     /// used and this is ignored). Such an engine's default row cache shares this capacity with the block
     /// cache ([`row_cache_size`](Self::row_cache_size) `None`): each is charged what it holds, each may hold
-    /// what the other leaves and at least half of it when it wants it, and together they hold at most this
+    /// what the other leaves and at least its guaranteed share when it wants it (the row cache
+    /// [`row_cache_min_share`](Self::row_cache_min_share), the block cache the rest), and together they hold at most this
     /// (the row cache's doorkeeper table, 1/32 of it, 2 MiB for the default, included from the row cache's
     /// first miss). With `row_cache_size` `Some(_)` the block cache has this alone.
     pub block_cache_size: usize,
@@ -83,6 +84,16 @@ pub struct Options {
     /// Every row cache charges the environment's budget what it holds, at most its capacity
     /// (`design/decisions/0008-row-cache.md`).
     pub row_cache_size: Option<usize>,
+    /// The share of [`block_cache_size`](Self::block_cache_size) the default row cache of an engine with a
+    /// block cache of its own keeps when it wants it (default 1/8: 8 MiB of the default 64 MiB, its
+    /// doorkeeper's 2 MiB included), from 1/32 (the doorkeeper's size, which the row cache cannot evict) to
+    /// 1; [`Db::open`](crate::Db::open) rejects any other value (NaN too) with
+    /// [`LsmError::InvalidArgument`](crate::LsmError::InvalidArgument). Rows take what the block cache
+    /// leaves (all of it where blocks are stored raw and read from the map), and when the block cache grows
+    /// they are evicted down to this share, never below it. Used only when the two share one capacity
+    /// ([`row_cache_size`](Self::row_cache_size) `None`, no memory budget). Why 1/8:
+    /// `design/decisions/0008-row-cache.md`, "One capacity for an engine's own caches".
+    pub row_cache_min_share: f64,
     /// Where open SST files keep their decoded index and bloom filter (default
     /// [`MetadataPlacement::Resident`]; `design/lsm-engine.md`, "Table readers").
     pub sst_metadata: MetadataPlacement,
@@ -182,6 +193,7 @@ impl Default for Options {
             sst: SstOptions::default(),
             block_cache_size: 64 << 20,
             row_cache_size: None,
+            row_cache_min_share: 0.125,
             sst_metadata: MetadataPlacement::Resident,
             wal: false,
             wal_sync: false,
@@ -221,6 +233,7 @@ impl fmt::Debug for Options {
             .field("target_file_size", &self.target_file_size)
             .field("block_cache_size", &self.block_cache_size)
             .field("row_cache_size", &self.row_cache_size)
+            .field("row_cache_min_share", &self.row_cache_min_share)
             .field("sst_metadata", &self.sst_metadata)
             .field("background_nice", &self.background_nice)
             .field("background_batch_policy", &self.background_batch_policy)

@@ -9,8 +9,9 @@
 //!
 //! Entries are keyed by file number, and files never change: an entry can never hold a stale value, so
 //! writes, deletions, range deletions, ingestion and compaction need nothing from the cache (newer versions
-//! are in memtables or newer files, which a lookup reads first; entries of deleted files are evicted as
-//! they go cold). A lookup at a sequence number below a file's largest one must not see the file's newer
+//! are in memtables or newer files, which a lookup reads first). A file's rows are erased when the engine
+//! deletes the file, with its blocks ([`RowCache::erase_files`]; only a file that had a row cached), so that
+//! they give their memory back at once instead of when they age out. A lookup at a sequence number below a file's largest one must not see the file's newer
 //! versions, so such reads (at an older snapshot) bypass the cache for that file; a read at or above it sees
 //! every version in the file, which is what the cache holds.
 //!
@@ -85,6 +86,24 @@ fn is_entry(entry: &[u8], owner: u64, file: u64, key: &[u8]) -> bool {
 fn entry_hash(entry: &[u8]) -> Option<u64> {
     let (owner, file, k) = head(entry)?;
     Some(hash(owner, file, entry.get(k)?))
+}
+
+/// The hash of the file of `entry` ([`file_hash`]): the slab's group of the entry.
+fn entry_file(entry: &[u8]) -> Option<u64> {
+    let (owner, file, _) = head(entry)?;
+    Some(file_hash(owner, file))
+}
+
+/// A hash of file `file` of the engine tagged `owner`, which groups its entries in the slab: erasing a
+/// deleted file's rows reads only the segments whose filter has the file's bit.
+fn file_hash(owner: u64, file: u64) -> u64 {
+    // MurmurHash3's 64-bit finaliser of the key hash's seed.
+    let mut x = owner.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ file;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    x ^ (x >> 33)
 }
 
 /// A copy of the rows of `entry` (one allocation, which the values read from them share).
@@ -215,7 +234,7 @@ impl RowCache {
         let segment = shard_capacity / SEGMENTS_PER_SHARD;
         RowCache {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(SlabShard::new(segment, entry_hash)))
+                .map(|_| Mutex::new(SlabShard::new(segment, entry_hash).grouped(entry_file)))
                 .collect(),
             shard_capacity,
             pool: None,
@@ -410,11 +429,27 @@ impl RowCache {
 
     /// Drops every entry of the engine tagged `owner` (it closed), giving their charge back.
     pub(crate) fn erase_owner(&self, owner: u64) {
+        self.erase(&row_slab::ALL_GROUPS, |o, _| o == owner);
+    }
+
+    /// Drops every entry of the files `files` of the engine tagged `owner` (they were deleted: no lookup
+    /// can ask for them again), giving their charge back: one pass over each shard's segments
+    /// ([`SlabShard::erase`]) for all of them, reading only the segments whose filter may hold one of them.
+    pub(crate) fn erase_files(&self, owner: u64, files: &[u64]) {
+        if !files.is_empty() && self.usage.load(Ordering::Relaxed) > 0 {
+            let groups = row_slab::groups_of(files.iter().map(|&f| file_hash(owner, f)));
+            self.erase(&groups, |o, f| o == owner && files.contains(&f));
+        }
+    }
+
+    /// Drops every entry of the groups `groups` whose owner and file `erase` accepts, giving their charge
+    /// back.
+    fn erase(&self, groups: &row_slab::Groups, erase: impl Fn(u64, u64) -> bool) {
         let mut freed = 0;
         for s in self.shards.iter() {
             let mut s = s.lock();
             let before = s.usage();
-            s.retain(|e| head(e).map(|(o, _, _)| o) != Some(owner));
+            s.erase(groups, |e| head(e).is_some_and(|(o, f, _)| erase(o, f)));
             freed += before.saturating_sub(s.usage());
         }
         if freed > 0 {
@@ -507,6 +542,14 @@ impl EngineRows {
         self.cache.insert(self.owner, number, rec);
     }
 
+    /// What the engine's files need to erase their rows when they are deleted.
+    pub(crate) fn file_rows(&self) -> FileRows {
+        FileRows {
+            cache: Arc::downgrade(&self.cache),
+            owner: self.owner,
+        }
+    }
+
     /// Bytes charged by the entries of the cache (of every engine sharing it).
     pub(crate) fn usage(&self) -> usize {
         self.cache.usage()
@@ -532,6 +575,23 @@ impl Drop for EngineRows {
     fn drop(&mut self) {
         if Arc::strong_count(&self.cache) > 1 {
             self.cache.erase_owner(self.owner);
+        }
+    }
+}
+
+/// An engine's rows as its files see them: deleted files erase their rows ([`RowCache::erase_files`]). The
+/// cache is held weakly: a file outliving its engine (in an iterator's version) has no rows left to erase
+/// once the cache is gone, and does not keep it.
+pub(crate) struct FileRows {
+    cache: std::sync::Weak<RowCache>,
+    owner: u64,
+}
+
+impl FileRows {
+    /// Drops the rows of the engine's files `numbers`, which were deleted.
+    pub(crate) fn erase(&self, numbers: &[u64]) {
+        if let Some(c) = self.cache.upgrade() {
+            c.erase_files(self.owner, numbers);
         }
     }
 }
@@ -657,6 +717,66 @@ mod tests {
             .all(|i| !c.contains(1, 1, &i.to_be_bytes()) && c.contains(2, 1, &i.to_be_bytes())));
         c.erase_owner(2);
         assert_eq!((c.usage(), budget.row_cache_bytes()), (0, door));
+    }
+
+    #[test]
+    fn erasing_deleted_files_drops_their_rows_only_and_the_budget_and_pool_get_the_charge_back() {
+        use crate::cache::BlockCache;
+        let wb = crate::env::write_buffer::WriteBuffers::new(None);
+        let budget = MemoryBudget::new(None, wb);
+        let pool = CachePool::new(4 << 20, 0.125);
+        let _blocks = BlockCache::pooled(Arc::clone(&pool));
+        let c = RowCache::pooled(Arc::clone(&pool), Some(Arc::clone(&budget)));
+        assert!(!c.admit(0, 1, b"first miss"));
+        for i in 0u64..6_000 {
+            // Files 1 to 3 of owner 0, and file 1 of owner 1.
+            let (owner, file) = if i % 4 == 3 { (1, 1) } else { (0, 1 + i % 4) };
+            c.insert(
+                owner,
+                file,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        let held = c.held();
+        let cached = |owner: u64, file: u64| {
+            (0u64..6_000)
+                .filter(|i| c.contains(owner, file, &i.to_be_bytes()))
+                .count()
+        };
+        assert_eq!(
+            (cached(0, 1), cached(0, 2), cached(0, 3), cached(1, 1)),
+            (1_500, 1_500, 1_500, 1_500)
+        );
+        c.erase_files(0, &[1, 3]);
+        assert_eq!(
+            (cached(0, 1), cached(0, 2), cached(0, 3), cached(1, 1)),
+            (0, 1_500, 0, 1_500)
+        );
+        // Half the rows went: their segments were compacted and freed (less a segment per shard, as the
+        // rest need part of one), and the charge given back.
+        let segment = c
+            .shards
+            .first()
+            .map(|s| s.lock().segment_bytes())
+            .unwrap_or(0);
+        assert!(
+            c.held() + 3_000 * 120 <= held + 16 * segment,
+            "{} {held}",
+            c.held()
+        );
+        assert_eq!(budget.row_cache_bytes(), c.held());
+        assert_eq!(pool.held(Part::Rows), c.held());
+        // A pass that finds nothing changes nothing.
+        let left = c.held();
+        c.erase_files(0, &[4, 5]);
+        assert_eq!((c.held(), pool.held(Part::Rows)), (left, left));
+        c.erase_files(0, &[2]);
+        c.erase_files(1, &[1]);
+        assert_eq!(c.usage(), 0);
+        assert_eq!(
+            (budget.row_cache_bytes(), pool.held(Part::Rows)),
+            (c.held(), c.held())
+        );
     }
 
     #[test]
@@ -854,7 +974,7 @@ mod tests {
         use crate::cache::BlockCache;
         let wb = crate::env::write_buffer::WriteBuffers::new(None);
         let budget = MemoryBudget::new(None, wb);
-        let pool = CachePool::new(4 << 20);
+        let pool = CachePool::new(4 << 20, 0.5);
         let blocks = BlockCache::pooled(Arc::clone(&pool));
         let rows = RowCache::pooled(Arc::clone(&pool), Some(Arc::clone(&budget)));
         assert!(!rows.admit(0, 1, b"first miss"));

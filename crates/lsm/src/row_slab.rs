@@ -16,8 +16,8 @@
 //! needs room and the shard may not allocate another segment, the oldest segment is recycled: its referenced
 //! entries lose their bit and are slid to its front, the others are evicted, and it becomes the segment being
 //! filled (second chance, one segment at a time). Lowering the bound ([`SlabShard::fit`]) drops whole
-//! segments, oldest first. [`SlabShard::retain`] compacts every segment and frees the emptied ones, so that
-//! its charge is given back at once.
+//! segments, oldest first. [`SlabShard::erase`] drops chosen entries and compacts the segments they filled
+//! at least half of, freeing the emptied ones, so that their charge is given back at once.
 //!
 //! **Index**: linear probing over a table of any size (a slot's home is its tag scaled to the table), with
 //! deletion by backward shift, so that a slot's home is known from the slot alone. A tag is 32 bits of the
@@ -44,6 +44,44 @@ const MAX_SEGMENTS: usize = 1 << 16;
 struct Segment {
     data: Box<[u8]>,
     filled: usize,
+    /// Bytes of its live entries (heads included).
+    live: usize,
+    /// The groups of the entries written into it ([`SlabShard::grouped`]; evicted ones too, until it is
+    /// compacted).
+    groups: Groups,
+}
+
+/// A 512-bit filter of entry groups (a group's bit: the top 9 bits of its 64-bit hash): a segment whose
+/// filter lacks every bit of the groups erased holds none of their entries and is not read.
+pub(crate) type Groups = [u64; 8];
+
+/// Every bit set: a segment of entries without a group is read by every erase.
+pub(crate) const ALL_GROUPS: Groups = [u64::MAX; 8];
+
+/// Adds group hash `g` (`None`: an entry without a group) to `groups`.
+fn add_group(groups: &mut Groups, g: Option<u64>) {
+    match g {
+        Some(g) => {
+            let bit = (g >> 55) as usize;
+            if let Some(w) = groups.get_mut(bit >> 6) {
+                *w |= 1 << (bit & 63);
+            }
+        }
+        None => *groups = ALL_GROUPS,
+    }
+}
+
+/// The filter of the groups of hashes `gs`, for [`SlabShard::erase`].
+pub(crate) fn groups_of(gs: impl IntoIterator<Item = u64>) -> Groups {
+    let mut groups = [0; 8];
+    for g in gs {
+        add_group(&mut groups, Some(g));
+    }
+    groups
+}
+
+fn no_group(_: &[u8]) -> Option<u64> {
+    None
 }
 
 /// Where an entry lives: its segment's id and offset.
@@ -103,6 +141,8 @@ pub(crate) struct SlabShard {
     segment_bytes: usize,
     /// The hash of an entry from its bytes (the one its insertion was given).
     rehash: fn(&[u8]) -> Option<u64>,
+    /// The hash of an entry's group from its bytes ([`SlabShard::grouped`]).
+    group: fn(&[u8]) -> Option<u64>,
 }
 
 impl SlabShard {
@@ -117,7 +157,16 @@ impl SlabShard {
             len: 0,
             segment_bytes: segment_bytes.clamp(MIN_SEGMENT, MAX_SEGMENT),
             rehash,
+            group: no_group,
         }
+    }
+
+    /// The shard, its entries grouped by `group` (the hash of an entry's group from its bytes; the row
+    /// cache's groups are files): each segment keeps a filter of its entries' groups, so that
+    /// [`erase`](Self::erase) reads only the segments that may hold the groups it erases.
+    pub(crate) fn grouped(mut self, group: fn(&[u8]) -> Option<u64>) -> Self {
+        self.group = group;
+        self
     }
 
     /// Bytes of one segment.
@@ -215,6 +264,15 @@ impl SlabShard {
 
     /// Empties the slot at `i`, shifting back the slots after it that may move closer to their home.
     fn remove_slot(&mut self, mut hole: usize) {
+        if let Some(&s) = self.index.get(hole) {
+            let loc = slot_loc(s);
+            if let Some((_, range)) = self.entry_at(loc) {
+                let size = range.end - usize::from(loc.off);
+                if let Some(seg) = self.seg_mut(loc.seg) {
+                    seg.live = seg.live.saturating_sub(size);
+                }
+            }
+        }
         let n = self.index.len();
         let mut j = hole;
         for _ in 0..n {
@@ -330,6 +388,7 @@ impl SlabShard {
                 return;
             }
         };
+        let g = (self.group)(bytes);
         let Some(seg) = self.seg_mut(id) else { return };
         let off = seg.filled;
         let Some(dst) = seg.data.get_mut(off..off + size) else {
@@ -339,6 +398,8 @@ impl SlabShard {
         head.copy_from_slice(&(bytes.len() as u16).to_le_bytes());
         body.copy_from_slice(bytes);
         seg.filled += size;
+        seg.live += size;
+        add_group(&mut seg.groups, g);
         let loc = Loc {
             seg: id,
             off: off as u16,
@@ -353,6 +414,8 @@ impl SlabShard {
         let seg = Segment {
             data: vec![0u8; self.segment_bytes].into_boxed_slice(),
             filled: 0,
+            live: 0,
+            groups: [0; 8],
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -412,6 +475,8 @@ impl SlabShard {
         let mut d = 0usize;
         let mut w = 0usize;
         let mut moved = Vec::new();
+        let mut groups = vec![[0u64; 8]; ids.len()];
+        let mut lives = vec![0usize; ids.len()];
         for &sid in ids {
             let filled = self.seg(sid).map_or(0, |s| s.filled);
             let mut off = 0;
@@ -455,6 +520,12 @@ impl SlabShard {
                 if let Some(dst) = self.seg_mut(did).and_then(|s| s.data.get_mut(w..w + size)) {
                     dst.copy_from_slice(&moved);
                 }
+                if let Some(gs) = groups.get_mut(d) {
+                    add_group(gs, (self.group)(moved.get(HEAD..).unwrap_or_default()));
+                }
+                if let Some(l) = lives.get_mut(d) {
+                    *l += size;
+                }
                 if let Some(s) = self.index.get_mut(i) {
                     *s = slot(
                         slot_tag(*s),
@@ -470,6 +541,8 @@ impl SlabShard {
         let mut empty = Vec::new();
         for (k, &id) in ids.iter().enumerate() {
             if let Some(s) = self.seg_mut(id) {
+                s.groups = groups.get(k).copied().unwrap_or(ALL_GROUPS);
+                s.live = lives.get(k).copied().unwrap_or(0);
                 if k == d {
                     s.filled = w;
                 } else if k > d {
@@ -503,15 +576,63 @@ impl SlabShard {
         }
     }
 
-    /// Drops every entry whose bytes fail `keep`, compacts the rest into the fewest segments and frees the
-    /// others.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
-        let ids: Vec<u16> = self.order.iter().copied().collect();
-        let empty = self.compact(&ids, &mut |_, b| if keep(b) { Keep::Yes } else { Keep::No });
-        for id in empty {
+    /// Drops every live entry whose bytes `erase` accepts (entries of the groups in `groups` only;
+    /// [`ALL_GROUPS`]: any). Only the segments whose group filter shares a bit with `groups` are read, entry
+    /// head by entry head (`erase` is shown evicted entries' bytes too). The segments left at most half
+    /// live are then compacted, together, into the fewest segments, and the others freed, so that their
+    /// charge is given back at once; in the rest the erased entries' bytes stay until the segment is
+    /// recycled, as an evicted entry's do. Returns whether any entry was dropped.
+    pub(crate) fn erase(&mut self, groups: &Groups, mut erase: impl FnMut(&[u8]) -> bool) -> bool {
+        let ids: Vec<u16> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&id| {
+                self.seg(id)
+                    .is_some_and(|s| s.groups.iter().zip(groups).any(|(a, b)| a & b != 0))
+            })
+            .collect();
+        let mut dense = Vec::new();
+        let mut dropped = false;
+        for id in ids {
+            let filled = self.seg(id).map_or(0, |s| s.filled);
+            let (mut off, mut erased) = (0, false);
+            while off < filled {
+                let loc = Loc {
+                    seg: id,
+                    off: off as u16,
+                };
+                let Some((_, range)) = self.entry_at(loc) else {
+                    break;
+                };
+                off = range.end;
+                if !self.bytes_at(loc).is_some_and(&mut erase) {
+                    continue;
+                }
+                if let Some(i) = self.slot_of(loc) {
+                    self.remove_slot(i);
+                    erased = true;
+                    dropped = true;
+                }
+            }
+            if erased && self.seg(id).is_some_and(|s| s.live * 2 <= s.filled) {
+                dense.push(id);
+            }
+        }
+        // Segments left empty are freed as they are; the others are compacted.
+        let (empty, dense): (Vec<u16>, Vec<u16>) = dense
+            .into_iter()
+            .partition(|&id| self.seg(id).is_some_and(|s| s.live == 0));
+        let empty = empty
+            .into_iter()
+            .chain(self.compact(&dense, &mut |_, _| Keep::Yes));
+        for id in empty.collect::<Vec<_>>() {
             self.free_segment(id);
         }
-        self.shrink_index();
+        if dropped {
+            self.shrink_index();
+        }
+        dropped
     }
 }
 
@@ -602,7 +723,7 @@ mod tests {
     }
 
     #[test]
-    fn fit_drops_the_oldest_segments_and_retain_compacts_and_frees() {
+    fn fit_drops_the_oldest_segments_and_erase_compacts_and_frees() {
         let mut s = SlabShard::new(1024, rehash);
         for k in 0..100 {
             put(&mut s, k, 100, 1 << 20);
@@ -612,13 +733,39 @@ mod tests {
         let left = s.len() as u64;
         assert!(left <= 50 && left % 10 == 0, "{left}");
         assert!((0..100).all(|k| has(&s, k) == (k >= 100 - left)));
-        s.retain(|b| b.first().is_some_and(|k| k % 2 == 0));
+        s.erase(&ALL_GROUPS, |b| b.first().is_some_and(|k| k % 2 != 0));
         assert!((0..100).all(|k| has(&s, k) == (k % 2 == 0 && k >= 100 - left)));
         // The survivors, packed: 10 per segment, the others freed.
         assert_eq!(s.order.len(), s.len().div_ceil(10));
         assert_eq!(s.usage(), s.order.len() * 1024 + s.index.len() * SLOT);
-        s.retain(|_| false);
+        s.erase(&ALL_GROUPS, |_| true);
         assert_eq!((s.usage(), s.len()), (0, 0));
+    }
+
+    #[test]
+    fn erase_reads_only_the_segments_whose_filter_has_a_group_erased() {
+        let mut s = SlabShard::new(1024, rehash).grouped(group);
+        // Ten entries of 100 bytes per segment; the 50 keys of group 0 only in the first five segments.
+        let others: Vec<u64> = (1..256u64).filter(|k| k % 5 != 0).take(50).collect();
+        for k in (0..50u64).map(|k| k * 5).chain(others.iter().copied()) {
+            put(&mut s, k, 100, 1 << 20);
+        }
+        let mut read = 0;
+        s.erase(&groups_of([group_hash(0)]), |b| {
+            read += 1;
+            b.first().is_some_and(|k| k % 5 == 0)
+        });
+        // The entries of the five segments with group 0 (the others' filters lack its bit).
+        assert_eq!(read, 50, "{read}");
+        assert!((0..50u64).all(|k| !has(&s, k * 5)) && others.iter().all(|&k| has(&s, k)));
+        assert_eq!(s.order.len(), 5);
+        // A group no segment holds reads nothing.
+        let mut read = 0;
+        assert!(!s.erase(&groups_of([group_hash(0)]), |_| {
+            read += 1;
+            false
+        }));
+        assert_eq!(read, 0);
     }
 
     #[test]
@@ -638,7 +785,7 @@ mod tests {
             s.insert(h(k), &entry(k, 20), &is(k), 1 << 22);
         }
         for k in (0..3_000u64).step_by(2) {
-            s.retain(|b| b.get(..8) != Some(&k.to_le_bytes()[..]));
+            s.erase(&ALL_GROUPS, |b| b.get(..8) == Some(&k.to_le_bytes()[..]));
             if k > 300 {
                 break;
             }
@@ -656,6 +803,16 @@ mod tests {
         Remove(u8),
         Fit(u16),
         Retain(u8),
+        EraseGroup(u8),
+    }
+
+    /// The group of an entry of key `k`: `k % 5`, spread over 64 bits.
+    fn group_hash(g: u64) -> u64 {
+        g.wrapping_mul(0xC4CE_B9FE_1A85_EC53).rotate_left(29) ^ g
+    }
+
+    fn group(b: &[u8]) -> Option<u64> {
+        Some(group_hash(u64::from(*b.first()?) % 5))
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -666,6 +823,7 @@ mod tests {
             1 => any::<u8>().prop_map(Op::Remove),
             1 => (0u16..8_000).prop_map(Op::Fit),
             1 => (2u8..9).prop_map(Op::Retain),
+            1 => (0u8..5).prop_map(Op::EraseGroup),
         ]
     }
 
@@ -677,7 +835,7 @@ mod tests {
             ops in proptest::collection::vec(op(), 1..400),
             capacity in 1_000usize..12_000,
         ) {
-            let mut s = SlabShard::new(512, rehash);
+            let mut s = SlabShard::new(512, rehash).grouped(group);
             let mut last: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
             let mut cap = capacity;
             for op in ops {
@@ -698,8 +856,13 @@ mod tests {
                         s.fit(cap);
                     }
                     Op::Retain(m) => {
-                        s.retain(|b| b.first().is_some_and(|k| k % m != 0));
+                        s.erase(&ALL_GROUPS, |b| b.first().is_some_and(|k| k % m == 0));
                         last.retain(|k, _| k % u64::from(m) != 0);
+                    }
+                    Op::EraseGroup(g) => {
+                        let groups = groups_of([group_hash(u64::from(g))]);
+                        s.erase(&groups, |b| b.first().is_some_and(|k| k % 5 == g));
+                        last.retain(|k, _| k % 5 != u64::from(g));
                     }
                 }
                 let mut found = 0;
@@ -713,6 +876,21 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(found, s.len());
                 proptest::prop_assert!(s.usage() <= cap, "{} > {}", s.usage(), cap);
+                // Each segment counts the bytes of its live entries.
+                for &id in &s.order {
+                    let (filled, live) = s.seg(id).map_or((0, 0), |g| (g.filled, g.live));
+                    let (mut off, mut counted) = (0, 0);
+                    while let Some((_, range)) = s.entry_at(Loc { seg: id, off: off as u16 }) {
+                        if s.slot_of(Loc { seg: id, off: off as u16 }).is_some() {
+                            counted += range.end - off;
+                        }
+                        off = range.end;
+                        if off >= filled {
+                            break;
+                        }
+                    }
+                    proptest::prop_assert_eq!(live, counted, "segment {}", id);
+                }
             }
         }
     }

@@ -14,6 +14,7 @@ use super::cache::BlockCache;
 use super::coding::{put_len_prefixed_u32, put_u32, put_u64, ByteReader, DecodeError};
 use super::ikey;
 use super::rangedel::RangeTombstone;
+use super::row_cache::FileRows;
 use super::sst::SstReader;
 use super::storage::StorageHandle;
 
@@ -69,6 +70,11 @@ pub(crate) struct FileMeta {
     pub path: PathBuf,
     obsolete: AtomicBool,
     cache: Arc<BlockCache>,
+    /// The engine's rows in its row cache, if it has one: erased with the file if it had one cached.
+    rows: Option<FileRows>,
+    /// Whether a row of the file was ever cached ([`FileMeta::row_cached`]): a file without one skips the
+    /// erase, a pass over the whole row cache.
+    rows_cached: AtomicBool,
     storage: StorageHandle,
 }
 
@@ -80,6 +86,7 @@ impl FileMeta {
         range_dels: Vec<RangeTombstone>,
         path: PathBuf,
         cache: Arc<BlockCache>,
+        rows: Option<FileRows>,
         storage: StorageHandle,
     ) -> Self {
         // A bounded file's tombstones reach no key outside its bounds.
@@ -94,7 +101,16 @@ impl FileMeta {
             path,
             obsolete: AtomicBool::new(false),
             cache,
+            rows,
+            rows_cached: AtomicBool::new(false),
             storage,
+        }
+    }
+
+    /// Notes that a row of the file is cached (its deletion then erases the file's rows).
+    pub fn row_cached(&self) {
+        if !self.rows_cached.load(Ordering::Relaxed) {
+            self.rows_cached.store(true, Ordering::Relaxed);
         }
     }
 
@@ -115,6 +131,13 @@ impl Drop for FileMeta {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
             self.cache.erase_file(self.reader.file_number());
+            if let Some(rows) = self
+                .rows
+                .as_ref()
+                .filter(|_| self.rows_cached.load(Ordering::Relaxed))
+            {
+                rows.erase(&[self.info.number]);
+            }
             // Best effort: a leftover file is not named by the manifest and is removed at the next open.
             let _ = self.storage.remove(&self.path);
         }

@@ -97,6 +97,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
             "num_levels must be at least 2".into(),
         ));
     }
+    // At least the row cache's doorkeeper (1/32 of the capacity), which it cannot evict: a smaller share
+    // would let the two caches together hold more than `block_cache_size`.
+    if !(1.0 / 32.0..=1.0).contains(&opts.row_cache_min_share) {
+        return Err(LsmError::InvalidArgument(format!(
+            "row_cache_min_share {} is not in [1/32, 1]",
+            opts.row_cache_min_share
+        )));
+    }
     let storage = opts.storage.clone();
     if !storage.exists(&dir) {
         if !opts.create_if_missing {
@@ -112,7 +120,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Db> {
     // A block cache of the engine's own shares its capacity with the engine's default row cache.
     let cache = env.block_cache().cloned().unwrap_or_else(|| {
         if opts.row_cache_size.is_none() {
-            BlockCache::pooled(CachePool::new(opts.block_cache_size))
+            BlockCache::pooled(CachePool::new(
+                opts.block_cache_size,
+                opts.row_cache_min_share,
+            ))
         } else {
             BlockCache::new(opts.block_cache_size)
         }

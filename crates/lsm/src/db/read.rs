@@ -337,6 +337,7 @@ impl DbInner {
             visit(s, kind, &|| v.clone())
         })?;
         if rec.complete(exhausted) {
+            f.row_cached();
             rc.insert(f.info.number, rec);
         }
         Ok(exhausted)
