@@ -146,7 +146,8 @@ pub(crate) struct SlabShard {
 }
 
 impl SlabShard {
-    /// An empty shard of segments of `segment_bytes` (clamped to [`MIN_SEGMENT`]..=[`MAX_SEGMENT`]), whose
+    /// An empty shard of segments of `segment_bytes` (clamped to [`MIN_SEGMENT`]..=[`MAX_SEGMENT`] and
+    /// rounded down to a power of two), whose
     /// entries' hashes `rehash` computes from their bytes.
     pub(crate) fn new(segment_bytes: usize, rehash: fn(&[u8]) -> Option<u64>) -> Self {
         SlabShard {
@@ -155,7 +156,8 @@ impl SlabShard {
             order: VecDeque::new(),
             index: Box::default(),
             len: 0,
-            segment_bytes: segment_bytes.clamp(MIN_SEGMENT, MAX_SEGMENT),
+            // A power of two, an allocator's size class.
+            segment_bytes: 1 << segment_bytes.clamp(MIN_SEGMENT, MAX_SEGMENT).ilog2(),
             rehash,
             group: no_group,
         }
@@ -355,12 +357,18 @@ impl SlabShard {
             self.fit(capacity);
             return;
         }
-        // Room in the index: grow it, or drop old segments until it may.
+        // Room in the index: grow it, or make room by second chance (recycling the oldest segments, which
+        // evicts their unreferenced entries), or at last drop the oldest segment whole.
+        let mut chances = 2 * self.order.len() + 2;
         while (self.len + 1) * 4 > self.index.len() * 3 {
             let n = Self::grown(self.index.len());
             if self.usage() + (n - self.index.len()) * SLOT <= capacity {
                 self.resize_index(n);
+            } else if let (Some(&oldest), true) = (self.order.front(), chances > 0) {
+                chances -= 1;
+                self.recycle(oldest);
             } else if !self.drop_oldest() {
+                self.fit(capacity);
                 return;
             }
         }
@@ -385,6 +393,7 @@ impl SlabShard {
             } else if let Some(&oldest) = self.order.front() {
                 self.recycle(oldest);
             } else {
+                self.fit(capacity);
                 return;
             }
         };
@@ -442,8 +451,17 @@ impl SlabShard {
                 Keep::No
             }
         });
-        self.order.retain(|&x| x != id);
+        self.unlink(id);
         self.order.push_back(id);
+    }
+
+    /// Takes `id` out of the CLOCK order (the oldest in one step).
+    fn unlink(&mut self, id: u16) {
+        if self.order.front() == Some(&id) {
+            self.order.pop_front();
+        } else {
+            self.order.retain(|&x| x != id);
+        }
     }
 
     /// Evicts every entry of the oldest segment and frees it; false if there is none.
@@ -461,7 +479,7 @@ impl SlabShard {
             *s = None;
             self.free.push(id);
         }
-        self.order.retain(|&x| x != id);
+        self.unlink(id);
         if self.order.is_empty() {
             self.segs.clear();
             self.free.clear();
@@ -740,6 +758,37 @@ mod tests {
         assert_eq!(s.usage(), s.order.len() * 1024 + s.index.len() * SLOT);
         s.erase(&ALL_GROUPS, |_| true);
         assert_eq!((s.usage(), s.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_shard_too_small_for_a_segment_holds_and_is_charged_nothing() {
+        for capacity in [256, 600, 1024 + 255] {
+            let mut s = SlabShard::new(1024, rehash);
+            put(&mut s, 1, 100, capacity);
+            assert_eq!((s.len(), s.usage()), (0, 0), "{capacity}");
+        }
+    }
+
+    #[test]
+    fn hot_entries_survive_a_stream_of_cold_ones_whatever_the_capacity() {
+        // Some capacities leave the index at 3/4 load with no room to grow once the segments fill them;
+        // the room for more slots must then be made with second chance too, not by dropping the oldest
+        // segment whole.
+        for capacity in (4 * 1024..24 * 1024).step_by(64) {
+            let mut s = SlabShard::new(512, rehash);
+            let hot = (capacity / 100 / 4) as u64;
+            for k in 0..hot {
+                put(&mut s, k, 40, capacity);
+            }
+            for cold in 0..2_000u64 {
+                for k in 0..hot {
+                    hit(&mut s, k);
+                }
+                put(&mut s, 1_000_000 + cold, 40, capacity);
+            }
+            let kept = (0..hot).filter(|&k| has(&s, k)).count() as u64;
+            assert_eq!(kept, hot, "capacity {capacity}");
+        }
     }
 
     #[test]
