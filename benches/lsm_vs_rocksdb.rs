@@ -249,10 +249,13 @@ mod ours {
                     .and_then(|v| v.parse::<usize>().ok())
                     .map(|mb| mb << 20),
                 // `KS_BENCH_ROW_MIN_SHARE`: the rows' guaranteed share of the one capacity.
-                row_cache_min_share: std::env::var("KS_BENCH_ROW_MIN_SHARE")
-                    .ok()
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .unwrap_or(Options::default().row_cache_min_share),
+                row_cache_min_share: std::env::var("KS_BENCH_ROW_MIN_SHARE").map_or(
+                    Options::default().row_cache_min_share,
+                    |v| {
+                        v.parse::<f64>()
+                            .unwrap_or_else(|e| panic!("KS_BENCH_ROW_MIN_SHARE {v:?}: {e}"))
+                    },
+                ),
                 ..Options::default()
             };
             let desc = format!("{opts:?} sst={:?} block_cache={}", opts.sst, cache_bytes);

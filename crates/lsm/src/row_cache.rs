@@ -381,7 +381,8 @@ impl RowCache {
 
     /// Caches what `rec` recorded in file `file` of the engine tagged `owner` (a recording that is not complete must not be passed),
     /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
-    /// than an eighth of a shard, or than a segment, is not cached.
+    /// than a segment (a power of two of at most 32 KiB and a sixteenth of a shard), or than an eighth of a
+    /// shard's bound now (lower in a pool whose blocks took the room), is not cached.
     pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) {
         let key = rec.rows.get(..rec.key_len).unwrap_or_default();
         let h = hash(owner, file, key);

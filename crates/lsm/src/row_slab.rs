@@ -4,8 +4,10 @@
 //! A row of a 10-byte key and a 100-byte value is about 120 bytes; a map slot, a ring key and an allocation
 //! per entry added 56 to it. Here an entry is its bytes behind a 2-byte head (its length and the CLOCK
 //! reference bit) inside a segment of [`SlabShard::segment_bytes`] bytes, and the index slot is 8 bytes (a
-//! 32-bit tag of the entry's hash, the segment's id and the entry's offset), held at a load of 3/8 to 3/4:
-//! about 11–21 bytes of bookkeeping per entry instead of 56.
+//! 32-bit tag of the entry's hash, the segment's id and the entry's offset), grown by half at a load of 3/4
+//! and shrunk to a load of 1/2 below 3/16: in a cache filled by inserts loaded 1/2 to 3/4, about 11–16
+//! bytes of bookkeeping per entry instead of 56 (up to 43 after erasures that leave it at 3/16). The resize
+//! briefly holds the old and the new index, of which only the new one is charged.
 //!
 //! **Charge**: a shard is charged what it allocated: its segments (each a boxed slice of exactly
 //! [`SlabShard::segment_bytes`]) and its index (a boxed slice of slots), nothing per entry. The bytes of
@@ -311,7 +313,7 @@ impl SlabShard {
         self.index = index;
     }
 
-    /// The index's size for `len` entries after a growth: 3/8 to 3/4 loaded.
+    /// The index's size after a growth of one of `n` slots: half as large again (a load of 3/4 becomes 1/2).
     fn grown(n: usize) -> usize {
         (n + n / 2).max(32)
     }
