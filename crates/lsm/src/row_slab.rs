@@ -17,9 +17,11 @@
 //! **Eviction**: segments are kept in CLOCK order (oldest first; the last one is filled). When an entry
 //! needs room and the shard may not allocate another segment, the oldest segment is recycled: its referenced
 //! entries lose their bit and are slid to its front, the others are evicted, and it becomes the segment being
-//! filled (second chance, one segment at a time). Lowering the bound ([`SlabShard::fit`]) drops whole
-//! segments, oldest first. [`SlabShard::erase`] drops chosen entries and compacts the segments they filled
-//! at least half of, freeing the emptied ones, so that their charge is given back at once.
+//! filled (second chance, one segment at a time). Lowering the bound ([`SlabShard::fit`]) frees segments by
+//! second chance too, compacting the two oldest (or, when their entries were all read, moving them to the
+//! newest end); room in a full index that may not grow is made by recycling. [`SlabShard::erase`] drops
+//! chosen entries and compacts the segments left at most half live, freeing the emptied ones, so that
+//! their charge is given back at once.
 //!
 //! **Index**: linear probing over a table of any size (a slot's home is its tag scaled to the table), with
 //! deletion by backward shift, so that a slot's home is known from the slot alone. A tag is 32 bits of the
@@ -466,6 +468,34 @@ impl SlabShard {
         }
     }
 
+    /// Compacts the two oldest segments by second chance (referenced entries kept, losing their bit; the
+    /// others evicted) and frees those left empty; false if none was freed (then both go to the newest
+    /// end) or there are fewer than two.
+    fn merge_oldest(&mut self) -> bool {
+        let ids: Vec<u16> = self.order.iter().take(2).copied().collect();
+        if ids.len() < 2 {
+            return false;
+        }
+        let empty = self.compact(&ids, &mut |referenced, _| {
+            if referenced {
+                Keep::Cleared
+            } else {
+                Keep::No
+            }
+        });
+        if empty.is_empty() {
+            for id in ids {
+                self.unlink(id);
+                self.order.push_back(id);
+            }
+            return false;
+        }
+        for id in empty {
+            self.free_segment(id);
+        }
+        true
+    }
+
     /// Evicts every entry of the oldest segment and frees it; false if there is none.
     fn drop_oldest(&mut self) -> bool {
         let Some(&id) = self.order.front() else {
@@ -576,10 +606,22 @@ impl SlabShard {
         empty
     }
 
-    /// Drops the oldest segments until the shard holds at most `capacity` bytes (or is empty), and shrinks
-    /// an index left less than 3/16 full.
+    /// Frees segments until the shard holds at most `capacity` bytes (or is empty), and shrinks an index
+    /// left less than 3/16 full. A segment is freed by second chance: the two oldest are compacted,
+    /// their referenced entries losing their bit and the others evicted; when that frees neither, both go
+    /// to the newest end (as a recycled segment does) and the next two are tried. Only after a whole turn
+    /// that freed nothing is the oldest dropped whole.
     pub(crate) fn fit(&mut self, capacity: usize) {
-        while self.usage() > capacity && self.drop_oldest() {}
+        let mut misses = 0;
+        while self.usage() > capacity {
+            if self.merge_oldest() {
+                misses = 0;
+            } else if misses <= self.order.len() {
+                misses += 1;
+            } else if !self.drop_oldest() {
+                break;
+            }
+        }
         self.shrink_index();
         if self.usage() > capacity && self.len == 0 {
             self.index = Box::default();
@@ -760,6 +802,21 @@ mod tests {
         assert_eq!(s.usage(), s.order.len() * 1024 + s.index.len() * SLOT);
         s.erase(&ALL_GROUPS, |_| true);
         assert_eq!((s.usage(), s.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_lower_bound_keeps_the_entries_read_since_their_segment_was_last_recycled() {
+        let mut s = SlabShard::new(1024, rehash);
+        for k in 0..100 {
+            put(&mut s, k, 100, 1 << 20);
+        }
+        // Keys 0..20 are in the two oldest segments; they are read, the others are not.
+        for k in 0..20 {
+            hit(&mut s, k);
+        }
+        s.fit(5 * 1024 + s.index.len() * SLOT);
+        assert!(s.usage() <= 5 * 1024 + 32 * SLOT * 8);
+        assert!((0..20).all(|k| has(&s, k)));
     }
 
     #[test]
