@@ -315,3 +315,31 @@ fn a_compaction_that_deletes_a_file_gives_back_the_charge_of_its_cached_rows() {
     }
     assert!(db.stats().row_cache_usage > 0);
 }
+
+#[test]
+fn a_compaction_erases_its_deleted_files_rows_even_while_an_iterator_still_holds_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), options(1 << 20)).unwrap();
+    let key = |i: u32| format!("key{i:03}");
+    // Three flushed files whose rows are cached.
+    for part in 0..3u32 {
+        for i in part * 50..(part + 1) * 50 {
+            db.put(key(i).as_bytes(), b"v1").unwrap();
+        }
+        db.flush().unwrap();
+    }
+    for _ in 0..2 {
+        for i in 0..150u32 {
+            assert_eq!(get(&db, key(i).as_bytes()).as_deref(), Some(&b"v1"[..]));
+        }
+    }
+    assert!(db.stats().row_cache_usage > 0);
+    // An iterator keeps the old version, and with it the three files, past the compaction.
+    let it = db.iter(keyed_state_lsm::ReadOptions::default());
+    db.compact_all().unwrap();
+    // Their rows went with the compaction that deleted them, not when the iterator lets the files go.
+    let s = db.stats();
+    assert_eq!(s.row_cache_usage, 0, "{s:?}");
+    drop(it);
+    assert_eq!(db.stats().row_cache_usage, 0);
+}

@@ -534,20 +534,34 @@ impl DbInner {
             st.refresh_super_version();
         }
         let readded: Vec<u64> = added.iter().map(|(_, f)| f.info.number).collect();
+        let mut rows = None;
+        let mut cached = Vec::new();
         for (_, f) in deleted {
             if !readded.contains(&f.info.number) {
                 f.mark_obsolete();
+                if let Some(r) = f.take_cached_rows() {
+                    rows = Some(r);
+                    cached.push(f.info.number);
+                }
             }
         }
         self.wake();
-        if man
+        let rolled = if man
             .writer
             .as_ref()
             .is_some_and(|w| w.size > MANIFEST_ROLL_BYTES)
         {
-            self.roll_manifest(&mut man)?;
+            self.roll_manifest(&mut man)
+        } else {
+            Ok(())
+        };
+        drop(man);
+        // The deleted files' rows, in one pass for all of them, outside the manifest lock (a reader still
+        // on the old version that caches a row of one again leaves it to the file's drop).
+        if let Some(rows) = rows {
+            rows.erase(&cached);
         }
-        Ok(())
+        rolled
     }
 
     /// A full-state edit of `version`.

@@ -72,8 +72,8 @@ pub(crate) struct FileMeta {
     cache: Arc<BlockCache>,
     /// The engine's rows in its row cache, if it has one: erased with the file if it had one cached.
     rows: Option<FileRows>,
-    /// Whether a row of the file was ever cached ([`FileMeta::row_cached`]): a file without one skips the
-    /// erase, a pass over the whole row cache.
+    /// Whether a row of the file was cached since its rows were last erased ([`FileMeta::row_cached`]): a
+    /// file without one skips the erase.
     rows_cached: AtomicBool,
     storage: StorageHandle,
 }
@@ -107,11 +107,20 @@ impl FileMeta {
         }
     }
 
-    /// Notes that a row of the file is cached (its deletion then erases the file's rows).
+    /// Notes that a row of the file was cached (after the insertion: its deletion then erases the file's
+    /// rows, unless an erase took the note after the insertion).
     pub fn row_cached(&self) {
-        if !self.rows_cached.load(Ordering::Relaxed) {
-            self.rows_cached.store(true, Ordering::Relaxed);
+        if !self.rows_cached.load(Ordering::Acquire) {
+            self.rows_cached.store(true, Ordering::Release);
         }
+    }
+
+    /// The engine's rows, if the file had a row cached since its rows were last erased (the note is
+    /// taken: the caller erases them, and a row cached after that notes itself again for the drop).
+    pub fn take_cached_rows(&self) -> Option<&FileRows> {
+        self.rows
+            .as_ref()
+            .filter(|_| self.rows_cached.swap(false, Ordering::AcqRel))
     }
 
     /// Whether the manifest records a smallest sequence number below that of the file's entries: a
@@ -131,11 +140,7 @@ impl Drop for FileMeta {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
             self.cache.erase_file(self.reader.file_number());
-            if let Some(rows) = self
-                .rows
-                .as_ref()
-                .filter(|_| self.rows_cached.load(Ordering::Relaxed))
-            {
+            if let Some(rows) = self.take_cached_rows() {
                 rows.erase(&[self.info.number]);
             }
             // Best effort: a leftover file is not named by the manifest and is removed at the next open.

@@ -337,8 +337,8 @@ impl DbInner {
             visit(s, kind, &|| v.clone())
         })?;
         if rec.complete(exhausted) {
-            f.row_cached();
             rc.insert(f.info.number, rec);
+            f.row_cached();
         }
         Ok(exhausted)
     }
