@@ -788,6 +788,30 @@ mod tests {
     }
 
     #[test]
+    fn erasing_a_file_keeps_the_rows_of_a_file_with_the_same_filter_bit() {
+        // Segments filter files by 9 bits of their hash: a file sharing file 1's bit is read by its erase,
+        // and its rows must stay.
+        let bit = |f: u64| file_hash(0, f) >> 55;
+        let twin = (2..)
+            .find(|&f| bit(f) == bit(1))
+            .expect("a file with the same bit");
+        let c = RowCache::new(1 << 20, None);
+        for i in 0u64..200 {
+            let file = if i % 2 == 0 { 1 } else { twin };
+            c.insert(
+                0,
+                file,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        c.erase_files(0, &[1]);
+        assert!((0u64..200).all(|i| {
+            let file = if i % 2 == 0 { 1 } else { twin };
+            c.contains(0, file, &i.to_be_bytes()) == (file == twin)
+        }));
+    }
+
+    #[test]
     fn a_recording_stopped_on_a_merge_operand_is_not_complete() {
         assert!(!record(b"k", &[(4, ValueKind::Merge, b"x")]).complete(false));
         assert!(record(b"k", &[(4, ValueKind::Merge, b"x")]).complete(true));
