@@ -965,7 +965,6 @@ mod tests {
         }
         let rows = c.rows();
         let per_mib = rows * (1 << 20) / c.usage();
-        // With 175 bytes charged per row (a map slot, a ring key and an allocation each) it was 5,991.
         eprintln!("{rows} rows in {} bytes: {per_mib}", c.usage());
         assert!(
             per_mib > 7_300,
