@@ -352,11 +352,12 @@ fn an_engine_on_its_own_shares_its_block_cache_capacity_with_its_row_cache() {
             assert!(s.row_cache_usage > MIB * 7 / 8, "{s:?}");
         } else {
             // Both want more than they hold: each keeps its share, less what one eviction frees per
-            // shard (rows go a segment at a time, a sixteenth of a shard: a sixteenth of the capacity in
-            // all; blocks one of about 4,400 bytes).
+            // shard (rows go a segment at a time: a sixteenth of a shard's part of the rows' share, a
+            // power of two of at least 512 bytes; blocks one of about 4,400 bytes).
             let rows_min = (MIB as f64 * share) as usize;
+            let segment = 1usize << (rows_min / 16 / 16).clamp(512, 32 << 10).ilog2();
             assert!(
-                s.row_cache_usage + door >= rows_min.saturating_sub(MIB / 16),
+                s.row_cache_usage + door >= rows_min.saturating_sub(16 * segment),
                 "{share}: {s:?}"
             );
             assert!(

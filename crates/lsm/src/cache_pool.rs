@@ -82,6 +82,11 @@ impl CachePool {
         self.capacity
     }
 
+    /// The bytes the rows keep when they want them: the least [`bound`](Self::bound) gives them.
+    pub(crate) fn rows_min(&self) -> usize {
+        self.rows_min
+    }
+
     /// Connects `cache`, the pool's `part`, which [`grew`](Self::grew) asks to evict when the other part
     /// needs the room (a second call is ignored).
     pub(crate) fn connect(&self, part: Part, cache: Weak<dyn LeftoverCache>) {

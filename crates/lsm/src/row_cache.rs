@@ -57,8 +57,10 @@ use crate::slice::ValueSlice;
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 16;
-/// A shard's segments are a sixteenth of its largest bound, within `row_slab`'s limits (32 KiB for a
-/// shard of 512 KiB or more).
+/// A shard's segments are a sixteenth of its smallest bound (a fixed cache's bound; in a pool, the rows'
+/// guaranteed share of it, [`CachePool::rows_min`]), within `row_slab`'s limits (a power of two of 512
+/// bytes to 32 KiB: 32 KiB for a smallest bound of 512 KiB per shard or more), so that a shard at its
+/// smallest bound still has about 16 segments for its CLOCK and gives room back a sixteenth at a time.
 const SEGMENTS_PER_SHARD: usize = 16;
 /// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs 131–140
 /// bytes, so the doorkeeper has about as many slots as the cache holds entries (and takes 1/32 of the
@@ -232,11 +234,8 @@ impl RowCache {
         let slots = door_slots(capacity_bytes);
         let door_bytes = slots * std::mem::size_of::<AtomicU32>();
         let shard_capacity = capacity_bytes.saturating_sub(door_bytes) / SHARDS;
-        let segment = shard_capacity / SEGMENTS_PER_SHARD;
         RowCache {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(SlabShard::new(segment, entry_hash).grouped(entry_file)))
-                .collect(),
+            shards: Self::shards(shard_capacity / SEGMENTS_PER_SHARD),
             shard_capacity,
             pool: None,
             door: OnceLock::new(),
@@ -252,11 +251,20 @@ impl RowCache {
     /// what it holds, as [`new`](Self::new).
     pub(crate) fn pooled(pool: Arc<CachePool>, budget: Option<Arc<MemoryBudget>>) -> Arc<Self> {
         let mut cache = RowCache::new(pool.capacity(), budget);
+        // Segments sized for the rows' guaranteed share, the least the pool leaves them.
+        cache.shards = Self::shards(pool.rows_min() / SHARDS / SEGMENTS_PER_SHARD);
         cache.pool = Some(Arc::clone(&pool));
         let cache = Arc::new(cache);
         let weak: std::sync::Weak<dyn LeftoverCache> = Arc::downgrade(&cache) as _;
         pool.connect(Part::Rows, weak);
         cache
+    }
+
+    /// Empty shards whose segments are `segment` bytes (clamped and rounded by [`SlabShard::new`]).
+    fn shards(segment: usize) -> Box<[Mutex<SlabShard>]> {
+        (0..SHARDS)
+            .map(|_| Mutex::new(SlabShard::new(segment, entry_hash).grouped(entry_file)))
+            .collect()
     }
 
     /// Each shard's bound on its entries now.
@@ -382,7 +390,7 @@ impl RowCache {
 
     /// Caches what `rec` recorded in file `file` of the engine tagged `owner` (a recording that is not complete must not be passed),
     /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
-    /// than a segment (a power of two of at most 32 KiB and a sixteenth of a shard), or than an eighth of a
+    /// than a segment (a power of two of at most 32 KiB and a sixteenth of a shard's smallest bound), or than an eighth of a
     /// shard's bound now (lower in a pool whose blocks took the room), is not cached.
     pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) {
         let key = rec.rows.get(..rec.key_len).unwrap_or_default();
@@ -996,6 +1004,24 @@ mod tests {
             assert_eq!(
                 replayed(&c.get(owner, file, b"key").unwrap())[0].2,
                 [7u8; 200]
+            );
+        }
+    }
+
+    #[test]
+    fn a_pooled_shard_has_about_sixteen_segments_at_the_rows_guaranteed_share() {
+        for (capacity, share) in [(4 << 20, 0.125), (64 << 20, 0.125), (4 << 20, 0.5)] {
+            let pool = CachePool::new(capacity, share);
+            let c = RowCache::pooled(Arc::clone(&pool), None);
+            let segment = c
+                .shards
+                .first()
+                .map(|s| s.lock().segment_bytes())
+                .unwrap_or(1);
+            let segments = pool.rows_min() / SHARDS / segment;
+            assert!(
+                (16..32).contains(&segments),
+                "{capacity} {share}: {segment}"
             );
         }
     }
