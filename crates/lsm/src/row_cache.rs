@@ -60,7 +60,8 @@ const SHARDS: usize = 16;
 /// A shard's segments are a sixteenth of its smallest bound (a fixed cache's bound; in a pool, the rows'
 /// guaranteed share of it, [`CachePool::rows_min`]), within `row_slab`'s limits (a power of two of 512
 /// bytes to 32 KiB: 32 KiB for a smallest bound of 512 KiB per shard or more), so that a shard at its
-/// smallest bound still has about 16 segments for its CLOCK and gives room back a sixteenth at a time.
+/// smallest bound still has 16 segments' worth of it for its CLOCK (fewer beside the doorkeeper: 12 at
+/// the default share of 1/8) and gives room back a segment of that size at a time.
 const SEGMENTS_PER_SHARD: usize = 16;
 /// Bytes of capacity per doorkeeper slot: an entry of a 10-byte key and a 100-byte value costs 131–140
 /// bytes, so the doorkeeper has about as many slots as the cache holds entries (and takes 1/32 of the
