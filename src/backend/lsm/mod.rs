@@ -46,8 +46,7 @@ pub(crate) use cache_share::{
 };
 pub use cache_share::{DEFAULT_RMW_CACHE_RATIO, SUGGESTED_RMW_CACHE_RATIO};
 use cached::{
-    cached_append, cached_map_put_all, cached_map_write, cached_read, cached_write, merged_scan,
-    settle,
+    cached_append, cached_map_put_all, cached_map_write, cached_read, cached_write, settle,
 };
 use capture::LsmCapture;
 pub use engine::LsmEngine;
@@ -101,6 +100,8 @@ pub struct LsmBackend {
     cache_first_touch: bool,
     /// When a cache made for this backend steps aside ([`set_rmw_cache_stepping`](Self::set_rmw_cache_stepping)).
     cache_stepping: RmwCacheStepping,
+    /// Reusable list of a map's dirty slots, for map scans (`map_scan`).
+    map_slots: Vec<u32>,
 }
 
 impl LsmBackend {
@@ -483,10 +484,9 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_scan")?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
-        if let Some(dirty) = self.map_dirty(state)? {
+        if self.map_dirty(state)? {
             // The map's dirty entries merged with the engine's: nothing is written back.
-            let it = self.map_iter(&self.kbuf, &[]);
-            return merged_scan(it, &dirty, &self.kbuf, &mut |k, v| f(&k[skip..], v));
+            return self.merged_map_scan(&[], f);
         }
         let prefix = std::mem::take(&mut self.kbuf);
         let res = self.scan_prefix(&prefix, &mut |k, v| f(&k[skip..], v));
@@ -505,10 +505,8 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_scan")?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
-        if let Some(dirty) = self.map_dirty(state)? {
-            let it = self.map_iter(&self.kbuf, from);
-            let lower = [self.kbuf.as_slice(), from].concat();
-            return merged_scan(it, &dirty, &lower, &mut |k, v| f(&k[skip..], v));
+        if self.map_dirty(state)? {
+            return self.merged_map_scan(from, f);
         }
         let upper = prefix_successor(&self.kbuf);
         let lower = [self.kbuf.as_slice(), from].concat();

@@ -144,6 +144,15 @@ impl Db {
         self.inner.snapshots.acquire(seq)
     }
 
+    /// Whether the database may hold a key starting with `prefix` (as of now, any snapshot): false only when
+    /// no memtable holds such a key (one skiplist search each) and no file can, by its key range and its
+    /// prefix filter (when the prefix extractor gives `prefix`'s filter prefix). A scan of `prefix` that
+    /// gets false finds nothing, and it costs no iterator: no allocation, no block read. Entries a range
+    /// tombstone deletes count as held.
+    pub fn may_hold_prefix(&self, prefix: &[u8]) -> bool {
+        self.inner.may_hold_prefix(prefix)
+    }
+
     /// An iterator (unpositioned: call `seek` or `seek_to_first`).
     pub fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
         self.inner.iter(ro)

@@ -365,6 +365,41 @@ impl DbInner {
         Ok(Got::Owned(merged))
     }
 
+    /// Whether the latest state may hold a key starting with `prefix` (see [`Db::may_hold_prefix`](super::Db::may_hold_prefix)).
+    pub(super) fn may_hold_prefix(&self, prefix: &[u8]) -> bool {
+        let sv = self.current_sv();
+        if sv.mems.iter().any(|m| m.holds_prefix(prefix)) {
+            return true;
+        }
+        if sv.version.levels.iter().all(Vec::is_empty) {
+            return false;
+        }
+        let end = crate::prefix::prefix_successor(prefix);
+        let probe = self.opts.sst.prefix_extractor.as_ref().and_then(|x| {
+            let p = crate::prefix::scan_prefix(x.as_ref(), Some(prefix), end.as_deref(), None)?;
+            Some(PrefixProbe::new(x.name(), p))
+        });
+        // A file whose key range overlaps `[prefix, end)` and whose prefix filter (if any) admits it.
+        let overlaps = |f: &Arc<FileMeta>| {
+            f.info.largest_user() >= prefix
+                && end.as_deref().is_none_or(|e| f.info.smallest_user() < e)
+                && probe
+                    .as_ref()
+                    .is_none_or(|p| f.reader.may_contain_prefix(p))
+        };
+        sv.version.levels.iter().enumerate().any(|(level, files)| {
+            if level == 0 {
+                return files.iter().any(overlaps);
+            }
+            // Sorted and disjoint: only the files from the first one ending at or after `prefix` on.
+            let first = files.partition_point(|f| f.info.largest_user() < prefix);
+            files[first..]
+                .iter()
+                .take_while(|f| end.as_deref().is_none_or(|e| f.info.smallest_user() < e))
+                .any(overlaps)
+        })
+    }
+
     /// An iterator over `ro`'s range (see [`Db::iter`](super::Db::iter)).
     pub(super) fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
         // The read view before the latest seqno (see `DbInner::read_view`).
@@ -445,6 +480,44 @@ mod tests {
             db.get(b"k").unwrap().map(|v| v.to_vec()),
             Some(b"x,y".to_vec())
         );
+    }
+
+    /// `may_hold_prefix` is false only for a prefix no memtable holds and no file can (its key range, its
+    /// prefix filter), and true for one a memtable or a file holds, a point delete too.
+    #[test]
+    fn may_hold_prefix_is_false_only_where_no_memtable_or_file_holds_the_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.prefix_extractor = Some(Arc::new(crate::FixedPrefix::new(4)));
+        let db = Db::open(dir.path(), opts).unwrap();
+        assert!(!db.may_hold_prefix(b"map1"), "an empty database");
+        db.put(b"map1/a", b"1").unwrap();
+        db.put(b"map3/a", b"3").unwrap();
+        db.delete(b"map5/a").unwrap();
+        for (prefix, held) in [(&b"map1"[..], true), (b"map2", false), (b"map5", true)] {
+            assert_eq!(db.may_hold_prefix(prefix), held, "memtable, {prefix:?}");
+        }
+        // In a file: map2 and map4 lie inside its key range, and its prefix filter rules them out.
+        db.flush().unwrap();
+        db.put(b"map9/a", b"9").unwrap();
+        for (prefix, held) in [
+            (&b"map1"[..], true),
+            (b"map2", false),
+            (b"map4", false),
+            (b"map5", true),
+            (b"map9", true),
+            (b"map0", false),
+        ] {
+            assert_eq!(db.may_hold_prefix(prefix), held, "file, {prefix:?}");
+        }
+        // Compacted below L0 (a sorted level, found by key range).
+        db.compact_all().unwrap();
+        for (prefix, held) in [(&b"map1"[..], true), (b"map2", false), (b"map9", true)] {
+            assert_eq!(db.may_hold_prefix(prefix), held, "level, {prefix:?}");
+        }
+        // A prefix longer than the extractor's: the key range still rules out what lies outside it.
+        assert!(db.may_hold_prefix(b"map1/a"));
+        assert!(!db.may_hold_prefix(b"map9/b"));
     }
 
     /// A batch that pre-reads records one entry per block it asks for (whether it was in memory before the
