@@ -1,10 +1,9 @@
 //! Scans of one map of the LSM backend: the cache's dirty entries of the map and the engine's iterators.
 
 use super::cached::merged_scan;
-use super::{bounds, prefix_bounds, LsmBackend, StateId};
+use super::{prefix_bounds, LsmBackend, StateId};
 use crate::error::Result;
 use crate::meta::StateKind;
-use keyed_state_lsm::prefix_successor;
 
 impl LsmBackend {
     /// With the cache on and `state` not a timer queue: whether the map whose prefix the key buffer holds
@@ -31,8 +30,8 @@ impl LsmBackend {
     /// Visits the entries of the map whose prefix the key buffer holds from user key `from` on, after
     /// [`map_dirty`](Self::map_dirty) listed its dirty entries: those merged with the engine's, read in
     /// place (nothing copied, nothing written back). No engine iterator when the engine cannot hold a key
-    /// of the map ([`Db::may_hold_prefix`](keyed_state_lsm::Db::may_hold_prefix)): a map whose entries are
-    /// all dirty in the cache is read from the cache alone.
+    /// of the map ([`Db::prefix_iter`](keyed_state_lsm::Db::prefix_iter)): a map whose entries are all
+    /// dirty in the cache is read from the cache alone.
     pub(super) fn merged_map_scan(
         &self,
         from: &[u8],
@@ -42,26 +41,14 @@ impl LsmBackend {
             return Ok(());
         };
         let prefix = self.kbuf.as_slice();
-        let it = self
-            .shared
-            .db
-            .may_hold_prefix(prefix)
-            .then(|| self.map_iter(prefix, from));
+        let it = self.shared.db.prefix_iter(prefix, from).map(|mut it| {
+            it.seek_to_first();
+            it
+        });
         let skip = prefix.len();
         merged_scan(it, cache, &self.map_slots, skip, from, &mut |k, v| {
             f(&k[skip..], v)
         })
-    }
-
-    /// An engine iterator over the map `prefix`, positioned on its first key `>= prefix | from`.
-    pub(super) fn map_iter(&self, prefix: &[u8], from: &[u8]) -> keyed_state_lsm::DbIter {
-        let lower = [prefix, from].concat();
-        let mut it = self
-            .shared
-            .db
-            .iter(bounds(None, lower, prefix_successor(prefix)));
-        it.seek_to_first();
-        it
     }
 
     /// Visits every engine entry whose key starts with `prefix`, until `f` returns false.

@@ -153,6 +153,14 @@ impl Db {
         self.inner.may_hold_prefix(prefix)
     }
 
+    /// An iterator over the keys starting with `prefix`, bounded to `[prefix | from, successor(prefix))`
+    /// (unpositioned: call `seek_to_first`), or `None` when [`may_hold_prefix`](Self::may_hold_prefix) is
+    /// false, from the same read view: a scan of a prefix the database does not hold builds nothing. The
+    /// iterator leaves out the memtables that hold no key of `prefix` and no range tombstone.
+    pub fn prefix_iter(&self, prefix: &[u8], from: &[u8]) -> Option<DbIter> {
+        self.inner.prefix_iter(prefix, from)
+    }
+
     /// An iterator (unpositioned: call `seek` or `seek_to_first`).
     pub fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
         self.inner.iter(ro)

@@ -368,10 +368,40 @@ impl DbInner {
     /// Whether the latest state may hold a key starting with `prefix` (see [`Db::may_hold_prefix`](super::Db::may_hold_prefix)).
     pub(super) fn may_hold_prefix(&self, prefix: &[u8]) -> bool {
         let sv = self.current_sv();
-        if sv.mems.iter().any(|m| m.holds_prefix(prefix)) {
-            return true;
+        sv.mems.iter().any(|m| m.holds_prefix(prefix)) || self.files_may_hold(&sv.version, prefix)
+    }
+
+    /// An iterator over the keys starting with `prefix` from `prefix | from` on, or `None` when the latest
+    /// state holds none (see [`Db::prefix_iter`](super::Db::prefix_iter)).
+    pub(super) fn prefix_iter(&self, prefix: &[u8], from: &[u8]) -> Option<DbIter> {
+        let sv = self.current_sv();
+        // Memtables without a key of the prefix are left out (unless they hold range tombstones, which may
+        // delete keys of it in older tables or files).
+        let mut held = false;
+        let mut mems = Vec::new();
+        for m in &sv.mems {
+            let holds = m.holds_prefix(prefix);
+            held |= holds;
+            if holds || m.has_range_dels() {
+                mems.push(Arc::clone(m));
+            }
         }
-        if sv.version.levels.iter().all(Vec::is_empty) {
+        if !held && !self.files_may_hold(&sv.version, prefix) {
+            return None;
+        }
+        let ro = ReadOptions {
+            lower_bound: Some([prefix, from].concat()),
+            upper_bound: crate::prefix::prefix_successor(prefix),
+            ..ReadOptions::default()
+        };
+        Some(self.iter_on(mems, Arc::clone(&sv.version), ro))
+    }
+
+    /// Whether a file of `version` may hold a key starting with `prefix`: one whose key range overlaps
+    /// `[prefix, successor)` and whose prefix filter (if any, and if the extractor gives `prefix`'s filter
+    /// prefix) admits it.
+    fn files_may_hold(&self, version: &crate::version::Version, prefix: &[u8]) -> bool {
+        if version.levels.iter().all(Vec::is_empty) {
             return false;
         }
         let end = crate::prefix::prefix_successor(prefix);
@@ -379,7 +409,6 @@ impl DbInner {
             let p = crate::prefix::scan_prefix(x.as_ref(), Some(prefix), end.as_deref(), None)?;
             Some(PrefixProbe::new(x.name(), p))
         });
-        // A file whose key range overlaps `[prefix, end)` and whose prefix filter (if any) admits it.
         let overlaps = |f: &Arc<FileMeta>| {
             f.info.largest_user() >= prefix
                 && end.as_deref().is_none_or(|e| f.info.smallest_user() < e)
@@ -387,7 +416,7 @@ impl DbInner {
                     .as_ref()
                     .is_none_or(|p| f.reader.may_contain_prefix(p))
         };
-        sv.version.levels.iter().enumerate().any(|(level, files)| {
+        version.levels.iter().enumerate().any(|(level, files)| {
             if level == 0 {
                 return files.iter().any(overlaps);
             }
@@ -402,8 +431,18 @@ impl DbInner {
 
     /// An iterator over `ro`'s range (see [`Db::iter`](super::Db::iter)).
     pub(super) fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
-        // The read view before the latest seqno (see `DbInner::read_view`).
         let (mems, version) = self.super_version();
+        self.iter_on(mems, version, ro)
+    }
+
+    /// [`iter`](Self::iter) over the memtables `mems` and `version`, a read view taken before this call.
+    fn iter_on(
+        &self,
+        mems: Vec<Arc<crate::memtable::MemTable>>,
+        version: Arc<crate::version::Version>,
+        ro: ReadOptions<'_>,
+    ) -> DbIter {
+        // The read view before the latest seqno (see `DbInner::read_view`).
         let (snapshot, hold) = match ro.snapshot {
             Some(s) => (s.seqno(), Some(self.snapshots.acquire(s.seqno()))),
             None => (self.last_seqno.load(Ordering::SeqCst), None),
@@ -518,6 +557,43 @@ mod tests {
         // A prefix longer than the extractor's: the key range still rules out what lies outside it.
         assert!(db.may_hold_prefix(b"map1/a"));
         assert!(!db.may_hold_prefix(b"map9/b"));
+    }
+
+    /// `prefix_iter` is `None` where `may_hold_prefix` is false, and otherwise shows what `iter` shows over
+    /// the same bounds: keys of the prefix from `from` on, with a memtable that holds none of them left out
+    /// but its range tombstone still applied.
+    #[test]
+    fn prefix_iter_is_none_for_an_absent_prefix_and_keeps_range_tombstones_of_tables_it_leaves_out()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.prefix_extractor = Some(Arc::new(crate::FixedPrefix::new(4)));
+        let db = Db::open(dir.path(), opts).unwrap();
+        assert!(db.prefix_iter(b"map1", b"").is_none(), "an empty database");
+        for k in [&b"map1/a"[..], b"map1/b", b"map1/c", b"map2/a"] {
+            db.put(k, b"v").unwrap();
+        }
+        db.flush().unwrap();
+        // The memtable now holds no key of map1 (a tombstone's node sits at its start key), only a range
+        // tombstone over part of it.
+        db.delete_range(b"map0/z", b"map1/b").unwrap();
+        db.put(b"map3/a", b"v").unwrap();
+        let keys = |from: &[u8]| -> Vec<Vec<u8>> {
+            let Some(mut it) = db.prefix_iter(b"map1", from) else {
+                return Vec::new();
+            };
+            it.seek_to_first();
+            let mut out = Vec::new();
+            while it.valid() {
+                out.push(it.key().to_vec());
+                it.next();
+            }
+            out
+        };
+        assert_eq!(keys(b""), vec![b"map1/b".to_vec(), b"map1/c".to_vec()]);
+        assert_eq!(keys(b"/c"), vec![b"map1/c".to_vec()]);
+        assert!(db.prefix_iter(b"map4", b"").is_none());
+        assert!(db.prefix_iter(b"map3", b"").is_some());
     }
 
     /// A batch that pre-reads records one entry per block it asks for (whether it was in memory before the
