@@ -199,6 +199,11 @@ pub(super) fn merged_scan(
         return Ok(());
     };
     loop {
+        // An engine iterator stopped by an error is not exhausted: the error is returned, not the rest of
+        // the dirty entries (a caller stopping at a full batch would otherwise never see it).
+        if !it.valid() {
+            it.take_status()?;
+        }
         let engine_key = it.valid().then(|| it.key());
         // The smaller of the engine's next key and the cache's; on a tie the cache's value wins.
         let take_dirty = match (engine_key, dirty.peek()) {
@@ -226,7 +231,7 @@ pub(super) fn merged_scan(
             }
         }
     }
-    Ok(it.take_status()?)
+    Ok(())
 }
 
 /// After a write into the cache: retires the pending layers an adopted checkpoint capture put into the

@@ -1317,6 +1317,46 @@ mod tests {
     }
 
     #[test]
+    fn a_merged_map_scan_stopped_early_returns_the_engines_read_error() -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        b.set_rmw_cache_capacity(64 << 20)?;
+        let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        let map = [1u8, 7];
+        for k in 0..40u8 {
+            b.map_put(s, 1, &map, &[k], &[k; 64])?;
+        }
+        b.write_back()?;
+        b.db().flush()?;
+        // Damage the data blocks of every table file (in place: the files are mapped), then dirty one
+        // entry of the map, after all of the engine's, so that the scan merges the two.
+        let mut damaged = 0;
+        for e in std::fs::read_dir(b.db().path()).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "sst") {
+                let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                for at in [8u64, 40, 200] {
+                    file.write_at(&[0xA5], at).unwrap();
+                }
+                damaged += 1;
+            }
+        }
+        assert!(damaged > 0, "no table file");
+        b.map_put(s, 1, &map, &[200], &[1])?;
+        // A caller stopping at its first entry (as a map iterator at a full batch) still gets the error.
+        let mut seen = 0;
+        let res = b.map_scan(s, 1, &map, &mut |_, _| {
+            seen += 1;
+            false
+        });
+        assert!(
+            res.is_err(),
+            "the read error was lost ({seen} entries seen)"
+        );
+        Ok(())
+    }
+
+    #[test]
     fn map_is_empty_follows_removes_clears_evictions_and_hand_offs() -> Result<()> {
         for first_touch in [true, false] {
             let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
