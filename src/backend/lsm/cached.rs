@@ -168,12 +168,12 @@ pub(super) fn cached_map_put_all(
 /// Visits the engine's entries from `it` (positioned on its first key, bounded to one map; `None`: the engine
 /// holds none) overlaid with the map's `dirty` entries (slots of `cache`, sorted by key; a delete hides the
 /// engine's entry, a value replaces it), in key order, until `f` returns false. `from`: the first user key
-/// visited of `dirty` (the key's bytes after the first `prefix_len`, the map's prefix).
+/// visited of `dirty` (the key's bytes after `prefix`, the map's prefix).
 pub(super) fn merged_scan(
     it: Option<DbIter>,
     cache: &RmwCache,
     dirty: &[u32],
-    prefix_len: usize,
+    prefix: &[u8],
     from: &[u8],
     f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<()> {
@@ -181,12 +181,17 @@ pub(super) fn merged_scan(
         0
     } else {
         dirty.partition_point(|&i| {
-            cache.dirty_entry(i).0.get(prefix_len..).unwrap_or_default() < from
+            cache
+                .dirty_entry(i, prefix)
+                .0
+                .get(prefix.len()..)
+                .unwrap_or_default()
+                < from
         })
     };
     let mut dirty = dirty[start..]
         .iter()
-        .map(|&i| cache.dirty_entry(i))
+        .map(|&i| cache.dirty_entry(i, prefix))
         .peekable();
     let Some(mut it) = it else {
         for (k, v) in dirty {

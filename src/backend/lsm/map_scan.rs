@@ -5,15 +5,19 @@ use super::{prefix_bounds, LsmBackend, StateId};
 use crate::error::Result;
 use crate::meta::StateKind;
 
+/// The most slots `map_slots` keeps between scans (4 bytes each); a scan of a larger map frees the rest.
+const KEPT_MAP_SLOTS: usize = 64 << 10;
+
 impl LsmBackend {
     /// With the cache on and `state` not a timer queue: whether the map whose prefix the key buffer holds
     /// (`sid | KG | K | NS`) has dirty entries for a scan to merge with the engine's; they are then listed
     /// in `map_slots` (sorted by key; see [`RmwCache::map_dirty_slots`]). False when there are none to merge
     /// (no cache, a timer queue, or nothing dirty in the map). When the cache cannot list them, everything
-    /// is written back first and false returned.
+    /// is written back first and false returned. Private: only [`merged_map_scan`](Self::merged_map_scan)
+    /// reads the list, right after it is made (the slots are valid only until the cache changes).
     ///
     /// [`RmwCache::map_dirty_slots`]: crate::backend::lsm_cache::RmwCache::map_dirty_slots
-    pub(super) fn map_dirty(&mut self, state: StateId) -> Result<bool> {
+    fn map_dirty(&mut self, state: StateId) -> Result<bool> {
         if self.states[state].kind == StateKind::Timers {
             return Ok(false);
         }
@@ -27,18 +31,24 @@ impl LsmBackend {
         Ok(false)
     }
 
-    /// Visits the entries of the map whose prefix the key buffer holds from user key `from` on, after
-    /// [`map_dirty`](Self::map_dirty) listed its dirty entries: those merged with the engine's, read in
-    /// place (nothing copied, nothing written back). No engine iterator when the engine cannot hold a key
-    /// of the map ([`Db::prefix_iter`](keyed_state_lsm::Db::prefix_iter)): a map whose entries are all
-    /// dirty in the cache is read from the cache alone.
+    /// When the map whose prefix the key buffer holds has dirty entries in the cache (see
+    /// [`map_dirty`](Self::map_dirty)): visits its entries from user key `from` on, those dirty entries
+    /// merged with the engine's, read in place (nothing copied, nothing written back), and returns true.
+    /// False, having visited nothing, when there are none to merge: the caller scans the engine. No engine
+    /// iterator when the engine cannot hold a key of the map
+    /// ([`Db::prefix_iter`](keyed_state_lsm::Db::prefix_iter)): a map whose entries are all dirty in the
+    /// cache is read from the cache alone.
     pub(super) fn merged_map_scan(
-        &self,
+        &mut self,
+        state: StateId,
         from: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        if !self.map_dirty(state)? {
+            return Ok(false);
+        }
         let Some(cache) = &self.cache else {
-            return Ok(());
+            return Ok(false);
         };
         let prefix = self.kbuf.as_slice();
         let it = self.shared.db.prefix_iter(prefix, from).map(|mut it| {
@@ -46,9 +56,13 @@ impl LsmBackend {
             it
         });
         let skip = prefix.len();
-        merged_scan(it, cache, &self.map_slots, skip, from, &mut |k, v| {
+        let res = merged_scan(it, cache, &self.map_slots, prefix, from, &mut |k, v| {
             f(&k[skip..], v)
-        })
+        });
+        if self.map_slots.capacity() > KEPT_MAP_SLOTS {
+            self.map_slots = Vec::new();
+        }
+        res.map(|()| true)
     }
 
     /// Visits every engine entry whose key starts with `prefix`, until `f` returns false.

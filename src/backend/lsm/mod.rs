@@ -100,7 +100,8 @@ pub struct LsmBackend {
     cache_first_touch: bool,
     /// When a cache made for this backend steps aside ([`set_rmw_cache_stepping`](Self::set_rmw_cache_stepping)).
     cache_stepping: RmwCacheStepping,
-    /// Reusable list of a map's dirty slots, for map scans (`map_scan`).
+    /// Reusable list of a map's dirty slots, filled and read only within one `merged_map_scan` (slots are
+    /// valid until the cache changes); at most 64 Ki slots kept between scans.
     map_slots: Vec<u32>,
 }
 
@@ -484,9 +485,9 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_scan")?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
-        if self.map_dirty(state)? {
-            // The map's dirty entries merged with the engine's: nothing is written back.
-            return self.merged_map_scan(&[], f);
+        // The map's dirty entries merged with the engine's: nothing is written back.
+        if self.merged_map_scan(state, &[], f)? {
+            return Ok(());
         }
         let prefix = std::mem::take(&mut self.kbuf);
         let res = self.scan_prefix(&prefix, &mut |k, v| f(&k[skip..], v));
@@ -505,8 +506,8 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_scan")?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
-        if self.map_dirty(state)? {
-            return self.merged_map_scan(from, f);
+        if self.merged_map_scan(state, from, f)? {
+            return Ok(());
         }
         let upper = prefix_successor(&self.kbuf);
         let lower = [self.kbuf.as_slice(), from].concat();
@@ -1353,6 +1354,34 @@ mod tests {
             res.is_err(),
             "the read error was lost ({seen} entries seen)"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_scan_of_a_large_dirty_map_keeps_no_large_slot_list_behind() -> Result<()> {
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        b.set_rmw_cache_capacity(256 << 20)?;
+        let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        let (large, small) = ([1u8, 7], [1u8, 8]);
+        let n = 70_000u32;
+        for k in 0..n {
+            b.map_put(s, 1, &large, &k.to_be_bytes(), &[1])?;
+        }
+        b.map_put(s, 1, &small, &[1], &[1])?;
+        let mut seen = 0u32;
+        b.map_scan(s, 1, &large, &mut |_, _| {
+            seen += 1;
+            true
+        })?;
+        assert_eq!(seen, n);
+        assert!(
+            b.map_slots.capacity() <= 64 << 10,
+            "{}",
+            b.map_slots.capacity()
+        );
+        // A small map's list is kept for the next scan.
+        b.map_scan(s, 1, &small, &mut |_, _| true)?;
+        assert!(b.map_slots.capacity() > 0);
         Ok(())
     }
 

@@ -59,13 +59,25 @@ impl RmwCache {
     }
 
     /// The key and value (`None`: deleted) of slot `i`, one of those [`map_dirty_slots`](Self::map_dirty_slots)
-    /// listed.
+    /// listed for the map `prefix` (with no cache change since: the slot is live, dirty and holds a key of
+    /// the map, which debug builds check).
     #[inline]
-    pub(crate) fn dirty_entry(&self, i: u32) -> (&[u8], Option<&[u8]>) {
+    pub(crate) fn dirty_entry(&self, i: u32, prefix: &[u8]) -> (&[u8], Option<&[u8]>) {
         match self.slots.get(i as usize) {
-            Some(Some(s)) => (s.key.as_slice(), s.value.as_ref().map(|v| v.as_slice())),
-            // The listed slots are live until the cache changes.
-            _ => (&[], None),
+            Some(Some(s)) => {
+                debug_assert!(
+                    s.dirty && s.key.as_slice().starts_with(prefix),
+                    "slot {i} no longer a dirty entry of the map: the cache changed since it was listed"
+                );
+                (s.key.as_slice(), s.value.as_ref().map(|v| v.as_slice()))
+            }
+            _ => {
+                debug_assert!(
+                    false,
+                    "slot {i} no longer live: the cache changed since it was listed"
+                );
+                (&[], None)
+            }
         }
     }
 
@@ -113,7 +125,7 @@ mod tests {
         assert!(c.map_dirty_slots(p, &mut out));
         let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = out
             .iter()
-            .map(|&i| c.dirty_entry(i))
+            .map(|&i| c.dirty_entry(i, p))
             .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
             .collect();
         assert_eq!(
