@@ -366,6 +366,7 @@ impl DbInner {
     }
 
     /// Whether the latest state may hold a key starting with `prefix` (see [`Db::may_hold_prefix`](super::Db::may_hold_prefix)).
+    #[cfg(test)]
     pub(super) fn may_hold_prefix(&self, prefix: &[u8]) -> bool {
         let sv = self.current_sv();
         sv.mems.iter().any(|m| m.holds_prefix(prefix)) || self.files_may_hold(&sv.version, prefix)
@@ -375,6 +376,10 @@ impl DbInner {
     /// state holds none (see [`Db::prefix_iter`](super::Db::prefix_iter)).
     pub(super) fn prefix_iter(&self, prefix: &[u8], from: &[u8]) -> Option<DbIter> {
         let sv = self.current_sv();
+        // The read view is (sv, latest): taken before the checks, so that a key a writer adds to a memtable
+        // left out below has a later seqno, which the iterator does not show anyway (writers insert before
+        // they publish the seqno, so every entry at or below `latest` is visible to the checks).
+        let latest = self.last_seqno.load(Ordering::SeqCst);
         // Memtables without a key of the prefix are left out (unless they hold range tombstones, which may
         // delete keys of it in older tables or files).
         let mut held = false;
@@ -394,7 +399,7 @@ impl DbInner {
             upper_bound: crate::prefix::prefix_successor(prefix),
             ..ReadOptions::default()
         };
-        Some(self.iter_on(mems, Arc::clone(&sv.version), ro))
+        Some(self.iter_on(mems, Arc::clone(&sv.version), ro, Some(latest)))
     }
 
     /// Whether a file of `version` may hold a key starting with `prefix`: one whose key range overlaps
@@ -432,20 +437,25 @@ impl DbInner {
     /// An iterator over `ro`'s range (see [`Db::iter`](super::Db::iter)).
     pub(super) fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
         let (mems, version) = self.super_version();
-        self.iter_on(mems, version, ro)
+        self.iter_on(mems, version, ro, None)
     }
 
-    /// [`iter`](Self::iter) over the memtables `mems` and `version`, a read view taken before this call.
+    /// [`iter`](Self::iter) over the memtables `mems` and `version`, a read view taken before this call, at
+    /// `ro`'s snapshot, else at `latest` (a seqno loaded after the view was taken), else at the latest seqno.
     fn iter_on(
         &self,
         mems: Vec<Arc<crate::memtable::MemTable>>,
         version: Arc<crate::version::Version>,
         ro: ReadOptions<'_>,
+        latest: Option<u64>,
     ) -> DbIter {
         // The read view before the latest seqno (see `DbInner::read_view`).
         let (snapshot, hold) = match ro.snapshot {
             Some(s) => (s.seqno(), Some(self.snapshots.acquire(s.seqno()))),
-            None => (self.last_seqno.load(Ordering::SeqCst), None),
+            None => (
+                latest.unwrap_or_else(|| self.last_seqno.load(Ordering::SeqCst)),
+                None,
+            ),
         };
         let probe = self.opts.sst.prefix_extractor.as_ref().and_then(|x| {
             let p = crate::prefix::scan_prefix(
