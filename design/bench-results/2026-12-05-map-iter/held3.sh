@@ -1,6 +1,9 @@
 #!/bin/bash
 # Alternated A/B with every map in the engine and one dirty entry per map in the cache (BENCH_MAP_ENGINE_HELD):
-# base (d12c879 + the switch) and new (e7157a0), the map read ops, heap and LSM+cache.
+# base (d12c879 + the switch) and new, the map read ops, heap and LSM+cache. The committed series ran
+# BINS="base2 new3": new3 is 2fc5526 (the default new2, 614960a + the switch, e7157a0, with the separate
+# check, is held.sh's series).
+# The binaries were built as the README says and copied to /tmp, which does not persist.
 cd /tmp/mapiter-ab
 for n in ${RUNS:-1 2 3 4}; do
   for b in ${BINS:-base2 new2}; do
