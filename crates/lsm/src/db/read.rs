@@ -606,6 +606,69 @@ mod tests {
         assert!(db.prefix_iter(b"map3", b"").is_some());
     }
 
+    /// With an immutable memtable beside the active one, `prefix_iter` shows what `iter` shows over the same
+    /// bounds: the older table kept when it alone holds keys of the prefix, or only a point delete of one
+    /// (which hides the file's entry), and left out when only the newer holds the prefix.
+    #[test]
+    fn prefix_iter_keeps_an_immutable_memtable_holding_the_prefix_or_a_point_delete_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.prefix_extractor = Some(Arc::new(crate::FixedPrefix::new(4)));
+        let db = Db::open(dir.path(), opts).unwrap();
+        db.put(b"map2/b", b"file").unwrap();
+        db.flush().unwrap();
+        // The older table: map1 and a point delete of map2's entry in the file.
+        db.put(b"map1/a", b"v").unwrap();
+        db.put(b"map1/b", b"v").unwrap();
+        db.delete(b"map2/b").unwrap();
+        {
+            // Switched without waking the background flush, so that the table stays immutable.
+            let mut w = db.inner.writer.lock();
+            let mut st = db.inner.state.lock();
+            db.inner.switch_memtable(&mut st, &mut w, true).unwrap();
+            w.mem = st.fast_path_entry(true);
+        }
+        // The newer table: map2 and map4 only.
+        db.put(b"map2/a", b"v").unwrap();
+        db.put(b"map4/a", b"v").unwrap();
+        assert_eq!(db.inner.current_sv().mems.len(), 2, "an immutable memtable");
+        let collect = |it: Option<DbIter>| -> Vec<Vec<u8>> {
+            let Some(mut it) = it else {
+                return Vec::new();
+            };
+            it.seek_to_first();
+            let mut out = Vec::new();
+            while it.valid() {
+                out.push(it.key().to_vec());
+                it.next();
+            }
+            it.take_status().unwrap();
+            out
+        };
+        for prefix in [&b"map1"[..], b"map2", b"map3", b"map4"] {
+            for from in [&b""[..], b"/b"] {
+                let ro = ReadOptions {
+                    lower_bound: Some([prefix, from].concat()),
+                    upper_bound: crate::prefix::prefix_successor(prefix),
+                    ..ReadOptions::default()
+                };
+                assert_eq!(
+                    collect(db.prefix_iter(prefix, from)),
+                    collect(Some(db.iter(ro))),
+                    "{prefix:?} from {from:?}"
+                );
+            }
+        }
+        let keys = collect(db.prefix_iter(b"map1", b""));
+        assert_eq!(keys, vec![b"map1/a".to_vec(), b"map1/b".to_vec()]);
+        assert_eq!(
+            collect(db.prefix_iter(b"map2", b"")),
+            vec![b"map2/a".to_vec()]
+        );
+        assert!(db.prefix_iter(b"map3", b"").is_none());
+        assert_eq!(db.inner.current_sv().mems.len(), 2, "still immutable");
+    }
+
     /// A batch that pre-reads records one entry per block it asks for (whether it was in memory before the
     /// request), not its lookups' touches of those blocks: `n` keys in `n` blocks add `n` to the thread's
     /// window (recording the touches too would add `2n`; recording only them, whose speed says nothing
