@@ -964,6 +964,45 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_of_a_map_held_only_as_dirty_entries_opens_no_engine_iterator() -> Result<()> {
+        let options = keyed_state_lsm::Options {
+            l0_compaction_trigger: 8,
+            ..LsmBackend::small_options()
+        };
+        let mut b = LsmBackend::temp_with(long_keys(), options)?;
+        b.set_rmw_cache_capacity(64 << 20)?;
+        let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        let key_ns = |k: i64| [&[1u8][..], &k.to_be_bytes(), &0i32.to_be_bytes()].concat();
+        // Other maps in files whose key ranges span the map's (so that an engine iterator over the map
+        // would consult their filters and skip them), then the map only in the cache.
+        for f in 0..3i64 {
+            b.map_put(s, 1, &key_ns(f), &[1], &[1])?;
+            b.map_put(s, 1, &key_ns(20 + f), &[1], &[1])?;
+            b.write_back()?;
+            b.db().flush()?;
+        }
+        for uk in 0..5u8 {
+            b.map_put(s, 1, &key_ns(9), &[uk], &[uk])?;
+        }
+        let before = b.db().stats().prefix_filter_skips;
+        let mut got = Vec::new();
+        b.map_scan(s, 1, &key_ns(9), &mut |uk, v| {
+            got.push((uk.to_vec(), v.to_vec()));
+            true
+        })?;
+        assert_eq!(
+            got,
+            (0..5u8).map(|u| (vec![u], vec![u])).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            b.db().stats().prefix_filter_skips,
+            before,
+            "an engine iterator was built"
+        );
+        Ok(())
+    }
+
+    #[test]
     fn reopening_a_directory_whose_last_run_deleted_everything_brings_nothing_back() -> Result<()> {
         // Found by a second reading: a file holding only tombstones, filtered by the widths of the earlier
         // run, was skipped, and an older put of the same key bytes came back.
