@@ -669,6 +669,61 @@ mod tests {
         assert_eq!(db.inner.current_sv().mems.len(), 2, "still immutable");
     }
 
+    /// While another thread appends keys to the prefix (and writes others), flushes and compacts (moving
+    /// the prefix's entries from memtables to files and between levels under the reads), `prefix_iter`
+    /// shows the prefix without a hole: every key written before it was called, and no later key without
+    /// the ones before it.
+    #[test]
+    fn prefix_iter_shows_a_prefix_without_holes_under_concurrent_flushes_and_compactions() {
+        use std::sync::atomic::{AtomicBool, AtomicU32};
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.prefix_extractor = Some(Arc::new(crate::FixedPrefix::new(4)));
+        let db = Db::open(dir.path(), opts).unwrap();
+        let key = |p: &str, i: u32| format!("{p}/{i:06}").into_bytes();
+        let (done, written) = (AtomicBool::new(false), AtomicU32::new(0));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut i = 0u32;
+                while !done.load(Ordering::Relaxed) {
+                    db.put(&key("map0", i), b"v").unwrap();
+                    db.put(&key("map1", i), b"v").unwrap();
+                    db.put(&key("map2", i), b"v").unwrap();
+                    i += 1;
+                    written.store(i, Ordering::SeqCst);
+                    if i % 20 == 0 {
+                        db.flush().unwrap();
+                    }
+                    if i % 400 == 0 {
+                        db.compact_all().unwrap();
+                    }
+                }
+            });
+            // At least 300 rounds, and on until the writer has flushed 150 times and compacted 7.
+            let mut round = 0;
+            while round < 300 || written.load(Ordering::SeqCst) < 3000 {
+                round += 1;
+                let before = written.load(Ordering::SeqCst);
+                let mut got = Vec::new();
+                if let Some(mut it) = db.prefix_iter(b"map1", b"") {
+                    it.seek_to_first();
+                    while it.valid() {
+                        got.push(it.key().to_vec());
+                        it.next();
+                    }
+                    it.take_status().unwrap();
+                }
+                let n = u32::try_from(got.len()).unwrap();
+                let whole = n >= before && got.iter().zip(0..).all(|(k, i)| *k == key("map1", i));
+                if !whole {
+                    done.store(true, Ordering::Relaxed);
+                    panic!("round {round}: {n} keys with a hole, {before} written before");
+                }
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+    }
+
     /// A batch that pre-reads records one entry per block it asks for (whether it was in memory before the
     /// request), not its lookups' touches of those blocks: `n` keys in `n` blocks add `n` to the thread's
     /// window (recording the touches too would add `2n`; recording only them, whose speed says nothing
