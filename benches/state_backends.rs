@@ -17,7 +17,10 @@
 //! default 0 = off), `BENCH_WRITE_BUFFER_MIB` (the memtable size of both engines, default 64),
 //! `KS_BENCH_L0_BASE_RATIO_PCT` (the LSM engine's `l0_base_ratio` in percent, default the engine's 25; 0: L0 into the base level at the
 //! trigger). `BENCH_MAP_SCHEDULE` (`shared`: the map section's old schedule, every op on one setup round after
-//! round; see `run_map`), `BENCH_MAP_KEYS_FROM_ZERO` (set: every map sample starts at key index 0).
+//! round; see `run_map`), `BENCH_MAP_KEYS_FROM_ZERO` (set: every map sample starts at key index 0),
+//! `BENCH_MAP_ENGINE_HELD` (set: after the map setup, the LSM+cache backend writes its cache back into the
+//! engine, then updates one entry of every map, so that each map is in the engine with one
+//! dirty entry in the cache: the map scans merge the two).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
@@ -1031,6 +1034,13 @@ fn map_setup(data: &Data) -> Result<Vec<Bench<MapState<LongSerializer, DoubleSer
             }
         }
         ttl_setup_done(&clock);
+        if kind == Kind::LsmCache && std::env::var_os("BENCH_MAP_ENGINE_HELD").is_some() {
+            store.backend_mut().write_back()?;
+            for i in 0..SETUP_KEY_COUNT {
+                store.set_current_key(data.setup_key(i))?;
+                store.map(&h)?.put(&0, &data.map_value(i + 1))?;
+            }
+        }
         eprintln!(
             "map setup {}: {:.2}s",
             kind.name(),

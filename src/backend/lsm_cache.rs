@@ -9,6 +9,7 @@
 //! backend decides which operations go through it.
 //!
 //! Submodules: `slot_table` (the hash table of slots), `map_index` (dirty map entries by map prefix),
+//! `map_dirty` (one map's dirty entries, for the scans that merge them with the engine's),
 //! `ledger` (what the cache and the checkpoint captures of its layers agree on), `eviction` (CLOCK),
 //! `growth` (list appends that would not fit, written to the engine with their entry), `step_aside` (whether
 //! the cache pays) and `stepping` (stepping aside and back in).
@@ -25,6 +26,7 @@ mod buckets;
 mod eviction;
 mod growth;
 mod ledger;
+mod map_dirty;
 mod map_index;
 pub(crate) mod probe;
 mod slot_table;
@@ -32,7 +34,7 @@ mod step_aside;
 mod stepping;
 mod storage;
 pub(crate) use ledger::LayerLedger;
-use map_index::{Hasher, MapIndex, WIDTH_NONE};
+use map_index::{Hasher, MapIndex};
 use slot_table::SlotTable;
 pub use step_aside::RmwCacheStepping;
 use step_aside::StepAside;
@@ -558,50 +560,6 @@ impl RmwCache {
                 }
             }
         }
-    }
-
-    /// The dirty entries of the map `prefix` (`sid | KG | K | NS`), sorted by key: with the engine's entries
-    /// under `prefix`, the map's current contents. `None` when the index cannot tell: dirty map entries of
-    /// the state were written under prefixes of another length, so keys under `prefix` may belong to
-    /// another map's list (the caller writes everything back instead).
-    pub(crate) fn map_dirty(&mut self, prefix: &[u8]) -> Option<MapDirty> {
-        match self.maps.width(prefix) {
-            WIDTH_NONE => return Some(Vec::new()),
-            w if w != prefix.len() as u32 => return None,
-            _ => {}
-        }
-        let key = self.maps.key(prefix);
-        let keys = self.maps.keys();
-        let Some(list) = self.maps.list_mut(key) else {
-            return Some(Vec::new());
-        };
-        let slots = &self.slots;
-        let before = list.len();
-        list.sort_unstable();
-        list.dedup();
-        // Kept: dirty entries of this map, and of maps whose prefixes hash alike (their list too).
-        list.retain(|&i| match slots.get(i as usize) {
-            Some(Some(s)) if s.dirty => {
-                map_prefix_of(s).is_some_and(|p| p == prefix || keys.key(p) == key)
-            }
-            _ => false,
-        });
-        let (removed, empty) = (before - list.len(), list.is_empty());
-        let mut out: MapDirty = list
-            .iter()
-            .filter_map(|&i| match slots.get(i as usize) {
-                Some(Some(s)) if map_prefix_of(s) == Some(prefix) => {
-                    Some((s.key.clone(), s.value.clone()))
-                }
-                _ => None,
-            })
-            .collect();
-        self.maps.len -= removed;
-        if empty {
-            self.maps.remove(key);
-        }
-        out.sort_unstable_by(|a, b| a.0.as_slice().cmp(b.0.as_slice()));
-        Some(out)
     }
 
     /// Whether the map `prefix` (`sid | KG | K | NS`) has a dirty entry with a value: then it is not empty,

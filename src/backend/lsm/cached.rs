@@ -1,6 +1,6 @@
 //! Reads and writes through the read-modify-write cache (`lsm_cache`) when the backend has one.
 
-use crate::backend::lsm_cache::{Found, MapDirty, RmwCache, MAX_PENDING_LAYERS};
+use crate::backend::lsm_cache::{Found, RmwCache, MAX_PENDING_LAYERS};
 use crate::error::Result;
 use keyed_state_lsm::Db;
 use keyed_state_lsm::DbIter;
@@ -165,30 +165,62 @@ pub(super) fn cached_map_put_all(
     settle(cache, db)
 }
 
-/// Visits the engine's entries from `it` (positioned on its first key, bounded to one map) overlaid with the
-/// map's `dirty` entries (sorted; `None` hides the engine's entry, a value replaces it), in key order, until
-/// `f` returns false. `from`: the first key visited of `dirty`.
+/// Visits the engine's entries from `it` (positioned on its first key, bounded to one map; `None`: the engine
+/// holds none) overlaid with the map's `dirty` entries (slots of `cache`, sorted by key; a delete hides the
+/// engine's entry, a value replaces it), in key order, until `f` returns false. `from`: the first user key
+/// visited of `dirty` (the key's bytes after `prefix`, the map's prefix).
 pub(super) fn merged_scan(
-    mut it: DbIter,
-    dirty: &MapDirty,
+    it: Option<DbIter>,
+    cache: &RmwCache,
+    dirty: &[u32],
+    prefix: &[u8],
     from: &[u8],
     f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<()> {
-    let start = dirty.partition_point(|(k, _)| k.as_slice() < from);
-    let mut dirty = dirty[start..].iter().peekable();
+    let start = if from.is_empty() {
+        0
+    } else {
+        dirty.partition_point(|&i| {
+            cache
+                .dirty_entry(i, prefix)
+                .0
+                .get(prefix.len()..)
+                .unwrap_or_default()
+                < from
+        })
+    };
+    let mut dirty = dirty[start..]
+        .iter()
+        .map(|&i| cache.dirty_entry(i, prefix))
+        .peekable();
+    let Some(mut it) = it else {
+        for (k, v) in dirty {
+            if let Some(v) = v {
+                if !f(k, v) {
+                    break;
+                }
+            }
+        }
+        return Ok(());
+    };
     loop {
+        // An engine iterator stopped by an error is not exhausted: the error is returned, not the rest of
+        // the dirty entries (a caller stopping at a full batch would otherwise never see it).
+        if !it.valid() {
+            it.take_status()?;
+        }
         let engine_key = it.valid().then(|| it.key());
         // The smaller of the engine's next key and the cache's; on a tie the cache's value wins.
         let take_dirty = match (engine_key, dirty.peek()) {
             (None, None) => break,
-            (Some(k), Some((d, _))) if d.as_slice() <= k => Some(d.as_slice() == k),
+            (Some(k), Some((d, _))) if *d <= k => Some(*d == k),
             (None, Some(_)) => Some(false),
             (Some(_), _) => None,
         };
         match take_dirty {
             Some(tie) => {
                 if let Some((k, Some(v))) = dirty.next() {
-                    if !f(k.as_slice(), v.as_slice()) {
+                    if !f(k, v) {
                         return Ok(());
                     }
                 }
@@ -204,7 +236,7 @@ pub(super) fn merged_scan(
             }
         }
     }
-    Ok(it.take_status()?)
+    Ok(())
 }
 
 /// After a write into the cache: retires the pending layers an adopted checkpoint capture put into the

@@ -1,42 +1,68 @@
 //! Scans of one map of the LSM backend: the cache's dirty entries of the map and the engine's iterators.
 
-use super::{bounds, prefix_bounds, LsmBackend, StateId};
-use crate::backend::lsm_cache::MapDirty;
+use super::cached::merged_scan;
+use super::{prefix_bounds, LsmBackend, StateId};
 use crate::error::Result;
 use crate::meta::StateKind;
-use keyed_state_lsm::prefix_successor;
+
+/// The most slots `map_slots` keeps between scans (4 bytes each); a scan of a larger map frees the rest.
+const KEPT_MAP_SLOTS: usize = 64 << 10;
 
 impl LsmBackend {
-    /// With the cache on and `state` not a timer queue: the dirty entries of the map whose prefix the key
-    /// buffer holds (`sid | KG | K | NS`), for a scan to merge with the engine's; `None` when there are none
-    /// to merge (no cache, a timer queue, or nothing dirty in the map). When the cache cannot list them (see
-    /// [`RmwCache::map_dirty`]), everything is written back first and `None` returned.
-    pub(super) fn map_dirty(&mut self, state: StateId) -> Result<Option<MapDirty>> {
+    /// With the cache on and `state` not a timer queue: whether the map whose prefix the key buffer holds
+    /// (`sid | KG | K | NS`) has dirty entries for a scan to merge with the engine's; they are then listed
+    /// in `map_slots` (sorted by key; see [`RmwCache::map_dirty_slots`]). False when there are none to merge
+    /// (no cache, a timer queue, or nothing dirty in the map). When the cache cannot list them, everything
+    /// is written back first and false returned. Private: only [`merged_map_scan`](Self::merged_map_scan)
+    /// reads the list, right after it is made (the slots are valid only until the cache changes).
+    ///
+    /// [`RmwCache::map_dirty_slots`]: crate::backend::lsm_cache::RmwCache::map_dirty_slots
+    fn map_dirty(&mut self, state: StateId) -> Result<bool> {
         if self.states[state].kind == StateKind::Timers {
-            return Ok(None);
+            return Ok(false);
         }
         let Some(cache) = &mut self.cache else {
-            return Ok(None);
+            return Ok(false);
         };
-        match cache.map_dirty(&self.kbuf) {
-            Some(d) if d.is_empty() => Ok(None),
-            Some(d) => Ok(Some(d)),
-            None => {
-                self.write_back()?;
-                Ok(None)
-            }
+        if cache.map_dirty_slots(&self.kbuf, &mut self.map_slots) {
+            return Ok(!self.map_slots.is_empty());
         }
+        self.write_back()?;
+        Ok(false)
     }
 
-    /// An engine iterator over the map `prefix`, positioned on its first key `>= prefix | from`.
-    pub(super) fn map_iter(&self, prefix: &[u8], from: &[u8]) -> keyed_state_lsm::DbIter {
-        let lower = [prefix, from].concat();
-        let mut it = self
-            .shared
-            .db
-            .iter(bounds(None, lower, prefix_successor(prefix)));
-        it.seek_to_first();
-        it
+    /// When the map whose prefix the key buffer holds has dirty entries in the cache (see
+    /// [`map_dirty`](Self::map_dirty)): visits its entries from user key `from` on, those dirty entries
+    /// merged with the engine's, read in place (nothing copied, nothing written back), and returns true.
+    /// False, having visited nothing, when there are none to merge: the caller scans the engine. No engine
+    /// iterator when the engine cannot hold a key of the map
+    /// ([`Db::prefix_iter`](keyed_state_lsm::Db::prefix_iter)): a map whose entries are all dirty in the
+    /// cache is read from the cache alone.
+    pub(super) fn merged_map_scan(
+        &mut self,
+        state: StateId,
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<bool> {
+        if !self.map_dirty(state)? {
+            return Ok(false);
+        }
+        let Some(cache) = &self.cache else {
+            return Ok(false);
+        };
+        let prefix = self.kbuf.as_slice();
+        let it = self.shared.db.prefix_iter(prefix, from).map(|mut it| {
+            it.seek_to_first();
+            it
+        });
+        let skip = prefix.len();
+        let res = merged_scan(it, cache, &self.map_slots, prefix, from, &mut |k, v| {
+            f(&k[skip..], v)
+        });
+        if self.map_slots.capacity() > KEPT_MAP_SLOTS {
+            self.map_slots = Vec::new();
+        }
+        res.map(|()| true)
     }
 
     /// Visits every engine entry whose key starts with `prefix`, until `f` returns false.

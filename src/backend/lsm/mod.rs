@@ -46,8 +46,7 @@ pub(crate) use cache_share::{
 };
 pub use cache_share::{DEFAULT_RMW_CACHE_RATIO, SUGGESTED_RMW_CACHE_RATIO};
 use cached::{
-    cached_append, cached_map_put_all, cached_map_write, cached_read, cached_write, merged_scan,
-    settle,
+    cached_append, cached_map_put_all, cached_map_write, cached_read, cached_write, settle,
 };
 use capture::LsmCapture;
 pub use engine::LsmEngine;
@@ -101,6 +100,9 @@ pub struct LsmBackend {
     cache_first_touch: bool,
     /// When a cache made for this backend steps aside ([`set_rmw_cache_stepping`](Self::set_rmw_cache_stepping)).
     cache_stepping: RmwCacheStepping,
+    /// Reusable list of a map's dirty slots, filled and read only within one `merged_map_scan` (slots are
+    /// valid until the cache changes); at most 64 Ki slots kept between scans.
+    map_slots: Vec<u32>,
 }
 
 impl LsmBackend {
@@ -483,10 +485,9 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_scan")?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
-        if let Some(dirty) = self.map_dirty(state)? {
-            // The map's dirty entries merged with the engine's: nothing is written back.
-            let it = self.map_iter(&self.kbuf, &[]);
-            return merged_scan(it, &dirty, &self.kbuf, &mut |k, v| f(&k[skip..], v));
+        // The map's dirty entries merged with the engine's: nothing is written back.
+        if self.merged_map_scan(state, &[], f)? {
+            return Ok(());
         }
         let prefix = std::mem::take(&mut self.kbuf);
         let res = self.scan_prefix(&prefix, &mut |k, v| f(&k[skip..], v));
@@ -505,10 +506,8 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_scan")?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
-        if let Some(dirty) = self.map_dirty(state)? {
-            let it = self.map_iter(&self.kbuf, from);
-            let lower = [self.kbuf.as_slice(), from].concat();
-            return merged_scan(it, &dirty, &lower, &mut |k, v| f(&k[skip..], v));
+        if self.merged_map_scan(state, from, f)? {
+            return Ok(());
         }
         let upper = prefix_successor(&self.kbuf);
         let lower = [self.kbuf.as_slice(), from].concat();
@@ -965,6 +964,45 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_of_a_map_held_only_as_dirty_entries_opens_no_engine_iterator() -> Result<()> {
+        let options = keyed_state_lsm::Options {
+            l0_compaction_trigger: 8,
+            ..LsmBackend::small_options()
+        };
+        let mut b = LsmBackend::temp_with(long_keys(), options)?;
+        b.set_rmw_cache_capacity(64 << 20)?;
+        let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        let key_ns = |k: i64| [&[1u8][..], &k.to_be_bytes(), &0i32.to_be_bytes()].concat();
+        // Other maps in files whose key ranges span the map's (so that an engine iterator over the map
+        // would consult their filters and skip them), then the map only in the cache.
+        for f in 0..3i64 {
+            b.map_put(s, 1, &key_ns(f), &[1], &[1])?;
+            b.map_put(s, 1, &key_ns(20 + f), &[1], &[1])?;
+            b.write_back()?;
+            b.db().flush()?;
+        }
+        for uk in 0..5u8 {
+            b.map_put(s, 1, &key_ns(9), &[uk], &[uk])?;
+        }
+        let before = b.db().stats().prefix_filter_skips;
+        let mut got = Vec::new();
+        b.map_scan(s, 1, &key_ns(9), &mut |uk, v| {
+            got.push((uk.to_vec(), v.to_vec()));
+            true
+        })?;
+        assert_eq!(
+            got,
+            (0..5u8).map(|u| (vec![u], vec![u])).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            b.db().stats().prefix_filter_skips,
+            before,
+            "an engine iterator was built"
+        );
+        Ok(())
+    }
+
+    #[test]
     fn reopening_a_directory_whose_last_run_deleted_everything_brings_nothing_back() -> Result<()> {
         // Found by a second reading: a file holding only tombstones, filtered by the widths of the earlier
         // run, was skipped, and an older put of the same key bytes came back.
@@ -1315,6 +1353,74 @@ mod tests {
                 }
             }
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_merged_map_scan_stopped_early_returns_the_engines_read_error() -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        b.set_rmw_cache_capacity(64 << 20)?;
+        let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        let map = [1u8, 7];
+        for k in 0..40u8 {
+            b.map_put(s, 1, &map, &[k], &[k; 64])?;
+        }
+        b.write_back()?;
+        b.db().flush()?;
+        // Damage the data blocks of every table file (in place: the files are mapped), then dirty one
+        // entry of the map, after all of the engine's, so that the scan merges the two.
+        let mut damaged = 0;
+        for e in std::fs::read_dir(b.db().path()).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "sst") {
+                let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                for at in [8u64, 40, 200] {
+                    file.write_at(&[0xA5], at).unwrap();
+                }
+                damaged += 1;
+            }
+        }
+        assert!(damaged > 0, "no table file");
+        b.map_put(s, 1, &map, &[200], &[1])?;
+        // A caller stopping at its first entry (as a map iterator at a full batch) still gets the error.
+        let mut seen = 0;
+        let res = b.map_scan(s, 1, &map, &mut |_, _| {
+            seen += 1;
+            false
+        });
+        assert!(
+            res.is_err(),
+            "the read error was lost ({seen} entries seen)"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_scan_of_a_large_dirty_map_keeps_no_large_slot_list_behind() -> Result<()> {
+        let mut b = LsmBackend::temp_with(long_keys(), LsmBackend::small_options())?;
+        b.set_rmw_cache_capacity(256 << 20)?;
+        let s = b.register_state(map_meta("m", IntSerializer.snapshot()))?;
+        let (large, small) = ([1u8, 7], [1u8, 8]);
+        let n = 70_000u32;
+        for k in 0..n {
+            b.map_put(s, 1, &large, &k.to_be_bytes(), &[1])?;
+        }
+        b.map_put(s, 1, &small, &[1], &[1])?;
+        let mut seen = 0u32;
+        b.map_scan(s, 1, &large, &mut |_, _| {
+            seen += 1;
+            true
+        })?;
+        assert_eq!(seen, n);
+        assert!(
+            b.map_slots.capacity() <= 64 << 10,
+            "{}",
+            b.map_slots.capacity()
+        );
+        // A small map's list is kept for the next scan.
+        b.map_scan(s, 1, &small, &mut |_, _| true)?;
+        assert!(b.map_slots.capacity() > 0);
         Ok(())
     }
 

@@ -178,6 +178,7 @@ impl LsmBackend {
             share: None,
             cache_first_touch: false,
             cache_stepping: RmwCacheStepping::DEFAULT,
+            map_slots: Vec::new(),
         };
         b.use_default_cache()?;
         Ok(b)

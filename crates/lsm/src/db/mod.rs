@@ -144,6 +144,25 @@ impl Db {
         self.inner.snapshots.acquire(seq)
     }
 
+    /// Whether the database may hold a key starting with `prefix` (as of now, any snapshot): false only when
+    /// no memtable holds such a key (one skiplist search each) and no file can, by its key range and its
+    /// prefix filter (when the prefix extractor gives `prefix`'s filter prefix). A scan of `prefix` that
+    /// gets false finds nothing, and it costs no iterator: no allocation, no block read. Entries a range
+    /// tombstone deletes count as held. The check of [`prefix_iter`](Self::prefix_iter), alone for tests.
+    #[cfg(test)]
+    pub(crate) fn may_hold_prefix(&self, prefix: &[u8]) -> bool {
+        self.inner.may_hold_prefix(prefix)
+    }
+
+    /// An iterator over the keys starting with `prefix`, bounded to `[prefix | from, successor(prefix))`
+    /// (unpositioned: call `seek_to_first`), or `None` when [`may_hold_prefix`](Self::may_hold_prefix) is
+    /// false, from the same read view (the tables and the latest seqno, both taken before the check): a scan
+    /// of a prefix the database does not hold builds nothing. The iterator leaves out the memtables that
+    /// hold no key of `prefix` and no range tombstone.
+    pub fn prefix_iter(&self, prefix: &[u8], from: &[u8]) -> Option<DbIter> {
+        self.inner.prefix_iter(prefix, from)
+    }
+
     /// An iterator (unpositioned: call `seek` or `seek_to_first`).
     pub fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
         self.inner.iter(ro)

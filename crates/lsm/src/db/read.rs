@@ -366,13 +366,97 @@ impl DbInner {
         Ok(Got::Owned(merged))
     }
 
+    /// Whether the latest state may hold a key starting with `prefix` (see [`Db::may_hold_prefix`](super::Db::may_hold_prefix)).
+    #[cfg(test)]
+    pub(super) fn may_hold_prefix(&self, prefix: &[u8]) -> bool {
+        let sv = self.current_sv();
+        sv.mems.iter().any(|m| m.holds_prefix(prefix)) || self.files_may_hold(&sv.version, prefix)
+    }
+
+    /// An iterator over the keys starting with `prefix` from `prefix | from` on, or `None` when the latest
+    /// state holds none (see [`Db::prefix_iter`](super::Db::prefix_iter)).
+    pub(super) fn prefix_iter(&self, prefix: &[u8], from: &[u8]) -> Option<DbIter> {
+        let sv = self.current_sv();
+        // The read view is (sv, latest): taken before the checks, so that a key a writer adds to a memtable
+        // left out below has a later seqno, which the iterator does not show anyway (writers insert before
+        // they publish the seqno, so every entry at or below `latest` is visible to the checks).
+        let latest = self.last_seqno.load(Ordering::SeqCst);
+        // Memtables without a key of the prefix are left out (unless they hold range tombstones, which may
+        // delete keys of it in older tables or files).
+        let mut held = false;
+        let mut mems = Vec::new();
+        for m in &sv.mems {
+            let holds = m.holds_prefix(prefix);
+            held |= holds;
+            if holds || m.has_range_dels() {
+                mems.push(Arc::clone(m));
+            }
+        }
+        if !held && !self.files_may_hold(&sv.version, prefix) {
+            return None;
+        }
+        let ro = ReadOptions {
+            lower_bound: Some([prefix, from].concat()),
+            upper_bound: crate::prefix::prefix_successor(prefix),
+            ..ReadOptions::default()
+        };
+        Some(self.iter_on(mems, Arc::clone(&sv.version), ro, Some(latest)))
+    }
+
+    /// Whether a file of `version` may hold a key starting with `prefix`: one whose key range overlaps
+    /// `[prefix, successor)` and whose prefix filter (if any, and if the extractor gives `prefix`'s filter
+    /// prefix) admits it.
+    fn files_may_hold(&self, version: &crate::version::Version, prefix: &[u8]) -> bool {
+        if version.levels.iter().all(Vec::is_empty) {
+            return false;
+        }
+        let end = crate::prefix::prefix_successor(prefix);
+        let probe = self.opts.sst.prefix_extractor.as_ref().and_then(|x| {
+            let p = crate::prefix::scan_prefix(x.as_ref(), Some(prefix), end.as_deref(), None)?;
+            Some(PrefixProbe::new(x.name(), p))
+        });
+        let overlaps = |f: &Arc<FileMeta>| {
+            f.info.largest_user() >= prefix
+                && end.as_deref().is_none_or(|e| f.info.smallest_user() < e)
+                && probe
+                    .as_ref()
+                    .is_none_or(|p| f.reader.may_contain_prefix(p))
+        };
+        version.levels.iter().enumerate().any(|(level, files)| {
+            if level == 0 {
+                return files.iter().any(overlaps);
+            }
+            // Sorted and disjoint: only the files from the first one ending at or after `prefix` on.
+            let first = files.partition_point(|f| f.info.largest_user() < prefix);
+            files[first..]
+                .iter()
+                .take_while(|f| end.as_deref().is_none_or(|e| f.info.smallest_user() < e))
+                .any(overlaps)
+        })
+    }
+
     /// An iterator over `ro`'s range (see [`Db::iter`](super::Db::iter)).
     pub(super) fn iter(&self, ro: ReadOptions<'_>) -> DbIter {
-        // The read view before the latest seqno (see `DbInner::read_view`).
         let (mems, version) = self.super_version();
+        self.iter_on(mems, version, ro, None)
+    }
+
+    /// [`iter`](Self::iter) over the memtables `mems` and `version`, a read view taken before this call, at
+    /// `ro`'s snapshot, else at `latest` (a seqno loaded after the view was taken), else at the latest seqno.
+    fn iter_on(
+        &self,
+        mems: Vec<Arc<crate::memtable::MemTable>>,
+        version: Arc<crate::version::Version>,
+        ro: ReadOptions<'_>,
+        latest: Option<u64>,
+    ) -> DbIter {
+        // The read view before the latest seqno (see `DbInner::read_view`).
         let (snapshot, hold) = match ro.snapshot {
             Some(s) => (s.seqno(), Some(self.snapshots.acquire(s.seqno()))),
-            None => (self.last_seqno.load(Ordering::SeqCst), None),
+            None => (
+                latest.unwrap_or_else(|| self.last_seqno.load(Ordering::SeqCst)),
+                None,
+            ),
         };
         let probe = self.opts.sst.prefix_extractor.as_ref().and_then(|x| {
             let p = crate::prefix::scan_prefix(
@@ -446,6 +530,199 @@ mod tests {
             db.get(b"k").unwrap().map(|v| v.to_vec()),
             Some(b"x,y".to_vec())
         );
+    }
+
+    /// `may_hold_prefix` is false only for a prefix no memtable holds and no file can (its key range, its
+    /// prefix filter), and true for one a memtable or a file holds, a point delete too.
+    #[test]
+    fn may_hold_prefix_is_false_only_where_no_memtable_or_file_holds_the_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.prefix_extractor = Some(Arc::new(crate::FixedPrefix::new(4)));
+        let db = Db::open(dir.path(), opts).unwrap();
+        assert!(!db.may_hold_prefix(b"map1"), "an empty database");
+        db.put(b"map1/a", b"1").unwrap();
+        db.put(b"map3/a", b"3").unwrap();
+        db.delete(b"map5/a").unwrap();
+        for (prefix, held) in [(&b"map1"[..], true), (b"map2", false), (b"map5", true)] {
+            assert_eq!(db.may_hold_prefix(prefix), held, "memtable, {prefix:?}");
+        }
+        // In a file: map2 and map4 lie inside its key range, and its prefix filter rules them out.
+        db.flush().unwrap();
+        db.put(b"map9/a", b"9").unwrap();
+        for (prefix, held) in [
+            (&b"map1"[..], true),
+            (b"map2", false),
+            (b"map4", false),
+            (b"map5", true),
+            (b"map9", true),
+            (b"map0", false),
+        ] {
+            assert_eq!(db.may_hold_prefix(prefix), held, "file, {prefix:?}");
+        }
+        // Compacted below L0 (a sorted level, found by key range).
+        db.compact_all().unwrap();
+        for (prefix, held) in [(&b"map1"[..], true), (b"map2", false), (b"map9", true)] {
+            assert_eq!(db.may_hold_prefix(prefix), held, "level, {prefix:?}");
+        }
+        // A prefix longer than the extractor's: the key range still rules out what lies outside it.
+        assert!(db.may_hold_prefix(b"map1/a"));
+        assert!(!db.may_hold_prefix(b"map9/b"));
+    }
+
+    /// `prefix_iter` is `None` where `may_hold_prefix` is false, and otherwise shows what `iter` shows over
+    /// the same bounds: keys of the prefix from `from` on, with a memtable that holds none of them left out
+    /// but its range tombstone still applied.
+    #[test]
+    fn prefix_iter_is_none_for_an_absent_prefix_and_keeps_range_tombstones_of_tables_it_leaves_out()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.prefix_extractor = Some(Arc::new(crate::FixedPrefix::new(4)));
+        let db = Db::open(dir.path(), opts).unwrap();
+        assert!(db.prefix_iter(b"map1", b"").is_none(), "an empty database");
+        for k in [&b"map1/a"[..], b"map1/b", b"map1/c", b"map2/a"] {
+            db.put(k, b"v").unwrap();
+        }
+        db.flush().unwrap();
+        // The memtable now holds no key of map1 (a tombstone's node sits at its start key), only a range
+        // tombstone over part of it.
+        db.delete_range(b"map0/z", b"map1/b").unwrap();
+        db.put(b"map3/a", b"v").unwrap();
+        let keys = |from: &[u8]| -> Vec<Vec<u8>> {
+            let Some(mut it) = db.prefix_iter(b"map1", from) else {
+                return Vec::new();
+            };
+            it.seek_to_first();
+            let mut out = Vec::new();
+            while it.valid() {
+                out.push(it.key().to_vec());
+                it.next();
+            }
+            out
+        };
+        assert_eq!(keys(b""), vec![b"map1/b".to_vec(), b"map1/c".to_vec()]);
+        assert_eq!(keys(b"/c"), vec![b"map1/c".to_vec()]);
+        assert!(db.prefix_iter(b"map4", b"").is_none());
+        assert!(db.prefix_iter(b"map3", b"").is_some());
+    }
+
+    /// With an immutable memtable beside the active one, `prefix_iter` shows what `iter` shows over the same
+    /// bounds: the older table kept when it alone holds keys of the prefix, or only a point delete of one
+    /// (which hides the file's entry), and left out when only the newer holds the prefix.
+    #[test]
+    fn prefix_iter_keeps_an_immutable_memtable_holding_the_prefix_or_a_point_delete_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.prefix_extractor = Some(Arc::new(crate::FixedPrefix::new(4)));
+        let db = Db::open(dir.path(), opts).unwrap();
+        db.put(b"map2/b", b"file").unwrap();
+        db.flush().unwrap();
+        // The older table: map1 and a point delete of map2's entry in the file.
+        db.put(b"map1/a", b"v").unwrap();
+        db.put(b"map1/b", b"v").unwrap();
+        db.delete(b"map2/b").unwrap();
+        {
+            // Switched without waking the background flush, so that the table stays immutable.
+            let mut w = db.inner.writer.lock();
+            let mut st = db.inner.state.lock();
+            db.inner.switch_memtable(&mut st, &mut w, true).unwrap();
+            w.mem = st.fast_path_entry(true);
+        }
+        // The newer table: map2 and map4 only.
+        db.put(b"map2/a", b"v").unwrap();
+        db.put(b"map4/a", b"v").unwrap();
+        assert_eq!(db.inner.current_sv().mems.len(), 2, "an immutable memtable");
+        let collect = |it: Option<DbIter>| -> Vec<Vec<u8>> {
+            let Some(mut it) = it else {
+                return Vec::new();
+            };
+            it.seek_to_first();
+            let mut out = Vec::new();
+            while it.valid() {
+                out.push(it.key().to_vec());
+                it.next();
+            }
+            it.take_status().unwrap();
+            out
+        };
+        for prefix in [&b"map1"[..], b"map2", b"map3", b"map4"] {
+            for from in [&b""[..], b"/b"] {
+                let ro = ReadOptions {
+                    lower_bound: Some([prefix, from].concat()),
+                    upper_bound: crate::prefix::prefix_successor(prefix),
+                    ..ReadOptions::default()
+                };
+                assert_eq!(
+                    collect(db.prefix_iter(prefix, from)),
+                    collect(Some(db.iter(ro))),
+                    "{prefix:?} from {from:?}"
+                );
+            }
+        }
+        let keys = collect(db.prefix_iter(b"map1", b""));
+        assert_eq!(keys, vec![b"map1/a".to_vec(), b"map1/b".to_vec()]);
+        assert_eq!(
+            collect(db.prefix_iter(b"map2", b"")),
+            vec![b"map2/a".to_vec()]
+        );
+        assert!(db.prefix_iter(b"map3", b"").is_none());
+        assert_eq!(db.inner.current_sv().mems.len(), 2, "still immutable");
+    }
+
+    /// While another thread appends keys to the prefix (and writes others), flushes and compacts (moving
+    /// the prefix's entries from memtables to files and between levels under the reads), `prefix_iter`
+    /// shows the prefix without a hole: every key written before it was called, and no later key without
+    /// the ones before it.
+    #[test]
+    fn prefix_iter_shows_a_prefix_without_holes_under_concurrent_flushes_and_compactions() {
+        use std::sync::atomic::{AtomicBool, AtomicU32};
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options::default();
+        opts.sst.prefix_extractor = Some(Arc::new(crate::FixedPrefix::new(4)));
+        let db = Db::open(dir.path(), opts).unwrap();
+        let key = |p: &str, i: u32| format!("{p}/{i:06}").into_bytes();
+        let (done, written) = (AtomicBool::new(false), AtomicU32::new(0));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut i = 0u32;
+                while !done.load(Ordering::Relaxed) {
+                    db.put(&key("map0", i), b"v").unwrap();
+                    db.put(&key("map1", i), b"v").unwrap();
+                    db.put(&key("map2", i), b"v").unwrap();
+                    i += 1;
+                    written.store(i, Ordering::SeqCst);
+                    if i % 20 == 0 {
+                        db.flush().unwrap();
+                    }
+                    if i % 400 == 0 {
+                        db.compact_all().unwrap();
+                    }
+                }
+            });
+            // At least 300 rounds, and on until the writer has flushed 150 times and compacted 7.
+            let mut round = 0;
+            while round < 300 || written.load(Ordering::SeqCst) < 3000 {
+                round += 1;
+                let before = written.load(Ordering::SeqCst);
+                let mut got = Vec::new();
+                if let Some(mut it) = db.prefix_iter(b"map1", b"") {
+                    it.seek_to_first();
+                    while it.valid() {
+                        got.push(it.key().to_vec());
+                        it.next();
+                    }
+                    it.take_status().unwrap();
+                }
+                let n = u32::try_from(got.len()).unwrap();
+                let whole = n >= before && got.iter().zip(0..).all(|(k, i)| *k == key("map1", i));
+                if !whole {
+                    done.store(true, Ordering::Relaxed);
+                    panic!("round {round}: {n} keys with a hole, {before} written before");
+                }
+            }
+            done.store(true, Ordering::Relaxed);
+        });
     }
 
     /// A batch that pre-reads records one entry per block it asks for (whether it was in memory before the

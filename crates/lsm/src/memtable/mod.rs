@@ -345,6 +345,18 @@ impl MemTable {
         self.list.is_empty()
     }
 
+    /// Whether the table holds an entry (a value, a merge operand or a point delete, at any seqno) whose
+    /// user key starts with `prefix`: one skiplist search.
+    pub fn holds_prefix(&self, prefix: &[u8]) -> bool {
+        if self.list.is_empty() {
+            return false;
+        }
+        let word = key_word(prefix);
+        self.list
+            .lower_bound(|c| c.cmp_to(prefix, word))
+            .is_some_and(|n| n.get().user_key().starts_with(prefix))
+    }
+
     /// The largest seqno inserted.
     pub fn max_seqno(&self) -> u64 {
         self.max_seqno.load(AtomicOrdering::Relaxed)
