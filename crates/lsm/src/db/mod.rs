@@ -155,10 +155,13 @@ impl Db {
     }
 
     /// An iterator over the keys starting with `prefix`, bounded to `[prefix | from, successor(prefix))`
-    /// (unpositioned: call `seek_to_first`), or `None` when [`may_hold_prefix`](Self::may_hold_prefix) is
-    /// false, from the same read view (the tables and the latest seqno, both taken before the check): a scan
-    /// of a prefix the database does not hold builds nothing. The iterator leaves out the memtables that
-    /// hold no key of `prefix` and no range tombstone.
+    /// (unpositioned: call `seek_to_first`), or `None` when the database cannot hold such a key: no memtable
+    /// holds one (one skiplist search each) and no file can, by its key range and its prefix filter (when
+    /// the prefix extractor gives `prefix`'s filter prefix); entries a range tombstone deletes count as
+    /// held. The check and the iterator share one read view (the tables and the latest seqno, both taken
+    /// before the check): a scan of a prefix the database does not hold builds nothing (no allocation, no
+    /// block read). The iterator leaves out the memtables that hold no key of `prefix` and no range
+    /// tombstone.
     pub fn prefix_iter(&self, prefix: &[u8], from: &[u8]) -> Option<DbIter> {
         self.inner.prefix_iter(prefix, from)
     }
