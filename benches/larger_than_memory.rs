@@ -56,20 +56,9 @@ const VALUE_LEN: usize = 100;
 const KEY_GROUPS: u64 = 128;
 const BATCH: usize = 32;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
-
-/// splitmix64 finaliser: a bijection on u64.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
+#[path = "support/knobs.rs"]
+mod knobs;
+use knobs::{env_u64, mix};
 
 /// Key `i` of `n`: key group (ascending with `i`) then `i`, both big-endian, so keys ascend with `i`.
 fn key(i: u64, n: u64) -> [u8; KEY_LEN] {

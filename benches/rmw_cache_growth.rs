@@ -15,19 +15,9 @@ use std::time::Instant;
 
 use keyed_state::internals::RmwCacheProbe;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
-
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
+#[path = "support/knobs.rs"]
+mod knobs;
+use knobs::{env_u64, mix};
 
 fn key(i: u64) -> [u8; 10] {
     let mut k = [0u8; 10];
