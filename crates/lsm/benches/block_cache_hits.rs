@@ -12,35 +12,9 @@ use std::time::Instant;
 
 use keyed_state_lsm::{Compression, Db, Options, SstOptions};
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID is supported on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-fn key(i: u64) -> [u8; 10] {
-    let mut k = [0u8; 10];
-    k[2..].copy_from_slice(&i.to_be_bytes());
-    k
-}
+#[path = "support/cpu_keys.rs"]
+mod cpu_keys;
+use cpu_keys::{env_u64, key, mix, thread_cpu_ns};
 
 fn main() {
     let n = env_u64("KS_BCH_KEYS", 200_000);
