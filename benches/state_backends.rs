@@ -16,7 +16,9 @@
 //! read-modify-write cache, default 1024), `BENCH_SHAPE` (set: print each engine's shape before every sample), `BENCH_SAMPLES` (set: print every sample, not only the median), `BENCH_PREFIX_BLOOM` (the LSM backend's filter bits per state-key prefix, default 10, 0 = off), `BENCH_BLOOM` (bloom bits per key on both LSM and RocksDB,
 //! default 0 = off), `BENCH_WRITE_BUFFER_MIB` (the memtable size of both engines, default 64),
 //! `KS_BENCH_L0_BASE_RATIO_PCT` (the LSM engine's `l0_base_ratio` in percent, default the engine's 25; 0: L0 into the base level at the
-//! trigger). `BENCH_MAP_SCHEDULE` (`shared`: the map section's old schedule, every op on one setup round after
+//! trigger), `KS_BENCH_ROW_CACHE_MIB` (the LSM engine's row cache in MiB, 0 = off; default the engine's),
+//! `KS_BENCH_CHECKPOINT_VIEW` (`0`: the LSM engine's checkpoint view off; default the engine's),
+//! `BENCH_REDUCING_SHARED` (set: the reducing section's two states in one store instead of one store each). `BENCH_MAP_SCHEDULE` (`shared`: the map section's old schedule, every op on one setup round after
 //! round; see `run_map`), `BENCH_MAP_KEYS_FROM_ZERO` (set: every map sample starts at key index 0),
 //! `BENCH_MAP_ENGINE_HELD` (set: after the map setup, the LSM+cache backend writes its cache back into the
 //! engine, then updates one entry of every map, so that each map is in the engine with one
@@ -269,6 +271,14 @@ fn lsm_options() -> Options {
             .ok()
             .and_then(|v| v.parse::<f64>().ok())
             .map_or(Options::default().l0_base_ratio, |p| p / 100.0),
+        // `KS_BENCH_ROW_CACHE_MIB` sets the engine's row cache (0 = off); unset, the engine's default.
+        row_cache_size: std::env::var("KS_BENCH_ROW_CACHE_MIB")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(Options::default().row_cache_size, |m| Some(m * MIB)),
+        // `KS_BENCH_CHECKPOINT_VIEW=0` turns the checkpoint view off; unset, the engine's default.
+        checkpoint_view: std::env::var("KS_BENCH_CHECKPOINT_VIEW")
+            .map_or(Options::default().checkpoint_view, |v| v != "0"),
         ..Options::default()
     }
 }
@@ -602,6 +612,29 @@ impl Results {
         v.get(v.len() / 2).copied().unwrap_or_default()
     }
 
+    /// Per op and backend, every round's ops over every round's CPU time (no median: the background work a
+    /// sample leaves lands in some samples and not others).
+    fn print_totals(&self) {
+        print!("| op |");
+        for k in &self.kinds {
+            print!(" {} |", k.name());
+        }
+        println!();
+        println!("|---|{}", "---:|".repeat(self.kinds.len()));
+        for (op, cells) in &self.rows {
+            print!("| {op} |");
+            for samples in cells {
+                let ops: u64 = samples.iter().map(|s| s.ops).sum();
+                let cpu: f64 = samples.iter().map(|s| s.cpu).sum();
+                match cpu > 0.0 {
+                    true => print!(" {:.0} |", ops as f64 / cpu / 1e3),
+                    false => print!(" n/a |"),
+                }
+            }
+            println!();
+        }
+    }
+
     fn print(&self, cpu: bool) {
         let lsm = self.kinds.iter().position(|&k| k == Kind::Lsm);
         let cached = self.kinds.iter().position(|&k| k == Kind::LsmCache);
@@ -723,6 +756,16 @@ fn run_value(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
 struct ReducingPair {
     rmw: ReducingState<LongSerializer>,
     operands: ReducingState<LongSerializer>,
+    /// Which ops this store serves: `None` both (`BENCH_REDUCING_SHARED`), `Some(true)` the `+operands` ops
+    /// only, `Some(false)` the read-modify-write ops only.
+    operands_only: Option<bool>,
+}
+
+impl ReducingPair {
+    fn serves(&self, op: &str) -> bool {
+        self.operands_only
+            .is_none_or(|o| o == op.ends_with("+operands"))
+    }
 }
 
 /// Reducing state (not in Flink's micro-benchmarks; shaped as its `ValueStateBenchmark`): a sum per setup
@@ -730,6 +773,10 @@ struct ReducingPair {
 /// (`reducingAdd+operands`, `reducingGet+operands`: `design/merge-operands.md`; the heap and RocksDB backends
 /// read, fold and write either way). Every setup key holds a value in both states first. The reads run after
 /// the adds, so the operands state has operands to fold on read until compactions have folded them.
+///
+/// Each state lives in a store (and engine) of its own, so that the flushes and compactions a sample leaves
+/// (counted in its process CPU) are of its own state's writes; `BENCH_REDUCING_SHARED` puts both states in
+/// one store, where a sample also pays for compacting the other state's entries.
 fn run_reducing(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
     let mut benches = Vec::new();
     let mut process = Results {
@@ -737,7 +784,14 @@ fn run_reducing(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         rows: Vec::new(),
         yardstick: Vec::new(),
     };
-    for kind in Kind::all() {
+    let layouts: &[Option<bool>] = match std::env::var_os("BENCH_REDUCING_SHARED") {
+        Some(_) => &[None],
+        None => &[Some(false), Some(true)],
+    };
+    for (kind, &operands_only) in Kind::all()
+        .into_iter()
+        .flat_map(|k| layouts.iter().map(move |l| (k, l)))
+    {
         let (mut store, engine) = store(kind, 2, KeyGroupRange::all(2))?;
         let sum = |a: &i64, b: &i64| a.wrapping_add(*b);
         let rmw = store.register_reducing(with_ttl!(ReducingStateDescriptor::new(
@@ -756,20 +810,33 @@ fn run_reducing(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         for i in 0..SETUP_KEY_COUNT {
             ttl_setup_time(&clock, data, i);
             store.set_current_key(data.setup_key(i))?;
-            store.reducing(&rmw)?.add(&data.value(i))?;
-            store.reducing(&operands)?.add(&data.value(i))?;
+            if operands_only != Some(true) {
+                store.reducing(&rmw)?.add(&data.value(i))?;
+            }
+            if operands_only != Some(false) {
+                store.reducing(&operands)?.add(&data.value(i))?;
+            }
         }
         ttl_setup_done(&clock);
         eprintln!(
-            "reducing setup {}: {:.2}s",
+            "reducing setup {}{}: {:.2}s",
             kind.name(),
+            match operands_only {
+                None => "",
+                Some(true) => " (operands state)",
+                Some(false) => " (read-modify-write state)",
+            },
             t.elapsed().as_secs_f64()
         );
         benches.push(Bench {
             kind,
             store,
             engine,
-            h: ReducingPair { rmw, operands },
+            h: ReducingPair {
+                rmw,
+                operands,
+                operands_only,
+            },
             counter: 0,
             clock,
         });
@@ -785,6 +852,9 @@ fn run_reducing(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
                 continue;
             }
             for bi in rotation(benches.len(), round) {
+                if !benches[bi].h.serves(op) {
+                    continue;
+                }
                 quiesce(&mut benches, op)?;
                 ttl_before_sample(&benches[bi].clock);
                 let b: &mut Bench<ReducingPair> = &mut benches[bi];
@@ -825,6 +895,11 @@ fn run_reducing(cfg: &Cfg, data: &Data, res: &mut Results) -> Result<()> {
         cfg.rounds
     );
     process.print(true);
+    println!(
+        "\n## Reducing state, k ops/s by process CPU time summed over all {} rounds (every sample's ops over every sample's CPU: a sample that flushed and compacted counts as much as one that did not)\n",
+        cfg.rounds
+    );
+    process.print_totals();
     Ok(())
 }
 
