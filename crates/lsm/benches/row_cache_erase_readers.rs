@@ -9,9 +9,11 @@
 //! 64; owner 0): `own` fills one file after another (each file's rows in segments of their own), `spread`
 //! round-robin (every file's rows in every segment: an erase reads and compacts every segment). The readers
 //! then hit random hot rows: first `KS_RCE_IDLE_MS` (default 500) alone (`idle`), then while one thread
-//! erases `KS_RCE_ERASES` files (default 16) one after another (`erasing`). Also prints each erase's wall
-//! time (median, max). Latencies include the machine's scheduling: with more threads than free cores a
-//! reader is preempted for whole time slices, in both phases alike.
+//! erases `KS_RCE_ERASES` files (default 16) one after another from a second cache filled the same way
+//! (`erasing another cache`: the same work competing for the cores and memory, no lock shared), then from
+//! theirs (`erasing`). Also prints each erase's wall time (median, max). Latencies include the machine's
+//! scheduling: with more threads than free cores a reader is preempted for whole time slices; the second
+//! phase shows how much of the third is that.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
@@ -72,12 +74,78 @@ fn row(cache: &str, layout: &str, readers: usize, phase: &str, t: usize, mut ns:
     );
 }
 
+/// Fills a fresh cache of `cap` bytes: `hot` rows of owner 1 (file 0), then `rows` rows of owner 0 over
+/// `files` files, one file after another (`own`) or round-robin (`spread`).
+fn fill(cap: usize, hot: u64, rows: u64, files: u64, layout: &str) -> RowCacheProbe {
+    let value = [7u8; 100];
+    let c = RowCacheProbe::new(cap);
+    for i in 0..hot {
+        c.insert(1, 0, &key(1_000_000_000 + i), 1, &value);
+    }
+    if layout == "own" {
+        for f in 0..files {
+            let mut i = f;
+            while i < rows {
+                c.insert(0, f, &key(i), 1, &value);
+                i += files;
+            }
+        }
+    } else {
+        for i in 0..rows {
+            c.insert(0, i % files, &key(i), 1, &value);
+        }
+    }
+    c
+}
+
+/// `readers` threads hit hot rows of `c` while this thread erases `erases` files from `erased` (`None`:
+/// sleeps `idle`); returns each reader's latencies and each erase's wall microseconds.
+fn phase(
+    c: &RowCacheProbe,
+    readers: usize,
+    hot: u64,
+    erased: Option<&RowCacheProbe>,
+    erases: u64,
+    idle: Duration,
+    seed: u64,
+) -> (Vec<Vec<u32>>, Vec<f64>) {
+    let stop = AtomicBool::new(false);
+    let start = Barrier::new(readers + 1);
+    let mut us = Vec::new();
+    let lat = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..readers as u64)
+            .map(|t| {
+                let (stop, start) = (&stop, &start);
+                s.spawn(move || {
+                    start.wait();
+                    read(c, hot, (t << 40) ^ seed, stop)
+                })
+            })
+            .collect();
+        start.wait();
+        match erased {
+            None => std::thread::sleep(idle),
+            Some(e) => {
+                std::thread::sleep(Duration::from_millis(20));
+                for f in 0..erases {
+                    let t = Instant::now();
+                    e.erase_files(0, &[f]);
+                    us.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter().map(|h| h.join().expect("reader")).collect()
+    });
+    (lat, us)
+}
+
 fn main() {
     let files = env_u64("KS_RCE_FILES", 64);
     let hot = env_u64("KS_RCE_HOT", 20_000);
     let erases = env_u64("KS_RCE_ERASES", 16).min(files);
     let idle = Duration::from_millis(env_u64("KS_RCE_IDLE_MS", 500));
-    let value = [7u8; 100];
     println!(
         "| cache | layout | readers | phase | thread | hits | p50 ns | p99 ns | p99.9 ns | max us | hits >= 100 us |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     );
@@ -87,83 +155,34 @@ fn main() {
         let rows = (cap / 140) as u64 - hot;
         for layout in ["own", "spread"] {
             for readers in env_list("KS_RCE_READERS", "1,2") {
-                let c = RowCacheProbe::new(cap);
-                for i in 0..hot {
-                    c.insert(1, 0, &key(1_000_000_000 + i), 1, &value);
-                }
-                if layout == "own" {
-                    for f in 0..files {
-                        let mut i = f;
-                        while i < rows {
-                            c.insert(0, f, &key(i), 1, &value);
-                            i += files;
-                        }
-                    }
-                } else {
-                    for i in 0..rows {
-                        c.insert(0, i % files, &key(i), 1, &value);
-                    }
-                }
+                let c = fill(cap, hot, rows, files, layout);
+                let other = fill(cap, hot, rows, files, layout);
                 let cache = format!("{mb} MiB");
-                let stop = AtomicBool::new(false);
-                let start = Barrier::new(readers + 1);
-                let mut us = Vec::new();
-                // Idle: the readers alone.
-                let lat: Vec<Vec<u32>> = std::thread::scope(|s| {
-                    let hs: Vec<_> = (0..readers as u64)
-                        .map(|t| {
-                            let (c, stop, start) = (&c, &stop, &start);
-                            s.spawn(move || {
-                                start.wait();
-                                read(c, hot, t << 40, stop)
-                            })
-                        })
-                        .collect();
-                    start.wait();
-                    std::thread::sleep(idle);
-                    stop.store(true, Ordering::Relaxed);
-                    hs.into_iter().map(|h| h.join().expect("reader")).collect()
-                });
-                for (t, ns) in lat.into_iter().enumerate() {
-                    row(&cache, layout, readers, "idle", t, ns);
-                }
-                stop.store(false, Ordering::Relaxed);
-                // Erasing: the readers while this thread erases files one after another.
-                let lat: Vec<Vec<u32>> = std::thread::scope(|s| {
-                    let hs: Vec<_> = (0..readers as u64)
-                        .map(|t| {
-                            let (c, stop, start) = (&c, &stop, &start);
-                            s.spawn(move || {
-                                start.wait();
-                                read(c, hot, (t << 40) | (1 << 39), stop)
-                            })
-                        })
-                        .collect();
-                    start.wait();
-                    std::thread::sleep(Duration::from_millis(20));
-                    for f in 0..erases {
-                        let t = Instant::now();
-                        c.erase_files(0, &[f]);
-                        us.push(t.elapsed().as_secs_f64() * 1e6);
+                let phases = [
+                    ("idle", None),
+                    ("erasing another cache", Some(&other)),
+                    ("erasing", Some(&c)),
+                ];
+                for (k, (name, erased)) in phases.into_iter().enumerate() {
+                    let (lat, mut us) =
+                        phase(&c, readers, hot, erased, erases, idle, (k as u64) << 36);
+                    for (t, ns) in lat.into_iter().enumerate() {
+                        row(&cache, layout, readers, name, t, ns);
                     }
-                    std::thread::sleep(Duration::from_millis(20));
-                    stop.store(true, Ordering::Relaxed);
-                    hs.into_iter().map(|h| h.join().expect("reader")).collect()
-                });
-                for (t, ns) in lat.into_iter().enumerate() {
-                    row(&cache, layout, readers, "erasing", t, ns);
+                    if erased.is_some() {
+                        us.sort_by(f64::total_cmp);
+                        erase_rows.push(format!(
+                            "| {cache} | {layout} | {readers} | {name} | {} | {:.0} | {:.0} |",
+                            us.len(),
+                            us.get(us.len() / 2).copied().unwrap_or(0.0),
+                            us.last().copied().unwrap_or(0.0)
+                        ));
+                    }
                 }
-                us.sort_by(f64::total_cmp);
-                erase_rows.push(format!(
-                    "| {cache} | {layout} | {readers} | {} | {:.0} | {:.0} |",
-                    us.len(),
-                    us.get(us.len() / 2).copied().unwrap_or(0.0),
-                    us.last().copied().unwrap_or(0.0)
-                ));
             }
         }
     }
-    println!("\n| cache | layout | readers | erases | median erase us | max erase us |\n|---|---|---:|---:|---:|---:|");
+    println!("\n| cache | layout | readers | phase | erases | median erase us | max erase us |\n|---|---|---:|---|---:|---:|---:|");
     for r in erase_rows {
         println!("{r}");
     }
