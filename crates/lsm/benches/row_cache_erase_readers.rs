@@ -11,7 +11,8 @@
 //! then hit random hot rows: first `KS_RCE_IDLE_MS` (default 500) alone (`idle`), then while one thread
 //! erases `KS_RCE_ERASES` files (default 16) one after another from a second cache filled the same way
 //! (`erasing another cache`: the same work competing for the cores and memory, no lock shared), then from
-//! theirs (`erasing`). Also prints each erase's wall time (median, max). Latencies include the machine's
+//! theirs (`erasing`). Per reader and phase: hits, hits per millisecond of the phase, latency quantiles and
+//! the hits of 100 µs and of 1 ms or more. Also prints each erase's wall time (median, max). Latencies include the machine's
 //! scheduling: with more threads than free cores a reader is preempted for whole time slices; the second
 //! phase shows how much of the third is that.
 
@@ -61,12 +62,22 @@ fn read(c: &RowCacheProbe, hot: u64, seed: u64, stop: &AtomicBool) -> Vec<u32> {
     ns
 }
 
-fn row(cache: &str, layout: &str, readers: usize, phase: &str, t: usize, mut ns: Vec<u32>) {
+fn row(
+    cache: &str,
+    layout: &str,
+    readers: usize,
+    phase: &str,
+    t: usize,
+    mut ns: Vec<u32>,
+    ms: f64,
+) {
     ns.sort_unstable();
     let slow = ns.iter().filter(|&&x| x >= 100_000).count();
+    let slower = ns.iter().filter(|&&x| x >= 1_000_000).count();
     println!(
-        "| {cache} | {layout} | {readers} | {phase} | {t} | {} | {} | {} | {} | {:.1} | {slow} |",
+        "| {cache} | {layout} | {readers} | {phase} | {t} | {} | {:.0} | {} | {} | {} | {:.1} | {slow} | {slower} |",
         ns.len(),
+        ns.len() as f64 / ms,
         quantile(&ns, 0.5),
         quantile(&ns, 0.99),
         quantile(&ns, 0.999),
@@ -147,7 +158,7 @@ fn main() {
     let erases = env_u64("KS_RCE_ERASES", 16).min(files);
     let idle = Duration::from_millis(env_u64("KS_RCE_IDLE_MS", 500));
     println!(
-        "| cache | layout | readers | phase | thread | hits | p50 ns | p99 ns | p99.9 ns | max us | hits >= 100 us |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| cache | layout | readers | phase | thread | hits | hits per ms | p50 ns | p99 ns | p99.9 ns | max us | hits >= 100 us | hits >= 1 ms |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut erase_rows = Vec::new();
     for mb in env_list("KS_RCE_MB", "64,512") {
@@ -164,10 +175,12 @@ fn main() {
                     ("erasing", Some(&c)),
                 ];
                 for (k, (name, erased)) in phases.into_iter().enumerate() {
+                    let wall = Instant::now();
                     let (lat, mut us) =
                         phase(&c, readers, hot, erased, erases, idle, (k as u64) << 36);
+                    let ms = wall.elapsed().as_secs_f64() * 1e3;
                     for (t, ns) in lat.into_iter().enumerate() {
-                        row(&cache, layout, readers, name, t, ns);
+                        row(&cache, layout, readers, name, t, ns, ms);
                     }
                     if erased.is_some() {
                         us.sort_by(f64::total_cmp);
