@@ -28,6 +28,7 @@ pub(super) fn register(inner: &Arc<DbInner>) {
 
 impl BackgroundWork for DbInner {
     fn flush_job(&self) -> bool {
+        self.erase_queued_rows();
         // First the next memtable's index, so that the switch after this one finds it ready.
         self.refill_spare_index();
         {
@@ -49,6 +50,7 @@ impl BackgroundWork for DbInner {
     }
 
     fn compaction_job(&self) -> bool {
+        self.erase_queued_rows();
         if !self.compaction_due() {
             return false;
         }
@@ -108,6 +110,14 @@ impl BackgroundWork for DbInner {
 }
 
 impl DbInner {
+    /// Erases the rows of deleted files that readers dropped last (queued by their drops, so that no
+    /// reader erases on its own thread).
+    fn erase_queued_rows(&self) {
+        if let Some(rows) = &self.row_cache {
+            rows.erase_queued();
+        }
+    }
+
     /// Flushes the oldest immutable memtable; returns false if there was none.
     fn flush_one(&self) -> Result<bool> {
         let mem = match self.state.lock().imm.back() {
