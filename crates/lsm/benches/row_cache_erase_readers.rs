@@ -12,7 +12,9 @@
 //! erases `KS_RCE_ERASES` files (default 16) one after another from a second cache filled the same way
 //! (`erasing another cache`: the same work competing for the cores and memory, no lock shared), then from
 //! theirs (`erasing`). Per reader and phase: hits, hits per millisecond of the phase, latency quantiles and
-//! the hits of 100 µs and of 1 ms or more. Also prints each erase's wall time (median, max). Latencies include the machine's
+//! the lookups of 100 µs and of 1 ms or more (all lookups: "hits" counts them), and those that did not hit
+//! (none before lookups went without the cache while an erase's step holds their shard; each is a file
+//! read in an engine). Also prints each erase's wall time (median, max). Latencies include the machine's
 //! scheduling: with more threads than free cores a reader is preempted for whole time slices; the second
 //! phase shows how much of the third is that.
 
@@ -47,9 +49,11 @@ fn quantile(v: &[u32], q: f64) -> u32 {
     v.get(i).copied().unwrap_or(0)
 }
 
-/// Hits random hot rows until `stop`; returns each hit's wall nanoseconds.
-fn read(c: &RowCacheProbe, hot: u64, seed: u64, stop: &AtomicBool) -> Vec<u32> {
+/// Looks random hot rows up until `stop`; returns each lookup's wall nanoseconds and how many did not
+/// hit (a lookup whose shard an erase's step holds goes to the file instead of waiting).
+fn read(c: &RowCacheProbe, hot: u64, seed: u64, stop: &AtomicBool) -> (Vec<u32>, usize) {
     let mut ns = Vec::with_capacity(1 << 22);
+    let mut passed = 0;
     let mut g = seed;
     while !stop.load(Ordering::Relaxed) {
         g += 1;
@@ -57,9 +61,9 @@ fn read(c: &RowCacheProbe, hot: u64, seed: u64, stop: &AtomicBool) -> Vec<u32> {
         let t = Instant::now();
         let hit = c.hit(1, 0, &k);
         ns.push(t.elapsed().as_nanos().min(u128::from(u32::MAX)) as u32);
-        assert!(hit, "a hot row was evicted");
+        passed += usize::from(!hit);
     }
-    ns
+    (ns, passed)
 }
 
 fn row(
@@ -68,14 +72,14 @@ fn row(
     readers: usize,
     phase: &str,
     t: usize,
-    mut ns: Vec<u32>,
+    (mut ns, passed): (Vec<u32>, usize),
     ms: f64,
 ) {
     ns.sort_unstable();
     let slow = ns.iter().filter(|&&x| x >= 100_000).count();
     let slower = ns.iter().filter(|&&x| x >= 1_000_000).count();
     println!(
-        "| {cache} | {layout} | {readers} | {phase} | {t} | {} | {:.0} | {} | {} | {} | {:.1} | {slow} | {slower} |",
+        "| {cache} | {layout} | {readers} | {phase} | {t} | {} | {:.0} | {} | {} | {} | {:.1} | {slow} | {slower} | {passed} |",
         ns.len(),
         ns.len() as f64 / ms,
         quantile(&ns, 0.5),
@@ -119,7 +123,7 @@ fn phase(
     erases: u64,
     idle: Duration,
     seed: u64,
-) -> (Vec<Vec<u32>>, Vec<f64>) {
+) -> (Vec<(Vec<u32>, usize)>, Vec<f64>) {
     let stop = AtomicBool::new(false);
     let start = Barrier::new(readers + 1);
     let mut us = Vec::new();
@@ -158,7 +162,7 @@ fn main() {
     let erases = env_u64("KS_RCE_ERASES", 16).min(files);
     let idle = Duration::from_millis(env_u64("KS_RCE_IDLE_MS", 500));
     println!(
-        "| cache | layout | readers | phase | thread | hits | hits per ms | p50 ns | p99 ns | p99.9 ns | max us | hits >= 100 us | hits >= 1 ms |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| cache | layout | readers | phase | thread | hits | hits per ms | p50 ns | p99 ns | p99.9 ns | max us | hits >= 100 us | hits >= 1 ms | not hit |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut erase_rows = Vec::new();
     for mb in env_list("KS_RCE_MB", "64,512") {
