@@ -516,8 +516,9 @@ impl RowCache {
     }
 
     /// Drops every entry of the groups `groups` whose owner and file `erase` accepts, giving their charge
-    /// back: in short steps ([`ERASE_STEP_SEGMENTS`], [`ERASE_STEP_ENTRIES`]; [`SlabShard::erase_step`]),
-    /// one shard after another in turn. While a step holds a shard, its flag in `erasing` is set: a
+    /// back: shard by shard, in short steps ([`ERASE_STEP_SEGMENTS`], [`ERASE_STEP_ENTRIES`];
+    /// [`SlabShard::erase_step`]), the lock released between them (a shard's steps run one after another,
+    /// its index warm in the CPU's caches). While a step holds a shard, its flag in `erasing` is set: a
     /// lookup or an insertion finding the shard locked then goes without the cache instead of waiting
     /// ([`lock_unless_erasing`](Self::lock_unless_erasing)); one that took the lock just before the flag
     /// was set waits for one step. `between` is called after each step with no lock held.
@@ -529,31 +530,21 @@ impl RowCache {
     ) {
         let erase = |e: &[u8]| head(e).is_some_and(|(o, f, _)| erase(o, f));
         let mut freed = 0;
-        let mut steps: Vec<Option<row_slab::EraseSteps>> =
-            self.shards.iter().map(|_| None).collect();
-        let mut left = steps.len();
-        while left > 0 {
-            for ((s, st), flag) in self
-                .shards
-                .iter()
-                .zip(steps.iter_mut())
-                .zip(self.erasing.iter())
-            {
-                if st.as_ref().is_some_and(row_slab::EraseSteps::done) {
-                    continue;
-                }
+        for (s, flag) in self.shards.iter().zip(self.erasing.iter()) {
+            let mut steps = None;
+            loop {
                 let mut shard = s.lock();
                 flag.store(true, Ordering::Release);
-                let st = st.get_or_insert_with(|| shard.erase_steps(groups));
+                let st = steps.get_or_insert_with(|| shard.erase_steps(groups));
                 let before = shard.usage();
-                shard.erase_step(st, ERASE_STEP_SEGMENTS, ERASE_STEP_ENTRIES, &erase);
+                let done = shard.erase_step(st, ERASE_STEP_SEGMENTS, ERASE_STEP_ENTRIES, &erase);
                 freed += before.saturating_sub(shard.usage());
                 flag.store(false, Ordering::Release);
                 drop(shard);
-                if st.done() {
-                    left -= 1;
-                }
                 between();
+                if done {
+                    break;
+                }
             }
         }
         if freed > 0 {
