@@ -11,9 +11,10 @@
 //! writes, deletions, range deletions, ingestion and compaction need nothing from the cache (newer versions
 //! are in memtables or newer files, which a lookup reads first). A file's rows are erased when the engine
 //! deletes the file ([`RowCache::erase_files`]: the files of one version change in one pass, in short
-//! steps that let lookups between them; a file again after its drop, queued for the background, if a
-//! reader on an older version cached a row of it since; only files that had a row cached), so that they
-//! give their memory back at once instead of when they age out. A lookup at a sequence number below a file's largest one must not see the file's newer
+//! steps, a lookup finding its shard held by one reading the file instead of waiting; a file again after
+//! its drop, queued for the background, if a reader on an older version cached a row of it since; only
+//! files that had a row cached), so that they give their memory back at once instead of when they age
+//! out. A lookup at a sequence number below a file's largest one must not see the file's newer
 //! versions, so such reads (at an older snapshot) bypass the cache for that file; a read at or above it sees
 //! every version in the file, which is what the cache holds.
 //!
