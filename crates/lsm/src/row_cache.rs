@@ -603,7 +603,13 @@ pub(crate) struct EngineRows {
     owner: u64,
     hits: AtomicU64,
     misses: AtomicU64,
+    /// What a file's queued erase calls ([`EngineRows::wake_with`]), shared with the engine's files.
+    wake: Wake,
 }
+
+/// Asks an engine's background for a job, which erases the queued rows ([`RowCache::erase_queued`]);
+/// set once the engine is registered with its pool.
+type Wake = Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>;
 
 impl EngineRows {
     /// The rows of the engine tagged `owner` in `cache`.
@@ -613,7 +619,15 @@ impl EngineRows {
             owner,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            wake: Wake::default(),
         }
+    }
+
+    /// Sets what a file's drop calls after queuing its rows ([`FileRows::erase_later`]): a request for a
+    /// background job of the engine, so that the queue is erased without waiting for a write (once;
+    /// later calls change nothing).
+    pub(crate) fn wake_with(&self, wake: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.wake.set(wake);
     }
 
     /// [`RowCache::lookup`] of `key` in the engine's file `number`, counted as a hit or a miss.
@@ -649,6 +663,7 @@ impl EngineRows {
         FileRows {
             cache: Arc::downgrade(&self.cache),
             owner: self.owner,
+            wake: Arc::clone(&self.wake),
         }
     }
 
@@ -687,6 +702,7 @@ impl Drop for EngineRows {
 pub(crate) struct FileRows {
     cache: std::sync::Weak<RowCache>,
     owner: u64,
+    wake: Wake,
 }
 
 impl FileRows {
@@ -699,12 +715,16 @@ impl FileRows {
     }
 
     /// Queues the rows of the engine's file `number`, deleted and just dropped by whichever thread held
-    /// it last (often a reader's), for the next background pass ([`RowCache::erase_queued`], or the
-    /// next version change's erase): the reader does not erase on its own thread. The file number is
+    /// it last (often a reader's), and asks the engine's background for a job
+    /// ([`EngineRows::wake_with`]), which erases the queue ([`RowCache::erase_queued`]; or the next
+    /// version change's erase does): the reader does not erase on its own thread. The file number is
     /// never used again, so until then the rows only hold memory.
     pub(crate) fn erase_later(&self, number: u64) {
         if let Some(c) = self.cache.upgrade() {
             c.queued.lock().push((self.owner, number));
+            if let Some(wake) = self.wake.get() {
+                wake();
+            }
         }
     }
 }
