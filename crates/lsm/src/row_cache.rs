@@ -45,7 +45,7 @@
 //! a block cache of its own shares that cache's capacity with its default row cache
 //! ([`RowCache::pooled`], `crate::cache_pool`).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -222,8 +222,9 @@ pub(crate) struct RowCache {
     usage: AtomicUsize,
     /// The budget charged what the cache holds (doorkeeper and entries), if any.
     budget: Option<Arc<MemoryBudget>>,
-    /// Per shard, whether an erase's step holds its lock ([`RowCache::lock_unless_erasing`]).
-    erasing: Box<[AtomicBool]>,
+    /// Per shard, how many erases are working on it (counted from before they take its lock for their
+    /// first step to after they release it from their last: [`RowCache::lock_unless_erasing`]).
+    erasing: Box<[AtomicU32]>,
     /// Files (owner, file number) whose rows a reader's drop of them left to erase
     /// ([`FileRows::erase_later`]), for the next background pass ([`RowCache::erase_queued`]).
     queued: Mutex<Vec<(u64, u64)>>,
@@ -259,7 +260,7 @@ impl RowCache {
             door_slots: slots,
             usage: AtomicUsize::new(0),
             budget,
-            erasing: (0..SHARDS).map(|_| AtomicBool::new(false)).collect(),
+            erasing: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
             queued: Mutex::new(Vec::new()),
         }
     }
@@ -332,13 +333,9 @@ impl RowCache {
         door
     }
 
-    #[inline]
-    fn shard(&self, h: u64) -> Option<&Mutex<SlabShard>> {
-        self.shards.get((h >> 58) as usize % SHARDS)
-    }
-
-    /// Shard of hash `h` locked, or `None` if an erase's step holds it ([`RowCache::erase`]): a lookup or
-    /// an insertion then goes without the cache instead of waiting (a thread put to sleep on the lock
+    /// Shard of hash `h` locked, or `None` if it is locked while an erase works on it (a step of the erase
+    /// holds it, or the erase waits for it between steps: [`RowCache::erase`]): a lookup or an insertion
+    /// then goes without the cache instead of waiting (a thread put to sleep on the lock
     /// waits for the scheduler to wake it, which on a busy machine is often far longer than the step).
     fn lock_unless_erasing(&self, h: u64) -> Option<parking_lot::MutexGuard<'_, SlabShard>> {
         let i = (h >> 58) as usize % SHARDS;
@@ -348,7 +345,7 @@ impl RowCache {
             None if self
                 .erasing
                 .get(i)
-                .is_some_and(|e| e.load(Ordering::Acquire)) =>
+                .is_some_and(|e| e.load(Ordering::Acquire) > 0) =>
             {
                 None
             }
@@ -397,17 +394,16 @@ impl RowCache {
         }
     }
 
-    /// Whether `key` of file `file` of the engine tagged `owner` is cached (counts nothing, marks nothing).
+    /// Whether `key` of file `file` of the engine tagged `owner` is cached (counts nothing, marks nothing;
+    /// false, without waiting, while an erase works on the key's shard:
+    /// [`lock_unless_erasing`](Self::lock_unless_erasing)).
     pub(crate) fn contains(&self, owner: u64, file: u64, key: &[u8]) -> bool {
         if self.usage.load(Ordering::Relaxed) == 0 {
             return false;
         }
         let h = hash(owner, file, key);
-        self.shard(h).is_some_and(|s| {
-            s.lock()
-                .peek(h, &|e| is_entry(e, owner, file, key))
-                .is_some()
-        })
+        self.lock_unless_erasing(h)
+            .is_some_and(|s| s.peek(h, &|e| is_entry(e, owner, file, key)).is_some())
     }
 
     /// Whether the rows of `key` in file `file`, which just missed, are to be recorded and cached: true on
@@ -519,10 +515,11 @@ impl RowCache {
     /// Drops every entry of the groups `groups` whose owner and file `erase` accepts, giving their charge
     /// back: shard by shard, in short steps ([`ERASE_STEP_SEGMENTS`], [`ERASE_STEP_ENTRIES`];
     /// [`SlabShard::erase_step`]), the lock released between them (a shard's steps run one after another,
-    /// its index warm in the CPU's caches). While a step holds a shard, its flag in `erasing` is set: a
-    /// lookup or an insertion finding the shard locked then goes without the cache instead of waiting
-    /// ([`lock_unless_erasing`](Self::lock_unless_erasing)); one that took the lock just before the flag
-    /// was set waits for one step. `between` is called after each step with no lock held.
+    /// its index warm in the CPU's caches). From before the first step takes a shard's lock to after the
+    /// last releases it, the shard's count in `erasing` is raised: a lookup or an insertion finding the
+    /// shard locked then goes without the cache instead of waiting
+    /// ([`lock_unless_erasing`](Self::lock_unless_erasing)); one that took the lock before the count was
+    /// raised waits for one step. `between` is called after each step with no lock held.
     fn erase(
         &self,
         groups: &row_slab::Groups,
@@ -531,21 +528,22 @@ impl RowCache {
     ) {
         let erase = |e: &[u8]| head(e).is_some_and(|(o, f, _)| erase(o, f));
         let mut freed = 0;
-        for (s, flag) in self.shards.iter().zip(self.erasing.iter()) {
+        for (s, count) in self.shards.iter().zip(self.erasing.iter()) {
             let mut steps = None;
+            count.fetch_add(1, Ordering::AcqRel);
             loop {
                 let mut shard = s.lock();
-                flag.store(true, Ordering::Release);
                 let st = steps.get_or_insert_with(|| shard.erase_steps(groups));
                 let before = shard.usage();
                 let done = shard.erase_step(st, ERASE_STEP_SEGMENTS, ERASE_STEP_ENTRIES, &erase);
                 freed += before.saturating_sub(shard.usage());
-                flag.store(false, Ordering::Release);
                 drop(shard);
-                between();
                 if done {
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    between();
                     break;
                 }
+                between();
             }
         }
         if freed > 0 {
@@ -975,7 +973,7 @@ mod tests {
             .expect("a key of the shard");
         // Held as an erase's step holds it.
         let held = c.shards.get(i).map(|s| s.lock());
-        c.erasing[i].store(true, Ordering::Release);
+        c.erasing[i].store(1, Ordering::Release);
         let (tx, rx) = std::sync::mpsc::channel();
         let reader = {
             let c = Arc::clone(&c);
@@ -987,13 +985,57 @@ mod tests {
             })
         };
         let answered = rx.recv_timeout(std::time::Duration::from_secs(10));
-        c.erasing[i].store(false, Ordering::Release);
+        c.erasing[i].store(0, Ordering::Release);
         drop(held);
         reader.join().unwrap();
         assert_eq!(answered, Ok(true), "the lookup waited for the shard");
         // Released: the row is a hit again; the insertion cached nothing.
         assert!(matches!(c.lookup(0, 2, &key), Lookup::Hit(_)));
         assert!(!c.contains(0, 2, &other));
+    }
+
+    #[test]
+    fn a_lookup_on_a_shard_an_erase_waits_for_reads_the_file_instead_of_waiting_behind_it() {
+        let (c, _budget) = two_interleaved_files();
+        let c = Arc::new(c);
+        let key = 1u64.to_be_bytes();
+        let i = (hash(0, 2, &key) >> 58) as usize % SHARDS;
+        // Held by someone else (an insertion's recycle, say) when the erase comes to the shard.
+        let held = c.shards.get(i).map(|s| s.lock());
+        let eraser = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                let groups = row_slab::groups_of([file_hash(0, 1)]);
+                c.erase(&groups, |o, f| o == 0 && f == 1, &mut || {});
+            })
+        };
+        // The erase reaches the held shard (the others take it microseconds) and waits for it.
+        let start = std::time::Instant::now();
+        while c.erasing[i].load(Ordering::Acquire) == 0
+            && start.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                let pass = matches!(c.lookup(0, 2, &key), Lookup::Pass);
+                let cached = c.contains(0, 2, &key);
+                let _ = tx.send((pass, cached));
+            })
+        };
+        let answered = rx.recv_timeout(std::time::Duration::from_secs(2));
+        drop(held);
+        reader.join().unwrap();
+        eraser.join().unwrap();
+        assert_eq!(
+            answered,
+            Ok((true, false)),
+            "the lookup waited behind the erase"
+        );
+        assert_eq!((cached(&c, 1), cached(&c, 2)), (0, 30_000));
     }
 
     #[test]
