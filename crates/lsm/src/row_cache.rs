@@ -494,21 +494,28 @@ impl RowCache {
     pub(crate) fn erase_files(&self, owner: u64, files: &[u64]) {
         let mut all: Vec<(u64, u64)> = files.iter().map(|&f| (owner, f)).collect();
         all.append(&mut self.queued.lock());
-        self.erase_pairs(&all);
+        self.erase_pairs(all);
     }
 
     /// Drops the rows of the files queued by readers' drops ([`FileRows::erase_later`]), if any: the
     /// background's pass for them.
     pub(crate) fn erase_queued(&self) {
         let queued = std::mem::take(&mut *self.queued.lock());
-        self.erase_pairs(&queued);
+        self.erase_pairs(queued);
     }
 
-    /// Drops every entry of the files `files` (owner, file number) in one pass.
-    fn erase_pairs(&self, files: &[(u64, u64)]) {
+    /// Drops every entry of the files `files` (owner, file number) in one pass; each entry read is looked
+    /// up among them by binary search (a queue of many engines' files costs the same per entry as one).
+    fn erase_pairs(&self, mut files: Vec<(u64, u64)>) {
         if !files.is_empty() && self.usage.load(Ordering::Relaxed) > 0 {
+            files.sort_unstable();
+            files.dedup();
             let groups = row_slab::groups_of(files.iter().map(|&(o, f)| file_hash(o, f)));
-            self.erase(&groups, |o, f| files.contains(&(o, f)), &mut || {});
+            self.erase(
+                &groups,
+                |o, f| files.binary_search(&(o, f)).is_ok(),
+                &mut || {},
+            );
         }
     }
 
