@@ -75,7 +75,7 @@ const DOOR_MAX: usize = 1 << 22;
 /// a lookup on that shard waits for at most one step, not for the shard's whole share of the erase.
 const ERASE_STEP_SEGMENTS: usize = 2;
 /// The most entries an erase drops per hold of a shard's lock, give or take a segment's (a step ends
-/// after the segment that reaches it): about 100 ns each.
+/// after the segment that reaches it, so a segment holding only erased rows is dropped whole).
 const ERASE_STEP_ENTRIES: usize = 64;
 
 /// The owner, file number and key range encoded at the head of an entry's bytes.
@@ -225,6 +225,9 @@ pub(crate) struct RowCache {
     /// Per shard, how many erases are working on it (counted from before they take its lock for their
     /// first step to after they release it from their last: [`RowCache::lock_unless_erasing`]).
     erasing: Box<[AtomicU32]>,
+    /// Lookups, insertions and `contains` that went without the cache because an erase was working on
+    /// their shard ([`RowCache::lock_unless_erasing`]).
+    busy_skips: AtomicU64,
     /// Files (owner, file number) whose rows a reader's drop of them left to erase
     /// ([`FileRows::erase_later`]), for the next background pass ([`RowCache::erase_queued`]).
     queued: Mutex<Vec<(u64, u64)>>,
@@ -261,6 +264,7 @@ impl RowCache {
             usage: AtomicUsize::new(0),
             budget,
             erasing: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
+            busy_skips: AtomicU64::new(0),
             queued: Mutex::new(Vec::new()),
         }
     }
@@ -347,6 +351,7 @@ impl RowCache {
                 .get(i)
                 .is_some_and(|e| e.load(Ordering::Acquire) > 0) =>
             {
+                self.busy_skips.fetch_add(1, Ordering::Relaxed);
                 None
             }
             None => Some(s.lock()),
@@ -572,6 +577,12 @@ impl RowCache {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
+    /// Lookups, insertions and `contains` (of every owner) that went without the cache because an erase
+    /// was working on their shard.
+    pub(crate) fn busy_skips(&self) -> u64 {
+        self.busy_skips.load(Ordering::Relaxed)
+    }
+
     /// What the cache holds and charges its budget: the doorkeeper (once allocated) and the entries.
     pub(crate) fn held(&self) -> usize {
         self.door.get().map_or(0, |_| self.door_bytes()) + self.usage()
@@ -683,6 +694,11 @@ impl EngineRows {
     /// Entries in the cache (of every engine sharing it).
     pub(crate) fn rows(&self) -> usize {
         self.cache.rows()
+    }
+
+    /// [`RowCache::busy_skips`] (of every engine sharing the cache).
+    pub(crate) fn busy_skips(&self) -> u64 {
+        self.cache.busy_skips()
     }
 
     /// This engine's lookups answered by the cache, and those it could not answer.
@@ -999,6 +1015,8 @@ mod tests {
         drop(held);
         reader.join().unwrap();
         assert_eq!(answered, Ok(true), "the lookup waited for the shard");
+        // Both went without the cache, and are counted.
+        assert_eq!(c.busy_skips(), 2);
         // Released: the row is a hit again; the insertion cached nothing.
         assert!(matches!(c.lookup(0, 2, &key), Lookup::Hit(_)));
         assert!(!c.contains(0, 2, &other));
