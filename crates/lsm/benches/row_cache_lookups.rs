@@ -9,7 +9,11 @@
 //! 1,000,000): gets of random hot keys (row cache hits), gets of random other keys (misses: the file is
 //! read, keys missed twice are admitted and evict others) and `multi_get` of 32 random other keys. Prints,
 //! per round and phase, the thread's CPU nanoseconds per key (`CLOCK_THREAD_CPUTIME_ID`), the share of the
-//! hot gets the row cache answered and the rows it holds, then each phase's median.
+//! hot gets the row cache answered and the rows it holds, then each phase's median. Then, `KS_RCL_ROUNDS`
+//! times, `KS_RCL_OPS` hot gets from one thread and from each of two threads at once on the same engine
+//! (one row cache shared by two readers): CPU nanoseconds per get of each thread, and wall nanoseconds per
+//! get of all the threads together (with fewer free cores than threads, the wall time shows the machine,
+//! not the cache).
 
 use std::sync::Arc;
 
@@ -104,5 +108,46 @@ fn main() {
         median(&mut hits),
         median(&mut misses),
         median(&mut batches)
+    );
+    // Hot hits from one thread, then from two at once on the same engine (one row cache, as the
+    // operators of one process share it), alternated over the rounds.
+    let mut shared: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        for threads in [1u64, 2] {
+            admit_hot();
+            let wall = std::time::Instant::now();
+            let cpu: Vec<f64> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let db = &db;
+                        s.spawn(move || {
+                            let seed = (round << 40) ^ (t << 36) ^ (1 << 35);
+                            let c = thread_cpu_ns();
+                            for g in 0..ops {
+                                let i = mix(g ^ seed) % hot;
+                                assert!(db.get(&key(i)).expect("get").is_some());
+                            }
+                            (thread_cpu_ns() - c) as f64 / ops as f64
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().expect("reader")).collect()
+            });
+            let wall = wall.elapsed().as_secs_f64() * 1e9 / (ops * threads) as f64;
+            let per: Vec<String> = cpu.iter().map(|c| format!("{c:.0}")).collect();
+            println!(
+                "shared round {round}: {threads} thread(s) of hot hits, CPU ns/get per thread {}, wall ns per get of all threads {wall:.0}",
+                per.join(" / ")
+            );
+            if let Some(v) = shared.get_mut(threads as usize - 1) {
+                v.extend(cpu);
+            }
+        }
+    }
+    let [one, two] = &mut shared;
+    println!(
+        "row_cache_lookups shared: median CPU ns per hot hit, one thread {:.0}, each of two threads {:.0}",
+        median(one),
+        median(two)
     );
 }

@@ -60,6 +60,15 @@ impl RowCacheProbe {
         self.0.insert(owner, file, rec);
     }
 
+    /// Whether the rows of `key` in file `file` of the engine tagged `owner` are cached: a lookup, which
+    /// copies them out under the shard's lock as an engine's hit does.
+    pub fn hit(&self, owner: u64, file: u64, key: &[u8]) -> bool {
+        matches!(
+            self.0.lookup(owner, file, key),
+            crate::row_cache::Lookup::Hit(_)
+        )
+    }
+
     /// [`RowCache::erase_files`](crate::row_cache::RowCache::erase_files): one pass for all of `files`.
     pub fn erase_files(&self, owner: u64, files: &[u64]) {
         self.0.erase_files(owner, files);

@@ -10,9 +10,11 @@
 //! Entries are keyed by file number, and files never change: an entry can never hold a stale value, so
 //! writes, deletions, range deletions, ingestion and compaction need nothing from the cache (newer versions
 //! are in memtables or newer files, which a lookup reads first). A file's rows are erased when the engine
-//! deletes the file ([`RowCache::erase_files`]: the files of one version change in one pass, and a file
-//! again at its drop if a reader on an older version cached a row of it since; only files that had a row
-//! cached), so that they give their memory back at once instead of when they age out. A lookup at a sequence number below a file's largest one must not see the file's newer
+//! deletes the file ([`RowCache::erase_files`]: the files of one version change in one pass, in short
+//! steps, a lookup finding its shard held by one reading the file instead of waiting; a file again after
+//! its drop, queued for the background, if a reader on an older version cached a row of it since; only
+//! files that had a row cached), so that they give their memory back at once instead of when they age
+//! out. A lookup at a sequence number below a file's largest one must not see the file's newer
 //! versions, so such reads (at an older snapshot) bypass the cache for that file; a read at or above it sees
 //! every version in the file, which is what the cache holds.
 //!
@@ -69,6 +71,12 @@ const SEGMENTS_PER_SHARD: usize = 16;
 const DOOR_BYTES_PER_SLOT: usize = 128;
 /// The most doorkeeper slots (16 MiB of fingerprints).
 const DOOR_MAX: usize = 1 << 22;
+/// The most segments an erase reads (and compacts) per hold of a shard's lock ([`SlabShard::erase_step`]):
+/// a lookup on that shard waits for at most one step, not for the shard's whole share of the erase.
+const ERASE_STEP_SEGMENTS: usize = 2;
+/// The most entries an erase drops per hold of a shard's lock, give or take a segment's (a step ends
+/// after the segment that reaches it, so a segment holding only erased rows is dropped whole).
+const ERASE_STEP_ENTRIES: usize = 64;
 
 /// The owner, file number and key range encoded at the head of an entry's bytes.
 fn head(data: &[u8]) -> Option<(u64, u64, std::ops::Range<usize>)> {
@@ -194,6 +202,9 @@ impl RowRecorder {
     }
 }
 
+/// A lookup's or an insertion's shard is held by an erase's step ([`RowCache::lock_unless_erasing`]).
+struct Erasing;
+
 /// A sharded, byte-bounded cache of lookup results per (file, user key).
 pub(crate) struct RowCache {
     shards: Box<[Mutex<SlabShard>]>,
@@ -211,6 +222,15 @@ pub(crate) struct RowCache {
     usage: AtomicUsize,
     /// The budget charged what the cache holds (doorkeeper and entries), if any.
     budget: Option<Arc<MemoryBudget>>,
+    /// Per shard, how many erases are working on it (counted from before they take its lock for their
+    /// first step to after they release it from their last: [`RowCache::lock_unless_erasing`]).
+    erasing: Box<[AtomicU32]>,
+    /// Lookups, insertions and `contains` that went without the cache because an erase was working on
+    /// their shard ([`RowCache::lock_unless_erasing`]).
+    busy_skips: AtomicU64,
+    /// Files (owner, file number) whose rows a reader's drop of them left to erase
+    /// ([`FileRows::erase_later`]), for the next background pass ([`RowCache::erase_queued`]).
+    queued: Mutex<Vec<(u64, u64)>>,
 }
 
 fn hash(owner: u64, file: u64, key: &[u8]) -> u64 {
@@ -243,6 +263,9 @@ impl RowCache {
             door_slots: slots,
             usage: AtomicUsize::new(0),
             budget,
+            erasing: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
+            busy_skips: AtomicU64::new(0),
+            queued: Mutex::new(Vec::new()),
         }
     }
 
@@ -314,9 +337,25 @@ impl RowCache {
         door
     }
 
-    #[inline]
-    fn shard(&self, h: u64) -> Option<&Mutex<SlabShard>> {
-        self.shards.get((h >> 58) as usize % SHARDS)
+    /// Shard of hash `h` locked, or `None` if it is locked while an erase works on it (a step of the erase
+    /// holds it, or the erase waits for it between steps: [`RowCache::erase`]): a lookup or an insertion
+    /// then goes without the cache instead of waiting (a thread put to sleep on the lock
+    /// waits for the scheduler to wake it, which on a busy machine is often far longer than the step).
+    fn lock_unless_erasing(&self, h: u64) -> Option<parking_lot::MutexGuard<'_, SlabShard>> {
+        let i = (h >> 58) as usize % SHARDS;
+        let s = self.shards.get(i)?;
+        match s.try_lock() {
+            Some(g) => Some(g),
+            None if self
+                .erasing
+                .get(i)
+                .is_some_and(|e| e.load(Ordering::Acquire) > 0) =>
+            {
+                self.busy_skips.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            None => Some(s.lock()),
+        }
     }
 
     /// The rows cached for `key` in file `file` of the engine tagged `owner`, if any (a hit marks the entry
@@ -324,45 +363,52 @@ impl RowCache {
     #[cfg(test)]
     pub(crate) fn get(&self, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
         self.get_hashed(hash(owner, file, key), owner, file, key)
+            .ok()
+            .flatten()
     }
 
-    /// [`get`](Self::get) with the hash of (`owner`, `file`, `key`). An empty cache answers without a lock
-    /// (the miss path of every file lookup while no row was admitted); rows that do not decode to their
-    /// end are a miss ([`CachedRows::is_whole`]).
-    fn get_hashed(&self, h: u64, owner: u64, file: u64, key: &[u8]) -> Option<CachedRows> {
+    /// [`get`](Self::get) with the hash of (`owner`, `file`, `key`), or `Err` if an erase's step holds the
+    /// key's shard (the lookup goes to the file: [`lock_unless_erasing`](Self::lock_unless_erasing)). An
+    /// empty cache answers without a lock (the miss path of every file lookup while no row was admitted);
+    /// rows that do not decode to their end are a miss ([`CachedRows::is_whole`]).
+    fn get_hashed(
+        &self,
+        h: u64,
+        owner: u64,
+        file: u64,
+        key: &[u8],
+    ) -> Result<Option<CachedRows>, Erasing> {
         if self.usage.load(Ordering::Relaxed) == 0 {
-            return None;
+            return Ok(None);
         }
-        self.shard(h)
-            .and_then(|s| {
-                let mut s = s.lock();
-                rows_of(s.get(h, &|e| is_entry(e, owner, file, key))?)
-            })
-            .filter(CachedRows::is_whole)
+        let mut s = self.lock_unless_erasing(h).ok_or(Erasing)?;
+        Ok(s.get(h, &|e| is_entry(e, owner, file, key))
+            .and_then(rows_of)
+            .filter(CachedRows::is_whole))
     }
 
     /// One file's lookup of `key` (file `file` of the engine tagged `owner`): the cached rows, or whether
-    /// the rows the file shows are to be cached ([`admit`](Self::admit)); one hash for both.
+    /// the rows the file shows are to be cached ([`admit`](Self::admit)); one hash for both. A lookup
+    /// whose shard an erase's step holds reads the file as without a cache.
     pub(crate) fn lookup(&self, owner: u64, file: u64, key: &[u8]) -> Lookup {
         let h = hash(owner, file, key);
         match self.get_hashed(h, owner, file, key) {
-            Some(rows) => Lookup::Hit(rows),
-            None if self.admit_hashed(h) => Lookup::Admit,
-            None => Lookup::Pass,
+            Ok(Some(rows)) => Lookup::Hit(rows),
+            Ok(None) if self.admit_hashed(h) => Lookup::Admit,
+            Ok(None) | Err(Erasing) => Lookup::Pass,
         }
     }
 
-    /// Whether `key` of file `file` of the engine tagged `owner` is cached (counts nothing, marks nothing).
+    /// Whether `key` of file `file` of the engine tagged `owner` is cached (counts nothing, marks nothing;
+    /// false, without waiting, while an erase works on the key's shard:
+    /// [`lock_unless_erasing`](Self::lock_unless_erasing)).
     pub(crate) fn contains(&self, owner: u64, file: u64, key: &[u8]) -> bool {
         if self.usage.load(Ordering::Relaxed) == 0 {
             return false;
         }
         let h = hash(owner, file, key);
-        self.shard(h).is_some_and(|s| {
-            s.lock()
-                .peek(h, &|e| is_entry(e, owner, file, key))
-                .is_some()
-        })
+        self.lock_unless_erasing(h)
+            .is_some_and(|s| s.peek(h, &|e| is_entry(e, owner, file, key)).is_some())
     }
 
     /// Whether the rows of `key` in file `file`, which just missed, are to be recorded and cached: true on
@@ -397,13 +443,13 @@ impl RowCache {
         let key = rec.rows.get(..rec.key_len).unwrap_or_default();
         let h = hash(owner, file, key);
         let capacity = self.shard_capacity();
-        let Some(s) = self.shard(h) else {
-            return;
-        };
         let matches = |e: &[u8]| is_entry(e, owner, file, key);
         let data = rec.encode(owner, file);
         let (before, after) = {
-            let mut s = s.lock();
+            // A shard an erase's step holds caches nothing now (the row is read from the file again).
+            let Some(mut s) = self.lock_unless_erasing(h) else {
+                return;
+            };
             let before = s.usage();
             if data.len() + row_slab::HEAD <= capacity / 8 {
                 s.insert(h, &data, &matches, capacity);
@@ -438,34 +484,86 @@ impl RowCache {
         }
     }
 
-    /// Drops every entry of the engine tagged `owner` (it closed), giving their charge back.
+    /// Drops every entry of the engine tagged `owner` (it closed), giving their charge back (and forgets
+    /// its files queued for erasure).
     pub(crate) fn erase_owner(&self, owner: u64) {
-        self.erase(&row_slab::ALL_GROUPS, |o, _| o == owner);
+        self.queued.lock().retain(|&(o, _)| o != owner);
+        self.erase(&row_slab::ALL_GROUPS, |o, _| o == owner, &mut || {});
     }
 
     /// Drops every entry of the files `files` of the engine tagged `owner` (they were deleted: no lookup
-    /// can ask for them again), giving their charge back: one pass over each shard's segments
-    /// ([`SlabShard::erase`]) for all of them, reading only the segments whose filter may hold one of them.
+    /// can ask for them again), and those of the files queued by readers' drops
+    /// ([`erase_queued`](Self::erase_queued)), giving their charge back: one pass over each shard's
+    /// segments for all of them, reading only the segments whose filter may hold one of them, in steps
+    /// of [`ERASE_STEP_SEGMENTS`] segments per hold of the shard's lock.
     pub(crate) fn erase_files(&self, owner: u64, files: &[u64]) {
+        let mut all: Vec<(u64, u64)> = files.iter().map(|&f| (owner, f)).collect();
+        all.append(&mut self.queued.lock());
+        self.erase_pairs(all);
+    }
+
+    /// Drops the rows of the files queued by readers' drops ([`FileRows::erase_later`]), if any: the
+    /// background's pass for them.
+    pub(crate) fn erase_queued(&self) {
+        let queued = std::mem::take(&mut *self.queued.lock());
+        self.erase_pairs(queued);
+    }
+
+    /// Drops every entry of the files `files` (owner, file number) in one pass; each entry read is looked
+    /// up among them by binary search (a queue of many engines' files costs the same per entry as one).
+    fn erase_pairs(&self, mut files: Vec<(u64, u64)>) {
         if !files.is_empty() && self.usage.load(Ordering::Relaxed) > 0 {
-            let groups = row_slab::groups_of(files.iter().map(|&f| file_hash(owner, f)));
-            self.erase(&groups, |o, f| o == owner && files.contains(&f));
+            files.sort_unstable();
+            files.dedup();
+            let groups = row_slab::groups_of(files.iter().map(|&(o, f)| file_hash(o, f)));
+            self.erase(
+                &groups,
+                |o, f| files.binary_search(&(o, f)).is_ok(),
+                &mut || {},
+            );
         }
     }
 
     /// Drops every entry of the groups `groups` whose owner and file `erase` accepts, giving their charge
-    /// back.
-    fn erase(&self, groups: &row_slab::Groups, erase: impl Fn(u64, u64) -> bool) {
-        let mut freed = 0;
-        for s in self.shards.iter() {
-            let mut s = s.lock();
-            let before = s.usage();
-            s.erase(groups, |e| head(e).is_some_and(|(o, f, _)| erase(o, f)));
-            freed += before.saturating_sub(s.usage());
-        }
-        if freed > 0 {
-            self.usage.fetch_sub(freed, Ordering::Relaxed);
-            self.shrank(freed, true);
+    /// back: shard by shard, in short steps ([`ERASE_STEP_SEGMENTS`], [`ERASE_STEP_ENTRIES`];
+    /// [`SlabShard::erase_step`]), the lock released between them (a shard's steps run one after another,
+    /// its index warm in the CPU's caches). From before the first step takes a shard's lock to after the
+    /// last releases it, the shard's count in `erasing` is raised: a lookup or an insertion finding the
+    /// shard locked then goes without the cache instead of waiting
+    /// ([`lock_unless_erasing`](Self::lock_unless_erasing)); one that took the lock before the count was
+    /// raised waits for one step. Each shard's freed charge is given back after its last step. `between`
+    /// is called after each step with no lock held.
+    fn erase(
+        &self,
+        groups: &row_slab::Groups,
+        erase: impl Fn(u64, u64) -> bool,
+        between: &mut dyn FnMut(),
+    ) {
+        let erase = |e: &[u8]| head(e).is_some_and(|(o, f, _)| erase(o, f));
+        for (s, count) in self.shards.iter().zip(self.erasing.iter()) {
+            let mut steps = None;
+            let mut freed = 0;
+            count.fetch_add(1, Ordering::AcqRel);
+            loop {
+                let mut shard = s.lock();
+                let st = steps.get_or_insert_with(|| shard.erase_steps(groups));
+                let before = shard.usage();
+                let done = shard.erase_step(st, ERASE_STEP_SEGMENTS, ERASE_STEP_ENTRIES, &erase);
+                freed += before.saturating_sub(shard.usage());
+                drop(shard);
+                if done {
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    break;
+                }
+                between();
+            }
+            // Each shard's charge goes back when its turn ends, not when the whole erase does (which,
+            // with readers taking the cores, lasts up to about half a second at 512 MiB).
+            if freed > 0 {
+                self.usage.fetch_sub(freed, Ordering::Relaxed);
+                self.shrank(freed, true);
+            }
+            between();
         }
     }
 
@@ -477,6 +575,12 @@ impl RowCache {
     /// The number of cached entries (of every owner).
     pub(crate) fn rows(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Lookups, insertions and `contains` (of every owner) that went without the cache because an erase
+    /// was working on their shard.
+    pub(crate) fn busy_skips(&self) -> u64 {
+        self.busy_skips.load(Ordering::Relaxed)
     }
 
     /// What the cache holds and charges its budget: the doorkeeper (once allocated) and the entries.
@@ -518,7 +622,13 @@ pub(crate) struct EngineRows {
     owner: u64,
     hits: AtomicU64,
     misses: AtomicU64,
+    /// What a file's queued erase calls ([`EngineRows::wake_with`]), shared with the engine's files.
+    wake: Wake,
 }
+
+/// Asks an engine's background for a job, which erases the queued rows ([`RowCache::erase_queued`]);
+/// set once the engine is registered with its pool.
+type Wake = Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>;
 
 impl EngineRows {
     /// The rows of the engine tagged `owner` in `cache`.
@@ -528,7 +638,15 @@ impl EngineRows {
             owner,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            wake: Wake::default(),
         }
+    }
+
+    /// Sets what a file's drop calls after queuing its rows ([`FileRows::erase_later`]): a request for a
+    /// background job of the engine, so that the queue is erased without waiting for a write (once;
+    /// later calls change nothing).
+    pub(crate) fn wake_with(&self, wake: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.wake.set(wake);
     }
 
     /// [`RowCache::lookup`] of `key` in the engine's file `number`, counted as a hit or a miss.
@@ -553,11 +671,18 @@ impl EngineRows {
         self.cache.insert(self.owner, number, rec);
     }
 
+    /// Drops the rows of the files queued by readers' drops (of every engine sharing the cache:
+    /// [`RowCache::erase_queued`]); run by the engine's background jobs.
+    pub(crate) fn erase_queued(&self) {
+        self.cache.erase_queued();
+    }
+
     /// What the engine's files need to erase their rows when they are deleted.
     pub(crate) fn file_rows(&self) -> FileRows {
         FileRows {
             cache: Arc::downgrade(&self.cache),
             owner: self.owner,
+            wake: Arc::clone(&self.wake),
         }
     }
 
@@ -569,6 +694,11 @@ impl EngineRows {
     /// Entries in the cache (of every engine sharing it).
     pub(crate) fn rows(&self) -> usize {
         self.cache.rows()
+    }
+
+    /// [`RowCache::busy_skips`] (of every engine sharing the cache).
+    pub(crate) fn busy_skips(&self) -> u64 {
+        self.cache.busy_skips()
     }
 
     /// This engine's lookups answered by the cache, and those it could not answer.
@@ -596,13 +726,29 @@ impl Drop for EngineRows {
 pub(crate) struct FileRows {
     cache: std::sync::Weak<RowCache>,
     owner: u64,
+    wake: Wake,
 }
 
 impl FileRows {
-    /// Drops the rows of the engine's files `numbers`, which were deleted.
+    /// Drops the rows of the engine's files `numbers`, which were deleted (on the thread that deleted
+    /// them, with those queued by readers).
     pub(crate) fn erase(&self, numbers: &[u64]) {
         if let Some(c) = self.cache.upgrade() {
             c.erase_files(self.owner, numbers);
+        }
+    }
+
+    /// Queues the rows of the engine's file `number`, deleted and just dropped by whichever thread held
+    /// it last (often a reader's), and asks the engine's background for a job
+    /// ([`EngineRows::wake_with`]), which erases the queue ([`RowCache::erase_queued`]; or the next
+    /// version change's erase does): the reader does not erase on its own thread. The file number is
+    /// never used again, so until then the rows only hold memory.
+    pub(crate) fn erase_later(&self, number: u64) {
+        if let Some(c) = self.cache.upgrade() {
+            c.queued.lock().push((self.owner, number));
+            if let Some(wake) = self.wake.get() {
+                wake();
+            }
         }
     }
 }
@@ -794,6 +940,234 @@ mod tests {
             (budget.row_cache_bytes(), pool.held(Part::Rows)),
             (c.held(), c.held())
         );
+    }
+
+    /// A cache of 16 MiB (segments of 32 KiB, 32 per shard) with a budget, holding 30,000 rows of each of
+    /// files 1 and 2 of owner 0, interleaved (both files' rows in every segment).
+    fn two_interleaved_files() -> (RowCache, Arc<MemoryBudget>) {
+        let wb = crate::env::write_buffer::WriteBuffers::new(None);
+        let budget = MemoryBudget::new(None, wb);
+        let c = RowCache::new(16 << 20, Some(Arc::clone(&budget)));
+        assert!(!c.admit(0, 9, b"first miss"));
+        for i in 0u64..60_000 {
+            c.insert(
+                0,
+                1 + i % 2,
+                record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[7u8; 100])]),
+            );
+        }
+        (c, budget)
+    }
+
+    fn cached(c: &RowCache, file: u64) -> usize {
+        (0u64..60_000)
+            .filter(|i| 1 + i % 2 == file && c.contains(0, file, &i.to_be_bytes()))
+            .count()
+    }
+
+    #[test]
+    fn an_erase_releases_each_shard_between_steps_and_a_lookup_between_them_hits() {
+        let (c, budget) = two_interleaved_files();
+        assert_eq!((cached(&c, 1), cached(&c, 2)), (30_000, 30_000));
+        let groups = row_slab::groups_of([file_hash(0, 1)]);
+        let (mut pauses, mut hits) = (0, 0);
+        c.erase(&groups, |o, f| o == 0 && f == 1, &mut || {
+            pauses += 1;
+            // No shard is locked between steps: a lookup anywhere goes through.
+            assert!(c.shards.iter().all(|s| s.try_lock().is_some()));
+            hits += usize::from(
+                c.get(0, 2, &(pauses as u64 * 2 + 1).to_be_bytes())
+                    .is_some(),
+            );
+        });
+        // About 14 segments per shard, each with about 135 rows of file 1: a step per segment or two.
+        assert!(pauses >= 2 * SHARDS, "{pauses}");
+        assert_eq!(hits, pauses);
+        assert_eq!((cached(&c, 1), cached(&c, 2)), (0, 30_000));
+        assert_eq!(budget.row_cache_bytes(), c.held());
+    }
+
+    #[test]
+    fn a_lookup_on_a_shard_an_erase_holds_reads_the_file_instead_of_waiting() {
+        let (c, _budget) = two_interleaved_files();
+        let c = Arc::new(c);
+        let key = 1u64.to_be_bytes();
+        let i = (hash(0, 2, &key) >> 58) as usize % SHARDS;
+        let other = (60_000u64..)
+            .map(u64::to_be_bytes)
+            .find(|k| (hash(0, 2, k) >> 58) as usize % SHARDS == i)
+            .expect("a key of the shard");
+        // Held as an erase's step holds it.
+        let held = c.shards.get(i).map(|s| s.lock());
+        c.erasing[i].store(1, Ordering::Release);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                let pass = matches!(c.lookup(0, 2, &key), Lookup::Pass);
+                // Not cached while the shard is held: the insertion goes without the cache too.
+                c.insert(0, 2, record(&other, &[(1, ValueKind::Put, b"v")]));
+                let _ = tx.send(pass);
+            })
+        };
+        let answered = rx.recv_timeout(std::time::Duration::from_secs(10));
+        c.erasing[i].store(0, Ordering::Release);
+        drop(held);
+        reader.join().unwrap();
+        assert_eq!(answered, Ok(true), "the lookup waited for the shard");
+        // Both went without the cache, and are counted.
+        assert_eq!(c.busy_skips(), 2);
+        // Released: the row is a hit again; the insertion cached nothing.
+        assert!(matches!(c.lookup(0, 2, &key), Lookup::Hit(_)));
+        assert!(!c.contains(0, 2, &other));
+    }
+
+    #[test]
+    fn a_lookup_on_a_shard_an_erase_waits_for_reads_the_file_instead_of_waiting_behind_it() {
+        let (c, _budget) = two_interleaved_files();
+        let c = Arc::new(c);
+        let key = 1u64.to_be_bytes();
+        let i = (hash(0, 2, &key) >> 58) as usize % SHARDS;
+        // Held by someone else (an insertion's recycle, say) when the erase comes to the shard.
+        let held = c.shards.get(i).map(|s| s.lock());
+        let eraser = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                let groups = row_slab::groups_of([file_hash(0, 1)]);
+                c.erase(&groups, |o, f| o == 0 && f == 1, &mut || {});
+            })
+        };
+        // The erase reaches the held shard (the others take it microseconds) and waits for it.
+        let start = std::time::Instant::now();
+        while c.erasing[i].load(Ordering::Acquire) == 0
+            && start.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                let pass = matches!(c.lookup(0, 2, &key), Lookup::Pass);
+                let cached = c.contains(0, 2, &key);
+                let _ = tx.send((pass, cached));
+            })
+        };
+        let answered = rx.recv_timeout(std::time::Duration::from_secs(2));
+        drop(held);
+        reader.join().unwrap();
+        eraser.join().unwrap();
+        assert_eq!(
+            answered,
+            Ok((true, false)),
+            "the lookup waited behind the erase"
+        );
+        assert_eq!((cached(&c, 1), cached(&c, 2)), (0, 30_000));
+    }
+
+    #[test]
+    fn an_erase_gives_back_each_shards_charge_when_its_turn_ends_not_when_the_erase_does() {
+        let (c, budget) = two_interleaved_files();
+        let start = c.usage();
+        let groups = row_slab::groups_of([file_hash(0, 1)]);
+        let mut seen = Vec::new();
+        c.erase(&groups, |o, f| o == 0 && f == 1, &mut || {
+            seen.push((c.usage(), budget.row_cache_bytes()));
+        });
+        // Half of the shards done: about half of the erased charge is back, in the budget too.
+        let (usage, charged) = seen.get(seen.len() / 2).copied().unwrap();
+        assert!(usage < start, "{usage} of {start}");
+        assert!(charged < start + c.door_bytes(), "{charged}");
+        assert_eq!(budget.row_cache_bytes(), c.held());
+    }
+
+    #[test]
+    fn rows_of_the_erased_file_cached_between_its_steps_keep_an_exact_charge_and_the_old_rows_go() {
+        let (c, budget) = two_interleaved_files();
+        let groups = row_slab::groups_of([file_hash(0, 2)]);
+        let mut i = 0u64;
+        c.erase(&groups, |o, f| o == 0 && f == 2, &mut || {
+            // A reader on an older version caches rows of the file being erased.
+            for _ in 0..20 {
+                i += 1;
+                c.insert(
+                    0,
+                    2,
+                    record(
+                        &(1_000_000 + i).to_be_bytes(),
+                        &[(1, ValueKind::Put, &[9u8; 100])],
+                    ),
+                );
+            }
+        });
+        // Every row cached before the erase is gone; some cached during it may stay (an engine's file
+        // notes them and its drop queues them), charged exactly.
+        assert_eq!(cached(&c, 2), 0);
+        assert_eq!(cached(&c, 1), 30_000);
+        assert_eq!(budget.row_cache_bytes(), c.held());
+        let shards: usize = c.shards.iter().map(|s| s.lock().usage()).sum();
+        assert_eq!(c.usage(), shards);
+        c.erase_files(0, &[2]);
+        let left = (1..=i).filter(|j| c.contains(0, 2, &(1_000_000 + j).to_be_bytes()));
+        assert_eq!(left.count(), 0);
+        assert_eq!(budget.row_cache_bytes(), c.held());
+    }
+
+    #[test]
+    fn an_erase_in_steps_gives_back_the_exact_charge_while_rows_come_and_go_between_steps() {
+        let (c, budget) = two_interleaved_files();
+        let groups = row_slab::groups_of([file_hash(0, 2)]);
+        let mut i = 100_000u64;
+        c.erase(&groups, |o, f| o == 0 && f == 2, &mut || {
+            // Rows of another file cached, and a row of file 1 replaced, between the steps.
+            for _ in 0..50 {
+                i += 1;
+                c.insert(
+                    0,
+                    3,
+                    record(&i.to_be_bytes(), &[(1, ValueKind::Put, &[9u8; 100])]),
+                );
+            }
+            c.insert(
+                0,
+                1,
+                record(
+                    &(i % 30_000 * 2).to_be_bytes(),
+                    &[(2, ValueKind::Put, &[8u8; 60])],
+                ),
+            );
+        });
+        assert_eq!(cached(&c, 2), 0);
+        assert!(cached(&c, 1) > 29_000);
+        assert_eq!(budget.row_cache_bytes(), c.held());
+        let shards: usize = c.shards.iter().map(|s| s.lock().usage()).sum();
+        assert_eq!(c.usage(), shards);
+        // Erasing the rest gives back every byte of the entries.
+        c.erase_owner(0);
+        assert_eq!((c.usage(), budget.row_cache_bytes()), (0, c.held()));
+    }
+
+    #[test]
+    fn rows_of_a_file_a_reader_dropped_are_erased_by_the_next_background_pass_not_by_the_reader() {
+        let (c, budget) = two_interleaved_files();
+        let c = Arc::new(c);
+        let rows = EngineRows::new(Arc::clone(&c), 0);
+        let files = rows.file_rows();
+        files.erase_later(1);
+        // Queued: still cached until the background's pass.
+        assert_eq!(cached(&c, 1), 30_000);
+        rows.erase_queued();
+        assert_eq!((cached(&c, 1), cached(&c, 2)), (0, 30_000));
+        assert_eq!(budget.row_cache_bytes(), c.held());
+        // A version change's erase takes what readers queued since, in the same pass.
+        files.erase_later(2);
+        files.erase(&[7]);
+        assert_eq!((cached(&c, 2), c.usage()), (0, 0));
+        assert_eq!(budget.row_cache_bytes(), c.held());
+        // Nothing left queued: a pass changes nothing.
+        rows.erase_queued();
+        assert!(c.queued.lock().is_empty());
     }
 
     #[test]

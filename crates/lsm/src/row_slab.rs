@@ -19,9 +19,10 @@
 //! entries lose their bit and are slid to its front, the others are evicted, and it becomes the segment being
 //! filled (second chance, one segment at a time). Lowering the bound ([`SlabShard::fit`]) frees segments by
 //! second chance too, compacting the two oldest (or, when their entries were all read, moving them to the
-//! newest end); room in a full index that may not grow is made by recycling. [`SlabShard::erase`] drops
-//! chosen entries and compacts the segments left at most half live, freeing the emptied ones, so that
-//! their charge is given back at once.
+//! newest end); room in a full index that may not grow is made by recycling. An erase
+//! ([`SlabShard::erase_steps`], [`SlabShard::erase_step`]) drops chosen entries and compacts the segments left
+//! at most half live, freeing the emptied ones, so that their charge is given back at once; it runs in steps
+//! of a few segments, so that the caller can let lookups in between.
 //!
 //! **Index**: linear probing over a table of any size (a slot's home is its tag scaled to the table), with
 //! deletion by backward shift, so that a slot's home is known from the slot alone. A tag is 32 bits of the
@@ -75,7 +76,7 @@ fn add_group(groups: &mut Groups, g: Option<u64>) {
     }
 }
 
-/// The filter of the groups of hashes `gs`, for [`SlabShard::erase`].
+/// The filter of the groups of hashes `gs`, for [`SlabShard::erase_steps`].
 pub(crate) fn groups_of(gs: impl IntoIterator<Item = u64>) -> Groups {
     let mut groups = [0; 8];
     for g in gs {
@@ -169,7 +170,8 @@ impl SlabShard {
 
     /// The shard, its entries grouped by `group` (the hash of an entry's group from its bytes; the row
     /// cache's groups are files): each segment keeps a filter of its entries' groups, so that
-    /// [`erase`](Self::erase) reads only the segments that may hold the groups it erases.
+    /// an erase ([`erase_steps`](Self::erase_steps)) reads only the segments that may hold the groups it
+    /// erases.
     pub(crate) fn grouped(mut self, group: fn(&[u8]) -> Option<u64>) -> Self {
         self.group = group;
         self
@@ -639,13 +641,20 @@ impl SlabShard {
     }
 
     /// Drops every live entry whose bytes `erase` accepts (entries of the groups in `groups` only;
-    /// [`ALL_GROUPS`]: any). Only the segments whose group filter shares a bit with `groups` are read, entry
-    /// head by entry head (`erase` is shown evicted entries' bytes too). The segments left at most half
-    /// live are then compacted, together, into the fewest segments, and the others freed, so that their
-    /// charge is given back at once; in the rest the erased entries' bytes stay until the segment is
-    /// recycled, as an evicted entry's do. Returns whether any entry was dropped.
+    /// [`ALL_GROUPS`]: any), in one call: [`erase_steps`](Self::erase_steps) and every step, of two
+    /// segments each (so that the tests run the steps' carry). Returns whether any entry was dropped.
+    #[cfg(test)]
     pub(crate) fn erase(&mut self, groups: &Groups, mut erase: impl FnMut(&[u8]) -> bool) -> bool {
-        let ids: Vec<u16> = self
+        let mut steps = self.erase_steps(groups);
+        while !self.erase_step(&mut steps, 2, usize::MAX, &mut erase) {}
+        steps.dropped
+    }
+
+    /// An erase of the entries of the groups in `groups` ([`ALL_GROUPS`]: any), to run in steps
+    /// ([`erase_step`](Self::erase_step)): the segments whose group filter shares a bit with `groups`, as
+    /// they are now (a segment allocated later holds entries cached after the erase began).
+    pub(crate) fn erase_steps(&self, groups: &Groups) -> EraseSteps {
+        let ids = self
             .order
             .iter()
             .copied()
@@ -654,9 +663,48 @@ impl SlabShard {
                     .is_some_and(|s| s.groups.iter().zip(groups).any(|(a, b)| a & b != 0))
             })
             .collect();
-        let mut dense = Vec::new();
-        let mut dropped = false;
-        for id in ids {
+        EraseSteps {
+            ids,
+            next: 0,
+            carry: None,
+            dropped: false,
+        }
+    }
+
+    /// One step of an erase: reads the next segments of `steps`, entry head by entry head, and drops the
+    /// live entries whose bytes `erase` accepts (`erase` is shown evicted entries' bytes too), stopping
+    /// after the segment that makes `segments` segments read or `entries` entries dropped (so that a step
+    /// holding the shard is short whether the segments hold few entries of the erased groups or only them).
+    /// The segments left at most half live are compacted, together with the last segment the step before
+    /// compacted into (so that steps pack as one pass would), into the fewest segments, and those emptied
+    /// freed, so that their charge is given back at once; in the rest the erased entries' bytes stay until
+    /// the segment is recycled, as an evicted entry's do. The last step shrinks the index if the erase
+    /// left it sparse. Returns whether the erase is done.
+    ///
+    /// Between steps the shard is open to lookups and insertions: a segment of `steps` freed meanwhile is
+    /// skipped (one allocated again under its id is read, which drops only entries `erase` accepts), and
+    /// an entry that a recycle moved from a segment not yet read into one already read stays until its
+    /// segment is recycled (memory only: nothing looks an erased group up again).
+    pub(crate) fn erase_step(
+        &mut self,
+        steps: &mut EraseSteps,
+        segments: usize,
+        entries: usize,
+        mut erase: impl FnMut(&[u8]) -> bool,
+    ) -> bool {
+        let mut dense: Vec<u16> = steps
+            .carry
+            .take()
+            .filter(|&id| self.seg(id).is_some())
+            .into_iter()
+            .collect();
+        let (mut read, mut dropped) = (0, 0);
+        while read < segments && dropped < entries {
+            let Some(&id) = steps.ids.get(steps.next) else {
+                break;
+            };
+            steps.next += 1;
+            read += 1;
             let filled = self.seg(id).map_or(0, |s| s.filled);
             let (mut off, mut erased) = (0, false);
             while off < filled {
@@ -674,27 +722,51 @@ impl SlabShard {
                 if let Some(i) = self.slot_of(loc) {
                     self.remove_slot(i);
                     erased = true;
-                    dropped = true;
+                    dropped += 1;
+                    steps.dropped = true;
                 }
             }
             if erased && self.seg(id).is_some_and(|s| s.live * 2 <= s.filled) {
                 dense.push(id);
             }
         }
-        // Segments left empty are freed as they are; the others are compacted.
+        // Segments left empty are freed as they are; the others are compacted, the last one they fill
+        // carried to the next step.
         let (empty, dense): (Vec<u16>, Vec<u16>) = dense
             .into_iter()
             .partition(|&id| self.seg(id).is_some_and(|s| s.live == 0));
-        let empty = empty
-            .into_iter()
-            .chain(self.compact(&dense, &mut |_, _| Keep::Yes));
-        for id in empty.collect::<Vec<_>>() {
+        let emptied = self.compact(&dense, &mut |_, _| Keep::Yes);
+        steps.carry = dense
+            .iter()
+            .rev()
+            .copied()
+            .find(|&id| self.seg(id).is_some_and(|s| s.filled > 0) && !emptied.contains(&id));
+        for id in empty.into_iter().chain(emptied) {
             self.free_segment(id);
         }
-        if dropped {
+        if steps.done() && steps.dropped {
             self.shrink_index();
         }
-        dropped
+        steps.done()
+    }
+}
+
+/// An erase in steps ([`SlabShard::erase_steps`]).
+pub(crate) struct EraseSteps {
+    /// The segments to read, in CLOCK order when the erase began.
+    ids: Vec<u16>,
+    /// How many of `ids` were read.
+    next: usize,
+    /// The last segment the step before compacted into, if it has room for more.
+    carry: Option<u16>,
+    /// Whether an entry was dropped.
+    dropped: bool,
+}
+
+impl EraseSteps {
+    /// Whether every segment was read.
+    pub(crate) fn done(&self) -> bool {
+        self.next >= self.ids.len()
     }
 }
 

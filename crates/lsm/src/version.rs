@@ -140,8 +140,9 @@ impl Drop for FileMeta {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
             self.cache.erase_file(self.reader.file_number());
+            // Queued for the background: the last holder may be a reader.
             if let Some(rows) = self.take_cached_rows() {
-                rows.erase(&[self.info.number]);
+                rows.erase_later(self.info.number);
             }
             // Best effort: a leftover file is not named by the manifest and is removed at the next open.
             let _ = self.storage.remove(&self.path);

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use crate::compaction;
-use crate::env::pool::BackgroundWork;
+use crate::env::pool::{BackgroundWork, JobKind};
 use crate::flush;
 use crate::inner::DbInner;
 use crate::version::{FileMeta, VersionEdit};
@@ -23,6 +23,15 @@ pub(super) fn register(inner: &Arc<DbInner>) {
     let work: Weak<dyn BackgroundWork> = weak;
     let id = inner.env.pool().register(work);
     inner.pool_id.store(id, Ordering::Relaxed);
+    if let Some(rows) = &inner.row_cache {
+        // A deleted file's queued rows are erased by a compaction job (not a flush's: it would wait).
+        let pool = Arc::downgrade(inner.env.pool());
+        rows.wake_with(Box::new(move || {
+            if let Some(p) = pool.upgrade() {
+                p.request(id, JobKind::Compaction);
+            }
+        }));
+    }
     inner.request_jobs();
 }
 
@@ -50,6 +59,8 @@ impl BackgroundWork for DbInner {
 
     fn compaction_job(&self) -> bool {
         if !self.compaction_due() {
+            // A compaction's version change erases the queue with its own files.
+            self.erase_queued_rows();
             return false;
         }
         let ran = {
@@ -108,6 +119,15 @@ impl BackgroundWork for DbInner {
 }
 
 impl DbInner {
+    /// Erases the rows of deleted files that readers dropped last (queued by their drops, so that no
+    /// reader erases on its own thread; each drop asks for a compaction job, which runs this when no
+    /// compaction is due).
+    fn erase_queued_rows(&self) {
+        if let Some(rows) = &self.row_cache {
+            rows.erase_queued();
+        }
+    }
+
     /// Flushes the oldest immutable memtable; returns false if there was none.
     fn flush_one(&self) -> Result<bool> {
         let mem = match self.state.lock().imm.back() {
@@ -249,5 +269,59 @@ impl Drop for ManualCompaction<'_> {
         self.0.manual_compactions.fetch_sub(1, Ordering::SeqCst);
         drop(st);
         self.0.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ikey::ValueKind;
+    use crate::options::Options;
+    use crate::row_cache::RowRecorder;
+    use std::time::{Duration, Instant};
+
+    /// A deleted file's row cached by a reader still on the old version is erased, once the reader drops
+    /// the file, by a background job its drop asks for: no write or flush has to come first.
+    #[test]
+    fn rows_a_reader_cached_of_a_deleted_file_are_erased_after_its_drop_without_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            row_cache_size: Some(1 << 20),
+            auto_compaction: false,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        for i in 0..100u32 {
+            db.put(&i.to_be_bytes(), b"v1").unwrap();
+        }
+        db.flush().unwrap();
+        db.inner.wait_flushed().unwrap();
+        // A reader's version, holding the flushed file past the compaction that deletes it.
+        let (_, old) = db.inner.super_version();
+        db.compact_all().unwrap();
+        let usage = || db.stats().row_cache_usage;
+        // The jobs the compaction asked for have run: nothing erases on its own from here.
+        let idle = Instant::now();
+        while db.inner.env.pool().queued() != (0, 0) && idle.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(usage(), 0);
+        // The reader caches a row of the deleted file and notes it, as a lookup does.
+        let file = old.levels.iter().flatten().next().map(Arc::clone).unwrap();
+        let rows = db.inner.row_cache.as_ref().unwrap();
+        let mut rec = RowRecorder::new(&7u32.to_be_bytes());
+        rec.push(7, ValueKind::Put, b"v1");
+        rows.insert(file.info.number, rec);
+        file.row_cached();
+        assert!(usage() > 0);
+        // The reader lets the version go: the file's drop queues its rows and asks for a job.
+        drop(file);
+        drop(old);
+        let dropped = Instant::now();
+        while usage() > 0 && dropped.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(usage(), 0, "the queued rows were left for the next write");
     }
 }

@@ -96,6 +96,10 @@ pub struct DbStats {
     /// The engine's file lookups the row cache could not answer (the file was read, and its answer cached
     /// if the key was admitted).
     pub row_cache_misses: u64,
+    /// Row cache lookups, insertions and `contains` checks that went without the cache because an erase
+    /// of deleted files' rows was working on their shard (a lookup then reads the file: counted in
+    /// `row_cache_misses` too); for the environment's shared row cache, those of every engine.
+    pub row_cache_busy_skips: u64,
     /// The open SST files' indexes and filters, summed: what they hold and what the readers keep in memory
     /// outside the block cache ([`Options::sst_metadata`](crate::options::Options::sst_metadata)).
     pub table_readers: ReaderMetadata,
@@ -278,6 +282,7 @@ impl DbInner {
             row_cache_rows: self.row_cache.as_ref().map_or(0, |rc| rc.rows()),
             row_cache_hits: rc_hits,
             row_cache_misses: rc_misses,
+            row_cache_busy_skips: self.row_cache.as_ref().map_or(0, |rc| rc.busy_skips()),
             table_readers: st.version.levels.iter().flatten().fold(
                 ReaderMetadata::default(),
                 |mut sum, f| {
