@@ -1,4 +1,6 @@
-//! Scans of one map of the LSM backend: the cache's dirty entries of the map and the engine's iterators.
+//! Scans of one map of the LSM backend: a map the cache holds whole read from the cache alone (taken in
+//! whole by the scan that finds it is not, when it fits), else the cache's dirty entries of the map merged
+//! with the engine's iterators.
 
 use super::cached::merged_scan;
 use super::{prefix_bounds, LsmBackend, StateId};
@@ -44,6 +46,20 @@ impl LsmBackend {
         from: &[u8],
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<bool> {
+        if self.complete_map(state, true)? {
+            let Some(cache) = &self.cache else {
+                return Ok(false);
+            };
+            let prefix = self.kbuf.as_slice();
+            let skip = prefix.len();
+            let res = merged_scan(None, cache, &self.map_slots, prefix, from, &mut |k, v| {
+                f(&k[skip..], v)
+            });
+            if self.map_slots.capacity() > KEPT_MAP_SLOTS {
+                self.map_slots = Vec::new();
+            }
+            return res.map(|()| true);
+        }
         if !self.map_dirty(state)? {
             return Ok(false);
         }
@@ -63,6 +79,69 @@ impl LsmBackend {
             self.map_slots = Vec::new();
         }
         res.map(|()| true)
+    }
+
+    /// With the cache on and `state` not a timer queue: whether the map whose prefix the key buffer holds is
+    /// whole in the cache ([`RmwCache::complete_slots`]), its slots then listed in `map_slots`, sorted by
+    /// key. With `fill`, a map that is not is taken in first: the engine's entries of the map are inserted
+    /// as clean entries (with its dirty ones, the whole map) while the cache has room and the fill's budget
+    /// (a fraction of the capacity) lasts, and the map marked whole; a fill that gives up leaves what it
+    /// took in, unmarked, and is not tried again for the map for a while.
+    ///
+    /// [`RmwCache::complete_slots`]: crate::backend::lsm_cache::RmwCache::complete_slots
+    fn complete_map(&mut self, state: StateId, fill: bool) -> Result<bool> {
+        if self.states[state].kind == StateKind::Timers {
+            return Ok(false);
+        }
+        let Some(cache) = &mut self.cache else {
+            return Ok(false);
+        };
+        let prefix = self.kbuf.as_slice();
+        if cache.complete_slots(prefix, &mut self.map_slots) {
+            return Ok(true);
+        }
+        if !fill || !cache.may_fill(prefix) {
+            return Ok(false);
+        }
+        // The map's dirty entries (values and deletes), then the engine's others.
+        if !cache.map_dirty_slots(prefix, &mut self.map_slots) {
+            return Ok(false);
+        }
+        let mut budget = cache.fill_budget();
+        if let Some(mut it) = self.shared.db.prefix_iter(prefix, &[]) {
+            it.seek_to_first();
+            while it.valid() {
+                match cache.fill_entry(it.key(), it.value(), prefix.len(), &mut budget) {
+                    Some(i) => self.map_slots.push(i),
+                    None => {
+                        cache.fill_gave_up(prefix);
+                        return Ok(false);
+                    }
+                }
+                it.next();
+            }
+            it.take_status()?;
+        }
+        if !cache.mark_complete(prefix, &self.map_slots) {
+            cache.fill_gave_up(prefix);
+            return Ok(false);
+        }
+        Ok(cache.complete_slots(prefix, &mut self.map_slots))
+    }
+
+    /// Whether the map whose prefix the key buffer holds is empty, when the cache holds it whole (`None`:
+    /// it does not, the caller asks the engine).
+    pub(super) fn complete_map_is_empty(&mut self, state: StateId) -> Option<bool> {
+        if !self.complete_map(state, false).ok()? {
+            return None;
+        }
+        let cache = self.cache.as_ref()?;
+        let prefix = self.kbuf.as_slice();
+        Some(
+            self.map_slots
+                .iter()
+                .all(|&i| cache.map_entry(i, prefix).1.is_none()),
+        )
     }
 
     /// Visits every engine entry whose key starts with `prefix`, until `f` returns false.

@@ -46,7 +46,8 @@ pub(crate) use cache_share::{
 };
 pub use cache_share::{DEFAULT_RMW_CACHE_RATIO, SUGGESTED_RMW_CACHE_RATIO};
 use cached::{
-    cached_append, cached_map_put_all, cached_map_write, cached_read, cached_write, settle,
+    cached_append, cached_map_put_all, cached_map_read, cached_map_write, cached_read,
+    cached_write, settle,
 };
 use capture::LsmCapture;
 pub use engine::LsmEngine;
@@ -389,7 +390,14 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key_ns, user_key]);
         let cached = self.through_cache(state)?;
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
-            return cached_read(cache, &self.shared.db, &self.kbuf, &mut self.vbuf);
+            let prefix_len = STATE_PREFIX_LEN + key_ns.len();
+            return cached_map_read(
+                cache,
+                &self.shared.db,
+                &self.kbuf,
+                prefix_len,
+                &mut self.vbuf,
+            );
         }
         let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
         Ok(found.then_some(self.vbuf.as_slice()))
@@ -471,6 +479,9 @@ impl StateBackend for LsmBackend {
             if cache.map_has_live_dirty(&self.kbuf) {
                 return Ok(false);
             }
+        }
+        if let Some(empty) = self.complete_map_is_empty(state) {
+            return Ok(empty);
         }
         super::map_is_empty_by_scan(self, state, kg, key_ns)
     }
@@ -807,6 +818,9 @@ impl StateBackend for LsmBackend {
         }))
     }
 }
+
+#[cfg(test)]
+mod map_mark_tests;
 
 #[cfg(test)]
 mod tests {

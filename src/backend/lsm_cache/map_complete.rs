@@ -1,0 +1,172 @@
+//! Maps the cache holds whole ("complete", `map_marks`): setting the mark when a scan has taken the
+//! engine's entries of a map in, reading a marked map's slots, keeping the mark's slot list as the map is
+//! written, and dropping the mark when an entry of the map leaves the cache or a write of the map goes
+//! around it.
+
+use super::{map_prefix_of, RmwCache, ENTRY_OVERHEAD};
+
+/// A fill takes in at most this fraction of the capacity (as new entries): one large map does not flood
+/// the cache.
+const FILL_SHARE: usize = 8;
+
+impl RmwCache {
+    /// Whether the map `prefix` is marked complete: every entry of it with a value is in the cache.
+    #[inline]
+    pub(crate) fn is_map_complete(&self, prefix: &[u8]) -> bool {
+        !self.marks.is_empty() && self.marks.contains(prefix)
+    }
+
+    /// When the map `prefix` is complete: the slots of its entries (values, dirty deletes, absent keys),
+    /// sorted by key, into `out` (cleared first), and true; read them with
+    /// [`map_entry`](Self::map_entry) until the cache changes. False otherwise. A listed slot that no longer
+    /// holds an entry of the map (it cannot: its removal drops the mark) drops the mark.
+    pub(crate) fn complete_slots(&mut self, prefix: &[u8], out: &mut Vec<u32>) -> bool {
+        out.clear();
+        if self.marks.is_empty() {
+            return false;
+        }
+        let slots = &self.slots;
+        let Some(mark) = self.marks.get_mut(prefix) else {
+            return false;
+        };
+        let of_map = |i: u32| matches!(slots.get(i as usize), Some(Some(s)) if map_prefix_of(s) == Some(prefix));
+        if !mark.slots.iter().all(|&i| of_map(i)) {
+            debug_assert!(false, "a complete map lists a slot of another key");
+            self.unmark_map(prefix);
+            return false;
+        }
+        if !mark.sorted {
+            let key_of = |i: u32| match slots.get(i as usize) {
+                Some(Some(s)) => s.key.as_slice(),
+                _ => &[],
+            };
+            // A slot listed twice has the same key: the repeats end up side by side.
+            mark.slots
+                .sort_unstable_by(|&a, &b| key_of(a).cmp(key_of(b)));
+            mark.slots.dedup();
+            mark.sorted = true;
+        }
+        out.extend_from_slice(&mark.slots);
+        true
+    }
+
+    /// Drops the map `prefix`'s mark, if any (its bytes are given back to the capacity); every mark when
+    /// maps of its state are marked with prefixes of another length (one of them may hold `prefix`'s keys).
+    pub(crate) fn unmark_map(&mut self, prefix: &[u8]) {
+        if self.marks.is_empty() {
+            return;
+        }
+        let before = self.marks.bytes;
+        if self.marks.other_width(prefix) {
+            self.marks.clear();
+        } else {
+            self.marks.remove(prefix);
+        }
+        self.used = self.used + self.marks.bytes - before;
+    }
+
+    /// After a write turned slot `i` (a key of the map `prefix`) dirty from clean or new: a complete map
+    /// lists it.
+    pub(super) fn note_map_entry(&mut self, prefix: &[u8], i: u32) {
+        if self.marks.other_width(prefix) {
+            // A map of another prefix length than the marked ones of its state: a marked map whose prefix
+            // is a prefix of this one's would not list the entry its scan must see.
+            self.used -= self.marks.bytes;
+            self.marks.clear();
+            return;
+        }
+        let before = self.marks.bytes_of(prefix);
+        let Some(mark) = self.marks.get_mut(prefix) else {
+            return;
+        };
+        if mark.slots.len() == mark.slots.capacity() {
+            // Repeats go before the list grows: it stays within twice the map's entries.
+            mark.slots.sort_unstable();
+            mark.slots.dedup();
+        }
+        mark.slots.push(i);
+        mark.sorted = false;
+        let total = self.marks.bytes;
+        self.marks.recount(prefix, before);
+        self.used = self.used + self.marks.bytes - total;
+    }
+
+    /// Whether a scan of the map `prefix` should try to take it in whole ([`fill_entry`](Self::fill_entry)):
+    /// the cache is in use, has room, and gave up on no fill of the map lately.
+    pub(crate) fn may_fill(&self, prefix: &[u8]) -> bool {
+        self.is_active() && self.used < self.capacity && !self.marks.tried(prefix)
+    }
+
+    /// The bytes of new entries a fill may take in.
+    pub(crate) fn fill_budget(&self) -> usize {
+        self.capacity / FILL_SHARE
+    }
+
+    /// A fill of the map whose prefix is `key`'s first `prefix_len` bytes takes in the engine's entry
+    /// `key` → `value`: a key the cache holds is only listed (its clean value is the engine's; a dirty one
+    /// overrides it), a new one is inserted clean while `budget` and the capacity have room for it (no
+    /// eviction). Its slot, or `None` when there is no room (the fill gives up).
+    pub(crate) fn fill_entry(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        prefix_len: usize,
+        budget: &mut usize,
+    ) -> Option<u32> {
+        let plen = u16::try_from(prefix_len).ok()?;
+        let i = match self.probe(key) {
+            super::Found::Slot(i) => i,
+            super::Found::Missing(hash) => {
+                let bytes = key.len() + value.len() + ENTRY_OVERHEAD;
+                if bytes > *budget || self.used + bytes > self.capacity || !self.table.make_room() {
+                    return None;
+                }
+                *budget -= bytes;
+                self.insert_clean(hash, key, Some(value))
+            }
+        };
+        let s = self.slot_mut(i);
+        match s.map_prefix {
+            0 => s.map_prefix = plen,
+            n if n == plen => {}
+            // Written as an entry of a map with a prefix of another length: not this map's to list.
+            _ => return None,
+        }
+        Some(i)
+    }
+
+    /// A fill of the map `prefix` gave up: it is not tried again for a while.
+    pub(crate) fn fill_gave_up(&mut self, prefix: &[u8]) {
+        self.marks.give_up(prefix);
+    }
+
+    /// Marks the map `prefix` complete with `slots`, the slots of its entries (the engine's, taken in by
+    /// [`fill_entry`](Self::fill_entry), and its dirty ones), if the mark's bytes fit the capacity. Whether
+    /// it is marked.
+    pub(crate) fn mark_complete(&mut self, prefix: &[u8], slots: &[u32]) -> bool {
+        if self.marks.contains(prefix) {
+            return true;
+        }
+        let bytes = super::map_marks::MARK_OVERHEAD + prefix.len() + 4 * slots.len();
+        if slots.is_empty() || self.used + bytes > self.capacity || self.marks.other_width(prefix) {
+            return false;
+        }
+        let before = self.marks.bytes;
+        self.marks.insert(prefix, slots);
+        self.used = self.used + self.marks.bytes - before;
+        true
+    }
+
+    /// How many maps are marked complete.
+    #[cfg(test)]
+    pub(crate) fn complete_maps(&self) -> usize {
+        self.marks.len()
+    }
+
+    /// Tests: every map prefix hashes alike from now on, in the dirty index and the marks (both empty).
+    #[cfg(test)]
+    pub(crate) fn set_all_alike_prefix_hashes(&mut self) {
+        self.maps.set_all_alike();
+        self.marks.keys.all_alike = true;
+    }
+}
