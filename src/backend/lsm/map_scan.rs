@@ -33,20 +33,21 @@ impl LsmBackend {
         Ok(false)
     }
 
-    /// When the map whose prefix the key buffer holds has dirty entries in the cache (see
-    /// [`map_dirty`](Self::map_dirty)): visits its entries from user key `from` on, those dirty entries
-    /// merged with the engine's, read in place (nothing copied, nothing written back), and returns true.
-    /// False, having visited nothing, when there are none to merge: the caller scans the engine. No engine
-    /// iterator when the engine cannot hold a key of the map
-    /// ([`Db::prefix_iter`](keyed_state_lsm::Db::prefix_iter)): a map whose entries are all dirty in the
-    /// cache is read from the cache alone.
+    /// When the cache holds the map whose prefix the key buffer holds whole (taken in first when `fill`:
+    /// [`complete_map`](Self::complete_map)): visits its entries from user key `from` on from the cache
+    /// alone, and returns true. Otherwise, when the map has dirty entries in the cache (see
+    /// [`map_dirty`](Self::map_dirty)): visits its entries from `from` on, those dirty entries merged with
+    /// the engine's, read in place (nothing copied, nothing written back), and returns true. False, having
+    /// visited nothing, when there are none to merge: the caller scans the engine. No engine iterator when
+    /// the engine cannot hold a key of the map ([`Db::prefix_iter`](keyed_state_lsm::Db::prefix_iter)).
     pub(super) fn merged_map_scan(
         &mut self,
         state: StateId,
         from: &[u8],
+        fill: bool,
         f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<bool> {
-        if self.complete_map(state, true)? {
+        if self.complete_map(state, fill)? {
             let Some(cache) = &self.cache else {
                 return Ok(false);
             };

@@ -483,7 +483,19 @@ impl StateBackend for LsmBackend {
         if let Some(empty) = self.complete_map_is_empty(state) {
             return Ok(empty);
         }
-        super::map_is_empty_by_scan(self, state, kg, key_ns)
+        // Up to the first entry: the map is not taken in whole for this.
+        let mut empty = true;
+        let mut first = |_: &[u8], _: &[u8]| {
+            empty = false;
+            false
+        };
+        if !self.merged_map_scan(state, &[], false, &mut first)? {
+            let prefix = std::mem::take(&mut self.kbuf);
+            let res = self.scan_prefix(&prefix, &mut first);
+            self.kbuf = prefix;
+            res?;
+        }
+        Ok(empty)
     }
 
     fn map_scan(
@@ -497,7 +509,7 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
         // The map's dirty entries merged with the engine's: nothing is written back.
-        if self.merged_map_scan(state, &[], f)? {
+        if self.merged_map_scan(state, &[], true, f)? {
             return Ok(());
         }
         let prefix = std::mem::take(&mut self.kbuf);
@@ -517,7 +529,7 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_scan")?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
-        if self.merged_map_scan(state, from, f)? {
+        if self.merged_map_scan(state, from, true, f)? {
             return Ok(());
         }
         let upper = prefix_successor(&self.kbuf);
