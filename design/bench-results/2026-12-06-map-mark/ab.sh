@@ -1,9 +1,9 @@
 #!/bin/bash
 # Alternated A/B, map section, heap and LSM+cache: base (b23c999) and new, each mode in turn. MODES: "dirty"
 # (the default setup: every map dirty in the cache), "held" (BENCH_MAP_ENGINE_HELD: in the engine, one dirty
-# entry per map), "clean" (BENCH_MAP_ENGINE_CLEAN: written back, none dirty; the base binary has no such
-# mode: the base binary is b23c999 with this branch's bench file, so that it has the mode). The binaries were built as the README says and copied to /tmp, which does
-# not persist.
+# entry per map), "clean" (BENCH_MAP_ENGINE_CLEAN: written back, none dirty). The base binary is b23c999
+# with this branch's bench file, so that it has the clean mode. The binaries were built as the README says
+# and copied to /tmp, which does not persist.
 OUT=$(dirname "$0")
 for n in ${RUNS:-1 2}; do
   for mode in ${MODES:-dirty held clean}; do
