@@ -53,13 +53,11 @@ impl LsmBackend {
             };
             let prefix = self.kbuf.as_slice();
             let skip = prefix.len();
-            let res = merged_scan(None, cache, &self.map_slots, prefix, from, &mut |k, v| {
+            let slots = cache.complete_slots(prefix);
+            return merged_scan(None, cache, slots, prefix, from, &mut |k, v| {
                 f(&k[skip..], v)
-            });
-            if self.map_slots.capacity() > KEPT_MAP_SLOTS {
-                self.map_slots = Vec::new();
-            }
-            return res.map(|()| true);
+            })
+            .map(|()| true);
         }
         if !self.map_dirty(state)? {
             return Ok(false);
@@ -83,12 +81,13 @@ impl LsmBackend {
     }
 
     /// With the cache on and `state` not a timer queue: whether the map whose prefix the key buffer holds is
-    /// whole in the cache ([`RmwCache::complete_slots`]), its slots then listed in `map_slots`, sorted by
-    /// key. With `fill`, a map that is not is taken in first: the engine's entries of the map are inserted
+    /// whole in the cache, its slots then sorted by key ([`RmwCache::sort_complete`]; read them in place with
+    /// [`RmwCache::complete_slots`]). With `fill`, a map that is not is taken in first: the engine's entries of the map are inserted
     /// as clean entries (with its dirty ones, the whole map) while the cache has room and the fill's budget
     /// (a fraction of the capacity) lasts, and the map marked whole; a fill that gives up leaves what it
     /// took in, unmarked, and is not tried again for the map for a while.
     ///
+    /// [`RmwCache::sort_complete`]: crate::backend::lsm_cache::RmwCache::sort_complete
     /// [`RmwCache::complete_slots`]: crate::backend::lsm_cache::RmwCache::complete_slots
     fn complete_map(&mut self, state: StateId, fill: bool) -> Result<bool> {
         if self.states[state].kind == StateKind::Timers {
@@ -98,7 +97,7 @@ impl LsmBackend {
             return Ok(false);
         };
         let prefix = self.kbuf.as_slice();
-        if cache.complete_slots(prefix, &mut self.map_slots) {
+        if cache.sort_complete(prefix) {
             return Ok(true);
         }
         if !fill || !cache.may_fill(prefix) {
@@ -123,11 +122,15 @@ impl LsmBackend {
             }
             it.take_status()?;
         }
-        if !cache.mark_complete(prefix, &self.map_slots) {
+        let marked = cache.mark_complete(prefix, &self.map_slots);
+        if self.map_slots.capacity() > KEPT_MAP_SLOTS {
+            self.map_slots = Vec::new();
+        }
+        if !marked {
             cache.fill_gave_up(prefix);
             return Ok(false);
         }
-        Ok(cache.complete_slots(prefix, &mut self.map_slots))
+        Ok(cache.sort_complete(prefix))
     }
 
     /// Whether the map whose prefix the key buffer holds is empty, when the cache holds it whole (`None`:
@@ -139,7 +142,8 @@ impl LsmBackend {
         let cache = self.cache.as_ref()?;
         let prefix = self.kbuf.as_slice();
         Some(
-            self.map_slots
+            cache
+                .complete_slots(prefix)
                 .iter()
                 .all(|&i| cache.map_entry(i, prefix).1.is_none()),
         )

@@ -16,12 +16,12 @@ impl RmwCache {
         !self.marks.is_empty() && self.marks.contains(prefix)
     }
 
-    /// When the map `prefix` is complete: the slots of its entries (values, dirty deletes, absent keys),
-    /// sorted by key, into `out` (cleared first), and true; read them with
-    /// [`map_entry`](Self::map_entry) until the cache changes. False otherwise. A listed slot that no longer
-    /// holds an entry of the map (it cannot: its removal drops the mark) drops the mark.
-    pub(crate) fn complete_slots(&mut self, prefix: &[u8], out: &mut Vec<u32>) -> bool {
-        out.clear();
+    /// Whether the map `prefix` is complete, its slot list then sorted by key for
+    /// [`complete_slots`](Self::complete_slots). The list is sorted (and its slots checked: a listed slot that
+    /// no longer holds an entry of the map, which cannot happen as its removal drops the mark, drops the
+    /// mark) only after a write listed a slot, so a scan of a large map in batches costs each batch its own
+    /// entries and a binary search.
+    pub(crate) fn sort_complete(&mut self, prefix: &[u8]) -> bool {
         if self.marks.is_empty() {
             return false;
         }
@@ -29,25 +29,35 @@ impl RmwCache {
         let Some(mark) = self.marks.get_mut(prefix) else {
             return false;
         };
+        if mark.sorted {
+            return true;
+        }
         let of_map = |i: u32| matches!(slots.get(i as usize), Some(Some(s)) if map_prefix_of(s) == Some(prefix));
         if !mark.slots.iter().all(|&i| of_map(i)) {
             debug_assert!(false, "a complete map lists a slot of another key");
             self.unmark_map(prefix);
             return false;
         }
-        if !mark.sorted {
-            let key_of = |i: u32| match slots.get(i as usize) {
-                Some(Some(s)) => s.key.as_slice(),
-                _ => &[],
-            };
-            // A slot listed twice has the same key: the repeats end up side by side.
-            mark.slots
-                .sort_unstable_by(|&a, &b| key_of(a).cmp(key_of(b)));
-            mark.slots.dedup();
-            mark.sorted = true;
-        }
-        out.extend_from_slice(&mark.slots);
+        let key_of = |i: u32| match slots.get(i as usize) {
+            Some(Some(s)) => s.key.as_slice(),
+            _ => &[],
+        };
+        // A slot listed twice has the same key: the repeats end up side by side.
+        mark.slots
+            .sort_unstable_by(|&a, &b| key_of(a).cmp(key_of(b)));
+        mark.slots.dedup();
+        mark.sorted = true;
         true
+    }
+
+    /// The slots of the complete map `prefix` (values, dirty deletes, absent keys), sorted by key when
+    /// [`sort_complete`](Self::sort_complete) said so since the last change, read in place: read them with
+    /// [`map_entry`](Self::map_entry) until the cache changes. Empty when the map is not complete.
+    pub(crate) fn complete_slots(&self, prefix: &[u8]) -> &[u32] {
+        if self.marks.is_empty() {
+            return &[];
+        }
+        self.marks.get(prefix).map_or(&[], |m| &m.slots)
     }
 
     /// Drops the map `prefix`'s mark, if any (its bytes are given back to the capacity); every mark when
@@ -66,7 +76,9 @@ impl RmwCache {
     }
 
     /// After a write turned slot `i` (a key of the map `prefix`) dirty from clean or new: a complete map
-    /// lists it.
+    /// lists it. A sorted list is searched first (a TTL removal or re-stamp of a listed entry leaves it as
+    /// it is) and stays sorted when the key comes after its last; any other key unsorts it until the next
+    /// scan.
     pub(super) fn note_map_entry(&mut self, prefix: &[u8], i: u32) {
         if self.marks.other_width(prefix) {
             // A map of another prefix length than the marked ones of its state: a marked map whose prefix
@@ -76,16 +88,28 @@ impl RmwCache {
             return;
         }
         let before = self.marks.bytes_of(prefix);
+        let slots = &self.slots;
         let Some(mark) = self.marks.get_mut(prefix) else {
             return;
         };
-        if mark.slots.len() == mark.slots.capacity() {
+        let key_of = |i: u32| match slots.get(i as usize) {
+            Some(Some(s)) => s.key.as_slice(),
+            _ => &[],
+        };
+        if mark.sorted {
+            let key = key_of(i);
+            match mark.slots.binary_search_by(|&l| key_of(l).cmp(key)) {
+                Ok(at) if mark.slots.get(at) == Some(&i) => return,
+                Err(at) if at == mark.slots.len() => {}
+                _ => mark.sorted = false,
+            }
+        }
+        if !mark.sorted && mark.slots.len() == mark.slots.capacity() {
             // Repeats go before the list grows: it stays within twice the map's entries.
             mark.slots.sort_unstable();
             mark.slots.dedup();
         }
         mark.slots.push(i);
-        mark.sorted = false;
         let total = self.marks.bytes;
         self.marks.recount(prefix, before);
         self.used = self.used + self.marks.bytes - total;
@@ -168,5 +192,48 @@ impl RmwCache {
     pub(crate) fn set_all_alike_prefix_hashes(&mut self) {
         self.maps.set_all_alike();
         self.marks.keys.all_alike = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(c: &RmwCache, prefix: &[u8]) -> Vec<Vec<u8>> {
+        c.complete_slots(prefix)
+            .iter()
+            .map(|&i| c.map_entry(i, prefix).0.to_vec())
+            .collect()
+    }
+
+    /// A complete map's list stays sorted (no re-sort, no copy for the next batch of a scan) when a listed
+    /// entry is written again, as TTL removals and re-stamps do while an iterator passes, and when a key
+    /// after the last is added; a key before the last unsorts it until the next scan sorts it.
+    #[test]
+    fn rewrites_of_listed_entries_and_appends_keep_a_complete_maps_list_sorted() {
+        let mut c = RmwCache::new(1 << 20, true);
+        let prefix = b"\0\0\x01\x07".as_slice();
+        let key = |k: u8| [prefix, &[k]].concat();
+        let mut budget = usize::MAX;
+        let slots: Vec<u32> = [1u8, 2, 3]
+            .iter()
+            .filter_map(|&k| c.fill_entry(&key(k), &[k], prefix.len(), &mut budget))
+            .collect();
+        assert!(c.mark_complete(prefix, &slots));
+        assert!(c.sort_complete(prefix));
+        let two = c.lookup(&key(2));
+        c.write_map(two, &key(2), prefix.len(), None);
+        c.write_map(None, &key(9), prefix.len(), Some(&[9]));
+        let mark = c.marks.get(prefix).map(|m| (m.sorted, m.slots.len()));
+        assert_eq!(
+            mark,
+            Some((true, 4)),
+            "rewrite found in place, append kept order"
+        );
+        assert_eq!(keys(&c, prefix), [1u8, 2, 3, 9].map(key));
+        c.write_map(None, &key(0), prefix.len(), Some(&[0]));
+        assert_eq!(c.marks.get(prefix).map(|m| m.sorted), Some(false));
+        assert!(c.sort_complete(prefix));
+        assert_eq!(keys(&c, prefix), [0u8, 1, 2, 3, 9].map(key));
     }
 }

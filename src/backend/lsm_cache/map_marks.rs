@@ -83,6 +83,12 @@ impl MapMarks {
         self.table.find(h, |m| &*m.prefix == prefix).is_some()
     }
 
+    /// `prefix`'s mark.
+    pub(super) fn get(&self, prefix: &[u8]) -> Option<&Mark> {
+        let h = self.keys.key(prefix);
+        self.table.find(h, |m| &*m.prefix == prefix)
+    }
+
     /// `prefix`'s mark, to read or change its slots; the caller calls [`recount`](Self::recount) after a
     /// change of their number.
     pub(super) fn get_mut(&mut self, prefix: &[u8]) -> Option<&mut Mark> {
