@@ -152,6 +152,27 @@ fn write_back_and_checkpoints_keep_a_complete_maps_mark() -> Result<()> {
     Ok(())
 }
 
+/// The engine drops an entry of a complete map behind the cache (as a TTL compaction filter drops an
+/// expired one) while the map's other entries are dirty; a clear then empties the map for scans, reads and
+/// emptiness checks: the entry the cache still held is deleted too.
+#[test]
+fn clearing_a_complete_map_deletes_an_entry_the_engine_dropped_behind_the_cache() -> Result<()> {
+    let (mut b, s) = backend(64 << 20, true)?;
+    let map = [1u8, 7];
+    written_back_and_scanned(&mut b, s, &map)?;
+    let key = [&(s as u16).to_be_bytes()[..], &map[..], &[2]].concat();
+    b.shared.db.delete(&key)?;
+    b.map_put(s, 1, &map, &[1], &[1, 1])?;
+    b.map_put(s, 1, &map, &[3], &[3, 3])?;
+    b.map_clear(s, 1, &map)?;
+    assert_eq!(scan(&mut b, s, &map)?, entries(&[]));
+    assert!(b.map_is_empty(s, 1, &map)?);
+    assert_eq!(b.map_get(s, 1, &map, &[2])?, None);
+    b.write_back()?;
+    assert_eq!(scan(&mut b, s, &map)?, entries(&[]));
+    Ok(())
+}
+
 #[test]
 fn a_map_whose_prefix_hashes_like_a_complete_ones_reads_the_engine() -> Result<()> {
     let (mut b, s) = backend(64 << 20, true)?;

@@ -560,6 +560,7 @@ impl StateBackend for LsmBackend {
                 self.shared.unsynced.store(true, Ordering::Relaxed);
                 let db = &self.shared.db;
                 let prefix_len = self.kbuf.len();
+                cache.delete_complete_map(&self.kbuf);
                 for (k, v) in &dirty {
                     if v.is_some() {
                         let k = k.as_slice();

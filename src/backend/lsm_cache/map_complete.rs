@@ -60,6 +60,24 @@ impl RmwCache {
         self.marks.get(prefix).map_or(&[], |m| &m.slots)
     }
 
+    /// A clear of the map `prefix`, when it is complete: every listed entry with a value becomes a dirty
+    /// delete, also a clean one the engine no longer holds (a TTL compaction filter drops expired entries
+    /// behind the cache), which a clear that deletes only the engine's entries would leave for later scans
+    /// of the map, still marked, to return.
+    pub(crate) fn delete_complete_map(&mut self, prefix: &[u8]) {
+        if !self.sort_complete(prefix) {
+            return;
+        }
+        let listed = self.complete_slots(prefix).to_vec();
+        for i in listed {
+            let key = match self.slots.get(i as usize) {
+                Some(Some(s)) if s.value.is_some() => s.key.as_slice().to_vec(),
+                _ => continue,
+            };
+            self.write_map(Some(i), &key, prefix.len(), None);
+        }
+    }
+
     /// Drops the map `prefix`'s mark, if any (its bytes are given back to the capacity); every mark when
     /// maps of its state are marked with prefixes of another length (one of them may hold `prefix`'s keys).
     pub(crate) fn unmark_map(&mut self, prefix: &[u8]) {
