@@ -123,7 +123,7 @@ fn a_write_around_the_cache_drops_the_maps_mark() -> Result<()> {
         let found = c.fill_entry(&key(k), &[k], prefix.len(), &mut budget);
         slots.extend(found);
     }
-    assert!(c.mark_complete(prefix, &slots));
+    assert!(c.mark_complete(prefix, &slots, false));
     assert!(c.is_map_complete(prefix));
     cached::cached_map_write(&mut c, &db, &key(4), prefix.len(), Some(b"v"))?;
     assert!(c.lookup(&key(4)).is_none(), "written around the cache");

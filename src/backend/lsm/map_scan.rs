@@ -107,6 +107,7 @@ impl LsmBackend {
         if !cache.map_dirty_slots(prefix, &mut self.map_slots) {
             return Ok(false);
         }
+        let dirty = self.map_slots.len();
         let mut budget = cache.fill_budget();
         if let Some(mut it) = self.shared.db.prefix_iter(prefix, &[]) {
             it.seek_to_first();
@@ -122,7 +123,10 @@ impl LsmBackend {
             }
             it.take_status()?;
         }
-        let marked = cache.mark_complete(prefix, &self.map_slots);
+        // Two runs sorted by key (the dirty entries, the engine's): the list is sorted, without repeats,
+        // when either is empty, and the first scan reads it as it is.
+        let sorted = dirty == 0 || dirty == self.map_slots.len();
+        let marked = cache.mark_complete(prefix, &self.map_slots, sorted);
         if self.map_slots.capacity() > KEPT_MAP_SLOTS {
             self.map_slots = Vec::new();
         }

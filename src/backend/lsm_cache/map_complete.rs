@@ -184,8 +184,8 @@ impl RmwCache {
 
     /// Marks the map `prefix` complete with `slots`, the slots of its entries (the engine's, taken in by
     /// [`fill_entry`](Self::fill_entry), and its dirty ones), if the mark's bytes fit the capacity. Whether
-    /// it is marked.
-    pub(crate) fn mark_complete(&mut self, prefix: &[u8], slots: &[u32]) -> bool {
+    /// it is marked. `sorted`: `slots` are sorted by key without repeats (a scan reads them as they are).
+    pub(crate) fn mark_complete(&mut self, prefix: &[u8], slots: &[u32], sorted: bool) -> bool {
         if self.marks.contains(prefix) {
             return true;
         }
@@ -194,7 +194,7 @@ impl RmwCache {
             return false;
         }
         let before = self.marks.bytes;
-        self.marks.insert(prefix, slots);
+        self.marks.insert(prefix, slots, sorted);
         self.used = self.used + self.marks.bytes - before;
         true
     }
@@ -237,7 +237,7 @@ mod tests {
             .iter()
             .filter_map(|&k| c.fill_entry(&key(k), &[k], prefix.len(), &mut budget))
             .collect();
-        assert!(c.mark_complete(prefix, &slots));
+        assert!(c.mark_complete(prefix, &slots, false));
         assert!(c.sort_complete(prefix));
         let two = c.lookup(&key(2));
         c.write_map(two, &key(2), prefix.len(), None);

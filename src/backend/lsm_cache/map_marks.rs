@@ -108,8 +108,9 @@ impl MapMarks {
         self.get_mut(prefix).map_or(0, |m| m.bytes())
     }
 
-    /// Marks the map `prefix` complete with the slots of its entries (it is not marked).
-    pub(super) fn insert(&mut self, prefix: &[u8], slots: &[u32]) {
+    /// Marks the map `prefix` complete with the slots of its entries (it is not marked); `sorted`: they are
+    /// sorted by key without repeats.
+    pub(super) fn insert(&mut self, prefix: &[u8], slots: &[u32], sorted: bool) {
         let sid = sid(prefix);
         if self.widths.len() <= sid {
             self.widths.resize(sid + 1, 0);
@@ -118,7 +119,7 @@ impl MapMarks {
         let mark = Mark {
             prefix: prefix.into(),
             slots: slots.to_vec(),
-            sorted: false,
+            sorted,
         };
         self.bytes += mark.bytes();
         let h = self.keys.key(prefix);
