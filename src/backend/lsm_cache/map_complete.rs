@@ -3,7 +3,7 @@
 //! written, and dropping the mark when an entry of the map leaves the cache or a write of the map goes
 //! around it.
 
-use super::{map_prefix_of, RmwCache, ENTRY_OVERHEAD};
+use super::{map_prefix_of, Bytes, RmwCache, ENTRY_OVERHEAD};
 
 /// A fill takes in at most this fraction of the capacity (as new entries): one large map does not flood
 /// the cache.
@@ -159,7 +159,10 @@ impl RmwCache {
         let i = match self.probe(key) {
             super::Found::Slot(i) => i,
             super::Found::Missing(hash) => {
-                let bytes = key.len() + value.len() + ENTRY_OVERHEAD;
+                // What the entry's slot will cost (`Slot::bytes`: its buffers' heap bytes, not lengths).
+                let bytes = Bytes::heap_bytes_extended(None, key.len())
+                    + Bytes::heap_bytes_extended(None, value.len())
+                    + ENTRY_OVERHEAD;
                 if bytes > *budget || self.used + bytes > self.capacity || !self.table.make_room() {
                     return None;
                 }
@@ -222,6 +225,51 @@ mod tests {
             .iter()
             .map(|&i| c.map_entry(i, prefix).0.to_vec())
             .collect()
+    }
+
+    /// A fill into a cache close to full stops before the capacity: the room an entry needs is what its
+    /// slot costs (a key longer than the inline bytes costs its buffer's heap bytes, not its length).
+    #[test]
+    fn a_fill_counts_entries_as_their_slots_cost_and_stays_within_the_capacity() {
+        let prefix = b"\0\0\x01\x07".as_slice();
+        let key = |k: u8| [prefix, &[k; 16]].concat();
+        let slot_bytes = Bytes::new(&key(0)).heap_bytes() + ENTRY_OVERHEAD;
+        // Room for 3 slots and the lengths of a 4th, not for the 4th slot.
+        let capacity = 3 * slot_bytes + key(0).len() + 1 + ENTRY_OVERHEAD;
+        assert!(capacity < 4 * slot_bytes);
+        let mut c = RmwCache::new(capacity, true);
+        let mut budget = usize::MAX;
+        let taken = (1..=8u8)
+            .map_while(|k| c.fill_entry(&key(k), &[k], prefix.len(), &mut budget))
+            .count();
+        assert_eq!(taken, 3);
+        assert!(c.used() <= capacity, "{} of {capacity}", c.used());
+    }
+
+    /// The marks' table is charged to the capacity as it grows, beside each mark's own bytes.
+    #[test]
+    fn the_marks_table_is_charged_to_the_capacity() {
+        let mut c = RmwCache::new(1 << 20, true);
+        let mut budget = usize::MAX;
+        for m in 0..40u8 {
+            let prefix = [0, 0, 1, m];
+            let key = [&prefix[..], &[1]].concat();
+            let slots: Vec<u32> = c
+                .fill_entry(&key, &[1], 4, &mut budget)
+                .into_iter()
+                .collect();
+            assert!(c.mark_complete(&prefix, &slots, true));
+        }
+        let table =
+            c.marks.table_capacity() * (std::mem::size_of::<super::super::map_marks::Mark>() + 1);
+        let marks = 40 * (super::super::map_marks::MARK_OVERHEAD + 4 + 4);
+        assert!(
+            c.marks.bytes >= table + marks,
+            "{} < {table} + {marks}",
+            c.marks.bytes
+        );
+        c.unmark_map(&[0, 0, 1, 3]);
+        assert!(c.marks.bytes >= table + marks - 72);
     }
 
     /// A complete map's list stays sorted (no re-sort, no copy for the next batch of a scan) when a listed

@@ -4,9 +4,13 @@
 
 use super::map_index::Keys;
 
-/// Bytes charged per mark beside its prefix and its slot list (4 bytes a listed slot): the mark's table
-/// entry and header, about.
+/// Bytes charged per mark beside its prefix and its slot list (4 bytes a listed slot): the allocation
+/// headers and rounding of the two, about. The table's buckets are charged as the table grows
+/// ([`MapMarks::bytes`]).
 pub(super) const MARK_OVERHEAD: usize = 64;
+
+/// What one bucket of the marks' table holds: a mark and its control byte.
+const BUCKET_BYTES: usize = std::mem::size_of::<Mark>() + 1;
 
 /// Prefix hashes of maps a fill gave up on that are remembered (then forgotten all at once).
 const TRIED_MAX: usize = 4096;
@@ -34,7 +38,7 @@ impl Mark {
 pub(super) struct MapMarks {
     table: hashbrown::HashTable<Mark>,
     pub(super) keys: Keys,
-    /// What the marks cost ([`Mark::bytes`]), charged to the cache's capacity.
+    /// What the marks cost ([`Mark::bytes`]) and the table's buckets, charged to the cache's capacity.
     pub(super) bytes: usize,
     tried: hashbrown::HashSet<u64>,
     /// Per state id: the length of the prefixes of its marked maps (0: none marked since the marks were
@@ -61,8 +65,14 @@ impl MapMarks {
         self.table.len()
     }
 
+    #[cfg(test)]
+    pub(super) fn table_capacity(&self) -> usize {
+        self.table.capacity()
+    }
+
     pub(super) fn clear(&mut self) {
-        self.table.clear();
+        // The table's memory goes too: its buckets are charged.
+        self.table = hashbrown::HashTable::new();
         self.tried.clear();
         self.bytes = 0;
         self.widths.clear();
@@ -124,7 +134,9 @@ impl MapMarks {
         self.bytes += mark.bytes();
         let h = self.keys.key(prefix);
         let keys = &self.keys;
+        let buckets = self.table.capacity();
         self.table.insert_unique(h, mark, |m| keys.key(&m.prefix));
+        self.bytes = self.bytes + BUCKET_BYTES * self.table.capacity() - BUCKET_BYTES * buckets;
     }
 
     /// Drops `prefix`'s mark, if any.
