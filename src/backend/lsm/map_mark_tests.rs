@@ -132,6 +132,32 @@ fn a_write_around_the_cache_drops_the_maps_mark() -> Result<()> {
     Ok(())
 }
 
+/// Entries taken in by a scan are referenced: an eviction sweep that starts on them passes them once and
+/// takes an unreferenced entry cached after them, so the map stays marked.
+#[test]
+fn an_eviction_takes_other_entries_before_those_a_scan_took_in() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
+    let db = keyed_state_lsm::Db::open(dir.path(), keyed_state_lsm::Options::default())?;
+    let mut c = RmwCache::new(1 << 20, true);
+    let prefix = b"\0\0\x01\x07".as_slice();
+    let key = |k: u8| [prefix, &[k]].concat();
+    let mut slots = Vec::new();
+    let mut budget = usize::MAX;
+    for k in 1..=3u8 {
+        slots.extend(c.fill_entry(&key(k), &[k], prefix.len(), &mut budget));
+    }
+    assert!(c.mark_complete(prefix, &slots, true));
+    let other = b"\0\0\x02\x09other".as_slice();
+    if let crate::backend::lsm_cache::Found::Missing(hash) = c.probe(other) {
+        c.insert_clean(hash, other, Some(b"v"));
+    }
+    c.set_capacity(c.used() - 1);
+    c.evict(None, &db)?;
+    assert!(c.lookup(other).is_none(), "the other entry went");
+    assert!(c.is_map_complete(prefix));
+    Ok(())
+}
+
 #[test]
 fn write_back_and_checkpoints_keep_a_complete_maps_mark() -> Result<()> {
     let (mut b, s) = backend(64 << 20, true)?;

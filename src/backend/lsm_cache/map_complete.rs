@@ -167,7 +167,11 @@ impl RmwCache {
                     return None;
                 }
                 *budget -= bytes;
-                self.insert_clean(hash, key, Some(value))
+                let i = self.insert_clean(hash, key, Some(value));
+                // Read by the scan taking it in: CLOCK's next sweep passes it once, as a hit's entry, so
+                // that the map's entries are not its first victims (one eviction drops the mark).
+                self.slot_mut(i).referenced = true;
+                i
             }
         };
         let s = self.slot_mut(i);
