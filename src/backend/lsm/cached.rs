@@ -102,7 +102,8 @@ pub(super) fn cached_map_read<'a>(
 
 /// [`cached_write`] of a map entry whose first `prefix_len` key bytes are its map's prefix: a dirty entry is
 /// listed under its map, which scans merge instead of writing the cache back. A write around the cache
-/// drops the map's mark of being whole in the cache.
+/// drops the map's mark of being whole in the cache; a delete of a key the cache does not hold in a map it
+/// holds whole deletes nothing and writes nothing.
 #[inline]
 pub(super) fn cached_map_write(
     cache: &mut RmwCache,
@@ -112,6 +113,12 @@ pub(super) fn cached_map_write(
     value: Option<&[u8]>,
 ) -> Result<()> {
     let found = cache.probe(key);
+    if value.is_none()
+        && found.slot().is_none()
+        && cache.is_map_complete(key.get(..prefix_len).unwrap_or_default())
+    {
+        return Ok(());
+    }
     if written_around(cache, db, &found, key, value)? {
         cache.unmark_map(key.get(..prefix_len).unwrap_or_default());
         return Ok(());

@@ -132,6 +132,27 @@ fn a_write_around_the_cache_drops_the_maps_mark() -> Result<()> {
     Ok(())
 }
 
+/// A delete of a key a complete map does not hold, into a cache too full to take it: nothing to delete,
+/// so nothing goes around the cache and the map stays marked.
+#[test]
+fn deleting_an_absent_key_of_a_complete_map_keeps_its_mark() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
+    let db = keyed_state_lsm::Db::open(dir.path(), keyed_state_lsm::Options::default())?;
+    let mut c = RmwCache::new(400, false);
+    let prefix = b"\0\0\x01\x07".as_slice();
+    let key = |k: u8| [prefix, &[k]].concat();
+    let mut slots = Vec::new();
+    let mut budget = usize::MAX;
+    for k in 1..=3u8 {
+        slots.extend(c.fill_entry(&key(k), &[k], prefix.len(), &mut budget));
+    }
+    assert!(c.mark_complete(prefix, &slots, false));
+    cached::cached_map_write(&mut c, &db, &key(4), prefix.len(), None)?;
+    assert!(c.is_map_complete(prefix));
+    assert!(c.lookup(&key(4)).is_none());
+    Ok(())
+}
+
 /// Entries taken in by a scan are referenced: an eviction sweep that starts on them passes them once and
 /// takes an unreferenced entry cached after them, so the map stays marked.
 #[test]
