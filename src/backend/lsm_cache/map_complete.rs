@@ -250,6 +250,30 @@ mod tests {
         assert!(c.used() <= capacity, "{} of {capacity}", c.used());
     }
 
+    /// Once a state's marked maps are all unmarked, a map of another prefix width of the state can be
+    /// marked.
+    #[test]
+    fn a_states_mark_width_is_free_again_once_its_marks_are_gone() {
+        let mut c = RmwCache::new(1 << 20, true);
+        let mut budget = usize::MAX;
+        let mut mark = |c: &mut RmwCache, prefix: &[u8]| {
+            let key = [prefix, &[1]].concat();
+            let slots: Vec<u32> = c
+                .fill_entry(&key, &[1], prefix.len(), &mut budget)
+                .into_iter()
+                .collect();
+            c.mark_complete(prefix, &slots, true)
+        };
+        assert!(mark(&mut c, &[0, 0, 1, 7]));
+        assert!(
+            !mark(&mut c, &[0, 0, 2, 7, 0]),
+            "another width while one is marked"
+        );
+        c.unmark_map(&[0, 0, 1, 7]);
+        assert!(mark(&mut c, &[0, 0, 2, 7, 0]));
+        assert!(c.is_map_complete(&[0, 0, 2, 7, 0]));
+    }
+
     /// The marks' table is charged to the capacity as it grows, beside each mark's own bytes.
     #[test]
     fn the_marks_table_is_charged_to_the_capacity() {

@@ -45,6 +45,8 @@ pub(super) struct MapMarks {
     /// cleared). One per state: a map's scan sees the entries of longer maps its prefix is a prefix of
     /// (key serializers need not be prefix-free), which a mark of the shorter map would not follow.
     widths: Vec<u16>,
+    /// Per state id: how many of its maps are marked (at 0 its width is free again).
+    counts: Vec<u32>,
 }
 
 /// The state id of a map prefix.
@@ -76,6 +78,7 @@ impl MapMarks {
         self.tried.clear();
         self.bytes = 0;
         self.widths.clear();
+        self.counts.clear();
     }
 
     /// Whether maps of `prefix`'s state are marked with prefixes of another length than `prefix`'s (then
@@ -124,8 +127,10 @@ impl MapMarks {
         let sid = sid(prefix);
         if self.widths.len() <= sid {
             self.widths.resize(sid + 1, 0);
+            self.counts.resize(sid + 1, 0);
         }
         self.widths[sid] = u16::try_from(prefix.len()).unwrap_or(u16::MAX);
+        self.counts[sid] += 1;
         let mark = Mark {
             prefix: prefix.into(),
             slots: slots.to_vec(),
@@ -145,6 +150,14 @@ impl MapMarks {
         if let Ok(e) = self.table.find_entry(h, |m| &*m.prefix == prefix) {
             let (m, _) = e.remove();
             self.bytes -= m.bytes();
+            let sid = sid(prefix);
+            if let Some(n) = self.counts.get_mut(sid) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    // No map of the state is marked: another width may be.
+                    self.widths[sid] = 0;
+                }
+            }
         }
     }
 
