@@ -22,7 +22,10 @@
 //! round; see `run_map`), `BENCH_MAP_KEYS_FROM_ZERO` (set: every map sample starts at key index 0),
 //! `BENCH_MAP_ENGINE_HELD` (set: after the map setup, the LSM+cache backend writes its cache back into the
 //! engine, then updates one entry of every map, so that each map is in the engine with one
-//! dirty entry in the cache: the map scans merge the two).
+//! dirty entry in the cache: the map scans merge the two), `BENCH_MAP_ENGINE_CLEAN` (set: after the map
+//! setup, the LSM+cache backend writes its cache back and nothing more, as a checkpoint whose capture is
+//! adopted leaves it: every entry in the engine and clean in the cache, none dirty; a map's first scan
+//! takes it in whole, the later ones read the cache alone; `BENCH_SAMPLES` shows the first round apart).
 //!
 //! Setup as Flink's: `LongSerializer` keys, `VoidNamespace`, max parallelism 2 with both key groups
 //! (`KeyGroupRange(0,1)`), 500,000 shuffled setup keys, new keys 500,000..999,999 for the "add" ops, maps of
@@ -1109,7 +1112,11 @@ fn map_setup(data: &Data) -> Result<Vec<Bench<MapState<LongSerializer, DoubleSer
             }
         }
         ttl_setup_done(&clock);
-        if kind == Kind::LsmCache && std::env::var_os("BENCH_MAP_ENGINE_HELD").is_some() {
+        let held = std::env::var_os("BENCH_MAP_ENGINE_HELD").is_some();
+        if kind == Kind::LsmCache && std::env::var_os("BENCH_MAP_ENGINE_CLEAN").is_some() && !held {
+            store.backend_mut().write_back()?;
+        }
+        if kind == Kind::LsmCache && held {
             store.backend_mut().write_back()?;
             for i in 0..SETUP_KEY_COUNT {
                 store.set_current_key(data.setup_key(i))?;

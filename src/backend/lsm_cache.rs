@@ -9,7 +9,8 @@
 //! backend decides which operations go through it.
 //!
 //! Submodules: `slot_table` (the hash table of slots), `map_index` (dirty map entries by map prefix),
-//! `map_dirty` (one map's dirty entries, for the scans that merge them with the engine's),
+//! `map_dirty` (one map's dirty entries, for the scans that merge them with the engine's), `map_marks` and
+//! `map_complete` (maps the cache holds whole, which scans read from the cache alone),
 //! `ledger` (what the cache and the checkpoint captures of its layers agree on), `eviction` (CLOCK),
 //! `growth` (list appends that would not fit, written to the engine with their entry), `step_aside` (whether
 //! the cache pays) and `stepping` (stepping aside and back in).
@@ -26,8 +27,10 @@ mod buckets;
 mod eviction;
 mod growth;
 mod ledger;
+mod map_complete;
 mod map_dirty;
 mod map_index;
+mod map_marks;
 pub(crate) mod probe;
 mod slot_table;
 mod step_aside;
@@ -35,6 +38,7 @@ mod stepping;
 mod storage;
 pub(crate) use ledger::LayerLedger;
 use map_index::{Hasher, MapIndex};
+use map_marks::MapMarks;
 use slot_table::SlotTable;
 pub use step_aside::RmwCacheStepping;
 use step_aside::StepAside;
@@ -200,6 +204,8 @@ pub(crate) struct RmwCache {
     /// there; the first goes straight to the engine. Empty: every key is taken in at once.
     door: Vec<u32>,
     maps: MapIndex,
+    /// Maps whose every entry the cache holds; their bytes are counted in `used`.
+    marks: MapMarks,
     /// Whether the cache pays, and whether it is in use or aside (empty, every operation to the engine).
     step: StepAside,
     /// The next probe samples its key for the estimate (set by [`route`](Self::route) for an operation
@@ -249,6 +255,7 @@ impl RmwCache {
                 vec![0; door_slots(capacity)]
             },
             maps: MapIndex::default(),
+            marks: MapMarks::default(),
             step: StepAside::new(capacity),
             sample_next: false,
         };
@@ -545,6 +552,9 @@ impl RmwCache {
                 if self.maps.len > 4 * self.slots.len() + 4096 {
                     self.rebuild_map_index();
                 }
+                if !self.marks.is_empty() {
+                    self.note_map_entry(prefix, i);
+                }
             }
         }
         i
@@ -812,6 +822,7 @@ impl RmwCache {
         self.free.clear();
         self.hand = 0;
         self.used = 0;
+        self.marks.clear();
         Ok(())
     }
 
@@ -831,6 +842,10 @@ impl RmwCache {
         self.used -= s.bytes();
         self.table.remove(s.hash, i);
         self.free.push(i);
+        // An entry of a complete map leaves: the map is no longer whole in the cache.
+        if let Some(prefix) = map_prefix_of(&s).filter(|_| !self.marks.is_empty()) {
+            self.unmark_map(prefix);
+        }
     }
 }
 

@@ -51,6 +51,11 @@ enum Op {
     /// Restore the latest checkpoint at a new parallelism (and the model as it was then): natively where the
     /// backend can (`native`, LSM), else through a savepoint written from the checkpoint.
     RestoreCheckpoint(u32, bool),
+    /// Read one map in the middle of a run (whole, one user key, emptiness), so that a map the LSM cache
+    /// takes in whole is read again by later operations.
+    ReadMap(i64, i32),
+    /// Write every instance's cache back (LSM: the engine holds everything, the cache keeps it clean).
+    WriteBack,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -63,12 +68,14 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (key.clone(), -5i32..5, any::<i64>()).prop_map(|(k, u, v)| Op::PutMap(k, u, v)),
         1 => (key.clone(), proptest::collection::vec((-5i32..5, any::<i64>()), 0..20)).prop_map(|(k, e)| Op::PutAllMap(k, e)),
         1 => (key.clone(), -5i32..5).prop_map(|(k, u)| Op::RemoveMap(k, u)),
-        1 => key.prop_map(Op::ClearMap),
+        1 => key.clone().prop_map(Op::ClearMap),
         1 => Just(Op::Snapshot),
         1 => (1u32..5).prop_map(Op::Restore),
         1 => (1u32..5).prop_map(Op::Rescale),
         1 => Just(Op::Checkpoint),
         1 => (1u32..5, any::<bool>()).prop_map(|(p, n)| Op::RestoreCheckpoint(p, n)),
+        2 => (key, -5i32..5).prop_map(|(k, u)| Op::ReadMap(k, u)),
+        1 => Just(Op::WriteBack),
     ]
 }
 
@@ -401,6 +408,33 @@ fn run(ops: &[Op], kind: Kind) {
                 i.store.map(&i.map).unwrap().remove(&u).unwrap();
                 if let Some(m) = model.maps.get_mut(&k) {
                     m.remove(&u);
+                }
+            }
+            Op::ReadMap(k, u) => {
+                let i = job.route(k);
+                let got = i
+                    .store
+                    .map(&i.map)
+                    .unwrap()
+                    .entries()
+                    .collect::<keyed_state::Result<Vec<_>>>()
+                    .unwrap();
+                let mut want: Vec<(i32, i64)> = model
+                    .maps
+                    .get(&k)
+                    .map(|m| m.iter().map(|(k, v)| (*k, *v)).collect())
+                    .unwrap_or_default();
+                want.sort_by_key(|(k, _)| k.to_be_bytes());
+                assert_eq!(got, want, "map {k} read in the run");
+                let one = i.store.map(&i.map).unwrap().get(&u).unwrap();
+                let want_one = model.maps.get(&k).and_then(|m| m.get(&u).copied());
+                assert_eq!(one, want_one, "map {k} get {u}");
+                let empty = i.store.map(&i.map).unwrap().is_empty().unwrap();
+                assert_eq!(empty, want.is_empty(), "map {k} is empty in the run");
+            }
+            Op::WriteBack => {
+                for i in &mut job.instances {
+                    i.store.backend_mut().write_back().unwrap();
                 }
             }
             Op::ClearMap(k) => {

@@ -18,6 +18,18 @@ pub(super) fn cached_read<'a>(
         Found::Slot(i) => return Ok(cache.value(i)),
         Found::Missing(hash) => hash,
     };
+    read_missing(cache, db, key, hash, vbuf)
+}
+
+/// [`cached_read`] of a key the cache does not hold, of table hash `hash`.
+#[inline]
+fn read_missing<'a>(
+    cache: &'a mut RmwCache,
+    db: &Db,
+    key: &[u8],
+    hash: u64,
+    vbuf: &'a mut Vec<u8>,
+) -> Result<Option<&'a [u8]>> {
     let value = db.get_into(key, vbuf)?.then_some(vbuf.as_slice());
     if !cache.admit(hash, key.len() + value.map_or(0, <[u8]>::len)) {
         return Ok(value);
@@ -67,8 +79,31 @@ pub(super) fn cached_write(
     settle(cache, db)
 }
 
+/// [`cached_read`] of a map entry whose first `prefix_len` key bytes are its map's prefix: a key the cache
+/// does not hold of a map the cache holds whole ([`RmwCache::is_map_complete`]) is absent, without an
+/// engine read.
+#[inline]
+pub(super) fn cached_map_read<'a>(
+    cache: &'a mut RmwCache,
+    db: &Db,
+    key: &[u8],
+    prefix_len: usize,
+    vbuf: &'a mut Vec<u8>,
+) -> Result<Option<&'a [u8]>> {
+    let hash = match cache.probe(key) {
+        Found::Slot(i) => return Ok(cache.value(i)),
+        Found::Missing(hash) => hash,
+    };
+    if cache.is_map_complete(key.get(..prefix_len).unwrap_or_default()) {
+        return Ok(None);
+    }
+    read_missing(cache, db, key, hash, vbuf)
+}
+
 /// [`cached_write`] of a map entry whose first `prefix_len` key bytes are its map's prefix: a dirty entry is
-/// listed under its map, which scans merge instead of writing the cache back.
+/// listed under its map, which scans merge instead of writing the cache back. A write around the cache
+/// drops the map's mark of being whole in the cache; a delete of a key the cache does not hold in a map it
+/// holds whole deletes nothing and writes nothing.
 #[inline]
 pub(super) fn cached_map_write(
     cache: &mut RmwCache,
@@ -78,7 +113,14 @@ pub(super) fn cached_map_write(
     value: Option<&[u8]>,
 ) -> Result<()> {
     let found = cache.probe(key);
+    if value.is_none()
+        && found.slot().is_none()
+        && cache.is_map_complete(key.get(..prefix_len).unwrap_or_default())
+    {
+        return Ok(());
+    }
     if written_around(cache, db, &found, key, value)? {
+        cache.unmark_map(key.get(..prefix_len).unwrap_or_default());
         return Ok(());
     }
     cache.write_map_at(found, key, prefix_len, value);
@@ -157,7 +199,9 @@ pub(super) fn cached_map_put_all(
             start = ends[n];
             // Probed one by one, after the writes before: a batch may hold a user key twice.
             let found = cache.probe_hashed(key, hashes[n]);
-            if !written_around(cache, db, &found, key, Some(value))? {
+            if written_around(cache, db, &found, key, Some(value))? {
+                cache.unmark_map(prefix);
+            } else {
                 cache.write_map_at(found, key, prefix.len(), Some(value));
             }
         }
@@ -182,7 +226,7 @@ pub(super) fn merged_scan(
     } else {
         dirty.partition_point(|&i| {
             cache
-                .dirty_entry(i, prefix)
+                .map_entry(i, prefix)
                 .0
                 .get(prefix.len()..)
                 .unwrap_or_default()
@@ -191,7 +235,7 @@ pub(super) fn merged_scan(
     };
     let mut dirty = dirty[start..]
         .iter()
-        .map(|&i| cache.dirty_entry(i, prefix))
+        .map(|&i| cache.map_entry(i, prefix))
         .peekable();
     let Some(mut it) = it else {
         for (k, v) in dirty {

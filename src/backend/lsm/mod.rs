@@ -46,7 +46,8 @@ pub(crate) use cache_share::{
 };
 pub use cache_share::{DEFAULT_RMW_CACHE_RATIO, SUGGESTED_RMW_CACHE_RATIO};
 use cached::{
-    cached_append, cached_map_put_all, cached_map_write, cached_read, cached_write, settle,
+    cached_append, cached_map_put_all, cached_map_read, cached_map_write, cached_read,
+    cached_write, settle,
 };
 use capture::LsmCapture;
 pub use engine::LsmEngine;
@@ -389,7 +390,14 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key_ns, user_key]);
         let cached = self.through_cache(state)?;
         if let Some(cache) = self.cache.as_mut().filter(|_| cached) {
-            return cached_read(cache, &self.shared.db, &self.kbuf, &mut self.vbuf);
+            let prefix_len = STATE_PREFIX_LEN + key_ns.len();
+            return cached_map_read(
+                cache,
+                &self.shared.db,
+                &self.kbuf,
+                prefix_len,
+                &mut self.vbuf,
+            );
         }
         let found = self.shared.db.get_into(&self.kbuf, &mut self.vbuf)?;
         Ok(found.then_some(self.vbuf.as_slice()))
@@ -472,7 +480,22 @@ impl StateBackend for LsmBackend {
                 return Ok(false);
             }
         }
-        super::map_is_empty_by_scan(self, state, kg, key_ns)
+        if let Some(empty) = self.complete_map_is_empty(state) {
+            return Ok(empty);
+        }
+        // Up to the first entry: the map is not taken in whole for this.
+        let mut empty = true;
+        let mut first = |_: &[u8], _: &[u8]| {
+            empty = false;
+            false
+        };
+        if !self.merged_map_scan(state, &[], false, &mut first)? {
+            let prefix = std::mem::take(&mut self.kbuf);
+            let res = self.scan_prefix(&prefix, &mut first);
+            self.kbuf = prefix;
+            res?;
+        }
+        Ok(empty)
     }
 
     fn map_scan(
@@ -486,7 +509,7 @@ impl StateBackend for LsmBackend {
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
         // The map's dirty entries merged with the engine's: nothing is written back.
-        if self.merged_map_scan(state, &[], f)? {
+        if self.merged_map_scan(state, &[], true, f)? {
             return Ok(());
         }
         let prefix = std::mem::take(&mut self.kbuf);
@@ -506,7 +529,7 @@ impl StateBackend for LsmBackend {
         self.check(state, kg, true, "map_scan")?;
         self.build_key(state, &[key_ns]);
         let skip = self.kbuf.len();
-        if self.merged_map_scan(state, from, f)? {
+        if self.merged_map_scan(state, from, true, f)? {
             return Ok(());
         }
         let upper = prefix_successor(&self.kbuf);
@@ -537,6 +560,7 @@ impl StateBackend for LsmBackend {
                 self.shared.unsynced.store(true, Ordering::Relaxed);
                 let db = &self.shared.db;
                 let prefix_len = self.kbuf.len();
+                cache.delete_complete_map(&self.kbuf);
                 for (k, v) in &dirty {
                     if v.is_some() {
                         let k = k.as_slice();
@@ -807,6 +831,9 @@ impl StateBackend for LsmBackend {
         }))
     }
 }
+
+#[cfg(test)]
+mod map_mark_tests;
 
 #[cfg(test)]
 mod tests {

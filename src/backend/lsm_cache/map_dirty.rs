@@ -8,7 +8,7 @@ use super::{map_prefix_of, MapDirty, RmwCache};
 impl RmwCache {
     /// The slots of the dirty entries of the map `prefix` (`sid | KG | K | NS`), sorted by key, into `out`
     /// (cleared first): with the engine's entries under `prefix`, the map's current contents. Read them
-    /// with [`dirty_entry`](Self::dirty_entry) until the cache changes. False when the index cannot tell:
+    /// with [`map_entry`](Self::map_entry) until the cache changes. False when the index cannot tell:
     /// dirty map entries of the state were written under prefixes of another length, so keys under `prefix`
     /// may belong to another map's list (the caller writes everything back instead). Prunes the map's list
     /// of the entries that went clean or whose slot was reused; allocates nothing once `out` has grown.
@@ -58,16 +58,17 @@ impl RmwCache {
         true
     }
 
-    /// The key and value (`None`: deleted) of slot `i`, one of those [`map_dirty_slots`](Self::map_dirty_slots)
-    /// listed for the map `prefix` (with no cache change since: the slot is live, dirty and holds a key of
-    /// the map, which debug builds check).
+    /// The key and value (`None`: deleted or absent) of slot `i`, one of those
+    /// [`map_dirty_slots`](Self::map_dirty_slots) or [`complete_slots`](Self::complete_slots) listed for the
+    /// map `prefix` (with no cache change since: the slot is live and holds an entry of the map, which debug
+    /// builds check).
     #[inline]
-    pub(crate) fn dirty_entry(&self, i: u32, prefix: &[u8]) -> (&[u8], Option<&[u8]>) {
+    pub(crate) fn map_entry(&self, i: u32, prefix: &[u8]) -> (&[u8], Option<&[u8]>) {
         match self.slots.get(i as usize) {
             Some(Some(s)) => {
                 debug_assert!(
-                    s.dirty && s.key.as_slice().starts_with(prefix),
-                    "slot {i} no longer a dirty entry of the map: the cache changed since it was listed"
+                    map_prefix_of(s) == Some(prefix),
+                    "slot {i} no longer an entry of the map: the cache changed since it was listed"
                 );
                 (s.key.as_slice(), s.value.as_ref().map(|v| v.as_slice()))
             }
@@ -125,7 +126,7 @@ mod tests {
         assert!(c.map_dirty_slots(p, &mut out));
         let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = out
             .iter()
-            .map(|&i| c.dirty_entry(i, p))
+            .map(|&i| c.map_entry(i, p))
             .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
             .collect();
         assert_eq!(

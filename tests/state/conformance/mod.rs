@@ -1030,6 +1030,7 @@ macro_rules! conformance_suite {
             t!(ttl_cannot_be_toggled_across_restore);
             t!(ttl_value_bytes_are_flinks_ttl_value);
             t!(ttl_map_iteration_removes_expired_entries_across_batches);
+            t!(ttl_map_read_whole_twice_drops_entries_expiring_between);
             t!(timers_key_grouped_priority_queue_walkthrough);
             t!(timers_queue_peek_poll_order_and_set_semantics);
             t!(timers_fire_in_order_with_the_current_key_set);
