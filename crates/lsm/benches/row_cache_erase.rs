@@ -16,19 +16,10 @@ use std::time::Instant;
 
 use keyed_state_lsm::internals::{BlockCache, RowCacheProbe};
 
-fn env_list(name: &str, default: &str) -> Vec<usize> {
-    std::env::var(name)
-        .unwrap_or_else(|_| default.to_string())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect()
-}
-
-fn key(i: u64) -> [u8; 10] {
-    let mut k = [0u8; 10];
-    k[2..].copy_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
-    k
-}
+#[path = "support/cpu_keys.rs"]
+#[allow(dead_code)]
+mod cpu_keys;
+use cpu_keys::{env_list, spread_key as key};
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use keyed_state_lsm::{Compression, Db, Options, SstOptions};
 
 #[path = "support/cpu_keys.rs"]
+#[allow(dead_code)]
 mod cpu_keys;
 use cpu_keys::{env_u64, key, mix, thread_cpu_ns};
 

@@ -1,4 +1,4 @@
-//! What the engine's benchmarks share: a numeric knob from the environment, the thread's CPU time, and
+//! What the engine's benchmarks share: numeric knobs from the environment, the thread's CPU time, and
 //! keys spread by the splitmix64 finaliser.
 
 /// The environment variable `name` as a number (`_` separators allowed), or `default` when it is unset or
@@ -34,4 +34,20 @@ pub fn key(i: u64) -> [u8; 10] {
     let mut k = [0u8; 10];
     k[2..].copy_from_slice(&i.to_be_bytes());
     k
+}
+
+/// The environment variable `name` as a comma-separated list of numbers (entries that are not numbers
+/// skipped), or `default` parsed the same way when it is unset.
+pub fn env_list(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_string())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+/// A 10-byte key of `i` spread by a multiplication with the golden ratio: two zero bytes, then the product
+/// big-endian.
+pub fn spread_key(i: u64) -> [u8; 10] {
+    key(i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
