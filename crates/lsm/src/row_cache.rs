@@ -438,20 +438,24 @@ impl RowCache {
     /// Caches what `rec` recorded in file `file` of the engine tagged `owner` (a recording that is not complete must not be passed),
     /// whatever the doorkeeper says ([`admit`](Self::admit) is the caller's question). An entry larger
     /// than a segment (a power of two of at most 32 KiB and a sixteenth of a shard's smallest bound), or than an eighth of a
-    /// shard's bound now (lower in a pool whose blocks took the room), is not cached.
-    pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) {
+    /// shard's bound now (lower in a pool whose blocks took the room), is not cached. False when nothing
+    /// was offered to the shard (an erase's step held it, or the entry is too large): the caller then has
+    /// no row of the file to note.
+    pub(crate) fn insert(&self, owner: u64, file: u64, rec: RowRecorder) -> bool {
         let key = rec.rows.get(..rec.key_len).unwrap_or_default();
         let h = hash(owner, file, key);
         let capacity = self.shard_capacity();
         let matches = |e: &[u8]| is_entry(e, owner, file, key);
         let data = rec.encode(owner, file);
+        let stored;
         let (before, after) = {
             // A shard an erase's step holds caches nothing now (the row is read from the file again).
             let Some(mut s) = self.lock_unless_erasing(h) else {
-                return;
+                return false;
             };
             let before = s.usage();
-            if data.len() + row_slab::HEAD <= capacity / 8 {
+            stored = data.len() + row_slab::HEAD <= capacity / 8;
+            if stored {
                 s.insert(h, &data, &matches, capacity);
             } else {
                 // Too large: whatever was cached under the key goes.
@@ -466,6 +470,7 @@ impl RowCache {
             self.usage.fetch_sub(before - after, Ordering::Relaxed);
             self.shrank(before - after, false);
         }
+        stored
     }
 
     /// Evicts until every shard is within its bound (the pool's block cache grew).
@@ -666,9 +671,9 @@ impl EngineRows {
         self.cache.contains(self.owner, number, key)
     }
 
-    /// [`RowCache::insert`] for the engine's file `number`.
-    pub(crate) fn insert(&self, number: u64, rec: RowRecorder) {
-        self.cache.insert(self.owner, number, rec);
+    /// [`RowCache::insert`] for the engine's file `number` (false: nothing offered to the cache).
+    pub(crate) fn insert(&self, number: u64, rec: RowRecorder) -> bool {
+        self.cache.insert(self.owner, number, rec)
     }
 
     /// Drops the rows of the files queued by readers' drops (of every engine sharing the cache:
@@ -1005,16 +1010,21 @@ mod tests {
             let c = Arc::clone(&c);
             std::thread::spawn(move || {
                 let pass = matches!(c.lookup(0, 2, &key), Lookup::Pass);
-                // Not cached while the shard is held: the insertion goes without the cache too.
-                c.insert(0, 2, record(&other, &[(1, ValueKind::Put, b"v")]));
-                let _ = tx.send(pass);
+                // Not cached while the shard is held: the insertion goes without the cache too, and says
+                // so (the reader then notes no row of the file).
+                let stored = c.insert(0, 2, record(&other, &[(1, ValueKind::Put, b"v")]));
+                let _ = tx.send((pass, stored));
             })
         };
         let answered = rx.recv_timeout(std::time::Duration::from_secs(10));
         c.erasing[i].store(0, Ordering::Release);
         drop(held);
         reader.join().unwrap();
-        assert_eq!(answered, Ok(true), "the lookup waited for the shard");
+        assert_eq!(
+            answered,
+            Ok((true, false)),
+            "the lookup waited for the shard"
+        );
         // Both went without the cache, and are counted.
         assert_eq!(c.busy_skips(), 2);
         // Released: the row is a hit again; the insertion cached nothing.

@@ -312,7 +312,7 @@ mod tests {
         let rows = db.inner.row_cache.as_ref().unwrap();
         let mut rec = RowRecorder::new(&7u32.to_be_bytes());
         rec.push(7, ValueKind::Put, b"v1");
-        rows.insert(file.info.number, rec);
+        assert!(rows.insert(file.info.number, rec));
         file.row_cached();
         assert!(usage() > 0);
         // The reader lets the version go: the file's drop queues its rows and asks for a job.

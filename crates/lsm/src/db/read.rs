@@ -336,8 +336,8 @@ impl DbInner {
             rec.push(s, kind, &v);
             visit(s, kind, &|| v.clone())
         })?;
-        if rec.complete(exhausted) {
-            rc.insert(f.info.number, rec);
+        // The file is noted only when a row of it was offered to the cache (its deletion then erases it).
+        if rec.complete(exhausted) && rc.insert(f.info.number, rec) {
             f.row_cached();
         }
         Ok(exhausted)
