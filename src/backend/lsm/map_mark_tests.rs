@@ -64,6 +64,32 @@ fn written_back_and_scanned(b: &mut LsmBackend, s: StateId, key_ns: &[u8]) -> Re
     Ok(())
 }
 
+/// The map prefix of the cache-level tests, and its entry `k`.
+const MAP: &[u8] = b"\0\0\x01\x07";
+fn map_key(k: u8) -> Vec<u8> {
+    [MAP, &[k]].concat()
+}
+
+/// An engine in a temporary directory, and a cache of `capacity` bytes ([`RmwCache::new`]'s
+/// `admit_on_first_touch`: without the doorkeeper) holding entries 1, 2 and 3 of the map [`MAP`], taken
+/// in and marked complete (their slot list given as `sorted`).
+fn engine_and_marked_cache(
+    capacity: usize,
+    admit_on_first_touch: bool,
+    sorted: bool,
+) -> Result<(tempfile::TempDir, keyed_state_lsm::Db, RmwCache)> {
+    let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
+    let db = keyed_state_lsm::Db::open(dir.path(), keyed_state_lsm::Options::default())?;
+    let mut c = RmwCache::new(capacity, admit_on_first_touch);
+    let mut slots = Vec::new();
+    let mut budget = usize::MAX;
+    for k in 1..=3u8 {
+        slots.extend(c.fill_entry(&map_key(k), &[k], MAP.len(), &mut budget));
+    }
+    assert!(c.mark_complete(MAP, &slots, sorted));
+    Ok((dir, db, c))
+}
+
 #[test]
 fn a_full_scan_marks_a_map_complete_and_later_reads_use_the_cache_alone() -> Result<()> {
     let (mut b, s) = backend(64 << 20, true)?;
@@ -111,19 +137,9 @@ fn evicting_one_entry_of_a_complete_map_drops_its_mark() -> Result<()> {
 
 #[test]
 fn a_write_around_the_cache_drops_the_maps_mark() -> Result<()> {
-    let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
-    let db = keyed_state_lsm::Db::open(dir.path(), keyed_state_lsm::Options::default())?;
     // With a doorkeeper: a blind write into a full cache goes to the engine.
-    let mut c = RmwCache::new(400, false);
-    let prefix = b"\0\0\x01\x07".as_slice();
-    let key = |k: u8| [prefix, &[k]].concat();
-    let mut slots = Vec::new();
-    let mut budget = usize::MAX;
-    for k in 1..=3u8 {
-        let found = c.fill_entry(&key(k), &[k], prefix.len(), &mut budget);
-        slots.extend(found);
-    }
-    assert!(c.mark_complete(prefix, &slots, false));
+    let (_dir, db, mut c) = engine_and_marked_cache(400, false, false)?;
+    let (prefix, key) = (MAP, map_key);
     assert!(c.is_map_complete(prefix));
     cached::cached_map_write(&mut c, &db, &key(4), prefix.len(), Some(b"v"))?;
     assert!(c.lookup(&key(4)).is_none(), "written around the cache");
@@ -136,17 +152,8 @@ fn a_write_around_the_cache_drops_the_maps_mark() -> Result<()> {
 /// so nothing goes around the cache and the map stays marked.
 #[test]
 fn deleting_an_absent_key_of_a_complete_map_keeps_its_mark() -> Result<()> {
-    let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
-    let db = keyed_state_lsm::Db::open(dir.path(), keyed_state_lsm::Options::default())?;
-    let mut c = RmwCache::new(400, false);
-    let prefix = b"\0\0\x01\x07".as_slice();
-    let key = |k: u8| [prefix, &[k]].concat();
-    let mut slots = Vec::new();
-    let mut budget = usize::MAX;
-    for k in 1..=3u8 {
-        slots.extend(c.fill_entry(&key(k), &[k], prefix.len(), &mut budget));
-    }
-    assert!(c.mark_complete(prefix, &slots, false));
+    let (_dir, db, mut c) = engine_and_marked_cache(400, false, false)?;
+    let (prefix, key) = (MAP, map_key);
     cached::cached_map_write(&mut c, &db, &key(4), prefix.len(), None)?;
     assert!(c.is_map_complete(prefix));
     assert!(c.lookup(&key(4)).is_none());
@@ -157,17 +164,8 @@ fn deleting_an_absent_key_of_a_complete_map_keeps_its_mark() -> Result<()> {
 /// takes an unreferenced entry cached after them, so the map stays marked.
 #[test]
 fn an_eviction_takes_other_entries_before_those_a_scan_took_in() -> Result<()> {
-    let dir = tempfile::tempdir().map_err(crate::Error::io_at("tempdir", "/tmp"))?;
-    let db = keyed_state_lsm::Db::open(dir.path(), keyed_state_lsm::Options::default())?;
-    let mut c = RmwCache::new(1 << 20, true);
-    let prefix = b"\0\0\x01\x07".as_slice();
-    let key = |k: u8| [prefix, &[k]].concat();
-    let mut slots = Vec::new();
-    let mut budget = usize::MAX;
-    for k in 1..=3u8 {
-        slots.extend(c.fill_entry(&key(k), &[k], prefix.len(), &mut budget));
-    }
-    assert!(c.mark_complete(prefix, &slots, true));
+    let (_dir, db, mut c) = engine_and_marked_cache(1 << 20, true, true)?;
+    let prefix = MAP;
     let other = b"\0\0\x02\x09other".as_slice();
     if let crate::backend::lsm_cache::Found::Missing(hash) = c.probe(other) {
         c.insert_clean(hash, other, Some(b"v"));
